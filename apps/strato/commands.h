@@ -1,0 +1,25 @@
+#pragma once
+// Subcommands of the strato binary. Each file parses its flags and calls the libraries; the
+// callbacks store the process exit code in `*exit_code`.
+
+#include <CLI/CLI.hpp>
+
+#include "strato/core/status.h"
+
+namespace strato::cli {
+
+struct GlobalFlags {
+    bool quiet = false;
+    bool verbose = false;
+};
+
+void add_train_command(CLI::App& app, const GlobalFlags& g, int* exit_code);
+void add_eval_command(CLI::App& app, const GlobalFlags& g, int* exit_code);
+void add_report_command(CLI::App& app, const GlobalFlags& g, int* exit_code);
+void add_doctor_command(CLI::App& app, const GlobalFlags& g, int* exit_code);
+
+/// Prints `strato <cmd>: error: <message>` (further lines as hints) to stderr; returns the exit code
+/// (130 for an interrupted run, 1 otherwise).
+int report_error(const std::string& command, const Status& status);
+
+}  // namespace strato::cli

@@ -1,0 +1,63 @@
+// strato eval --model DIR [--data PATH] [--dataset KIND]
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "strato/train/trainer.h"
+
+namespace strato::cli {
+
+void add_eval_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
+    struct Opts {
+        std::string model;
+        std::string config;
+        std::vector<std::string> sets;
+        std::string data, dataset;
+        bool json = false, bf16 = false;
+        int64_t threads = 0;
+    };
+    auto o = std::make_shared<Opts>();
+    auto* cmd = app.add_subcommand("eval", "Evaluate a model package on a dataset's test split (accuracy, loss)");
+    cmd->add_option("--model", o->model, "Model package directory (runs/NAME/model)")->required();
+    cmd->add_option("--config", o->config, "Take the [data] section from this training config");
+    cmd->add_option("--set", o->sets, "Override a config key, e.g. --set data.limit_test=1000");
+    cmd->add_option("--data", o->data, "Dataset directory (default: Debian's Fashion-MNIST)");
+    cmd->add_option("--dataset", o->dataset, "Dataset kind: fashion-mnist, idx, image-folder");
+    cmd->add_option("--threads", o->threads, "Intra-op threads (0 = cores)");
+    cmd->add_flag("--bf16", o->bf16, "Run the forward pass under bf16 autocast");
+    cmd->add_flag("--json", o->json, "Print the result as JSON");
+    cmd->footer("Examples:\n  strato eval --model runs/fashion_mnist_cnn/model\n"
+                "  strato eval --model runs/x/model --dataset image-folder --data photos/ --set data.image_size=32");
+    cmd->callback([o, exit_code] {
+        train::TrainConfig cfg;
+        if (!o->config.empty()) {
+            auto loaded = train::load_train_config(o->config, o->sets);
+            if (!loaded) return void(*exit_code = report_error("eval", loaded.status()));
+            cfg = *loaded;
+        } else if (!o->sets.empty()) {
+            auto loaded = config::load_string<train::TrainConfig>("", o->sets);
+            if (!loaded) return void(*exit_code = report_error("eval", loaded.status()));
+            cfg = *loaded;
+        }
+        if (!o->data.empty()) cfg.data.path = o->data;
+        if (!o->dataset.empty()) cfg.data.dataset = o->dataset;
+        train::configure_threads(o->threads);
+        auto r = train::evaluate_package(o->model, cfg.data, o->bf16);
+        if (!r) return void(*exit_code = report_error("eval", r.status()));
+        if (o->json) {
+            nlohmann::json j = {{"model", o->model},          {"arch", r->arch},
+                                {"parameters", r->parameters}, {"accuracy", r->result.accuracy},
+                                {"loss", r->result.loss},      {"samples", r->result.count},
+                                {"seconds", r->result.seconds}};
+            fmt::print("{}\n", j.dump(2));
+        } else {
+            fmt::print("{} ({} parameters) on {} samples: accuracy {:.2f}%, loss {:.4f} ({:.1f} s)\n", r->arch,
+                       r->parameters, r->result.count, 100 * r->result.accuracy, r->result.loss, r->result.seconds);
+        }
+        *exit_code = 0;
+    });
+}
+
+}  // namespace strato::cli

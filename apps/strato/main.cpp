@@ -1,0 +1,55 @@
+// strato: one binary for the life of a model. Subcommands live in *_cmd.cpp.
+
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "commands.h"
+#include "strato/core/log.h"
+
+namespace strato::cli {
+
+int report_error(const std::string& command, const Status& status) {
+    const std::string& msg = status.message();
+    size_t nl = msg.find('\n');
+    fmt::print(stderr, "strato {}: error: {}\n", command, msg.substr(0, nl));
+    if (nl != std::string::npos) fmt::print(stderr, "{}\n", msg.substr(nl + 1));
+    return status.code() == StatusCode::kCancelled ? 130 : 1;
+}
+
+}  // namespace strato::cli
+
+int main(int argc, char** argv) {
+    using namespace strato;
+    CLI::App app{"strato: train, evaluate and report on deep-learning models, natively.\n"
+                 "Run `strato <command> --help` for a command's flags and examples."};
+    app.set_version_flag("--version", "strato 0.1.0");
+    app.require_subcommand(1);
+    app.fallthrough();
+    cli::GlobalFlags g;
+    app.add_flag("-q,--quiet", g.quiet, "Only warnings and errors; no progress bars");
+    app.add_flag("-v,--verbose", g.verbose, "Debug logging");
+    app.footer(
+        "Examples:\n"
+        "  strato train configs/fashion_mnist_cnn.toml\n"
+        "  strato eval --model runs/fashion_mnist_cnn/model\n"
+        "  strato report runs/fashion_mnist_cnn\n"
+        "  strato doctor");
+    int exit_code = 0;
+    cli::add_train_command(app, g, &exit_code);
+    cli::add_eval_command(app, g, &exit_code);
+    cli::add_report_command(app, g, &exit_code);
+    cli::add_doctor_command(app, g, &exit_code);
+    app.parse_complete_callback([&] {
+        log::set_level(g.verbose ? log::Level::kDebug : g.quiet ? log::Level::kWarn : log::Level::kInfo);
+    });
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    } catch (const std::exception& e) {
+        fmt::print(stderr, "strato: error: {}\n", e.what());
+        return 1;
+    }
+    return exit_code;
+}

@@ -1,0 +1,64 @@
+// strato train CONFIG [--set key=value]... [--resume] [--overwrite]
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "strato/core/signals.h"
+#include "strato/report/run_report.h"
+#include "strato/train/trainer.h"
+
+namespace strato::cli {
+
+void add_train_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
+    struct Opts {
+        std::string config;
+        std::vector<std::string> sets;
+        bool resume = false, overwrite = false, json = false, no_report = false;
+    };
+    auto o = std::make_shared<Opts>();
+    auto* cmd = app.add_subcommand("train", "Train a model from a TOML config; writes a run directory with checkpoints, "
+                                            "metrics.jsonl, the model package and report.html");
+    cmd->add_option("config", o->config, "Training config (TOML), e.g. configs/fashion_mnist_cnn.toml")->required();
+    cmd->add_option("--set", o->sets, "Override a config key: --set optim.lr=0.1 (repeatable)");
+    cmd->add_flag("--resume", o->resume, "Continue from the run's latest checkpoint (starts fresh when there is none)");
+    cmd->add_flag("--overwrite", o->overwrite, "Delete an existing run directory of the same name first");
+    cmd->add_flag("--json", o->json, "Print the result as JSON on stdout");
+    cmd->add_flag("--no-report", o->no_report, "Do not write report.html");
+    cmd->footer(
+        "Examples:\n"
+        "  strato train configs/fashion_mnist_cnn.toml\n"
+        "  strato train configs/fashion_mnist_cnn.toml --set train.epochs=3 --set train.precision=bf16\n"
+        "  strato train configs/fashion_mnist_resnet.toml --resume     # after Ctrl-C or a crash\n"
+        "Ctrl-C (SIGINT) or SIGTERM finishes the current step, writes a checkpoint and exits with 130.");
+    cmd->callback([o, &g, exit_code] {
+        auto cfg = train::load_train_config(o->config, o->sets);
+        if (!cfg) return void(*exit_code = report_error("train", cfg.status()));
+        signals::install_stop_handlers();
+        auto r = train::run_training(*cfg, {.resume = o->resume, .overwrite = o->overwrite, .quiet = g.quiet || o->json});
+        if (!r) return void(*exit_code = report_error("train", r.status()));
+        std::string report_path;
+        if (!o->no_report) {
+            report_path = (std::filesystem::path(r->run_dir) / "report.html").string();
+            Status st = report::write_run_report(r->run_dir, report_path);
+            if (!st.is_ok()) return void(*exit_code = report_error("train", st.with_context("writing the report")));
+        }
+        if (o->json) {
+            nlohmann::json j = {{"run_dir", r->run_dir},       {"package", r->package_dir}, {"report", report_path},
+                                {"test_acc", r->test_acc},     {"test_loss", r->test_loss}, {"best_test_acc", r->best_test_acc},
+                                {"epochs", r->epochs},         {"steps", r->steps},         {"wall_time_s", r->wall_time_s},
+                                {"early_stopped", r->early_stopped}};
+            fmt::print("{}\n", j.dump(2));
+        } else {
+            fmt::print("test accuracy: {:.2f}% (best {:.2f}%) after {} epochs, {} steps, {:.1f} s\n", 100 * r->test_acc,
+                       100 * r->best_test_acc, r->epochs, r->steps, r->wall_time_s);
+            fmt::print("model package: {}\n", r->package_dir);
+            if (!report_path.empty()) fmt::print("report:        {}\n", report_path);
+        }
+        *exit_code = 0;
+    });
+}
+
+}  // namespace strato::cli

@@ -1,0 +1,120 @@
+#include "strato/core/fs.h"
+
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <memory>
+
+namespace strato::fs {
+namespace {
+
+std::string os_error() { return std::strerror(errno); }
+
+Status write_all(int fd, std::string_view data, const stdfs::path& path) {
+    const char* p = data.data();
+    size_t left = data.size();
+    while (left > 0) {
+        ssize_t n = ::write(fd, p, left);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return io_error("cannot write {}: {}", path.string(), os_error());
+        }
+        p += n;
+        left -= static_cast<size_t>(n);
+    }
+    return Status::ok();
+}
+
+}  // namespace
+
+Status fsync_dir(const stdfs::path& dir) {
+    int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return io_error("cannot open directory {}: {}", dir.string(), os_error());
+    int rc = ::fsync(fd);
+    ::close(fd);
+    if (rc != 0) return io_error("cannot fsync directory {}: {}", dir.string(), os_error());
+    return Status::ok();
+}
+
+Status fsync_file(const stdfs::path& path) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return io_error("cannot open {}: {}", path.string(), os_error());
+    int rc = ::fsync(fd);
+    ::close(fd);
+    if (rc != 0) return io_error("cannot fsync {}: {}", path.string(), os_error());
+    return Status::ok();
+}
+
+Status atomic_write(const stdfs::path& path, std::string_view data) {
+    stdfs::path dir = path.parent_path();
+    stdfs::path tmp = path;
+    tmp += ".tmp." + std::to_string(::getpid());
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return io_error("cannot create {}: {}", tmp.string(), os_error());
+    Status st = write_all(fd, data, tmp);
+    if (st.is_ok() && ::fsync(fd) != 0) st = io_error("cannot fsync {}: {}", tmp.string(), os_error());
+    if (::close(fd) != 0 && st.is_ok()) st = io_error("cannot close {}: {}", tmp.string(), os_error());
+    if (st.is_ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+        st = io_error("cannot rename {} to {}: {}", tmp.string(), path.string(), os_error());
+    }
+    if (!st.is_ok()) {
+        ::unlink(tmp.c_str());
+        return st;
+    }
+    return fsync_dir(dir);
+}
+
+Result<std::string> read_file(const stdfs::path& path) {
+    std::error_code ec;
+    if (!stdfs::exists(path, ec)) return not_found("{} does not exist", path.string());
+    if (stdfs::is_directory(path, ec)) return invalid_argument("{} is a directory, expected a file", path.string());
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return io_error("cannot open {}: {}", path.string(), os_error());
+    std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in.bad()) return io_error("cannot read {}: {}", path.string(), os_error());
+    return data;
+}
+
+Status ensure_dir(const stdfs::path& dir) {
+    std::error_code ec;
+    if (stdfs::is_directory(dir, ec)) return Status::ok();
+    if (stdfs::exists(dir, ec)) return invalid_argument("{} exists and is not a directory", dir.string());
+    stdfs::create_directories(dir, ec);
+    if (ec) return io_error("cannot create directory {}: {}", dir.string(), ec.message());
+    return Status::ok();
+}
+
+Status check_writable_dir(const stdfs::path& dir) {
+    STRATO_RETURN_IF_ERROR(ensure_dir(dir));
+    stdfs::path probe = dir / (".strato-write-test." + std::to_string(::getpid()));
+    int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return {StatusCode::kPermissionDenied, fmt::format("cannot write in {}: {}", dir.string(), os_error())};
+    ::close(fd);
+    ::unlink(probe.c_str());
+    return Status::ok();
+}
+
+std::string sha256_hex(std::string_view data) {
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    EVP_Digest(data.data(), data.size(), digest, &len, EVP_sha256(), nullptr);
+    static const char* kHex = "0123456789abcdef";
+    std::string out;
+    out.reserve(len * 2);
+    for (unsigned int i = 0; i < len; ++i) {
+        out.push_back(kHex[digest[i] >> 4]);
+        out.push_back(kHex[digest[i] & 15]);
+    }
+    return out;
+}
+
+Result<std::string> sha256_file(const stdfs::path& path) {
+    STRATO_ASSIGN_OR_RETURN(std::string data, read_file(path));
+    return sha256_hex(data);
+}
+
+}  // namespace strato::fs

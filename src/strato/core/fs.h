@@ -1,0 +1,32 @@
+#pragma once
+// Files that matter are written atomically (temp file in the same directory, fsync, rename,
+// fsync of the directory), so a crash at any instant leaves either the old or the new content.
+// SHA-256 checksums let readers detect truncation and bit flips.
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include "strato/core/status.h"
+
+namespace strato::fs {
+
+namespace stdfs = std::filesystem;
+
+/// Replaces `path` with `data` atomically. The parent directory must exist.
+Status atomic_write(const stdfs::path& path, std::string_view data);
+/// Reads a whole file; errors name the path and the OS reason.
+Result<std::string> read_file(const stdfs::path& path);
+/// Creates `dir` and its parents; errors if something that is not a directory is in the way.
+Status ensure_dir(const stdfs::path& dir);
+/// Fails with a clear message when files cannot be created in `dir` (creating it if needed).
+Status check_writable_dir(const stdfs::path& dir);
+/// fsync()s a directory so a rename inside it is durable.
+Status fsync_dir(const stdfs::path& dir);
+/// fsync()s a regular file.
+Status fsync_file(const stdfs::path& path);
+
+std::string sha256_hex(std::string_view data);
+Result<std::string> sha256_file(const stdfs::path& path);
+
+}  // namespace strato::fs

@@ -1,0 +1,120 @@
+#include "strato/data/data_config.h"
+
+#include <filesystem>
+
+#include "strato/data/idx.h"
+#include "strato/data/image_folder.h"
+
+namespace strato::data {
+
+void DataConfig::visit(config::Visitor& v) {
+    using config::Range;
+    v.field("dataset", dataset, {"fashion-mnist", "idx", "image-folder"});
+    v.field("path", path);
+    v.field("train_images", train_images);
+    v.field("train_labels", train_labels);
+    v.field("test_images", test_images);
+    v.field("test_labels", test_labels);
+    v.field("image_size", image_size, Range::between(0, 4096));
+    v.field("channels", channels, Range::between(1, 3));
+    v.field("batch_size", batch_size, Range::between(1, 1 << 20));
+    v.field("eval_batch_size", eval_batch_size, Range::between(1, 1 << 20));
+    v.field("workers", workers, Range::between(0, 256));
+    v.field("prefetch", prefetch, Range::between(1, 1024));
+    v.field("shuffle", shuffle);
+    v.field("drop_last", drop_last);
+    v.field("augment", augment, {"hflip", "random-crop"});
+    v.field("crop_padding", crop_padding, Range::between(0, 64));
+    v.field("mean", mean, Range::between(0, 1));
+    v.field("std", std, Range::positive());
+    v.field("limit_train", limit_train, Range::non_negative());
+    v.field("limit_test", limit_test, Range::non_negative());
+}
+
+namespace {
+
+Status apply_limit(std::shared_ptr<Dataset>& ds, int64_t limit, const char* key) {
+    if (limit <= 0 || limit >= ds->size()) return Status::ok();
+    auto* mem = dynamic_cast<InMemoryDataset*>(ds.get());
+    if (!mem) return invalid_argument("data.{} is supported only for in-memory (IDX) datasets", key);
+    mem->truncate(limit);
+    return Status::ok();
+}
+
+}  // namespace
+
+Result<DataSplits> open_datasets(const DataConfig& cfg) {
+    namespace stdfs = std::filesystem;
+    DataSplits out;
+    std::error_code ec;
+    if (!stdfs::is_directory(cfg.path, ec)) {
+        std::string hint = cfg.path == kFashionMnistDir ? " (install it: apt-get install dataset-fashion-mnist)" : "";
+        return not_found("data.path: dataset directory {} does not exist{}", cfg.path, hint);
+    }
+    if (cfg.dataset == "fashion-mnist" || cfg.dataset == "idx") {
+        std::vector<std::string> names = cfg.dataset == "fashion-mnist" ? fashion_mnist_classes() : std::vector<std::string>{};
+        auto p = [&](const std::string& f) { return (stdfs::path(cfg.path) / f).string(); };
+        STRATO_ASSIGN_OR_RETURN(auto train, load_idx_dataset(p(cfg.train_images), p(cfg.train_labels), names));
+        STRATO_ASSIGN_OR_RETURN(auto test, load_idx_dataset(p(cfg.test_images), p(cfg.test_labels), train->class_names()));
+        if (!(train->shape() == test->shape())) return invalid_argument("train and test images differ in shape");
+        out.train = train;
+        out.test = test;
+    } else {
+        ImageShape shape{cfg.channels, cfg.image_size, cfg.image_size};
+        if (cfg.channels != 1 && cfg.channels != 3) return invalid_argument("data.channels: expected 1 or 3, got {}", cfg.channels);
+        auto root = stdfs::path(cfg.path);
+        STRATO_ASSIGN_OR_RETURN(auto train, ImageFolderDataset::open((root / "train").string(), shape));
+        STRATO_ASSIGN_OR_RETURN(auto test, ImageFolderDataset::open((root / "test").string(), shape, train->class_names()));
+        out.train = train;
+        out.test = test;
+    }
+    STRATO_RETURN_IF_ERROR(apply_limit(out.train, cfg.limit_train, "limit_train"));
+    STRATO_RETURN_IF_ERROR(apply_limit(out.test, cfg.limit_test, "limit_test"));
+    const auto channels = static_cast<size_t>(out.train->shape().channels);
+    if (cfg.mean.empty() || cfg.std.empty()) {
+        if (cfg.dataset == "fashion-mnist") {
+            out.mean = {0.2860};
+            out.std = {0.3530};
+        } else {
+            STRATO_RETURN_IF_ERROR(channel_stats(*out.train, 2048, &out.mean, &out.std));
+        }
+    } else {
+        out.mean = cfg.mean;
+        out.std = cfg.std;
+    }
+    if (out.mean.size() != channels || out.std.size() != channels) {
+        return invalid_argument("data.mean/data.std: expected {} values (one per channel), got {} and {}", channels,
+                                out.mean.size(), out.std.size());
+    }
+    return out;
+}
+
+LoaderOptions train_loader_options(const DataConfig& cfg, const DataSplits& splits, uint64_t seed) {
+    LoaderOptions o;
+    o.batch_size = cfg.batch_size;
+    o.shuffle = cfg.shuffle;
+    o.drop_last = cfg.drop_last;
+    o.seed = seed;
+    o.workers = cfg.workers;
+    o.prefetch = cfg.prefetch;
+    o.mean = splits.mean;
+    o.std = splits.std;
+    for (const auto& a : cfg.augment) {
+        if (a == "hflip") o.hflip = true;
+        if (a == "random-crop") o.crop_padding = cfg.crop_padding;
+    }
+    return o;
+}
+
+LoaderOptions eval_loader_options(const DataConfig& cfg, const DataSplits& splits) {
+    LoaderOptions o;
+    o.batch_size = cfg.eval_batch_size;
+    o.shuffle = false;
+    o.workers = cfg.workers;
+    o.prefetch = cfg.prefetch;
+    o.mean = splits.mean;
+    o.std = splits.std;
+    return o;
+}
+
+}  // namespace strato::data

@@ -1,0 +1,115 @@
+#include "strato/data/idx.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+namespace strato::data {
+namespace {
+
+uint32_t be32(const uint8_t* p) {
+    return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+}
+
+}  // namespace
+
+Result<IdxArray> read_idx(const std::string& path) {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) {
+        return not_found("dataset file {} does not exist", path);
+    }
+    gzFile f = gzopen(path.c_str(), "rb");  // reads plain files too
+    if (!f) return io_error("cannot open {}: {}", path, std::strerror(errno));
+    gzbuffer(f, 1 << 20);
+    std::vector<uint8_t> bytes;
+    uint8_t chunk[1 << 16];
+    for (;;) {
+        int n = gzread(f, chunk, sizeof chunk);
+        if (n < 0) {
+            int err = 0;
+            std::string msg = gzerror(f, &err);
+            gzclose(f);
+            return data_loss("{}: corrupt gzip stream ({})", path, msg);
+        }
+        if (n == 0) break;
+        bytes.insert(bytes.end(), chunk, chunk + n);
+    }
+    gzclose(f);
+    if (bytes.size() < 4) return data_loss("{}: {} bytes, too short for an IDX header", path, bytes.size());
+    if (bytes[0] != 0 || bytes[1] != 0) {
+        return invalid_argument("{}: not an IDX file (magic {:02x}{:02x}{:02x}{:02x}, expected 0000TTNN)", path, bytes[0],
+                                bytes[1], bytes[2], bytes[3]);
+    }
+    if (bytes[2] != 0x08) {
+        return invalid_argument("{}: IDX element type 0x{:02x} is not supported (expected 0x08, unsigned byte)", path,
+                                bytes[2]);
+    }
+    const size_t ndim = bytes[3];
+    if (ndim == 0 || ndim > 4) return invalid_argument("{}: IDX header says {} dimensions, expected 1..4", path, ndim);
+    if (bytes.size() < 4 + 4 * ndim) return data_loss("{}: truncated IDX header", path);
+    IdxArray out;
+    size_t total = 1;
+    for (size_t d = 0; d < ndim; ++d) {
+        uint32_t v = be32(&bytes[4 + 4 * d]);
+        out.dims.push_back(v);
+        total *= v;
+    }
+    const size_t header = 4 + 4 * ndim;
+    if (bytes.size() - header != total) {
+        return data_loss("{}: IDX header promises {} bytes of data, file has {} (truncated or corrupt)", path, total,
+                         bytes.size() - header);
+    }
+    out.data.assign(bytes.begin() + static_cast<ptrdiff_t>(header), bytes.end());
+    return out;
+}
+
+Result<std::shared_ptr<InMemoryDataset>> load_idx_dataset(const std::string& images_path,
+                                                          const std::string& labels_path,
+                                                          std::vector<std::string> class_names) {
+    STRATO_ASSIGN_OR_RETURN(IdxArray images, read_idx(images_path));
+    STRATO_ASSIGN_OR_RETURN(IdxArray labels, read_idx(labels_path));
+    if (images.dims.size() != 3 && images.dims.size() != 4) {
+        return invalid_argument("{}: expected images of shape [N, H, W] or [N, H, W, C], got {} dimensions",
+                                images_path, images.dims.size());
+    }
+    if (labels.dims.size() != 1) {
+        return invalid_argument("{}: expected labels of shape [N], got {} dimensions", labels_path, labels.dims.size());
+    }
+    if (images.dims[0] != labels.dims[0]) {
+        return invalid_argument("{} has {} images but {} has {} labels", images_path, images.dims[0], labels_path,
+                                labels.dims[0]);
+    }
+    ImageShape shape{images.dims.size() == 4 ? images.dims[3] : 1, images.dims[1], images.dims[2]};
+    std::vector<uint8_t> pixels = std::move(images.data);
+    if (shape.channels > 1) {  // HWC -> CHW
+        std::vector<uint8_t> chw(pixels.size());
+        const int64_t n = images.dims[0], plane = shape.height * shape.width;
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t p = 0; p < plane; ++p)
+                for (int64_t c = 0; c < shape.channels; ++c)
+                    chw[static_cast<size_t>(i * shape.numel() + c * plane + p)] =
+                        pixels[static_cast<size_t>(i * shape.numel() + p * shape.channels + c)];
+        pixels = std::move(chw);
+    }
+    std::vector<int64_t> y(labels.data.begin(), labels.data.end());
+    int64_t max_label = y.empty() ? -1 : *std::max_element(y.begin(), y.end());
+    if (class_names.empty()) {
+        for (int64_t c = 0; c <= max_label; ++c) class_names.push_back(std::to_string(c));
+    }
+    if (max_label >= static_cast<int64_t>(class_names.size())) {
+        return invalid_argument("{}: label {} found, but there are only {} classes", labels_path, max_label,
+                                class_names.size());
+    }
+    return std::make_shared<InMemoryDataset>(shape, std::move(pixels), std::move(y), std::move(class_names));
+}
+
+const std::vector<std::string>& fashion_mnist_classes() {
+    static const std::vector<std::string> kNames = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                                    "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+    return kNames;
+}
+
+}  // namespace strato::data

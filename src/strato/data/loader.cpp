@@ -1,0 +1,178 @@
+#include "strato/data/loader.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace strato::data {
+
+uint64_t mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+namespace {
+
+/// A tiny counter-based generator: deterministic and cheap to create per sample.
+struct SampleRng {
+    uint64_t state;
+    uint64_t next() { return state = mix64(state); }
+    /// Uniform integer in [0, n), unbiased enough for n << 2^32 (multiply-high).
+    uint64_t below(uint64_t n) { return static_cast<uint64_t>((static_cast<__uint128_t>(next()) * n) >> 64); }
+};
+
+}  // namespace
+
+Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options)
+    : dataset_(std::move(dataset)), opts_(std::move(options)) {}
+
+Result<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<const Dataset> dataset, LoaderOptions options) {
+    if (!dataset) return invalid_argument("loader: no dataset");
+    if (options.batch_size <= 0) return invalid_argument("loader: batch_size must be > 0, got {}", options.batch_size);
+    if (options.workers < 0) return invalid_argument("loader: workers must be >= 0, got {}", options.workers);
+    if (options.prefetch < 1) return invalid_argument("loader: prefetch must be >= 1, got {}", options.prefetch);
+    if (options.crop_padding < 0) return invalid_argument("loader: crop_padding must be >= 0");
+    if (dataset->size() == 0) return invalid_argument("loader: the dataset is empty");
+    const auto channels = static_cast<size_t>(dataset->shape().channels);
+    for (auto* v : {&options.mean, &options.std}) {
+        if (!v->empty() && v->size() != channels && v->size() != 1) {
+            return invalid_argument("loader: mean/std have {} values, the images have {} channels", v->size(), channels);
+        }
+    }
+    std::unique_ptr<Loader> l(new Loader(std::move(dataset), std::move(options)));
+    for (size_t c = 0; c < channels; ++c) {
+        double mean = l->opts_.mean.empty() ? 0.0 : l->opts_.mean[std::min(c, l->opts_.mean.size() - 1)];
+        double sd = l->opts_.std.empty() ? 1.0 : l->opts_.std[std::min(c, l->opts_.std.size() - 1)];
+        if (!(sd > 0)) return invalid_argument("loader: std must be > 0, got {}", sd);
+        l->scale_.push_back(static_cast<float>(1.0 / (255.0 * sd)));
+        l->shift_.push_back(static_cast<float>(-mean / sd));
+    }
+    return l;
+}
+
+Loader::~Loader() { stop_workers(); }
+
+int64_t Loader::batches_per_epoch() const {
+    const int64_t n = dataset_->size(), b = opts_.batch_size;
+    return opts_.drop_last ? n / b : (n + b - 1) / b;
+}
+
+std::vector<int64_t> Loader::epoch_order(int64_t epoch) const {
+    std::vector<int64_t> order(static_cast<size_t>(dataset_->size()));
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+    if (opts_.shuffle) {
+        SampleRng rng{mix64(opts_.seed ^ mix64(static_cast<uint64_t>(epoch) + 0x5eed))};
+        for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
+    }
+    return order;
+}
+
+void Loader::stop_workers() {
+    {
+        std::lock_guard lock(mu_);
+        stop_ = true;
+    }
+    cv_space_.notify_all();
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+    ready_.clear();
+    stop_ = false;
+}
+
+void Loader::seek(LoaderPosition pos) {
+    stop_workers();
+    if (pos.epoch != epoch_ || order_.empty()) order_ = epoch_order(pos.epoch);
+    epoch_ = pos.epoch;
+    end_ = batches_per_epoch();
+    next_deliver_ = next_claim_ = std::clamp<int64_t>(pos.batch, 0, end_);
+    for (int64_t i = 0; i < opts_.workers; ++i) threads_.emplace_back([this] { worker_loop(); });
+}
+
+void Loader::worker_loop() {
+    for (;;) {
+        int64_t b;
+        {
+            std::unique_lock lock(mu_);
+            cv_space_.wait(lock, [&] { return stop_ || next_claim_ >= end_ || next_claim_ < next_deliver_ + opts_.prefetch; });
+            if (stop_ || next_claim_ >= end_) return;
+            b = next_claim_++;
+        }
+        Result<Batch> batch = assemble(b);
+        {
+            std::lock_guard lock(mu_);
+            ready_.emplace(b, std::move(batch));
+        }
+        cv_ready_.notify_all();
+    }
+}
+
+Result<bool> Loader::next(Batch& out) {
+    if (order_.empty()) seek({epoch_, 0});
+    if (next_deliver_ >= end_) return false;
+    if (opts_.workers == 0) {
+        STRATO_ASSIGN_OR_RETURN(out, assemble(next_deliver_));
+        ++next_deliver_;
+        return true;
+    }
+    std::unique_lock lock(mu_);
+    cv_ready_.wait(lock, [&] { return ready_.count(next_deliver_) > 0; });
+    auto node = ready_.extract(next_deliver_);
+    ++next_deliver_;
+    lock.unlock();
+    cv_space_.notify_all();
+    if (!node.mapped().is_ok()) return node.mapped().status();
+    out = std::move(node.mapped()).value();
+    return true;
+}
+
+Result<Batch> Loader::assemble(int64_t b) const {
+    const ImageShape s = dataset_->shape();
+    const int64_t n_total = static_cast<int64_t>(order_.size());
+    const int64_t begin = b * opts_.batch_size, end = std::min(n_total, begin + opts_.batch_size);
+    Batch batch;
+    batch.epoch = epoch_;
+    batch.index = b;
+    batch.size = end - begin;
+    batch.shape = s;
+    batch.images.resize(static_cast<size_t>(batch.size * s.numel()));
+    batch.labels.resize(static_cast<size_t>(batch.size));
+    std::vector<uint8_t> raw(static_cast<size_t>(s.numel()));
+    const int64_t plane = s.height * s.width, pad = opts_.crop_padding;
+    for (int64_t k = begin; k < end; ++k) {
+        const int64_t i = k - begin;
+        const int64_t idx = order_[static_cast<size_t>(k)];
+        Status st = dataset_->load(idx, raw.data(), &batch.labels[static_cast<size_t>(i)]);
+        if (!st.is_ok()) return st.with_context(fmt::format("loading sample {}", idx));
+        SampleRng rng{mix64(opts_.seed ^ mix64((static_cast<uint64_t>(epoch_) << 32) ^ static_cast<uint64_t>(k)))};
+        int64_t dy = 0, dx = 0;
+        if (pad > 0) {
+            dy = static_cast<int64_t>(rng.below(static_cast<uint64_t>(2 * pad + 1))) - pad;
+            dx = static_cast<int64_t>(rng.below(static_cast<uint64_t>(2 * pad + 1))) - pad;
+        }
+        const bool flip = opts_.hflip && (rng.next() & 1);
+        float* dst = batch.images.data() + i * s.numel();
+        for (int64_t c = 0; c < s.channels; ++c) {
+            const float scale = scale_[static_cast<size_t>(c)], shift = shift_[static_cast<size_t>(c)];
+            const uint8_t* src = raw.data() + c * plane;
+            float* d = dst + c * plane;
+            if (dy == 0 && dx == 0 && !flip) {
+                for (int64_t p = 0; p < plane; ++p) d[p] = static_cast<float>(src[p]) * scale + shift;
+                continue;
+            }
+            for (int64_t y = 0; y < s.height; ++y) {
+                const int64_t sy = y + dy;
+                for (int64_t x = 0; x < s.width; ++x) {
+                    const int64_t sx0 = x + dx;
+                    const int64_t sx = flip ? s.width - 1 - sx0 : sx0;
+                    const bool inside = sy >= 0 && sy < s.height && sx0 >= 0 && sx0 < s.width;
+                    const float v = inside ? static_cast<float>(src[sy * s.width + sx]) : 0.0f;
+                    d[y * s.width + x] = v * scale + shift;
+                }
+            }
+        }
+    }
+    return batch;
+}
+
+}  // namespace strato::data

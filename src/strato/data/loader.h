@@ -1,0 +1,103 @@
+#pragma once
+// A multi-threaded batch loader with bounded prefetch and exact resume.
+//
+// The order of samples in an epoch and every random augmentation decision are pure functions
+// of (seed, epoch, position), so the batches do not depend on the number of worker threads or
+// on timing, and a loader seeked to a saved position yields exactly the batches an
+// uninterrupted run would have seen. Pixels are converted to float and normalised while the
+// batch is assembled (one pass over the bytes).
+//
+//   auto loader = Loader::create(train_set, opts).value();
+//   loader->seek({epoch, 0});
+//   Batch b;
+//   while (loader->next(b).value()) train_step(b);
+//
+// Not thread-safe: one consumer thread calls seek/next; the workers are internal.
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "strato/core/status.h"
+#include "strato/data/dataset.h"
+
+namespace strato::data {
+
+struct LoaderOptions {
+    int64_t batch_size = 128;
+    bool shuffle = true;
+    bool drop_last = false;
+    uint64_t seed = 0;
+    int64_t workers = 2;   // 0 loads in the calling thread
+    int64_t prefetch = 4;  // batches assembled ahead, at most
+    std::vector<double> mean;  // per channel, on [0, 1] pixels; empty = 0
+    std::vector<double> std;   // per channel; empty = 1
+    bool hflip = false;         // random horizontal flip, p = 0.5
+    int64_t crop_padding = 0;   // random crop of the original size from a zero-padded image; 0 = off
+};
+
+struct Batch {
+    int64_t epoch = 0;
+    int64_t index = 0;  // batch number within the epoch
+    int64_t size = 0;
+    ImageShape shape;
+    std::vector<float> images;   // [size, C, H, W], normalised
+    std::vector<int64_t> labels;  // [size]
+};
+
+struct LoaderPosition {
+    int64_t epoch = 0;
+    int64_t batch = 0;  // the next batch to be returned
+};
+
+class Loader {
+public:
+    static Result<std::unique_ptr<Loader>> create(std::shared_ptr<const Dataset> dataset, LoaderOptions options);
+    ~Loader();
+    Loader(const Loader&) = delete;
+    Loader& operator=(const Loader&) = delete;
+
+    int64_t batches_per_epoch() const;
+    const Dataset& dataset() const { return *dataset_; }
+
+    /// Positions the loader; the next call to next() returns batch `pos.batch` of epoch `pos.epoch`.
+    void seek(LoaderPosition pos);
+    /// Fills `out` with the next batch of the epoch and returns true, or returns false at the end
+    /// of the epoch. A dataset error (unreadable file) is returned as a Status.
+    Result<bool> next(Batch& out);
+    LoaderPosition position() const { return {epoch_, next_deliver_}; }
+
+    /// The sample order of an epoch (a seeded permutation, or the identity without shuffle).
+    std::vector<int64_t> epoch_order(int64_t epoch) const;
+
+private:
+    Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options);
+    Result<Batch> assemble(int64_t batch) const;
+    void stop_workers();
+    void worker_loop();
+
+    std::shared_ptr<const Dataset> dataset_;
+    LoaderOptions opts_;
+    std::vector<float> scale_, shift_;  // per channel: x * scale + shift
+
+    int64_t epoch_ = 0;
+    int64_t end_ = 0;
+    std::vector<int64_t> order_;
+
+    std::mutex mu_;
+    std::condition_variable cv_ready_, cv_space_;
+    int64_t next_claim_ = 0;
+    int64_t next_deliver_ = 0;
+    bool stop_ = false;
+    std::map<int64_t, Result<Batch>> ready_;
+    std::vector<std::thread> threads_;
+};
+
+/// splitmix64: a well-mixed 64-bit hash, used to derive independent seeds.
+uint64_t mix64(uint64_t x);
+
+}  // namespace strato::data

@@ -1,0 +1,158 @@
+#include "strato/doctor/doctor.h"
+
+#include <fmt/format.h>
+#include <sys/statvfs.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "strato/train/trainer.h"
+
+namespace strato::doctor {
+namespace stdfs = std::filesystem;
+
+const char* level_name(Level l) {
+    switch (l) {
+        case Level::kOk: return "ok";
+        case Level::kWarn: return "warn";
+        case Level::kFail: return "FAIL";
+    }
+    return "?";
+}
+
+namespace {
+
+std::set<std::string> cpu_flags() {
+    std::ifstream in("/proc/cpuinfo");
+    std::string line;
+    std::set<std::string> flags;
+    while (std::getline(in, line)) {
+        if (line.rfind("flags", 0) == 0) {
+            std::istringstream ss(line.substr(line.find(':') + 1));
+            std::string f;
+            while (ss >> f) flags.insert(f);
+            break;
+        }
+    }
+    return flags;
+}
+
+std::string cpu_model() {
+    std::ifstream in("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(in, line))
+        if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+    return "unknown";
+}
+
+/// The BLAS library mapped into this process after a matrix product.
+std::string loaded_blas() {
+    auto a = torch::ones({64, 64});
+    (void)torch::mm(a, a);
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    while (std::getline(maps, line)) {
+        auto pos = line.find('/');
+        if (pos == std::string::npos) continue;
+        std::string path = line.substr(pos);
+        if (path.find("blas") != std::string::npos) {
+            std::error_code ec;
+            auto real = stdfs::canonical(path, ec);
+            return ec ? path : real.string();
+        }
+    }
+    return "";
+}
+
+int64_t meminfo_kb(const std::string& key) {
+    std::ifstream in("/proc/meminfo");
+    std::string k;
+    int64_t v;
+    std::string unit;
+    while (in >> k >> v >> unit)
+        if (k == key + ":") return v;
+    return -1;
+}
+
+}  // namespace
+
+std::vector<Check> run_checks(const std::string& disk_path) {
+    std::vector<Check> out;
+    out.push_back({"libtorch", fmt::format("{}", TORCH_VERSION), Level::kOk, ""});
+    out.push_back({"cpu", fmt::format("{} ({} logical cores)", cpu_model(), std::thread::hardware_concurrency()), Level::kOk, ""});
+
+    const std::string blas = loaded_blas();
+    if (blas.find("openblas") != std::string::npos) {
+        bool openmp = blas.find("openmp") != std::string::npos;
+        out.push_back({"blas", blas, openmp ? Level::kOk : Level::kWarn,
+                       openmp ? "" : "the pthread OpenBLAS ignores libtorch's thread count: apt-get install libopenblas0-openmp"});
+    } else if (blas.find("mkl") != std::string::npos) {
+        out.push_back({"blas", blas, Level::kOk, ""});
+    } else {
+        out.push_back({"blas", blas.empty() ? "reference BLAS (netlib)" : blas + " (reference BLAS)", Level::kFail,
+                       "linear layers run 10-30x slower on the reference BLAS: apt-get install libopenblas0-openmp"});
+    }
+
+    const int default_threads = at::get_num_threads();
+    const unsigned cores = std::thread::hardware_concurrency();
+    out.push_back({"intra-op threads", fmt::format("{} (strato sets {} by default; run.threads overrides)", default_threads, cores),
+                   Level::kOk, ""});
+
+    train::configure_threads(0);
+    // Matrix-product speed: a direct measure of the BLAS and thread setup.
+    {
+        const int n = 512;
+        auto a = torch::randn({n, n}), b = torch::randn({n, n});
+        (void)torch::mm(a, b);
+        const auto t0 = std::chrono::steady_clock::now();
+        const int reps = 10;
+        for (int i = 0; i < reps; ++i) (void)torch::mm(a, b);
+        double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        double gflops = 2.0 * n * n * n * reps / s / 1e9;
+        out.push_back({"matmul fp32 512^3", fmt::format("{:.1f} GFLOP/s with {} threads", gflops, at::get_num_threads()),
+                       gflops < 20 ? Level::kWarn : Level::kOk, gflops < 20 ? "slow BLAS or busy machine" : ""});
+    }
+
+    auto flags = cpu_flags();
+    std::string feats;
+    for (const char* f : {"avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8"})
+        if (flags.count(f)) feats += (feats.empty() ? "" : " ") + std::string(f);
+    const bool bf16_fast = flags.count("amx_bf16") || flags.count("avx512_bf16");
+    out.push_back({"cpu features", feats.empty() ? "none of avx2/avx512/amx" : feats, Level::kOk,
+                   bf16_fast ? "" : "no bf16 instructions: train.precision = \"bf16\" will not speed up training"});
+    if (bf16_fast) out.back().hint = "";
+    out.push_back({"bf16 autocast", bf16_fast ? "fast (AMX/AVX512-BF16): use train.precision = \"bf16\"" : "emulated (slow)",
+                   bf16_fast ? Level::kOk : Level::kWarn, ""});
+
+    const bool cuda = torch::cuda::is_available();
+    out.push_back({"cuda", cuda ? fmt::format("{} device(s)", torch::cuda::device_count()) : "not available (CPU build or no GPU)",
+                   Level::kOk, ""});
+
+    const int64_t avail = meminfo_kb("MemAvailable");
+    out.push_back({"memory available", fmt::format("{:.1f} GiB", static_cast<double>(avail) / (1024.0 * 1024.0)),
+                   avail >= 0 && avail < 2 * 1024 * 1024 ? Level::kWarn : Level::kOk, "less than 2 GiB free"});
+    if (out.back().level == Level::kOk) out.back().hint = "";
+
+    struct statvfs vfs {};
+    std::string where = disk_path;
+    std::error_code ec;
+    while (!where.empty() && !stdfs::exists(where, ec)) where = stdfs::path(where).parent_path().string();
+    if (where.empty()) where = ".";
+    if (::statvfs(where.c_str(), &vfs) == 0) {
+        double gib = static_cast<double>(vfs.f_bavail) * static_cast<double>(vfs.f_frsize) / (1024.0 * 1024 * 1024);
+        out.push_back({"disk free", fmt::format("{:.1f} GiB at {}", gib, where), gib < 1.0 ? Level::kWarn : Level::kOk,
+                       gib < 1.0 ? "checkpoints need space" : ""});
+    }
+    const bool dataset = stdfs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", ec);
+    out.push_back({"fashion-mnist", dataset ? "/usr/share/datasets/fashion-mnist" : "missing", dataset ? Level::kOk : Level::kWarn,
+                   dataset ? "" : "apt-get install dataset-fashion-mnist (the built-in example data)"});
+    return out;
+}
+
+}  // namespace strato::doctor

@@ -1,0 +1,155 @@
+#include "strato/models/package.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <sstream>
+
+#include "strato/core/fs.h"
+
+namespace strato::models {
+namespace stdfs = std::filesystem;
+using nlohmann::json;
+
+std::string module_to_bytes(torch::nn::Module& m) {
+    torch::serialize::OutputArchive archive;
+    m.save(archive);
+    std::ostringstream os;
+    archive.save_to(os);
+    return os.str();
+}
+
+Status module_from_bytes(torch::nn::Module& m, const std::string& bytes, const std::string& what) {
+    try {
+        std::istringstream is(bytes);
+        torch::serialize::InputArchive archive;
+        archive.load_from(is);
+        m.load(archive);
+    } catch (const c10::Error& e) {
+        std::string msg = e.what_without_backtrace();
+        if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+        return data_loss("{}: cannot load weights: {}", what, msg);
+    }
+    return Status::ok();
+}
+
+namespace {
+
+json signature(const PackageInfo& info) {
+    const auto& s = info.input_shape;
+    return {{"inputs", json::array({{{"name", "input"}, {"datatype", "FP32"}, {"shape", {-1, s.channels, s.height, s.width}}}})},
+            {"outputs", json::array({{{"name", "logits"}, {"datatype", "FP32"}, {"shape", {-1, info.num_classes}}}})}};
+}
+
+Status write_file(const stdfs::path& p, std::string_view data) { return fs::atomic_write(p, data); }
+
+template <typename T>
+Result<T> get(const json& j, const char* key, const std::string& where) {
+    if (!j.contains(key)) return invalid_argument("{}: missing key /{}", where, key);
+    try {
+        return j.at(key).get<T>();
+    } catch (const json::exception&) {
+        return invalid_argument("{}: /{} has the wrong type ({})", where, key, j.at(key).type_name());
+    }
+}
+
+}  // namespace
+
+Status save_package(const std::string& dir, const PackageInfo& info, NetImpl& net) {
+    stdfs::path final_dir(dir);
+    stdfs::path parent = final_dir.parent_path().empty() ? stdfs::path(".") : final_dir.parent_path();
+    STRATO_RETURN_IF_ERROR(fs::ensure_dir(parent));
+    stdfs::path tmp = parent / (final_dir.filename().string() + ".tmp." + std::to_string(::getpid()));
+    std::error_code ec;
+    stdfs::remove_all(tmp, ec);
+    STRATO_RETURN_IF_ERROR(fs::ensure_dir(tmp));
+
+    std::string weights = module_to_bytes(net);
+    std::string metrics = info.metrics.dump(2) + "\n";
+    STRATO_RETURN_IF_ERROR(write_file(tmp / kPackageWeights, weights));
+    STRATO_RETURN_IF_ERROR(write_file(tmp / "metrics.json", metrics));
+
+    ModelConfig model = info.model;
+    json manifest = {
+        {"format", "strato-model"},
+        {"format_version", 1},
+        {"created_by", "strato 0.1.0"},
+        {"model", json::parse(config::to_json([&](config::Visitor& v) { model.visit(v); }))},
+        {"num_classes", info.num_classes},
+        {"parameters", parameter_count(net)},
+        {"labels", info.labels},
+        {"preprocessing",
+         {{"pixels", "uint8, scaled to [0, 1]"}, {"mean", info.mean}, {"std", info.std}, {"layout", "NCHW"}}},
+        {"files",
+         {{kPackageWeights, {{"sha256", fs::sha256_hex(weights)}, {"bytes", weights.size()}}},
+          {"metrics.json", {{"sha256", fs::sha256_hex(metrics)}, {"bytes", metrics.size()}}}}},
+    };
+    manifest.update(signature(info));
+    STRATO_RETURN_IF_ERROR(write_file(tmp / kPackageManifest, manifest.dump(2) + "\n"));
+
+    // Swap the new package into place: old -> .old, tmp -> final, remove .old.
+    stdfs::path old = parent / (final_dir.filename().string() + ".old." + std::to_string(::getpid()));
+    if (stdfs::exists(final_dir, ec)) {
+        stdfs::rename(final_dir, old, ec);
+        if (ec) return io_error("cannot move {} aside: {}", final_dir.string(), ec.message());
+    }
+    stdfs::rename(tmp, final_dir, ec);
+    if (ec) return io_error("cannot move the new package to {}: {}", final_dir.string(), ec.message());
+    STRATO_RETURN_IF_ERROR(fs::fsync_dir(parent));
+    stdfs::remove_all(old, ec);
+    return Status::ok();
+}
+
+Result<LoadedPackage> load_package(const std::string& dir) {
+    std::error_code ec;
+    if (!stdfs::is_directory(dir, ec)) return not_found("model package {} does not exist or is not a directory", dir);
+    const std::string manifest_path = (stdfs::path(dir) / kPackageManifest).string();
+    auto text = fs::read_file(manifest_path);
+    if (!text) return not_found("{} is not a model package: {}", dir, text.status().message());
+    json m = json::parse(*text, nullptr, false);
+    if (m.is_discarded() || !m.is_object()) return data_loss("{}: not valid JSON", manifest_path);
+    STRATO_ASSIGN_OR_RETURN(std::string format, get<std::string>(m, "format", manifest_path));
+    if (format != "strato-model") return invalid_argument("{}: /format is \"{}\", expected \"strato-model\"", manifest_path, format);
+
+    LoadedPackage out;
+    PackageInfo& info = out.info;
+    if (!m.contains("model") || !m["model"].is_object()) return invalid_argument("{}: /model must be an object", manifest_path);
+    STRATO_RETURN_IF_ERROR(
+        config::bind_json(m["model"].dump(), manifest_path + " /model", [&](config::Visitor& v) { info.model.visit(v); }));
+    STRATO_ASSIGN_OR_RETURN(info.num_classes, get<int64_t>(m, "num_classes", manifest_path));
+    STRATO_ASSIGN_OR_RETURN(info.labels, get<std::vector<std::string>>(m, "labels", manifest_path));
+    STRATO_ASSIGN_OR_RETURN(json inputs, get<json>(m, "inputs", manifest_path));
+    std::vector<int64_t> shape;
+    if (!inputs.is_array() || inputs.empty()) return invalid_argument("{}: /inputs must be a non-empty array", manifest_path);
+    STRATO_ASSIGN_OR_RETURN(shape, get<std::vector<int64_t>>(inputs[0], "shape", manifest_path + " /inputs/0"));
+    if (shape.size() != 4 || shape[1] <= 0 || shape[2] <= 0 || shape[3] <= 0) {
+        return invalid_argument("{}: /inputs/0/shape must be [-1, C, H, W]", manifest_path);
+    }
+    info.input_shape = {shape[1], shape[2], shape[3]};
+    STRATO_ASSIGN_OR_RETURN(json pre, get<json>(m, "preprocessing", manifest_path));
+    STRATO_ASSIGN_OR_RETURN(info.mean, get<std::vector<double>>(pre, "mean", manifest_path + " /preprocessing"));
+    STRATO_ASSIGN_OR_RETURN(info.std, get<std::vector<double>>(pre, "std", manifest_path + " /preprocessing"));
+
+    STRATO_ASSIGN_OR_RETURN(json files, get<json>(m, "files", manifest_path));
+    if (!files.contains(kPackageWeights)) return invalid_argument("{}: /files lists no {}", manifest_path, kPackageWeights);
+    for (const auto& [name, entry] : files.items()) {
+        const std::string path = (stdfs::path(dir) / name).string();
+        STRATO_ASSIGN_OR_RETURN(std::string want, get<std::string>(entry, "sha256", manifest_path + " /files/" + name));
+        auto bytes = fs::read_file(path);
+        if (!bytes) return data_loss("model package {}: {} is missing ({})", dir, name, bytes.status().message());
+        std::string got = fs::sha256_hex(*bytes);
+        if (got != want) {
+            return data_loss("model package {}: {} is corrupt (sha256 {}, manifest says {})", dir, name,
+                             got.substr(0, 12), want.substr(0, 12));
+        }
+        if (name == "metrics.json") info.metrics = json::parse(*bytes, nullptr, false);
+        if (name == kPackageWeights) {
+            STRATO_ASSIGN_OR_RETURN(out.net, create_model(info.model, info.input_shape, info.num_classes));
+            STRATO_RETURN_IF_ERROR(module_from_bytes(*out.net, *bytes, path));
+        }
+    }
+    out.net->eval();
+    return out;
+}
+
+}  // namespace strato::models

@@ -1,0 +1,49 @@
+#pragma once
+// The model package: a directory that holds everything needed to run a trained model, with no
+// training config:
+//   strato-model.json  architecture + hyper-parameters, input/output signature, preprocessing,
+//                      class labels, and the SHA-256 of every other file
+//   weights.pt         the parameters and buffers (a libtorch archive)
+//   metrics.json       evaluation results (optional)
+// The directory is written next to its final place and renamed into it, so readers see the
+// old package or the new one, never half of one.
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "strato/data/dataset.h"
+#include "strato/models/zoo.h"
+
+namespace strato::models {
+
+inline constexpr const char* kPackageManifest = "strato-model.json";
+inline constexpr const char* kPackageWeights = "weights.pt";
+
+struct PackageInfo {
+    ModelConfig model;
+    data::ImageShape input_shape;
+    int64_t num_classes = 0;
+    std::vector<std::string> labels;
+    std::vector<double> mean;  // input normalisation on pixels scaled to [0, 1]
+    std::vector<double> std;
+    nlohmann::json metrics = nlohmann::json::object();  // written to metrics.json
+};
+
+struct LoadedPackage {
+    PackageInfo info;
+    Net net;  // in eval mode
+};
+
+/// Writes `net` and `info` as a package at `dir` (replacing one that is there).
+Status save_package(const std::string& dir, const PackageInfo& info, NetImpl& net);
+/// Loads and verifies a package; a missing file, a checksum mismatch or an unreadable archive
+/// is an error naming the file.
+Result<LoadedPackage> load_package(const std::string& dir);
+
+/// Module <-> bytes (a libtorch archive), for packages and checkpoints.
+std::string module_to_bytes(torch::nn::Module& m);
+Status module_from_bytes(torch::nn::Module& m, const std::string& bytes, const std::string& what);
+
+}  // namespace strato::models

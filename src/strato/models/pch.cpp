@@ -1,0 +1,1 @@
+// Anchors the shared precompiled <torch/torch.h>.

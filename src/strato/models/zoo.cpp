@@ -1,0 +1,254 @@
+#include "strato/models/zoo.h"
+
+#include <map>
+
+namespace strato::models {
+namespace nn = torch::nn;
+
+int64_t parameter_count(const torch::nn::Module& m) {
+    int64_t n = 0;
+    for (const auto& p : m.parameters()) n += p.numel();
+    return n;
+}
+
+namespace {
+
+/// Multi-layer perceptron: flatten -> [Linear -> ReLU -> Dropout] x depth -> Linear.
+/// Hidden widths halve from `width` each layer (784-256-128-10 by default).
+class MlpImpl final : public NetImpl {
+public:
+    MlpImpl(int64_t in, int64_t width, int64_t depth, double dropout, int64_t classes) {
+        int64_t d = in;
+        for (int64_t i = 0; i < depth; ++i) {
+            int64_t h = std::max<int64_t>(8, width >> i);
+            body_->push_back(nn::Linear(d, h));
+            body_->push_back(nn::Functional(torch::relu));
+            if (dropout > 0) body_->push_back(nn::Dropout(dropout));
+            d = h;
+        }
+        body_->push_back(nn::Linear(d, classes));
+        register_module("body", body_);
+    }
+    torch::Tensor forward(torch::Tensor x) override { return body_->forward(x.flatten(1)); }
+
+private:
+    nn::Sequential body_;
+};
+
+/// Small CNN: [conv3x3 -> BN -> ReLU -> conv3x3 -> BN -> ReLU -> maxpool2] x depth, channels
+/// doubling per block, then Linear(hidden) -> ReLU -> Dropout -> Linear(classes).
+class CnnImpl final : public NetImpl {
+public:
+    CnnImpl(const data::ImageShape& s, int64_t width, int64_t depth, int64_t hidden, double dropout, bool bn,
+            int64_t classes) {
+        int64_t c = s.channels, h = s.height, w = s.width;
+        for (int64_t b = 0; b < depth; ++b) {
+            int64_t out = width << b;
+            for (int rep = 0; rep < 2; ++rep) {
+                features_->push_back(nn::Conv2d(nn::Conv2dOptions(rep ? out : c, out, 3).padding(1).bias(!bn)));
+                if (bn) features_->push_back(nn::BatchNorm2d(out));
+                features_->push_back(nn::Functional(torch::relu));
+            }
+            features_->push_back(nn::MaxPool2d(nn::MaxPool2dOptions(2)));
+            c = out;
+            h /= 2;
+            w /= 2;
+        }
+        classifier_->push_back(nn::Flatten());
+        if (dropout > 0) classifier_->push_back(nn::Dropout(dropout));
+        classifier_->push_back(nn::Linear(c * h * w, hidden));
+        classifier_->push_back(nn::Functional(torch::relu));
+        if (dropout > 0) classifier_->push_back(nn::Dropout(dropout));
+        classifier_->push_back(nn::Linear(hidden, classes));
+        register_module("features", features_);
+        register_module("classifier", classifier_);
+    }
+    torch::Tensor forward(torch::Tensor x) override { return classifier_->forward(features_->forward(x)); }
+
+private:
+    nn::Sequential features_, classifier_;
+};
+
+// --- ResNet (He et al. 2016, "Deep Residual Learning for Image Recognition") ---
+
+nn::Conv2d conv(int64_t in, int64_t out, int64_t k, int64_t stride) {
+    return nn::Conv2d(nn::Conv2dOptions(in, out, k).stride(stride).padding(k / 2).bias(false));
+}
+
+/// Two 3x3 convolutions with an identity (or 1x1 projection) shortcut.
+class BasicBlockImpl : public nn::Module {
+public:
+    static constexpr int64_t kExpansion = 1;
+    BasicBlockImpl(int64_t in, int64_t planes, int64_t stride)
+        : conv1_(conv(in, planes, 3, stride)), bn1_(planes), conv2_(conv(planes, planes, 3, 1)), bn2_(planes) {
+        register_module("conv1", conv1_);
+        register_module("bn1", bn1_);
+        register_module("conv2", conv2_);
+        register_module("bn2", bn2_);
+        if (stride != 1 || in != planes) {
+            shortcut_->push_back(conv(in, planes, 1, stride));
+            shortcut_->push_back(nn::BatchNorm2d(planes));
+        }
+        register_module("shortcut", shortcut_);
+    }
+    torch::Tensor forward(torch::Tensor x) {
+        auto y = torch::relu(bn1_(conv1_(x)));
+        y = bn2_(conv2_(y));
+        return torch::relu(y + (shortcut_->is_empty() ? x : shortcut_->forward(x)));
+    }
+
+private:
+    nn::Conv2d conv1_;
+    nn::BatchNorm2d bn1_;
+    nn::Conv2d conv2_;
+    nn::BatchNorm2d bn2_;
+    nn::Sequential shortcut_;
+};
+TORCH_MODULE(BasicBlock);
+
+/// 1x1 reduce, 3x3, 1x1 expand (x4), as in ResNet-50.
+class BottleneckImpl : public nn::Module {
+public:
+    static constexpr int64_t kExpansion = 4;
+    BottleneckImpl(int64_t in, int64_t planes, int64_t stride)
+        : conv1_(conv(in, planes, 1, 1)), bn1_(planes), conv2_(conv(planes, planes, 3, stride)), bn2_(planes),
+          conv3_(conv(planes, planes * kExpansion, 1, 1)), bn3_(planes * kExpansion) {
+        register_module("conv1", conv1_);
+        register_module("bn1", bn1_);
+        register_module("conv2", conv2_);
+        register_module("bn2", bn2_);
+        register_module("conv3", conv3_);
+        register_module("bn3", bn3_);
+        if (stride != 1 || in != planes * kExpansion) {
+            shortcut_->push_back(conv(in, planes * kExpansion, 1, stride));
+            shortcut_->push_back(nn::BatchNorm2d(planes * kExpansion));
+        }
+        register_module("shortcut", shortcut_);
+    }
+    torch::Tensor forward(torch::Tensor x) {
+        auto y = torch::relu(bn1_(conv1_(x)));
+        y = torch::relu(bn2_(conv2_(y)));
+        y = bn3_(conv3_(y));
+        return torch::relu(y + (shortcut_->is_empty() ? x : shortcut_->forward(x)));
+    }
+
+private:
+    nn::Conv2d conv1_;
+    nn::BatchNorm2d bn1_;
+    nn::Conv2d conv2_;
+    nn::BatchNorm2d bn2_;
+    nn::Conv2d conv3_;
+    nn::BatchNorm2d bn3_;
+    nn::Sequential shortcut_;
+};
+TORCH_MODULE(Bottleneck);
+
+class ResNetImpl final : public NetImpl {
+public:
+    /// `blocks` per stage; `widths` per stage; `small_stem`: 3x3 stride-1 stem without max-pool
+    /// (CIFAR-style, for inputs up to 64 px), else the 7x7 stride-2 stem + max-pool of ImageNet.
+    ResNetImpl(const data::ImageShape& s, std::vector<int64_t> blocks, std::vector<int64_t> widths, bool bottleneck,
+               bool small_stem, double dropout, int64_t classes) {
+        int64_t in = widths[0];
+        if (small_stem) {
+            stem_->push_back(conv(s.channels, in, 3, 1));
+        } else {
+            stem_->push_back(conv(s.channels, in, 7, 2));
+        }
+        stem_->push_back(nn::BatchNorm2d(in));
+        stem_->push_back(nn::Functional(torch::relu));
+        if (!small_stem) stem_->push_back(nn::MaxPool2d(nn::MaxPool2dOptions(3).stride(2).padding(1)));
+        for (size_t st = 0; st < blocks.size(); ++st) {
+            for (int64_t b = 0; b < blocks[st]; ++b) {
+                int64_t stride = (st > 0 && b == 0) ? 2 : 1;
+                if (bottleneck) {
+                    stages_->push_back(Bottleneck(in, widths[st], stride));
+                    in = widths[st] * BottleneckImpl::kExpansion;
+                } else {
+                    stages_->push_back(BasicBlock(in, widths[st], stride));
+                    in = widths[st];
+                }
+            }
+        }
+        if (dropout > 0) head_->push_back(nn::Dropout(dropout));
+        head_->push_back(nn::Linear(in, classes));
+        register_module("stem", stem_);
+        register_module("stages", stages_);
+        register_module("head", head_);
+        for (auto& m : modules(/*include_self=*/false)) {
+            if (auto* c = m->as<nn::Conv2d>()) torch::nn::init::kaiming_normal_(c->weight, 0, torch::kFanOut, torch::kReLU);
+        }
+    }
+    torch::Tensor forward(torch::Tensor x) override {
+        auto y = stages_->forward(stem_->forward(x));
+        y = torch::adaptive_avg_pool2d(y, {1, 1}).flatten(1);  // [B, C]
+        return head_->forward(y);
+    }
+
+private:
+    nn::Sequential stem_, stages_, head_;
+};
+
+Result<Net> make_mlp(const ModelConfig& c, const data::ImageShape& s, int64_t classes) {
+    int64_t depth = c.depth ? c.depth : 2;
+    if (depth > 16) return invalid_argument("model.depth: the mlp supports 1..16 hidden layers, got {}", depth);
+    return Net(std::make_shared<MlpImpl>(s.numel(), c.width ? c.width : 256, depth, c.dropout, classes));
+}
+
+Result<Net> make_cnn(const ModelConfig& c, const data::ImageShape& s, int64_t classes) {
+    int64_t depth = c.depth ? c.depth : 2;
+    int64_t min_side = std::min(s.height, s.width);
+    if ((min_side >> depth) < 1) {
+        return invalid_argument("model.depth: {} pooling blocks shrink a {}x{} image to nothing; use at most {}", depth,
+                                s.height, s.width, static_cast<int>(std::log2(static_cast<double>(min_side))));
+    }
+    return Net(std::make_shared<CnnImpl>(s, c.width ? c.width : 32, depth, c.hidden, c.dropout, c.batch_norm, classes));
+}
+
+Result<Net> make_resnet(const ModelConfig& c, const data::ImageShape& s, int64_t classes) {
+    const int64_t depth = c.depth ? c.depth : 20;
+    const bool small_stem = std::max(s.height, s.width) <= 64;
+    static const std::map<int64_t, std::pair<std::vector<int64_t>, bool>> kImagenet = {
+        {18, {{2, 2, 2, 2}, false}}, {34, {{3, 4, 6, 3}, false}}, {50, {{3, 4, 6, 3}, true}}};
+    if (auto it = kImagenet.find(depth); it != kImagenet.end()) {
+        int64_t w = c.width ? c.width : 64;
+        return Net(std::make_shared<ResNetImpl>(s, it->second.first, std::vector<int64_t>{w, 2 * w, 4 * w, 8 * w},
+                                                it->second.second, small_stem, c.dropout, classes));
+    }
+    if (depth >= 8 && (depth - 2) % 6 == 0) {  // CIFAR family: 6n+2 layers, 3 stages of n blocks
+        int64_t n = (depth - 2) / 6, w = c.width ? c.width : 16;
+        return Net(std::make_shared<ResNetImpl>(s, std::vector<int64_t>{n, n, n}, std::vector<int64_t>{w, 2 * w, 4 * w},
+                                                false, /*small_stem=*/true, c.dropout, classes));
+    }
+    return invalid_argument("model.depth: resnet depth {} is not supported (expected 18, 34, 50, or 6n+2 such as 20, 32, 56, 110)",
+                            depth);
+}
+
+using Factory = Result<Net> (*)(const ModelConfig&, const data::ImageShape&, int64_t);
+const std::map<std::string, Factory>& registry() {
+    static const std::map<std::string, Factory> kRegistry = {
+        {"mlp", make_mlp}, {"cnn", make_cnn}, {"resnet", make_resnet}};
+    return kRegistry;
+}
+
+}  // namespace
+
+std::vector<std::string> model_names() {
+    std::vector<std::string> names;
+    for (const auto& [k, _] : registry()) names.push_back(k);
+    return names;
+}
+
+Result<Net> create_model(const ModelConfig& cfg, const data::ImageShape& shape, int64_t classes) {
+    auto it = registry().find(cfg.arch);
+    if (it == registry().end()) return invalid_argument("model.arch: unknown model '{}'", cfg.arch);
+    if (classes < 1) return invalid_argument("the dataset has no classes");
+    try {
+        return it->second(cfg, shape, classes);
+    } catch (const c10::Error& e) {
+        return invalid_argument("model.{}: cannot build for input {}x{}x{}: {}", cfg.arch, shape.channels, shape.height,
+                                shape.width, e.what_without_backtrace());
+    }
+}
+
+}  // namespace strato::models

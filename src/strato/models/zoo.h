@@ -1,0 +1,35 @@
+#pragma once
+// The model zoo: networks built on torch::nn, created by name from the [model] config section.
+//
+//   ModelConfig cfg;  cfg.arch = "resnet"; cfg.depth = 20;
+//   Net net = create_model(cfg, {1, 28, 28}, 10).value();
+//   torch::Tensor logits = net->forward(x);  // x: [B, C, H, W] -> [B, classes]
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "strato/models/model_config.h"
+#include "strato/data/dataset.h"
+
+namespace strato::models {
+
+/// Every network maps [B, C, H, W] float images to [B, classes] logits.
+class NetImpl : public torch::nn::Module {
+public:
+    virtual torch::Tensor forward(torch::Tensor x) = 0;
+};
+using Net = std::shared_ptr<NetImpl>;
+
+/// Builds an untrained network for images of `shape` and `classes` outputs. Unknown names and
+/// invalid sizes are errors naming the key.
+Result<Net> create_model(const ModelConfig& cfg, const data::ImageShape& shape, int64_t classes);
+
+/// Names the registry knows, for help texts.
+std::vector<std::string> model_names();
+
+int64_t parameter_count(const torch::nn::Module& m);
+
+}  // namespace strato::models

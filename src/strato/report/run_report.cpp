@@ -1,0 +1,502 @@
+#include "strato/report/run_report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "strato/core/fs.h"
+#include "strato/report/svg_chart.h"
+
+namespace strato::report {
+
+namespace {
+
+namespace stdfs = std::filesystem;
+using nlohmann::json;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// One "kind":"train" line: a window of steps ending at `step`.
+struct TrainPoint {
+    double step = kNaN, epoch = kNaN, loss = kNaN, acc = kNaN, lr = kNaN, samples_per_s = kNaN;
+};
+
+// One "kind":"eval" line: the end of an epoch.
+struct EvalPoint {
+    double step = kNaN, epoch = kNaN, train_loss = kNaN, train_acc = kNaN, test_loss = kNaN, test_acc = kNaN,
+           epoch_time_s = kNaN, eval_time_s = kNaN;
+};
+
+struct RunMetrics {
+    std::vector<TrainPoint> train;
+    std::vector<EvalPoint> eval;
+    bool torn_last_line = false;
+};
+
+// A numeric field; missing or null (how JSON writers spell NaN) is NaN, any other type an error.
+Status read_number(const json& j, const char* key, const std::string& where, double& out) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) {
+        out = kNaN;
+        return Status::ok();
+    }
+    if (!it->is_number()) return data_loss("{}: \"{}\" is a {}, expected a number", where, key, it->type_name());
+    out = it->get<double>();
+    return Status::ok();
+}
+
+Result<RunMetrics> parse_metrics(std::string_view text, const std::string& path) {
+    RunMetrics m;
+    size_t pos = 0;
+    int64_t line_no = 0;
+    while (pos < text.size()) {
+        const size_t nl = text.find('\n', pos);
+        ++line_no;
+        if (nl == std::string_view::npos) {
+            // NOTE: the writer appends whole lines; one without its newline is being written (or
+            // was cut by a crash) and is dropped, as the trainer's own reader does.
+            m.torn_last_line = true;
+            break;
+        }
+        std::string_view line = text.substr(pos, nl - pos);
+        pos = nl + 1;
+        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+        if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
+
+        const std::string where = fmt::format("{}:{}", path, line_no);
+        const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+        if (j.is_discarded() || !j.is_object()) {
+            const std::string_view head = line.substr(0, 60);
+            return data_loss("{}: not a JSON object: {}{}", where, head, line.size() > head.size() ? "..." : "");
+        }
+        const auto kind = j.find("kind");
+        if (kind == j.end() || !kind->is_string()) continue;
+        if (*kind == "train") {
+            TrainPoint p;
+            STRATO_RETURN_IF_ERROR(read_number(j, "step", where, p.step));
+            STRATO_RETURN_IF_ERROR(read_number(j, "epoch", where, p.epoch));
+            STRATO_RETURN_IF_ERROR(read_number(j, "loss", where, p.loss));
+            STRATO_RETURN_IF_ERROR(read_number(j, "acc", where, p.acc));
+            STRATO_RETURN_IF_ERROR(read_number(j, "lr", where, p.lr));
+            STRATO_RETURN_IF_ERROR(read_number(j, "samples_per_s", where, p.samples_per_s));
+            m.train.push_back(p);
+        } else if (*kind == "eval") {
+            EvalPoint p;
+            STRATO_RETURN_IF_ERROR(read_number(j, "step", where, p.step));
+            STRATO_RETURN_IF_ERROR(read_number(j, "epoch", where, p.epoch));
+            STRATO_RETURN_IF_ERROR(read_number(j, "train_loss", where, p.train_loss));
+            STRATO_RETURN_IF_ERROR(read_number(j, "train_acc", where, p.train_acc));
+            STRATO_RETURN_IF_ERROR(read_number(j, "test_loss", where, p.test_loss));
+            STRATO_RETURN_IF_ERROR(read_number(j, "test_acc", where, p.test_acc));
+            STRATO_RETURN_IF_ERROR(read_number(j, "epoch_time_s", where, p.epoch_time_s));
+            STRATO_RETURN_IF_ERROR(read_number(j, "eval_time_s", where, p.eval_time_s));
+            m.eval.push_back(p);
+        }
+    }
+    return m;
+}
+
+// An optional JSON file: nullopt-like null when absent; a note when present but unreadable.
+json read_optional_json(const stdfs::path& path, std::vector<std::string>& notes) {
+    std::error_code ec;
+    if (!stdfs::exists(path, ec)) return nullptr;
+    auto text = fs::read_file(path);
+    if (!text) {
+        notes.push_back(text.status().message());
+        return nullptr;
+    }
+    json j = json::parse(*text, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+        notes.push_back(fmt::format("{} is not a valid JSON object; its contents are left out", path.string()));
+        return nullptr;
+    }
+    return j;
+}
+
+const json* find_pointer(const json& j, const char* pointer) {
+    try {
+        return &j.at(json::json_pointer(pointer));
+    } catch (const json::exception&) {
+        return nullptr;
+    }
+}
+
+// ---- value formatting ----
+
+std::string fmt_percent(double v) { return std::isfinite(v) ? fmt::format("{:.2f}%", 100 * v) : "–"; }
+std::string fmt_fixed(double v, int decimals) { return std::isfinite(v) ? fmt::format("{:.{}f}", v, decimals) : "–"; }
+std::string fmt_general(double v) { return std::isfinite(v) ? fmt::format("{:.4g}", v) : "–"; }
+
+std::string fmt_count(double v) {
+    if (!std::isfinite(v)) return "–";
+    std::string digits = fmt::format("{:.0f}", std::abs(v));
+    std::string out;
+    for (size_t i = 0; i < digits.size(); ++i) {
+        if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+        out += digits[i];
+    }
+    return v < 0 ? "-" + out : out;
+}
+
+std::string fmt_duration(double s) {
+    if (!std::isfinite(s)) return "–";
+    if (s < 60) return fmt::format("{:.1f} s", s);
+    const auto total = static_cast<int64_t>(std::llround(s));
+    const int64_t h = total / 3600, min = total / 60 % 60, sec = total % 60;
+    if (h > 0) return fmt::format("{} h {:02} min {:02} s", h, min, sec);
+    return fmt::format("{} min {:02} s", min, sec);
+}
+
+std::string fmt_json_value(const json& v) {
+    if (v.is_boolean()) return v.get<bool>() ? "yes" : "no";
+    if (v.is_number_integer()) return fmt_count(v.get<double>());
+    if (v.is_number()) return fmt_general(v.get<double>());
+    if (v.is_string()) return v.get<std::string>();
+    if (v.is_null()) return "–";
+    return v.dump();
+}
+
+double json_number(const json& obj, const char* key) {
+    auto it = obj.find(key);
+    return it != obj.end() && it->is_number() ? it->get<double>() : kNaN;
+}
+
+double median(std::vector<double> v) {
+    v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return !std::isfinite(x); }), v.end());
+    if (v.empty()) return kNaN;
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+using Rows = std::vector<std::pair<std::string, std::string>>;  // label, text (not yet escaped)
+
+std::string kv_table(const std::string& heading, const Rows& rows) {
+    std::string out = fmt::format("<div class=\"kv\"><h3>{}</h3><table>\n", html_escape(heading));
+    if (rows.empty()) out += "<tr><td class=\"muted\">nothing recorded</td></tr>\n";
+    for (const auto& [k, v] : rows) {
+        out += fmt::format("<tr><th scope=\"row\">{}</th><td>{}</td></tr>\n", html_escape(k), html_escape(v));
+    }
+    return out + "</table></div>\n";
+}
+
+// ---- page sections ----
+
+Rows result_rows(const json& final_metrics, const RunMetrics& m) {
+    Rows rows;
+    if (final_metrics.is_object()) {
+        // Known keys first, in reading order, then anything else the trainer recorded.
+        static const std::pair<const char*, const char*> kKnown[] = {
+            {"test_acc", "test accuracy"}, {"best_test_acc", "best test accuracy"},
+            {"test_loss", "test loss"},    {"test_samples", "test samples"},
+            {"epochs", "epochs"},          {"steps", "steps"},
+            {"wall_time_s", "wall time"},  {"precision", "precision"}};
+        for (const auto& [key, label] : kKnown) {
+            auto it = final_metrics.find(key);
+            if (it == final_metrics.end()) continue;
+            std::string text;
+            const std::string_view k = key;
+            if (it->is_number() && (k == "test_acc" || k == "best_test_acc")) {
+                text = fmt_percent(it->get<double>());
+            } else if (it->is_number() && k == "test_loss") {
+                text = fmt_fixed(it->get<double>(), 4);
+            } else if (it->is_number() && k == "wall_time_s") {
+                text = fmt_duration(it->get<double>());
+            } else {
+                text = fmt_json_value(*it);
+            }
+            rows.emplace_back(label, text);
+        }
+        for (const auto& [key, value] : final_metrics.items()) {
+            const bool known =
+                std::any_of(std::begin(kKnown), std::end(kKnown), [&](const auto& kv) { return key == kv.first; });
+            if (!known) rows.emplace_back(key, fmt_json_value(value));
+        }
+        return rows;
+    }
+    if (m.eval.empty()) return rows;
+    const EvalPoint& last = m.eval.back();
+    double best = kNaN;
+    for (const auto& e : m.eval) {
+        if (std::isfinite(e.test_acc) && !(best >= e.test_acc)) best = e.test_acc;
+    }
+    rows = {{"test accuracy", fmt_percent(last.test_acc)},
+            {"best test accuracy", fmt_percent(best)},
+            {"test loss", fmt_fixed(last.test_loss, 4)},
+            {"epochs", fmt_count(last.epoch)},
+            {"steps", fmt_count(last.step)}};
+    return rows;
+}
+
+Rows model_rows(const json& manifest) {
+    Rows rows;
+    if (!manifest.is_object()) return rows;
+    if (const json* arch = find_pointer(manifest, "/model/arch"))
+        rows.emplace_back("architecture", fmt_json_value(*arch));
+    if (const json* model = find_pointer(manifest, "/model"); model && model->is_object()) {
+        std::string hp;
+        for (const auto& [key, value] : model->items()) {
+            if (key == "arch") continue;
+            hp += fmt::format("{}{} = {}", hp.empty() ? "" : ", ", key,
+                              value.is_string() ? value.get<std::string>() : value.dump());
+        }
+        if (!hp.empty()) rows.emplace_back("hyper-parameters", hp);
+    }
+    if (const json* p = find_pointer(manifest, "/parameters")) rows.emplace_back("parameters", fmt_json_value(*p));
+    if (const json* shape = find_pointer(manifest, "/inputs/0/shape"); shape && shape->is_array()) {
+        std::string text = "[";
+        for (size_t i = 0; i < shape->size(); ++i) text += (i ? ", " : "") + (*shape)[i].dump();
+        rows.emplace_back("input shape", text + "]");
+    }
+    if (const json* n = find_pointer(manifest, "/num_classes")) rows.emplace_back("classes", fmt_json_value(*n));
+    return rows;
+}
+
+Rows training_rows(const RunMetrics& m) {
+    Rows rows;
+    std::vector<double> sps, epoch_times;
+    for (const auto& t : m.train) sps.push_back(t.samples_per_s);
+    for (const auto& e : m.eval) epoch_times.push_back(e.epoch_time_s);
+    if (!m.train.empty()) {
+        rows.emplace_back("last logged step", fmt_count(m.train.back().step));
+        rows.emplace_back("final train loss", fmt_fixed(m.train.back().loss, 4));
+        rows.emplace_back("final learning rate", fmt_general(m.train.back().lr));
+        rows.emplace_back("throughput (median)", fmt::format("{} samples/s", fmt_count(median(sps))));
+    }
+    if (!m.eval.empty()) rows.emplace_back("epoch time (median)", fmt_duration(median(epoch_times)));
+    rows.emplace_back("logged lines", fmt::format("{} train, {} eval", m.train.size(), m.eval.size()));
+    return rows;
+}
+
+std::string charts_html(const RunMetrics& m) {
+    Series loss_step{"train (per step)", {}, {}}, acc_step{"train (per step)", {}, {}};
+    Series lr{"learning rate", {}, {}}, sps{"samples/s", {}, {}};
+    for (const auto& t : m.train) {
+        loss_step.x.push_back(t.epoch);
+        loss_step.y.push_back(t.loss);
+        acc_step.x.push_back(t.epoch);
+        acc_step.y.push_back(100 * t.acc);
+        lr.x.push_back(t.step);
+        lr.y.push_back(t.lr);
+        sps.x.push_back(t.step);
+        sps.y.push_back(t.samples_per_s);
+    }
+    Series loss_train{"train (epoch)", {}, {}}, loss_test{"test (epoch)", {}, {}};
+    Series acc_train{"train (epoch)", {}, {}}, acc_test{"test (epoch)", {}, {}};
+    for (const auto& e : m.eval) {
+        for (Series* s : {&loss_train, &loss_test, &acc_train, &acc_test}) s->x.push_back(e.epoch);
+        loss_train.y.push_back(e.train_loss);
+        loss_test.y.push_back(e.test_loss);
+        acc_train.y.push_back(100 * e.train_acc);
+        acc_test.y.push_back(100 * e.test_acc);
+    }
+    std::vector<Series> loss, acc;
+    if (!m.train.empty()) {
+        loss.push_back(std::move(loss_step));
+        acc.push_back(std::move(acc_step));
+    }
+    if (!m.eval.empty()) {
+        loss.push_back(std::move(loss_train));
+        loss.push_back(std::move(loss_test));
+        acc.push_back(std::move(acc_train));
+        acc.push_back(std::move(acc_test));
+    }
+    // A log scale only pays when the loss falls by more than an order of magnitude.
+    double lo = std::numeric_limits<double>::infinity(), hi = 0;
+    for (const auto& s : loss) {
+        for (double v : s.y) {
+            if (!std::isfinite(v)) continue;
+            lo = std::min(lo, v);
+            hi = std::max(hi, v);
+        }
+    }
+    const bool loss_log = lo > 0 && hi / lo >= 20;
+
+    const int w = 560, h = 300;
+    std::string out = "<div class=\"charts\">\n";
+    auto figure = [&](const std::vector<Series>& s, ChartOptions o) {
+        o.width = w;
+        o.height = h;
+        out += "<figure>" + line_chart_svg(s, o) + "</figure>\n";
+    };
+    figure(loss,
+           {.title = loss_log ? "Loss (log scale)" : "Loss", .x_label = "epoch", .y_label = "loss", .log_y = loss_log});
+    figure(acc, {.title = "Accuracy", .x_label = "epoch", .y_label = "accuracy (%)"});
+    figure(m.train.empty() ? std::vector<Series>{} : std::vector<Series>{lr},
+           {.title = "Learning rate", .x_label = "step", .y_label = "learning rate"});
+    figure(m.train.empty() ? std::vector<Series>{} : std::vector<Series>{sps},
+           {.title = "Throughput", .x_label = "step", .y_label = "samples/s"});
+    return out + "</div>\n";
+}
+
+std::string epoch_table(const RunMetrics& m) {
+    if (m.eval.empty()) return "<p class=\"muted\">No evaluation recorded yet.</p>\n";
+    size_t best = 0;
+    for (size_t i = 0; i < m.eval.size(); ++i) {
+        if (m.eval[i].test_acc > m.eval[best].test_acc) best = i;
+    }
+    std::string out =
+        "<div class=\"scroll\"><table class=\"epochs\">\n<thead><tr><th class=\"num\">epoch</th><th "
+        "class=\"num\">step</th><th class=\"num\">train loss</th><th class=\"num\">train acc</th><th "
+        "class=\"num\">test loss</th><th class=\"num\">test acc</th><th class=\"num\">epoch time</th><th "
+        "class=\"num\">eval time</th></tr></thead>\n<tbody>\n";
+    for (size_t i = 0; i < m.eval.size(); ++i) {
+        const auto& e = m.eval[i];
+        out += fmt::format(
+            "<tr{}><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td "
+            "class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td "
+            "class=\"num\">{}</td></tr>\n",
+            i == best && m.eval.size() > 1 ? " class=\"best\"" : "", fmt_count(e.epoch), fmt_count(e.step),
+            fmt_fixed(e.train_loss, 4), fmt_percent(e.train_acc), fmt_fixed(e.test_loss, 4), fmt_percent(e.test_acc),
+            fmt_duration(e.epoch_time_s), fmt_duration(e.eval_time_s));
+    }
+    return out + "</tbody></table></div>\n";
+}
+
+constexpr const char* kStyle = R"css(
+:root { --fg: #1f2328; --muted: #656d76; --border: #d8dee4; --bg: #f6f8fa; --accent: #4e79a7; }
+* { box-sizing: border-box; }
+html { -webkit-text-size-adjust: 100%; }
+body { margin: 0; background: var(--bg); color: var(--fg);
+       font: 14px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; }
+main { max-width: 1200px; margin: 0 auto; padding: 24px; }
+header h1 { margin: 0; font-size: 26px; font-weight: 650; word-break: break-all; }
+header .sub { margin: 2px 0 0; color: var(--muted); word-break: break-all; }
+.cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(170px, 1fr)); gap: 12px; margin: 20px 0 0; }
+.card { background: #fff; border: 1px solid var(--border); border-radius: 8px; padding: 12px 16px; }
+.card .label { color: var(--muted); font-size: 12px; text-transform: uppercase; letter-spacing: .04em; }
+.card .value { font-size: 24px; font-weight: 600; font-variant-numeric: tabular-nums; }
+section { background: #fff; border: 1px solid var(--border); border-radius: 8px; padding: 16px 20px; margin: 16px 0; }
+h2 { font-size: 17px; margin: 0 0 12px; }
+h3 { font-size: 13px; margin: 0 0 6px; color: var(--muted); text-transform: uppercase; letter-spacing: .04em; }
+.summary { display: grid; grid-template-columns: repeat(auto-fit, minmax(300px, 1fr)); gap: 8px 32px; }
+table { border-collapse: collapse; }
+.kv table { width: 100%; }
+th, td { padding: 4px 14px 4px 0; text-align: left; border-bottom: 1px solid #eef1f4; vertical-align: top; }
+.kv th { color: var(--muted); font-weight: 500; white-space: nowrap; width: 45%; }
+.kv td { word-break: break-word; }
+.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+.epochs th { color: var(--muted); font-weight: 500; }
+.epochs tr.best td { font-weight: 600; background: #f1f6fb; }
+.scroll { overflow-x: auto; }
+.charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(420px, 1fr)); gap: 16px; }
+.charts figure { margin: 0; border: 1px solid #eef1f4; border-radius: 6px; overflow: hidden; }
+.charts svg { display: block; width: 100%; height: auto; }
+pre { margin: 0; background: var(--bg); border: 1px solid #eef1f4; padding: 12px 14px; border-radius: 6px;
+      overflow: auto; font: 12.5px/1.5 ui-monospace, SFMono-Regular, Menlo, Consolas, "Liberation Mono", monospace; }
+.muted { color: var(--muted); }
+.notes { margin: 16px 0 0; padding: 10px 14px; background: #fff8c5; border: 1px solid #eed888; border-radius: 8px; }
+.notes p { margin: 2px 0; }
+footer { color: var(--muted); font-size: 12px; text-align: center; padding: 8px 0 24px; }
+@media print { body { background: #fff; } section, .card { break-inside: avoid; } }
+)css";
+
+std::string run_name(const std::string& run_dir) {
+    std::error_code ec;
+    stdfs::path p = stdfs::absolute(run_dir, ec);
+    if (ec) p = run_dir;
+    p = p.lexically_normal();
+    if (p.filename().empty()) p = p.parent_path();
+    std::string name = p.filename().string();
+    return name.empty() ? "run" : name;
+}
+
+}  // namespace
+
+Result<std::string> render_run_report(const std::string& run_dir) {
+    std::error_code ec;
+    const stdfs::path dir(run_dir);
+    if (!stdfs::is_directory(dir, ec))
+        return not_found("run directory {} does not exist (or is not a directory)", run_dir);
+    const stdfs::path metrics_path = dir / "metrics.jsonl";
+    if (!stdfs::exists(metrics_path, ec)) return not_found("{} has no metrics.jsonl (is it a run directory?)", run_dir);
+    STRATO_ASSIGN_OR_RETURN(std::string metrics_text, fs::read_file(metrics_path));
+    STRATO_ASSIGN_OR_RETURN(RunMetrics m, parse_metrics(metrics_text, metrics_path.string()));
+
+    std::vector<std::string> notes;
+    if (m.torn_last_line)
+        notes.push_back("The last line of metrics.jsonl is incomplete (the run may still be going); it is left out.");
+    const json final_metrics = read_optional_json(dir / "model" / "metrics.json", notes);
+    const json manifest = read_optional_json(dir / "model" / "strato-model.json", notes);
+    if (!final_metrics.is_object() && !m.eval.empty()) {
+        notes.push_back("model/metrics.json not found: results are from the last evaluation in metrics.jsonl.");
+    }
+    std::string config_text;
+    bool have_config = false;
+    if (stdfs::exists(dir / "config.toml", ec)) {
+        auto text = fs::read_file(dir / "config.toml");
+        if (text) {
+            config_text = std::move(*text);
+            have_config = true;
+        } else {
+            notes.push_back(text.status().message());
+        }
+    }
+
+    const std::string name = run_name(run_dir);
+    std::string html;
+    html.reserve(64 * 1024);
+    html += fmt::format(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+        "<meta name=\"generator\" content=\"strato report\">\n<title>{} · strato run report</title>\n"
+        "<style>{}</style>\n</head>\n<body>\n<main>\n",
+        html_escape(name), kStyle);
+    html += fmt::format("<header><h1>{}</h1><p class=\"sub\">strato training run · {}</p></header>\n",
+                        html_escape(name), html_escape(run_dir));
+
+    // Headline cards: final accuracy and loss, epochs, wall time.
+    double acc = json_number(final_metrics.is_object() ? final_metrics : json::object(), "test_acc");
+    double loss = json_number(final_metrics.is_object() ? final_metrics : json::object(), "test_loss");
+    double epochs = json_number(final_metrics.is_object() ? final_metrics : json::object(), "epochs");
+    const double wall = json_number(final_metrics.is_object() ? final_metrics : json::object(), "wall_time_s");
+    if (!final_metrics.is_object() && !m.eval.empty()) {
+        acc = m.eval.back().test_acc;
+        loss = m.eval.back().test_loss;
+        epochs = m.eval.back().epoch;
+    }
+    html += "<div class=\"cards\">\n";
+    auto card = [&](const char* label, const std::string& value) {
+        html += fmt::format("<div class=\"card\"><div class=\"label\">{}</div><div class=\"value\">{}</div></div>\n",
+                            label, html_escape(value));
+    };
+    card("test accuracy", fmt_percent(acc));
+    card("test loss", fmt_fixed(loss, 4));
+    card("epochs", fmt_count(epochs));
+    card("wall time", fmt_duration(wall));
+    html += "</div>\n";
+    if (!notes.empty()) {
+        html += "<div class=\"notes\">\n";
+        for (const auto& n : notes) html += "<p>" + html_escape(n) + "</p>\n";
+        html += "</div>\n";
+    }
+
+    html += "<section><h2>Summary</h2><div class=\"summary\">\n";
+    html += kv_table("Results", result_rows(final_metrics, m));
+    html += kv_table("Model", model_rows(manifest));
+    html += kv_table("Training", training_rows(m));
+    html += "</div></section>\n";
+    html += "<section><h2>Training curves</h2>\n" + charts_html(m) + "</section>\n";
+    html += "<section><h2>Per-epoch results</h2>\n" + epoch_table(m) + "</section>\n";
+    html += "<section><h2>Configuration</h2>\n";
+    html += have_config ? "<pre>" + html_escape(config_text) + "</pre>\n"
+                        : "<p class=\"muted\">config.toml not found in the run directory.</p>\n";
+    html +=
+        "</section>\n<footer>Generated by strato report. Self-contained: no scripts, no external resources.</footer>\n";
+    html += "</main>\n</body>\n</html>\n";
+    return html;
+}
+
+Status write_run_report(const std::string& run_dir, const std::string& out_path) {
+    STRATO_ASSIGN_OR_RETURN(std::string html, render_run_report(run_dir));
+    return fs::atomic_write(out_path, html);
+}
+
+}  // namespace strato::report

@@ -1,0 +1,32 @@
+#pragma once
+// The run report: one self-contained HTML file (inline CSS and SVG, no scripts, no external
+// requests) that summarises a training run directory: final metrics, model, training curves,
+// per-epoch results and the resolved config.
+
+#include <string>
+
+#include "strato/core/status.h"
+
+namespace strato::report {
+
+/// Builds the HTML report of the run directory `run_dir` and returns it. Reads
+///   metrics.jsonl              required; "train" and "eval" lines (others are skipped; a last
+///                              line with no newline is torn, still being written, and skipped)
+///   config.toml                optional; shown verbatim
+///   model/metrics.json         optional; final metrics (else taken from the last eval line)
+///   model/strato-model.json    optional; architecture, parameter count, input shape
+/// A missing directory or metrics.jsonl is kNotFound naming the path; a line of metrics.jsonl
+/// that is not a JSON object, or a field of the wrong type, is kDataLoss naming file:line.
+/// Optional files that cannot be read are reported inside the page instead. Output is
+/// deterministic (no timestamps). Thread-safe; reads only.
+///
+///     auto html = strato::report::render_run_report("runs/fmnist-cnn");
+///     if (!html) return html.status();
+Result<std::string> render_run_report(const std::string& run_dir);
+
+/// Renders the report of `run_dir` (see render_run_report) and writes it to `out_path`
+/// atomically; the parent directory of `out_path` must exist. The CLI calls
+/// `write_run_report(run_dir, run_dir + "/report.html")`.
+Status write_run_report(const std::string& run_dir, const std::string& out_path);
+
+}  // namespace strato::report

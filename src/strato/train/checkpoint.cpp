@@ -1,0 +1,209 @@
+#include "strato/train/checkpoint.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "strato/core/fs.h"
+#include "strato/core/log.h"
+#include "strato/models/package.h"
+
+namespace strato::train {
+namespace stdfs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+json state_to_json(const TrainState& s) {
+    return {{"step", s.step},
+            {"epoch", s.epoch},
+            {"next_batch", s.next_batch},
+            {"metrics_lines", s.metrics_lines},
+            {"best_acc", s.best_acc},
+            {"best_step", s.best_step},
+            {"bad_evals", s.bad_evals},
+            {"elapsed_s", s.elapsed_s},
+            {"epoch_loss_sum", s.epoch_loss_sum},
+            {"epoch_correct", s.epoch_correct},
+            {"epoch_seen", s.epoch_seen}};
+}
+
+Status state_from_json(const json& j, TrainState& s) {
+    try {
+        s.step = j.at("step").get<int64_t>();
+        s.epoch = j.at("epoch").get<int64_t>();
+        s.next_batch = j.at("next_batch").get<int64_t>();
+        s.metrics_lines = j.at("metrics_lines").get<int64_t>();
+        s.best_acc = j.at("best_acc").get<double>();
+        s.best_step = j.at("best_step").get<int64_t>();
+        s.bad_evals = j.at("bad_evals").get<int64_t>();
+        s.elapsed_s = j.at("elapsed_s").get<double>();
+        s.epoch_loss_sum = j.at("epoch_loss_sum").get<double>();
+        s.epoch_correct = j.at("epoch_correct").get<int64_t>();
+        s.epoch_seen = j.at("epoch_seen").get<int64_t>();
+    } catch (const json::exception& e) {
+        return data_loss("state.json: {}", e.what());
+    }
+    return Status::ok();
+}
+
+std::string optimizer_to_bytes(torch::optim::Optimizer& optim) {
+    torch::serialize::OutputArchive archive;
+    optim.save(archive);
+    std::ostringstream os;
+    archive.save_to(os);
+    return os.str();
+}
+
+std::string rng_to_bytes() {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    torch::Tensor state;
+    {
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        state = gen.get_state();
+    }
+    torch::serialize::OutputArchive archive;
+    archive.write("cpu", state);
+    std::ostringstream os;
+    archive.save_to(os);
+    return os.str();
+}
+
+void load_archive(const std::string& bytes, const std::function<void(torch::serialize::InputArchive&)>& fn) {
+    std::istringstream is(bytes);
+    torch::serialize::InputArchive archive;
+    archive.load_from(is);
+    fn(archive);
+}
+
+}  // namespace
+
+CheckpointStore::CheckpointStore(std::string run_dir, CheckpointConfig cfg)
+    : dir_((stdfs::path(run_dir) / "checkpoints").string()), cfg_(cfg) {}
+
+bool CheckpointStore::any() const { return !list_desc().empty(); }
+
+std::vector<std::string> CheckpointStore::list_desc() const {
+    std::vector<std::string> names;
+    std::error_code ec;
+    if (!stdfs::is_directory(dir_, ec)) return names;
+    for (const auto& e : stdfs::directory_iterator(dir_, ec)) {
+        std::string n = e.path().filename().string();
+        if (e.is_directory() && n.rfind("step-", 0) == 0) names.push_back(n);
+    }
+    std::sort(names.rbegin(), names.rend());
+    return names;
+}
+
+Status CheckpointStore::save(const TrainState& state, torch::nn::Module& model, torch::optim::Optimizer& optim) {
+    STRATO_RETURN_IF_ERROR(fs::ensure_dir(dir_));
+    const std::string name = fmt::format("step-{:09d}", state.step);
+    const stdfs::path final_dir = stdfs::path(dir_) / name;
+    const stdfs::path tmp = stdfs::path(dir_) / (".tmp-" + name + "." + std::to_string(::getpid()));
+    std::error_code ec;
+    stdfs::remove_all(tmp, ec);
+    STRATO_RETURN_IF_ERROR(fs::ensure_dir(tmp));
+
+    const std::pair<const char*, std::string> files[] = {
+        {"model.pt", models::module_to_bytes(model)},
+        {"optim.pt", optimizer_to_bytes(optim)},
+        {"rng.pt", rng_to_bytes()},
+        {"state.json", state_to_json(state).dump(2)},
+    };
+    json manifest = {{"format", "strato-checkpoint"}, {"format_version", 1}, {"step", state.step}, {"files", json::object()}};
+    for (const auto& [fname, bytes] : files) {
+        STRATO_RETURN_IF_ERROR(fs::atomic_write(tmp / fname, bytes));
+        manifest["files"][fname] = {{"sha256", fs::sha256_hex(bytes)}, {"bytes", bytes.size()}};
+    }
+    STRATO_RETURN_IF_ERROR(fs::atomic_write(tmp / "manifest.json", manifest.dump(2)));
+    if (stdfs::exists(final_dir, ec)) stdfs::remove_all(final_dir, ec);  // a stale one from before a resume
+    stdfs::rename(tmp, final_dir, ec);
+    if (ec) return io_error("cannot move checkpoint into {}: {}", final_dir.string(), ec.message());
+    STRATO_RETURN_IF_ERROR(fs::fsync_dir(dir_));
+    STRATO_RETURN_IF_ERROR(fs::atomic_write(stdfs::path(dir_) / "latest", name + "\n"));
+    prune(state);
+    return Status::ok();
+}
+
+void CheckpointStore::prune(const TrainState& state) {
+    auto names = list_desc();
+    const std::string best = fmt::format("step-{:09d}", state.best_step);
+    const std::string current = fmt::format("step-{:09d}", state.step);
+    int64_t kept = 0;
+    for (const auto& n : names) {
+        // Checkpoints newer than the current one are leftovers of a run that was resumed from an
+        // older checkpoint; they are stale.
+        bool keep = n <= current && kept < cfg_.keep_last;
+        if (keep) ++kept;
+        if (!keep && !(cfg_.keep_best && n == best && n <= current)) {
+            std::error_code ec;
+            stdfs::remove_all(stdfs::path(dir_) / n, ec);
+        }
+    }
+}
+
+Status CheckpointStore::verify_and_load(const std::string& name, torch::nn::Module& model,
+                                        torch::optim::Optimizer& optim, TrainState& state) {
+    const stdfs::path d = stdfs::path(dir_) / name;
+    STRATO_ASSIGN_OR_RETURN(std::string mtext, fs::read_file(d / "manifest.json"));
+    json manifest = json::parse(mtext, nullptr, false);
+    if (manifest.is_discarded() || !manifest.contains("files")) return data_loss("manifest.json is not valid");
+    std::map<std::string, std::string> bytes;
+    for (const char* f : {"model.pt", "optim.pt", "rng.pt", "state.json"}) {
+        if (!manifest["files"].contains(f)) return data_loss("manifest.json lists no {}", f);
+        STRATO_ASSIGN_OR_RETURN(std::string b, fs::read_file(d / f));
+        const std::string want = manifest["files"][f].value("sha256", "");
+        if (fs::sha256_hex(b) != want) return data_loss("{} does not match its checksum (truncated or corrupt)", f);
+        bytes[f] = std::move(b);
+    }
+    json sj = json::parse(bytes["state.json"], nullptr, false);
+    if (sj.is_discarded()) return data_loss("state.json is not valid JSON");
+    STRATO_RETURN_IF_ERROR(state_from_json(sj, state));
+    STRATO_RETURN_IF_ERROR(models::module_from_bytes(model, bytes["model.pt"], (d / "model.pt").string()));
+    try {
+        load_archive(bytes["optim.pt"], [&](auto& a) { optim.load(a); });
+        load_archive(bytes["rng.pt"], [&](auto& a) {
+            torch::Tensor t;
+            a.read("cpu", t);
+            auto gen = at::detail::getDefaultCPUGenerator();
+            std::lock_guard<std::mutex> lock(gen.mutex());
+            gen.set_state(t);
+        });
+    } catch (const c10::Error& e) {
+        return data_loss("cannot restore optimizer/RNG state: {}", e.what_without_backtrace());
+    }
+    return Status::ok();
+}
+
+Result<std::optional<TrainState>> CheckpointStore::load_latest(torch::nn::Module& model,
+                                                                torch::optim::Optimizer& optim) {
+    std::vector<std::string> candidates;
+    auto latest = fs::read_file(stdfs::path(dir_) / "latest");
+    if (latest) {
+        std::string n = *latest;
+        while (!n.empty() && (n.back() == '\n' || n.back() == ' ')) n.pop_back();
+        if (n.rfind("step-", 0) == 0 && n.find('/') == std::string::npos) candidates.push_back(n);
+    }
+    for (auto& n : list_desc())
+        if (std::find(candidates.begin(), candidates.end(), n) == candidates.end()) candidates.push_back(n);
+    if (candidates.empty()) return std::optional<TrainState>();
+    std::string failures;
+    for (const auto& name : candidates) {
+        TrainState state;
+        Status st = verify_and_load(name, model, optim, state);
+        if (st.is_ok()) {
+            if (!failures.empty()) log::warn("resuming from the older checkpoint {} instead", name);
+            return std::optional<TrainState>(state);
+        }
+        log::warn("checkpoint {}/{} is unusable: {}", dir_, name, st.message());
+        failures += fmt::format("\n  {}: {}", name, st.message());
+    }
+    return data_loss("no usable checkpoint in {} (every one failed verification):{}\nhint: start over with --overwrite",
+                     dir_, failures);
+}
+
+}  // namespace strato::train

@@ -1,0 +1,56 @@
+#pragma once
+// Checkpoints: checkpoints/step-NNNNNNNNN/{model.pt, optim.pt, rng.pt, state.json, manifest.json}
+// plus checkpoints/latest (the name of the newest one). A checkpoint directory is complete before
+// it is renamed into place and `latest` is replaced atomically after, so a kill at any instant
+// leaves the previous good checkpoint. On load every file is checked against the SHA-256 in the
+// manifest; a corrupt checkpoint is skipped with a warning in favour of the previous one.
+
+#include <torch/torch.h>
+
+#include <optional>
+#include <string>
+
+#include "strato/core/status.h"
+#include "strato/train/train_config.h"
+
+namespace strato::train {
+
+/// Everything besides weights and optimizer moments needed to continue a run exactly.
+struct TrainState {
+    int64_t step = 0;        // optimizer steps done
+    int64_t epoch = 0;       // current epoch
+    int64_t next_batch = 0;  // next loader batch within the epoch
+    int64_t metrics_lines = 0;
+    double best_acc = -1.0;
+    int64_t best_step = -1;
+    int64_t bad_evals = 0;   // evaluations since the last improvement (early stopping)
+    double elapsed_s = 0.0;  // training wall time before this process
+    // running sums of the current epoch's training loss/accuracy
+    double epoch_loss_sum = 0.0;
+    int64_t epoch_correct = 0;
+    int64_t epoch_seen = 0;
+};
+
+class CheckpointStore {
+public:
+    CheckpointStore(std::string run_dir, CheckpointConfig cfg);
+
+    /// Writes a checkpoint for `state.step` and prunes old ones (keep_last, keep_best).
+    Status save(const TrainState& state, torch::nn::Module& model, torch::optim::Optimizer& optim);
+    /// Restores the newest usable checkpoint into model/optim and the global RNG; nullopt when
+    /// there is none; an error when some exist but none is usable.
+    Result<std::optional<TrainState>> load_latest(torch::nn::Module& model, torch::optim::Optimizer& optim);
+    bool any() const;
+    std::string dir() const { return dir_; }
+
+private:
+    Status verify_and_load(const std::string& name, torch::nn::Module& model, torch::optim::Optimizer& optim,
+                           TrainState& state);
+    std::vector<std::string> list_desc() const;
+    void prune(const TrainState& state);
+
+    std::string dir_;
+    CheckpointConfig cfg_;
+};
+
+}  // namespace strato::train

@@ -1,0 +1,86 @@
+#pragma once
+// The full training config: [run], [data], [model], [optim], [schedule], [train], [checkpoint].
+// See configs/fashion_mnist_cnn.toml for an annotated example and docs/config.md for every key.
+
+#include <string>
+#include <vector>
+
+#include "strato/core/config.h"
+#include "strato/data/data_config.h"
+#include "strato/models/model_config.h"
+
+namespace strato::train {
+
+struct RunConfig {
+    std::string name = "run";
+    std::string dir = "runs";  // the run directory is <dir>/<name>
+    int64_t seed = 0;
+    bool deterministic = false;  // bitwise-reproducible on CPU (same thread count)
+    int64_t threads = 0;         // intra-op threads; 0 = number of cores
+    void visit(config::Visitor& v);
+};
+
+struct OptimConfig {
+    std::string name = "sgd";  // sgd | adamw
+    double lr = 0.05;
+    double momentum = 0.9;
+    bool nesterov = true;
+    double weight_decay = 5e-4;
+    std::vector<double> betas = {0.9, 0.999};
+    double eps = 1e-8;
+    void visit(config::Visitor& v);
+};
+
+struct ScheduleConfig {
+    std::string name = "cosine";  // constant | step | cosine | onecycle
+    double warmup_epochs = 0.0;   // linear warmup from warmup_start_factor * lr
+    double warmup_start_factor = 0.1;
+    double step_epochs = 10.0;    // step: multiply by gamma every step_epochs
+    double gamma = 0.1;
+    double min_lr = 0.0;          // cosine: final learning rate
+    double pct_start = 0.3;       // onecycle: fraction of steps spent rising
+    double div_factor = 25.0;     // onecycle: initial lr = lr / div_factor
+    double final_div_factor = 1e4;  // onecycle: final lr = initial / final_div_factor
+    void visit(config::Visitor& v);
+};
+
+struct LoopConfig {
+    int64_t epochs = 10;
+    int64_t max_steps = 0;  // stop after this many optimizer steps (0 = no limit)
+    int64_t grad_accum = 1;
+    double clip_grad_norm = 0.0;  // 0 = off
+    double label_smoothing = 0.0;
+    std::string precision = "fp32";  // fp32 | bf16 (autocast)
+    int64_t log_every = 50;          // optimizer steps between train metrics lines
+    int64_t eval_every = 1;          // epochs between evaluations
+    int64_t early_stopping_patience = 0;  // evaluations without improvement before stopping; 0 = off
+    double early_stopping_min_delta = 0.0;
+    void visit(config::Visitor& v);
+};
+
+struct CheckpointConfig {
+    int64_t every_steps = 0;  // also checkpoint every N optimizer steps (0 = at epoch ends only)
+    int64_t keep_last = 3;
+    bool keep_best = true;    // never delete the checkpoint with the best test accuracy
+    void visit(config::Visitor& v);
+};
+
+struct TrainConfig {
+    RunConfig run;
+    data::DataConfig data;
+    models::ModelConfig model;
+    OptimConfig optim;
+    ScheduleConfig schedule;
+    LoopConfig train;
+    CheckpointConfig checkpoint;
+    void visit(config::Visitor& v);
+
+    std::string run_dir() const;
+    /// Cross-field checks the per-field ranges cannot express.
+    Status validate() const;
+};
+
+/// Loads a config file with `--set` overrides and validates it.
+Result<TrainConfig> load_train_config(const std::string& path, const std::vector<std::string>& overrides);
+
+}  // namespace strato::train

@@ -1,0 +1,445 @@
+#include "strato/train/trainer.h"
+
+#include <ATen/autocast_mode.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "strato/core/check.h"
+#include "strato/core/fs.h"
+#include "strato/core/log.h"
+#include "strato/core/progress.h"
+#include "strato/core/signals.h"
+#include "strato/models/package.h"
+#include "strato/models/zoo.h"
+#include "strato/train/checkpoint.h"
+#include "strato/train/metrics_log.h"
+#include "strato/train/schedule.h"
+
+namespace strato::train {
+namespace stdfs = std::filesystem;
+namespace F = torch::nn::functional;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+/// bf16 autocast on CPU for a scope (libtorch 1.13 has no C++ guard; this mirrors torch.autocast).
+class CpuAutocast {
+public:
+    explicit CpuAutocast(bool enabled) : enabled_(enabled) {
+        if (!enabled_) return;
+        prev_ = at::autocast::is_cpu_enabled();
+        prev_dtype_ = at::autocast::get_autocast_cpu_dtype();
+        at::autocast::set_cpu_enabled(true);
+        at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+        at::autocast::increment_nesting();
+    }
+    ~CpuAutocast() {
+        if (!enabled_) return;
+        if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+        at::autocast::set_cpu_enabled(prev_);
+        at::autocast::set_autocast_cpu_dtype(prev_dtype_);
+    }
+    CpuAutocast(const CpuAutocast&) = delete;
+    CpuAutocast& operator=(const CpuAutocast&) = delete;
+
+private:
+    bool enabled_;
+    bool prev_ = false;
+    at::ScalarType prev_dtype_ = at::kBFloat16;
+};
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimConfig& o, std::vector<torch::Tensor> params) {
+    if (o.name == "adamw") {
+        return std::make_unique<torch::optim::AdamW>(
+            params, torch::optim::AdamWOptions(o.lr).betas({o.betas[0], o.betas[1]}).eps(o.eps).weight_decay(o.weight_decay));
+    }
+    return std::make_unique<torch::optim::SGD>(
+        params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).nesterov(o.nesterov && o.momentum > 0).weight_decay(o.weight_decay));
+}
+
+void set_lr(torch::optim::Optimizer& opt, double lr) {
+    for (auto& g : opt.param_groups()) g.options().set_lr(lr);
+}
+
+/// Prepares the run directory: refuses to clobber a previous run unless asked.
+Status prepare_run_dir(const TrainConfig& cfg, const TrainOptions& opts) {
+    const stdfs::path dir = cfg.run_dir();
+    Status st = fs::check_writable_dir(cfg.run.dir);
+    if (!st.is_ok()) return {st.code(), fmt::format("run.dir: {}", st.message())};
+    std::error_code ec;
+    const bool exists = stdfs::exists(dir / "metrics.jsonl", ec) || stdfs::exists(dir / "checkpoints", ec);
+    if (exists && opts.overwrite) {
+        stdfs::remove_all(dir, ec);
+        if (ec) return io_error("cannot delete {}: {}", dir.string(), ec.message());
+    } else if (exists && !opts.resume) {
+        return {StatusCode::kAlreadyExists,
+                fmt::format("run directory {} already holds a run\nhint: pass --resume to continue it, --overwrite to "
+                            "start over, or --set run.name=NEW",
+                            dir.string())};
+    }
+    st = fs::check_writable_dir(dir);
+    if (!st.is_ok()) return {st.code(), fmt::format("run directory: {}", st.message())};
+    return fs::ensure_dir(dir / "checkpoints");
+}
+
+torch::Tensor images_tensor(data::Batch& b) {
+    return torch::from_blob(b.images.data(), {b.size, b.shape.channels, b.shape.height, b.shape.width}, torch::kFloat);
+}
+torch::Tensor labels_tensor(data::Batch& b) { return torch::from_blob(b.labels.data(), {b.size}, torch::kLong); }
+
+}  // namespace
+
+int configure_threads(int64_t threads) {
+    int n = threads > 0 ? static_cast<int>(threads) : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    at::set_num_threads(n);
+    return at::get_num_threads();
+}
+
+Result<EvalResult> evaluate(models::NetImpl& net, data::Loader& loader, bool bf16) {
+    const auto start = Clock::now();
+    const bool was_training = net.is_training();
+    net.eval();
+    torch::NoGradGuard no_grad;
+    EvalResult r;
+    double loss_sum = 0;
+    int64_t correct = 0;
+    loader.seek({0, 0});
+    data::Batch b;
+    for (;;) {
+        STRATO_ASSIGN_OR_RETURN(bool more, loader.next(b));
+        if (!more) break;
+        torch::Tensor logits;
+        {
+            CpuAutocast ac(bf16);
+            logits = net.forward(images_tensor(b));
+        }
+        logits = logits.to(torch::kFloat);
+        auto y = labels_tensor(b);
+        loss_sum += F::cross_entropy(logits, y, F::CrossEntropyFuncOptions().reduction(torch::kSum)).item<double>();
+        correct += logits.argmax(1).eq(y).sum().item<int64_t>();
+        r.count += b.size;
+    }
+    net.train(was_training);
+    if (r.count > 0) {
+        r.loss = loss_sum / static_cast<double>(r.count);
+        r.accuracy = static_cast<double>(correct) / static_cast<double>(r.count);
+    }
+    r.seconds = seconds_since(start);
+    return r;
+}
+
+Result<PackageEval> evaluate_package(const std::string& package_dir, const data::DataConfig& data, bool bf16) {
+    try {
+        STRATO_ASSIGN_OR_RETURN(models::LoadedPackage pkg, models::load_package(package_dir));
+        STRATO_ASSIGN_OR_RETURN(data::DataSplits splits, data::open_datasets(data));
+        if (!(splits.test->shape() == pkg.info.input_shape)) {
+            const auto& a = splits.test->shape();
+            const auto& b = pkg.info.input_shape;
+            return invalid_argument("the data has {}x{}x{} images but the model expects {}x{}x{}", a.channels, a.height,
+                                    a.width, b.channels, b.height, b.width);
+        }
+        if (splits.test->num_classes() > pkg.info.num_classes) {
+            return invalid_argument("the data has {} classes but the model predicts {}", splits.test->num_classes(),
+                                    pkg.info.num_classes);
+        }
+        splits.mean = pkg.info.mean;
+        splits.std = pkg.info.std;
+        STRATO_ASSIGN_OR_RETURN(auto loader, data::Loader::create(splits.test, data::eval_loader_options(data, splits)));
+        PackageEval out;
+        STRATO_ASSIGN_OR_RETURN(out.result, evaluate(*pkg.net, *loader, bf16));
+        out.arch = pkg.info.model.arch;
+        out.parameters = models::parameter_count(*pkg.net);
+        out.labels = pkg.info.labels;
+        return out;
+    } catch (const c10::Error& e) {
+        std::string msg = e.what_without_backtrace();
+        if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+        return internal_error("libtorch: {}", msg);
+    }
+}
+
+namespace {
+
+class Trainer {
+public:
+    Trainer(const TrainConfig& cfg, const TrainOptions& opts) : cfg_(cfg), opts_(opts) {}
+
+    Result<TrainResult> run();
+
+private:
+    Status setup();
+    Status train_epoch(bool& stop);
+    Status checkpoint();
+    Result<TrainResult> finish(bool early_stopped);
+
+    const TrainConfig& cfg_;
+    const TrainOptions& opts_;
+    std::string run_dir_;
+    data::DataSplits splits_;
+    std::unique_ptr<data::Loader> train_loader_, test_loader_;
+    models::Net net_;
+    std::unique_ptr<torch::optim::Optimizer> optim_;
+    std::unique_ptr<CheckpointStore> store_;
+    std::unique_ptr<MetricsLog> metrics_;
+    TrainState state_;
+    int64_t steps_per_epoch_ = 0;
+    int64_t total_steps_ = 0;
+    Clock::time_point process_start_;
+    EvalResult last_eval_;
+    bool bf16_ = false;
+};
+
+Status Trainer::setup() {
+    process_start_ = Clock::now();
+    run_dir_ = cfg_.run_dir();
+    STRATO_RETURN_IF_ERROR(prepare_run_dir(cfg_, opts_));
+    log::add_file_sink((stdfs::path(run_dir_) / "events.log").string());
+
+    const int threads = configure_threads(cfg_.run.threads);
+    if (cfg_.run.deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+    bf16_ = cfg_.train.precision == "bf16";
+
+    // The resolved config: every key with its value, as the run used it.
+    const std::string resolved = config::dump(cfg_);
+    const stdfs::path cfg_path = stdfs::path(run_dir_) / "config.toml";
+    if (auto old = fs::read_file(cfg_path); old && opts_.resume && *old != resolved) {
+        log::warn("the config differs from the one this run started with ({}); continuing with the new one",
+                  cfg_path.string());
+    }
+    STRATO_RETURN_IF_ERROR(fs::atomic_write(cfg_path, resolved));
+
+    STRATO_ASSIGN_OR_RETURN(splits_, data::open_datasets(cfg_.data));
+    const uint64_t seed = static_cast<uint64_t>(cfg_.run.seed);
+    STRATO_ASSIGN_OR_RETURN(train_loader_,
+                            data::Loader::create(splits_.train, data::train_loader_options(cfg_.data, splits_, seed)));
+    STRATO_ASSIGN_OR_RETURN(test_loader_, data::Loader::create(splits_.test, data::eval_loader_options(cfg_.data, splits_)));
+
+    torch::manual_seed(seed);
+    STRATO_ASSIGN_OR_RETURN(net_, models::create_model(cfg_.model, splits_.train->shape(), splits_.train->num_classes()));
+    optim_ = make_optimizer(cfg_.optim, net_->parameters());
+    store_ = std::make_unique<CheckpointStore>(run_dir_, cfg_.checkpoint);
+
+    steps_per_epoch_ = (train_loader_->batches_per_epoch() + cfg_.train.grad_accum - 1) / cfg_.train.grad_accum;
+    total_steps_ = steps_per_epoch_ * cfg_.train.epochs;
+    if (cfg_.train.max_steps > 0) total_steps_ = std::min(total_steps_, cfg_.train.max_steps);
+
+    if (opts_.resume) {
+        STRATO_ASSIGN_OR_RETURN(auto restored, store_->load_latest(*net_, *optim_));
+        if (restored) {
+            state_ = *restored;
+            log::info("resuming {} from step {} (epoch {}, batch {})", run_dir_, state_.step, state_.epoch + 1,
+                      state_.next_batch);
+        } else {
+            log::info("no checkpoint in {}; starting from scratch", store_->dir());
+        }
+    }
+    STRATO_ASSIGN_OR_RETURN(MetricsLog m,
+                            MetricsLog::open((stdfs::path(run_dir_) / "metrics.jsonl").string(), state_.metrics_lines));
+    metrics_ = std::make_unique<MetricsLog>(std::move(m));
+    log::info("training {} ({} parameters) on {} samples, {} threads, {}, {} steps/epoch", cfg_.model.arch,
+              models::parameter_count(*net_), splits_.train->size(), threads, cfg_.train.precision, steps_per_epoch_);
+    return Status::ok();
+}
+
+Status Trainer::checkpoint() {
+    STRATO_RETURN_IF_ERROR(metrics_->sync());
+    TrainState s = state_;
+    s.metrics_lines = metrics_->lines();
+    s.elapsed_s = state_.elapsed_s + seconds_since(process_start_);
+    return store_->save(s, *net_, *optim_);
+}
+
+Status Trainer::train_epoch(bool& stop) {
+    const int64_t epoch = state_.epoch;
+    const int64_t batches = train_loader_->batches_per_epoch();
+    const int64_t accum = cfg_.train.grad_accum;
+    train_loader_->seek({epoch, state_.next_batch});
+    net_->train();
+    ProgressBar bar(batches, fmt::format("epoch {}/{}", epoch + 1, cfg_.train.epochs), opts_.quiet);
+
+    auto window_start = Clock::now();
+    double window_loss = 0;
+    int64_t window_correct = 0, window_seen = 0, micro = 0;
+    const auto smoothing = cfg_.train.label_smoothing;
+    data::Batch b;
+    for (;;) {
+        STRATO_ASSIGN_OR_RETURN(bool more, train_loader_->next(b));
+        if (!more) break;
+        auto x = images_tensor(b);
+        auto y = labels_tensor(b);
+        torch::Tensor logits;
+        {
+            CpuAutocast ac(bf16_);
+            logits = net_->forward(x);
+        }
+        logits = logits.to(torch::kFloat);
+        auto loss = F::cross_entropy(logits, y, F::CrossEntropyFuncOptions().label_smoothing(smoothing));
+        (accum > 1 ? loss / static_cast<double>(accum) : loss).backward();
+        ++micro;
+
+        const double l = loss.item<double>();
+        const int64_t correct = logits.argmax(1).eq(y).sum().item<int64_t>();
+        window_loss += l * static_cast<double>(b.size);
+        window_correct += correct;
+        window_seen += b.size;
+        state_.epoch_loss_sum += l * static_cast<double>(b.size);
+        state_.epoch_correct += correct;
+        state_.epoch_seen += b.size;
+
+        const bool last_batch = b.index + 1 == batches;
+        if (micro < accum && !last_batch) continue;
+        micro = 0;
+        const double lr = learning_rate(cfg_.schedule, cfg_.optim.lr, state_.step, total_steps_, steps_per_epoch_);
+        set_lr(*optim_, lr);
+        if (cfg_.train.clip_grad_norm > 0) torch::nn::utils::clip_grad_norm_(net_->parameters(), cfg_.train.clip_grad_norm);
+        optim_->step();
+        optim_->zero_grad();
+        ++state_.step;
+        state_.next_batch = b.index + 1;
+
+        const double secs = seconds_since(window_start);
+        bar.update(b.index + 1, fmt::format("loss {:.4f}  {:.0f} samples/s", window_loss / std::max<int64_t>(1, window_seen),
+                                            static_cast<double>(window_seen) / std::max(1e-9, secs)));
+        if (state_.step % cfg_.train.log_every == 0) {
+            STRATO_RETURN_IF_ERROR(metrics_->append({{"kind", "train"},
+                                                     {"step", state_.step},
+                                                     {"epoch", epoch + static_cast<double>(b.index + 1) / static_cast<double>(batches)},
+                                                     {"loss", window_loss / static_cast<double>(window_seen)},
+                                                     {"acc", static_cast<double>(window_correct) / static_cast<double>(window_seen)},
+                                                     {"lr", lr},
+                                                     {"samples_per_s", static_cast<double>(window_seen) / std::max(1e-9, secs)}}));
+            window_start = Clock::now();
+            window_loss = 0;
+            window_correct = window_seen = 0;
+        }
+        const bool max_reached = cfg_.train.max_steps > 0 && state_.step >= cfg_.train.max_steps;
+        if (signals::stop_requested() || max_reached) {
+            stop = true;
+            break;
+        }
+        if (cfg_.checkpoint.every_steps > 0 && state_.step % cfg_.checkpoint.every_steps == 0 && !last_batch) {
+            STRATO_RETURN_IF_ERROR(checkpoint());
+        }
+    }
+    bar.finish();
+    return Status::ok();
+}
+
+Result<TrainResult> Trainer::run() {
+    STRATO_RETURN_IF_ERROR(setup());
+    bool early_stopped = false;
+    while (state_.epoch < cfg_.train.epochs) {
+        const auto epoch_start = Clock::now();
+        bool stop = false;
+        STRATO_RETURN_IF_ERROR(train_epoch(stop));
+        if (stop && signals::stop_requested()) {
+            STRATO_RETURN_IF_ERROR(checkpoint());
+            return Status(StatusCode::kCancelled,
+                          fmt::format("interrupted by signal {} at step {}; checkpoint saved in {}\nhint: continue with "
+                                      "the same command and --resume",
+                                      signals::stop_signal(), state_.step, store_->dir()));
+        }
+        const bool epoch_done = state_.next_batch >= train_loader_->batches_per_epoch();
+        const int64_t epoch = state_.epoch;
+        const bool last = epoch + 1 >= cfg_.train.epochs || stop;
+        if ((epoch + 1) % cfg_.train.eval_every == 0 || last) {
+            STRATO_ASSIGN_OR_RETURN(last_eval_, evaluate(*net_, *test_loader_, bf16_));
+            const double train_loss = state_.epoch_loss_sum / std::max<int64_t>(1, state_.epoch_seen);
+            const double train_acc = static_cast<double>(state_.epoch_correct) / std::max<int64_t>(1, state_.epoch_seen);
+            const double epoch_s = seconds_since(epoch_start);
+            STRATO_RETURN_IF_ERROR(metrics_->append({{"kind", "eval"},
+                                                     {"step", state_.step},
+                                                     {"epoch", epoch + 1},
+                                                     {"train_loss", train_loss},
+                                                     {"train_acc", train_acc},
+                                                     {"test_loss", last_eval_.loss},
+                                                     {"test_acc", last_eval_.accuracy},
+                                                     {"epoch_time_s", epoch_s},
+                                                     {"eval_time_s", last_eval_.seconds}}));
+            log::info("epoch {}/{}: train loss {:.4f} acc {:.2f}% | test loss {:.4f} acc {:.2f}% | {:.1f} s", epoch + 1,
+                      cfg_.train.epochs, train_loss, 100 * train_acc, last_eval_.loss, 100 * last_eval_.accuracy, epoch_s);
+            if (last_eval_.accuracy > state_.best_acc + cfg_.train.early_stopping_min_delta) {
+                state_.best_acc = last_eval_.accuracy;
+                state_.best_step = state_.step;
+                state_.bad_evals = 0;
+            } else {
+                ++state_.bad_evals;
+            }
+            if (cfg_.train.early_stopping_patience > 0 && state_.bad_evals >= cfg_.train.early_stopping_patience) {
+                log::info("early stopping: no improvement in {} evaluations", state_.bad_evals);
+                early_stopped = true;
+            }
+        }
+        if (epoch_done) {
+            state_.epoch = epoch + 1;
+            state_.next_batch = 0;
+            state_.epoch_loss_sum = 0;
+            state_.epoch_correct = state_.epoch_seen = 0;
+        }
+        STRATO_RETURN_IF_ERROR(checkpoint());
+        if (signals::stop_requested()) {
+            return Status(StatusCode::kCancelled,
+                          fmt::format("interrupted by signal {} after epoch {}; checkpoint saved in {}\nhint: continue "
+                                      "with the same command and --resume",
+                                      signals::stop_signal(), epoch + 1, store_->dir()));
+        }
+        if (stop || early_stopped) break;
+    }
+    return finish(early_stopped);
+}
+
+Result<TrainResult> Trainer::finish(bool early_stopped) {
+    if (last_eval_.count == 0) {  // resumed after the last epoch had finished
+        STRATO_ASSIGN_OR_RETURN(last_eval_, evaluate(*net_, *test_loader_, bf16_));
+    }
+    TrainResult r;
+    r.run_dir = run_dir_;
+    r.package_dir = (stdfs::path(run_dir_) / "model").string();
+    r.steps = state_.step;
+    r.epochs = state_.epoch;
+    r.test_acc = last_eval_.accuracy;
+    r.test_loss = last_eval_.loss;
+    r.best_test_acc = std::max(state_.best_acc, last_eval_.accuracy);
+    r.wall_time_s = state_.elapsed_s + seconds_since(process_start_);
+    r.early_stopped = early_stopped;
+
+    models::PackageInfo info;
+    info.model = cfg_.model;
+    info.input_shape = splits_.train->shape();
+    info.num_classes = splits_.train->num_classes();
+    info.labels = splits_.train->class_names();
+    info.mean = splits_.mean;
+    info.std = splits_.std;
+    info.metrics = {{"test_acc", r.test_acc},        {"test_loss", r.test_loss}, {"best_test_acc", r.best_test_acc},
+                    {"test_samples", last_eval_.count}, {"epochs", r.epochs},       {"steps", r.steps},
+                    {"wall_time_s", r.wall_time_s},   {"precision", cfg_.train.precision}};
+    STRATO_RETURN_IF_ERROR(models::save_package(r.package_dir, info, *net_));
+    return r;
+}
+
+}  // namespace
+
+Result<TrainResult> run_training(const TrainConfig& cfg, const TrainOptions& opts) {
+    try {
+        Trainer t(cfg, opts);
+        auto r = t.run();
+        log::remove_file_sinks();
+        return r;
+    } catch (const c10::Error& e) {
+        log::remove_file_sinks();
+        std::string msg = e.what_without_backtrace();
+        if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+        return internal_error("libtorch: {}", msg);
+    } catch (const Error& e) {
+        log::remove_file_sinks();
+        return e.status();
+    }
+}
+
+}  // namespace strato::train

@@ -1,0 +1,139 @@
+#include <gtest/gtest.h>
+
+#include "strato/core/config.h"
+
+namespace strato::config {
+namespace {
+
+struct Inner {
+    double lr = 0.1;
+    int64_t steps = 10;
+    bool flag = false;
+    std::string mode = "a";
+    std::vector<std::string> tags;
+    std::vector<double> betas = {0.9, 0.99};
+    void visit(Visitor& v) {
+        v.field("lr", lr, Range::positive());
+        v.field("steps", steps, Range::between(1, 100));
+        v.field("flag", flag);
+        v.field("mode", mode, {"a", "b"});
+        v.field("tags", tags, {"x", "y"});
+        v.field("betas", betas, Range::half_open(0, 1));
+    }
+};
+
+struct Outer {
+    std::string name = "n";
+    Inner inner;
+    void visit(Visitor& v) {
+        v.field("name", name);
+        v.section("inner", [&] { inner.visit(v); });
+    }
+};
+
+TEST(Config, ReadsTypedValuesAndKeepsDefaults) {
+    auto r = load_string<Outer>("name = \"x\"\n[inner]\nlr = 1\nflag = true\ntags = [\"y\"]\n");
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_EQ(r->name, "x");
+    EXPECT_DOUBLE_EQ(r->inner.lr, 1.0);  // integers are accepted for numbers
+    EXPECT_EQ(r->inner.steps, 10);
+    EXPECT_TRUE(r->inner.flag);
+    EXPECT_EQ(r->inner.tags, std::vector<std::string>{"y"});
+}
+
+TEST(Config, OverridesWinAndBareStringsWork) {
+    auto r = load_string<Outer>("[inner]\nlr = 0.5\n", {"inner.lr=0.25", "inner.mode=b", "name=run-7", "inner.betas=[0.5, 0.6]"});
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_DOUBLE_EQ(r->inner.lr, 0.25);
+    EXPECT_EQ(r->inner.mode, "b");
+    EXPECT_EQ(r->name, "run-7");
+    EXPECT_EQ(r->inner.betas, (std::vector<double>{0.5, 0.6}));
+}
+
+TEST(Config, RoundTripsThroughToml) {
+    Outer o;
+    o.inner.lr = 0.003;
+    o.inner.tags = {"x"};
+    auto r = load_string<Outer>(dump(o));
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_DOUBLE_EQ(r->inner.lr, 0.003);
+    EXPECT_EQ(r->inner.tags, o.inner.tags);
+}
+
+TEST(Config, JsonRoundTrip) {
+    Inner in;
+    in.mode = "b";
+    in.steps = 42;
+    std::string j = to_json([&](Visitor& v) { in.visit(v); });
+    Inner back;
+    ASSERT_TRUE(bind_json(j, "test.json", [&](Visitor& v) { back.visit(v); }).is_ok());
+    EXPECT_EQ(back.mode, "b");
+    EXPECT_EQ(back.steps, 42);
+    Status bad = bind_json(R"({"steps": "many"})", "test.json", [&](Visitor& v) { back.visit(v); });
+    EXPECT_NE(bad.message().find("steps"), std::string::npos);
+}
+
+struct ErrorCase {
+    const char* toml;
+    std::vector<std::string> overrides;
+    const char* expect;  // substring of the error
+};
+
+class ConfigErrors : public ::testing::TestWithParam<ErrorCase> {};
+
+TEST_P(ConfigErrors, NamesLocationKeyAndExpectation) {
+    const auto& c = GetParam();
+    auto doc = Document::from_string(c.toml, "cfg.toml");
+    Status st = doc.is_ok() ? Status::ok() : doc.status();
+    if (st.is_ok()) {
+        for (const auto& o : c.overrides) {
+            st = doc->apply_override(o);
+            if (!st.is_ok()) break;
+        }
+    }
+    if (st.is_ok()) {
+        Outer out;
+        st = doc->bind([&](Visitor& v) { out.visit(v); });
+    }
+    ASSERT_FALSE(st.is_ok()) << "expected an error containing: " << c.expect;
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find(c.expect), std::string::npos) << "message: " << st.message() << "\nexpected: " << c.expect;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ConfigErrors,
+    ::testing::Values(
+        ErrorCase{"[inner]\nlrr = 0.1\n", {}, "cfg.toml:2: unknown key 'inner.lrr' (did you mean 'inner.lr'?)"},
+        ErrorCase{"nmae = 1\n", {}, "cfg.toml:1: unknown key 'nmae' (did you mean 'name'?)"},
+        ErrorCase{"[inner]\nlr = \"fast\"\n", {}, "cfg.toml:2: inner.lr: expected a number > 0, got a string 'fast'"},
+        ErrorCase{"[inner]\nlr = -0.1\n", {}, "cfg.toml:2: inner.lr: expected a number > 0, got -0.1"},
+        ErrorCase{"[inner]\nsteps = 1.5\n", {}, "inner.steps: expected an integer in [1, 100], got a number 1.5"},
+        ErrorCase{"[inner]\nsteps = 1000\n", {}, "cfg.toml:2: inner.steps: expected an integer in [1, 100], got 1000"},
+        ErrorCase{"[inner]\nflag = 1\n", {}, "inner.flag: expected true or false"},
+        ErrorCase{"[inner]\nmode = \"c\"\n", {}, "inner.mode: expected one of a, b, got \"c\""},
+        ErrorCase{"[inner]\ntags = [\"z\"]\n", {}, "inner.tags: expected one of x, y, got \"z\""},
+        ErrorCase{"[inner]\nbetas = [0.9, 1.5]\n", {}, "inner.betas: expected array elements to be a number in [0, 1)"},
+        ErrorCase{"inner = 3\n", {}, "cfg.toml:1: inner: expected a table [inner], got an integer"},
+        ErrorCase{"[inner\nlr = 1\n", {}, "cfg.toml:1:"},
+        ErrorCase{"", {"inner.lr=-1"}, "--set inner.lr=-1: inner.lr: expected a number > 0, got -1"},
+        ErrorCase{"", {"inner.nope=1"}, "--set inner.nope=1: unknown key 'inner.nope'"},
+        ErrorCase{"", {"lr"}, "--set lr: expected section.key=value"},
+        ErrorCase{"", {"name.x=1"}, "name: expected a string, got a table"}));
+
+TEST(Config, ReportsEveryErrorOnItsOwnLine) {
+    auto doc = Document::from_string("[inner]\nlr = -1\nsteps = 0\n", "c.toml");
+    Outer o;
+    Status st = doc->bind([&](Visitor& v) { o.visit(v); });
+    EXPECT_NE(st.message().find("c.toml:2"), std::string::npos);
+    EXPECT_NE(st.message().find("\nc.toml:3"), std::string::npos);
+}
+
+TEST(Config, MissingFileIsNotFound) {
+    auto r = load<Outer>("/nonexistent/x.toml");
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+    EXPECT_NE(r.status().message().find("/nonexistent/x.toml"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace strato::config

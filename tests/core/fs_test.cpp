@@ -1,0 +1,70 @@
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "strato/core/fs.h"
+
+namespace strato::fs {
+namespace {
+
+class FsTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        dir_ = stdfs::temp_directory_path() / ("strato-fs-" + std::to_string(::getpid()));
+        stdfs::remove_all(dir_);
+        stdfs::create_directories(dir_);
+    }
+    void TearDown() override {
+        ::chmod(dir_.c_str(), 0755);
+        stdfs::remove_all(dir_);
+    }
+    stdfs::path dir_;
+};
+
+TEST_F(FsTest, AtomicWriteReplacesContentAndLeavesNoTemp) {
+    auto p = dir_ / "a.json";
+    ASSERT_TRUE(atomic_write(p, "first").is_ok());
+    ASSERT_TRUE(atomic_write(p, "second").is_ok());
+    EXPECT_EQ(*read_file(p), "second");
+    int files = 0;
+    for (auto& e : stdfs::directory_iterator(dir_)) files += e.is_regular_file();
+    EXPECT_EQ(files, 1);
+}
+
+TEST_F(FsTest, ReadMissingFileNamesIt) {
+    auto r = read_file(dir_ / "nope.txt");
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+    EXPECT_NE(r.status().message().find("nope.txt"), std::string::npos);
+}
+
+TEST_F(FsTest, Sha256KnownVectors) {
+    EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST_F(FsTest, UnwritableDirectoryIsReported) {
+    if (::geteuid() == 0) {
+        // root ignores permission bits; a regular file in the way still cannot hold files.
+        ASSERT_TRUE(atomic_write(dir_ / "file", "x").is_ok());
+        Status st = check_writable_dir(dir_ / "file" / "sub");
+        EXPECT_FALSE(st.is_ok());
+        return;
+    }
+    ::chmod(dir_.c_str(), 0555);
+    Status st = check_writable_dir(dir_);
+    EXPECT_FALSE(st.is_ok());
+    EXPECT_NE(st.message().find(dir_.string()), std::string::npos);
+}
+
+TEST_F(FsTest, EnsureDirRefusesFileInTheWay) {
+    ASSERT_TRUE(atomic_write(dir_ / "f", "x").is_ok());
+    Status st = ensure_dir(dir_ / "f");
+    EXPECT_FALSE(st.is_ok());
+    EXPECT_NE(st.message().find("not a directory"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace strato::fs

@@ -1,0 +1,111 @@
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <filesystem>
+
+#include "strato/core/fs.h"
+#include "strato/data/data_config.h"
+#include "strato/data/idx.h"
+
+namespace strato::data {
+namespace {
+namespace stdfs = std::filesystem;
+
+bool have_fashion_mnist() { return stdfs::exists(std::string(kFashionMnistDir) + "/train-images-idx3-ubyte.gz"); }
+
+TEST(Idx, ReadsDebianFashionMnist) {
+    if (!have_fashion_mnist()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+    DataConfig cfg;
+    auto splits = open_datasets(cfg);
+    ASSERT_TRUE(splits.is_ok()) << splits.status().message();
+    EXPECT_EQ(splits->train->size(), 60000);
+    EXPECT_EQ(splits->test->size(), 10000);
+    EXPECT_EQ(splits->train->shape(), (ImageShape{1, 28, 28}));
+    EXPECT_EQ(splits->train->num_classes(), 10);
+    // Class balance: Fashion-MNIST has exactly 6000 training images per class.
+    auto* mem = dynamic_cast<InMemoryDataset*>(splits->train.get());
+    ASSERT_NE(mem, nullptr);
+    std::vector<int> counts(10);
+    for (auto y : mem->labels()) counts[static_cast<size_t>(y)]++;
+    for (int c : counts) EXPECT_EQ(c, 6000);
+    EXPECT_EQ(mem->labels()[0], 9);  // the first training image is an ankle boot
+    std::vector<double> mean, sd;
+    ASSERT_TRUE(channel_stats(*mem, 60000, &mean, &sd).is_ok());
+    EXPECT_NEAR(mean[0], 0.2860, 1e-3);
+    EXPECT_NEAR(sd[0], 0.3530, 1e-3);
+}
+
+class IdxFiles : public ::testing::Test {
+protected:
+    void SetUp() override {
+        dir_ = stdfs::temp_directory_path() / ("strato-idx-" + std::to_string(::getpid()));
+        stdfs::create_directories(dir_);
+    }
+    void TearDown() override { stdfs::remove_all(dir_); }
+    std::string write(const std::string& name, const std::string& bytes) {
+        auto p = (dir_ / name).string();
+        EXPECT_TRUE(fs::atomic_write(p, bytes).is_ok());
+        return p;
+    }
+    static std::string header(uint8_t type, std::vector<uint32_t> dims) {
+        std::string h = {0, 0, static_cast<char>(type), static_cast<char>(dims.size())};
+        for (auto d : dims)
+            for (int s = 24; s >= 0; s -= 8) h.push_back(static_cast<char>((d >> s) & 0xFF));
+        return h;
+    }
+    stdfs::path dir_;
+};
+
+TEST_F(IdxFiles, PlainFileRoundTrip) {
+    auto p = write("x.idx", header(0x08, {2, 2, 2}) + std::string("\x01\x02\x03\x04\x05\x06\x07\x08", 8));
+    auto r = read_idx(p);
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_EQ(r->dims, (std::vector<int64_t>{2, 2, 2}));
+    EXPECT_EQ(r->data[7], 8);
+}
+
+TEST_F(IdxFiles, TruncatedDataIsDetected) {
+    auto p = write("t.idx", header(0x08, {10, 28, 28}) + std::string(100, '\0'));
+    auto r = read_idx(p);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(r.status().message().find("t.idx"), std::string::npos);
+    EXPECT_NE(r.status().message().find("truncated"), std::string::npos);
+}
+
+TEST_F(IdxFiles, BadMagicAndTypeAreRejected) {
+    auto r = read_idx(write("m.idx", "PK\x03\x04 not idx"));
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("not an IDX file"), std::string::npos);
+    r = read_idx(write("f.idx", header(0x0D, {1}) + std::string(4, '\0')));
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("0x0d"), std::string::npos);
+}
+
+TEST_F(IdxFiles, CorruptGzipIsDetected) {
+    // A valid gzip header followed by garbage.
+    auto r = read_idx(write("c.gz", std::string("\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03", 10) + std::string(64, '\x55')));
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("c.gz"), std::string::npos);
+}
+
+TEST_F(IdxFiles, LabelCountMismatch) {
+    auto img = write("i.idx", header(0x08, {2, 1, 1}) + std::string(2, '\0'));
+    auto lab = write("l.idx", header(0x08, {3}) + std::string(3, '\0'));
+    auto r = load_idx_dataset(img, lab, {});
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("2 images"), std::string::npos);
+}
+
+TEST(DataConfig, MissingDatasetDirectory) {
+    DataConfig cfg;
+    cfg.path = "/nonexistent/dataset";
+    auto r = open_datasets(cfg);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+    EXPECT_NE(r.status().message().find("/nonexistent/dataset"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace strato::data

@@ -1,0 +1,84 @@
+#include <gtest/gtest.h>
+#include <png.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "strato/core/fs.h"
+#include "strato/data/data_config.h"
+#include "strato/data/image_folder.h"
+
+namespace strato::data {
+namespace {
+namespace stdfs = std::filesystem;
+
+void write_png(const stdfs::path& p, int w, int h, uint8_t value, bool rgb) {
+    png_image img{};
+    img.version = PNG_IMAGE_VERSION;
+    img.width = static_cast<png_uint_32>(w);
+    img.height = static_cast<png_uint_32>(h);
+    img.format = rgb ? PNG_FORMAT_RGB : PNG_FORMAT_GRAY;
+    std::vector<uint8_t> px(static_cast<size_t>(w * h * (rgb ? 3 : 1)), value);
+    ASSERT_TRUE(png_image_write_to_file(&img, p.c_str(), 0, px.data(), 0, nullptr)) << img.message;
+}
+
+class ImageFolder : public ::testing::Test {
+protected:
+    void SetUp() override {
+        root_ = stdfs::temp_directory_path() / ("strato-imgf-" + std::to_string(::getpid()));
+        for (auto split : {"train", "test"}) {
+            for (auto cls : {"cat", "dog"}) stdfs::create_directories(root_ / split / cls);
+            write_png(root_ / split / "cat" / "a.png", 16, 12, 40, true);
+            write_png(root_ / split / "cat" / "b.png", 8, 8, 60, false);
+            write_png(root_ / split / "dog" / "c.png", 10, 10, 200, true);
+        }
+        fs::atomic_write(root_ / "train" / "dog" / "notes.txt", "ignored").is_ok();
+    }
+    void TearDown() override { stdfs::remove_all(root_); }
+    stdfs::path root_;
+};
+
+TEST_F(ImageFolder, IndexesClassesAndResizes) {
+    auto ds = ImageFolderDataset::open((root_ / "train").string(), {3, 8, 8});
+    ASSERT_TRUE(ds.is_ok()) << ds.status().message();
+    EXPECT_EQ((*ds)->size(), 3);
+    EXPECT_EQ((*ds)->class_names(), (std::vector<std::string>{"cat", "dog"}));
+    std::vector<uint8_t> buf(3 * 8 * 8);
+    int64_t label = -1;
+    ASSERT_TRUE((*ds)->load(2, buf.data(), &label).is_ok());
+    EXPECT_EQ(label, 1);
+    EXPECT_EQ(buf[0], 200);
+    ASSERT_TRUE((*ds)->load(1, buf.data(), &label).is_ok());  // gray PNG converted to RGB
+    EXPECT_EQ(buf[3 * 64 - 1], 60);
+}
+
+TEST_F(ImageFolder, OpensThroughDataConfig) {
+    DataConfig cfg;
+    cfg.dataset = "image-folder";
+    cfg.path = root_.string();
+    cfg.image_size = 8;
+    cfg.channels = 1;
+    auto s = open_datasets(cfg);
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    EXPECT_EQ(s->test->size(), 3);
+    EXPECT_EQ(s->mean.size(), 1u);
+}
+
+TEST_F(ImageFolder, CorruptImageIsAnErrorNamingTheFile) {
+    fs::atomic_write(root_ / "train" / "dog" / "bad.png", std::string("\x89PNG\r\n\x1a\n garbage", 17)).is_ok();
+    auto ds = ImageFolderDataset::open((root_ / "train").string(), {3, 8, 8}).value();
+    std::vector<uint8_t> buf(3 * 64);
+    int64_t label;
+    Status st = ds->load(2, buf.data(), &label);  // sorted: bad.png before c.png
+    ASSERT_FALSE(st.is_ok());
+    EXPECT_NE(st.message().find("bad.png"), std::string::npos);
+}
+
+TEST(ImageFolderMissing, NamesThePath) {
+    auto ds = ImageFolderDataset::open("/nonexistent/imgs", {3, 8, 8});
+    ASSERT_FALSE(ds.is_ok());
+    EXPECT_NE(ds.status().message().find("/nonexistent/imgs"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace strato::data

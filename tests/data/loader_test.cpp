@@ -1,0 +1,128 @@
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "strato/data/loader.h"
+
+namespace strato::data {
+namespace {
+
+std::shared_ptr<InMemoryDataset> toy(int64_t n, ImageShape s = {1, 4, 4}) {
+    std::vector<uint8_t> px(static_cast<size_t>(n * s.numel()));
+    for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>(i * 7 + 3);
+    std::vector<int64_t> y(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) y[static_cast<size_t>(i)] = i;  // label = index, to track order
+    std::vector<std::string> names(static_cast<size_t>(n), "c");
+    return std::make_shared<InMemoryDataset>(s, std::move(px), std::move(y), std::move(names));
+}
+
+std::vector<Batch> epoch(Loader& l, int64_t e, int64_t from = 0) {
+    l.seek({e, from});
+    std::vector<Batch> out;
+    Batch b;
+    while (*l.next(b)) out.push_back(b);
+    return out;
+}
+
+LoaderOptions opts(int64_t workers) {
+    LoaderOptions o;
+    o.batch_size = 8;
+    o.seed = 1234;
+    o.workers = workers;
+    o.prefetch = 3;
+    o.hflip = true;
+    o.crop_padding = 1;
+    o.mean = {0.5};
+    o.std = {0.25};
+    return o;
+}
+
+TEST(Loader, EpochIsAPermutationAndBatchesCoverIt) {
+    auto l = Loader::create(toy(50), opts(2)).value();
+    EXPECT_EQ(l->batches_per_epoch(), 7);
+    auto batches = epoch(*l, 0);
+    ASSERT_EQ(batches.size(), 7u);
+    std::vector<int64_t> seen;
+    for (auto& b : batches) seen.insert(seen.end(), b.labels.begin(), b.labels.end());
+    EXPECT_EQ(batches.back().size, 2);
+    std::vector<int64_t> sorted = seen;
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<int64_t> all(50);
+    std::iota(all.begin(), all.end(), 0);
+    EXPECT_EQ(sorted, all);
+    EXPECT_NE(seen, all);  // shuffled
+}
+
+TEST(Loader, SameBatchesWhateverTheWorkerCount) {
+    for (int64_t workers : {1, 3, 4}) {
+        auto ref = Loader::create(toy(61), opts(0)).value();
+        auto l = Loader::create(toy(61), opts(workers)).value();
+        for (int64_t e : {0, 1}) {
+            auto a = epoch(*ref, e), b = epoch(*l, e);
+            ASSERT_EQ(a.size(), b.size());
+            for (size_t i = 0; i < a.size(); ++i) {
+                EXPECT_EQ(a[i].labels, b[i].labels);
+                EXPECT_EQ(a[i].images, b[i].images) << "workers " << workers << " epoch " << e << " batch " << i;
+            }
+        }
+    }
+}
+
+TEST(Loader, EpochsDifferAndSeedsDiffer) {
+    auto l = Loader::create(toy(40), opts(1)).value();
+    EXPECT_NE(l->epoch_order(0), l->epoch_order(1));
+    auto o = opts(1);
+    o.seed = 99;
+    auto l2 = Loader::create(toy(40), o).value();
+    EXPECT_NE(l->epoch_order(0), l2->epoch_order(0));
+}
+
+TEST(Loader, ResumeMidEpochYieldsExactlyTheRemainingBatches) {
+    auto l = Loader::create(toy(100), opts(2)).value();
+    auto full = epoch(*l, 3);
+    // A new loader, as after a restart, seeked to batch 5 of epoch 3.
+    auto resumed = Loader::create(toy(100), opts(3)).value();
+    auto tail = epoch(*resumed, 3, 5);
+    ASSERT_EQ(tail.size(), full.size() - 5);
+    for (size_t i = 0; i < tail.size(); ++i) {
+        EXPECT_EQ(tail[i].index, full[i + 5].index);
+        EXPECT_EQ(tail[i].labels, full[i + 5].labels);
+        EXPECT_EQ(tail[i].images, full[i + 5].images);
+    }
+    EXPECT_EQ(resumed->position().batch, resumed->batches_per_epoch());
+}
+
+TEST(Loader, NormalisesPixels) {
+    auto o = opts(0);
+    o.shuffle = false;
+    o.hflip = false;
+    o.crop_padding = 0;
+    auto ds = toy(2);
+    auto l = Loader::create(ds, o).value();
+    auto b = epoch(*l, 0)[0];
+    const float px0 = static_cast<float>(ds->pixels()[0]);
+    EXPECT_NEAR(b.images[0], (px0 / 255.0f - 0.5f) / 0.25f, 1e-5);
+}
+
+TEST(Loader, RejectsBadOptions) {
+    auto o = opts(0);
+    o.batch_size = 0;
+    EXPECT_FALSE(Loader::create(toy(4), o).is_ok());
+    o = opts(0);
+    o.mean = {0.1, 0.2};
+    auto r = Loader::create(toy(4), o);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("channels"), std::string::npos);
+}
+
+TEST(Loader, EarlyDestructionWhileWorkersRun) {
+    for (int i = 0; i < 20; ++i) {
+        auto l = Loader::create(toy(200), opts(3)).value();
+        l->seek({0, 0});
+        Batch b;
+        ASSERT_TRUE(*l->next(b));
+    }  // destructor joins the workers with batches still pending
+}
+
+}  // namespace
+}  // namespace strato::data

@@ -1,0 +1,106 @@
+// End-to-end: the strato binary on bad input (one clear line, non-zero exit) and a small real run.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "proc.h"
+#include "strato/core/fs.h"
+
+namespace strato::test {
+namespace {
+namespace stdfs = std::filesystem;
+
+class Cli : public ::testing::Test {
+protected:
+    void SetUp() override { dir_ = temp_dir(::testing::UnitTest::GetInstance()->current_test_info()->name()); }
+    void TearDown() override { stdfs::remove_all(dir_); }
+    std::string write_config(const std::string& text) {
+        std::string p = dir_ + "/cfg.toml";
+        EXPECT_TRUE(fs::atomic_write(p, text).is_ok());
+        return p;
+    }
+    Output train(const std::string& args) { return run_strato("--quiet train " + args + " --set run.dir=" + dir_ + "/runs", dir_); }
+    static void expect_one_error(const Output& o, const std::string& needle) {
+        EXPECT_NE(o.code, 0);
+        EXPECT_NE(o.err.find("error: "), std::string::npos) << o.err;
+        EXPECT_NE(o.err.find(needle), std::string::npos) << "stderr:\n" << o.err << "\nexpected: " << needle;
+        EXPECT_EQ(o.err.find("terminate called"), std::string::npos) << o.err;
+    }
+    std::string dir_;
+};
+
+TEST_F(Cli, HelpListsCommands) {
+    auto o = run_strato("--help", dir_);
+    EXPECT_EQ(o.code, 0);
+    for (const char* c : {"train", "eval", "report", "doctor"}) EXPECT_NE(o.out.find(c), std::string::npos) << c;
+    o = run_strato("train --help", dir_);
+    EXPECT_EQ(o.code, 0);
+    EXPECT_NE(o.out.find("--resume"), std::string::npos);
+    EXPECT_NE(run_strato("frobnicate", dir_).code, 0);
+}
+
+TEST_F(Cli, UnknownKeyNamesFileLineAndKey) {
+    auto cfg = write_config("[optim]\nlr = 0.1\nmomentun = 0.9\n");
+    expect_one_error(train(cfg), "cfg.toml:3: unknown key 'optim.momentun' (did you mean 'optim.momentum'?)");
+}
+
+TEST_F(Cli, WrongTypeNamesTheKey) {
+    auto cfg = write_config("[train]\nepochs = \"ten\"\n");
+    expect_one_error(train(cfg), "cfg.toml:2: train.epochs: expected an integer in [1, 100000], got a string");
+}
+
+TEST_F(Cli, NegativeLearningRate) {
+    expect_one_error(train("configs/fashion_mnist_cnn.toml --set optim.lr=-0.1"),
+                     "--set optim.lr=-0.1: optim.lr: expected a number > 0, got -0.1");
+}
+
+TEST_F(Cli, MissingConfigFile) { expect_one_error(train(dir_ + "/nope.toml"), "nope.toml cannot be read"); }
+
+TEST_F(Cli, MissingDataset) {
+    expect_one_error(train("configs/fashion_mnist_mlp.toml --set data.path=/nonexistent/fmnist"),
+                     "data.path: dataset directory /nonexistent/fmnist does not exist");
+}
+
+TEST_F(Cli, UnwritableRunDirectory) {
+    auto o = run_strato("--quiet train configs/fashion_mnist_mlp.toml --set run.dir=/proc/strato-runs", dir_);
+    expect_one_error(o, "run.dir: ");
+    EXPECT_NE(o.err.find("/proc/strato-runs"), std::string::npos);
+}
+
+TEST_F(Cli, CorruptModelPackage) {
+    stdfs::create_directories(dir_ + "/pkg");
+    ASSERT_TRUE(fs::atomic_write(dir_ + "/pkg/strato-model.json", "{\"format\": \"strato-model\"").is_ok());
+    expect_one_error(run_strato("eval --model " + dir_ + "/pkg", dir_), "strato-model.json: not valid JSON");
+    expect_one_error(run_strato("eval --model " + dir_ + "/missing", dir_), "does not exist");
+}
+
+TEST_F(Cli, ReportOfMissingRun) { expect_one_error(run_strato("report " + dir_ + "/no-run", dir_), "no-run"); }
+
+TEST_F(Cli, SmallRunEndToEnd) {
+    const std::string sets =
+        " --set data.limit_train=2048 --set data.limit_test=512 --set train.epochs=2 --set model.width=64"
+        " --set run.name=smoke --json";
+    auto o = train("configs/fashion_mnist_mlp.toml" + sets);
+    ASSERT_EQ(o.code, 0) << o.err;
+    const std::string run = dir_ + "/runs/smoke";
+    for (const char* f : {"config.toml", "metrics.jsonl", "events.log", "report.html", "model/strato-model.json",
+                          "model/weights.pt", "model/metrics.json", "checkpoints/latest"}) {
+        EXPECT_TRUE(stdfs::exists(run + "/" + f)) << f;
+    }
+    EXPECT_NE(o.out.find("\"test_acc\""), std::string::npos) << o.out;
+    // A second run with the same name refuses to clobber the first.
+    auto again = train("configs/fashion_mnist_mlp.toml" + sets);
+    expect_one_error(again, "already holds a run");
+    // eval loads the package without the training config.
+    auto ev = run_strato("eval --model " + run + "/model --set data.limit_test=512 --json", dir_);
+    ASSERT_EQ(ev.code, 0) << ev.err;
+    EXPECT_NE(ev.out.find("\"accuracy\""), std::string::npos);
+    EXPECT_NE(ev.out.find("\"samples\": 512"), std::string::npos) << ev.out;
+    // --resume on a finished run is a no-op that still succeeds.
+    auto resumed = train("configs/fashion_mnist_mlp.toml" + sets + " --resume");
+    EXPECT_EQ(resumed.code, 0) << resumed.err;
+}
+
+}  // namespace
+}  // namespace strato::test

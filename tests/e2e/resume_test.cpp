@@ -1,0 +1,141 @@
+// End-to-end: a training process killed with SIGKILL at random moments and resumed each time ends
+// with weights bitwise equal to an uninterrupted run, and metrics.jsonl has no lost or
+// duplicated entries. Also: SIGTERM checkpoints and exits 130; a corrupt latest checkpoint is
+// skipped for the previous one.
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "proc.h"
+#include "strato/core/fs.h"
+#include "strato/models/package.h"
+#include "strato/train/metrics_log.h"
+
+namespace strato::test {
+namespace {
+namespace stdfs = std::filesystem;
+
+std::vector<std::string> train_args(const std::string& runs, const std::string& name) {
+    std::vector<std::string> a = {"--quiet", "train", "configs/fashion_mnist_cnn.toml", "--resume"};
+    for (const char* s : {"data.limit_train=3000", "data.limit_test=500", "data.batch_size=64", "train.epochs=3",
+                          "model.width=8", "model.hidden=32", "checkpoint.every_steps=7", "checkpoint.keep_last=2",
+                          "train.log_every=5", "run.deterministic=true", "run.threads=2", "train.precision=fp32"}) {
+        a.push_back("--set");
+        a.push_back(s);
+    }
+    a.insert(a.end(), {"--set", "run.dir=" + runs, "--set", "run.name=" + name, "--no-report"});
+    return a;
+}
+
+int wait_for(pid_t pid) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+void expect_same_weights(const std::string& a, const std::string& b) {
+    auto pa = models::load_package(a), pb = models::load_package(b);
+    ASSERT_TRUE(pa.is_ok()) << pa.status().message();
+    ASSERT_TRUE(pb.is_ok()) << pb.status().message();
+    auto na = pa->net->named_parameters(), nb = pb->net->named_parameters();
+    ASSERT_EQ(na.size(), nb.size());
+    for (const auto& p : na) {
+        EXPECT_TRUE(torch::equal(p.value(), nb[p.key()])) << p.key() << " max diff "
+                                                          << (p.value() - nb[p.key()]).abs().max().item<float>();
+    }
+    auto ba = pa->net->named_buffers(), bb = pb->net->named_buffers();
+    for (const auto& p : ba) EXPECT_TRUE(torch::equal(p.value(), bb[p.key()])) << p.key();
+}
+
+std::vector<std::pair<std::string, int64_t>> metric_keys(const std::string& run) {
+    auto lines = train::MetricsLog::read(run + "/metrics.jsonl");
+    EXPECT_TRUE(lines.is_ok());
+    std::vector<std::pair<std::string, int64_t>> keys;
+    for (const auto& j : *lines) keys.emplace_back(j["kind"].get<std::string>(), j["step"].get<int64_t>());
+    return keys;
+}
+
+class Resume : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (!stdfs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) GTEST_SKIP();
+        dir_ = temp_dir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+        runs_ = dir_ + "/runs";
+    }
+    void TearDown() override {
+        if (!dir_.empty()) stdfs::remove_all(dir_);
+    }
+    std::string dir_, runs_;
+};
+
+TEST_F(Resume, SigkillAtRandomMomentsThenResumeIsBitwiseIdentical) {
+    pid_t ref = spawn_strato(train_args(runs_, "reference"), dir_ + "/reference.log");
+    ASSERT_EQ(wait_for(ref), 0) << slurp(dir_ + "/reference.log");
+
+    std::mt19937 rng(20261202);
+    std::uniform_int_distribution<int> delay_ms(700, 2500);
+    int kills = 0, exit_code = -1;
+    for (int attempt = 0; attempt < 40; ++attempt) {
+        pid_t pid = spawn_strato(train_args(runs_, "killed"), dir_ + "/killed.log");
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms(rng));
+        int status = 0;
+        pid_t done = 0;
+        while (std::chrono::steady_clock::now() < deadline && (done = ::waitpid(pid, &status, WNOHANG)) == 0)
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        if (done == pid) {
+            exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+            break;
+        }
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, &status, 0);
+        ++kills;
+    }
+    ASSERT_EQ(exit_code, 0) << slurp(dir_ + "/killed.log");
+    EXPECT_GE(kills, 3) << "the run finished before it could be killed often enough";
+    expect_same_weights(runs_ + "/reference/model", runs_ + "/killed/model");
+    EXPECT_EQ(metric_keys(runs_ + "/reference"), metric_keys(runs_ + "/killed"));
+    const std::string events = slurp(runs_ + "/killed/events.log");
+    EXPECT_NE(events.find("resuming"), std::string::npos);
+}
+
+TEST_F(Resume, SigtermCheckpointsAndExits130ThenCorruptLatestFallsBack) {
+    pid_t ref = spawn_strato(train_args(runs_, "reference"), dir_ + "/reference.log");
+    ASSERT_EQ(wait_for(ref), 0) << slurp(dir_ + "/reference.log");
+
+    pid_t pid = spawn_strato(train_args(runs_, "term"), dir_ + "/term.log");
+    // Wait for the first checkpoint, then ask politely.
+    const std::string latest = runs_ + "/term/checkpoints/latest";
+    for (int i = 0; i < 3000 && !stdfs::exists(latest); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ::kill(pid, SIGTERM);
+    ASSERT_EQ(wait_for(pid), 130) << slurp(dir_ + "/term.log");
+    EXPECT_NE(slurp(dir_ + "/term.log").find("checkpoint saved"), std::string::npos);
+
+    // Corrupt the newest checkpoint: the resumed run warns, takes the previous one, and still
+    // ends bitwise equal to the reference.
+    auto name = *fs::read_file(latest);
+    name.pop_back();
+    const std::string model = runs_ + "/term/checkpoints/" + name + "/model.pt";
+    std::string bytes = *fs::read_file(model);
+    bytes.resize(bytes.size() / 2);
+    ASSERT_TRUE(fs::atomic_write(model, bytes).is_ok());
+    int checkpoints = 0;
+    for (auto& e : stdfs::directory_iterator(runs_ + "/term/checkpoints")) checkpoints += e.is_directory();
+
+    pid = spawn_strato(train_args(runs_, "term"), dir_ + "/term2.log");
+    ASSERT_EQ(wait_for(pid), 0) << slurp(dir_ + "/term2.log");
+    const std::string log = slurp(dir_ + "/term2.log") + slurp(runs_ + "/term/events.log");
+    EXPECT_NE(log.find("is unusable"), std::string::npos) << log;
+    if (checkpoints > 1) {
+        EXPECT_NE(log.find("resuming from the older checkpoint"), std::string::npos) << log;
+    }
+    expect_same_weights(runs_ + "/reference/model", runs_ + "/term/model");
+    EXPECT_EQ(metric_keys(runs_ + "/reference"), metric_keys(runs_ + "/term"));
+}
+
+}  // namespace
+}  // namespace strato::test

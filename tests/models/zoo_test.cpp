@@ -1,0 +1,136 @@
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "strato/core/fs.h"
+#include "strato/models/package.h"
+#include "strato/models/zoo.h"
+
+namespace strato::models {
+namespace {
+namespace stdfs = std::filesystem;
+
+struct ZooCase {
+    std::string arch;
+    int64_t depth;
+    data::ImageShape shape;
+};
+
+class Zoo : public ::testing::TestWithParam<ZooCase> {};
+
+TEST_P(Zoo, ForwardGivesLogitsPerClass) {
+    const auto& c = GetParam();
+    ModelConfig cfg;
+    cfg.arch = c.arch;
+    cfg.depth = c.depth;
+    cfg.width = c.arch == "resnet" && c.depth < 60 && c.depth % 6 != 2 ? 8 : 0;  // slim ImageNet-style nets for speed
+    auto net = create_model(cfg, c.shape, 7);
+    ASSERT_TRUE(net.is_ok()) << net.status().message();
+    (*net)->eval();
+    torch::NoGradGuard ng;
+    auto y = (*net)->forward(torch::randn({2, c.shape.channels, c.shape.height, c.shape.width}));
+    EXPECT_EQ(y.sizes(), (std::vector<int64_t>{2, 7}));
+    EXPECT_TRUE(torch::isfinite(y).all().item<bool>());
+}
+
+INSTANTIATE_TEST_SUITE_P(All, Zoo,
+                         ::testing::Values(ZooCase{"mlp", 0, {1, 28, 28}}, ZooCase{"mlp", 3, {3, 8, 8}},
+                                           ZooCase{"cnn", 0, {1, 28, 28}}, ZooCase{"cnn", 3, {3, 32, 32}},
+                                           ZooCase{"resnet", 20, {1, 28, 28}}, ZooCase{"resnet", 32, {3, 32, 32}},
+                                           ZooCase{"resnet", 18, {1, 28, 28}}, ZooCase{"resnet", 34, {3, 32, 32}},
+                                           ZooCase{"resnet", 50, {3, 96, 96}}),
+                         [](const auto& param_info) {
+                             return param_info.param.arch + std::to_string(param_info.param.depth) + "_" +
+                                    std::to_string(param_info.param.shape.height);
+                         });
+
+TEST(ZooErrors, BadArchitectureOrDepth) {
+    ModelConfig cfg;
+    cfg.arch = "transformer9000";
+    auto r = create_model(cfg, {1, 28, 28}, 10);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("transformer9000"), std::string::npos);
+    cfg.arch = "resnet";
+    cfg.depth = 21;
+    r = create_model(cfg, {1, 28, 28}, 10);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("model.depth"), std::string::npos);
+    cfg.arch = "cnn";
+    cfg.depth = 6;
+    r = create_model(cfg, {1, 28, 28}, 10);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("shrink"), std::string::npos);
+}
+
+class Package : public ::testing::Test {
+protected:
+    void SetUp() override {
+        dir_ = stdfs::temp_directory_path() / ("strato-pkg-" + std::to_string(::getpid()));
+        stdfs::remove_all(dir_);
+        info_.model.arch = "cnn";
+        info_.model.width = 4;
+        info_.model.hidden = 16;
+        info_.input_shape = {1, 28, 28};
+        info_.num_classes = 10;
+        info_.labels = std::vector<std::string>(10, "x");
+        info_.mean = {0.5};
+        info_.std = {0.25};
+        info_.metrics = {{"test_acc", 0.5}};
+        torch::manual_seed(1);
+        net_ = create_model(info_.model, info_.input_shape, 10).value();
+        net_->eval();
+        ASSERT_TRUE(save_package((dir_ / "model").string(), info_, *net_).is_ok());
+    }
+    void TearDown() override { stdfs::remove_all(dir_); }
+    stdfs::path dir_;
+    PackageInfo info_;
+    Net net_;
+};
+
+TEST_F(Package, RoundTripGivesIdenticalOutputs) {
+    auto loaded = load_package((dir_ / "model").string());
+    ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+    EXPECT_EQ(loaded->info.model.width, 4);
+    EXPECT_EQ(loaded->info.mean, info_.mean);
+    EXPECT_EQ(loaded->info.metrics["test_acc"], 0.5);
+    torch::NoGradGuard ng;
+    auto x = torch::randn({3, 1, 28, 28});
+    EXPECT_TRUE(torch::equal(net_->forward(x), loaded->net->forward(x)));
+    // Saving again over an existing package replaces it and leaves no temporary directories.
+    ASSERT_TRUE(save_package((dir_ / "model").string(), info_, *net_).is_ok());
+    int entries = 0;
+    for (auto& e : stdfs::directory_iterator(dir_)) entries += 1 + 0 * e.is_directory();
+    EXPECT_EQ(entries, 1);
+}
+
+TEST_F(Package, FlippedBitInWeightsIsDetected) {
+    auto p = dir_ / "model" / kPackageWeights;
+    std::string bytes = *fs::read_file(p);
+    bytes[bytes.size() / 2] ^= 0x10;
+    ASSERT_TRUE(fs::atomic_write(p, bytes).is_ok());
+    auto r = load_package((dir_ / "model").string());
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(r.status().message().find("weights.pt is corrupt"), std::string::npos) << r.status().message();
+}
+
+TEST_F(Package, BrokenManifestIsAClearError) {
+    auto m = dir_ / "model" / kPackageManifest;
+    ASSERT_TRUE(fs::atomic_write(m, "{\"format\": \"strato-model\", \"model\": {\"arch\": 3}}").is_ok());
+    auto r = load_package((dir_ / "model").string());
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("strato-model.json /model: arch: expected a string"), std::string::npos) << r.status().message();
+    ASSERT_TRUE(fs::atomic_write(m, "{not json").is_ok());
+    r = load_package((dir_ / "model").string());
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("not valid JSON"), std::string::npos);
+    r = load_package((dir_ / "nothing").string());
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace strato::models

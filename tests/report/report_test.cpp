@@ -1,0 +1,473 @@
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "strato/core/fs.h"
+#include "strato/report/run_report.h"
+#include "strato/report/svg_chart.h"
+
+namespace strato::report {
+namespace {
+
+namespace stdfs = std::filesystem;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+size_t count(const std::string& hay, const std::string& needle) {
+    size_t n = 0;
+    for (size_t pos = hay.find(needle); pos != std::string::npos; pos = hay.find(needle, pos + needle.size())) ++n;
+    return n;
+}
+
+bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+std::string lower(std::string s) {
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+    return s;
+}
+
+// "nan" or "inf" as a word (not inside "dominant"), as printf writes non-finite numbers.
+bool has_non_number(const std::string& text) {
+    static const std::regex kNonNumber("(^|[^a-z])(nan|inf)([^a-z]|$)", std::regex::icase);
+    return std::regex_search(text, kNonNumber);
+}
+
+// A well-formed SVG never carries non-numbers into coordinates.
+void expect_clean_svg(const std::string& svg) {
+    EXPECT_EQ(svg.rfind("<svg", 0), 0u) << svg.substr(0, 80);
+    EXPECT_TRUE(contains(svg, "</svg>"));
+    EXPECT_FALSE(has_non_number(svg)) << svg;
+    EXPECT_EQ(count(svg, "<svg"), 1u);
+}
+
+// The stroke colours of the series paths, in order.
+std::vector<std::string> path_colours(const std::string& svg) {
+    std::vector<std::string> out;
+    for (size_t pos = svg.find("<path "); pos != std::string::npos; pos = svg.find("<path ", pos + 1)) {
+        const size_t s = svg.find("stroke=\"", pos) + 8;
+        out.push_back(svg.substr(s, svg.find('"', s) - s));
+    }
+    return out;
+}
+
+// ---------------------------------------------------------------- charts
+
+TEST(SvgChart, NoSeriesShowsNoData) {
+    const std::string svg = line_chart_svg({}, {.title = "Empty", .x_label = "step", .y_label = "loss"});
+    expect_clean_svg(svg);
+    EXPECT_TRUE(contains(svg, "no data"));
+    EXPECT_FALSE(contains(svg, "<path"));
+    EXPECT_FALSE(contains(svg, "class=\"legend\""));
+}
+
+TEST(SvgChart, SeriesWithoutPointsShowsNoData) {
+    const std::string svg = line_chart_svg({{"a", {}, {}}, {"b", {1, 2}, {kNaN, kNaN}}}, {.title = "t"});
+    expect_clean_svg(svg);
+    EXPECT_TRUE(contains(svg, "no data"));
+    EXPECT_FALSE(contains(svg, "<path"));
+}
+
+TEST(SvgChart, SinglePointIsAMarker) {
+    const std::string svg = line_chart_svg({{"only", {3}, {0.25}}}, {.title = "one"});
+    expect_clean_svg(svg);
+    EXPECT_FALSE(contains(svg, "no data"));
+    EXPECT_EQ(count(svg, "<circle"), 1u);
+    EXPECT_TRUE(contains(svg, "<title>only: 3, 0.25</title>"));
+}
+
+TEST(SvgChart, NonFiniteValuesBreakTheLine) {
+    const std::string svg =
+        line_chart_svg({{"s", {1, 2, 3, 4, 5, 6}, {1, kNaN, 3, 4, kInf, 2}}}, {.title = "gaps", .y_label = "y"});
+    expect_clean_svg(svg);
+    const size_t p = svg.find("<path d=\"");
+    ASSERT_NE(p, std::string::npos);
+    const std::string d = svg.substr(p + 9, svg.find('"', p + 9) - p - 9);
+    EXPECT_EQ(count(d, "M"), 3u) << d;  // segments {1}, {3, 4}, {6}
+    EXPECT_EQ(count(d, "L"), 1u) << d;
+    EXPECT_EQ(count(svg, "<circle"), 4u);
+}
+
+TEST(SvgChart, ConstantValuesGetARange) {
+    for (double v : {0.0, 0.5, -3.0, 1e6}) {
+        SCOPED_TRACE(v);
+        const std::string svg = line_chart_svg({{"flat", {0, 1, 2, 3}, {v, v, v, v}}}, {.title = "flat"});
+        expect_clean_svg(svg);
+        EXPECT_TRUE(contains(svg, "<path"));
+        EXPECT_GE(count(svg, "text-anchor=\"end\""), 2u);  // at least two y tick labels
+    }
+    const std::string same_x = line_chart_svg({{"v", {5, 5, 5}, {1, 2, 3}}}, {.title = "vertical"});
+    expect_clean_svg(same_x);
+}
+
+TEST(SvgChart, ExtremeValuesStayBounded) {
+    for (const auto& ys : std::vector<std::vector<double>>{
+             {1e-300, 1e299}, {1e6, 1e6 + 1e-9}, {-1e299, 1e299}, {1e308, 1}, {-kInf, kInf, 1}}) {
+        SCOPED_TRACE(testing::Message() << ys[0] << " .. " << ys[1]);
+        std::vector<double> xs(ys.size());
+        for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<double>(i);
+        for (bool log_y : {false, true}) {
+            const std::string svg = line_chart_svg({{"s", xs, ys}}, {.title = "t", .log_y = log_y});
+            expect_clean_svg(svg);
+            EXPECT_LT(svg.size(), 20000u);
+        }
+    }
+}
+
+TEST(SvgChart, LogScaleDropsNonPositiveValues) {
+    const std::string svg =
+        line_chart_svg({{"loss", {1, 2, 3, 4, 5}, {0, -1, 2.3, 0.4, 0.05}}}, {.title = "log", .log_y = true});
+    expect_clean_svg(svg);
+    EXPECT_EQ(count(svg, "<circle"), 3u);
+    const std::string flat = line_chart_svg({{"c", {1, 2}, {0.3, 0.3}}}, {.title = "log", .log_y = true});
+    expect_clean_svg(flat);
+    const std::string none = line_chart_svg({{"c", {1, 2}, {0, -2}}}, {.title = "log", .log_y = true});
+    expect_clean_svg(none);
+    EXPECT_TRUE(contains(none, "no data"));
+}
+
+TEST(SvgChart, MismatchedLengthsUseTheShorter) {
+    const std::string svg = line_chart_svg({{"s", {1, 2, 3}, {1, 2}}}, {.title = "t"});
+    expect_clean_svg(svg);
+    EXPECT_EQ(count(svg, "<circle"), 2u);
+}
+
+TEST(SvgChart, LegendOnlyForSeveralSeriesWithDistinctColours) {
+    const std::string one = line_chart_svg({{"a", {1, 2}, {1, 2}}}, {.title = "t"});
+    EXPECT_FALSE(contains(one, "class=\"legend\""));
+
+    std::vector<Series> many;
+    for (int i = 0; i < 4; ++i) many.push_back({"series " + std::to_string(i), {1, 2, 3}, {1.0 * i, 2.0 * i, 3.0}});
+    const std::string svg = line_chart_svg(many, {.title = "t"});
+    expect_clean_svg(svg);
+    EXPECT_TRUE(contains(svg, "class=\"legend\""));
+    for (int i = 0; i < 4; ++i) EXPECT_TRUE(contains(svg, ">series " + std::to_string(i) + "</text>"));
+    const auto colours = path_colours(svg);
+    ASSERT_EQ(colours.size(), 4u);
+    EXPECT_EQ(std::set<std::string>(colours.begin(), colours.end()).size(), 4u);
+}
+
+TEST(SvgChart, ManyPointsDrawNoMarkers) {
+    Series s{"long", {}, {}};
+    for (int i = 0; i < 500; ++i) {
+        s.x.push_back(i);
+        s.y.push_back(std::sin(i * 0.1));
+    }
+    const std::string svg = line_chart_svg({s}, {.title = "t"});
+    expect_clean_svg(svg);
+    EXPECT_EQ(count(svg, "<circle"), 0u);
+}
+
+TEST(SvgChart, TextIsEscaped) {
+    const std::string svg = line_chart_svg({{"<b>&\"x\"", {1, 2}, {1, 2}}, {"y'", {1}, {1}}},
+                                           {.title = "a<b", .x_label = "x&y", .y_label = ">"});
+    EXPECT_TRUE(contains(svg, "a&lt;b"));
+    EXPECT_TRUE(contains(svg, "x&amp;y"));
+    EXPECT_TRUE(contains(svg, "&lt;b&gt;&amp;&quot;x&quot;"));
+    EXPECT_TRUE(contains(svg, "y&#39;"));
+    EXPECT_FALSE(contains(svg, "<b>"));
+}
+
+TEST(SvgChart, NiceTicksCoverTheRangeWithRoundSteps) {
+    struct Case {
+        double lo, hi;
+        int target;
+    };
+    for (const Case c : {Case{0, 1, 5}, Case{0.013, 0.97, 6}, Case{-3.7, 12.2, 4}, Case{1e-5, 3e-4, 5},
+                         Case{100, 100000, 8}, Case{2.31, 2.32, 5}}) {
+        SCOPED_TRACE(testing::Message() << c.lo << " .. " << c.hi);
+        const auto ticks = detail::nice_ticks(c.lo, c.hi, c.target);
+        ASSERT_GE(ticks.size(), 2u);
+        EXPECT_LE(ticks.size(), static_cast<size_t>(2 * c.target + 1));
+        EXPECT_LE(ticks.front(), c.lo);
+        EXPECT_GE(ticks.back(), c.hi);
+        const double step = ticks[1] - ticks[0];
+        const double mant = step / std::pow(10.0, std::floor(std::log10(step) + 1e-9));
+        EXPECT_TRUE(std::abs(mant - 1) < 1e-6 || std::abs(mant - 2) < 1e-6 || std::abs(mant - 5) < 1e-6) << mant;
+    }
+    EXPECT_EQ(detail::nice_ticks(0, 1, 6), (std::vector<double>{0, 0.2, 0.4, 0.6000000000000001, 0.8, 1}));
+}
+
+TEST(SvgChart, TickLabels) {
+    EXPECT_EQ(detail::format_tick(0, 0.1, 1), "0");
+    EXPECT_EQ(detail::format_tick(0.5, 0.1, 1), "0.5");
+    EXPECT_EQ(detail::format_tick(0.25, 0.05, 1), "0.25");
+    EXPECT_EQ(detail::format_tick(1000, 200, 1000), "1000");
+    EXPECT_EQ(detail::format_tick(20000, 5000, 40000), "20k");
+    EXPECT_EQ(detail::format_tick(2500, 500, 10000), "2.5k");
+    EXPECT_EQ(detail::format_tick(3e7, 1e7, 5e7), "30M");
+    EXPECT_EQ(detail::format_tick(1e-4, 2e-5, 1e-4), "1e-4");
+    EXPECT_EQ(detail::format_tick(3e-5, 1e-5, 1e-4), "3e-5");
+    EXPECT_EQ(detail::format_tick(-2, 1, 4), "-2");
+}
+
+TEST(HtmlEscape, EscapesMarkupCharacters) {
+    EXPECT_EQ(html_escape("a < b && c > \"d\" 'e'"), "a &lt; b &amp;&amp; c &gt; &quot;d&quot; &#39;e&#39;");
+    EXPECT_EQ(html_escape(""), "");
+    EXPECT_EQ(html_escape("plain text ü"), "plain text ü");
+}
+
+// ---------------------------------------------------------------- run report
+
+class RunReportTest : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        root_ = stdfs::temp_directory_path() / ("strato-report-" + std::to_string(::getpid()) + "-" +
+                                                testing::UnitTest::GetInstance()->current_test_info()->name());
+        stdfs::remove_all(root_);
+        dir_ = root_ / "fmnist-cnn";
+        stdfs::create_directories(dir_ / "model");
+    }
+    void TearDown() override { stdfs::remove_all(root_); }
+
+    void write(const std::string& rel, const std::string& text) {
+        std::ofstream f(dir_ / rel, std::ios::binary);
+        f << text;
+    }
+
+    // A run of 3 epochs, 10 steps each, a train line every 2 steps.
+    static std::string metrics_lines() {
+        std::string out;
+        for (int epoch = 0; epoch < 3; ++epoch) {
+            for (int b = 2; b <= 10; b += 2) {
+                const int step = epoch * 10 + b;
+                out += fmt::format(
+                    "{{\"kind\":\"train\",\"step\":{},\"epoch\":{},\"loss\":{},\"acc\":{},\"lr\":{},"
+                    "\"samples_per_s\":{}}}\n",
+                    step, epoch + b / 10.0, 2.3 / (1 + step * 0.2), 0.1 + 0.8 * step / 30.0, 0.1 * (1 - step / 31.0),
+                    4000 + 10 * b);
+            }
+            out += fmt::format(
+                "{{\"kind\":\"eval\",\"step\":{},\"epoch\":{},\"train_loss\":{},\"train_acc\":{},\"test_loss\":{},"
+                "\"test_acc\":{},\"epoch_time_s\":12.5,\"eval_time_s\":1.25}}\n",
+                (epoch + 1) * 10, epoch + 1, 1.0 / (epoch + 1), 0.7 + 0.05 * epoch, 1.1 / (epoch + 1),
+                0.8123 + 0.05 * epoch);
+        }
+        out += "{\"kind\":\"checkpoint\",\"step\":30}\n";  // unknown kinds are skipped
+        return out;
+    }
+
+    void write_full_run() {
+        write("metrics.jsonl", metrics_lines());
+        write("config.toml", "[model]\narch = \"cnn\"\n\n[data]\nname = \"a<b & c\"\n");
+        write("model/metrics.json",
+              R"({"test_acc": 0.9123, "test_loss": 0.2345, "best_test_acc": 0.9150, "epochs": 3, "steps": 30,
+                  "wall_time_s": 3725.0, "precision": "bf16", "test_samples": 10000, "early_stopped": false})");
+        write("model/strato-model.json",
+              R"({"format": "strato-model", "model": {"arch": "cnn", "width": 32, "depth": 2},
+                  "parameters": 1234567, "num_classes": 10,
+                  "inputs": [{"name": "input", "datatype": "FP32", "shape": [-1, 1, 28, 28]}]})");
+    }
+
+    Result<std::string> render() { return render_run_report(dir_.string()); }
+
+    stdfs::path root_, dir_;
+};
+
+// Every "http" in the page is the SVG namespace; nothing else could make the browser fetch.
+void expect_self_contained(const std::string& html) {
+    const std::string xmlns = "xmlns=\"http://www.w3.org/2000/svg\"";
+    size_t http = 0;
+    for (size_t pos = html.find("http"); pos != std::string::npos; pos = html.find("http", pos + 1)) {
+        ++http;
+        ASSERT_GE(pos, 7u);
+        EXPECT_EQ(html.compare(pos - 7, xmlns.size(), xmlns), 0) << html.substr(pos - 20, 80);
+    }
+    EXPECT_EQ(http, count(html, "<svg"));
+    const std::string l = lower(html);
+    for (const char* bad : {"<script", "<link", "<img", "<iframe", "@import", "url(", "src=", "href=", "//cdn"}) {
+        EXPECT_FALSE(contains(l, bad)) << bad;
+    }
+}
+
+TEST_F(RunReportTest, FullRunHasSummaryChartsAndConfig) {
+    write_full_run();
+    auto html = render();
+    ASSERT_TRUE(html.is_ok()) << html.status().message();
+    const std::string& h = *html;
+    EXPECT_EQ(h.rfind("<!DOCTYPE html>", 0), 0u);
+    EXPECT_TRUE(contains(h, "<title>fmnist-cnn · strato run report</title>"));
+    EXPECT_TRUE(contains(h, "<h1>fmnist-cnn</h1>"));
+    EXPECT_GE(count(h, "<svg"), 4u);
+    for (const char* chart : {"aria-label=\"Loss", "aria-label=\"Accuracy\"", "aria-label=\"Learning rate\"",
+                              "aria-label=\"Throughput\""}) {
+        EXPECT_TRUE(contains(h, chart)) << chart;
+    }
+    EXPECT_TRUE(contains(h, "91.23%"));           // final test accuracy from model/metrics.json
+    EXPECT_TRUE(contains(h, "91.50%"));           // best
+    EXPECT_TRUE(contains(h, "0.2345"));           // test loss
+    EXPECT_TRUE(contains(h, "1 h 02 min 05 s"));  // wall time
+    EXPECT_TRUE(contains(h, "bf16"));
+    EXPECT_TRUE(contains(h, "<td>cnn</td>"));  // arch from /model/arch
+    EXPECT_TRUE(contains(h, "depth = 2, width = 32"));
+    EXPECT_TRUE(contains(h, "1,234,567"));                          // parameters
+    EXPECT_TRUE(contains(h, "[-1, 1, 28, 28]"));                    // /inputs/0/shape
+    EXPECT_TRUE(contains(h, "name = &quot;a&lt;b &amp; c&quot;"));  // config, verbatim and escaped
+    EXPECT_FALSE(contains(h, "a<b & c"));
+    EXPECT_TRUE(contains(h, "91.23%"));
+    EXPECT_TRUE(contains(h, "train (per step)"));
+    EXPECT_TRUE(contains(h, "test (epoch)"));
+    EXPECT_FALSE(contains(h, "class=\"notes\""));  // nothing to warn about
+    expect_self_contained(h);
+
+    // Deterministic: same input, same bytes.
+    auto again = render();
+    ASSERT_TRUE(again.is_ok());
+    EXPECT_EQ(*again, h);
+}
+
+TEST_F(RunReportTest, WriteRunReportWritesTheFile) {
+    write_full_run();
+    const std::string out = (dir_ / "report.html").string();
+    Status st = write_run_report(dir_.string(), out);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    auto text = fs::read_file(out);
+    ASSERT_TRUE(text.is_ok());
+    EXPECT_EQ(*text, *render());
+    // A trailing slash names the same run.
+    auto slash = render_run_report(dir_.string() + "/");
+    ASSERT_TRUE(slash.is_ok());
+    EXPECT_TRUE(contains(*slash, "<h1>fmnist-cnn</h1>"));
+}
+
+TEST_F(RunReportTest, WriteIntoMissingDirectoryFails) {
+    write_full_run();
+    Status st = write_run_report(dir_.string(), (root_ / "nope" / "report.html").string());
+    EXPECT_FALSE(st.is_ok());
+}
+
+TEST_F(RunReportTest, TornLastLineIsIgnored) {
+    write_full_run();
+    // Complete JSON, but no newline: the writer had not finished the line.
+    write("metrics.jsonl", metrics_lines() +
+                               R"({"kind":"eval","step":40,"epoch":4,"train_loss":0.1,"train_acc":0.4242,)"
+                               R"("test_loss":0.1,"test_acc":0.4242,"epoch_time_s":1,"eval_time_s":1})");
+    auto html = render();
+    ASSERT_TRUE(html.is_ok()) << html.status().message();
+    EXPECT_FALSE(contains(*html, "42.42%"));
+    EXPECT_TRUE(contains(*html, "incomplete"));
+
+    write("metrics.jsonl", metrics_lines() + R"({"kind":"train","step":31,"ep)");
+    html = render();
+    ASSERT_TRUE(html.is_ok()) << html.status().message();
+    EXPECT_GE(count(*html, "<svg"), 4u);
+}
+
+TEST_F(RunReportTest, MalformedLineNamesFileAndLine) {
+    write_full_run();
+    write("metrics.jsonl",
+          "{\"kind\":\"train\",\"step\":1,\"epoch\":0.1,\"loss\":2,\"acc\":0.1,\"lr\":0.1,\"samples_per_s\":1}\n"
+          "\n"
+          "{\"kind\":\"train\",\"step\":2,\"epo\n"
+          "{\"kind\":\"train\",\"step\":3,\"epoch\":0.3,\"loss\":2,\"acc\":0.1,\"lr\":0.1,\"samples_per_s\":1}\n");
+    auto html = render();
+    ASSERT_FALSE(html.is_ok());
+    EXPECT_EQ(html.status().code(), StatusCode::kDataLoss);
+    EXPECT_TRUE(contains(html.status().message(), (dir_ / "metrics.jsonl").string() + ":3:"))
+        << html.status().message();
+
+    write("metrics.jsonl", "[1, 2]\n");
+    html = render();
+    ASSERT_FALSE(html.is_ok());
+    EXPECT_TRUE(contains(html.status().message(), "metrics.jsonl:1:")) << html.status().message();
+}
+
+TEST_F(RunReportTest, WrongFieldTypeNamesLineAndKey) {
+    write("metrics.jsonl",
+          "{\"kind\":\"eval\",\"step\":10,\"epoch\":1,\"test_acc\":0.5}\n"
+          "{\"kind\":\"train\",\"step\":2,\"epoch\":0.2,\"loss\":\"high\",\"acc\":0.1}\n");
+    auto html = render();
+    ASSERT_FALSE(html.is_ok());
+    EXPECT_EQ(html.status().code(), StatusCode::kDataLoss);
+    EXPECT_TRUE(contains(html.status().message(), "metrics.jsonl:2:")) << html.status().message();
+    EXPECT_TRUE(contains(html.status().message(), "\"loss\"")) << html.status().message();
+}
+
+TEST_F(RunReportTest, NullValuesAreGapsNotErrors) {
+    // JSON writers spell NaN as null: a diverged loss must not break the report.
+    write("metrics.jsonl",
+          "{\"kind\":\"train\",\"step\":1,\"epoch\":0.5,\"loss\":null,\"acc\":0.1,\"lr\":0.1,\"samples_per_s\":10}\n"
+          "{\"kind\":\"eval\",\"step\":2,\"epoch\":1,\"train_loss\":null,\"test_loss\":null,\"test_acc\":0.25}\n");
+    auto html = render();
+    ASSERT_TRUE(html.is_ok()) << html.status().message();
+    EXPECT_TRUE(contains(*html, "25.00%"));
+    EXPECT_FALSE(has_non_number(*html));
+}
+
+TEST_F(RunReportTest, MissingRunDirectoryIsNotFound) {
+    auto html = render_run_report((root_ / "no-such-run").string());
+    ASSERT_FALSE(html.is_ok());
+    EXPECT_EQ(html.status().code(), StatusCode::kNotFound);
+    EXPECT_TRUE(contains(html.status().message(), (root_ / "no-such-run").string()));
+
+    Status st = write_run_report((root_ / "no-such-run").string(), (root_ / "r.html").string());
+    EXPECT_EQ(st.code(), StatusCode::kNotFound);
+    EXPECT_FALSE(stdfs::exists(root_ / "r.html"));
+}
+
+TEST_F(RunReportTest, DirectoryWithoutMetricsIsNotFound) {
+    auto html = render();
+    ASSERT_FALSE(html.is_ok());
+    EXPECT_EQ(html.status().code(), StatusCode::kNotFound);
+    EXPECT_TRUE(contains(html.status().message(), dir_.string() + " has no metrics.jsonl")) << html.status().message();
+}
+
+TEST_F(RunReportTest, OnlyMetricsUsesTheLastEvaluation) {
+    write("metrics.jsonl", metrics_lines());
+    auto html = render();
+    ASSERT_TRUE(html.is_ok()) << html.status().message();
+    EXPECT_GE(count(*html, "<svg"), 4u);
+    EXPECT_TRUE(contains(*html, "91.23%"));  // last eval: 0.8123 + 0.1
+    EXPECT_TRUE(contains(*html, "config.toml not found"));
+    EXPECT_TRUE(contains(*html, "model/metrics.json not found"));
+    expect_self_contained(*html);
+}
+
+TEST_F(RunReportTest, EmptyMetricsStillRenders) {
+    write("metrics.jsonl", "");
+    auto html = render();
+    ASSERT_TRUE(html.is_ok()) << html.status().message();
+    EXPECT_EQ(count(*html, "<svg"), 4u);
+    EXPECT_EQ(count(*html, ">no data</text>"), 4u);
+    expect_self_contained(*html);
+}
+
+TEST_F(RunReportTest, BrokenOptionalFilesAreNotedInThePage) {
+    write_full_run();
+    write("model/metrics.json", "{\"test_acc\": 0.9");
+    write("model/strato-model.json", "[]");
+    auto html = render();
+    ASSERT_TRUE(html.is_ok()) << html.status().message();
+    EXPECT_TRUE(contains(*html, "metrics.json is not a valid JSON object"));
+    EXPECT_TRUE(contains(*html, "strato-model.json is not a valid JSON object"));
+    EXPECT_TRUE(contains(*html, "91.23%"));  // falls back to the last eval line
+}
+
+TEST_F(RunReportTest, ManyStepsMakeALogScaleLossChart) {
+    std::string lines;
+    for (int step = 1; step <= 400; ++step) {
+        lines += fmt::format(
+            "{{\"kind\":\"train\",\"step\":{},\"epoch\":{},\"loss\":{},\"acc\":0.5,\"lr\":0.01,"
+            "\"samples_per_s\":100}}\n",
+            step, step / 100.0, 3.0 / step);
+    }
+    write("metrics.jsonl", lines);
+    auto html = render();
+    ASSERT_TRUE(html.is_ok()) << html.status().message();
+    EXPECT_TRUE(contains(*html, "Loss (log scale)"));
+    expect_self_contained(*html);
+}
+
+}  // namespace
+}  // namespace strato::report
