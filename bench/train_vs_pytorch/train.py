@@ -82,6 +82,7 @@ def main():
     p.add_argument("--window", type=int, default=50)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--bf16", action="store_true")
+    p.add_argument("--channels-last", action="store_true", help="NHWC model and inputs (not what most scripts do)")
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     a = p.parse_args()
 
@@ -91,6 +92,9 @@ def main():
     y = read_idx(f"{a.data}/train-labels-idx1-ubyte.gz").long()
     net = mlp(a.width, a.depth) if a.model == "mlp" else cnn(a.width, a.depth, a.hidden, a.dropout)
     net.train()
+    if a.channels_last:
+        net = net.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
     if a.optim == "adamw":
         opt = torch.optim.AdamW(net.parameters(), lr=a.lr, weight_decay=1e-4)
     else:

@@ -89,23 +89,6 @@ Result<DataSplits> open_datasets(const DataConfig& cfg) {
     return out;
 }
 
-LoaderOptions train_loader_options(const DataConfig& cfg, const DataSplits& splits, uint64_t seed) {
-    LoaderOptions o;
-    o.batch_size = cfg.batch_size;
-    o.shuffle = cfg.shuffle;
-    o.drop_last = cfg.drop_last;
-    o.seed = seed;
-    o.workers = cfg.workers;
-    o.prefetch = cfg.prefetch;
-    o.mean = splits.mean;
-    o.std = splits.std;
-    for (const auto& a : cfg.augment) {
-        if (a == "hflip") o.hflip = true;
-        if (a == "random-crop") o.crop_padding = cfg.crop_padding;
-    }
-    return o;
-}
-
 LoaderOptions eval_loader_options(const DataConfig& cfg, const DataSplits& splits) {
     LoaderOptions o;
     o.batch_size = cfg.eval_batch_size;
@@ -114,6 +97,19 @@ LoaderOptions eval_loader_options(const DataConfig& cfg, const DataSplits& split
     o.prefetch = cfg.prefetch;
     o.mean = splits.mean;
     o.std = splits.std;
+    return o;
+}
+
+LoaderOptions train_loader_options(const DataConfig& cfg, const DataSplits& splits, uint64_t seed) {
+    LoaderOptions o = eval_loader_options(cfg, splits);
+    o.batch_size = cfg.batch_size;
+    o.shuffle = cfg.shuffle;
+    o.drop_last = cfg.drop_last;
+    o.seed = seed;
+    for (const auto& a : cfg.augment) {
+        if (a == "hflip") o.hflip = true;
+        if (a == "random-crop") o.crop_padding = cfg.crop_padding;
+    }
     return o;
 }
 

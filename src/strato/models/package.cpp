@@ -11,26 +11,39 @@ namespace strato::models {
 namespace stdfs = std::filesystem;
 using nlohmann::json;
 
-std::string module_to_bytes(torch::nn::Module& m) {
+std::string torch_error_message(const c10::Error& e) {
+    std::string msg = e.what_without_backtrace();
+    if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+    return msg;
+}
+
+std::string archive_to_bytes(const std::function<void(torch::serialize::OutputArchive&)>& fill) {
     torch::serialize::OutputArchive archive;
-    m.save(archive);
+    fill(archive);
     std::ostringstream os;
     archive.save_to(os);
     return os.str();
 }
 
-Status module_from_bytes(torch::nn::Module& m, const std::string& bytes, const std::string& what) {
+Status archive_from_bytes(const std::string& bytes, const std::string& what,
+                          const std::function<void(torch::serialize::InputArchive&)>& read) {
     try {
         std::istringstream is(bytes);
         torch::serialize::InputArchive archive;
         archive.load_from(is);
-        m.load(archive);
+        read(archive);
     } catch (const c10::Error& e) {
-        std::string msg = e.what_without_backtrace();
-        if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
-        return data_loss("{}: cannot load weights: {}", what, msg);
+        return data_loss("{}: cannot load: {}", what, torch_error_message(e));
     }
     return Status::ok();
+}
+
+std::string module_to_bytes(torch::nn::Module& m) {
+    return archive_to_bytes([&](auto& a) { m.save(a); });
+}
+
+Status module_from_bytes(torch::nn::Module& m, const std::string& bytes, const std::string& what) {
+    return archive_from_bytes(bytes, what, [&](auto& a) { m.load(a); });
 }
 
 namespace {

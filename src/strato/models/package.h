@@ -45,5 +45,12 @@ Result<LoadedPackage> load_package(const std::string& dir);
 /// Module <-> bytes (a libtorch archive), for packages and checkpoints.
 std::string module_to_bytes(torch::nn::Module& m);
 Status module_from_bytes(torch::nn::Module& m, const std::string& bytes, const std::string& what);
+/// Any libtorch archive <-> bytes: `fill` writes into the archive / `read` reads from it. A
+/// malformed archive is a kDataLoss status naming `what`.
+std::string archive_to_bytes(const std::function<void(torch::serialize::OutputArchive&)>& fill);
+Status archive_from_bytes(const std::string& bytes, const std::string& what,
+                          const std::function<void(torch::serialize::InputArchive&)>& read);
+/// The first line of a libtorch error, without the C++ backtrace.
+std::string torch_error_message(const c10::Error& e);
 
 }  // namespace strato::models

@@ -11,6 +11,18 @@ int64_t parameter_count(const torch::nn::Module& m) {
     return n;
 }
 
+bool is_convolutional(const ModelConfig& cfg) { return cfg.arch == "cnn" || cfg.arch == "resnet"; }
+
+void to_channels_last(torch::nn::Module& m) {
+    torch::NoGradGuard no_grad;
+    for (auto& p : m.parameters()) {
+        if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
+    }
+    for (auto& b : m.buffers()) {
+        if (b.dim() == 4) b.set_data(b.data().contiguous(at::MemoryFormat::ChannelsLast));
+    }
+}
+
 namespace {
 
 /// Multi-layer perceptron: flatten -> [Linear -> ReLU -> Dropout] x depth -> Linear.
@@ -246,8 +258,9 @@ Result<Net> create_model(const ModelConfig& cfg, const data::ImageShape& shape, 
     try {
         return it->second(cfg, shape, classes);
     } catch (const c10::Error& e) {
+        std::string msg = e.what_without_backtrace();
         return invalid_argument("model.{}: cannot build for input {}x{}x{}: {}", cfg.arch, shape.channels, shape.height,
-                                shape.width, e.what_without_backtrace());
+                                shape.width, msg.substr(0, msg.find('\n')));
     }
 }
 

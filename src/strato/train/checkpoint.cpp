@@ -51,14 +51,6 @@ Status state_from_json(const json& j, TrainState& s) {
     return Status::ok();
 }
 
-std::string optimizer_to_bytes(torch::optim::Optimizer& optim) {
-    torch::serialize::OutputArchive archive;
-    optim.save(archive);
-    std::ostringstream os;
-    archive.save_to(os);
-    return os.str();
-}
-
 std::string rng_to_bytes() {
     auto gen = at::detail::getDefaultCPUGenerator();
     torch::Tensor state;
@@ -66,18 +58,7 @@ std::string rng_to_bytes() {
         std::lock_guard<std::mutex> lock(gen.mutex());
         state = gen.get_state();
     }
-    torch::serialize::OutputArchive archive;
-    archive.write("cpu", state);
-    std::ostringstream os;
-    archive.save_to(os);
-    return os.str();
-}
-
-void load_archive(const std::string& bytes, const std::function<void(torch::serialize::InputArchive&)>& fn) {
-    std::istringstream is(bytes);
-    torch::serialize::InputArchive archive;
-    archive.load_from(is);
-    fn(archive);
+    return models::archive_to_bytes([&](auto& a) { a.write("cpu", state); });
 }
 
 }  // namespace
@@ -110,7 +91,7 @@ Status CheckpointStore::save(const TrainState& state, torch::nn::Module& model, 
 
     const std::pair<const char*, std::string> files[] = {
         {"model.pt", models::module_to_bytes(model)},
-        {"optim.pt", optimizer_to_bytes(optim)},
+        {"optim.pt", models::archive_to_bytes([&](auto& a) { optim.save(a); })},
         {"rng.pt", rng_to_bytes()},
         {"state.json", state_to_json(state).dump(2)},
     };
@@ -164,19 +145,14 @@ Status CheckpointStore::verify_and_load(const std::string& name, torch::nn::Modu
     if (sj.is_discarded()) return data_loss("state.json is not valid JSON");
     STRATO_RETURN_IF_ERROR(state_from_json(sj, state));
     STRATO_RETURN_IF_ERROR(models::module_from_bytes(model, bytes["model.pt"], (d / "model.pt").string()));
-    try {
-        load_archive(bytes["optim.pt"], [&](auto& a) { optim.load(a); });
-        load_archive(bytes["rng.pt"], [&](auto& a) {
-            torch::Tensor t;
-            a.read("cpu", t);
-            auto gen = at::detail::getDefaultCPUGenerator();
-            std::lock_guard<std::mutex> lock(gen.mutex());
-            gen.set_state(t);
-        });
-    } catch (const c10::Error& e) {
-        return data_loss("cannot restore optimizer/RNG state: {}", e.what_without_backtrace());
-    }
-    return Status::ok();
+    STRATO_RETURN_IF_ERROR(models::archive_from_bytes(bytes["optim.pt"], "optim.pt", [&](auto& a) { optim.load(a); }));
+    return models::archive_from_bytes(bytes["rng.pt"], "rng.pt", [&](auto& a) {
+        torch::Tensor t;
+        a.read("cpu", t);
+        auto gen = at::detail::getDefaultCPUGenerator();
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        gen.set_state(t);
+    });
 }
 
 Result<std::optional<TrainState>> CheckpointStore::load_latest(torch::nn::Module& model,

@@ -42,6 +42,7 @@ void LoopConfig::visit(config::Visitor& v) {
     v.field("clip_grad_norm", clip_grad_norm, Range::non_negative());
     v.field("label_smoothing", label_smoothing, Range::half_open(0, 1));
     v.field("precision", precision, {"fp32", "bf16"});
+    v.field("channels_last", channels_last);
     v.field("log_every", log_every, Range::at_least(1));
     v.field("eval_every", eval_every, Range::at_least(1));
     v.field("early_stopping_patience", early_stopping_patience, Range::non_negative());

@@ -51,6 +51,7 @@ struct LoopConfig {
     double clip_grad_norm = 0.0;  // 0 = off
     double label_smoothing = 0.0;
     std::string precision = "fp32";  // fp32 | bf16 (autocast)
+    bool channels_last = true;       // NHWC layout for convolutional models (faster with oneDNN)
     int64_t log_every = 50;          // optimizer steps between train metrics lines
     int64_t eval_every = 1;          // epochs between evaluations
     int64_t early_stopping_patience = 0;  // evaluations without improvement before stopping; 0 = off

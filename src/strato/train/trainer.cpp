@@ -88,8 +88,9 @@ Status prepare_run_dir(const TrainConfig& cfg, const TrainOptions& opts) {
     return fs::ensure_dir(dir / "checkpoints");
 }
 
-torch::Tensor images_tensor(data::Batch& b) {
-    return torch::from_blob(b.images.data(), {b.size, b.shape.channels, b.shape.height, b.shape.width}, torch::kFloat);
+torch::Tensor images_tensor(data::Batch& b, bool channels_last) {
+    auto x = torch::from_blob(b.images.data(), {b.size, b.shape.channels, b.shape.height, b.shape.width}, torch::kFloat);
+    return channels_last ? x.contiguous(at::MemoryFormat::ChannelsLast) : x;
 }
 torch::Tensor labels_tensor(data::Batch& b) { return torch::from_blob(b.labels.data(), {b.size}, torch::kLong); }
 
@@ -101,7 +102,7 @@ int configure_threads(int64_t threads) {
     return at::get_num_threads();
 }
 
-Result<EvalResult> evaluate(models::NetImpl& net, data::Loader& loader, bool bf16) {
+Result<EvalResult> evaluate(models::NetImpl& net, data::Loader& loader, bool bf16, bool channels_last) {
     const auto start = Clock::now();
     const bool was_training = net.is_training();
     net.eval();
@@ -117,7 +118,7 @@ Result<EvalResult> evaluate(models::NetImpl& net, data::Loader& loader, bool bf1
         torch::Tensor logits;
         {
             CpuAutocast ac(bf16);
-            logits = net.forward(images_tensor(b));
+            logits = net.forward(images_tensor(b, channels_last));
         }
         logits = logits.to(torch::kFloat);
         auto y = labels_tensor(b);
@@ -152,15 +153,15 @@ Result<PackageEval> evaluate_package(const std::string& package_dir, const data:
         splits.std = pkg.info.std;
         STRATO_ASSIGN_OR_RETURN(auto loader, data::Loader::create(splits.test, data::eval_loader_options(data, splits)));
         PackageEval out;
-        STRATO_ASSIGN_OR_RETURN(out.result, evaluate(*pkg.net, *loader, bf16));
+        const bool channels_last = models::is_convolutional(pkg.info.model);
+        if (channels_last) models::to_channels_last(*pkg.net);
+        STRATO_ASSIGN_OR_RETURN(out.result, evaluate(*pkg.net, *loader, bf16, channels_last));
         out.arch = pkg.info.model.arch;
         out.parameters = models::parameter_count(*pkg.net);
         out.labels = pkg.info.labels;
         return out;
     } catch (const c10::Error& e) {
-        std::string msg = e.what_without_backtrace();
-        if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
-        return internal_error("libtorch: {}", msg);
+        return internal_error("libtorch: {}", models::torch_error_message(e));
     }
 }
 
@@ -193,6 +194,7 @@ private:
     Clock::time_point process_start_;
     EvalResult last_eval_;
     bool bf16_ = false;
+    bool channels_last_ = false;
 };
 
 Status Trainer::setup() {
@@ -222,6 +224,8 @@ Status Trainer::setup() {
 
     torch::manual_seed(seed);
     STRATO_ASSIGN_OR_RETURN(net_, models::create_model(cfg_.model, splits_.train->shape(), splits_.train->num_classes()));
+    channels_last_ = cfg_.train.channels_last && models::is_convolutional(cfg_.model);
+    if (channels_last_) models::to_channels_last(*net_);
     optim_ = make_optimizer(cfg_.optim, net_->parameters());
     store_ = std::make_unique<CheckpointStore>(run_dir_, cfg_.checkpoint);
 
@@ -271,7 +275,7 @@ Status Trainer::train_epoch(bool& stop) {
     for (;;) {
         STRATO_ASSIGN_OR_RETURN(bool more, train_loader_->next(b));
         if (!more) break;
-        auto x = images_tensor(b);
+        auto x = images_tensor(b, channels_last_);
         auto y = labels_tensor(b);
         torch::Tensor logits;
         {
@@ -335,6 +339,7 @@ Result<TrainResult> Trainer::run() {
     STRATO_RETURN_IF_ERROR(setup());
     bool early_stopped = false;
     while (state_.epoch < cfg_.train.epochs) {
+        if (cfg_.train.max_steps > 0 && state_.step >= cfg_.train.max_steps) break;  // resumed after max_steps
         const auto epoch_start = Clock::now();
         bool stop = false;
         STRATO_RETURN_IF_ERROR(train_epoch(stop));
@@ -349,7 +354,7 @@ Result<TrainResult> Trainer::run() {
         const int64_t epoch = state_.epoch;
         const bool last = epoch + 1 >= cfg_.train.epochs || stop;
         if ((epoch + 1) % cfg_.train.eval_every == 0 || last) {
-            STRATO_ASSIGN_OR_RETURN(last_eval_, evaluate(*net_, *test_loader_, bf16_));
+            STRATO_ASSIGN_OR_RETURN(last_eval_, evaluate(*net_, *test_loader_, bf16_, channels_last_));
             const double train_loss = state_.epoch_loss_sum / std::max<int64_t>(1, state_.epoch_seen);
             const double train_acc = static_cast<double>(state_.epoch_correct) / std::max<int64_t>(1, state_.epoch_seen);
             const double epoch_s = seconds_since(epoch_start);
@@ -396,7 +401,7 @@ Result<TrainResult> Trainer::run() {
 
 Result<TrainResult> Trainer::finish(bool early_stopped) {
     if (last_eval_.count == 0) {  // resumed after the last epoch had finished
-        STRATO_ASSIGN_OR_RETURN(last_eval_, evaluate(*net_, *test_loader_, bf16_));
+        STRATO_ASSIGN_OR_RETURN(last_eval_, evaluate(*net_, *test_loader_, bf16_, channels_last_));
     }
     TrainResult r;
     r.run_dir = run_dir_;
@@ -433,9 +438,7 @@ Result<TrainResult> run_training(const TrainConfig& cfg, const TrainOptions& opt
         return r;
     } catch (const c10::Error& e) {
         log::remove_file_sinks();
-        std::string msg = e.what_without_backtrace();
-        if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
-        return internal_error("libtorch: {}", msg);
+        return internal_error("libtorch: {}", models::torch_error_message(e));
     } catch (const Error& e) {
         log::remove_file_sinks();
         return e.status();

@@ -49,8 +49,9 @@ struct EvalResult {
     double seconds = 0.0;
 };
 
-/// Accuracy and mean cross-entropy of `net` over every batch of `loader` (epoch 0, in order).
-Result<EvalResult> evaluate(models::NetImpl& net, data::Loader& loader, bool bf16);
+/// Accuracy and mean cross-entropy of `net` over every batch of `loader` (epoch 0, in order);
+/// `channels_last` feeds NHWC inputs (for a net converted with models::to_channels_last).
+Result<EvalResult> evaluate(models::NetImpl& net, data::Loader& loader, bool bf16, bool channels_last);
 
 struct PackageEval {
     EvalResult result;
