@@ -90,7 +90,10 @@ Status prepare_run_dir(const TrainConfig& cfg, const TrainOptions& opts) {
 
 torch::Tensor images_tensor(data::Batch& b, bool channels_last) {
     auto x = torch::from_blob(b.images.data(), {b.size, b.shape.channels, b.shape.height, b.shape.width}, torch::kFloat);
-    return channels_last ? x.contiguous(at::MemoryFormat::ChannelsLast) : x;
+    if (!channels_last) return x;
+    // NOTE: not x.contiguous(ChannelsLast): with one channel that returns x with its NCHW strides,
+    // which oneDNN then treats as NCHW and runs the first convolution on its slow path.
+    return torch::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::ChannelsLast)).copy_(x);
 }
 torch::Tensor labels_tensor(data::Batch& b) { return torch::from_blob(b.labels.data(), {b.size}, torch::kLong); }
 
