@@ -90,6 +90,19 @@ TEST_F(IdxFiles, CorruptGzipIsDetected) {
     EXPECT_NE(r.status().message().find("c.gz"), std::string::npos);
 }
 
+TEST_F(IdxFiles, HugeDimensionsAreRejectedBeforeAllocating) {
+    // 65536^4 wraps a 64-bit size to 0: must be refused, not trusted.
+    auto r = read_idx(write("huge.idx", header(0x08, {65536, 65536, 65536, 65536})));
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("GiB"), std::string::npos) << r.status().message();
+    r = read_idx(write("big.idx", header(0x08, {60000, 28, 28}) + std::string(10, '\0')));
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("truncated"), std::string::npos);
+    r = read_idx(write("long.idx", header(0x08, {2}) + std::string(5, '\0')));
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("and more"), std::string::npos) << r.status().message();
+}
+
 TEST_F(IdxFiles, LabelCountMismatch) {
     auto img = write("i.idx", header(0x08, {2, 1, 1}) + std::string(2, '\0'));
     auto lab = write("l.idx", header(0x08, {3}) + std::string(3, '\0'));

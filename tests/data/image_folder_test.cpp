@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 #include <png.h>
+#include <zlib.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -72,6 +73,24 @@ TEST_F(ImageFolder, CorruptImageIsAnErrorNamingTheFile) {
     Status st = ds->load(2, buf.data(), &label);  // sorted: bad.png before c.png
     ASSERT_FALSE(st.is_ok());
     EXPECT_NE(st.message().find("bad.png"), std::string::npos);
+}
+
+TEST_F(ImageFolder, HugeImageHeaderIsRefusedBeforeAllocating) {
+    // A PNG whose IHDR claims 100000 x 100000 pixels (valid CRC, no image data).
+    auto be32 = [](uint32_t v) {
+        return std::string{static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
+                           static_cast<char>(v)};
+    };
+    std::string ihdr = "IHDR" + be32(100000) + be32(100000) + std::string("\x08\x02\x00\x00\x00", 5);
+    uint32_t crc = static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(ihdr.data()), static_cast<uInt>(ihdr.size())));
+    const std::string idat = "IDAT";
+    uint32_t idat_crc = static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(idat.data()), 4));
+    std::string png = std::string("\x89PNG\r\n\x1a\n", 8) + be32(13) + ihdr + be32(crc) + be32(0) + idat + be32(idat_crc);
+    auto path = root_ / "huge.png";
+    ASSERT_TRUE(fs::atomic_write(path, png).is_ok());
+    auto img = decode_image_file(path.string(), 3);
+    ASSERT_FALSE(img.is_ok());
+    EXPECT_NE(img.status().message().find("megapixel"), std::string::npos) << img.status().message();
 }
 
 TEST(ImageFolderMissing, NamesThePath) {

@@ -22,7 +22,7 @@ namespace stdfs = std::filesystem;
 
 std::vector<std::string> train_args(const std::string& runs, const std::string& name) {
     std::vector<std::string> a = {"--quiet", "train", "configs/fashion_mnist_cnn.toml", "--resume"};
-    for (const char* s : {"data.limit_train=3000", "data.limit_test=500", "data.batch_size=64", "train.epochs=3",
+    for (const char* s : {"data.limit_train=4000", "data.limit_test=500", "data.batch_size=64", "train.epochs=3",
                           "model.width=8", "model.hidden=32", "checkpoint.every_steps=7", "checkpoint.keep_last=2",
                           "train.log_every=5", "run.deterministic=true", "run.threads=2", "train.precision=fp32"}) {
         a.push_back("--set");
@@ -74,15 +74,20 @@ protected:
 };
 
 TEST_F(Resume, SigkillAtRandomMomentsThenResumeIsBitwiseIdentical) {
+    const auto t0 = std::chrono::steady_clock::now();
     pid_t ref = spawn_strato(train_args(runs_, "reference"), dir_ + "/reference.log");
     ASSERT_EQ(wait_for(ref), 0) << slurp(dir_ + "/reference.log");
+    const double t_ref = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
+    // The first three kills land within 30% of an uninterrupted run's time, so none of those
+    // runs can finish (each resumed run has at least 40% of the work left); later ones anywhere.
     std::mt19937 rng(20261202);
-    std::uniform_int_distribution<int> delay_ms(700, 2500);
+    std::uniform_real_distribution<double> early(0.05, 0.3), late(0.2, 1.2);
     int kills = 0, exit_code = -1;
     for (int attempt = 0; attempt < 40; ++attempt) {
         pid_t pid = spawn_strato(train_args(runs_, "killed"), dir_ + "/killed.log");
-        const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms(rng));
+        const double delay = t_ref * (attempt < 3 ? early(rng) : late(rng));
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(delay);
         int status = 0;
         pid_t done = 0;
         while (std::chrono::steady_clock::now() < deadline && (done = ::waitpid(pid, &status, WNOHANG)) == 0)

@@ -116,6 +116,22 @@ TEST_F(Checkpoints, KeepsLastKAndTheBest) {
     EXPECT_EQ(*fs::read_file(dir_ / "checkpoints" / "latest"), "step-000000005\n");
 }
 
+TEST_F(Checkpoints, SavingTheSameStepAgainReplacesItSafely) {
+    CheckpointStore store(dir_.string(), CheckpointConfig{.every_steps = 0, .keep_last = 1, .keep_best = false});
+    TrainState st;
+    st.step = 4;
+    st.next_batch = 1;
+    ASSERT_TRUE(store.save(st, *net_, *opt_).is_ok());
+    st.next_batch = 2;
+    ASSERT_TRUE(store.save(st, *net_, *opt_).is_ok());
+    auto loaded = store.load_latest(*net_, *opt_);
+    ASSERT_TRUE(loaded.is_ok() && loaded->has_value());
+    EXPECT_EQ((*loaded)->next_batch, 2);
+    for (auto& e : stdfs::directory_iterator(dir_ / "checkpoints")) {
+        EXPECT_EQ(e.path().filename().string().rfind(".", 0), std::string::npos) << "left over: " << e.path();
+    }
+}
+
 TEST_F(Checkpoints, NoCheckpointIsNotAnError) {
     CheckpointStore store(dir_.string(), CheckpointConfig{});
     auto loaded = store.load_latest(*net_, *opt_);

@@ -10,6 +10,8 @@
 namespace strato::data {
 namespace {
 
+constexpr uint64_t kIdxMaxBytes = uint64_t{16} << 30;  // 16 GiB: far above any IDX set, far below a wrap
+
 uint32_t be32(const uint8_t* p) {
     return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
 }
@@ -24,45 +26,70 @@ Result<IdxArray> read_idx(const std::string& path) {
     gzFile f = gzopen(path.c_str(), "rb");  // reads plain files too
     if (!f) return io_error("cannot open {}: {}", path, std::strerror(errno));
     gzbuffer(f, 1 << 20);
-    std::vector<uint8_t> bytes;
-    uint8_t chunk[1 << 16];
-    for (;;) {
-        int n = gzread(f, chunk, sizeof chunk);
-        if (n < 0) {
-            int err = 0;
-            std::string msg = gzerror(f, &err);
-            gzclose(f);
-            return data_loss("{}: corrupt gzip stream ({})", path, msg);
+    // Reads up to n bytes; -1 on a corrupt stream.
+    auto read = [&](uint8_t* dst, size_t n) -> int64_t {
+        size_t got = 0;
+        while (got < n) {
+            int r = gzread(f, dst + got, static_cast<unsigned>(std::min<size_t>(n - got, 1u << 30)));
+            if (r < 0) return -1;
+            if (r == 0) break;
+            got += static_cast<size_t>(r);
         }
-        if (n == 0) break;
-        bytes.insert(bytes.end(), chunk, chunk + n);
+        return static_cast<int64_t>(got);
+    };
+    auto corrupt = [&]() {
+        int err = 0;
+        std::string msg = gzerror(f, &err);
+        gzclose(f);
+        return data_loss("{}: corrupt gzip stream ({})", path, msg);
+    };
+    uint8_t head[4 + 4 * 4];
+    int64_t n = read(head, 4);
+    if (n < 0) return corrupt();
+    if (n < 4) {
+        gzclose(f);
+        return data_loss("{}: {} bytes, too short for an IDX header", path, n);
     }
-    gzclose(f);
-    if (bytes.size() < 4) return data_loss("{}: {} bytes, too short for an IDX header", path, bytes.size());
-    if (bytes[0] != 0 || bytes[1] != 0) {
-        return invalid_argument("{}: not an IDX file (magic {:02x}{:02x}{:02x}{:02x}, expected 0000TTNN)", path, bytes[0],
-                                bytes[1], bytes[2], bytes[3]);
+    auto fail = [&](Status st) {
+        gzclose(f);
+        return st;
+    };
+    if (head[0] != 0 || head[1] != 0) {
+        return fail(invalid_argument("{}: not an IDX file (magic {:02x}{:02x}{:02x}{:02x}, expected 0000TTNN)", path,
+                                     head[0], head[1], head[2], head[3]));
     }
-    if (bytes[2] != 0x08) {
-        return invalid_argument("{}: IDX element type 0x{:02x} is not supported (expected 0x08, unsigned byte)", path,
-                                bytes[2]);
+    if (head[2] != 0x08) {
+        return fail(invalid_argument("{}: IDX element type 0x{:02x} is not supported (expected 0x08, unsigned byte)",
+                                     path, head[2]));
     }
-    const size_t ndim = bytes[3];
-    if (ndim == 0 || ndim > 4) return invalid_argument("{}: IDX header says {} dimensions, expected 1..4", path, ndim);
-    if (bytes.size() < 4 + 4 * ndim) return data_loss("{}: truncated IDX header", path);
+    const size_t ndim = head[3];
+    if (ndim == 0 || ndim > 4) return fail(invalid_argument("{}: IDX header says {} dimensions, expected 1..4", path, ndim));
+    n = read(head + 4, 4 * ndim);
+    if (n < 0) return corrupt();
+    if (n < static_cast<int64_t>(4 * ndim)) return fail(data_loss("{}: truncated IDX header", path));
     IdxArray out;
-    size_t total = 1;
+    uint64_t total = 1;
     for (size_t d = 0; d < ndim; ++d) {
-        uint32_t v = be32(&bytes[4 + 4 * d]);
+        uint32_t v = be32(&head[4 + 4 * d]);
         out.dims.push_back(v);
-        total *= v;
+        if (__builtin_mul_overflow(total, uint64_t{v}, &total) || total > kIdxMaxBytes) {
+            return fail(invalid_argument("{}: IDX dimensions promise more than {} GiB of data (corrupt header?)", path,
+                                         kIdxMaxBytes >> 30));
+        }
     }
-    const size_t header = 4 + 4 * ndim;
-    if (bytes.size() - header != total) {
-        return data_loss("{}: IDX header promises {} bytes of data, file has {} (truncated or corrupt)", path, total,
-                         bytes.size() - header);
+    // Read exactly what the header promises (so a corrupt header cannot make us swallow a huge
+    // stream), then make sure nothing follows.
+    out.data.resize(total);
+    n = read(out.data.data(), total);
+    if (n < 0) return corrupt();
+    uint8_t extra;
+    const int64_t more = static_cast<uint64_t>(n) == total ? read(&extra, 1) : 0;
+    if (more < 0) return corrupt();
+    gzclose(f);
+    if (static_cast<uint64_t>(n) != total || more > 0) {
+        return data_loss("{}: IDX header promises {} bytes of data, file has {}{} (truncated or corrupt)", path, total,
+                         n, more > 0 ? " and more" : "");
     }
-    out.data.assign(bytes.begin() + static_cast<ptrdiff_t>(header), bytes.end());
     return out;
 }
 
@@ -83,6 +110,7 @@ Result<std::shared_ptr<InMemoryDataset>> load_idx_dataset(const std::string& ima
                                 labels.dims[0]);
     }
     ImageShape shape{images.dims.size() == 4 ? images.dims[3] : 1, images.dims[1], images.dims[2]};
+    if (shape.numel() == 0) return invalid_argument("{}: images have a zero dimension", images_path);
     std::vector<uint8_t> pixels = std::move(images.data);
     if (shape.channels > 1) {  // HWC -> CHW
         std::vector<uint8_t> chw(pixels.size());

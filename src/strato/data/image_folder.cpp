@@ -20,6 +20,16 @@ bool has_image_extension(const stdfs::path& p) {
     return ext == ".png" || ext == ".jpg" || ext == ".jpeg";
 }
 
+constexpr int64_t kMaxPixels = int64_t{64} << 20;  // 64 megapixels: refuse bigger headers before allocating
+
+Status check_size(const std::string& path, int64_t w, int64_t h) {
+    if (w <= 0 || h <= 0 || w * h > kMaxPixels) {
+        return invalid_argument("{}: image header says {}x{} pixels, more than the {} megapixel limit (corrupt?)", path, w,
+                                h, kMaxPixels >> 20);
+    }
+    return Status::ok();
+}
+
 Image from_interleaved(const uint8_t* src, int64_t h, int64_t w, int64_t c) {
     Image img{{c, h, w}, std::vector<uint8_t>(static_cast<size_t>(c * h * w))};
     for (int64_t p = 0; p < h * w; ++p)
@@ -33,6 +43,10 @@ Result<Image> decode_png(const std::string& path, const std::string& bytes, int6
     image.version = PNG_IMAGE_VERSION;
     if (!png_image_begin_read_from_memory(&image, bytes.data(), bytes.size())) {
         return invalid_argument("{}: not a readable PNG ({})", path, image.message);
+    }
+    if (Status st = check_size(path, image.width, image.height); !st.is_ok()) {
+        png_image_free(&image);
+        return st;
     }
     image.format = channels == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
     std::vector<uint8_t> buf(PNG_IMAGE_SIZE(image));
@@ -54,9 +68,16 @@ Result<Image> decode_jpeg(const std::string& path, const std::string& bytes, int
         tjDestroy(tj);
         return invalid_argument("{}: not a readable JPEG ({})", path, msg);
     }
+    if (Status st = check_size(path, w, h); !st.is_ok()) {
+        tjDestroy(tj);
+        return st;
+    }
     const int pf = channels == 1 ? TJPF_GRAY : TJPF_RGB;
     std::vector<uint8_t> buf(static_cast<size_t>(w) * h * channels);
     int rc = tjDecompress2(tj, src, bytes.size(), buf.data(), w, 0, h, pf, TJFLAG_ACCURATEDCT);
+    // NOTE: TurboJPEG returns -1 for warnings too ("extraneous bytes before marker"); such
+    // images decode fine, as in every other JPEG reader.
+    if (rc != 0 && tjGetErrorCode(tj) == TJERR_WARNING) rc = 0;
     std::string msg = rc != 0 ? tjGetErrorStr2(tj) : "";
     tjDestroy(tj);
     if (rc != 0) return data_loss("{}: corrupt JPEG ({})", path, msg);

@@ -127,6 +127,15 @@ Result<bool> Loader::next(Batch& out) {
 }
 
 Result<Batch> Loader::assemble(int64_t b) const {
+    // No exception may leave a worker thread (std::terminate): turn them into a Status.
+    try {
+        return assemble_unchecked(b);
+    } catch (const std::exception& e) {
+        return internal_error("assembling batch {} of epoch {}: {}", b, epoch_, e.what());
+    }
+}
+
+Result<Batch> Loader::assemble_unchecked(int64_t b) const {
     const ImageShape s = dataset_->shape();
     const int64_t n_total = static_cast<int64_t>(order_.size());
     const int64_t begin = b * opts_.batch_size, end = std::min(n_total, begin + opts_.batch_size);

@@ -77,6 +77,7 @@ public:
 private:
     Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options);
     Result<Batch> assemble(int64_t batch) const;
+    Result<Batch> assemble_unchecked(int64_t batch) const;
     void stop_workers();
     void worker_loop();
 

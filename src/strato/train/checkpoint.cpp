@@ -101,10 +101,18 @@ Status CheckpointStore::save(const TrainState& state, torch::nn::Module& model, 
         manifest["files"][fname] = {{"sha256", fs::sha256_hex(bytes)}, {"bytes", bytes.size()}};
     }
     STRATO_RETURN_IF_ERROR(fs::atomic_write(tmp / "manifest.json", manifest.dump(2)));
-    if (stdfs::exists(final_dir, ec)) stdfs::remove_all(final_dir, ec);  // a stale one from before a resume
+    // The same step saved again (a resume that ran no step, or a stale one from before a resume):
+    // move the old one aside first, so a crash at any instant leaves one complete copy.
+    const stdfs::path aside = stdfs::path(dir_) / (".old-" + name + "." + std::to_string(::getpid()));
+    const bool replacing = stdfs::exists(final_dir, ec);
+    if (replacing) {
+        stdfs::rename(final_dir, aside, ec);
+        if (ec) return io_error("cannot move {} aside: {}", final_dir.string(), ec.message());
+    }
     stdfs::rename(tmp, final_dir, ec);
     if (ec) return io_error("cannot move checkpoint into {}: {}", final_dir.string(), ec.message());
     STRATO_RETURN_IF_ERROR(fs::fsync_dir(dir_));
+    if (replacing) stdfs::remove_all(aside, ec);
     STRATO_RETURN_IF_ERROR(fs::atomic_write(stdfs::path(dir_) / "latest", name + "\n"));
     prune(state);
     return Status::ok();
@@ -114,6 +122,13 @@ void CheckpointStore::prune(const TrainState& state) {
     auto names = list_desc();
     const std::string best = fmt::format("step-{:09d}", state.best_step);
     const std::string current = fmt::format("step-{:09d}", state.step);
+    // Leftovers of saves that were killed half way.
+    std::error_code list_ec;
+    for (const auto& e : stdfs::directory_iterator(dir_, list_ec)) {
+        const std::string n = e.path().filename().string();
+        std::error_code ec;
+        if (n.rfind(".tmp-step-", 0) == 0 || n.rfind(".old-step-", 0) == 0) stdfs::remove_all(e.path(), ec);
+    }
     int64_t kept = 0;
     for (const auto& n : names) {
         // Checkpoints newer than the current one are leftovers of a run that was resumed from an
@@ -135,7 +150,9 @@ Status CheckpointStore::verify_and_load(const std::string& name, torch::nn::Modu
     if (manifest.is_discarded() || !manifest.contains("files")) return data_loss("manifest.json is not valid");
     std::map<std::string, std::string> bytes;
     for (const char* f : {"model.pt", "optim.pt", "rng.pt", "state.json"}) {
-        if (!manifest["files"].contains(f)) return data_loss("manifest.json lists no {}", f);
+        if (!manifest["files"].is_object() || !manifest["files"].contains(f) || !manifest["files"][f].is_object()) {
+            return data_loss("manifest.json lists no {}", f);
+        }
         STRATO_ASSIGN_OR_RETURN(std::string b, fs::read_file(d / f));
         const std::string want = manifest["files"][f].value("sha256", "");
         if (fs::sha256_hex(b) != want) return data_loss("{} does not match its checksum (truncated or corrupt)", f);
@@ -157,15 +174,9 @@ Status CheckpointStore::verify_and_load(const std::string& name, torch::nn::Modu
 
 Result<std::optional<TrainState>> CheckpointStore::load_latest(torch::nn::Module& model,
                                                                 torch::optim::Optimizer& optim) {
-    std::vector<std::string> candidates;
-    auto latest = fs::read_file(stdfs::path(dir_) / "latest");
-    if (latest) {
-        std::string n = *latest;
-        while (!n.empty() && (n.back() == '\n' || n.back() == ' ')) n.pop_back();
-        if (n.rfind("step-", 0) == 0 && n.find('/') == std::string::npos) candidates.push_back(n);
-    }
-    for (auto& n : list_desc())
-        if (std::find(candidates.begin(), candidates.end(), n) == candidates.end()) candidates.push_back(n);
+    // Newest first. `latest` names the newest too, but a kill between renaming a checkpoint into
+    // place and updating `latest` leaves a complete newer one that `latest` does not name yet.
+    const std::vector<std::string> candidates = list_desc();
     if (candidates.empty()) return std::optional<TrainState>();
     std::string failures;
     for (const auto& name : candidates) {

@@ -1,9 +1,9 @@
 #pragma once
 // Checkpoints: checkpoints/step-NNNNNNNNN/{model.pt, optim.pt, rng.pt, state.json, manifest.json}
-// plus checkpoints/latest (the name of the newest one). A checkpoint directory is complete before
-// it is renamed into place and `latest` is replaced atomically after, so a kill at any instant
-// leaves the previous good checkpoint. On load every file is checked against the SHA-256 in the
-// manifest; a corrupt checkpoint is skipped with a warning in favour of the previous one.
+// plus checkpoints/latest (the name of the newest one, for people and tools). A checkpoint
+// directory is complete before it is renamed into place, so a kill at any instant leaves the
+// previous good checkpoint. Loading takes the newest checkpoint whose files all match the SHA-256
+// in its manifest; a corrupt one is skipped with a warning in favour of the one before.
 
 #include <torch/torch.h>
 

@@ -343,6 +343,10 @@ Result<TrainResult> Trainer::run() {
     bool early_stopped = false;
     while (state_.epoch < cfg_.train.epochs) {
         if (cfg_.train.max_steps > 0 && state_.step >= cfg_.train.max_steps) break;  // resumed after max_steps
+        if (cfg_.train.early_stopping_patience > 0 && state_.bad_evals >= cfg_.train.early_stopping_patience) {
+            early_stopped = true;  // resumed after early stopping had triggered
+            break;
+        }
         const auto epoch_start = Clock::now();
         bool stop = false;
         STRATO_RETURN_IF_ERROR(train_epoch(stop));
