@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "strato/core/log.h"
+#include "strato/core/memory.h"
 
 namespace strato::cli {
 
@@ -21,6 +22,7 @@ int report_error(const std::string& command, const Status& status) {
 
 int main(int argc, char** argv) {
     using namespace strato;
+    configure_allocator();
     CLI::App app{"strato: train, evaluate and report on deep-learning models, natively.\n"
                  "Run `strato <command> --help` for a command's flags and examples."};
     app.set_version_flag("--version", "strato 0.1.0");

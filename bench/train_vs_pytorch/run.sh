@@ -59,9 +59,16 @@ peer_cnn="--model cnn --width 32 --hidden 256 --dropout 0.25 --batch 128 --steps
 compare "CNN b128 SGD fp32" "$reps" "$cnn --set train.precision=fp32" "$peer_cnn"
 s32=$last_strato
 compare "CNN b128 SGD fp32, peer channels-last" "$reps" "$cnn --set train.precision=fp32" "$peer_cnn --channels-last"
+malloc_env="MALLOC_MMAP_THRESHOLD_=67108864 MALLOC_TRIM_THRESHOLD_=268435456"
+py="env $malloc_env /usr/bin/python3"
+compare "CNN b128 SGD fp32, peer CL + strato's malloc" "$reps" "$cnn --set train.precision=fp32" "$peer_cnn --channels-last"
+py=/usr/bin/python3
 compare "CNN b128 SGD bf16 autocast" "$reps" "$cnn --set train.precision=bf16" "$peer_cnn --bf16"
 s16=$last_strato
 compare "CNN b128 SGD bf16, peer channels-last" "$reps" "$cnn --set train.precision=bf16" "$peer_cnn --bf16 --channels-last"
+py="env $malloc_env /usr/bin/python3"
+compare "CNN b128 SGD bf16, peer CL + strato's malloc" "$reps" "$cnn --set train.precision=bf16" "$peer_cnn --bf16 --channels-last"
+py=/usr/bin/python3
 row "strato bf16 vs strato fp32 (CNN)" "$s16" "$s32"
 
 if [ "${1:-}" = "--accuracy" ]; then
