@@ -28,9 +28,11 @@ function(strato_add_library sub)
   endif()
 endfunction()
 
-# strato_add_test(<name> SOURCES ... DEPS ... LABELS ... [TORCH])
+# strato_add_test(<name> SOURCES ... DEPS ... LABELS ... [TORCH] [NO_DISCOVERY])
+#   Each TEST becomes a ctest entry with one label; with NO_DISCOVERY the caller registers the
+#   tests itself (to give them several labels, which gtest_discover_tests cannot pass through).
 function(strato_add_test name)
-  cmake_parse_arguments(ARG "TORCH" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "TORCH;NO_DISCOVERY" "" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_compile_features(${name} PRIVATE cxx_std_20)
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest_main)
@@ -42,6 +44,7 @@ function(strato_add_test name)
   if(ARG_TORCH)
     strato_use_torch(${name})
   endif()
-  string(REPLACE ";" "\\;" labels "${ARG_LABELS}")  # keep a label list one property value
-  gtest_discover_tests(${name} PROPERTIES LABELS "${labels}" DISCOVERY_TIMEOUT 60)
+  if(NOT ARG_NO_DISCOVERY)
+    gtest_discover_tests(${name} PROPERTIES LABELS "${ARG_LABELS}" DISCOVERY_TIMEOUT 60)
+  endif()
 endfunction()
