@@ -11,12 +11,6 @@ namespace strato::models {
 namespace stdfs = std::filesystem;
 using nlohmann::json;
 
-std::string torch_error_message(const c10::Error& e) {
-    std::string msg = e.what_without_backtrace();
-    if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
-    return msg;
-}
-
 std::string archive_to_bytes(const std::function<void(torch::serialize::OutputArchive&)>& fill) {
     torch::serialize::OutputArchive archive;
     fill(archive);

@@ -50,7 +50,6 @@ Status module_from_bytes(torch::nn::Module& m, const std::string& bytes, const s
 std::string archive_to_bytes(const std::function<void(torch::serialize::OutputArchive&)>& fill);
 Status archive_from_bytes(const std::string& bytes, const std::string& what,
                           const std::function<void(torch::serialize::InputArchive&)>& read);
-/// The first line of a libtorch error, without the C++ backtrace.
-std::string torch_error_message(const c10::Error& e);
+
 
 }  // namespace strato::models

@@ -11,6 +11,12 @@ int64_t parameter_count(const torch::nn::Module& m) {
     return n;
 }
 
+std::string torch_error_message(const c10::Error& e) {
+    std::string msg = e.what_without_backtrace();
+    if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+    return msg;
+}
+
 bool is_convolutional(const ModelConfig& cfg) { return cfg.arch == "cnn" || cfg.arch == "resnet"; }
 
 void to_channels_last(torch::nn::Module& m) {
@@ -258,9 +264,8 @@ Result<Net> create_model(const ModelConfig& cfg, const data::ImageShape& shape, 
     try {
         return it->second(cfg, shape, classes);
     } catch (const c10::Error& e) {
-        std::string msg = e.what_without_backtrace();
         return invalid_argument("model.{}: cannot build for input {}x{}x{}: {}", cfg.arch, shape.channels, shape.height,
-                                shape.width, msg.substr(0, msg.find('\n')));
+                                shape.width, torch_error_message(e));
     }
 }
 

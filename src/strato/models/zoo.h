@@ -32,6 +32,9 @@ std::vector<std::string> model_names();
 
 int64_t parameter_count(const torch::nn::Module& m);
 
+/// The first line of a libtorch error, without the C++ backtrace.
+std::string torch_error_message(const c10::Error& e);
+
 /// True for architectures built from 2-D convolutions (cnn, resnet).
 bool is_convolutional(const ModelConfig& cfg);
 /// Stores every 4-D parameter and buffer in channels-last (NHWC) layout, as Python's

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "strato/core/fs.h"
 #include "strato/core/log.h"
