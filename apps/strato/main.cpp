@@ -23,7 +23,7 @@ int report_error(const std::string& command, const Status& status) {
 int main(int argc, char** argv) {
     using namespace strato;
     configure_allocator();
-    CLI::App app{"strato: train, evaluate and report on deep-learning models, natively.\n"
+    CLI::App app{"strato: train, evaluate, report on and serve deep-learning models, natively.\n"
                  "Run `strato <command> --help` for a command's flags and examples."};
     app.set_version_flag("--version", "strato 0.1.0");
     app.require_subcommand(1);
@@ -36,12 +36,14 @@ int main(int argc, char** argv) {
         "  strato train configs/fashion_mnist_cnn.toml\n"
         "  strato eval --model runs/fashion_mnist_cnn/model\n"
         "  strato report runs/fashion_mnist_cnn\n"
+        "  strato serve --model runs/fashion_mnist_cnn/model\n"
         "  strato doctor");
     int exit_code = 0;
     cli::add_train_command(app, g, &exit_code);
     cli::add_eval_command(app, g, &exit_code);
     cli::add_report_command(app, g, &exit_code);
     cli::add_doctor_command(app, g, &exit_code);
+    cli::add_serve_command(app, g, &exit_code);
     app.parse_complete_callback([&] {
         log::set_level(g.verbose ? log::Level::kDebug : g.quiet ? log::Level::kWarn : log::Level::kInfo);
     });

@@ -1,0 +1,136 @@
+// strato serve --model-repository DIR | --model [NAME=]PACKAGE  [tritonserver-compatible flags]
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "commands.h"
+#include "strato/core/fs.h"
+#include "strato/core/log.h"
+#include "strato/core/signals.h"
+#include "strato/serve/backend/torch_backends.h"
+#include "strato/serve/server.h"
+
+namespace strato::cli {
+namespace {
+
+Result<std::string> read_token(const std::string& path, const char* flag) {
+    if (path.empty()) return std::string();
+    auto text = fs::read_file(path);
+    if (!text) return text.status().with_context(flag);
+    std::string t = *text;
+    while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' ')) t.pop_back();
+    if (t.size() < 16) return invalid_argument("{} {}: the token must be at least 16 characters", flag, path);
+    return t;
+}
+
+// "name=dir", or a package directory: runs/NAME/model -> NAME, else the directory's own name.
+std::pair<std::string, std::string> split_model_flag(const std::string& v) {
+    auto eq = v.find('=');
+    if (eq != std::string::npos) return {v.substr(0, eq), v.substr(eq + 1)};
+    std::filesystem::path p = std::filesystem::path(v).lexically_normal();
+    if (p.filename().empty()) p = p.parent_path();
+    std::string name = p.filename().string();
+    if (name == "model" && p.has_parent_path()) name = p.parent_path().filename().string();
+    return {name, v};
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
+    struct Opts {
+        std::vector<std::string> repos, models, load_models;
+        std::string address = "127.0.0.1", control = "none", infer_token_file, repo_token_file;
+        int port = 8000, metrics_port = 8002, threads = 8, poll_secs = 15, exit_timeout = 30;
+        int header_timeout = 30, body_timeout = 60, intra_threads = 0;
+        bool allow_metrics = true, strict_readiness = true;
+        int64_t max_input = int64_t{64} << 20, max_queue = 4096;
+    };
+    auto o = std::make_shared<Opts>();
+    auto* cmd = app.add_subcommand("serve", "Serve models over the Open Inference Protocol v2 (Triton/KServe HTTP API)");
+    cmd->add_option("--model-repository", o->repos, "Triton-layout repository: <repo>/<model>/[config.pbtxt|config.toml] and <model>/<version>/");
+    cmd->add_option("--model", o->models, "Serve a strato package directly: [NAME=]DIR (repeatable; version 1)");
+    cmd->add_option("--http-address", o->address, "Address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)");
+    cmd->add_option("--http-port", o->port, "Inference API port (0 = pick a free one)")->check(CLI::Range(0, 65535));
+    cmd->add_option("--metrics-port", o->metrics_port, "Prometheus /metrics port (0 = pick a free one)")->check(CLI::Range(0, 65535));
+    cmd->add_option("--allow-metrics", o->allow_metrics, "Serve /metrics (true|false)");
+    cmd->add_option("--model-control-mode", o->control, "none: load all at start; poll: also rescan; explicit: load via API / --load-model")
+        ->check(CLI::IsMember({"none", "poll", "explicit"}));
+    cmd->add_option("--load-model", o->load_models, "Model to load at start in explicit mode ('*' = all; repeatable)");
+    cmd->add_option("--repository-poll-secs", o->poll_secs, "Rescan interval in poll mode")->check(CLI::Range(1, 86400));
+    cmd->add_option("--strict-readiness", o->strict_readiness, "Ready only when every model is ready (true|false)");
+    cmd->add_option("--http-thread-count", o->threads, "HTTP I/O threads")->check(CLI::Range(1, 256));
+    cmd->add_option("--http-max-input-size", o->max_input, "Largest request body in bytes (larger: 413)")->check(CLI::Range(int64_t{1024}, int64_t{1} << 34));
+    cmd->add_option("--http-header-timeout-secs", o->header_timeout, "Deadline for a request's headers (slow clients get 408)")->check(CLI::Range(1, 3600));
+    cmd->add_option("--http-body-timeout-secs", o->body_timeout, "Deadline for a request's body")->check(CLI::Range(1, 3600));
+    cmd->add_option("--max-queue-size", o->max_queue, "Queued requests per model version when its config sets none (full: 503)")->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+    cmd->add_option("--exit-timeout-secs", o->exit_timeout, "On SIGTERM/SIGINT: how long to wait for requests in flight")->check(CLI::Range(0, 3600));
+    cmd->add_option("--infer-token-file", o->infer_token_file, "File holding a bearer token required on /v2 (health probes stay open)");
+    cmd->add_option("--repository-token-file", o->repo_token_file, "File holding a bearer token required on /v2/repository/*");
+    cmd->add_option("--intra-op-threads", o->intra_threads, "libtorch threads per model execution (0 = cores)");
+    cmd->footer(
+        "Examples:\n"
+        "  strato serve --model runs/fashion_mnist_cnn/model\n"
+        "  strato serve --model-repository models/ --http-port 8000 --metrics-port 8002\n"
+        "  strato serve --model-repository models/ --model-control-mode=explicit --load-model resnet18\n"
+        "Then: curl localhost:8000/v2/models/fashion_mnist_cnn ; curl localhost:8002/metrics\n"
+        "Protocol, repository layout and config fields: docs/serve.md");
+    cmd->callback([o, exit_code] {
+        using namespace serve;
+        auto fail = [&](const Status& s) { *exit_code = report_error("serve", s); };
+        if (o->repos.empty() && o->models.empty())
+            return fail(invalid_argument("nothing to serve: give --model-repository DIR or --model [NAME=]PACKAGE_DIR"));
+        ServeOptions so;
+        so.http.address = so.metrics_http.address = o->address;
+        so.http.port = static_cast<uint16_t>(o->port);
+        so.metrics_http.port = static_cast<uint16_t>(o->metrics_port);
+        so.http.threads = o->threads;
+        so.metrics_http.threads = 1;
+        so.http.body_limit = static_cast<uint64_t>(o->max_input);
+        so.metrics_http.body_limit = 1 << 16;
+        so.http.header_timeout = so.metrics_http.header_timeout = std::chrono::seconds(o->header_timeout);
+        so.http.body_timeout = so.metrics_http.body_timeout = std::chrono::seconds(o->body_timeout);
+        so.allow_metrics = o->allow_metrics;
+        so.repository.paths = o->repos;
+        for (const auto& m : o->models) so.repository.packages.push_back(split_model_flag(m));
+        so.repository.mode = o->control == "poll" ? ControlMode::kPoll : o->control == "explicit" ? ControlMode::kExplicit : ControlMode::kNone;
+        so.repository.startup_models = o->load_models;
+        so.repository.poll_interval = std::chrono::seconds(o->poll_secs);
+        so.repository.strict_readiness = o->strict_readiness;
+        so.repository.default_max_queue_size = o->max_queue;
+        auto it = read_token(o->infer_token_file, "--infer-token-file");
+        if (!it) return fail(it.status());
+        auto rt = read_token(o->repo_token_file, "--repository-token-file");
+        if (!rt) return fail(rt.status());
+        so.infer_token = *it;
+        so.repository_token = *rt;
+
+        register_torch_backends(o->intra_threads);
+        signals::install_stop_handlers();
+        InferenceServer server(so);
+        Status st = server.start();
+        if (!st.is_ok()) return fail(st);
+        std::string models;
+        for (const auto& e : server.repository().index(false))
+            models += fmt::format("{}{}{}{}", models.empty() ? "" : ", ", e.name, e.version.empty() ? "" : " v" + e.version,
+                                  e.state == "READY" || e.state.empty() ? "" : " (" + e.state + ")");
+        fmt::print("strato serve: ready http://{}:{} metrics={} models: {}\n", o->address, server.http_port(),
+                   o->allow_metrics ? fmt::format("http://{}:{}/metrics", o->address, server.metrics_port()) : "off",
+                   models.empty() ? "none" : models);
+        std::fflush(stdout);
+        while (!signals::stop_requested()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        log::info("serve: signal {} received; draining (up to {} s)", signals::stop_signal(), o->exit_timeout);
+        int64_t left = server.shutdown(std::chrono::seconds(o->exit_timeout));
+        if (left > 0) {
+            log::warn("serve: {} requests were still in flight at the exit timeout", left);
+            *exit_code = 1;
+            return;
+        }
+        log::info("serve: stopped cleanly");
+        *exit_code = 0;
+    });
+}
+
+}  // namespace strato::cli

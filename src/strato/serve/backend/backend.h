@@ -1,0 +1,48 @@
+#pragma once
+// What the server needs from a backend: load a model version from its directory, fill in a
+// config the user left out, and run a batch. Backends register themselves by name so that the
+// serving core never links libtorch or OpenCV; the strato binary registers the ones it has.
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strato/core/status.h"
+#include "strato/serve/protocol/types.h"
+#include "strato/serve/repository/model_config.h"
+
+namespace strato::serve {
+
+/// A loaded model version. execute() may be called from several instance threads at once.
+class Model {
+public:
+    virtual ~Model() = default;
+    /// Runs one batch: `inputs` in config order (batch dimension first when the model batches);
+    /// fills `outputs` with every config output, in config order, with the same batch size.
+    virtual Status execute(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) = 0;
+    /// Class labels for the classification extension (may be empty).
+    virtual std::vector<std::string> labels() const { return {}; }
+    /// Bytes of weights held (for /stats memory_usage).
+    virtual int64_t memory_bytes() const { return 0; }
+};
+
+struct Backend {
+    std::string name;                    // config "backend"
+    std::vector<std::string> platforms;  // config "platform" values it serves (the first is reported)
+    std::string default_filename;        // the model file inside a version directory (config default_model_filename overrides)
+    /// Fills what the config leaves out (inputs, outputs, max_batch_size) from the model itself;
+    /// an error when the backend cannot know and the config must say.
+    std::function<Status(ModelConfig*, const std::string& version_dir)> autocomplete;
+    std::function<Result<std::shared_ptr<Model>>(const ModelConfig&, const std::string& version_dir)> load;
+};
+
+void register_backend(Backend backend);
+/// The backend a config names (backend or platform); nullptr when none does.
+const Backend* find_backend(const ModelConfig& config);
+/// The backend whose default file is in `version_dir`; nullptr when there is none.
+const Backend* detect_backend(const std::string& version_dir);
+/// "pytorch (pytorch_libtorch), strato (strato_package), ..." for messages.
+std::string backend_list();
+
+}  // namespace strato::serve

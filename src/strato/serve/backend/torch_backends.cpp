@@ -1,0 +1,239 @@
+#include "strato/serve/backend/torch_backends.h"
+
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+
+#include "strato/core/fs.h"
+#include "strato/models/package.h"
+#include "strato/serve/backend/backend.h"
+
+namespace strato::serve {
+namespace {
+
+namespace stdfs = std::filesystem;
+
+Result<c10::ScalarType> to_scalar(DataType t) {
+    switch (t) {
+        case DataType::kBool: return c10::ScalarType::Bool;
+        case DataType::kUint8: return c10::ScalarType::Byte;
+        case DataType::kInt8: return c10::ScalarType::Char;
+        case DataType::kInt16: return c10::ScalarType::Short;
+        case DataType::kInt32: return c10::ScalarType::Int;
+        case DataType::kInt64: return c10::ScalarType::Long;
+        case DataType::kFp16: return c10::ScalarType::Half;
+        case DataType::kFp32: return c10::ScalarType::Float;
+        case DataType::kFp64: return c10::ScalarType::Double;
+        case DataType::kBf16: return c10::ScalarType::BFloat16;
+        default: return Status{StatusCode::kUnimplemented, fmt::format("datatype {} has no libtorch equivalent", datatype_name(t))};
+    }
+}
+
+torch::Tensor as_tensor(const Tensor& t, c10::ScalarType st) {
+    // The request buffer outlives execute(), so no copy is needed.
+    return torch::from_blob(const_cast<char*>(t.data.data()), t.shape, torch::TensorOptions().dtype(st));
+}
+
+Result<Tensor> from_tensor(torch::Tensor x, const TensorSpec& spec) {
+    STRATO_ASSIGN_OR_RETURN(c10::ScalarType st, to_scalar(spec.dtype));
+    x = x.to(torch::kCPU, st).contiguous();
+    Tensor out;
+    out.name = spec.name;
+    out.dtype = spec.dtype;
+    out.shape.assign(x.sizes().begin(), x.sizes().end());
+    out.data.assign(static_cast<const char*>(x.data_ptr()), x.numel() * x.element_size());
+    return out;
+}
+
+int64_t parameter_bytes(const std::vector<torch::Tensor>& ps) {
+    int64_t n = 0;
+    for (const auto& p : ps) n += p.numel() * static_cast<int64_t>(p.element_size());
+    return n;
+}
+
+std::string model_file(const ModelConfig& c, const std::string& version_dir, const char* fallback) {
+    return (stdfs::path(version_dir) / (c.default_model_filename.empty() ? fallback : c.default_model_filename)).string();
+}
+
+// ---- strato packages ----
+
+class PackageModel : public Model {
+public:
+    PackageModel(models::LoadedPackage pkg, bool uint8_input, bool normalize)
+        : pkg_(std::move(pkg)), uint8_(uint8_input) {
+        channels_last_ = models::is_convolutional(pkg_.info.model);
+        if (channels_last_) models::to_channels_last(*pkg_.net);
+        int64_t c = pkg_.info.input_shape.channels;
+        std::vector<float> mean(c, 0.f), inv_std(c, 1.f);
+        for (int64_t i = 0; i < c; ++i) {
+            if (normalize && i < static_cast<int64_t>(pkg_.info.mean.size())) mean[i] = static_cast<float>(pkg_.info.mean[i]);
+            if (normalize && i < static_cast<int64_t>(pkg_.info.std.size()) && pkg_.info.std[i] != 0)
+                inv_std[i] = static_cast<float>(1.0 / pkg_.info.std[i]);
+        }
+        mean_ = torch::tensor(mean).view({1, c, 1, 1});
+        inv_std_ = torch::tensor(inv_std).view({1, c, 1, 1});
+        bytes_ = parameter_bytes(pkg_.net->parameters());
+    }
+
+    Status execute(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) override {
+        c10::InferenceMode guard;
+        const Tensor& in = inputs.at(0);
+        torch::Tensor x = as_tensor(in, uint8_ ? torch::kByte : torch::kFloat);
+        if (uint8_) x = x.to(torch::kFloat).div_(255.f);
+        // (x - mean) / std in one pass into a fresh (channels-last for CNNs) buffer.
+        auto fmt = channels_last_ ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+        torch::Tensor y = torch::empty(x.sizes(), x.options().dtype(torch::kFloat).memory_format(fmt));
+        torch::sub_out(y, x, mean_).mul_(inv_std_);
+        torch::Tensor logits = pkg_.net->forward(y);
+        TensorSpec ls{"logits", DataType::kFp32, {}, false, ""};
+        TensorSpec ps{"probabilities", DataType::kFp32, {}, false, ""};
+        STRATO_ASSIGN_OR_RETURN(Tensor l, from_tensor(logits, ls));
+        STRATO_ASSIGN_OR_RETURN(Tensor p, from_tensor(torch::softmax(logits, 1), ps));
+        outputs->push_back(std::move(l));
+        outputs->push_back(std::move(p));
+        return Status::ok();
+    }
+    std::vector<std::string> labels() const override { return pkg_.info.labels; }
+    int64_t memory_bytes() const override { return bytes_; }
+
+private:
+    models::LoadedPackage pkg_;
+    bool uint8_;
+    bool channels_last_ = false;
+    torch::Tensor mean_, inv_std_;
+    int64_t bytes_ = 0;
+};
+
+Status package_autocomplete(ModelConfig* c, const std::string& version_dir) {
+    std::string manifest = (stdfs::path(version_dir) / models::kPackageManifest).string();
+    auto text = fs::read_file(manifest);
+    if (!text) return text.status();
+    auto j = nlohmann::json::parse(*text, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return data_loss("{}: not a JSON object", manifest);
+    auto shape = j.value("/inputs/0/shape"_json_pointer, nlohmann::json::array());
+    auto out_shape = j.value("/outputs/0/shape"_json_pointer, nlohmann::json::array());
+    if (shape.size() != 4 || out_shape.size() != 2 || !shape[1].is_number_integer() || !out_shape[1].is_number_integer())
+        return data_loss("{}: /inputs and /outputs do not describe an image classifier ([-1,C,H,W] -> [-1,classes])", manifest);
+    bool filled = false;
+    if (c->inputs.empty()) {
+        c->inputs.push_back({"input", DataType::kFp32, {shape[1].get<int64_t>(), shape[2].get<int64_t>(), shape[3].get<int64_t>()}, false, ""});
+        filled = true;
+    }
+    if (c->outputs.empty()) {
+        int64_t k = out_shape[1].get<int64_t>();
+        c->outputs.push_back({"logits", DataType::kFp32, {k}, false, ""});
+        c->outputs.push_back({"probabilities", DataType::kFp32, {k}, false, ""});
+    }
+    if (filled && c->max_batch_size == 0) {
+        c->max_batch_size = 64;
+        if (!c->dynamic_batching) c->dynamic_batching = DynamicBatching{};
+    }
+    return Status::ok();
+}
+
+Result<std::shared_ptr<Model>> package_load(const ModelConfig& c, const std::string& version_dir) {
+    if (c.inputs.size() != 1 || (c.inputs[0].dtype != DataType::kFp32 && c.inputs[0].dtype != DataType::kUint8))
+        return invalid_argument("a strato package takes one input of TYPE_FP32 (pixels in [0,1]) or TYPE_UINT8 (0..255)");
+    for (size_t i = 0; i < c.outputs.size(); ++i) {
+        static const char* kNames[] = {"logits", "probabilities"};
+        if (i >= 2 || c.outputs[i].name != kNames[i] || c.outputs[i].dtype != DataType::kFp32)
+            return invalid_argument("a strato package has the outputs 'logits' and 'probabilities' (TYPE_FP32), in that order");
+    }
+    STRATO_ASSIGN_OR_RETURN(models::LoadedPackage pkg, models::load_package(version_dir));
+    const auto& s = pkg.info.input_shape;
+    if (c.inputs[0].dims != std::vector<int64_t>{s.channels, s.height, s.width})
+        return invalid_argument("input dims {} do not match the package's input shape [{},{},{}]", shape_string(c.inputs[0].dims),
+                                s.channels, s.height, s.width);
+    bool normalize = true;
+    if (auto it = c.parameters.find("normalize"); it != c.parameters.end()) normalize = it->second != "false";
+    return std::shared_ptr<Model>(std::make_shared<PackageModel>(std::move(pkg), c.inputs[0].dtype == DataType::kUint8, normalize));
+}
+
+// ---- TorchScript ----
+
+class TorchScriptModel : public Model {
+public:
+    TorchScriptModel(torch::jit::Module m, ModelConfig c) : module_(std::move(m)), config_(std::move(c)) {
+        std::vector<torch::Tensor> ps;
+        for (const auto& p : module_.parameters()) ps.push_back(p);
+        for (const auto& b : module_.buffers()) ps.push_back(b);
+        bytes_ = parameter_bytes(ps);
+    }
+
+    Status execute(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) override {
+        c10::InferenceMode guard;
+        std::vector<c10::IValue> args;
+        args.reserve(inputs.size());
+        for (const auto& t : inputs) {
+            STRATO_ASSIGN_OR_RETURN(c10::ScalarType st, to_scalar(t.dtype));
+            args.emplace_back(as_tensor(t, st));
+        }
+        c10::IValue result;
+        try {
+            result = module_.forward(args);
+        } catch (const c10::Error& e) {
+            return internal_error("TorchScript forward failed: {}", models::torch_error_message(e));
+        }
+        std::vector<torch::Tensor> outs;
+        if (result.isTensor()) {
+            outs.push_back(result.toTensor());
+        } else if (result.isTuple()) {
+            for (const auto& v : result.toTupleRef().elements())
+                if (v.isTensor()) outs.push_back(v.toTensor());
+        } else if (result.isTensorList()) {
+            for (const auto& t : result.toTensorVector()) outs.push_back(t);
+        } else if (result.isList()) {
+            for (const auto& v : result.toListRef())
+                if (v.isTensor()) outs.push_back(v.toTensor());
+        }
+        if (outs.size() < config_.outputs.size())
+            return internal_error("the TorchScript model returned {} tensors; the config declares {} outputs", outs.size(),
+                                  config_.outputs.size());
+        for (size_t i = 0; i < config_.outputs.size(); ++i) {
+            STRATO_ASSIGN_OR_RETURN(Tensor o, from_tensor(outs[i], config_.outputs[i]));
+            outputs->push_back(std::move(o));
+        }
+        return Status::ok();
+    }
+    int64_t memory_bytes() const override { return bytes_; }
+
+private:
+    torch::jit::Module module_;
+    ModelConfig config_;
+    int64_t bytes_ = 0;
+};
+
+Status torchscript_autocomplete(ModelConfig* c, const std::string&) {
+    if (c->inputs.empty() || c->outputs.empty())
+        return invalid_argument(
+            "a TorchScript model.pt carries no input/output names or shapes: add config.pbtxt (or config.toml) with "
+            "'input [ {{ name: \"INPUT__0\" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] }} ]' and the matching 'output'");
+    return Status::ok();
+}
+
+Result<std::shared_ptr<Model>> torchscript_load(const ModelConfig& c, const std::string& version_dir) {
+    std::string path = model_file(c, version_dir, "model.pt");
+    for (const auto& t : c.inputs) STRATO_RETURN_IF_ERROR(to_scalar(t.dtype).status().with_context("input '" + t.name + "'"));
+    for (const auto& t : c.outputs) STRATO_RETURN_IF_ERROR(to_scalar(t.dtype).status().with_context("output '" + t.name + "'"));
+    try {
+        torch::jit::Module m = torch::jit::load(path, torch::kCPU);
+        m.eval();
+        return std::shared_ptr<Model>(std::make_shared<TorchScriptModel>(std::move(m), c));
+    } catch (const c10::Error& e) {
+        return data_loss("{}: not a loadable TorchScript file: {}", path, models::torch_error_message(e));
+    } catch (const std::exception& e) {
+        return data_loss("{}: not a loadable TorchScript file: {}", path, e.what());
+    }
+}
+
+}  // namespace
+
+void register_torch_backends(int intra_op_threads) {
+    int n = intra_op_threads > 0 ? intra_op_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    at::set_num_threads(n);
+    register_backend({"strato", {"strato_package"}, models::kPackageManifest, package_autocomplete, package_load});
+    register_backend({"pytorch", {"pytorch_libtorch"}, "model.pt", torchscript_autocomplete, torchscript_load});
+}
+
+}  // namespace strato::serve

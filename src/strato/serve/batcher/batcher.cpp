@@ -1,0 +1,204 @@
+#include "strato/serve/batcher/batcher.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "strato/core/log.h"
+
+namespace strato::serve {
+namespace {
+
+int64_t ns_between(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count();
+}
+
+bool same_inner_dims(const Tensor& a, const Tensor& b) {
+    return a.dtype == b.dtype && a.shape.size() == b.shape.size() &&
+           std::equal(a.shape.begin() + 1, a.shape.end(), b.shape.begin() + 1);
+}
+
+}  // namespace
+
+Batcher::Batcher(std::shared_ptr<Model> model, BatcherOptions options,
+                 std::function<void(int64_t, const Timing&, bool)> on_batch)
+    : model_(std::move(model)), opt_(std::move(options)), on_batch_(std::move(on_batch)) {
+    std::sort(opt_.preferred.begin(), opt_.preferred.end());
+    int n = std::max(1, opt_.instances);
+    for (int i = 0; i < n; ++i) threads_.emplace_back([this] { worker(); });
+}
+
+Batcher::~Batcher() { stop(); }
+
+Status Batcher::submit(Job&& job) {
+    {
+        std::lock_guard lock(mu_);
+        if (stopping_) return Status{StatusCode::kUnavailable, "the model is being unloaded"};
+        if (opt_.max_queue_size > 0 && static_cast<int64_t>(queue_.size()) >= opt_.max_queue_size)
+            return Status{StatusCode::kUnavailable,
+                    fmt::format("Exceeds maximum queue size ({} requests waiting); retry later or raise "
+                                "dynamic_batching.default_queue_policy.max_queue_size", queue_.size())};
+        queue_.push_back(std::move(job));
+        pending_.store(static_cast<int64_t>(queue_.size()));
+    }
+    cv_.notify_all();
+    return Status::ok();
+}
+
+void Batcher::stop() {
+    {
+        std::lock_guard lock(mu_);
+        if (stopping_ && threads_.empty()) return;
+        stopping_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+}
+
+bool Batcher::fits(const Job& first, const Job& next, int64_t rows) const {
+    if (rows + next.rows > opt_.max_batch_size) return false;
+    if (next.inputs.size() != first.inputs.size()) return false;
+    for (size_t i = 0; i < first.inputs.size(); ++i)
+        if (!same_inner_dims(first.inputs[i], next.inputs[i])) return false;
+    return true;
+}
+
+void Batcher::worker() {
+    std::vector<Job> batch;
+    std::vector<Job> dropped;
+    while (true) {
+        batch.clear();
+        dropped.clear();
+        int64_t rows = 0;
+        {
+            std::unique_lock lock(mu_);
+            cv_.wait(lock, [&] { return (stopping_ && queue_.empty()) || (!forming_ && !queue_.empty()); });
+            if (queue_.empty()) return;  // stopping
+            forming_ = true;
+            // Pops the next live job, setting aside expired and abandoned ones.
+            auto pop_live = [&]() -> bool {
+                auto now = Clock::now();
+                while (!queue_.empty()) {
+                    Job& j = queue_.front();
+                    if (now >= j.deadline || (j.cancelled && j.cancelled->load())) {
+                        dropped.push_back(std::move(j));
+                        queue_.pop_front();
+                        continue;
+                    }
+                    return true;
+                }
+                return false;
+            };
+            if (pop_live()) {
+                batch.push_back(std::move(queue_.front()));
+                queue_.pop_front();
+                rows = batch.front().rows;
+                if (opt_.dynamic) {
+                    auto deadline = batch.front().enqueued + opt_.max_delay;
+                    while (rows < opt_.max_batch_size) {
+                        bool blocked = false;
+                        while (pop_live()) {
+                            if (!fits(batch.front(), queue_.front(), rows)) {
+                                blocked = true;
+                                break;
+                            }
+                            rows += queue_.front().rows;
+                            batch.push_back(std::move(queue_.front()));
+                            queue_.pop_front();
+                            if (rows >= opt_.max_batch_size) break;
+                        }
+                        if (blocked || rows >= opt_.max_batch_size || stopping_) break;
+                        if (std::binary_search(opt_.preferred.begin(), opt_.preferred.end(), rows)) break;
+                        if (Clock::now() >= deadline) break;
+                        cv_.wait_until(lock, deadline);
+                    }
+                }
+            }
+            forming_ = false;
+            pending_.store(static_cast<int64_t>(queue_.size()));
+        }
+        cv_.notify_all();
+        for (auto& j : dropped) {
+            Timing t;
+            t.queue_ns = ns_between(j.enqueued, Clock::now());
+            if (j.cancelled && j.cancelled->load())
+                j.done({StatusCode::kCancelled, "the client closed the connection before the request ran"}, {}, t);
+            else
+                j.done({StatusCode::kUnavailable, "Request timeout expired"}, {}, t);
+        }
+        if (!batch.empty()) run(batch, rows);
+    }
+}
+
+void Batcher::run(std::vector<Job>& batch, int64_t rows) {
+    Timing t;
+    t.batch_rows = rows;
+    auto start = Clock::now();
+    std::vector<Tensor> inputs;
+    if (batch.size() == 1) {
+        inputs = std::move(batch.front().inputs);
+    } else {
+        inputs.resize(batch.front().inputs.size());
+        for (size_t i = 0; i < inputs.size(); ++i) {
+            Tensor& in = inputs[i];
+            const Tensor& first = batch.front().inputs[i];
+            in.name = first.name;
+            in.dtype = first.dtype;
+            in.shape = first.shape;
+            in.shape[0] = rows;
+            size_t total = 0;
+            for (const auto& j : batch) total += j.inputs[i].data.size();
+            in.data.reserve(total);
+            for (const auto& j : batch) in.data += j.inputs[i].data;
+        }
+    }
+    auto infer_start = Clock::now();
+    std::vector<Tensor> outputs;
+    Status st;
+    try {
+        st = model_->execute(inputs, &outputs);
+    } catch (const std::exception& e) {
+        st = internal_error("the backend failed: {}", e.what());
+    }
+    auto infer_end = Clock::now();
+    t.compute_input_ns = ns_between(start, infer_start);
+    t.compute_infer_ns = ns_between(infer_start, infer_end);
+
+    // Split each output along the batch dimension, in job order.
+    std::vector<std::vector<Tensor>> per_job(batch.size());
+    if (st.is_ok() && batch.size() > 1) {
+        for (const Tensor& out : outputs) {
+            if (out.shape.empty() || out.shape[0] != rows || out.dtype == DataType::kBytes ||
+                out.data.size() % static_cast<size_t>(rows) != 0) {
+                st = internal_error("output '{}' of shape {} cannot be split into a batch of {}", out.name,
+                                    shape_string(out.shape), rows);
+                break;
+            }
+            size_t row_bytes = out.data.size() / static_cast<size_t>(rows);
+            size_t off = 0;
+            for (size_t k = 0; k < batch.size(); ++k) {
+                Tensor part;
+                part.name = out.name;
+                part.dtype = out.dtype;
+                part.shape = out.shape;
+                part.shape[0] = batch[k].rows;
+                size_t n = row_bytes * static_cast<size_t>(batch[k].rows);
+                part.data.assign(out.data, off, n);
+                off += n;
+                per_job[k].push_back(std::move(part));
+            }
+        }
+    } else if (st.is_ok()) {
+        per_job[0] = std::move(outputs);
+    }
+    t.compute_output_ns = ns_between(infer_end, Clock::now());
+    if (on_batch_) on_batch_(rows, t, st.is_ok());
+    for (size_t k = 0; k < batch.size(); ++k) {
+        Timing jt = t;
+        jt.queue_ns = ns_between(batch[k].enqueued, start);
+        batch[k].done(st, st.is_ok() ? std::move(per_job[k]) : std::vector<Tensor>{}, jt);
+    }
+}
+
+}  // namespace strato::serve

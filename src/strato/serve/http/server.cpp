@@ -1,0 +1,350 @@
+#include "strato/serve/http/server.h"
+
+#include <sys/socket.h>
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <future>
+#include <mutex>
+#include <optional>
+#include <strings.h>
+#include <thread>
+#include <unordered_map>
+
+#include "strato/core/log.h"
+
+namespace strato::serve::http {
+
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+const std::string* Request::header(std::string_view name) const {
+    for (const auto& [k, v] : headers)
+        if (k.size() == name.size() && strncasecmp(k.data(), name.data(), k.size()) == 0) return &v;
+    return nullptr;
+}
+
+namespace {
+
+class Session;
+
+struct Shared {
+    ServerOptions opts;
+    Handler handler;
+    std::atomic<int64_t> in_flight{0};
+    std::atomic<uint64_t> accepted{0};
+    std::atomic<bool> draining{false};
+    std::mutex mu;
+    std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
+};
+
+std::string error_json(std::string_view msg) { return fmt::format(R"({{"error":"{}"}})", msg); }
+
+class Session : public std::enable_shared_from_this<Session> {
+public:
+    Session(tcp::socket&& socket, std::shared_ptr<Shared> shared) : stream_(std::move(socket)), shared_(std::move(shared)) {}
+    ~Session() {
+        std::lock_guard lock(shared_->mu);
+        shared_->sessions.erase(this);
+    }
+
+    void start() {
+        {
+            std::lock_guard lock(shared_->mu);
+            shared_->sessions[this] = weak_from_this();
+        }
+        net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->wait_request(); });
+    }
+
+    /// Called on drain: an idle connection closes now, a busy one after its response.
+    void close_if_idle() {
+        net::post(stream_.get_executor(), [self = shared_from_this()] {
+            if (!self->busy_) self->close();
+        });
+    }
+
+private:
+    // Waits for the first byte of the next request (idle deadline), then reads the header.
+    void wait_request() {
+        if (shared_->draining) return close();
+        if (buffer_.size() > 0) return read_header();
+        stream_.expires_after(first_ ? shared_->opts.header_timeout : shared_->opts.idle_timeout);
+        stream_.async_read_some(buffer_.prepare(16384), [self = shared_from_this()](beast::error_code ec, size_t n) {
+            if (ec) return self->close();
+            self->buffer_.commit(n);
+            self->read_header();
+        });
+    }
+
+    void read_header() {
+        first_ = false;
+        parser_.emplace();
+        parser_->body_limit(shared_->opts.body_limit);
+        parser_->header_limit(64 * 1024);
+        stream_.expires_after(shared_->opts.header_timeout);
+        bhttp::async_read_header(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+            self->on_header(ec);
+        });
+    }
+
+    void on_header(beast::error_code ec) {
+        if (ec == beast::error::timeout) return fail(408, "timed out reading the request header");
+        if (ec == bhttp::error::header_limit) return fail(431, "request header is larger than 65536 bytes");
+        if (ec == bhttp::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
+            ec == net::error::operation_aborted)
+            return close();
+        if (ec) return fail(400, fmt::format("malformed HTTP request: {}", ec.message()));
+        auto cl = parser_->content_length();
+        if (cl && *cl > shared_->opts.body_limit)
+            return fail(413, fmt::format("request body of {} bytes exceeds the limit of {} bytes (--http-max-input-size)", *cl,
+                                         shared_->opts.body_limit));
+        const auto& req = parser_->get();
+        auto expect = req[bhttp::field::expect];
+        if (!expect.empty() && beast::iequals(expect, "100-continue")) {
+            auto cont = std::make_shared<bhttp::response<bhttp::empty_body>>(bhttp::status::continue_, 11);
+            stream_.expires_after(shared_->opts.body_timeout);
+            bhttp::async_write(stream_, *cont, [self = shared_from_this(), cont](beast::error_code wec, size_t) {
+                if (wec) return self->close();
+                self->read_body();
+            });
+            return;
+        }
+        read_body();
+    }
+
+    void read_body() {
+        stream_.expires_after(shared_->opts.body_timeout);
+        bhttp::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+            self->on_body(ec);
+        });
+    }
+
+    void on_body(beast::error_code ec) {
+        if (ec == bhttp::error::body_limit)
+            return fail(413, fmt::format("request body exceeds the limit of {} bytes (--http-max-input-size)",
+                                         shared_->opts.body_limit));
+        if (ec == beast::error::timeout) return fail(408, "timed out reading the request body");
+        if (ec == bhttp::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
+            ec == net::error::operation_aborted)
+            return close();
+        if (ec) return fail(400, fmt::format("malformed HTTP request: {}", ec.message()));
+        stream_.expires_never();
+
+        auto msg = parser_->release();
+        parser_.reset();
+        keep_alive_ = msg.keep_alive();
+        Request r;
+        r.method = std::string(msg.method_string());
+        r.target = std::string(msg.target());
+        r.headers.reserve(8);
+        for (const auto& f : msg) r.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
+        r.body = std::move(msg.body());
+        r.received = std::chrono::steady_clock::now();
+        cancelled_ = std::make_shared<std::atomic<bool>>(false);
+        r.cancelled = cancelled_;
+        busy_ = true;
+        shared_->in_flight.fetch_add(1);
+        watch_client();
+
+        auto once = std::make_shared<std::atomic<bool>>(false);
+        Reply reply = [self = shared_from_this(), once](Response resp) {
+            if (once->exchange(true)) return;
+            net::post(self->stream_.get_executor(),
+                      [self, resp = std::move(resp)]() mutable { self->write(std::move(resp)); });
+        };
+        try {
+            shared_->handler(std::move(r), reply);
+        } catch (const std::exception& e) {
+            log::error("http handler threw: {}", e.what());
+            Response resp;
+            resp.status = 500;
+            resp.content_type = "application/json";
+            resp.body = error_json("internal error");
+            reply(std::move(resp));
+        }
+    }
+
+    // While a request is in flight, notices the client hanging up (EOF or reset) so the work
+    // for it can be dropped. Pipelined bytes end the watch without consuming them.
+    void watch_client() {
+        stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
+            if (ec || !self->busy_) return;
+            char c;
+            ssize_t n = ::recv(self->stream_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) self->cancelled_->store(true);
+        });
+    }
+
+    void write(Response resp) {
+        beast::error_code ignored;
+        stream_.socket().cancel(ignored);  // ends watch_client()
+        auto res = std::make_shared<bhttp::response<bhttp::string_body>>(static_cast<bhttp::status>(resp.status), 11);
+        res->set(bhttp::field::server, shared_->opts.server_name);
+        if (!resp.content_type.empty()) res->set(bhttp::field::content_type, resp.content_type);
+        for (auto& [k, v] : resp.headers) res->set(k, v);
+        res->body() = std::move(resp.body);
+        bool keep = keep_alive_ && !resp.close && !shared_->draining;
+        res->keep_alive(keep);
+        res->prepare_payload();
+        stream_.expires_after(shared_->opts.body_timeout);
+        bhttp::async_write(stream_, *res, [self = shared_from_this(), res, keep](beast::error_code ec, size_t) {
+            self->busy_ = false;
+            self->shared_->in_flight.fetch_sub(1);
+            if (ec || !keep) return self->close();
+            self->wait_request();
+        });
+    }
+
+    // An error found while reading: answer it (the connection closes after).
+    void fail(unsigned status, const std::string& message) {
+        auto res = std::make_shared<bhttp::response<bhttp::string_body>>(static_cast<bhttp::status>(status), 11);
+        res->set(bhttp::field::server, shared_->opts.server_name);
+        res->set(bhttp::field::content_type, "application/json");
+        res->body() = fmt::format("{{\"error\":{}}}", nlohmann_quote(message));
+        res->keep_alive(false);
+        res->prepare_payload();
+        stream_.expires_after(std::chrono::seconds(5));
+        bhttp::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code, size_t) { self->close(); });
+    }
+
+    static std::string nlohmann_quote(const std::string& s) {
+        std::string out = "\"";
+        for (char c : s) {
+            if (c == '"' || c == '\\') {
+                out += '\\';
+                out += c;
+            } else if (static_cast<unsigned char>(c) < 0x20) {
+                out += fmt::format("\\u{:04x}", static_cast<int>(c));
+            } else {
+                out += c;
+            }
+        }
+        return out + "\"";
+    }
+
+    void close() {
+        beast::error_code ec;
+        stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+        stream_.close();
+    }
+
+    beast::tcp_stream stream_;
+    beast::flat_buffer buffer_;
+    std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+    std::shared_ptr<Shared> shared_;
+    std::shared_ptr<std::atomic<bool>> cancelled_;
+    bool busy_ = false;
+    bool keep_alive_ = true;
+    bool first_ = true;
+};
+
+}  // namespace
+
+struct Server::Impl {
+    std::shared_ptr<Shared> shared = std::make_shared<Shared>();
+    net::io_context ioc;
+    std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
+    std::optional<tcp::acceptor> acceptor;
+    std::vector<std::thread> threads;
+    uint16_t port = 0;
+    bool stopped = false;
+
+    void accept() {
+        acceptor->async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+            if (ec == net::error::operation_aborted || !acceptor->is_open()) return;
+            if (!ec) {
+                shared->accepted.fetch_add(1);
+                beast::error_code ignored;
+                socket.set_option(tcp::no_delay(true), ignored);
+                std::make_shared<Session>(std::move(socket), shared)->start();
+            } else if (ec == net::error::no_descriptors) {
+                log::warn("http: out of file descriptors; pausing accept for 50 ms");
+                std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            }
+            accept();
+        });
+    }
+};
+
+Server::Server(ServerOptions options, Handler handler) : impl_(std::make_unique<Impl>()) {
+    impl_->shared->opts = std::move(options);
+    impl_->shared->handler = std::move(handler);
+}
+
+Server::~Server() { stop(); }
+
+Status Server::start() {
+    const ServerOptions& o = impl_->shared->opts;
+    beast::error_code ec;
+    auto addr = net::ip::make_address(o.address, ec);
+    if (ec) return invalid_argument("'{}' is not an IP address to listen on", o.address);
+    tcp::endpoint ep(addr, o.port);
+    impl_->acceptor.emplace(net::make_strand(impl_->ioc));
+    auto& acc = *impl_->acceptor;
+    std::string where = fmt::format("{}:{}", o.address, o.port);
+    if (acc.open(ep.protocol(), ec); ec) return Status{StatusCode::kUnavailable, fmt::format("cannot open a socket for {}: {}", where, ec.message())};
+    acc.set_option(net::socket_base::reuse_address(true), ec);
+    if (acc.bind(ep, ec); ec)
+        return Status{StatusCode::kUnavailable, fmt::format("cannot listen on {}: {}", where, ec.message())};
+    if (acc.listen(net::socket_base::max_listen_connections, ec); ec)
+        return Status{StatusCode::kUnavailable, fmt::format("cannot listen on {}: {}", where, ec.message())};
+    impl_->port = acc.local_endpoint().port();
+    impl_->work.emplace(impl_->ioc.get_executor());
+    impl_->accept();
+    int n = std::max(1, o.threads);
+    for (int i = 0; i < n; ++i) impl_->threads.emplace_back([this] { impl_->ioc.run(); });
+    return Status::ok();
+}
+
+uint16_t Server::port() const { return impl_->port; }
+
+int64_t Server::drain(std::chrono::milliseconds timeout) {
+    auto& s = *impl_->shared;
+    s.draining = true;
+    if (impl_->acceptor) {
+        std::promise<void> closed;
+        net::post(impl_->acceptor->get_executor(), [this, &closed] {
+            beast::error_code ec;
+            impl_->acceptor->close(ec);
+            closed.set_value();
+        });
+        if (!impl_->threads.empty()) closed.get_future().wait();
+    }
+    std::vector<std::shared_ptr<Session>> sessions;
+    {
+        std::lock_guard lock(s.mu);
+        for (auto& [p, w] : s.sessions)
+            if (auto sp = w.lock()) sessions.push_back(std::move(sp));
+    }
+    for (auto& sp : sessions) sp->close_if_idle();
+    sessions.clear();
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (s.in_flight.load() > 0 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return s.in_flight.load();
+}
+
+void Server::stop() {
+    if (impl_->stopped) return;
+    impl_->stopped = true;
+    impl_->work.reset();
+    impl_->ioc.stop();
+    for (auto& t : impl_->threads) t.join();
+    impl_->threads.clear();
+}
+
+int64_t Server::in_flight() const { return impl_->shared->in_flight.load(); }
+uint64_t Server::connections_accepted() const { return impl_->shared->accepted.load(); }
+
+}  // namespace strato::serve::http

@@ -1,0 +1,146 @@
+#include "strato/serve/metrics/metrics.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "strato/core/check.h"
+
+namespace strato::serve::metrics {
+
+Histogram::Histogram(std::vector<uint64_t> bounds, double unit)
+    : bounds_(std::move(bounds)), counts_(new std::atomic<uint64_t>[bounds_.size() + 1]), unit_(unit) {
+    for (size_t i = 0; i <= bounds_.size(); ++i) counts_[i].store(0);
+}
+
+void Histogram::observe(uint64_t v) {
+    size_t i = static_cast<size_t>(std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin());
+    counts_[i].fetch_add(1, std::memory_order_relaxed);
+    sum_.fetch_add(v, std::memory_order_relaxed);
+    count_.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::vector<uint64_t> latency_buckets_ns() {
+    std::vector<uint64_t> b;
+    for (uint64_t decade = 10'000; decade <= 10'000'000'000ull; decade *= 10)
+        for (uint64_t m : {1, 25, 5}) {
+            uint64_t v = m == 25 ? decade * 5 / 2 : decade * m;
+            if (v >= 50'000 && v <= 60'000'000'000ull) b.push_back(v);
+        }
+    b.push_back(20'000'000'000ull);
+    b.push_back(60'000'000'000ull);
+    std::sort(b.begin(), b.end());
+    b.erase(std::unique(b.begin(), b.end()), b.end());
+    return b;
+}
+
+std::string render_labels(const Labels& labels) {
+    if (labels.empty()) return "";
+    std::string out = "{";
+    for (size_t i = 0; i < labels.size(); ++i) {
+        if (i) out += ',';
+        out += labels[i].first;
+        out += "=\"";
+        for (char c : labels[i].second) {
+            if (c == '\\') out += "\\\\";
+            else if (c == '"') out += "\\\"";
+            else if (c == '\n') out += "\\n";
+            else out += c;
+        }
+        out += '"';
+    }
+    out += '}';
+    return out;
+}
+
+Registry::Family& Registry::family(const std::string& name, const std::string& help, Type type) {
+    auto [it, inserted] = families_.try_emplace(name);
+    if (inserted) {
+        it->second.type = type;
+        it->second.help = help;
+    }
+    STRATO_ASSERT(it->second.type == type, "metric ", name, " registered with two types");
+    return it->second;
+}
+
+Counter& Registry::counter(const std::string& name, const std::string& help, const Labels& labels) {
+    std::lock_guard lock(mu_);
+    Family& f = family(name, help, Type::kCounter);
+    std::string key = render_labels(labels);
+    if (auto it = f.index.find(key); it != f.index.end()) return *static_cast<Counter*>(f.series[it->second].second);
+    Counter& c = counters_.emplace_back();
+    f.index[key] = f.series.size();
+    f.series.emplace_back(key, &c);
+    return c;
+}
+
+Gauge& Registry::gauge(const std::string& name, const std::string& help, const Labels& labels) {
+    std::lock_guard lock(mu_);
+    Family& f = family(name, help, Type::kGauge);
+    std::string key = render_labels(labels);
+    if (auto it = f.index.find(key); it != f.index.end()) return *static_cast<Gauge*>(f.series[it->second].second);
+    Gauge& g = gauges_.emplace_back();
+    f.index[key] = f.series.size();
+    f.series.emplace_back(key, &g);
+    return g;
+}
+
+Histogram& Registry::histogram(const std::string& name, const std::string& help, const Labels& labels,
+                               const std::vector<uint64_t>& bounds, double unit) {
+    std::lock_guard lock(mu_);
+    Family& f = family(name, help, Type::kHistogram);
+    std::string key = render_labels(labels);
+    if (auto it = f.index.find(key); it != f.index.end()) return *static_cast<Histogram*>(f.series[it->second].second);
+    Histogram& h = histograms_.emplace_back(bounds, unit);
+    f.index[key] = f.series.size();
+    f.series.emplace_back(key, &h);
+    return h;
+}
+
+namespace {
+
+// Adds `le` to a rendered label set.
+std::string with_le(const std::string& labels, const std::string& le) {
+    if (labels.empty()) return fmt::format("{{le=\"{}\"}}", le);
+    return fmt::format("{},le=\"{}\"}}", labels.substr(0, labels.size() - 1), le);
+}
+
+}  // namespace
+
+std::string Registry::render() const {
+    std::lock_guard lock(mu_);
+    fmt::memory_buffer out;
+    auto it = std::back_inserter(out);
+    for (const auto& [name, f] : families_) {
+        static const char* kTypes[] = {"counter", "gauge", "histogram"};
+        fmt::format_to(it, "# HELP {} {}\n# TYPE {} {}\n", name, f.help, name, kTypes[static_cast<int>(f.type)]);
+        for (const auto& [labels, ptr] : f.series) {
+            switch (f.type) {
+                case Type::kCounter:
+                    fmt::format_to(it, "{}{} {}\n", name, labels, static_cast<Counter*>(ptr)->value());
+                    break;
+                case Type::kGauge:
+                    fmt::format_to(it, "{}{} {}\n", name, labels, static_cast<Gauge*>(ptr)->value());
+                    break;
+                case Type::kHistogram: {
+                    const auto* h = static_cast<Histogram*>(ptr);
+                    uint64_t cum = 0;
+                    for (size_t i = 0; i < h->bounds().size(); ++i) {
+                        cum += h->bucket(i);
+                        fmt::format_to(it, "{}_bucket{} {}\n", name,
+                                       with_le(labels, fmt::format("{}", static_cast<double>(h->bounds()[i]) / h->unit())), cum);
+                    }
+                    cum += h->bucket(h->bounds().size());
+                    // The +Inf bucket and _count come from the same reads so they always agree.
+                    fmt::format_to(it, "{}_bucket{} {}\n", name, with_le(labels, "+Inf"), cum);
+                    fmt::format_to(it, "{}_sum{} {}\n", name, labels, static_cast<double>(h->sum()) / h->unit());
+                    fmt::format_to(it, "{}_count{} {}\n", name, labels, cum);
+                    break;
+                }
+            }
+        }
+    }
+    return std::string(out.data(), out.size());
+}
+
+}  // namespace strato::serve::metrics

@@ -1,0 +1,613 @@
+#include "strato/serve/repository/model_config.h"
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <set>
+
+namespace strato::serve {
+namespace {
+
+using json = nlohmann::json;
+
+// A field tree: what pbtxt, TOML and JSON have in common.
+struct Node {
+    int line = 0;
+    bool is_message = false;
+    std::string scalar;
+    std::vector<std::pair<std::string, Node>> fields;
+};
+
+// ---- protobuf text format -------------------------------------------------------------------
+
+class PbtxtParser {
+public:
+    PbtxtParser(std::string_view text, const std::string& source) : s_(text), source_(source) {}
+
+    Result<Node> parse() {
+        Node root;
+        root.is_message = true;
+        root.line = 1;
+        STRATO_RETURN_IF_ERROR(parse_fields(&root, '\0', 0));
+        return root;
+    }
+
+private:
+    Status error(const std::string& msg) const { return invalid_argument("{}:{}: {}", source_, line_, msg); }
+
+    void skip() {
+        while (pos_ < s_.size()) {
+            char c = s_[pos_];
+            if (c == '\n') {
+                ++line_;
+                ++pos_;
+            } else if (std::isspace(static_cast<unsigned char>(c))) {
+                ++pos_;
+            } else if (c == '#') {
+                while (pos_ < s_.size() && s_[pos_] != '\n') ++pos_;
+            } else {
+                break;
+            }
+        }
+    }
+    bool peek(char c) {
+        skip();
+        return pos_ < s_.size() && s_[pos_] == c;
+    }
+    bool eat(char c) {
+        if (!peek(c)) return false;
+        ++pos_;
+        return true;
+    }
+
+    Result<std::string> identifier() {
+        skip();
+        size_t b = pos_;
+        while (pos_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_' || s_[pos_] == '.'))
+            ++pos_;
+        if (b == pos_) {
+            if (pos_ >= s_.size()) return error("unexpected end of file, expected a field name");
+            return error(fmt::format("unexpected '{}', expected a field name", s_[pos_]));
+        }
+        return std::string(s_.substr(b, pos_ - b));
+    }
+
+    Result<Node> scalar() {
+        skip();
+        Node n;
+        n.line = line_;
+        if (pos_ >= s_.size()) return error("unexpected end of file, expected a value");
+        char q = s_[pos_];
+        if (q == '"' || q == '\'') {
+            ++pos_;
+            // Adjacent string literals concatenate, as in protobuf.
+            while (true) {
+                while (pos_ < s_.size() && s_[pos_] != q) {
+                    char c = s_[pos_++];
+                    if (c == '\n') return error("newline inside a string");
+                    if (c == '\\' && pos_ < s_.size()) {
+                        char e = s_[pos_++];
+                        switch (e) {
+                            case 'n': n.scalar += '\n'; break;
+                            case 't': n.scalar += '\t'; break;
+                            case 'r': n.scalar += '\r'; break;
+                            default: n.scalar += e; break;
+                        }
+                    } else {
+                        n.scalar += c;
+                    }
+                }
+                if (pos_ >= s_.size()) return error("unterminated string");
+                ++pos_;
+                skip();
+                if (pos_ < s_.size() && s_[pos_] == q) {
+                    ++pos_;
+                    continue;
+                }
+                break;
+            }
+            return n;
+        }
+        size_t b = pos_;
+        while (pos_ < s_.size() &&
+               (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_' || s_[pos_] == '-' ||
+                s_[pos_] == '+' || s_[pos_] == '.'))
+            ++pos_;
+        if (b == pos_) return error(fmt::format("unexpected '{}', expected a value", s_[pos_]));
+        n.scalar = std::string(s_.substr(b, pos_ - b));
+        return n;
+    }
+
+    Result<Node> value(int depth) {
+        skip();
+        if (peek('{') || peek('<')) {
+            char close = s_[pos_] == '{' ? '}' : '>';
+            ++pos_;
+            Node m;
+            m.is_message = true;
+            m.line = line_;
+            STRATO_RETURN_IF_ERROR(parse_fields(&m, close, depth + 1));
+            return m;
+        }
+        return scalar();
+    }
+
+    Status parse_fields(Node* msg, char close, int depth) {
+        if (depth > 32) return error("messages nest deeper than 32 levels");
+        while (true) {
+            skip();
+            if (pos_ >= s_.size()) {
+                if (close) return error(fmt::format("unexpected end of file, expected '{}'", close));
+                return Status::ok();
+            }
+            if (close && s_[pos_] == close) {
+                ++pos_;
+                return Status::ok();
+            }
+            int field_line = line_;
+            STRATO_ASSIGN_OR_RETURN(std::string name, identifier());
+            bool colon = eat(':');
+            if (eat('[')) {
+                if (!eat(']')) {
+                    while (true) {
+                        STRATO_ASSIGN_OR_RETURN(Node v, value(depth));
+                        v.line = v.line ? v.line : field_line;
+                        msg->fields.emplace_back(name, std::move(v));
+                        if (eat(']')) break;
+                        if (!eat(',')) return error(fmt::format("field '{}': expected ',' or ']' in the list", name));
+                    }
+                }
+            } else {
+                if (!colon && !(peek('{') || peek('<')))
+                    return error(fmt::format("field '{}': expected ':' after the name", name));
+                STRATO_ASSIGN_OR_RETURN(Node v, value(depth));
+                msg->fields.emplace_back(name, std::move(v));
+            }
+            if (!eat(';')) eat(',');
+        }
+    }
+
+    std::string_view s_;
+    const std::string& source_;
+    size_t pos_ = 0;
+    int line_ = 1;
+};
+
+// ---- TOML and JSON front-ends ---------------------------------------------------------------
+
+Node from_toml(const toml::node& n, int depth);
+
+void add_toml_value(Node* parent, const std::string& key, const toml::node& v, int depth) {
+    if (const auto* arr = v.as_array()) {
+        for (const auto& e : *arr) add_toml_value(parent, key, e, depth);
+    } else {
+        parent->fields.emplace_back(key, from_toml(v, depth + 1));
+    }
+}
+
+Node from_toml(const toml::node& n, int depth) {
+    Node out;
+    out.line = static_cast<int>(n.source().begin.line);
+    if (const auto* t = n.as_table()) {
+        out.is_message = true;
+        if (depth < 32)
+            for (const auto& [k, v] : *t) add_toml_value(&out, std::string(k.str()), v, depth);
+    } else if (const auto* s = n.as_string()) {
+        out.scalar = s->get();
+    } else if (const auto* i = n.as_integer()) {
+        out.scalar = std::to_string(i->get());
+    } else if (const auto* f = n.as_floating_point()) {
+        out.scalar = fmt::format("{}", f->get());
+    } else if (const auto* b = n.as_boolean()) {
+        out.scalar = b->get() ? "true" : "false";
+    }
+    return out;
+}
+
+Node from_json(const json& j, int depth);
+
+void add_json_value(Node* parent, const std::string& key, const json& v, int depth) {
+    if (v.is_array()) {
+        for (const auto& e : v) add_json_value(parent, key, e, depth);
+    } else {
+        parent->fields.emplace_back(key, from_json(v, depth + 1));
+    }
+}
+
+Node from_json(const json& j, int depth) {
+    Node out;
+    if (j.is_object()) {
+        out.is_message = true;
+        if (depth < 32)
+            for (auto it = j.begin(); it != j.end(); ++it) add_json_value(&out, it.key(), it.value(), depth);
+    } else if (j.is_string()) {
+        out.scalar = j.get<std::string>();
+    } else if (j.is_boolean()) {
+        out.scalar = j.get<bool>() ? "true" : "false";
+    } else if (j.is_number_integer()) {
+        out.scalar = std::to_string(j.get<int64_t>());
+    } else if (j.is_number()) {
+        out.scalar = fmt::format("{}", j.get<double>());
+    }
+    return out;
+}
+
+// ---- mapping the tree onto ModelConfig --------------------------------------------------------
+
+class Mapper {
+public:
+    explicit Mapper(std::string source) : source_(std::move(source)) {}
+
+    Status error(const Node& n, const std::string& msg) const {
+        if (n.line > 0) return invalid_argument("{}:{}: {}", source_, n.line, msg);
+        return invalid_argument("{}: {}", source_, msg);
+    }
+
+    Result<int64_t> to_int(const Node& n, const std::string& field) const {
+        if (n.is_message) return error(n, fmt::format("'{}' must be an integer, not a message", field));
+        int64_t v = 0;
+        const std::string& s = n.scalar;
+        auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (ec != std::errc() || p != s.data() + s.size())
+            return error(n, fmt::format("'{}' must be an integer, got '{}'", field, s));
+        return v;
+    }
+    Result<bool> to_bool(const Node& n, const std::string& field) const {
+        if (!n.is_message && (n.scalar == "true" || n.scalar == "True" || n.scalar == "1")) return true;
+        if (!n.is_message && (n.scalar == "false" || n.scalar == "False" || n.scalar == "0")) return false;
+        return error(n, fmt::format("'{}' must be true or false, got '{}'", field, n.scalar));
+    }
+    Result<std::string> to_string(const Node& n, const std::string& field) const {
+        if (n.is_message) return error(n, fmt::format("'{}' must be a string, not a message", field));
+        return n.scalar;
+    }
+    Status want_message(const Node& n, const std::string& field) const {
+        if (!n.is_message) return error(n, fmt::format("'{}' must be a message ({{ ... }}), got '{}'", field, n.scalar));
+        return Status::ok();
+    }
+
+    Status unknown(const Node& n, const std::string& where, const std::string& key, std::initializer_list<const char*> known) const {
+        std::string list;
+        for (const char* k : known) list += list.empty() ? std::string(k) : std::string(", ") + k;
+        return error(n, fmt::format("unknown field '{}' in {} (expected one of: {})", key, where, list));
+    }
+
+    Result<TensorSpec> tensor(const Node& n, const std::string& kind) const {
+        STRATO_RETURN_IF_ERROR(want_message(n, kind));
+        TensorSpec t;
+        for (const auto& [k, v] : n.fields) {
+            if (k == "name") {
+                STRATO_ASSIGN_OR_RETURN(t.name, to_string(v, k));
+            } else if (k == "data_type") {
+                STRATO_ASSIGN_OR_RETURN(std::string s, to_string(v, k));
+                t.dtype = parse_config_datatype(s);
+                if (t.dtype == DataType::kInvalid) t.dtype = parse_datatype(s);  // accept "FP32" too
+                if (t.dtype == DataType::kInvalid)
+                    return error(v, fmt::format("unknown data_type '{}' (expected TYPE_FP32, TYPE_INT64, TYPE_STRING, ...)", s));
+            } else if (k == "dims") {
+                STRATO_ASSIGN_OR_RETURN(int64_t d, to_int(v, k));
+                t.dims.push_back(d);
+            } else if (k == "optional") {
+                STRATO_ASSIGN_OR_RETURN(t.optional, to_bool(v, k));
+            } else if (k == "label_filename") {
+                STRATO_ASSIGN_OR_RETURN(t.label_filename, to_string(v, k));
+            } else if (k == "format" || k == "reshape" || k == "is_shape_tensor" || k == "allow_ragged_batch" ||
+                       k == "is_non_linear_format_io") {
+                if (k == "reshape" || ((k == "is_shape_tensor" || k == "allow_ragged_batch") && v.scalar == "true"))
+                    return Status{StatusCode::kUnimplemented,
+                            fmt::format("{}:{}: {} field '{}' is not supported by strato serve", source_, v.line, kind, k)};
+            } else {
+                return unknown(v, kind, k, {"name", "data_type", "dims", "optional", "label_filename"});
+            }
+        }
+        return t;
+    }
+
+    Result<DynamicBatching> batching(const Node& n) const {
+        STRATO_RETURN_IF_ERROR(want_message(n, "dynamic_batching"));
+        DynamicBatching b;
+        for (const auto& [k, v] : n.fields) {
+            if (k == "preferred_batch_size") {
+                STRATO_ASSIGN_OR_RETURN(int64_t s, to_int(v, k));
+                b.preferred_batch_size.push_back(s);
+            } else if (k == "max_queue_delay_microseconds") {
+                STRATO_ASSIGN_OR_RETURN(b.max_queue_delay_us, to_int(v, k));
+            } else if (k == "preserve_ordering") {
+                STRATO_ASSIGN_OR_RETURN(b.preserve_ordering, to_bool(v, k));
+            } else if (k == "default_queue_policy") {
+                STRATO_RETURN_IF_ERROR(want_message(v, k));
+                for (const auto& [pk, pv] : v.fields) {
+                    if (pk == "max_queue_size") {
+                        STRATO_ASSIGN_OR_RETURN(b.max_queue_size, to_int(pv, pk));
+                    } else if (pk == "default_timeout_microseconds") {
+                        STRATO_ASSIGN_OR_RETURN(b.default_timeout_us, to_int(pv, pk));
+                    } else if (pk == "allow_timeout_override") {
+                        STRATO_ASSIGN_OR_RETURN(b.allow_timeout_override, to_bool(pv, pk));
+                    } else if (pk == "timeout_action") {
+                        if (pv.scalar != "REJECT")
+                            return Status{StatusCode::kUnimplemented,
+                                    fmt::format("{}:{}: timeout_action '{}' is not supported (only REJECT)", source_, pv.line, pv.scalar)};
+                    } else {
+                        return unknown(pv, "default_queue_policy", pk,
+                                       {"max_queue_size", "default_timeout_microseconds", "allow_timeout_override", "timeout_action"});
+                    }
+                }
+            } else if (k == "priority_levels" || k == "default_priority_level" || k == "priority_queue_policy") {
+                // One priority level: requests keep arrival order.
+            } else {
+                return unknown(v, "dynamic_batching", k,
+                               {"preferred_batch_size", "max_queue_delay_microseconds", "preserve_ordering", "default_queue_policy"});
+            }
+        }
+        return b;
+    }
+
+    Result<VersionPolicy> version_policy(const Node& n) const {
+        STRATO_RETURN_IF_ERROR(want_message(n, "version_policy"));
+        VersionPolicy p;
+        if (n.fields.size() != 1) return error(n, "version_policy needs exactly one of 'latest', 'all' or 'specific'");
+        const auto& [k, v] = n.fields[0];
+        STRATO_RETURN_IF_ERROR(want_message(v, k));
+        if (k == "latest") {
+            p.kind = VersionPolicy::Kind::kLatest;
+            for (const auto& [lk, lv] : v.fields) {
+                if (lk != "num_versions") return unknown(lv, "version_policy.latest", lk, {"num_versions"});
+                STRATO_ASSIGN_OR_RETURN(p.num_versions, to_int(lv, lk));
+            }
+        } else if (k == "all") {
+            p.kind = VersionPolicy::Kind::kAll;
+        } else if (k == "specific") {
+            p.kind = VersionPolicy::Kind::kSpecific;
+            for (const auto& [sk, sv] : v.fields) {
+                if (sk != "versions") return unknown(sv, "version_policy.specific", sk, {"versions"});
+                STRATO_ASSIGN_OR_RETURN(int64_t ver, to_int(sv, sk));
+                p.versions.push_back(ver);
+            }
+        } else {
+            return unknown(v, "version_policy", k, {"latest", "all", "specific"});
+        }
+        return p;
+    }
+
+    Result<InstanceGroup> instance_group(const Node& n) const {
+        STRATO_RETURN_IF_ERROR(want_message(n, "instance_group"));
+        InstanceGroup g;
+        for (const auto& [k, v] : n.fields) {
+            if (k == "name") {
+                STRATO_ASSIGN_OR_RETURN(g.name, to_string(v, k));
+            } else if (k == "count") {
+                STRATO_ASSIGN_OR_RETURN(g.count, to_int(v, k));
+            } else if (k == "kind") {
+                STRATO_ASSIGN_OR_RETURN(g.kind, to_string(v, k));
+                if (g.kind == "KIND_GPU")
+                    return Status{StatusCode::kUnimplemented,
+                            fmt::format("{}:{}: instance_group kind KIND_GPU needs a CUDA build of strato", source_, v.line)};
+                if (g.kind != "KIND_CPU" && g.kind != "KIND_AUTO" && g.kind != "KIND_MODEL")
+                    return error(v, fmt::format("unknown instance_group kind '{}' (expected KIND_CPU, KIND_AUTO or KIND_MODEL)", g.kind));
+            } else if (k == "gpus" || k == "host_policy" || k == "rate_limiter" || k == "profile" || k == "passive" ||
+                       k == "secondary_devices") {
+            } else {
+                return unknown(v, "instance_group", k, {"name", "count", "kind"});
+            }
+        }
+        return g;
+    }
+
+    Result<ModelConfig> config(const Node& root) const {
+        ModelConfig c;
+        for (const auto& [k, v] : root.fields) {
+            if (k == "name") {
+                STRATO_ASSIGN_OR_RETURN(c.name, to_string(v, k));
+            } else if (k == "platform") {
+                STRATO_ASSIGN_OR_RETURN(c.platform, to_string(v, k));
+            } else if (k == "backend") {
+                STRATO_ASSIGN_OR_RETURN(c.backend, to_string(v, k));
+            } else if (k == "max_batch_size") {
+                STRATO_ASSIGN_OR_RETURN(c.max_batch_size, to_int(v, k));
+            } else if (k == "input") {
+                STRATO_ASSIGN_OR_RETURN(TensorSpec t, tensor(v, "input"));
+                c.inputs.push_back(std::move(t));
+            } else if (k == "output") {
+                STRATO_ASSIGN_OR_RETURN(TensorSpec t, tensor(v, "output"));
+                c.outputs.push_back(std::move(t));
+            } else if (k == "dynamic_batching") {
+                STRATO_ASSIGN_OR_RETURN(c.dynamic_batching, batching(v));
+            } else if (k == "instance_group") {
+                STRATO_ASSIGN_OR_RETURN(InstanceGroup g, instance_group(v));
+                c.instance_group.push_back(std::move(g));
+            } else if (k == "version_policy") {
+                STRATO_ASSIGN_OR_RETURN(c.version_policy, version_policy(v));
+            } else if (k == "default_model_filename") {
+                STRATO_ASSIGN_OR_RETURN(c.default_model_filename, to_string(v, k));
+            } else if (k == "parameters") {
+                STRATO_RETURN_IF_ERROR(want_message(v, k));
+                // pbtxt: parameters { key: "k" value: { string_value: "v" } }; JSON: {"k": {"string_value": "v"}}
+                std::string key, value;
+                bool pbtxt_form = false;
+                for (const auto& [pk, pv] : v.fields) {
+                    if (pk == "key") {
+                        STRATO_ASSIGN_OR_RETURN(key, to_string(pv, pk));
+                        pbtxt_form = true;
+                    } else if (pk == "value" && pv.is_message) {
+                        for (const auto& [vk, vv] : pv.fields)
+                            if (vk == "string_value") value = vv.scalar;
+                    } else if (pv.is_message) {
+                        for (const auto& [vk, vv] : pv.fields)
+                            if (vk == "string_value") c.parameters[pk] = vv.scalar;
+                    } else {
+                        c.parameters[pk] = pv.scalar;  // TOML: [parameters] k = "v"
+                    }
+                }
+                if (pbtxt_form) c.parameters[key] = value;
+            } else if (k == "sequence_batching" || k == "ensemble_scheduling") {
+                return Status{StatusCode::kUnimplemented, fmt::format("{}:{}: '{}' is not supported by strato serve", source_, v.line, k)};
+            } else if (k == "optimization" || k == "model_warmup" || k == "response_cache" || k == "model_transaction_policy" ||
+                       k == "cc_model_filenames" || k == "metric_tags" || k == "model_operations" ||
+                       k == "model_repository_agents" || k == "batch_input" || k == "batch_output" || k == "runtime" ||
+                       k == "model_metrics" || k == "version" || k == "state") {
+                // Accepted and ignored: these tune Triton's own backends or features strato does not have.
+            } else {
+                return unknown(v, "the model config", k,
+                               {"name", "platform", "backend", "max_batch_size", "input", "output", "dynamic_batching",
+                                "instance_group", "version_policy", "default_model_filename", "parameters"});
+            }
+        }
+        return c;
+    }
+
+private:
+    std::string source_;
+};
+
+bool valid_tensor_name(const std::string& n) { return !n.empty() && n.size() <= 256; }
+
+}  // namespace
+
+int64_t ModelConfig::instance_count() const {
+    int64_t n = 0;
+    for (const auto& g : instance_group) n += g.count;
+    return std::max<int64_t>(n, 1);
+}
+
+std::vector<int64_t> ModelConfig::full_shape(const TensorSpec& t) const {
+    std::vector<int64_t> s;
+    if (max_batch_size > 0) s.push_back(-1);
+    s.insert(s.end(), t.dims.begin(), t.dims.end());
+    return s;
+}
+
+Result<ModelConfig> parse_model_config_pbtxt(std::string_view text, const std::string& source) {
+    PbtxtParser p(text, source);
+    STRATO_ASSIGN_OR_RETURN(Node root, p.parse());
+    return Mapper(source).config(root);
+}
+
+Result<ModelConfig> parse_model_config_toml(std::string_view text, const std::string& source) {
+    toml::table table;
+    try {
+        table = toml::parse(text, source);
+    } catch (const toml::parse_error& e) {
+        return invalid_argument("{}:{}: {}", source, e.source().begin.line, e.description());
+    }
+    Node root = from_toml(table, 0);
+    return Mapper(source).config(root);
+}
+
+Result<ModelConfig> parse_model_config_json(const json& j, const std::string& source) {
+    if (!j.is_object()) return invalid_argument("{}: the model config must be a JSON object", source);
+    Node root = from_json(j, 0);
+    return Mapper(source).config(root);
+}
+
+Status validate_model_config(const ModelConfig& c, const std::string& source) {
+    auto err = [&](const std::string& m) { return invalid_argument("{}: {}", source, m); };
+    if (c.max_batch_size < 0) return err(fmt::format("max_batch_size must be >= 0, got {}", c.max_batch_size));
+    if (c.max_batch_size > 1 << 20) return err(fmt::format("max_batch_size {} is unreasonably large", c.max_batch_size));
+    if (c.inputs.empty()) return err("the model has no inputs (add 'input [ { name, data_type, dims } ]')");
+    if (c.outputs.empty()) return err("the model has no outputs (add 'output [ { name, data_type, dims } ]')");
+    std::set<std::string> names;
+    for (const auto* list : {&c.inputs, &c.outputs}) {
+        const char* kind = list == &c.inputs ? "input" : "output";
+        std::set<std::string> seen;
+        for (const auto& t : *list) {
+            if (!valid_tensor_name(t.name)) return err(fmt::format("every {} needs a name", kind));
+            if (!seen.insert(t.name).second) return err(fmt::format("{} '{}' is declared twice", kind, t.name));
+            if (t.dtype == DataType::kInvalid) return err(fmt::format("{} '{}' needs a data_type", kind, t.name));
+            if (t.dims.empty()) return err(fmt::format("{} '{}' needs dims (an empty shape is not allowed)", kind, t.name));
+            for (int64_t d : t.dims)
+                if (d < -1 || d == 0) return err(fmt::format("{} '{}': dims must be positive or -1, got {}", kind, t.name, shape_string(t.dims)));
+        }
+    }
+    if (c.dynamic_batching) {
+        const auto& b = *c.dynamic_batching;
+        if (c.max_batch_size == 0) return err("dynamic_batching needs max_batch_size > 0");
+        for (int64_t p : b.preferred_batch_size)
+            if (p < 1 || p > c.max_batch_size)
+                return err(fmt::format("preferred_batch_size {} must be between 1 and max_batch_size {}", p, c.max_batch_size));
+        if (b.max_queue_delay_us < 0 || b.max_queue_delay_us > 60'000'000)
+            return err(fmt::format("max_queue_delay_microseconds must be 0..60000000, got {}", b.max_queue_delay_us));
+        if (b.max_queue_size < 0) return err("max_queue_size must be >= 0");
+        if (b.default_timeout_us < 0) return err("default_timeout_microseconds must be >= 0");
+    }
+    for (const auto& g : c.instance_group)
+        if (g.count < 1 || g.count > 256) return err(fmt::format("instance_group count must be 1..256, got {}", g.count));
+    if (c.version_policy.kind == VersionPolicy::Kind::kLatest && c.version_policy.num_versions < 1)
+        return err("version_policy latest num_versions must be >= 1");
+    return Status::ok();
+}
+
+json model_config_to_json(const ModelConfig& c) {
+    auto tensors = [&](const std::vector<TensorSpec>& list, bool input) {
+        json a = json::array();
+        for (const auto& t : list) {
+            json o = {{"name", t.name},
+                      {"data_type", std::string(datatype_config_name(t.dtype))},
+                      {"dims", t.dims},
+                      {"label_filename", t.label_filename},
+                      {"is_shape_tensor", false}};
+            if (input) {
+                o["format"] = "FORMAT_NONE";
+                o["optional"] = t.optional;
+                o["allow_ragged_batch"] = false;
+            }
+            a.push_back(std::move(o));
+        }
+        return a;
+    };
+    json j = {{"name", c.name},
+              {"platform", c.platform},
+              {"backend", c.backend},
+              {"runtime", ""},
+              {"version_policy", json::object()},
+              {"max_batch_size", c.max_batch_size},
+              {"input", tensors(c.inputs, true)},
+              {"output", tensors(c.outputs, false)},
+              {"batch_input", json::array()},
+              {"batch_output", json::array()},
+              {"optimization", {{"priority", "PRIORITY_DEFAULT"}, {"input_pinned_memory", {{"enable", true}}}, {"output_pinned_memory", {{"enable", true}}}}},
+              {"instance_group", json::array()},
+              {"default_model_filename", c.default_model_filename},
+              {"cc_model_filenames", json::object()},
+              {"metric_tags", json::object()},
+              {"parameters", json::object()},
+              {"model_warmup", json::array()}};
+    switch (c.version_policy.kind) {
+        case VersionPolicy::Kind::kLatest: j["version_policy"] = {{"latest", {{"num_versions", c.version_policy.num_versions}}}}; break;
+        case VersionPolicy::Kind::kAll: j["version_policy"] = {{"all", json::object()}}; break;
+        case VersionPolicy::Kind::kSpecific: j["version_policy"] = {{"specific", {{"versions", c.version_policy.versions}}}}; break;
+    }
+    if (c.dynamic_batching) {
+        const auto& b = *c.dynamic_batching;
+        j["dynamic_batching"] = {{"preferred_batch_size", b.preferred_batch_size},
+                                 {"max_queue_delay_microseconds", b.max_queue_delay_us},
+                                 {"preserve_ordering", b.preserve_ordering},
+                                 {"priority_levels", 0},
+                                 {"default_priority_level", 0},
+                                 {"default_queue_policy",
+                                  {{"timeout_action", "REJECT"},
+                                   {"default_timeout_microseconds", b.default_timeout_us},
+                                   {"allow_timeout_override", b.allow_timeout_override},
+                                   {"max_queue_size", b.max_queue_size}}},
+                                 {"priority_queue_policy", json::object()}};
+    }
+    std::vector<InstanceGroup> groups = c.instance_group;
+    if (groups.empty()) groups.push_back({});
+    for (size_t i = 0; i < groups.size(); ++i) {
+        const auto& g = groups[i];
+        j["instance_group"].push_back({{"name", g.name.empty() ? fmt::format("{}_{}", c.name, i) : g.name},
+                                       {"kind", g.kind == "KIND_AUTO" ? "KIND_CPU" : g.kind},
+                                       {"count", g.count},
+                                       {"gpus", json::array()},
+                                       {"secondary_devices", json::array()},
+                                       {"profile", json::array()},
+                                       {"passive", false},
+                                       {"host_policy", ""}});
+    }
+    for (const auto& [k, v] : c.parameters) j["parameters"][k] = {{"string_value", v}};
+    return j;
+}
+
+}  // namespace strato::serve

@@ -1,0 +1,517 @@
+#include "strato/serve/repository/repository.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <set>
+
+#include "strato/core/fs.h"
+#include "strato/core/log.h"
+
+namespace strato::serve {
+namespace fs = std::filesystem;
+
+const char* model_state_name(ModelState s) {
+    switch (s) {
+        case ModelState::kReady: return "READY";
+        case ModelState::kUnavailable: return "UNAVAILABLE";
+        case ModelState::kLoading: return "LOADING";
+        case ModelState::kUnloading: return "UNLOADING";
+        default: return "UNKNOWN";
+    }
+}
+
+bool valid_model_name(std::string_view name) {
+    if (name.empty() || name.size() > 255 || name[0] == '.') return false;
+    for (char c : name)
+        if (c == '/' || c == '\\' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return false;
+    return true;
+}
+
+namespace {
+
+bool is_version_dir_name(const std::string& s) {
+    if (s.empty() || s.size() > 18 || s[0] == '0') return false;
+    return std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+std::vector<uint64_t> batch_bounds(int64_t max_batch) {
+    std::vector<uint64_t> b;
+    for (uint64_t v = 1; v < static_cast<uint64_t>(std::max<int64_t>(max_batch, 1)); v *= 2) b.push_back(v);
+    b.push_back(static_cast<uint64_t>(std::max<int64_t>(max_batch, 1)));
+    std::sort(b.begin(), b.end());
+    b.erase(std::unique(b.begin(), b.end()), b.end());
+    return b;
+}
+
+VersionMetrics make_metrics(metrics::Registry& r, const std::string& model, int64_t version, int64_t max_batch) {
+    metrics::Labels l{{"model", model}, {"version", std::to_string(version)}};
+    auto with = [&](const char* k, const char* v) {
+        metrics::Labels x = l;
+        x.emplace_back(k, v);
+        return x;
+    };
+    const char* fail_help = "Number of failed inference requests, all batch sizes";
+    VersionMetrics m;
+    m.success = &r.counter("nv_inference_request_success", "Number of successful inference requests, all batch sizes", l);
+    m.fail_rejected = &r.counter("nv_inference_request_failure", fail_help, with("reason", "REJECTED"));
+    m.fail_canceled = &r.counter("nv_inference_request_failure", fail_help, with("reason", "CANCELED"));
+    m.fail_backend = &r.counter("nv_inference_request_failure", fail_help, with("reason", "BACKEND"));
+    m.fail_other = &r.counter("nv_inference_request_failure", fail_help, with("reason", "OTHER"));
+    m.inference_count = &r.counter("nv_inference_count", "Number of inferences performed (does not include cached requests)", l);
+    m.exec_count = &r.counter("nv_inference_exec_count", "Number of model executions performed (does not include cached requests)", l);
+    m.request_us = &r.counter("nv_inference_request_duration_us", "Cumulative inference request duration in microseconds (includes cached requests)", l);
+    m.queue_us = &r.counter("nv_inference_queue_duration_us", "Cumulative inference queuing duration in microseconds (includes cached requests)", l);
+    m.input_us = &r.counter("nv_inference_compute_input_duration_us", "Cumulative compute input duration in microseconds (does not include cached requests)", l);
+    m.infer_us = &r.counter("nv_inference_compute_infer_duration_us", "Cumulative compute inference duration in microseconds (does not include cached requests)", l);
+    m.output_us = &r.counter("nv_inference_compute_output_duration_us", "Cumulative inference compute output duration in microseconds (does not include cached requests)", l);
+    m.pending = &r.gauge("nv_inference_pending_request_count", "Instantaneous number of pending requests awaiting execution per-model.", l);
+    auto lat = metrics::latency_buckets_ns();
+    m.request_hist = &r.histogram("strato_inference_request_duration_seconds",
+                                  "Inference request latency inside the server (queue + compute), aggregatable across replicas", l, lat, 1e9);
+    m.queue_hist = &r.histogram("strato_inference_queue_duration_seconds", "Time requests waited in the batcher queue", l, lat, 1e9);
+    m.infer_hist = &r.histogram("strato_inference_compute_infer_duration_seconds", "Model execution time per batch", l, lat, 1e9);
+    m.batch_hist = &r.histogram("strato_inference_batch_size", "Rows per model execution", l, batch_bounds(max_batch), 1.0);
+    return m;
+}
+
+}  // namespace
+
+Repository::Repository(RepositoryOptions options, metrics::Registry* registry)
+    : opt_(std::move(options)), registry_(registry) {}
+
+Repository::~Repository() { stop(); }
+
+Result<std::string> Repository::locate(const std::string& name) const {
+    if (!valid_model_name(name))
+        return invalid_argument("'{}' is not a valid model name (no '/', '\\', leading '.', or control characters)", name);
+    std::error_code ec;
+    for (const auto& p : opt_.paths) {
+        fs::path d = fs::path(p) / name;
+        if (fs::is_directory(d, ec)) return d.string();
+    }
+    return invalid_argument("failed to load '{}': no model directory '{}' in the model repository ({})", name, name,
+                            fmt::join(opt_.paths, ", "));
+}
+
+std::string Repository::fingerprint(const Entry& e) const {
+    std::string fp;
+    std::error_code ec;
+    auto add = [&](const fs::path& p) {
+        auto t = fs::last_write_time(p, ec);
+        auto sz = fs::is_regular_file(p, ec) ? fs::file_size(p, ec) : 0;
+        fp += fmt::format("{}:{}:{};", p.string(), t.time_since_epoch().count(), sz);
+    };
+    fs::path dir(e.dir);
+    if (!fs::is_directory(dir, ec)) return "";
+    std::vector<fs::path> items;
+    for (const auto& it : fs::directory_iterator(dir, ec)) items.push_back(it.path());
+    std::sort(items.begin(), items.end());
+    for (const auto& p : items) {
+        add(p);
+        if (fs::is_directory(p, ec)) {
+            std::vector<fs::path> inner;
+            for (const auto& it : fs::directory_iterator(p, ec)) inner.push_back(it.path());
+            std::sort(inner.begin(), inner.end());
+            for (const auto& q : inner) add(q);
+        }
+    }
+    return fp;
+}
+
+Result<std::map<int64_t, std::shared_ptr<ModelVersion>>> Repository::build(const std::string& name, const Entry& e,
+                                                                           const std::optional<nlohmann::json>& config_json) {
+    ModelConfig base;
+    std::string source = e.dir;
+    if (config_json) {
+        source = fmt::format("the load request's config for '{}'", name);
+        STRATO_ASSIGN_OR_RETURN(base, parse_model_config_json(*config_json, source));
+    } else if (!e.package) {
+        std::error_code ec;
+        fs::path pb = fs::path(e.dir) / "config.pbtxt", tm = fs::path(e.dir) / "config.toml";
+        if (fs::exists(pb, ec)) {
+            source = pb.string();
+            STRATO_ASSIGN_OR_RETURN(std::string text, strato::fs::read_file(source));
+            STRATO_ASSIGN_OR_RETURN(base, parse_model_config_pbtxt(text, source));
+        } else if (fs::exists(tm, ec)) {
+            source = tm.string();
+            STRATO_ASSIGN_OR_RETURN(std::string text, strato::fs::read_file(source));
+            STRATO_ASSIGN_OR_RETURN(base, parse_model_config_toml(text, source));
+        }
+    }
+    if (base.name.empty()) base.name = name;
+    if (base.name != name)
+        return invalid_argument("{}: config name '{}' does not match the model directory name '{}'", source, base.name, name);
+
+    // Version directories, then the version policy.
+    std::map<int64_t, std::string> found;
+    if (e.package) {
+        found[1] = e.dir;
+    } else {
+        std::error_code ec;
+        for (const auto& it : fs::directory_iterator(e.dir, ec)) {
+            std::string n = it.path().filename().string();
+            if (it.is_directory(ec) && is_version_dir_name(n)) found[std::stoll(n)] = it.path().string();
+        }
+        if (ec) return io_error("cannot list {}: {}", e.dir, ec.message());
+    }
+    if (found.empty())
+        return not_found("model '{}': no version directories in {} (expected {}/1/<model file>)", name, e.dir, e.dir);
+    std::map<int64_t, std::string> chosen;
+    const auto& pol = base.version_policy;
+    if (pol.kind == VersionPolicy::Kind::kAll) {
+        chosen = found;
+    } else if (pol.kind == VersionPolicy::Kind::kLatest) {
+        int64_t n = 0;
+        for (auto it = found.rbegin(); it != found.rend() && n < pol.num_versions; ++it, ++n) chosen.insert(*it);
+    } else {
+        for (int64_t v : pol.versions) {
+            auto it = found.find(v);
+            if (it == found.end()) return not_found("model '{}': version_policy names version {} but {}/{} does not exist", name, v, e.dir, v);
+            chosen.insert(*it);
+        }
+    }
+
+    std::map<int64_t, std::shared_ptr<ModelVersion>> out;
+    for (const auto& [ver, vdir] : chosen) {
+        ModelConfig cfg = base;
+        const Backend* b = find_backend(cfg);
+        if (!b && (!cfg.backend.empty() || !cfg.platform.empty()))
+            return Status{StatusCode::kUnimplemented,
+                    fmt::format("model '{}': backend '{}' / platform '{}' is not available (strato serves: {})", name,
+                                cfg.backend, cfg.platform, backend_list())};
+        if (!b) b = detect_backend(vdir);
+        if (!b)
+            return not_found("model '{}' version {}: no model file in {} (strato serves: {})", name, ver, vdir, backend_list());
+        if (cfg.backend.empty()) cfg.backend = b->name;
+        if (cfg.platform.empty()) cfg.platform = b->platforms.empty() ? b->name : b->platforms.front();
+        std::string what = fmt::format("model '{}' version {}", name, ver);
+        if (b->autocomplete) STRATO_RETURN_IF_ERROR(b->autocomplete(&cfg, vdir).with_context(what));
+        STRATO_RETURN_IF_ERROR(validate_model_config(cfg, source));
+        auto t0 = Clock::now();
+        auto loaded = b->load(cfg, vdir);
+        if (!loaded) return loaded.status().with_context(what);
+        auto mv = std::make_shared<ModelVersion>();
+        mv->name = name;
+        mv->version = ver;
+        mv->dir = vdir;
+        mv->config = cfg;
+        mv->platform = cfg.platform;
+        mv->model = std::move(loaded).value();
+        mv->labels = mv->model->labels();
+        for (const auto& o : cfg.outputs) {
+            if (o.label_filename.empty() || !mv->labels.empty()) continue;
+            auto text = strato::fs::read_file((fs::path(e.dir) / o.label_filename).string());
+            if (!text) return text.status().with_context(what);
+            size_t pos = 0;
+            while (pos < text->size()) {
+                size_t nl = text->find('\n', pos);
+                if (nl == std::string::npos) nl = text->size();
+                mv->labels.push_back(text->substr(pos, nl - pos));
+                pos = nl + 1;
+            }
+        }
+        mv->metrics = make_metrics(*registry_, name, ver, cfg.max_batch_size);
+        BatcherOptions bo;
+        bo.batches = cfg.max_batch_size > 0;
+        bo.dynamic = cfg.dynamic_batching.has_value();
+        bo.max_batch_size = cfg.max_batch_size;
+        bo.instances = static_cast<int>(cfg.instance_count());
+        bo.max_queue_size = opt_.default_max_queue_size;
+        if (cfg.dynamic_batching) {
+            bo.preferred = cfg.dynamic_batching->preferred_batch_size;
+            bo.max_delay = std::chrono::microseconds(cfg.dynamic_batching->max_queue_delay_us);
+            if (cfg.dynamic_batching->max_queue_size > 0) bo.max_queue_size = cfg.dynamic_batching->max_queue_size;
+        }
+        ModelVersion* raw = mv.get();
+        mv->batcher = std::make_unique<Batcher>(mv->model, bo, [raw](int64_t rows, const Timing& t, bool ok) {
+            if (!ok) return;
+            raw->stats.execution_count.fetch_add(1);
+            raw->metrics.exec_count->add();
+            raw->metrics.batch_hist->observe(static_cast<uint64_t>(rows));
+            raw->metrics.infer_hist->observe(static_cast<uint64_t>(t.compute_infer_ns));
+            std::lock_guard lock(raw->stats.mu);
+            auto& bs = raw->stats.batch_stats[rows];
+            ++bs.count;
+            bs.input_ns += t.compute_input_ns;
+            bs.infer_ns += t.compute_infer_ns;
+            bs.output_ns += t.compute_output_ns;
+        });
+        log::info("serve: loaded model '{}' version {} ({}, max_batch_size {}, {}{} instance(s)) in {:.0f} ms", name, ver,
+                  cfg.platform, cfg.max_batch_size, bo.dynamic ? "dynamic batching, " : "", bo.instances,
+                  std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+        out[ver] = std::move(mv);
+    }
+    return out;
+}
+
+void Repository::retire(std::map<int64_t, std::shared_ptr<ModelVersion>> old) {
+    if (old.empty()) return;
+    // Stop in the background: queued requests run on the old version, then it is freed here,
+    // never on one of its own instance threads.
+    std::lock_guard lock(poll_mu_);
+    retirees_.emplace_back([old = std::move(old)]() mutable {
+        for (auto& [v, mv] : old) mv->batcher->stop();
+        old.clear();
+    });
+}
+
+Status Repository::load_locked(const std::string& name, const std::optional<nlohmann::json>& config_json) {
+    Entry proto;
+    {
+        std::lock_guard lock(mu_);
+        auto it = entries_.find(name);
+        if (it != entries_.end() && it->second.package) {
+            proto.dir = it->second.dir;
+            proto.package = true;
+        }
+    }
+    if (!proto.package) {
+        STRATO_ASSIGN_OR_RETURN(proto.dir, locate(name));
+    }
+    std::string fp = fingerprint(proto);
+    {
+        std::lock_guard lock(mu_);
+        Entry& e = entries_[name];
+        e.dir = proto.dir;
+        e.package = proto.package;
+        if (e.versions.empty()) e.state = ModelState::kLoading;
+    }
+    auto t0 = Clock::now();
+    auto built = build(name, proto, config_json);
+    std::map<int64_t, std::shared_ptr<ModelVersion>> old;
+    {
+        std::lock_guard lock(mu_);
+        Entry& e = entries_[name];
+        e.fingerprint = fp;
+        if (!built) {
+            e.reason = built.status().message();
+            if (e.versions.empty()) e.state = ModelState::kUnavailable;
+            log::error("serve: failed to load '{}': {}", name, e.reason);
+            return built.status();
+        }
+        old = std::move(e.versions);
+        e.versions = std::move(built).value();
+        e.state = ModelState::kReady;
+        e.reason.clear();
+    }
+    if (!old.empty())
+        log::info("serve: reloaded '{}' in {:.0f} ms; the previous versions finish their queued requests", name,
+                  std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    retire(std::move(old));
+    return Status::ok();
+}
+
+Status Repository::start() {
+    std::error_code ec;
+    for (const auto& p : opt_.paths)
+        if (!fs::is_directory(p, ec)) return not_found("--model-repository {}: not a directory", p);
+    for (const auto& [name, dir] : opt_.packages) {
+        if (!valid_model_name(name)) return invalid_argument("--model {}={}: '{}' is not a valid model name", name, dir, name);
+        if (!fs::is_directory(dir, ec)) return not_found("--model {}={}: {} is not a directory", name, dir, dir);
+        std::lock_guard lock(mu_);
+        Entry& e = entries_[name];
+        e.dir = dir;
+        e.package = true;
+    }
+    std::set<std::string> to_load;
+    for (const auto& [name, dir] : opt_.packages) to_load.insert(name);
+    bool all = opt_.mode != ControlMode::kExplicit ||
+               std::find(opt_.startup_models.begin(), opt_.startup_models.end(), "*") != opt_.startup_models.end();
+    if (all) {
+        for (const auto& p : opt_.paths)
+            for (const auto& it : fs::directory_iterator(p, ec))
+                if (it.is_directory(ec) && valid_model_name(it.path().filename().string()))
+                    to_load.insert(it.path().filename().string());
+    } else {
+        for (const auto& m : opt_.startup_models) to_load.insert(m);
+    }
+    std::lock_guard lock(load_mu_);
+    for (const auto& name : to_load) (void)load_locked(name, std::nullopt);  // failures stay UNAVAILABLE, as in tritonserver
+    if (opt_.mode == ControlMode::kPoll) poller_ = std::thread([this] { poll_loop(); });
+    return Status::ok();
+}
+
+void Repository::stop() {
+    {
+        std::lock_guard lock(poll_mu_);
+        stopping_ = true;
+    }
+    poll_cv_.notify_all();
+    if (poller_.joinable()) poller_.join();
+    std::map<std::string, Entry> entries;
+    {
+        std::lock_guard lock(mu_);
+        entries = std::move(entries_);
+        entries_.clear();
+    }
+    for (auto& [name, e] : entries)
+        for (auto& [v, mv] : e.versions) mv->batcher->stop();
+    entries.clear();
+    std::vector<std::thread> retirees;
+    {
+        std::lock_guard lock(poll_mu_);
+        retirees = std::move(retirees_);
+        retirees_.clear();
+    }
+    for (auto& t : retirees) t.join();
+}
+
+Result<std::shared_ptr<ModelVersion>> Repository::get(const std::string& name, const std::string& version) const {
+    std::lock_guard lock(mu_);
+    auto it = entries_.find(name);
+    if (it == entries_.end() || (it->second.versions.empty() && it->second.state != ModelState::kUnavailable))
+        return invalid_argument("Request for unknown model: '{}' is not found", name);
+    const Entry& e = it->second;
+    if (e.versions.empty())
+        return Status{StatusCode::kUnavailable, fmt::format("Request for unknown model: '{}' has no available versions{}", name,
+                                                      e.reason.empty() ? "" : " (" + e.reason + ")")};
+    if (version.empty()) return e.versions.rbegin()->second;
+    int64_t v = 0;
+    auto [p, ec] = std::from_chars(version.data(), version.data() + version.size(), v);
+    if (ec != std::errc() || p != version.data() + version.size())
+        return invalid_argument("model version must be an integer, got '{}'", version);
+    auto vit = e.versions.find(v);
+    if (vit == e.versions.end())
+        return not_found("Request for unknown model: '{}' version {} is not at ready state", name, v);
+    return vit->second;
+}
+
+std::vector<std::shared_ptr<ModelVersion>> Repository::versions(const std::string& name) const {
+    std::lock_guard lock(mu_);
+    std::vector<std::shared_ptr<ModelVersion>> out;
+    auto it = entries_.find(name);
+    if (it == entries_.end()) return out;
+    for (auto v = it->second.versions.rbegin(); v != it->second.versions.rend(); ++v) out.push_back(v->second);
+    return out;
+}
+
+std::vector<std::shared_ptr<ModelVersion>> Repository::all_versions() const {
+    std::lock_guard lock(mu_);
+    std::vector<std::shared_ptr<ModelVersion>> out;
+    for (const auto& [n, e] : entries_)
+        for (const auto& [v, mv] : e.versions) out.push_back(mv);
+    return out;
+}
+
+std::vector<IndexEntry> Repository::index(bool ready_only) const {
+    std::vector<IndexEntry> out;
+    std::set<std::string> seen;
+    {
+        std::lock_guard lock(mu_);
+        for (const auto& [n, e] : entries_) {
+            seen.insert(n);
+            if (!e.versions.empty()) {
+                for (const auto& [v, mv] : e.versions) out.push_back({n, std::to_string(v), "READY", ""});
+            } else if (!ready_only) {
+                out.push_back({n, "", model_state_name(e.state), e.reason});
+            }
+        }
+    }
+    if (!ready_only) {
+        std::error_code ec;
+        for (const auto& p : opt_.paths)
+            for (const auto& it : fs::directory_iterator(p, ec)) {
+                std::string n = it.path().filename().string();
+                if (it.is_directory(ec) && valid_model_name(n) && seen.insert(n).second) out.push_back({n, "", "", ""});
+            }
+    }
+    std::sort(out.begin(), out.end(), [](const IndexEntry& a, const IndexEntry& b) {
+        return std::tie(a.name, a.version) < std::tie(b.name, b.version);
+    });
+    return out;
+}
+
+bool Repository::ready() const {
+    if (!opt_.strict_readiness) return true;
+    std::lock_guard lock(mu_);
+    for (const auto& [n, e] : entries_)
+        if (e.versions.empty() && e.state != ModelState::kUnknown) return false;
+    return true;
+}
+
+Status Repository::load(const std::string& name, const std::optional<nlohmann::json>& config_json) {
+    if (opt_.mode == ControlMode::kNone)
+        return Status{StatusCode::kUnavailable, "explicit model load / unload is not allowed: start the server with --model-control-mode=explicit"};
+    if (opt_.mode == ControlMode::kPoll)
+        return Status{StatusCode::kUnavailable, "explicit model load / unload is not allowed if polling is enabled"};
+    std::lock_guard lock(load_mu_);
+    return load_locked(name, config_json);
+}
+
+Status Repository::unload(const std::string& name) {
+    if (opt_.mode != ControlMode::kExplicit)
+        return Status{StatusCode::kUnavailable, opt_.mode == ControlMode::kPoll
+                                              ? "explicit model load / unload is not allowed if polling is enabled"
+                                              : "explicit model load / unload is not allowed: start the server with --model-control-mode=explicit"};
+    if (!valid_model_name(name)) return invalid_argument("'{}' is not a valid model name", name);
+    std::lock_guard lock(load_mu_);
+    std::map<int64_t, std::shared_ptr<ModelVersion>> old;
+    {
+        std::lock_guard l2(mu_);
+        auto it = entries_.find(name);
+        if (it == entries_.end()) {
+            // Triton answers an unload of an unknown model with success; keep that.
+            return Status::ok();
+        }
+        old = std::move(it->second.versions);
+        it->second.versions.clear();
+        it->second.state = ModelState::kUnavailable;
+        it->second.reason = "unloaded";
+    }
+    log::info("serve: unloaded '{}'", name);
+    retire(std::move(old));
+    return Status::ok();
+}
+
+void Repository::poll_once() {
+    std::lock_guard lock(load_mu_);
+    std::set<std::string> on_disk;
+    std::error_code ec;
+    for (const auto& p : opt_.paths)
+        for (const auto& it : fs::directory_iterator(p, ec))
+            if (it.is_directory(ec) && valid_model_name(it.path().filename().string()))
+                on_disk.insert(it.path().filename().string());
+    std::vector<std::string> reload, remove;
+    {
+        std::lock_guard l2(mu_);
+        for (const auto& n : on_disk) {
+            auto it = entries_.find(n);
+            if (it == entries_.end()) {
+                reload.push_back(n);
+                continue;
+            }
+            Entry probe;
+            probe.dir = it->second.dir;
+            if (fingerprint(probe) != it->second.fingerprint) reload.push_back(n);
+        }
+        for (const auto& [n, e] : entries_)
+            if (!e.package && !on_disk.count(n) && !e.versions.empty()) remove.push_back(n);
+    }
+    for (const auto& n : reload) (void)load_locked(n, std::nullopt);
+    for (const auto& n : remove) {
+        std::map<int64_t, std::shared_ptr<ModelVersion>> old;
+        {
+            std::lock_guard l2(mu_);
+            old = std::move(entries_[n].versions);
+            entries_.erase(n);
+        }
+        log::info("serve: '{}' left the repository; unloaded", n);
+        retire(std::move(old));
+    }
+}
+
+void Repository::poll_loop() {
+    while (true) {
+        {
+            std::unique_lock lock(poll_mu_);
+            poll_cv_.wait_for(lock, opt_.poll_interval, [&] { return stopping_; });
+            if (stopping_) return;
+        }
+        poll_once();
+    }
+}
+
+}  // namespace strato::serve
