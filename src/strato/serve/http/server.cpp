@@ -99,10 +99,14 @@ private:
     }
 
     void on_header(beast::error_code ec) {
-        if (ec == beast::error::timeout) return fail(408, "timed out reading the request header");
+        // A deadline closes the socket (beast::tcp_stream), so a slow client just loses the
+        // connection, as with nginx's client_header_timeout.
+        if (ec == bhttp::error::body_limit)
+            return fail(413, fmt::format("request body exceeds the limit of {} bytes (--http-max-input-size)",
+                                         shared_->opts.body_limit));
         if (ec == bhttp::error::header_limit) return fail(431, "request header is larger than 65536 bytes");
         if (ec == bhttp::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
-            ec == net::error::operation_aborted)
+            ec == net::error::operation_aborted || ec == beast::error::timeout)
             return close();
         if (ec) return fail(400, fmt::format("malformed HTTP request: {}", ec.message()));
         auto cl = parser_->content_length();
@@ -134,9 +138,8 @@ private:
         if (ec == bhttp::error::body_limit)
             return fail(413, fmt::format("request body exceeds the limit of {} bytes (--http-max-input-size)",
                                          shared_->opts.body_limit));
-        if (ec == beast::error::timeout) return fail(408, "timed out reading the request body");
         if (ec == bhttp::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
-            ec == net::error::operation_aborted)
+            ec == net::error::operation_aborted || ec == beast::error::timeout)
             return close();
         if (ec) return fail(400, fmt::format("malformed HTTP request: {}", ec.message()));
         stream_.expires_never();

@@ -1,6 +1,6 @@
 #pragma once
 // An HTTP/1.1 server on Boost.Beast: N I/O threads, keep-alive, bounded request bodies (413),
-// header and body read deadlines against slow clients, `Expect: 100-continue`, detection of
+// header and body read deadlines against slow clients (the connection is closed, as nginx does), `Expect: 100-continue`, detection of
 // clients that hang up while their request is in flight, and a graceful drain.
 //
 // The handler is asynchronous: it gets the request and a Reply that must be called exactly once,

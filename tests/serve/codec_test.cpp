@@ -1,0 +1,133 @@
+#include "strato/serve/protocol/codec.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+namespace strato::serve {
+namespace {
+
+std::string floats(std::initializer_list<float> v) {
+    std::string s(v.size() * 4, '\0');
+    std::memcpy(s.data(), std::data(v), s.size());
+    return s;
+}
+
+TEST(Codec, JsonRequestNestedAndFlatDataGiveTheSameBytes) {
+    auto a = decode_infer_request(R"({"id":"7","inputs":[{"name":"x","shape":[2,2],"datatype":"FP32","data":[[1,2],[3,4.5]]}]})", {});
+    auto b = decode_infer_request(R"({"inputs":[{"name":"x","shape":[2,2],"datatype":"FP32","data":[1,2,3,4.5]}]})", {});
+    ASSERT_TRUE(a.is_ok()) << a.status().message();
+    ASSERT_TRUE(b.is_ok());
+    EXPECT_EQ(a->id, "7");
+    EXPECT_EQ(a->inputs[0].data, floats({1, 2, 3, 4.5f}));
+    EXPECT_EQ(a->inputs[0].data, b->inputs[0].data);
+}
+
+TEST(Codec, BinaryRequestSplitsTheTailByBinaryDataSize) {
+    std::string x = floats({1, 2, 3}), y("\x01\x00\x01", 3);
+    std::string header =
+        R"({"inputs":[{"name":"x","shape":[3],"datatype":"FP32","parameters":{"binary_data_size":12}},)"
+        R"({"name":"y","shape":[3],"datatype":"BOOL","parameters":{"binary_data_size":3}}],)"
+        R"("outputs":[{"name":"o","parameters":{"binary_data":true,"classification":2}}]})";
+    auto r = decode_infer_request(header + x + y, header.size());
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_EQ(r->inputs[0].data, x);
+    EXPECT_EQ(r->inputs[1].data, y);
+    ASSERT_EQ(r->outputs.size(), 1u);
+    EXPECT_TRUE(r->outputs[0].binary);
+    EXPECT_EQ(r->outputs[0].classification, 2);
+}
+
+TEST(Codec, BytesTensorsAreLengthPrefixed) {
+    auto r = decode_infer_request(R"({"inputs":[{"name":"s","shape":[2],"datatype":"BYTES","data":["ab",""]}]})", {});
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_EQ(r->inputs[0].data, std::string("\x02\x00\x00\x00" "ab" "\x00\x00\x00\x00", 10));
+    EXPECT_EQ(count_bytes_elements(r->inputs[0].data), 2);
+}
+
+void expect_error(std::string_view body, std::string_view fragment, std::optional<size_t> hl = {}) {
+    auto r = decode_infer_request(body, hl);
+    ASSERT_FALSE(r.is_ok()) << body;
+    EXPECT_NE(r.status().message().find(fragment), std::string::npos) << r.status().message();
+}
+
+TEST(Codec, RejectsMalformedRequestsWithPreciseMessages) {
+    expect_error("{", "failed to parse the request body as JSON");
+    expect_error("[]", "must be a JSON object");
+    expect_error(R"({"inputs":{}})", "'inputs' array");
+    expect_error(R"({"inputs":[{"name":"x","shape":[2],"datatype":"FP32","data":[1]}]})", "has 2 elements but 'data' holds 1");
+    expect_error(R"({"inputs":[{"name":"x","shape":[1],"datatype":"FP99","data":[1]}]})", "unknown datatype 'FP99'");
+    expect_error(R"({"inputs":[{"name":"x","shape":[1],"datatype":"FP16","data":[1]}]})", "binary tensor data extension");
+    expect_error(R"({"inputs":[{"name":"x","shape":[1],"datatype":"UINT8","data":[300]}]})", "out of range");
+    expect_error(R"({"inputs":[{"name":"x","shape":[1],"datatype":"INT32","data":[1.5]}]})", "expected an integer");
+    expect_error(R"({"inputs":[{"name":"x","shape":[1],"datatype":"BOOL","data":[1]}]})", "expected true or false");
+    expect_error(R"({"inputs":[{"name":"x","shape":[-1],"datatype":"FP32","data":[1]}]})", "non-negative integers");
+    expect_error(R"({"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[1]},{"name":"x","shape":[1],"datatype":"FP32","data":[1]}]})",
+                 "given twice");
+    expect_error(R"({"parameters":{"triton_x":1},"inputs":[]})", "reserved for Triton usage");
+    std::string past = R"({"inputs":[{"name":"x","shape":[4],"datatype":"FP32","parameters":{"binary_data_size":16}}]})";
+    expect_error(past + "abcd", "runs past the end", past.size());
+    std::string deep(100000, '[');
+    expect_error(deep, "nests deeper");
+}
+
+TEST(Codec, TrailingBinaryBytesNotClaimedAreAnError) {
+    std::string h = R"({"inputs":[]})";
+    auto r = decode_infer_request(h + "xyz", h.size());
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("no input's binary_data_size accounts for"), std::string::npos);
+}
+
+TEST(Codec, HeaderLengthIsValidated) {
+    EXPECT_FALSE(parse_header_length("12x", 100).is_ok());
+    EXPECT_FALSE(parse_header_length("", 100).is_ok());
+    EXPECT_FALSE(parse_header_length("101", 100).is_ok());
+    EXPECT_EQ(*parse_header_length("100", 100), 100u);
+}
+
+TEST(Codec, ResponseRoundTripsJsonAndBinary) {
+    InferResponse resp;
+    resp.model_name = "m";
+    resp.model_version = "1";
+    resp.id = "q\"1";
+    resp.outputs.push_back({"a", DataType::kFp32, {2}, floats({0.1f, -2.5f})});
+    resp.outputs.push_back({"b", DataType::kFp32, {1}, floats({3})});
+    resp.binary = {false, true};
+    EncodedBody e = encode_infer_response(resp);
+    EXPECT_TRUE(e.has_binary);
+    EXPECT_NE(e.body.find("[0.1,-2.5]"), std::string::npos) << e.body.substr(0, e.header_length);
+    auto back = decode_infer_response(e.body, e.header_length);
+    ASSERT_TRUE(back.is_ok()) << back.status().message();
+    EXPECT_EQ(back->id, "q\"1");
+    EXPECT_EQ(back->outputs[0].data, resp.outputs[0].data);
+    EXPECT_EQ(back->outputs[1].data, resp.outputs[1].data);
+}
+
+TEST(Codec, RequestEncoderAndDecoderAgree) {
+    InferRequest r;
+    r.id = "x";
+    r.inputs.push_back({"in", DataType::kInt64, {1, 2}, std::string("\x05\0\0\0\0\0\0\0\xfb\xff\xff\xff\xff\xff\xff\xff", 16)});
+    r.outputs.push_back({"out", true, 0});
+    for (bool binary : {false, true}) {
+        EncodedBody e = encode_infer_request(r, binary);
+        auto d = decode_infer_request(e.body, binary ? std::optional<size_t>(e.header_length) : std::nullopt);
+        ASSERT_TRUE(d.is_ok()) << d.status().message();
+        EXPECT_EQ(d->inputs[0].data, r.inputs[0].data);
+        EXPECT_EQ(d->inputs[0].shape, r.inputs[0].shape);
+        EXPECT_TRUE(d->outputs[0].binary);
+    }
+}
+
+TEST(Codec, ClassificationGivesTopNWithLabels) {
+    Tensor scores{"p", DataType::kFp32, {2, 3}, floats({0.1f, 0.7f, 0.2f, 0.5f, 0.2f, 0.3f})};
+    auto c = classify(scores, 2, true, {"cat", "dog", "eel"});
+    ASSERT_TRUE(c.is_ok());
+    EXPECT_EQ(c->shape, (std::vector<int64_t>{2, 2}));
+    InferResponse resp;
+    resp.outputs.push_back(*c);
+    std::string body = encode_infer_response(resp).body;
+    EXPECT_NE(body.find(R"(["0.7:1:dog","0.2:2:eel","0.5:0:cat","0.3:2:eel"])"), std::string::npos) << body;
+}
+
+}  // namespace
+}  // namespace strato::serve

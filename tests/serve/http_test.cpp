@@ -1,0 +1,210 @@
+#include "strato/serve/http/server.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <future>
+#include <thread>
+
+namespace strato::serve::http {
+namespace {
+
+// A blocking loopback client with a receive timeout.
+class Conn {
+public:
+    explicit Conn(uint16_t port) {
+        fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+        timeval tv{5, 0};
+        setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(port);
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        ok_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    }
+    ~Conn() { close(); }
+    void close() {
+        if (fd_ >= 0) ::close(fd_);
+        fd_ = -1;
+    }
+    bool ok() const { return ok_; }
+    void send(std::string_view s) { ASSERT_EQ(::send(fd_, s.data(), s.size(), MSG_NOSIGNAL), static_cast<ssize_t>(s.size())); }
+    // Reads one response (headers + Content-Length body); "" on EOF/timeout.
+    std::string response() {
+        while (true) {
+            size_t he = buf_.find("\r\n\r\n");
+            if (he != std::string::npos) {
+                size_t cl = 0;
+                auto p = buf_.find("Content-Length: ");
+                if (p != std::string::npos && p < he) cl = std::stoul(buf_.substr(p + 16));
+                if (buf_.size() >= he + 4 + cl) {
+                    std::string r = buf_.substr(0, he + 4 + cl);
+                    buf_.erase(0, he + 4 + cl);
+                    return r;
+                }
+            }
+            char tmp[4096];
+            ssize_t n = ::recv(fd_, tmp, sizeof tmp, 0);
+            if (n <= 0) return "";
+            buf_.append(tmp, static_cast<size_t>(n));
+        }
+    }
+    bool closed_by_peer() {
+        char c;
+        return ::recv(fd_, &c, 1, 0) == 0;
+    }
+
+private:
+    int fd_ = -1;
+    bool ok_ = false;
+    std::string buf_;
+};
+
+ServerOptions opts() {
+    ServerOptions o;
+    o.port = 0;
+    o.threads = 2;
+    o.body_limit = 1024;
+    o.header_timeout = std::chrono::milliseconds(300);
+    o.body_timeout = std::chrono::milliseconds(300);
+    return o;
+}
+
+Handler echo() {
+    return [](Request&& r, Reply reply) {
+        Response resp;
+        resp.content_type = "text/plain";
+        resp.body = r.method + " " + r.target + " " + r.body;
+        reply(std::move(resp));
+    };
+}
+
+TEST(Http, KeepAliveServesSeveralRequestsOnOneConnection) {
+    Server s(opts(), echo());
+    ASSERT_TRUE(s.start().is_ok());
+    Conn c(s.port());
+    ASSERT_TRUE(c.ok());
+    c.send("GET /a HTTP/1.1\r\nHost: x\r\n\r\nPOST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nxyz");
+    std::string r1 = c.response(), r2 = c.response();
+    EXPECT_NE(r1.find("200 OK"), std::string::npos) << r1;
+    EXPECT_NE(r1.find("GET /a "), std::string::npos);
+    EXPECT_NE(r2.find("POST /b xyz"), std::string::npos) << r2;
+    EXPECT_EQ(s.connections_accepted(), 1u);
+}
+
+TEST(Http, OversizedBodyIs413BeforeReadingIt) {
+    Server s(opts(), echo());
+    ASSERT_TRUE(s.start().is_ok());
+    Conn c(s.port());
+    c.send("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n");
+    std::string r = c.response();
+    EXPECT_NE(r.find("413"), std::string::npos) << r;
+    EXPECT_NE(r.find("--http-max-input-size"), std::string::npos);
+    EXPECT_TRUE(c.closed_by_peer());
+}
+
+TEST(Http, ChunkedBodyOverTheLimitIs413Too) {
+    Server s(opts(), echo());
+    ASSERT_TRUE(s.start().is_ok());
+    Conn c(s.port());
+    c.send("POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n800\r\n" + std::string(2048, 'a') + "\r\n0\r\n\r\n");
+    std::string r = c.response();
+    EXPECT_NE(r.find("413"), std::string::npos) << r;
+}
+
+TEST(Http, SlowHeadersAreCutOffAtTheHeaderDeadline) {
+    Server s(opts(), echo());
+    ASSERT_TRUE(s.start().is_ok());
+    Conn c(s.port());
+    c.send("GET /x HTTP/1.1\r\nHost: x\r\n");  // never finishes the header
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(c.response(), "");  // closed, as nginx does for client_header_timeout
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
+}
+
+TEST(Http, GarbageIsA400AndTheServerLivesOn) {
+    Server s(opts(), echo());
+    ASSERT_TRUE(s.start().is_ok());
+    {
+        Conn c(s.port());
+        c.send("NOT HTTP AT ALL\r\n\r\n");
+        EXPECT_NE(c.response().find("400"), std::string::npos);
+    }
+    Conn c2(s.port());
+    c2.send("GET /ok HTTP/1.1\r\nHost: x\r\n\r\n");
+    EXPECT_NE(c2.response().find("GET /ok"), std::string::npos);
+}
+
+TEST(Http, ExpectContinueGetsA100First) {
+    Server s(opts(), echo());
+    ASSERT_TRUE(s.start().is_ok());
+    Conn c(s.port());
+    c.send("POST /x HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n");
+    std::string cont = c.response();
+    EXPECT_NE(cont.find("100 Continue"), std::string::npos) << cont;
+    c.send("hi");
+    EXPECT_NE(c.response().find("POST /x hi"), std::string::npos);
+}
+
+TEST(Http, ClientHangingUpMarksTheRequestCancelled) {
+    std::promise<std::shared_ptr<std::atomic<bool>>> got;
+    std::promise<Reply> held;
+    Server s(opts(), [&](Request&& r, Reply reply) {
+        got.set_value(r.cancelled);
+        held.set_value(std::move(reply));  // answer later
+    });
+    ASSERT_TRUE(s.start().is_ok());
+    auto c = std::make_unique<Conn>(s.port());
+    c->send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n");
+    auto flag = got.get_future().get();
+    EXPECT_FALSE(flag->load());
+    c.reset();  // hang up
+    for (int i = 0; i < 200 && !flag->load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_TRUE(flag->load());
+    held.get_future().get()(Response{});  // a late reply to a closed connection is harmless
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(s.in_flight(), 0);
+}
+
+TEST(Http, DrainAnswersRequestsInFlightAndClosesIdleConnections) {
+    std::promise<Reply> held;
+    Server s(opts(), [&](Request&&, Reply reply) { held.set_value(std::move(reply)); });
+    ASSERT_TRUE(s.start().is_ok());
+    Conn idle(s.port());
+    Conn busy(s.port());
+    busy.send("GET /x HTTP/1.1\r\nHost: x\r\n\r\n");
+    auto future = held.get_future();
+    ASSERT_EQ(future.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+    Reply reply = future.get();
+    std::thread answer([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        Response r;
+        r.body = "done";
+        reply(std::move(r));
+    });
+    EXPECT_EQ(s.drain(std::chrono::seconds(5)), 0);
+    answer.join();
+    std::string r = busy.response();
+    EXPECT_NE(r.find("done"), std::string::npos) << r;
+    EXPECT_NE(r.find("Connection: close"), std::string::npos) << r;
+    EXPECT_TRUE(idle.closed_by_peer());
+    Conn late(s.port());
+    EXPECT_FALSE(late.ok());  // no longer accepting
+}
+
+TEST(Http, PortInUseIsAClearError) {
+    Server a(opts(), echo());
+    ASSERT_TRUE(a.start().is_ok());
+    ServerOptions o = opts();
+    o.port = a.port();
+    Server b(o, echo());
+    Status st = b.start();
+    EXPECT_EQ(st.code(), StatusCode::kUnavailable);
+    EXPECT_NE(st.message().find("cannot listen on 127.0.0.1:"), std::string::npos) << st.message();
+}
+
+}  // namespace
+}  // namespace strato::serve::http
