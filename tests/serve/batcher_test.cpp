@@ -179,5 +179,29 @@ TEST(Batcher, StopRunsWhatIsQueuedThenRefuses) {
     EXPECT_EQ(b->submit(make_job(1, 1, &after)).code(), StatusCode::kUnavailable);
 }
 
+TEST(Batcher, RunsInlineOnlyWhenAllowedAndIdle) {
+    auto model = std::make_shared<Doubler>();
+    Batcher b(model, dynamic(8, 0));
+    std::promise<Outcome> p1, p2;
+    std::thread::id ran_on;
+    Job j = make_job(1, 1, &p1);
+    auto inner = j.done;
+    j.done = [&, inner](Status s, std::vector<Tensor> o, const Timing& t) {
+        ran_on = std::this_thread::get_id();
+        inner(s, std::move(o), t);
+    };
+    ASSERT_TRUE(b.submit(std::move(j), /*may_run_inline=*/true).is_ok());
+    EXPECT_EQ(ran_on, std::this_thread::get_id());  // already done, on this thread
+    EXPECT_TRUE(p1.get_future().get().status.is_ok());
+    Job k = make_job(2, 1, &p2);
+    k.done = [&, inner = k.done](Status s, std::vector<Tensor> o, const Timing& t) {
+        ran_on = std::this_thread::get_id();
+        inner(s, std::move(o), t);
+    };
+    ASSERT_TRUE(b.submit(std::move(k)).is_ok());
+    EXPECT_TRUE(p2.get_future().get().status.is_ok());
+    EXPECT_NE(ran_on, std::this_thread::get_id());  // an instance thread ran it
+}
+
 }  // namespace
 }  // namespace strato::serve

@@ -67,6 +67,7 @@ TEST(Codec, RejectsMalformedRequestsWithPreciseMessages) {
     expect_error(R"({"parameters":{"triton_x":1},"inputs":[]})", "reserved for Triton usage");
     std::string past = R"({"inputs":[{"name":"x","shape":[4],"datatype":"FP32","parameters":{"binary_data_size":16}}]})";
     expect_error(past + "abcd", "runs past the end", past.size());
+    expect_error(R"({"inputs":[{"name":"x","shape":[1],"datatype":"FP64","data":[99994e4444444444444444]}]})", "failed to parse");
     std::string deep(100000, '[');
     expect_error(deep, "nests deeper");
 }

@@ -497,7 +497,7 @@ struct InferenceServer::Impl {
         job.done = make_done(mv);
         // A reload may retire this version between lookup and submit: take the new one then.
         for (int attempt = 0;; ++attempt) {
-            Status st = mv->batcher->submit(std::move(job));
+            Status st = mv->batcher->submit(std::move(job), /*may_run_inline=*/http->in_flight() <= 1);
             if (st.is_ok()) return;
             if (attempt < 3 && mv->batcher->stopping()) {
                 auto again = repo->get(model, version);

@@ -30,7 +30,7 @@ Batcher::Batcher(std::shared_ptr<Model> model, BatcherOptions options,
 
 Batcher::~Batcher() { stop(); }
 
-Status Batcher::submit(Job&& job) {
+Status Batcher::submit(Job&& job, bool may_run_inline) {
     {
         std::lock_guard lock(mu_);
         if (stopping_) return Status{StatusCode::kUnavailable, "the model is being unloaded"};
@@ -38,8 +38,26 @@ Status Batcher::submit(Job&& job) {
             return Status{StatusCode::kUnavailable,
                     fmt::format("Exceeds maximum queue size ({} requests waiting); retry later or raise "
                                 "dynamic_batching.default_queue_policy.max_queue_size", queue_.size())};
-        queue_.push_back(std::move(job));
-        pending_.store(static_cast<int64_t>(queue_.size()));
+        bool inline_run = may_run_inline && queue_.empty() && !forming_ && running_ < std::max(1, opt_.instances) &&
+                          (!opt_.dynamic || opt_.max_delay.count() == 0);
+        if (!inline_run) {
+            queue_.push_back(std::move(job));
+            pending_.store(static_cast<int64_t>(queue_.size()));
+        } else {
+            ++running_;
+        }
+        if (!inline_run) {
+            cv_.notify_all();
+            return Status::ok();
+        }
+    }
+    std::vector<Job> batch;
+    batch.push_back(std::move(job));
+    int64_t rows = batch.front().rows;
+    run(batch, rows);
+    {
+        std::lock_guard lock(mu_);
+        --running_;
     }
     cv_.notify_all();
     return Status::ok();
@@ -73,7 +91,10 @@ void Batcher::worker() {
         int64_t rows = 0;
         {
             std::unique_lock lock(mu_);
-            cv_.wait(lock, [&] { return (stopping_ && queue_.empty()) || (!forming_ && !queue_.empty()); });
+            cv_.wait(lock, [&] {
+                return (stopping_ && queue_.empty()) ||
+                       (!forming_ && !queue_.empty() && running_ < std::max(1, opt_.instances));
+            });
             if (queue_.empty()) return;  // stopping
             forming_ = true;
             // Pops the next live job, setting aside expired and abandoned ones.
@@ -116,6 +137,7 @@ void Batcher::worker() {
                 }
             }
             forming_ = false;
+            if (!batch.empty()) ++running_;
             pending_.store(static_cast<int64_t>(queue_.size()));
         }
         cv_.notify_all();
@@ -127,7 +149,11 @@ void Batcher::worker() {
             else
                 j.done({StatusCode::kUnavailable, "Request timeout expired"}, {}, t);
         }
-        if (!batch.empty()) run(batch, rows);
+        if (!batch.empty()) {
+            run(batch, rows);
+            std::lock_guard lock(mu_);
+            --running_;
+        }
     }
 }
 

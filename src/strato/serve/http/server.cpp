@@ -163,8 +163,9 @@ private:
         auto once = std::make_shared<std::atomic<bool>>(false);
         Reply reply = [self = shared_from_this(), once](Response resp) {
             if (once->exchange(true)) return;
-            net::post(self->stream_.get_executor(),
-                      [self, resp = std::move(resp)]() mutable { self->write(std::move(resp)); });
+            // dispatch: a reply made inside the handler (inline execution) writes at once.
+            net::dispatch(self->stream_.get_executor(),
+                          [self, resp = std::move(resp)]() mutable { self->write(std::move(resp)); });
         };
         try {
             shared_->handler(std::move(r), reply);

@@ -46,7 +46,7 @@ Result<json> parse_json(std::string_view text, std::string_view what) {
         // Re-parse with exceptions only to get the position for the message.
         try {
             (void)json::parse(text.begin(), text.end());
-        } catch (const json::parse_error& e) {
+        } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e99999
             return invalid_argument("failed to parse the {} as JSON: {}", what, e.what());
         }
         return invalid_argument("failed to parse the {} as JSON", what);

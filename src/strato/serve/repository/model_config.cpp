@@ -14,11 +14,17 @@ namespace {
 using json = nlohmann::json;
 
 // A field tree: what pbtxt, TOML and JSON have in common.
+struct Field;
 struct Node {
     int line = 0;
     bool is_message = false;
     std::string scalar;
-    std::vector<std::pair<std::string, Node>> fields;
+    std::vector<Field> fields;  // in order; repeated fields repeat
+};
+struct Field {
+    Field(std::string k, Node v) : first(std::move(k)), second(std::move(v)) {}
+    std::string first;
+    Node second;
 };
 
 // ---- protobuf text format -------------------------------------------------------------------
