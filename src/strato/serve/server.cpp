@@ -6,6 +6,8 @@
 
 #include <fstream>
 
+#include <zlib.h>
+
 #include "strato/core/log.h"
 #include "strato/serve/protocol/codec.h"
 
@@ -88,6 +90,39 @@ int64_t resident_bytes() {
     return rss * sysconf(_SC_PAGESIZE);
 }
 
+// gzip or zlib ("deflate" in HTTP) bodies, capped at `limit` bytes against decompression bombs.
+Result<std::string> inflate_body(const std::string& in, uint64_t limit, bool* too_large) {
+    z_stream z{};
+    if (inflateInit2(&z, 15 + 32) != Z_OK) return internal_error("zlib inflateInit2 failed");
+    z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+    z.avail_in = static_cast<uInt>(in.size());
+    std::string out;
+    char buf[65536];
+    int rc = Z_OK;
+    while (rc != Z_STREAM_END) {
+        z.next_out = reinterpret_cast<Bytef*>(buf);
+        z.avail_out = sizeof buf;
+        rc = inflate(&z, Z_NO_FLUSH);
+        if (rc != Z_OK && rc != Z_STREAM_END) {
+            inflateEnd(&z);
+            return invalid_argument("the request body is not valid gzip/deflate data ({})", z.msg ? z.msg : "truncated");
+        }
+        out.append(buf, sizeof buf - z.avail_out);
+        if (out.size() > limit) {
+            inflateEnd(&z);
+            *too_large = true;
+            return Status{StatusCode::kInvalidArgument,
+                          fmt::format("the decompressed request body exceeds the limit of {} bytes (--http-max-input-size)", limit)};
+        }
+        if (rc == Z_OK && z.avail_in == 0 && z.avail_out != 0) {
+            inflateEnd(&z);
+            return invalid_argument("the request body is not valid gzip/deflate data (truncated)");
+        }
+    }
+    inflateEnd(&z);
+    return out;
+}
+
 json tensor_metadata(const ModelConfig& c, const std::vector<TensorSpec>& list) {
     json a = json::array();
     for (const auto& t : list)
@@ -128,6 +163,11 @@ Status bind_inputs(const ModelVersion& mv, InferRequest& req, std::vector<Tensor
             t.shape[variable] = static_cast<int64_t>(t.data.size()) / per;
         }
         if (batches) t.shape.insert(t.shape.begin(), 1);
+        if (es == 0 ? count_bytes_elements(t.data) != 1 : static_cast<int64_t>(t.data.size()) != t.numel() * static_cast<int64_t>(es))
+            return invalid_argument("raw binary request: input '{}' of shape {} needs {} bytes, the body has {}", spec.name,
+                                    shape_string(spec.dims), es == 0 ? std::string("one BYTES element")
+                                                                     : std::to_string(t.numel() * static_cast<int64_t>(es)),
+                                    t.data.size());
     }
     size_t required = 0;
     for (const auto& s : c.inputs)
@@ -150,6 +190,10 @@ Status bind_inputs(const ModelVersion& mv, InferRequest& req, std::vector<Tensor
         if (!ok)
             return invalid_argument("unexpected shape for input '{}' for model '{}'. Expected {}, got {}", t.name, m,
                                     shape_string(want), shape_string(t.shape));
+        // The decoder checked bytes against the request's own shape; keep that invariant here
+        // too, since a batch concatenates every request's bytes.
+        if (size_t es = datatype_size(t.dtype); es > 0 && static_cast<int64_t>(t.data.size()) != t.numel() * static_cast<int64_t>(es))
+            return internal_error("input '{}' holds {} bytes for shape {}", t.name, t.data.size(), shape_string(t.shape));
         if (batches) {
             int64_t b = t.shape[0];
             if (b < 1 || b > c.max_batch_size)
@@ -382,6 +426,16 @@ struct InferenceServer::Impl {
 
     void infer(const std::string& model, const std::string& version, http::Request&& req, http::Reply reply) {
         auto received = req.received;
+        if (const std::string* enc = req.header("Content-Encoding")) {
+            if (strcasecmp(enc->c_str(), "gzip") == 0 || strcasecmp(enc->c_str(), "deflate") == 0) {
+                bool too_large = false;
+                auto plain = inflate_body(req.body, opt.http.body_limit, &too_large);
+                if (!plain) return reply(too_large ? error_response(413, plain.status().message()) : status_response(plain.status()));
+                req.body = std::move(plain).value();
+            } else if (strcasecmp(enc->c_str(), "identity") != 0) {
+                return reply(error_response(415, fmt::format("unsupported Content-Encoding '{}' (expected gzip, deflate or identity)", *enc)));
+            }
+        }
         std::optional<size_t> hl;
         if (const std::string* h = req.header("Inference-Header-Content-Length")) {
             auto v = parse_header_length(*h, req.body.size());

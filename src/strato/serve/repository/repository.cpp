@@ -366,7 +366,7 @@ Result<std::shared_ptr<ModelVersion>> Repository::get(const std::string& name, c
         return invalid_argument("Request for unknown model: '{}' is not found", name);
     const Entry& e = it->second;
     if (e.versions.empty())
-        return Status{StatusCode::kUnavailable, fmt::format("Request for unknown model: '{}' has no available versions{}", name,
+        return Status{StatusCode::kNotFound, fmt::format("Request for unknown model: '{}' has no available versions{}", name,
                                                       e.reason.empty() ? "" : " (" + e.reason + ")")};
     if (version.empty()) return e.versions.rbegin()->second;
     int64_t v = 0;
@@ -428,7 +428,8 @@ bool Repository::ready() const {
     if (!opt_.strict_readiness) return true;
     std::lock_guard lock(mu_);
     for (const auto& [n, e] : entries_)
-        if (e.versions.empty() && e.state != ModelState::kUnknown) return false;
+        // A model unloaded on purpose does not make the server unready (as in tritonserver).
+        if (e.versions.empty() && e.state != ModelState::kUnknown && e.reason != "unloaded") return false;
     return true;
 }
 
