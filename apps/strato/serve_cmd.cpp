@@ -43,7 +43,7 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     struct Opts {
         std::vector<std::string> repos, models, load_models;
         std::string address = "127.0.0.1", control = "none", infer_token_file, repo_token_file;
-        int port = 8000, metrics_port = 8002, threads = 8, poll_secs = 15, exit_timeout = 30;
+        int port = 8000, metrics_port = 8002, threads = 0, poll_secs = 15, exit_timeout = 30;
         int header_timeout = 30, body_timeout = 60, intra_threads = 0;
         bool allow_metrics = true, strict_readiness = true;
         int64_t max_input = int64_t{64} << 20, max_queue = 4096;
@@ -61,7 +61,7 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     cmd->add_option("--load-model", o->load_models, "Model to load at start in explicit mode ('*' = all; repeatable)");
     cmd->add_option("--repository-poll-secs", o->poll_secs, "Rescan interval in poll mode")->check(CLI::Range(1, 86400));
     cmd->add_option("--strict-readiness", o->strict_readiness, "Ready only when every model is ready (true|false)");
-    cmd->add_option("--http-thread-count", o->threads, "HTTP I/O threads")->check(CLI::Range(1, 256));
+    cmd->add_option("--http-thread-count", o->threads, "HTTP I/O threads (default: one per core; a lone request runs its model on one)")->check(CLI::Range(0, 256));
     cmd->add_option("--http-max-input-size", o->max_input, "Largest request body in bytes (larger: 413)")->check(CLI::Range(int64_t{1024}, int64_t{1} << 34));
     cmd->add_option("--http-header-timeout-secs", o->header_timeout, "Deadline for a request's headers (slow clients get 408)")->check(CLI::Range(1, 3600));
     cmd->add_option("--http-body-timeout-secs", o->body_timeout, "Deadline for a request's body")->check(CLI::Range(1, 3600));
@@ -86,7 +86,7 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         so.http.address = so.metrics_http.address = o->address;
         so.http.port = static_cast<uint16_t>(o->port);
         so.metrics_http.port = static_cast<uint16_t>(o->metrics_port);
-        so.http.threads = o->threads;
+        so.http.threads = o->threads > 0 ? o->threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
         so.metrics_http.threads = 1;
         so.http.body_limit = static_cast<uint64_t>(o->max_input);
         so.metrics_http.body_limit = 1 << 16;

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# strato serve vs its limit: the Fashion-MNIST CNN served over HTTP (binary tensor extension, one
+# image per request, wrk as the closed-loop client) at concurrency 1..64, with and without dynamic
+# batching, against the same backend's in-process batched forward pass (the limit). Prints the
+# table and the three ratios the serving issue asks for.
+#   bench/serve/run.sh [PACKAGE_DIR]     env: DUR=5 (s per point) THREADS=1 (intra-op) HTTP_THREADS=2
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+scripts/setup --bench
+[ -f build/release/build.ninja ] || cmake --preset release >/dev/null
+cmake -S . -B build/release -DSTRATO_BUILD_BENCHMARKS=ON >/dev/null
+cmake --build build/release --target strato serve_forward_bench >/dev/null
+bin=build/release/apps/strato/strato
+dur=${DUR:-5}
+threads=${THREADS:-1}
+http_threads=${HTTP_THREADS:-2}
+tmp=$(mktemp -d)
+server=
+cleanup() { [ -n "$server" ] && kill "$server" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
+
+pkg=${1:-}
+if [ -z "$pkg" ]; then  # the default CNN's architecture; accuracy does not matter for speed
+  "$bin" -q train configs/fashion_mnist_cnn.toml --set run.dir="$tmp/run" --set train.epochs=1 \
+    --set data.limit_train=2000 --set data.limit_test=500 --no-report >/dev/null
+  pkg=$tmp/run/fashion_mnist_cnn/model
+fi
+
+echo "== in-process forward (the limit), $threads intra-op thread(s)"
+build/release/bench/serve_forward_bench "$pkg" "$threads" 2 | tee "$tmp/forward.jsonl"
+
+for mode in batched unbatched; do
+  mkdir -p "$tmp/$mode/cnn/1" && cp "$pkg"/* "$tmp/$mode/cnn/1/"
+  {
+    echo 'max_batch_size: 64'
+    echo 'input [ { name: "input" data_type: TYPE_FP32 dims: [ 1, 28, 28 ] } ]'
+    echo 'output [ { name: "logits" data_type: TYPE_FP32 dims: [ 10 ] }, { name: "probabilities" data_type: TYPE_FP32 dims: [ 10 ] } ]'
+    [ $mode = batched ] && echo 'dynamic_batching { }'
+  } >"$tmp/$mode/cnn/config.pbtxt"
+done
+
+/usr/bin/python3 - "$tmp" <<'PY'
+import gzip, json, struct, sys
+tmp = sys.argv[1]
+img = gzip.open('/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz').read()[16:16 + 784]
+body = struct.pack('<784f', *[b / 255.0 for b in img])
+hdr = json.dumps({"inputs": [{"name": "input", "shape": [1, 1, 28, 28], "datatype": "FP32",
+                              "parameters": {"binary_data_size": len(body)}}],
+                  "outputs": [{"name": "logits", "parameters": {"binary_data": True}}]}).encode()
+open(f"{tmp}/body.bin", "wb").write(hdr + body)
+open(f"{tmp}/hl", "w").write(str(len(hdr)))
+PY
+
+for mode in batched unbatched; do
+  "$bin" -q serve --model-repository "$tmp/$mode" --http-port 0 --metrics-port 0 --intra-op-threads "$threads" \
+    --http-thread-count "$http_threads" >"$tmp/serve.out" 2>&1 &
+  server=$!
+  for _ in $(seq 100); do grep -q 'ready http' "$tmp/serve.out" && break; sleep 0.1; done
+  port=$(sed -n 's/.*ready http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$tmp/serve.out")
+  [ -n "$port" ] || { cat "$tmp/serve.out"; exit 1; }
+  echo "== strato serve, $mode, port $port"
+  for c in 1 2 4 8 16 32 64; do
+    t=$((c < 2 ? 1 : 2))
+    STRATO_BODY=$tmp/body.bin STRATO_HL=$(cat "$tmp/hl") wrk -t$t -c$c -d"${dur}s" --latency -s bench/serve/post.lua \
+      "http://127.0.0.1:$port/v2/models/cnn/infer" >"$tmp/wrk.$mode.$c"
+    /usr/bin/python3 - "$tmp/wrk.$mode.$c" "$mode" "$c" <<'PY' | tee -a "$tmp/serve.jsonl"
+import json, re, sys
+text = open(sys.argv[1]).read()
+def lat(p):
+    m = re.search(rf"^\s+{p}%\s+([\d.]+)(us|ms|s)\s*$", text, re.M)
+    v, u = float(m.group(1)), m.group(2)
+    return v * {"us": 1, "ms": 1e3, "s": 1e6}[u]
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
+bad = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+err = re.search(r"Socket errors: (.*)", text)
+print(json.dumps({"mode": sys.argv[2], "concurrency": int(sys.argv[3]), "rps": rps, "p50_us": lat(50),
+                  "p99_us": lat(99), "non_2xx": int(bad.group(1)) if bad else 0, "socket_errors": err.group(1) if err else ""}))
+PY
+    if [ $mode = batched ] && [ $c = 1 ]; then
+      # Server-side overhead as perf_analyzer reports it: request time inside the server minus
+      # compute, from the statistics extension (only the concurrency-1 run has happened so far).
+      /usr/bin/python3 - "$port" >"$tmp/server_overhead.json" <<'PY'
+import json, sys, urllib.request
+s = json.load(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/v2/models/cnn/stats"))["model_stats"][0]["inference_stats"]
+per = lambda k: s[k]["ns"] / max(s[k]["count"], 1) / 1e3
+print(json.dumps({"request_us": per("success"), "compute_us": per("compute_infer"),
+                  "overhead_us": per("success") - per("compute_infer") - per("compute_input") - per("compute_output")}))
+PY
+      # The HTTP round-trip floor of this machine: the cheapest endpoint, same client, concurrency 1.
+      wrk -t1 -c1 -d"${dur}s" --latency "http://127.0.0.1:$port/v2/health/live" | sed -n 's/^ *50% *\([0-9.]*\)\(us\|ms\).*/\1 \2/p' >"$tmp/floor"
+    fi
+  done
+  kill "$server"; wait "$server" || true; server=
+done
+
+/usr/bin/python3 - "$tmp" <<'PY'
+import json, sys
+tmp = sys.argv[1]
+fwd = [json.loads(l) for l in open(f"{tmp}/forward.jsonl")]
+rows = [json.loads(l) for l in open(f"{tmp}/serve.jsonl")]
+best = max(fwd, key=lambda r: r["samples_per_s"])
+one = next(r for r in fwd if r["batch"] == 1)
+get = lambda m, c: next(r for r in rows if r["mode"] == m and r["concurrency"] == c)
+print(f"\n{'concurrency':>11} {'batched req/s':>14} {'p50 ms':>8} {'p99 ms':>8} {'unbatched req/s':>16} {'p50 ms':>8} {'p99 ms':>8}")
+for c in [1, 2, 4, 8, 16, 32, 64]:
+    b, u = get("batched", c), get("unbatched", c)
+    print(f"{c:>11} {b['rps']:>14.0f} {b['p50_us']/1e3:>8.2f} {b['p99_us']/1e3:>8.2f} {u['rps']:>16.0f} {u['p50_us']/1e3:>8.2f} {u['p99_us']/1e3:>8.2f}")
+top = max((r for r in rows if r["mode"] == "batched"), key=lambda r: r["rps"])
+errors = sum(r["non_2xx"] for r in rows)
+print(f"\nlimit: in-process forward {best['samples_per_s']:.0f} samples/s at batch {best['batch']} (batch 1: {one['median_ms']*1e3:.0f} us)")
+print(f"dynamic batching: {top['rps']:.0f} req/s at concurrency {top['concurrency']} = {top['rps']/best['samples_per_s']:.2f}x the limit (target >= 0.8)")
+print(f"batched vs unbatched at concurrency 32: {get('batched',32)['rps']/get('unbatched',32)['rps']:.2f}x (target >= 3)")
+b1 = get("batched", 1)
+so = json.load(open(f"{tmp}/server_overhead.json"))
+fv, fu = open(f"{tmp}/floor").read().split()
+floor = float(fv) * (1e3 if fu == "ms" else 1)
+ceiling = best["samples_per_s"] / (1e3 / one["median_ms"])
+print(f"  (the model's own batching gain on this CPU, best batch vs batch 1 in-process: {ceiling:.2f}x; "
+      f"batched/unbatched at 32 is {get('batched',32)['rps']/get('unbatched',32)['rps']/ceiling:.2f} of it)")
+print(f"client-side overhead at concurrency 1: p50 {b1['p50_us']:.0f} us - forward {one['median_ms']*1e3:.0f} us = "
+      f"{b1['p50_us']-one['median_ms']*1e3:.0f} us (target <= 100); HTTP round-trip floor of this machine "
+      f"(GET /v2/health/live p50): {floor:.0f} us")
+print(f"server-side overhead at concurrency 1 (statistics: request {so['request_us']:.0f} us - compute "
+      f"{so['compute_us']:.0f} us): {so['overhead_us']:.0f} us")
+print(f"non-2xx responses over the whole run: {errors}")
+PY
