@@ -10,6 +10,7 @@
 #include "strato/core/fs.h"
 #include "strato/core/log.h"
 #include "strato/core/signals.h"
+#include "strato/serve/backend/onnx_backend.h"
 #include "strato/serve/backend/torch_backends.h"
 #include "strato/serve/server.h"
 
@@ -108,6 +109,7 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         so.repository_token = *rt;
 
         register_torch_backends(o->intra_threads);
+        register_onnx_backend(o->intra_threads);
         signals::install_stop_handlers();
         InferenceServer server(so);
         Status st = server.start();

@@ -1,0 +1,122 @@
+#include "strato/serve/backend/onnx_backend.h"
+
+#include <fmt/format.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <opencv2/core.hpp>
+#include <opencv2/dnn.hpp>
+
+#include "strato/serve/backend/backend.h"
+
+namespace strato::serve {
+namespace {
+
+// cv::dnn::Net is not safe to run from two threads at once: one per instance, lent out per call.
+class OnnxModel : public Model {
+public:
+    OnnxModel(std::vector<cv::dnn::Net> nets, ModelConfig c) : nets_(std::move(nets)), busy_(nets_.size(), false), config_(std::move(c)) {
+        for (const auto& o : config_.outputs) out_names_.push_back(o.name);
+    }
+
+    Status execute(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) override {
+        size_t k = acquire();
+        Status st = run(nets_[k], inputs, outputs);
+        release(k);
+        return st;
+    }
+
+private:
+    Status run(cv::dnn::Net& net, const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) {
+        try {
+            for (const auto& t : inputs) {
+                std::vector<int> dims(t.shape.begin(), t.shape.end());
+                // OpenCV reads the request buffer in place; setInput copies it into the network.
+                cv::Mat blob(static_cast<int>(dims.size()), dims.data(), CV_32F, const_cast<char*>(t.data.data()));
+                net.setInput(blob, t.name);
+            }
+            std::vector<cv::Mat> outs;
+            net.forward(outs, out_names_);
+            for (size_t i = 0; i < config_.outputs.size(); ++i) {
+                cv::Mat m = outs.at(i).isContinuous() ? outs[i] : outs[i].clone();
+                if (m.type() != CV_32F) m.convertTo(m, CV_32F);
+                Tensor o;
+                o.name = config_.outputs[i].name;
+                o.dtype = DataType::kFp32;
+                for (int d = 0; d < m.dims; ++d) o.shape.push_back(m.size[d]);
+                o.data.assign(reinterpret_cast<const char*>(m.data), m.total() * m.elemSize());
+                outputs->push_back(std::move(o));
+            }
+        } catch (const cv::Exception& e) {
+            return internal_error("OpenCV DNN failed to run the ONNX model: {}", e.what());
+        }
+        return Status::ok();
+    }
+
+    size_t acquire() {
+        std::unique_lock lock(mu_);
+        while (true) {
+            for (size_t i = 0; i < busy_.size(); ++i)
+                if (!busy_[i]) {
+                    busy_[i] = true;
+                    return i;
+                }
+            cv_.wait(lock);
+        }
+    }
+    void release(size_t k) {
+        {
+            std::lock_guard lock(mu_);
+            busy_[k] = false;
+        }
+        cv_.notify_one();
+    }
+
+    std::vector<cv::dnn::Net> nets_;
+    std::vector<bool> busy_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    ModelConfig config_;
+    std::vector<std::string> out_names_;
+};
+
+Status onnx_autocomplete(ModelConfig* c, const std::string&) {
+    if (c->inputs.empty() || c->outputs.empty())
+        return invalid_argument(
+            "ONNX models are run by OpenCV DNN here, which does not report the graph's input/output names and shapes: "
+            "add config.pbtxt (or config.toml) with 'input [ {{ name: \"input\" data_type: TYPE_FP32 dims: [ 1, 28, 28 ] }} ]' "
+            "and the matching 'output', using the names given at export");
+    return Status::ok();
+}
+
+Result<std::shared_ptr<Model>> onnx_load(const ModelConfig& c, const std::string& version_dir) {
+    for (const auto* list : {&c.inputs, &c.outputs})
+        for (const auto& t : *list)
+            if (t.dtype != DataType::kFp32)
+                return Status{StatusCode::kUnimplemented,
+                              fmt::format("'{}': the OpenCV DNN runtime serves TYPE_FP32 tensors only", t.name)};
+    std::string path = (std::filesystem::path(version_dir) / (c.default_model_filename.empty() ? "model.onnx" : c.default_model_filename)).string();
+    std::vector<cv::dnn::Net> nets;
+    try {
+        for (int64_t i = 0; i < c.instance_count(); ++i) {
+            cv::dnn::Net net = cv::dnn::readNetFromONNX(path);
+            if (net.empty()) return data_loss("{}: OpenCV read no network from the file", path);
+            net.setPreferableBackend(cv::dnn::DNN_BACKEND_OPENCV);
+            net.setPreferableTarget(cv::dnn::DNN_TARGET_CPU);
+            nets.push_back(std::move(net));
+        }
+    } catch (const cv::Exception& e) {
+        return data_loss("{}: not an ONNX model OpenCV DNN can load: {}", path, e.what());
+    }
+    return std::shared_ptr<Model>(std::make_shared<OnnxModel>(std::move(nets), c));
+}
+
+}  // namespace
+
+void register_onnx_backend(int threads) {
+    if (threads > 0) cv::setNumThreads(threads);
+    register_backend({"onnxruntime", {"onnxruntime_onnx"}, "model.onnx", onnx_autocomplete, onnx_load});
+}
+
+}  // namespace strato::serve
