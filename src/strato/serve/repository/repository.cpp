@@ -252,10 +252,21 @@ void Repository::retire(std::map<int64_t, std::shared_ptr<ModelVersion>> old) {
     // Stop in the background: queued requests run on the old version, then it is freed here,
     // never on one of its own instance threads.
     std::lock_guard lock(poll_mu_);
-    retirees_.emplace_back([old = std::move(old)]() mutable {
-        for (auto& [v, mv] : old) mv->batcher->stop();
-        old.clear();
-    });
+    for (auto it = retirees_.begin(); it != retirees_.end();) {
+        if (it->done->load()) {
+            it->thread.join();
+            it = retirees_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    retirees_.push_back({std::thread([old = std::move(old), done]() mutable {
+                             for (auto& [v, mv] : old) mv->batcher->stop();
+                             old.clear();
+                             done->store(true);
+                         }),
+                         done});
 }
 
 Status Repository::load_locked(const std::string& name, const std::optional<nlohmann::json>& config_json) {
@@ -350,13 +361,13 @@ void Repository::stop() {
     for (auto& [name, e] : entries)
         for (auto& [v, mv] : e.versions) mv->batcher->stop();
     entries.clear();
-    std::vector<std::thread> retirees;
+    std::vector<Retiree> retirees;
     {
         std::lock_guard lock(poll_mu_);
         retirees = std::move(retirees_);
         retirees_.clear();
     }
-    for (auto& t : retirees) t.join();
+    for (auto& r : retirees) r.thread.join();
 }
 
 Result<std::shared_ptr<ModelVersion>> Repository::get(const std::string& name, const std::string& version) const {

@@ -159,7 +159,11 @@ private:
     std::mutex poll_mu_;
     std::condition_variable poll_cv_;
     bool stopping_ = false;
-    std::vector<std::thread> retirees_;
+    struct Retiree {
+        std::thread thread;
+        std::shared_ptr<std::atomic<bool>> done;
+    };
+    std::vector<Retiree> retirees_;  // finished ones are joined at the next retire()
 };
 
 /// True when `name` can name a model: no path separators, no leading dot, printable, <= 255 bytes.
