@@ -21,21 +21,22 @@ def main():
     labels = gzip.open(f"{DATA}/t10k-labels-idx1-ubyte.gz").read()[8:8 + n]
     url = f"http://127.0.0.1:{port}/v2/models/{model}"
     meta = json.load(urllib.request.urlopen(url, timeout=10))
-    names = None
 
     pixels = [b / 255.0 for b in images]
     request = {"id": "demo", "inputs": [{"name": "input", "shape": [n, 1, 28, 28], "datatype": "FP32", "data": pixels}],
-               "outputs": [{"name": "probabilities", "parameters": {"classification": 1}}]}
+               "outputs": [{"name": "probabilities", "parameters": {"classification": 10}}]}
     req = urllib.request.Request(f"{url}/infer", data=json.dumps(request).encode(),
                                  headers={"Content-Type": "application/json"})
     answer = json.load(urllib.request.urlopen(req, timeout=30))
-    top1 = answer["outputs"][0]["data"]  # "probability:index:label"
+    ranked = answer["outputs"][0]["data"]  # n rows of 10 "probability:index:label", best first
+    top1 = ranked[::10]
+    names = {int(e.split(":")[1]): e.split(":", 2)[2] for e in ranked[:10]}
     right = 0
     print(f"POST {url}/infer  ({n} test images, JSON, classification extension)")
     for i, entry in enumerate(top1):
         p, idx, name = entry.split(":", 2)
         right += int(idx) == labels[i]
-        print(f"  image {i}: predicted {name:<12} ({float(p):6.1%})   true class {labels[i]}{'' if int(idx) == labels[i] else '  <- wrong'}")
+        print(f"  image {i}: predicted {name:<12} ({float(p):6.1%})   true: {names[labels[i]]:<12}{'' if int(idx) == labels[i] else '  <- wrong'}")
     print(f"  {right}/{n} right")
 
     body = struct.pack(f"<{n * 784}f", *pixels)

@@ -51,6 +51,7 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     };
     auto o = std::make_shared<Opts>();
     auto* cmd = app.add_subcommand("serve", "Serve models over the Open Inference Protocol v2 (Triton/KServe HTTP API)");
+    cmd->option_defaults()->always_capture_default();
     cmd->add_option("--model-repository", o->repos, "Triton-layout repository: <repo>/<model>/[config.pbtxt|config.toml] and <model>/<version>/");
     cmd->add_option("--model", o->models, "Serve a strato package directly: [NAME=]DIR (repeatable; version 1)");
     cmd->add_option("--http-address", o->address, "Address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)");
@@ -64,7 +65,7 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     cmd->add_option("--strict-readiness", o->strict_readiness, "Ready only when every model is ready (true|false)");
     cmd->add_option("--http-thread-count", o->threads, "HTTP I/O threads (default: one per core; a lone request runs its model on one)")->check(CLI::Range(0, 256));
     cmd->add_option("--http-max-input-size", o->max_input, "Largest request body in bytes (larger: 413)")->check(CLI::Range(int64_t{1024}, int64_t{1} << 34));
-    cmd->add_option("--http-header-timeout-secs", o->header_timeout, "Deadline for a request's headers (slow clients get 408)")->check(CLI::Range(1, 3600));
+    cmd->add_option("--http-header-timeout-secs", o->header_timeout, "Deadline for a request's headers (a slower client is disconnected)")->check(CLI::Range(1, 3600));
     cmd->add_option("--http-body-timeout-secs", o->body_timeout, "Deadline for a request's body")->check(CLI::Range(1, 3600));
     cmd->add_option("--max-queue-size", o->max_queue, "Queued requests per model version when its config sets none (full: 503)")->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
     cmd->add_option("--exit-timeout-secs", o->exit_timeout, "On SIGTERM/SIGINT: how long to wait for requests in flight")->check(CLI::Range(0, 3600));

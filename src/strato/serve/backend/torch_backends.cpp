@@ -147,7 +147,14 @@ Result<std::shared_ptr<Model>> package_load(const ModelConfig& c, const std::str
                                 s.channels, s.height, s.width);
     bool normalize = true;
     if (auto it = c.parameters.find("normalize"); it != c.parameters.end()) normalize = it->second != "false";
-    return std::shared_ptr<Model>(std::make_shared<PackageModel>(std::move(pkg), c.inputs[0].dtype == DataType::kUint8, normalize));
+    auto model = std::make_shared<PackageModel>(std::move(pkg), c.inputs[0].dtype == DataType::kUint8, normalize);
+    // Warm-up: oneDNN builds its kernels on the first call (~100 ms); do it before the model is
+    // reported ready rather than on a client's first request.
+    Tensor in{c.inputs[0].name, c.inputs[0].dtype, {1, s.channels, s.height, s.width}, {}};
+    in.data.assign(static_cast<size_t>(in.numel() * static_cast<int64_t>(datatype_size(in.dtype))), '\0');
+    std::vector<Tensor> out;
+    STRATO_RETURN_IF_ERROR(model->execute({in}, &out).with_context("warm-up run"));
+    return std::shared_ptr<Model>(std::move(model));
 }
 
 // ---- TorchScript ----
