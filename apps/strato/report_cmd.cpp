@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "commands.h"
+#include "strato/report/loadtest_report.h"
 #include "strato/report/run_report.h"
 
 namespace strato::cli {
@@ -14,13 +15,19 @@ void add_report_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         std::string run_dir, out;
     };
     auto o = std::make_shared<Opts>();
-    auto* cmd = app.add_subcommand("report", "Write a self-contained HTML report (charts, config, final metrics) of a run");
-    cmd->add_option("run_dir", o->run_dir, "Run directory (runs/NAME)")->required();
-    cmd->add_option("--out", o->out, "Output file (default: RUN_DIR/report.html)");
-    cmd->footer("Example:\n  strato report runs/fashion_mnist_cnn && chromium runs/fashion_mnist_cnn/report.html");
+    auto* cmd = app.add_subcommand("report", "Write a self-contained HTML report (charts, tables) of a run or a load test");
+    cmd->add_option("run_dir", o->run_dir, "Run directory (runs/NAME), or a load test's JSON (strato loadtest --json FILE)")->required();
+    cmd->add_option("--out", o->out, "Output file (default: RUN_DIR/report.html, or FILE.html next to the JSON)");
+    cmd->footer(
+        "Examples:\n  strato report runs/fashion_mnist_cnn && chromium runs/fashion_mnist_cnn/report.html\n"
+        "  strato loadtest --model fashion_mnist_cnn --concurrency-range 1:16:x2 --json lt.json && strato report lt.json");
     cmd->callback([o, exit_code] {
-        std::string out = o->out.empty() ? (std::filesystem::path(o->run_dir) / "report.html").string() : o->out;
-        Status st = report::write_run_report(o->run_dir, out);
+        std::filesystem::path in(o->run_dir);
+        bool loadtest = in.extension() == ".json" && !std::filesystem::is_directory(in);
+        std::string out = !o->out.empty() ? o->out
+                          : loadtest      ? std::filesystem::path(in).replace_extension(".html").string()
+                                          : (in / "report.html").string();
+        Status st = loadtest ? report::write_loadtest_report(o->run_dir, out) : report::write_run_report(o->run_dir, out);
         if (!st.is_ok()) return void(*exit_code = report_error("report", st));
         fmt::print("report: {}\n", out);
         *exit_code = 0;

@@ -1,0 +1,242 @@
+// strato loadtest [URL] [--model M] [--concurrency N | --request-rate R | ranges | --users U] ...
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <thread>
+
+#include "commands.h"
+#include "strato/core/fs.h"
+#include "strato/core/signals.h"
+#include "strato/loadgen/runner.h"
+#include "strato/report/loadtest_report.h"
+
+namespace strato::cli {
+namespace {
+
+struct LoadtestFlags {
+    std::string url, model, version, input_data = "random", tensor_format = "binary", method, body, body_file;
+    std::vector<std::string> headers, shapes;
+    int64_t batch = 1, string_length = 128, requests = -1;
+    int concurrency = 0, users = 0, threads = 0, max_connections = 256, max_trials = 10;
+    double rate = 0, spawn_rate = 0, stability = 0;
+    std::string concurrency_range, rate_range, distribution = "constant";
+    std::string duration = "10s", warmup = "1s", window = "5s", timeout = "30s", grace = "2s", slo, max_rate = "1000000";
+    std::string csv, json_out, report_out;
+    uint64_t seed = 1;
+    bool allow_remote = false;
+};
+
+Result<std::map<std::string, std::vector<int64_t>>> parse_shapes(const std::vector<std::string>& flags) {
+    std::map<std::string, std::vector<int64_t>> out;
+    for (const auto& f : flags) {
+        size_t colon = f.rfind(':');
+        if (colon == std::string::npos || colon == 0)
+            return invalid_argument("--shape '{}': expected NAME:d1,d2,... (without the batch dimension)", f);
+        std::vector<int64_t> dims;
+        std::string rest = f.substr(colon + 1);
+        size_t pos = 0;
+        while (pos <= rest.size()) {
+            size_t comma = rest.find(',', pos);
+            std::string d = rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+            try {
+                size_t used = 0;
+                long long v = std::stoll(d, &used);
+                if (used != d.size() || v < 1) throw std::invalid_argument(d);
+                dims.push_back(v);
+            } catch (const std::exception&) {
+                return invalid_argument("--shape '{}': '{}' is not a positive integer", f, d);
+            }
+            if (comma == std::string::npos) break;
+            pos = comma + 1;
+        }
+        out[f.substr(0, colon)] = dims;
+    }
+    return out;
+}
+
+Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_failed) {
+    using namespace loadgen;
+    std::string url_text = f.url.empty() ? (f.model.empty() ? "" : "http://127.0.0.1:8000") : f.url;
+    if (url_text.empty()) return invalid_argument("no target: give a URL (http://host:port/path) or --model NAME for a server on 127.0.0.1:8000");
+    STRATO_ASSIGN_OR_RETURN(Url url, parse_url(url_text));
+    STRATO_ASSIGN_OR_RETURN(bool loopback, is_loopback_host(url.host));
+    if (!loopback && !f.allow_remote)
+        return invalid_argument("{} is not a loopback address; pass --allow-remote to load-test another machine", url.host);
+
+    // the target
+    Target target;
+    if (!f.model.empty()) {
+        if (!f.body.empty() || !f.body_file.empty() || !f.method.empty())
+            return invalid_argument("--model builds inference requests itself; --method/--body/--body-file are for plain HTTP targets");
+        InferTargetOptions io;
+        io.model = f.model;
+        io.version = f.version;
+        io.batch_size = f.batch;
+        STRATO_ASSIGN_OR_RETURN(io.shapes, parse_shapes(f.shapes));
+        io.input_data = f.input_data;
+        io.binary = f.tensor_format == "binary";
+        io.string_length = f.string_length;
+        io.seed = f.seed;
+        STRATO_ASSIGN_OR_RETURN(target, build_infer_target(url, io));
+    } else {
+        std::string body = f.body;
+        if (!f.body_file.empty()) {
+            STRATO_ASSIGN_OR_RETURN(body, fs::read_file(f.body_file));
+        }
+        std::string method = f.method.empty() ? (body.empty() ? "GET" : "POST") : f.method;
+        target.url = url;
+        target.requests.push_back(build_request(url, method, f.headers, body));
+        target.description = fmt::format("{} {}{}", method, url.target, body.empty() ? "" : fmt::format(" ({} bytes)", body.size()));
+    }
+
+    // the plan
+    RunOptions ro;
+    std::vector<double> levels;
+    int modes = (f.concurrency > 0) + !f.concurrency_range.empty() + (f.rate > 0) + !f.rate_range.empty() + (f.users > 0);
+    if (modes > 1) return invalid_argument("choose one of --concurrency, --concurrency-range, --request-rate, --request-rate-range, --users");
+    if (!f.rate_range.empty() || f.rate > 0 || !f.slo.empty()) ro.load.mode = LoadOptions::Mode::kOpen;
+    if (!f.slo.empty() && (f.concurrency > 0 || !f.concurrency_range.empty() || f.users > 0))
+        return invalid_argument("--slo-p99 searches over request rates; drop --concurrency/--users");
+    if (!f.concurrency_range.empty()) {
+        STRATO_ASSIGN_OR_RETURN(levels, parse_range(f.concurrency_range, true));
+    } else if (!f.rate_range.empty()) {
+        STRATO_ASSIGN_OR_RETURN(levels, parse_range(f.rate_range, false));
+    } else if (f.rate > 0) {
+        levels = {f.rate};
+    } else if (f.users > 0) {
+        levels = {static_cast<double>(f.users)};
+        ro.load.spawn_rate = f.spawn_rate;
+    } else {
+        levels = {static_cast<double>(f.concurrency > 0 ? f.concurrency : 1)};
+    }
+    ro.load.poisson = f.distribution == "poisson";
+    ro.load.max_connections = f.max_connections;
+    unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    ro.load.threads = f.threads > 0 ? f.threads : static_cast<int>(std::max(1u, cores / 2));
+    ro.load.seed = f.seed;
+    STRATO_ASSIGN_OR_RETURN(ro.load.timeout_ns, parse_duration_ns(f.timeout));
+    STRATO_ASSIGN_OR_RETURN(int64_t dur, parse_duration_ns(f.duration));
+    STRATO_ASSIGN_OR_RETURN(int64_t warm, parse_duration_ns(f.warmup));
+    STRATO_ASSIGN_OR_RETURN(int64_t window, parse_duration_ns(f.window, "ms"));
+    STRATO_ASSIGN_OR_RETURN(int64_t grace, parse_duration_ns(f.grace));
+    if (dur <= 0 && f.requests <= 0) return invalid_argument("--duration must be > 0");
+    if (window <= 0) return invalid_argument("--measurement-interval must be > 0");
+    ro.duration_s = static_cast<double>(dur) / 1e9;
+    ro.warmup_s = static_cast<double>(warm) / 1e9;
+    // With --users the ramp is part of the warm-up: measure once everyone has spawned.
+    if (f.users > 0 && f.spawn_rate > 0) ro.warmup_s += f.users / f.spawn_rate;
+    ro.window_s = static_cast<double>(window) / 1e9;
+    ro.grace_s = static_cast<double>(grace) / 1e9;
+    ro.requests = f.requests;
+    ro.stability_pct = f.stability;
+    ro.max_trials = f.max_trials;
+    ro.batch_size = f.batch;
+    if (!f.model.empty())
+        ro.server_stats = [url, m = f.model, v = f.version] { return fetch_server_stats(url, m, v); };
+    ro.interrupted = [] { return signals::stop_requested(); };
+    if (!g.quiet) ro.progress = [](const std::string& line) { fmt::print(stderr, "{}\n", line); };
+
+    if (!g.quiet) fmt::print(stderr, "strato loadtest: http://{}{}\n  {}\n", url.host_header, target.url.target, target.description);
+    std::vector<PointResult> points;
+    std::optional<SloResult> slo;
+    if (!f.slo.empty()) {
+        STRATO_ASSIGN_OR_RETURN(int64_t slo_ns, parse_duration_ns(f.slo, "ms"));
+        STRATO_ASSIGN_OR_RETURN(auto max_rate, parse_range(f.max_rate, false));
+        STRATO_ASSIGN_OR_RETURN(slo, slo_search(target, ro, slo_ns, f.rate > 0 ? f.rate : 10.0, max_rate.back()));
+        points = slo->probes;
+        std::sort(points.begin(), points.end(), [](const auto& a, const auto& b) { return a.level < b.level; });
+    } else {
+        STRATO_ASSIGN_OR_RETURN(points, run_sweep(target, ro, levels));
+    }
+
+    fmt::print("{}", format_table(points));
+    if (slo) {
+        if (slo->found)
+            fmt::print("highest request rate with p99 <= {:.2f} ms and no errors: {:.1f} req/s (p99 {:.2f} ms)\n",
+                       slo->slo_p99_ns / 1e6, slo->best_rate, slo->best->m.latency.percentile(99) / 1e6);
+        else
+            fmt::print("no request rate met p99 <= {:.2f} ms\n", slo->slo_p99_ns / 1e6);
+    }
+    auto j = to_json(points, fmt::format("http://{}{}", url.host_header, target.url.target), ro, slo);
+    if (!f.json_out.empty()) STRATO_RETURN_IF_ERROR(fs::atomic_write(f.json_out, j.dump(1) + "\n"));
+    if (!f.csv.empty()) STRATO_RETURN_IF_ERROR(fs::atomic_write(f.csv, format_csv(points, f.batch)));
+    if (!f.report_out.empty()) {
+        STRATO_ASSIGN_OR_RETURN(auto html, report::render_loadtest_report(j));
+        STRATO_RETURN_IF_ERROR(fs::atomic_write(f.report_out, html));
+        if (!g.quiet) fmt::print(stderr, "report: {}\n", f.report_out);
+    }
+    if (signals::stop_requested()) return Status(StatusCode::kCancelled, "interrupted; the table shows what was measured");
+    int64_t ok = 0;
+    for (const auto& p : points) ok += p.m.ok;
+    *all_failed = ok == 0;
+    if (slo && !slo->found) return Status(StatusCode::kUnavailable, "no request rate met the objective");
+    return Status::ok();
+}
+
+}  // namespace
+
+void add_loadtest_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
+    auto f = std::make_shared<LoadtestFlags>();
+    auto* cmd = app.add_subcommand("loadtest", "Load-test an HTTP endpoint or an Open Inference Protocol model (closed/open loop, sweeps, SLO search)");
+    cmd->option_defaults()->always_capture_default();
+    cmd->add_option("url", f->url, "Target URL (http://host:port/path); with --model, the server (default http://127.0.0.1:8000)");
+    auto* tgt = "Inference target (Open Inference Protocol)";
+    cmd->add_option("-m,--model", f->model, "Model to infer on: inputs come from /v2/models/NAME metadata")->group(tgt);
+    cmd->add_option("-x,--model-version", f->version, "Model version (default: the server's choice)")->group(tgt);
+    cmd->add_option("-b,--batch-size", f->batch, "Rows per request")->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->group(tgt);
+    cmd->add_option("--shape", f->shapes, "NAME:d1,d2,... for inputs with variable dimensions (batch excluded)")->group(tgt);
+    cmd->add_option("--input-data", f->input_data, "zero | random | FILE.json (perf_analyzer format) | IDX file (.idx/.gz, e.g. Fashion-MNIST)")->group(tgt);
+    cmd->add_option("--tensor-format", f->tensor_format, "binary (binary tensor extension) or json")->check(CLI::IsMember({"binary", "json"}))->group(tgt);
+    cmd->add_option("--string-length", f->string_length, "Length of generated BYTES elements")->check(CLI::Range(int64_t{0}, int64_t{1} << 20))->group(tgt);
+    auto* plain = "Plain HTTP target";
+    cmd->add_option("-X,--method", f->method, "HTTP method (default GET, POST with a body)")->group(plain);
+    cmd->add_option("-H,--header", f->headers, "Extra header 'Name: value' (repeatable)")->group(plain);
+    cmd->add_option("--body", f->body, "Request body")->group(plain);
+    cmd->add_option("--body-file", f->body_file, "Request body from a file")->group(plain);
+    auto* load = "Load";
+    cmd->add_option("--concurrency", f->concurrency, "Closed loop: N requests outstanding (default 1)")->check(CLI::Range(1, 100000))->group(load);
+    cmd->add_option("--concurrency-range", f->concurrency_range, "Sweep: START:END[:STEP] or START:END:xFACTOR (1:64:x2), or a list 1,4,16")->group(load);
+    cmd->add_option("--request-rate", f->rate, "Open loop: requests per second (latency from the intended send time)")->check(CLI::PositiveNumber)->group(load);
+    cmd->add_option("--request-rate-range", f->rate_range, "Sweep request rates: START:END[:STEP|xFACTOR] or a list")->group(load);
+    cmd->add_option("--request-distribution", f->distribution, "Open-loop gaps: constant or poisson")->check(CLI::IsMember({"constant", "poisson"}))->group(load);
+    cmd->add_option("-u,--users", f->users, "Locust-style: U users, each waiting for its answer (closed loop)")->check(CLI::Range(1, 100000))->group(load);
+    cmd->add_option("-r,--spawn-rate", f->spawn_rate, "Users started per second (the ramp is not measured)")->check(CLI::NonNegativeNumber)->group(load);
+    cmd->add_option("--max-connections", f->max_connections, "Open loop: most connections opened (more due requests wait and count as delayed)")->check(CLI::Range(1, 100000))->group(load);
+    cmd->add_option("--threads", f->threads, "Client threads (default: half the cores)")->check(CLI::Range(0, 1024))->group(load);
+    cmd->add_option("--timeout", f->timeout, "Per-request timeout (counted as an error)")->group(load);
+    cmd->add_option("--seed", f->seed, "Seed for random inputs and Poisson gaps")->group(load);
+    auto* meas = "Measurement";
+    cmd->add_option("-d,--duration", f->duration, "Measured time per level (after the warm-up)")->group(meas);
+    cmd->add_option("-n,--requests", f->requests, "Measure this many requests per level instead of a duration")->check(CLI::Range(int64_t{1}, int64_t{1} << 40))->group(meas);
+    cmd->add_option("--warmup", f->warmup, "Load before measuring (not counted)")->group(meas);
+    cmd->add_option("--stability-percentage", f->stability, "perf_analyzer's rule: measure windows until 3 agree within this % (0: off)")->check(CLI::Range(0.0, 100.0))->group(meas);
+    cmd->add_option("-p,--measurement-interval", f->window, "Stability window length (bare numbers are ms)")->group(meas);
+    cmd->add_option("--max-trials", f->max_trials, "Stability windows at most")->check(CLI::Range(3, 1000))->group(meas);
+    cmd->add_option("--grace", f->grace, "After the deadline, wait this long for outstanding requests")->group(meas);
+    cmd->add_option("--slo-p99", f->slo, "Find the highest request rate with p99 at most this (e.g. 50ms); starts at --request-rate or 10")->group(meas);
+    cmd->add_option("--max-rate", f->max_rate, "Highest rate the SLO search tries")->group(meas);
+    auto* outg = "Output";
+    cmd->add_option("--csv", f->csv, "perf_analyzer-style CSV (µs columns, rows sorted by throughput)")->group(outg);
+    cmd->add_option("--json", f->json_out, "Everything measured, as JSON (render with `strato report FILE.json`)")->group(outg);
+    cmd->add_option("--report", f->report_out, "Self-contained HTML report with latency charts")->group(outg);
+    cmd->add_flag("--allow-remote", f->allow_remote, "Allow a target that is not a loopback address");
+    cmd->footer(
+        "Examples:\n"
+        "  strato loadtest --model fashion_mnist_cnn --concurrency-range 1:32:x2 --csv perf.csv\n"
+        "  strato loadtest --model fashion_mnist_cnn --request-rate 500 --request-distribution poisson -d 30s\n"
+        "  strato loadtest --model fashion_mnist_cnn --slo-p99 20ms --report slo.html\n"
+        "  strato loadtest http://127.0.0.1:8080/index.html --concurrency 64 --threads 2\n"
+        "  strato loadtest http://127.0.0.1:8089/api -X POST --body-file req.json -u 100 -r 10 -d 1m\n"
+        "Latency is from the intended send time in open loop (no coordinated omission). Details: docs/loadtest.md");
+    cmd->callback([f, &g, exit_code] {
+        signals::install_stop_handlers();
+        bool all_failed = false;
+        Status st = run_loadtest(*f, g, &all_failed);
+        if (!st.is_ok()) return void(*exit_code = report_error("loadtest", st));
+        if (all_failed) return void(*exit_code = report_error("loadtest", Status(StatusCode::kUnavailable, "no request succeeded")));
+        *exit_code = 0;
+    });
+}
+
+}  // namespace strato::cli

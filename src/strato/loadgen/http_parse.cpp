@@ -1,0 +1,241 @@
+#include "strato/loadgen/http_parse.h"
+
+#include <algorithm>
+#include <charconv>
+
+namespace strato::loadgen {
+namespace {
+
+constexpr size_t kMaxHead = 64 * 1024;
+constexpr size_t kMaxLine = 1024;
+
+char lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+
+bool iequals(std::string_view a, std::string_view b) {
+    return a.size() == b.size() &&
+           std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) { return lower(x) == lower(y); });
+}
+
+bool icontains(std::string_view haystack, std::string_view needle) {
+    if (needle.size() > haystack.size()) return false;
+    for (size_t i = 0; i + needle.size() <= haystack.size(); ++i)
+        if (iequals(haystack.substr(i, needle.size()), needle)) return true;
+    return false;
+}
+
+std::string_view trim(std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+    return s;
+}
+
+}  // namespace
+
+Result<Url> parse_url(std::string_view url) {
+    Url out;
+    constexpr std::string_view kScheme = "http://";
+    if (url.substr(0, 8) == "https://")
+        return invalid_argument("URL '{}': https is not supported; the load generator speaks plain http://", url);
+    if (url.substr(0, kScheme.size()) != kScheme)
+        return invalid_argument("URL '{}': expected http://host[:port][/path]", url);
+    std::string_view rest = url.substr(kScheme.size());
+    size_t slash = rest.find_first_of("/?");
+    std::string_view authority = rest.substr(0, slash);
+    if (slash != std::string_view::npos) {
+        out.target = std::string(rest.substr(slash));
+        if (out.target.front() == '?') out.target.insert(out.target.begin(), '/');
+    }
+    if (authority.find('@') != std::string_view::npos)
+        return invalid_argument("URL '{}': user info (user@host) is not supported", url);
+    std::string_view port_text;
+    if (!authority.empty() && authority.front() == '[') {
+        size_t close = authority.find(']');
+        if (close == std::string_view::npos) return invalid_argument("URL '{}': unterminated IPv6 literal", url);
+        out.host = std::string(authority.substr(1, close - 1));
+        std::string_view after = authority.substr(close + 1);
+        if (!after.empty()) {
+            if (after.front() != ':') return invalid_argument("URL '{}': expected ':port' after ']'", url);
+            port_text = after.substr(1);
+        }
+    } else {
+        size_t colon = authority.rfind(':');
+        out.host = std::string(authority.substr(0, colon));
+        if (colon != std::string_view::npos) port_text = authority.substr(colon + 1);
+    }
+    if (out.host.empty()) return invalid_argument("URL '{}': no host", url);
+    if (!port_text.empty() || authority.ends_with(':')) {
+        unsigned port = 0;
+        auto [p, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+        if (ec != std::errc() || p != port_text.data() + port_text.size() || port == 0 || port > 65535)
+            return invalid_argument("URL '{}': port '{}' is not a number in 1..65535", url, port_text);
+        out.port = static_cast<uint16_t>(port);
+    }
+    out.host_header = out.host.find(':') != std::string::npos ? "[" + out.host + "]" : out.host;
+    out.host_header += ":" + std::to_string(out.port);
+    return out;
+}
+
+void ResponseParser::reset() {
+    state_ = State::kHead;
+    head_.clear();
+    line_.clear();
+    body_.clear();
+    started_ = false;
+    keep_alive_ = true;
+    status_ = 0;
+    remaining_ = 0;
+    body_size_ = 0;
+    bytes_ = 0;
+    error_.clear();
+}
+
+size_t ResponseParser::fail(std::string message) {
+    state_ = State::kFailed;
+    error_ = std::move(message);
+    return 0;
+}
+
+bool ResponseParser::parse_head() {
+    // head_ holds "HTTP/1.x NNN reason\r\n" headers "\r\n\r\n"
+    std::string_view head(head_);
+    size_t eol = head.find("\r\n");
+    std::string_view status_line = head.substr(0, eol);
+    if (status_line.size() < 12 || status_line.substr(0, 7) != "HTTP/1." || status_line[8] != ' ') {
+        fail("malformed status line");
+        return false;
+    }
+    bool http10 = status_line[7] == '0';
+    int code = 0;
+    auto [p, ec] = std::from_chars(status_line.data() + 9, status_line.data() + 12, code);
+    if (ec != std::errc() || p != status_line.data() + 12 || code < 100 || code > 999) {
+        fail("malformed status code");
+        return false;
+    }
+    status_ = code;
+    bool chunked = false, has_length = false, close = http10, keep = false;
+    int64_t length = 0;
+    size_t pos = eol + 2;
+    while (pos < head.size()) {
+        size_t end = head.find("\r\n", pos);
+        if (end == std::string_view::npos || end == pos) break;
+        std::string_view line = head.substr(pos, end - pos);
+        pos = end + 2;
+        size_t colon = line.find(':');
+        if (colon == std::string_view::npos) continue;
+        std::string_view name = line.substr(0, colon), value = trim(line.substr(colon + 1));
+        if (iequals(name, "content-length")) {
+            auto [q, e] = std::from_chars(value.data(), value.data() + value.size(), length);
+            if (e != std::errc() || q != value.data() + value.size() || length < 0) {
+                fail("malformed Content-Length");
+                return false;
+            }
+            has_length = true;
+        } else if (iequals(name, "transfer-encoding")) {
+            chunked = icontains(value, "chunked");
+        } else if (iequals(name, "connection")) {
+            if (icontains(value, "close")) close = true;
+            if (icontains(value, "keep-alive")) keep = true;
+        }
+    }
+    keep_alive_ = !close || (http10 && keep);
+    if (code < 200) {  // 1xx: an interim response; the real one follows
+        head_.clear();
+        return true;
+    }
+    if (code == 204 || code == 304) {
+        state_ = State::kDone;
+    } else if (chunked) {
+        state_ = State::kChunkSize;
+    } else if (has_length) {
+        remaining_ = length;
+        state_ = length == 0 ? State::kDone : State::kBody;
+    } else {
+        state_ = State::kUntilClose;
+        keep_alive_ = false;
+    }
+    return true;
+}
+
+size_t ResponseParser::feed(const char* data, size_t size) {
+    if (size) started_ = true;
+    size_t i = 0;
+    while (i < size && state_ != State::kDone && state_ != State::kFailed) {
+        switch (state_) {
+            case State::kHead: {
+                // Append until the blank line; look for it across the boundary with what we have.
+                size_t before = head_.size();
+                size_t take = std::min(size - i, kMaxHead + 4 - before);
+                head_.append(data + i, take);
+                size_t from = before >= 3 ? before - 3 : 0;
+                size_t end = head_.find("\r\n\r\n", from);
+                if (end == std::string::npos) {
+                    if (head_.size() > kMaxHead) return fail("response head larger than 64 KiB");
+                    i += take;
+                    break;
+                }
+                size_t used = end + 4 - before;
+                head_.resize(end + 4);
+                i += used;
+                if (!parse_head()) return i;
+                break;
+            }
+            case State::kBody:
+            case State::kChunkData: {
+                size_t take = static_cast<size_t>(std::min<int64_t>(remaining_, static_cast<int64_t>(size - i)));
+                if (keep_body_) body_.append(data + i, take);
+                body_size_ += static_cast<int64_t>(take);
+                remaining_ -= static_cast<int64_t>(take);
+                i += take;
+                if (remaining_ == 0) state_ = state_ == State::kBody ? State::kDone : State::kChunkDataEnd;
+                break;
+            }
+            case State::kUntilClose:
+                if (keep_body_) body_.append(data + i, size - i);
+                body_size_ += static_cast<int64_t>(size - i);
+                i = size;
+                break;
+            case State::kChunkSize:
+            case State::kChunkDataEnd:
+            case State::kTrailer: {
+                size_t nl = std::string_view(data + i, size - i).find('\n');
+                size_t take = nl == std::string_view::npos ? size - i : nl + 1;
+                line_.append(data + i, take);
+                i += take;
+                if (line_.size() > kMaxLine) return fail("chunk line longer than 1 KiB");
+                if (line_.back() != '\n') break;
+                std::string_view line = trim(std::string_view(line_).substr(0, line_.size() - 1));
+                if (state_ == State::kChunkDataEnd) {
+                    if (!line.empty()) return fail("missing CRLF after chunk data");
+                    state_ = State::kChunkSize;
+                } else if (state_ == State::kTrailer) {
+                    if (line.empty()) state_ = State::kDone;
+                } else {
+                    std::string_view hex = line.substr(0, line.find(';'));
+                    int64_t n = 0;
+                    auto [p, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), n, 16);
+                    if (hex.empty() || ec != std::errc() || p != hex.data() + hex.size() || n < 0)
+                        return fail("malformed chunk size");
+                    remaining_ = n;
+                    state_ = n == 0 ? State::kTrailer : State::kChunkData;
+                }
+                line_.clear();
+                break;
+            }
+            case State::kDone:
+            case State::kFailed:
+                break;
+        }
+    }
+    bytes_ += static_cast<int64_t>(i);
+    return i;
+}
+
+void ResponseParser::finish_on_eof() {
+    if (state_ == State::kUntilClose) {
+        state_ = State::kDone;
+    } else if (state_ != State::kDone && state_ != State::kFailed) {
+        fail(started_ ? "connection closed in the middle of a response" : "connection closed before a response");
+    }
+}
+
+}  // namespace strato::loadgen

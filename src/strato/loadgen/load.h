@@ -1,0 +1,98 @@
+#pragma once
+// The load engine: worker threads, each with its own event loop and a pool of keep-alive
+// connections, sending pre-serialised HTTP/1.1 requests in a closed loop (N outstanding) or an
+// open loop (a request rate, constant or Poisson, each latency timed from the request's
+// intended send time so a stalled server shows up in the tail: the wrk2 correction).
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strato/core/status.h"
+#include "strato/loadgen/histogram.h"
+#include "strato/loadgen/http_parse.h"
+
+namespace strato::loadgen {
+
+/// What to hit: a URL and the request bytes to send there. `requests` are complete HTTP/1.1
+/// requests (head and body); they are sent in turn, so several bodies (different inputs) rotate.
+struct Target {
+    Url url;
+    std::vector<std::string> requests;
+    std::string description;  // one line for the console: method, path, body
+};
+
+/// Builds one request: `method target HTTP/1.1`, Host, the extra `headers` ("Name: value"),
+/// Content-Length when there is a body.
+std::string build_request(const Url& url, std::string_view method, const std::vector<std::string>& headers,
+                          std::string_view body);
+
+/// The counts of one measurement window.
+struct Measurement {
+    LatencyHistogram latency;       // requests answered 2xx, in ns
+    int64_t ok = 0;                 // 2xx responses
+    std::map<int, int64_t> http;    // other statuses: status -> count
+    int64_t connect_errors = 0;     // refused, unreachable, connect timed out
+    int64_t reset_errors = 0;       // reset or closed while a request was outstanding
+    int64_t timeouts = 0;           // no full response within the timeout
+    int64_t protocol_errors = 0;    // a response that is not HTTP/1.x
+    int64_t delayed = 0;            // open loop: sent more than 1 ms after the intended time
+    int64_t unfinished = 0;         // still outstanding (or never sent) when the run stopped
+    int64_t bytes_received = 0;
+    double seconds = 0;             // length of the window
+
+    int64_t errors() const;
+    int64_t responses() const;      // ok + other statuses
+    double throughput() const { return seconds > 0 ? static_cast<double>(ok) / seconds : 0.0; }
+    void merge(const Measurement& other);
+};
+
+struct LoadOptions {
+    enum class Mode { kClosed, kOpen };
+    Mode mode = Mode::kClosed;
+    int concurrency = 1;            // closed loop: connections, one request outstanding on each
+    double rate = 0;                // open loop: requests per second, all threads together
+    bool poisson = false;           // open loop: exponential gaps instead of constant ones
+    int max_connections = 256;      // open loop: connections opened as needed up to this
+    int threads = 1;                // event-loop threads; connections are spread over them
+    double spawn_rate = 0;          // closed loop: connections started per second (0: all at once)
+    int64_t timeout_ns = 30'000'000'000;
+    int64_t request_budget = -1;    // stop sending after this many requests (-1: no limit)
+    uint64_t seed = 1;
+};
+
+/// A running load. Starts sending on `start`; `snapshot` returns what completed since the last
+/// snapshot; `stop` stops sending, waits up to `grace_ns` for outstanding requests, closes every
+/// connection and returns the last window. The destructor stops it too.
+///
+///     auto s = LoadSession::start(target, {.concurrency = 8, .threads = 2});
+///     sleep(1s); s.value()->snapshot();            // warm-up, discarded
+///     sleep(5s); Measurement m = s.value()->stop(2'000'000'000);
+///
+/// snapshot/stop/requests_done are for one controlling thread.
+class LoadSession {
+public:
+    static Result<std::unique_ptr<LoadSession>> start(const Target& target, const LoadOptions& options);
+    ~LoadSession();
+
+    Measurement snapshot();
+    Measurement stop(int64_t grace_ns);
+    /// Requests finished so far (any outcome), for --requests.
+    int64_t requests_done() const;
+
+    LoadSession(const LoadSession&) = delete;
+    LoadSession& operator=(const LoadSession&) = delete;
+
+    struct Impl;
+
+private:
+    explicit LoadSession(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+/// True when every address `host` resolves to is a loopback address (127.0.0.0/8, ::1).
+Result<bool> is_loopback_host(const std::string& host);
+
+}  // namespace strato::loadgen

@@ -1,0 +1,362 @@
+#include "strato/loadgen/runner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+namespace strato::loadgen {
+using json = nlohmann::json;
+
+namespace {
+
+int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+// Sleeps until `deadline_ns` or until `done` says so; false when interrupted.
+bool wait_until(int64_t deadline_ns, const RunOptions& o, const std::function<bool()>& done = {}) {
+    while (now_ns() < deadline_ns) {
+        if (o.interrupted && o.interrupted()) return false;
+        if (done && done()) return true;
+        int64_t left = deadline_ns - now_ns();
+        std::this_thread::sleep_for(std::chrono::nanoseconds(std::clamp<int64_t>(left, 0, 5'000'000)));
+    }
+    return !(o.interrupted && o.interrupted());
+}
+
+std::string level_text(const PointResult& p) {
+    return p.rate_mode ? fmt::format("{:g} req/s", p.level) : fmt::format("concurrency {:g}", p.level);
+}
+
+std::string ms(int64_t ns) { return fmt::format("{:.2f}", static_cast<double>(ns) / 1e6); }
+
+bool within(const std::vector<double>& v, double pct) {
+    auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    if (*hi <= 0) return *lo == *hi;
+    return (*hi - *lo) / *hi * 100.0 <= pct;
+}
+
+}  // namespace
+
+Result<PointResult> run_point(const Target& target, const RunOptions& o, double level) {
+    PointResult out;
+    out.rate_mode = o.load.mode == LoadOptions::Mode::kOpen;
+    out.level = level;
+    LoadOptions lo = o.load;
+    if (out.rate_mode) {
+        lo.rate = level;
+    } else {
+        lo.concurrency = static_cast<int>(level);
+    }
+    if (o.requests > 0 && o.warmup_s <= 0) lo.request_budget = o.requests;
+    STRATO_ASSIGN_OR_RETURN(auto session, LoadSession::start(target, lo));
+    int64_t start = now_ns();
+    if (o.warmup_s > 0) {
+        wait_until(start + static_cast<int64_t>(o.warmup_s * 1e9), o);
+        (void)session->snapshot();
+    }
+    std::optional<ServerStats> before;
+    if (o.server_stats)
+        if (auto s = o.server_stats(); s.is_ok()) before = *s;
+    auto grace = static_cast<int64_t>(o.grace_s * 1e9);
+
+    if (o.stability_pct > 0) {
+        std::vector<Measurement> windows;
+        std::vector<std::optional<ServerStats>> readings{before};
+        out.stable = false;
+        for (int w = 0; w < o.max_trials; ++w) {
+            bool ok = wait_until(now_ns() + static_cast<int64_t>(o.window_s * 1e9), o);
+            windows.push_back(w + 1 == o.max_trials || !ok ? session->stop(grace) : session->snapshot());
+            const Measurement& m = windows.back();
+            if (o.progress)
+                o.progress(fmt::format("  {} window {}: {:.1f} req/s, mean {} ms, p99 {} ms", level_text(out), w + 1,
+                                       m.throughput(), ms(static_cast<int64_t>(m.latency.mean())),
+                                       ms(m.latency.percentile(99))));
+            if (o.server_stats) {
+                auto s = o.server_stats();
+                readings.push_back(s.is_ok() ? std::optional<ServerStats>(*s) : std::nullopt);
+            }
+            if (!ok) break;
+            if (windows.size() >= 3) {
+                std::vector<double> tput, lat;
+                for (size_t k = windows.size() - 3; k < windows.size(); ++k) {
+                    tput.push_back(windows[k].throughput());
+                    lat.push_back(windows[k].latency.mean());
+                }
+                if (within(tput, o.stability_pct) && within(lat, o.stability_pct)) {
+                    out.stable = true;
+                    break;
+                }
+            }
+        }
+        (void)session->stop(grace);
+        size_t first = windows.size() >= 3 ? windows.size() - 3 : 0;
+        for (size_t k = first; k < windows.size(); ++k) {
+            double secs = out.m.seconds + windows[k].seconds;
+            out.m.merge(windows[k]);
+            out.m.seconds = secs;
+        }
+        out.windows = static_cast<int>(windows.size());
+        if (o.server_stats && readings[first] && readings.back())
+            out.server = server_breakdown(*readings[first], *readings.back());
+        return out;
+    }
+
+    int64_t base_done = session->requests_done();
+    int64_t deadline = o.requests > 0 ? std::numeric_limits<int64_t>::max() : now_ns() + static_cast<int64_t>(o.duration_s * 1e9);
+    wait_until(deadline, o, [&] { return o.requests > 0 && session->requests_done() - base_done >= o.requests; });
+    out.m = session->stop(grace);
+    if (before)
+        if (auto after = o.server_stats(); after.is_ok()) out.server = server_breakdown(*before, *after);
+    return out;
+}
+
+Result<std::vector<PointResult>> run_sweep(const Target& target, const RunOptions& o, const std::vector<double>& levels) {
+    std::vector<PointResult> points;
+    for (double level : levels) {
+        if (o.interrupted && o.interrupted()) break;
+        STRATO_ASSIGN_OR_RETURN(auto p, run_point(target, o, level));
+        if (o.progress)
+            o.progress(fmt::format("{}: {:.1f} req/s, p50 {} ms, p99 {} ms, {} errors", level_text(p), p.m.throughput(),
+                                   ms(p.m.latency.percentile(50)), ms(p.m.latency.percentile(99)), p.m.errors()));
+        points.push_back(std::move(p));
+    }
+    return points;
+}
+
+std::string slo_miss_reason(const PointResult& p, int64_t slo) {
+    if (p.m.ok == 0) return "no successful request";
+    if (p.m.errors() > 0) return fmt::format("{} errors", p.m.errors());
+    if (p.m.latency.percentile(99) > slo)
+        return fmt::format("p99 {} ms > {} ms", ms(p.m.latency.percentile(99)), ms(slo));
+    if (p.rate_mode && p.m.throughput() < 0.9 * p.level)
+        return fmt::format("delivered {:.1f} of {:g} req/s", p.m.throughput(), p.level);
+    return "";
+}
+
+Result<SloResult> slo_search(const Target& target, const RunOptions& o, int64_t slo, double start_rate, double max_rate) {
+    if (!(start_rate > 0)) return invalid_argument("SLO search needs a start rate > 0, got {}", start_rate);
+    SloResult r;
+    r.slo_p99_ns = slo;
+    RunOptions ro = o;
+    ro.load.mode = LoadOptions::Mode::kOpen;
+    auto probe = [&](double rate) -> Result<bool> {
+        STRATO_ASSIGN_OR_RETURN(auto p, run_point(target, ro, rate));
+        std::string why = slo_miss_reason(p, slo);
+        if (o.progress) o.progress(fmt::format("SLO probe {:.1f} req/s: {}", rate, why.empty() ? "meets" : why));
+        bool ok = why.empty();
+        if (ok && (!r.best || rate > r.best_rate)) {
+            r.found = true;
+            r.best_rate = rate;
+            r.best = p;
+        }
+        r.probes.push_back(std::move(p));
+        return ok;
+    };
+    double lo = 0, hi = 0, rate = start_rate;
+    while (rate <= max_rate) {  // grow until a miss
+        if (o.interrupted && o.interrupted()) return r;
+        STRATO_ASSIGN_OR_RETURN(bool ok, probe(rate));
+        if (!ok) {
+            hi = rate;
+            break;
+        }
+        lo = rate;
+        rate *= 2;
+    }
+    if (hi == 0) return r;  // met the objective up to max_rate
+    if (lo == 0) lo = 0;    // even the start rate misses: bisect below it
+    for (int i = 0; i < 8 && (hi - lo) > 0.05 * std::max(lo, 1.0); ++i) {
+        if (o.interrupted && o.interrupted()) break;
+        double mid = lo > 0 ? (lo + hi) / 2 : hi / 2;
+        STRATO_ASSIGN_OR_RETURN(bool ok, probe(mid));
+        (ok ? lo : hi) = mid;
+        if (!ok && mid < 1) break;
+    }
+    return r;
+}
+
+Result<std::vector<double>> parse_range(const std::string& text, bool integer) {
+    std::vector<double> out;
+    auto num = [&](std::string_view s) -> Result<double> {
+        double v = 0;
+        auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (s.empty() || ec != std::errc() || p != s.data() + s.size() || !(v > 0) || (integer && v != std::floor(v)))
+            return invalid_argument("'{}' in '{}' is not a positive {}", s, text, integer ? "integer" : "number");
+        return v;
+    };
+    if (text.find(':') == std::string::npos) {
+        std::string_view rest(text);
+        while (!rest.empty()) {
+            size_t comma = rest.find(',');
+            STRATO_ASSIGN_OR_RETURN(double v, num(rest.substr(0, comma)));
+            out.push_back(v);
+            if (comma == std::string_view::npos) break;
+            rest.remove_prefix(comma + 1);
+        }
+        if (out.empty()) return invalid_argument("empty level list");
+        return out;
+    }
+    std::vector<std::string_view> parts;
+    std::string_view rest(text);
+    for (size_t c; (c = rest.find(':')) != std::string_view::npos; rest.remove_prefix(c + 1)) parts.push_back(rest.substr(0, c));
+    parts.push_back(rest);
+    if (parts.size() < 2 || parts.size() > 3)
+        return invalid_argument("range '{}': expected start:end[:step] or start:end:xFACTOR", text);
+    STRATO_ASSIGN_OR_RETURN(double start, num(parts[0]));
+    STRATO_ASSIGN_OR_RETURN(double end, num(parts[1]));
+    if (end < start) return invalid_argument("range '{}': end {} is below start {}", text, end, start);
+    bool factor = parts.size() == 3 && !parts[2].empty() && parts[2][0] == 'x';
+    double step = 1;
+    if (parts.size() == 3) {
+        STRATO_ASSIGN_OR_RETURN(step, num(factor ? parts[2].substr(1) : parts[2]));
+        if (factor && step <= 1) return invalid_argument("range '{}': a factor must be > 1", text);
+    }
+    for (double v = start; v <= end * (1 + 1e-9); v = factor ? v * step : v + step) {
+        out.push_back(integer ? std::round(v) : v);
+        if (out.size() > 10000) return invalid_argument("range '{}' has more than 10000 levels", text);
+    }
+    if (factor && out.back() < end) out.push_back(end);  // 1:48:x2 ends at 48 too
+    return out;
+}
+
+Result<int64_t> parse_duration_ns(const std::string& text, const std::string& default_unit) {
+    std::string_view s(text);
+    size_t i = 0;
+    while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+    double v = 0;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + i, v);
+    if (i == 0 || ec != std::errc() || p != s.data() + i || v < 0)
+        return invalid_argument("duration '{}': expected a number with a unit, such as 250ms, 10s or 2m", text);
+    std::string unit(s.substr(i));
+    if (unit.empty()) unit = default_unit;
+    double scale = unit == "ns" ? 1 : unit == "us" ? 1e3 : unit == "ms" ? 1e6 : unit == "s" ? 1e9 : unit == "m" ? 60e9
+                 : unit == "h" ? 3600e9 : -1;
+    if (scale < 0) return invalid_argument("duration '{}': unknown unit '{}' (use us, ms, s, m or h)", text, unit);
+    return static_cast<int64_t>(v * scale);
+}
+
+std::string format_table(const std::vector<PointResult>& points) {
+    std::string out;
+    bool rate = !points.empty() && points[0].rate_mode;
+    out += fmt::format("{:>12} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8}\n", rate ? "rate" : "concurrency",
+                       "req/s", "p50 ms", "p90 ms", "p95 ms", "p99 ms", "p99.9 ms", "max ms", "errors");
+    for (const auto& p : points) {
+        const auto& h = p.m.latency;
+        out += fmt::format("{:>12g} {:>10.1f} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8}{}\n", p.level, p.m.throughput(),
+                           ms(h.percentile(50)), ms(h.percentile(90)), ms(h.percentile(95)), ms(h.percentile(99)),
+                           ms(h.percentile(99.9)), ms(h.max()), p.m.errors(), p.stable ? "" : "  (not stable)");
+    }
+    for (const auto& p : points) {
+        const auto& m = p.m;
+        std::string errs;
+        auto add = [&](int64_t n, std::string_view what) {
+            if (n) errs += fmt::format("{}{} {}", errs.empty() ? "" : ", ", n, what);
+        };
+        add(m.connect_errors, "connect");
+        add(m.reset_errors, "reset/closed");
+        add(m.timeouts, "timeout");
+        add(m.protocol_errors, "bad response");
+        for (const auto& [code, n] : m.http) add(n, fmt::format("HTTP {}", code));
+        if (!errs.empty()) out += fmt::format("  {:g}: errors: {}\n", p.level, errs);
+        if (m.delayed) out += fmt::format("  {:g}: {} requests sent more than 1 ms late (the client could not keep up, or every connection was busy)\n", p.level, m.delayed);
+        if (m.unfinished) out += fmt::format("  {:g}: {} requests still outstanding at the end (not counted)\n", p.level, m.unfinished);
+        if (p.server && p.server->requests > 0) {
+            const auto& s = *p.server;
+            out += fmt::format(
+                "  {:g}: server: request {:.0f} us = queue {:.0f} + compute input {:.0f} + infer {:.0f} + output {:.0f} + overhead {:.0f}; batch {:.2f}\n",
+                p.level, s.request_us, s.queue_us, s.compute_input_us, s.compute_infer_us, s.compute_output_us,
+                s.overhead_us(), s.avg_batch);
+        }
+    }
+    return out;
+}
+
+std::string format_csv(const std::vector<PointResult>& points, int64_t batch_size) {
+    bool rate = !points.empty() && points[0].rate_mode;
+    std::string out = fmt::format(
+        "{},Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,"
+        "Server Compute Infer,Server Compute Output,Client Recv,p50 latency,p90 latency,p95 latency,p99 latency,"
+        "Avg latency,Errors\n",
+        rate ? "Request Rate" : "Concurrency");
+    std::vector<const PointResult*> rows;
+    for (const auto& p : points) rows.push_back(&p);
+    std::sort(rows.begin(), rows.end(), [](auto* a, auto* b) { return a->m.throughput() < b->m.throughput(); });
+    for (const auto* p : rows) {
+        const auto& h = p->m.latency;
+        double avg = h.mean() / 1e3, q = 0, ci = 0, inf = 0, co = 0;
+        if (p->server) q = p->server->queue_us, ci = p->server->compute_input_us, inf = p->server->compute_infer_us,
+                        co = p->server->compute_output_us;
+        double network = std::max(0.0, avg - q - ci - inf - co);
+        auto us = [&](double pct) { return h.percentile(pct) / 1000; };
+        out += fmt::format("{:g},{:.2f},0,{:.0f},{:.0f},{:.0f},{:.0f},{:.0f},0,{},{},{},{},{:.0f},{}\n", p->level,
+                           p->m.throughput() * static_cast<double>(batch_size), network, q, ci, inf, co, us(50), us(90),
+                           us(95), us(99), avg, p->m.errors());
+    }
+    return out;
+}
+
+namespace {
+
+json point_json(const PointResult& p) {
+    const auto& m = p.m;
+    const auto& h = m.latency;
+    json lat = {{"min", h.min() / 1e3},         {"mean", h.mean() / 1e3},          {"stddev", h.stddev() / 1e3},
+                {"p50", h.percentile(50) / 1e3}, {"p90", h.percentile(90) / 1e3},   {"p95", h.percentile(95) / 1e3},
+                {"p99", h.percentile(99) / 1e3}, {"p99_9", h.percentile(99.9) / 1e3}, {"max", h.max() / 1e3}};
+    json dist = json::array();
+    for (const auto& [pct, ns] : h.distribution()) dist.push_back({pct, ns / 1e3});
+    json http = json::object();
+    for (const auto& [code, n] : m.http) http[std::to_string(code)] = n;
+    json j = {{p.rate_mode ? "request_rate" : "concurrency", p.level},
+              {"seconds", m.seconds},
+              {"ok", m.ok},
+              {"throughput", m.throughput()},
+              {"latency_us", lat},
+              {"distribution_us", dist},
+              {"errors", {{"total", m.errors()}, {"connect", m.connect_errors}, {"reset", m.reset_errors},
+                          {"timeout", m.timeouts}, {"protocol", m.protocol_errors}, {"http", http}}},
+              {"delayed", m.delayed},
+              {"unfinished", m.unfinished},
+              {"bytes_received", m.bytes_received},
+              {"windows", p.windows},
+              {"stable", p.stable}};
+    if (p.server)
+        j["server_us"] = {{"requests", p.server->requests},         {"request", p.server->request_us},
+                          {"queue", p.server->queue_us},            {"compute_input", p.server->compute_input_us},
+                          {"compute_infer", p.server->compute_infer_us}, {"compute_output", p.server->compute_output_us},
+                          {"overhead", p.server->overhead_us()},    {"avg_batch", p.server->avg_batch}};
+    return j;
+}
+
+}  // namespace
+
+json to_json(const std::vector<PointResult>& points, const std::string& target, const RunOptions& o,
+             const std::optional<SloResult>& slo) {
+    json pts = json::array();
+    for (const auto& p : points) pts.push_back(point_json(p));
+    json j = {{"kind", "strato-loadtest"},
+              {"version", 1},
+              {"target", target},
+              {"mode", o.load.mode == LoadOptions::Mode::kOpen ? "request_rate" : "concurrency"},
+              {"threads", o.load.threads},
+              {"poisson", o.load.poisson},
+              {"duration_s", o.duration_s},
+              {"warmup_s", o.warmup_s},
+              {"batch_size", o.batch_size},
+              {"points", pts}};
+    if (slo) {
+        json probes = json::array();
+        for (const auto& p : slo->probes) probes.push_back(point_json(p));
+        j["slo"] = {{"p99_ms", slo->slo_p99_ns / 1e6}, {"found", slo->found}, {"best_rate", slo->best_rate},
+                    {"probes", probes}};
+    }
+    return j;
+}
+
+}  // namespace strato::loadgen

@@ -1,0 +1,124 @@
+#include "strato/report/loadtest_report.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+#include "strato/core/fs.h"
+#include "strato/report/page.h"
+#include "strato/report/svg_chart.h"
+
+namespace strato::report {
+using json = nlohmann::json;
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+double num(const json& j, const char* key) {
+    if (!j.is_object() || !j.contains(key) || !j[key].is_number()) return kNaN;
+    return j[key].get<double>();
+}
+
+std::string cell(double v, int decimals) {
+    return std::isfinite(v) ? fmt::format("{:.{}f}", v, decimals) : std::string("–");
+}
+
+bool rate_mode(const json& lt) { return lt.value("mode", std::string()) == "request_rate"; }
+
+double level_of(const json& p) {
+    double v = num(p, "concurrency");
+    return std::isfinite(v) ? v : num(p, "request_rate");
+}
+
+}  // namespace
+
+std::string loadtest_section_html(const json& lt) {
+    const json points = lt.contains("points") && lt["points"].is_array() ? lt["points"] : json::array();
+    const bool rate = rate_mode(lt);
+    std::string html = "<section><h2>Load test</h2>\n";
+    html += fmt::format("<p class=\"muted\">{} · {} mode · {} point(s)</p>\n", html_escape(lt.value("target", "")),
+                        rate ? "open loop (request rate)" : "closed loop (concurrency)", points.size());
+    if (points.empty()) return html + "<p class=\"muted\">No measurement.</p></section>\n";
+
+    // latency (p50, p90, p99) against achieved throughput
+    Series p50{"p50", {}, {}}, p90{"p90", {}, {}}, p99{"p99", {}, {}};
+    std::vector<Series> dists;
+    for (const auto& p : points) {
+        double t = num(p, "throughput");
+        const json lat = p.value("latency_us", json::object());
+        p50.x.push_back(t), p50.y.push_back(num(lat, "p50") / 1e3);
+        p90.x.push_back(t), p90.y.push_back(num(lat, "p90") / 1e3);
+        p99.x.push_back(t), p99.y.push_back(num(lat, "p99") / 1e3);
+        // distribution: x in "nines" (1 = p90, 2 = p99, 3 = p99.9), y in ms
+        Series d{fmt::format("{} {:g}", rate ? "rate" : "c", level_of(p)), {}, {}};
+        if (p.contains("distribution_us") && p["distribution_us"].is_array())
+            for (const auto& e : p["distribution_us"]) {
+                if (!e.is_array() || e.size() != 2 || !e[0].is_number() || !e[1].is_number()) continue;
+                double pct = e[0].get<double>();
+                if (pct >= 100.0) continue;
+                d.x.push_back(-std::log10(1.0 - pct / 100.0));
+                d.y.push_back(e[1].get<double>() / 1e3);
+            }
+        dists.push_back(std::move(d));
+    }
+    html += "<div class=\"charts\">\n<figure>" +
+            line_chart_svg({p50, p90, p99}, {.title = "Latency vs throughput", .x_label = "requests/s",
+                                             .y_label = "latency (ms)", .log_y = true}) +
+            "</figure>\n<figure>" +
+            line_chart_svg(dists, {.title = "Latency distribution", .x_label = "percentile (1 = p90, 2 = p99, 3 = p99.9)",
+                                   .y_label = "latency (ms)", .log_y = true}) +
+            "</figure>\n</div>\n";
+
+    html += fmt::format(
+        "<div class=\"scroll\"><table class=\"epochs\"><thead><tr><th>{}</th><th class=\"num\">req/s</th>"
+        "<th class=\"num\">p50 ms</th><th class=\"num\">p90 ms</th><th class=\"num\">p99 ms</th>"
+        "<th class=\"num\">p99.9 ms</th><th class=\"num\">max ms</th><th class=\"num\">errors</th>"
+        "<th class=\"num\">server queue µs</th><th class=\"num\">server compute µs</th></tr></thead><tbody>\n",
+        rate ? "rate" : "concurrency");
+    for (const auto& p : points) {
+        const json lat = p.value("latency_us", json::object());
+        const json err = p.value("errors", json::object());
+        const json srv = p.value("server_us", json::object());
+        double compute = num(srv, "compute_input") + num(srv, "compute_infer") + num(srv, "compute_output");
+        html += fmt::format(
+            "<tr><td class=\"num\">{:g}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
+            "<td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
+            "<td class=\"num\">{}</td><td class=\"num\">{}</td></tr>\n",
+            level_of(p), cell(num(p, "throughput"), 1), cell(num(lat, "p50") / 1e3, 2), cell(num(lat, "p90") / 1e3, 2),
+            cell(num(lat, "p99") / 1e3, 2), cell(num(lat, "p99_9") / 1e3, 2), cell(num(lat, "max") / 1e3, 2),
+            cell(num(err, "total"), 0), cell(num(srv, "queue"), 0), cell(compute, 0));
+    }
+    html += "</tbody></table></div>\n";
+    if (lt.contains("slo") && lt["slo"].is_object()) {
+        const json& s = lt["slo"];
+        html += s.value("found", false)
+                    ? fmt::format("<p>Highest request rate meeting p99 ≤ {} ms: <b>{:.1f} req/s</b>.</p>\n",
+                                  cell(num(s, "p99_ms"), 1), num(s, "best_rate"))
+                    : fmt::format("<p>No probed request rate met p99 ≤ {} ms.</p>\n", cell(num(s, "p99_ms"), 1));
+    }
+    return html + "</section>\n";
+}
+
+Result<std::string> render_loadtest_report(const json& lt) {
+    if (!lt.is_object() || lt.value("kind", std::string()) != "strato-loadtest")
+        return invalid_argument("not a strato load test (expected {{\"kind\": \"strato-loadtest\", ...}}, got {})",
+                                lt.is_object() ? "kind '" + lt.value("kind", std::string("none")) + "'"
+                                               : std::string(lt.type_name()));
+    std::string html = page_head("strato load test");
+    html += fmt::format("<header><h1>Load test</h1><p class=\"sub\">{}</p></header>\n", html_escape(lt.value("target", "")));
+    html += loadtest_section_html(lt);
+    return html + page_foot();
+}
+
+Status write_loadtest_report(const std::string& json_path, const std::string& out_path) {
+    STRATO_ASSIGN_OR_RETURN(auto text, fs::read_file(json_path));
+    json j = json::parse(text, nullptr, false);
+    if (j.is_discarded()) return invalid_argument("{} is not valid JSON", json_path);
+    auto html = render_loadtest_report(j);
+    if (!html) return html.status().with_context(json_path);
+    return fs::atomic_write(out_path, *html);
+}
+
+}  // namespace strato::report

@@ -1,0 +1,15 @@
+#pragma once
+// The shared frame of strato's HTML reports: one inline stylesheet, no scripts, no external
+// resources, so every report opens the same in any browser, offline.
+
+#include <string>
+#include <string_view>
+
+namespace strato::report {
+
+/// "<!DOCTYPE html>...<main>" with the title (escaped here) and the stylesheet.
+std::string page_head(std::string_view title);
+/// The footer and the closing tags.
+std::string page_foot();
+
+}  // namespace strato::report

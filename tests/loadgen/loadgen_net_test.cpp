@@ -1,0 +1,321 @@
+// The load generator against real servers on 127.0.0.1 whose behaviour is known: a latency
+// distribution it must report within 5 %, a 1 s stall that open-loop measurement must show in
+// the tail, and every failure class (refused, reset, 5xx, timeout, a server that goes away) —
+// counted, reported, and never a hang past the deadline plus the grace period.
+
+#include <gtest/gtest.h>
+
+#include <boost/asio.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <thread>
+
+#include "strato/loadgen/load.h"
+#include "strato/loadgen/runner.h"
+
+namespace strato::loadgen {
+namespace {
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using namespace std::chrono_literals;
+
+int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+// What the test server does with request number `index` (0-based, over all connections).
+struct Action {
+    int64_t delay_ns = 0;      // answer after this long
+    int status = 200;
+    bool close = false;        // close the connection instead of answering
+    bool never = false;        // never answer (the connection stays open)
+};
+
+// A keep-alive HTTP/1.1 server on 127.0.0.1 with one event-loop thread; reads GET requests (no
+// bodies) and answers each as `behaviour` says, with asynchronous timers (no blocking).
+class TestServer {
+public:
+    explicit TestServer(std::function<Action(int64_t index, int64_t arrival_ns)> behaviour)
+        : behaviour_(std::move(behaviour)), acceptor_(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
+        port_ = acceptor_.local_endpoint().port();
+        accept();
+        thread_ = std::thread([this] { io_.run(); });
+    }
+    ~TestServer() { stop(); }
+
+    uint16_t port() const { return port_; }
+    int64_t requests() const { return count_; }
+    /// Closes the listener and every connection: the target disappears.
+    void stop() {
+        if (stopped_.exchange(true)) return;
+        asio::post(io_, [this] {
+            boost::system::error_code ec;
+            acceptor_.close(ec);
+            for (auto& w : conns_)
+                if (auto c = w.lock()) c->sock.close(ec);
+            io_.stop();
+        });
+        if (thread_.joinable()) thread_.join();
+    }
+
+private:
+    struct Conn {
+        explicit Conn(asio::io_context& io) : sock(io) {}
+        tcp::socket sock;
+        asio::streambuf buf;
+    };
+
+    void accept() {
+        acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket s) {
+            if (ec) return;
+            auto c = std::make_shared<Conn>(io_);
+            c->sock = std::move(s);
+            conns_.push_back(c);
+            read(c);
+            accept();
+        });
+    }
+
+    void read(const std::shared_ptr<Conn>& c) {
+        asio::async_read_until(c->sock, c->buf, "\r\n\r\n", [this, c](boost::system::error_code ec, size_t n) {
+            if (ec) return;
+            c->buf.consume(n);
+            Action a = behaviour_(count_++, now_ns());
+            if (a.never) return held_.push_back(c);  // keep the socket open, answer nothing
+            if (a.close) {
+                boost::system::error_code ignored;
+                c->sock.close(ignored);
+                return;
+            }
+            auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::nanoseconds(a.delay_ns));
+            timer->async_wait([this, c, timer, a](boost::system::error_code) {
+                auto body = std::make_shared<std::string>(
+                    "HTTP/1.1 " + std::to_string(a.status) + " X\r\nContent-Length: 2\r\n\r\nok");
+                asio::async_write(c->sock, asio::buffer(*body), [body](boost::system::error_code, size_t) {});
+            });
+            read(c);
+        });
+    }
+
+    std::function<Action(int64_t, int64_t)> behaviour_;
+    asio::io_context io_;
+    tcp::acceptor acceptor_;
+    std::vector<std::weak_ptr<Conn>> conns_;
+    std::vector<std::shared_ptr<Conn>> held_;  // connections that are never answered
+    std::thread thread_;
+    std::atomic<int64_t> count_{0};
+    std::atomic<bool> stopped_{false};
+    uint16_t port_ = 0;
+};
+
+Target target_for(uint16_t port) {
+    Target t;
+    auto url = parse_url("http://127.0.0.1:" + std::to_string(port) + "/x");
+    EXPECT_TRUE(url.is_ok());
+    t.url = *url;
+    t.requests.push_back(build_request(t.url, "GET", {}, ""));
+    return t;
+}
+
+uint16_t free_port() {
+    asio::io_context io;
+    tcp::acceptor a(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    return a.local_endpoint().port();  // closed when `a` goes: nothing listens there afterwards
+}
+
+double rel(double got, double want) { return std::abs(got - want) / want; }
+
+TEST(LoadNet, KnownLatencyDistributionIsReportedWithinFivePercent) {
+    // 90 % of requests take 10 ms, 10 % take 100 ms (every tenth, whichever connection).
+    TestServer server([](int64_t i, int64_t) { return Action{.delay_ns = i % 10 == 9 ? 100'000'000 : 10'000'000}; });
+    RunOptions o;
+    o.load.concurrency = 8;
+    o.load.threads = 2;
+    o.warmup_s = 0.2;
+    o.duration_s = 3;
+    auto p = run_point(target_for(server.port()), o, 8);
+    ASSERT_TRUE(p.is_ok()) << p.status().message();
+    const auto& h = p->m.latency;
+    ASSERT_GT(h.count(), 800);
+    EXPECT_EQ(p->m.errors(), 0);
+    double p50 = static_cast<double>(h.percentile(50)), p99 = static_cast<double>(h.percentile(99));
+    EXPECT_LT(rel(p50, 10e6), 0.05) << "p50 " << p50 / 1e6 << " ms, truth 10 ms";
+    EXPECT_LT(rel(p99, 100e6), 0.05) << "p99 " << p99 / 1e6 << " ms, truth 100 ms";
+    // closed loop at 8 outstanding: throughput = 8 / mean latency (19 ms) ~ 421 req/s
+    EXPECT_LT(rel(p->m.throughput(), 8 / 0.019), 0.10) << p->m.throughput();
+}
+
+TEST(LoadNet, OpenLoopShowsAOneSecondStallInTheTail) {
+    // Answers in 1 ms, except that everything arriving during one second, starting 1 s after the
+    // first request, is held until that second is over.
+    std::atomic<int64_t> first{0};
+    TestServer server([&](int64_t, int64_t arrival) {
+        int64_t expected = 0;
+        first.compare_exchange_strong(expected, arrival);
+        int64_t stall_from = first + 1'000'000'000, stall_to = stall_from + 1'000'000'000;
+        if (arrival >= stall_from && arrival < stall_to) return Action{.delay_ns = stall_to - arrival};
+        return Action{.delay_ns = 1'000'000};
+    });
+    RunOptions o;
+    o.load.mode = LoadOptions::Mode::kOpen;
+    o.load.threads = 1;
+    o.load.max_connections = 16;  // fewer than the stall needs: later requests queue, timed from their intended send
+    o.warmup_s = 0;
+    o.duration_s = 3.5;
+    auto p = run_point(target_for(server.port()), o, 200);
+    ASSERT_TRUE(p.is_ok()) << p.status().message();
+    const auto& h = p->m.latency;
+    EXPECT_GT(h.count(), 500);
+    EXPECT_GT(h.percentile(99), 800'000'000) << "p99 " << h.percentile(99) / 1e6 << " ms: the stall is hidden";
+    EXPECT_GT(h.max(), 900'000'000);
+    EXPECT_LT(h.percentile(50), 500'000'000);
+    EXPECT_GT(p->m.delayed, 0) << "queued requests must be counted as sent late";
+    // The same stall in a closed loop with one connection hides in the median: a single slow request.
+    RunOptions c;
+    c.load.concurrency = 1;
+    c.warmup_s = 0;
+    c.duration_s = 3.5;
+    first = 0;
+    TestServer server2([&](int64_t, int64_t arrival) {
+        int64_t expected = 0;
+        first.compare_exchange_strong(expected, arrival);
+        int64_t stall_from = first + 1'000'000'000, stall_to = stall_from + 1'000'000'000;
+        if (arrival >= stall_from && arrival < stall_to) return Action{.delay_ns = stall_to - arrival};
+        return Action{.delay_ns = 1'000'000};
+    });
+    auto q = run_point(target_for(server2.port()), c, 1);
+    ASSERT_TRUE(q.is_ok());
+    EXPECT_LT(q->m.latency.percentile(99), 100'000'000) << "closed loop: coordinated omission hides the stall";
+}
+
+// Runs a closed loop for `seconds` and checks the run ended by its deadline plus the grace period.
+PointResult run_bounded(uint16_t port, double seconds, int64_t timeout_ns = 30'000'000'000, int concurrency = 4) {
+    RunOptions o;
+    o.load.concurrency = concurrency;
+    o.load.threads = 2;
+    o.load.timeout_ns = timeout_ns;
+    o.warmup_s = 0;
+    o.duration_s = seconds;
+    o.grace_s = 0.5;
+    int64_t t0 = now_ns();
+    auto p = run_point(target_for(port), o, concurrency);
+    double took = static_cast<double>(now_ns() - t0) / 1e9;
+    EXPECT_TRUE(p.is_ok()) << p.status().message();
+    EXPECT_LT(took, seconds + o.grace_s + 1.0) << "the run must end by its deadline plus the grace period";
+    return p.is_ok() ? *p : PointResult{};
+}
+
+TEST(LoadNet, RefusedConnectionsAreCountedAndTheRunEnds) {
+    auto p = run_bounded(free_port(), 1.0);
+    EXPECT_EQ(p.m.ok, 0);
+    EXPECT_GT(p.m.connect_errors, 0);
+}
+
+TEST(LoadNet, ResetsAndServerErrorsAreCountedByClass) {
+    TestServer server([](int64_t i, int64_t) {
+        if (i % 4 == 1) return Action{.close = true};
+        if (i % 4 == 2) return Action{.status = 503};
+        return Action{};
+    });
+    auto p = run_bounded(server.port(), 1.0);
+    EXPECT_GT(p.m.ok, 10);
+    EXPECT_GT(p.m.reset_errors, 10);
+    ASSERT_TRUE(p.m.http.count(503));
+    EXPECT_GT(p.m.http.at(503), 10);
+    EXPECT_EQ(p.m.http.size(), 1u);
+    EXPECT_EQ(p.m.timeouts, 0);
+    std::string table = format_table({p});
+    EXPECT_NE(table.find("reset/closed"), std::string::npos) << table;
+    EXPECT_NE(table.find("HTTP 503"), std::string::npos) << table;
+}
+
+TEST(LoadNet, RequestsWithoutAnAnswerTimeOut) {
+    TestServer server([](int64_t i, int64_t) { return i % 2 ? Action{.never = true} : Action{}; });
+    auto p = run_bounded(server.port(), 1.5, 200'000'000, 2);
+    EXPECT_GT(p.m.timeouts, 2);
+    EXPECT_GT(p.m.ok, 2);
+}
+
+TEST(LoadNet, AServerThatDisappearsMidRunIsReportedAndTheRunEnds) {
+    auto server = std::make_unique<TestServer>([](int64_t, int64_t) { return Action{.delay_ns = 1'000'000}; });
+    uint16_t port = server->port();
+    std::thread killer([&] {
+        std::this_thread::sleep_for(700ms);
+        server->stop();
+    });
+    auto p = run_bounded(port, 2.0);
+    killer.join();
+    EXPECT_GT(p.m.ok, 10);
+    EXPECT_GT(p.m.connect_errors + p.m.reset_errors, 0);
+}
+
+TEST(LoadNet, OutstandingRequestsAtTheDeadlineAreUnfinishedNotLost) {
+    TestServer server([](int64_t i, int64_t) { return Action{.delay_ns = i < 4 ? 0 : 5'000'000'000}; });
+    auto p = run_bounded(server.port(), 0.5);
+    EXPECT_EQ(p.m.unfinished, 4);
+}
+
+TEST(LoadNet, RequestCountStopsTheRun) {
+    TestServer server([](int64_t, int64_t) { return Action{}; });
+    RunOptions o;
+    o.load.concurrency = 2;
+    o.warmup_s = 0;
+    o.requests = 300;
+    auto p = run_point(target_for(server.port()), o, 2);
+    ASSERT_TRUE(p.is_ok());
+    EXPECT_EQ(p->m.ok, 300);
+    EXPECT_EQ(server.requests(), 300);
+}
+
+TEST(LoadNet, StabilityWindowsStopWhenThreeAgree) {
+    TestServer server([](int64_t, int64_t) { return Action{.delay_ns = 2'000'000}; });
+    RunOptions o;
+    o.load.concurrency = 2;
+    o.warmup_s = 0.1;
+    o.stability_pct = 25;
+    o.window_s = 0.3;
+    o.max_trials = 8;
+    auto p = run_point(target_for(server.port()), o, 2);
+    ASSERT_TRUE(p.is_ok());
+    EXPECT_TRUE(p->stable);
+    EXPECT_GE(p->windows, 3);
+    EXPECT_LE(p->windows, 8);
+    EXPECT_NEAR(p->m.seconds, 0.9, 0.15);  // the last three windows
+}
+
+TEST(LoadNet, SloSearchFindsTheKnee) {
+    // Capacity about 400 req/s: a single-file server that takes 2.5 ms per request.
+    std::atomic<int64_t> busy_until{0};
+    TestServer server([&](int64_t, int64_t arrival) {
+        int64_t start = std::max(arrival, busy_until.load());
+        busy_until = start + 2'500'000;
+        return Action{.delay_ns = busy_until - arrival};
+    });
+    RunOptions o;
+    o.load.threads = 1;
+    o.warmup_s = 0.1;
+    o.duration_s = 0.6;
+    o.grace_s = 0.2;
+    auto r = slo_search(target_for(server.port()), o, 20'000'000, 50, 3200);
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    ASSERT_TRUE(r->found);
+    EXPECT_GE(r->best_rate, 200);
+    EXPECT_LE(r->best_rate, 420);
+    EXPECT_TRUE(slo_miss_reason(*r->best, 20'000'000).empty());
+}
+
+TEST(LoadNet, LoopbackCheck) {
+    EXPECT_TRUE(*is_loopback_host("127.0.0.1"));
+    EXPECT_TRUE(*is_loopback_host("127.3.4.5"));
+    EXPECT_TRUE(*is_loopback_host("localhost"));
+    EXPECT_TRUE(*is_loopback_host("::1"));
+    EXPECT_FALSE(*is_loopback_host("10.1.2.3"));
+    EXPECT_FALSE(*is_loopback_host("192.0.2.7"));
+}
+
+}  // namespace
+}  // namespace strato::loadgen

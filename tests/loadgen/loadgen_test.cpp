@@ -1,0 +1,241 @@
+// Unit tests of the load generator's pieces: histogram accuracy against exact order statistics,
+// the incremental response parser at every split point, URL/range/duration parsing, and the
+// CSV/JSON/HTML outputs.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "strato/loadgen/histogram.h"
+#include "strato/loadgen/http_parse.h"
+#include "strato/loadgen/runner.h"
+#include "strato/report/loadtest_report.h"
+
+namespace strato::loadgen {
+namespace {
+
+int64_t exact_percentile(std::vector<int64_t> v, double p) {
+    std::sort(v.begin(), v.end());
+    auto rank = static_cast<int64_t>(std::ceil(p / 100.0 * static_cast<double>(v.size())));
+    rank = std::clamp<int64_t>(rank, 1, static_cast<int64_t>(v.size()));
+    return v[static_cast<size_t>(rank - 1)];
+}
+
+TEST(Histogram, PercentilesWithinATenthOfAPercentOfExactOrderStatistics) {
+    std::mt19937_64 rng(7);
+    std::lognormal_distribution<double> dist(std::log(2e6), 1.5);  // ~2 ms median, long tail
+    std::vector<int64_t> values;
+    LatencyHistogram h;
+    for (int i = 0; i < 200000; ++i) {
+        auto v = std::min<int64_t>(static_cast<int64_t>(dist(rng)), LatencyHistogram::kMaxValue);
+        values.push_back(v);
+        h.record(v);
+    }
+    for (double p : {0.0, 1.0, 50.0, 90.0, 99.0, 99.9, 99.99, 100.0}) {
+        int64_t want = exact_percentile(values, p), got = h.percentile(p);
+        EXPECT_LE(std::abs(static_cast<double>(got - want)), 0.001 * static_cast<double>(want) + 1)
+            << "p" << p << ": histogram " << got << " exact " << want;
+        EXPECT_GE(got, want) << "p" << p << " reported below the true value";
+    }
+    EXPECT_EQ(h.count(), 200000);
+    EXPECT_EQ(h.max(), *std::max_element(values.begin(), values.end()));
+    EXPECT_EQ(h.min(), *std::min_element(values.begin(), values.end()));
+    double mean = 0;
+    for (auto v : values) mean += static_cast<double>(v);
+    mean /= static_cast<double>(values.size());
+    EXPECT_NEAR(h.mean(), mean, mean * 1e-9);
+}
+
+TEST(Histogram, BucketsAreExactBelow2048AndNeverWiderThanATenthOfAPercent) {
+    for (int64_t v = 0; v < 2048; ++v) EXPECT_EQ(LatencyHistogram::bucket_upper(LatencyHistogram::bucket_of(v)), v);
+    for (int64_t v : {int64_t{2048}, int64_t{4097}, int64_t{1'000'000}, int64_t{123'456'789}, LatencyHistogram::kMaxValue}) {
+        int b = LatencyHistogram::bucket_of(v);
+        int64_t hi = LatencyHistogram::bucket_upper(b), lo = b > 0 ? LatencyHistogram::bucket_upper(b - 1) + 1 : 0;
+        EXPECT_LE(lo, v);
+        EXPECT_GE(hi, v);
+        EXPECT_LE(static_cast<double>(hi - lo + 1), static_cast<double>(v) / 1024.0 + 1) << v;
+    }
+}
+
+TEST(Histogram, MergeClampAndDistribution) {
+    LatencyHistogram a, b;
+    for (int i = 1; i <= 900; ++i) a.record(1'000'000);
+    for (int i = 1; i <= 100; ++i) b.record(50'000'000);
+    b.record(LatencyHistogram::kMaxValue * 2);
+    a.merge(b);
+    EXPECT_EQ(a.count(), 1001);
+    EXPECT_EQ(a.clamped(), 1);
+    EXPECT_EQ(a.max(), LatencyHistogram::kMaxValue);
+    EXPECT_NEAR(a.percentile(50), 1'000'000, 1000);
+    EXPECT_NEAR(a.percentile(95), 50'000'000, 50'000);
+    auto d = a.distribution();
+    ASSERT_GE(d.size(), 5u);
+    EXPECT_EQ(d.front().first, 0.0);
+    EXPECT_EQ(d.back().first, 100.0);
+    for (size_t i = 1; i < d.size(); ++i) {
+        EXPECT_GT(d[i].first, d[i - 1].first);
+        EXPECT_GE(d[i].second, d[i - 1].second);
+    }
+    LatencyHistogram empty;
+    EXPECT_EQ(empty.percentile(99), 0);
+    EXPECT_TRUE(empty.distribution().empty());
+    a.reset();
+    EXPECT_EQ(a.count(), 0);
+}
+
+// Feeds `wire` split at `cut` and returns the parser after both parts.
+ResponseParser parse_split(const std::string& wire, size_t cut, size_t* consumed) {
+    ResponseParser p;
+    p.keep_body(true);
+    size_t used = p.feed(wire.data(), cut);
+    if (!p.done() && !p.failed()) used += p.feed(wire.data() + cut, wire.size() - cut);
+    *consumed = used;
+    return p;
+}
+
+TEST(ResponseParser, ContentLengthAndChunkedAtEverySplitPoint) {
+    const std::string cl = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 11\r\n\r\nhello world";
+    const std::string ch =
+        "HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-T: 1\r\n\r\n";
+    for (const auto* wire : {&cl, &ch}) {
+        for (size_t cut = 0; cut <= wire->size(); ++cut) {
+            size_t used = 0;
+            auto p = parse_split(*wire + "HTTP/1.1 next", cut, &used);
+            ASSERT_TRUE(p.done()) << "cut " << cut << ": " << p.error();
+            EXPECT_EQ(used, wire->size()) << "cut " << cut << ": must stop at the end of one response";
+            EXPECT_EQ(p.body(), "hello world") << "cut " << cut;
+            EXPECT_TRUE(p.keep_alive());
+            EXPECT_EQ(p.bytes(), static_cast<int64_t>(wire->size()));
+        }
+    }
+}
+
+TEST(ResponseParser, CloseDelimitedInterimNoBodyAndConnectionClose) {
+    ResponseParser p;
+    p.keep_body(true);
+    std::string until_close = "HTTP/1.0 200 OK\r\n\r\nabc";
+    p.feed(until_close.data(), until_close.size());
+    EXPECT_FALSE(p.done());
+    p.finish_on_eof();
+    EXPECT_TRUE(p.done());
+    EXPECT_EQ(p.body(), "abc");
+    EXPECT_FALSE(p.keep_alive());
+
+    p.reset();
+    std::string interim = "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n";
+    p.feed(interim.data(), interim.size());
+    EXPECT_TRUE(p.done());
+    EXPECT_EQ(p.status(), 204);
+    EXPECT_FALSE(p.keep_alive());
+
+    p.reset();
+    std::string partial = "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc";
+    p.feed(partial.data(), partial.size());
+    p.finish_on_eof();
+    EXPECT_TRUE(p.failed());
+    EXPECT_NE(p.error().find("closed"), std::string::npos);
+}
+
+TEST(ResponseParser, MalformedResponsesFailWithAReason) {
+    for (std::string wire : {"SSH-2.0-OpenSSH\r\n\r\n", "HTTP/1.1 2x0 OK\r\n\r\n", "HTTP/1.1 200 OK\r\nContent-Length: -4\r\n\r\n",
+                             "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+                             "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcX\r\n"}) {
+        ResponseParser p;
+        p.feed(wire.data(), wire.size());
+        EXPECT_TRUE(p.failed()) << wire;
+        EXPECT_FALSE(p.error().empty());
+    }
+    ResponseParser big;
+    std::string head = "HTTP/1.1 200 OK\r\nX: " + std::string(70000, 'a');
+    big.feed(head.data(), head.size());
+    EXPECT_TRUE(big.failed());
+}
+
+TEST(Url, ParsesHostsPortsAndTargets) {
+    auto u = parse_url("http://127.0.0.1:8000/v2/models/m/infer?x=1");
+    ASSERT_TRUE(u.is_ok()) << u.status().message();
+    EXPECT_EQ(u->host, "127.0.0.1");
+    EXPECT_EQ(u->port, 8000);
+    EXPECT_EQ(u->target, "/v2/models/m/infer?x=1");
+    EXPECT_EQ(u->host_header, "127.0.0.1:8000");
+    auto v6 = parse_url("http://[::1]:9/");
+    ASSERT_TRUE(v6.is_ok());
+    EXPECT_EQ(v6->host, "::1");
+    EXPECT_EQ(v6->host_header, "[::1]:9");
+    auto bare = parse_url("http://localhost");
+    ASSERT_TRUE(bare.is_ok());
+    EXPECT_EQ(bare->port, 80);
+    EXPECT_EQ(bare->target, "/");
+    for (const char* bad : {"https://a/", "ftp://a", "http://", "http://a:0/", "http://a:99999/", "http://a:x/", "http://u@a/", "127.0.0.1:80"})
+        EXPECT_FALSE(parse_url(bad).is_ok()) << bad;
+}
+
+TEST(Parsing, RangesAndDurations) {
+    auto r = parse_range("1:64:x2", true);
+    ASSERT_TRUE(r.is_ok());
+    EXPECT_EQ(*r, (std::vector<double>{1, 2, 4, 8, 16, 32, 64}));
+    EXPECT_EQ(*parse_range("1:48:x2", true), (std::vector<double>{1, 2, 4, 8, 16, 32, 48}));
+    EXPECT_EQ(*parse_range("10:30:10", false), (std::vector<double>{10, 20, 30}));
+    EXPECT_EQ(*parse_range("4:6", true), (std::vector<double>{4, 5, 6}));
+    EXPECT_EQ(*parse_range("1,4,16", true), (std::vector<double>{1, 4, 16}));
+    for (const char* bad : {"", "0:4", "4:1", "1:4:x1", "1:2:3:4", "a:b", "1.5:4", "1,,2"})
+        EXPECT_FALSE(parse_range(bad, true).is_ok()) << bad;
+    EXPECT_EQ(*parse_duration_ns("250ms"), 250'000'000);
+    EXPECT_EQ(*parse_duration_ns("2"), 2'000'000'000);
+    EXPECT_EQ(*parse_duration_ns("50", "ms"), 50'000'000);
+    EXPECT_EQ(*parse_duration_ns("1.5s"), 1'500'000'000);
+    EXPECT_EQ(*parse_duration_ns("1m"), 60'000'000'000);
+    EXPECT_EQ(*parse_duration_ns("150us"), 150'000);
+    for (const char* bad : {"", "ms", "5 s", "5x", "-1s"}) EXPECT_FALSE(parse_duration_ns(bad).is_ok()) << bad;
+}
+
+TEST(Outputs, CsvUsesPerfAnalyzerColumnsAndJsonRendersAsAReport) {
+    PointResult a, b;
+    a.level = 1;
+    b.level = 2;
+    for (int i = 0; i < 100; ++i) a.m.latency.record(1'000'000), b.m.latency.record(2'000'000);
+    a.m.ok = 100, a.m.seconds = 1;
+    b.m.ok = 300, b.m.seconds = 1;
+    b.m.http[503] = 2;
+    b.server = ServerBreakdown{300, 1500, 400, 10, 900, 20, 1.5};
+    std::string csv = format_csv({b, a}, 4);
+    EXPECT_EQ(csv.substr(0, csv.find('\n')),
+              "Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,"
+              "Server Compute Infer,Server Compute Output,Client Recv,p50 latency,p90 latency,p95 latency,p99 latency,"
+              "Avg latency,Errors");
+    // sorted by throughput; inferences/s = requests/s x batch; server columns in µs
+    EXPECT_NE(csv.find("\n1,400.00,0,"), std::string::npos) << csv;
+    EXPECT_NE(csv.find("\n2,1200.00,0,670,400,10,900,20,0,2000,2000,2000,2000,2000,2\n"), std::string::npos) << csv;
+    EXPECT_LT(csv.find("\n1,"), csv.find("\n2,"));
+
+    RunOptions ro;
+    auto j = to_json({a, b}, "http://127.0.0.1:1/x", ro, std::nullopt);
+    EXPECT_EQ(j["kind"], "strato-loadtest");
+    EXPECT_EQ(j["points"][1]["errors"]["http"]["503"], 2);
+    EXPECT_DOUBLE_EQ(j["points"][0]["latency_us"]["p50"].get<double>(), 1000.0);
+    auto html = report::render_loadtest_report(j);
+    ASSERT_TRUE(html.is_ok());
+    EXPECT_NE(html->find("Latency vs throughput"), std::string::npos);
+    EXPECT_NE(html->find("Latency distribution"), std::string::npos);
+    EXPECT_NE(html->find("<svg"), std::string::npos);
+    EXPECT_EQ(html->find("<script"), std::string::npos);
+    EXPECT_FALSE(report::render_loadtest_report(nlohmann::json{{"kind", "other"}}).is_ok());
+    EXPECT_FALSE(report::render_loadtest_report(nlohmann::json::array()).is_ok());
+
+    std::string table = format_table({a, b});
+    EXPECT_NE(table.find("2 HTTP 503"), std::string::npos) << table;
+    EXPECT_NE(table.find("server: request 1500 us"), std::string::npos) << table;
+}
+
+TEST(BuildRequest, HeadersAndContentLength) {
+    auto u = parse_url("http://127.0.0.1:8000/p");
+    ASSERT_TRUE(u.is_ok());
+    EXPECT_EQ(build_request(*u, "GET", {}, ""), "GET /p HTTP/1.1\r\nHost: 127.0.0.1:8000\r\n\r\n");
+    EXPECT_EQ(build_request(*u, "POST", {"X-A: b"}, "hi"),
+              "POST /p HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nX-A: b\r\nContent-Length: 2\r\n\r\nhi");
+}
+
+}  // namespace
+}  // namespace strato::loadgen
