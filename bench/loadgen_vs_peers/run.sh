@@ -14,7 +14,7 @@ dur=${DUR:-5} conns=${CONNS:-64} threads=${THREADS:-2} users=${USERS:-32} rounds
 tmp=$(mktemp -d)
 chmod 755 "$tmp"
 nginx_pid=
-cleanup() { [ -n "$nginx_pid" ] && kill "$nginx_pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
+cleanup() { [ -n "$nginx_pid" ] && kill "$nginx_pid" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT
 
 port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -70,12 +70,16 @@ read -r locust_req locust_cpu _ < <(/usr/bin/python3 $eff "http://127.0.0.1:$por
   locust -f "$tmp/locustfile.py" --headless -H "http://127.0.0.1:$port" -u "$users" -r "$users" -t "${run_s}s" --only-summary)
 read -r strato_req strato_cpu _ < <(/usr/bin/python3 $eff "http://127.0.0.1:$port/status" "$run_s" 2.5 -- \
   "$bin" -q loadtest "$url" -u "$users" -r "$users" --threads 1 -d "${run_s}s" --warmup 0)
+# wrk measured the same way, for scale: what a C tool with its own event loop gets here
+read -r wrk_req wrk_cpu _ < <(/usr/bin/python3 $eff "http://127.0.0.1:$port/status" "$run_s" 2.5 -- \
+  wrk -t1 -c"$users" -d"${run_s}s" "$url")
 
-/usr/bin/python3 - "$wrk_med" "$strato_med" "$locust_req" "$locust_cpu" "$strato_req" "$strato_cpu" <<'PY'
+/usr/bin/python3 - "$wrk_med" "$strato_med" "$locust_req" "$locust_cpu" "$strato_req" "$strato_cpu" "$wrk_req" "$wrk_cpu" <<'PY'
 import sys
-wrk, st, lreq, lcpu, sreq, scpu = map(float, sys.argv[1:])
+wrk, st, lreq, lcpu, sreq, scpu, wreq, wcpu = map(float, sys.argv[1:])
 print(f"\nmax req/s (median of runs): strato {st:,.0f} vs wrk {wrk:,.0f} = {st / wrk:.2f}x (target >= 1.0)")
 l, s = lreq / lcpu, sreq / scpu
 print(f"requests per CPU-second: strato {s:,.0f} ({sreq:,.0f} req / {scpu:.2f} s) vs locust {l:,.0f} "
       f"({lreq:,.0f} req / {lcpu:.2f} s) = {s / l:.1f}x (target >= 10)")
+print(f"  for scale, wrk -t1 measured the same way: {wreq / wcpu:,.0f} requests per CPU-second = {wreq / wcpu / l:.1f}x locust")
 PY

@@ -16,7 +16,7 @@ threads=${THREADS:-1}
 http_threads=${HTTP_THREADS:-2}
 tmp=$(mktemp -d)
 server=
-cleanup() { [ -n "$server" ] && kill "$server" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
+cleanup() { [ -n "$server" ] && kill "$server" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT
 
 pkg=${1:-}

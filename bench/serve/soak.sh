@@ -12,7 +12,7 @@ bin=build/release/apps/strato/strato
 secs=${2:-300}
 tmp=$(mktemp -d)
 server=
-cleanup() { [ -n "$server" ] && kill "$server" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
+cleanup() { [ -n "$server" ] && kill "$server" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT
 pkg=${1:-}
 if [ -z "$pkg" ]; then

@@ -72,7 +72,7 @@ std::string loadtest_section_html(const json& lt) {
             "</figure>\n</div>\n";
 
     html += fmt::format(
-        "<div class=\"scroll\"><table class=\"epochs\"><thead><tr><th>{}</th><th class=\"num\">req/s</th>"
+        "<div class=\"scroll\" style=\"margin-top: 12px\"><table class=\"epochs\"><thead><tr><th>{}</th><th class=\"num\">req/s</th>"
         "<th class=\"num\">p50 ms</th><th class=\"num\">p90 ms</th><th class=\"num\">p99 ms</th>"
         "<th class=\"num\">p99.9 ms</th><th class=\"num\">max ms</th><th class=\"num\">errors</th>"
         "<th class=\"num\">server queue µs</th><th class=\"num\">server compute µs</th></tr></thead><tbody>\n",

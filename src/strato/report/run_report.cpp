@@ -446,10 +446,6 @@ Result<std::string> render_run_report(const std::string& run_dir) {
     html += "</div></section>\n";
     html += "<section><h2>Training curves</h2>\n" + charts_html(m) + "</section>\n";
     html += "<section><h2>Per-epoch results</h2>\n" + epoch_table(m) + "</section>\n";
-    html += "<section><h2>Configuration</h2>\n";
-    html += have_config ? "<pre>" + html_escape(config_text) + "</pre>\n"
-                        : "<p class=\"muted\">config.toml not found in the run directory.</p>\n";
-    html += "</section>\n";
     // A load test of the served model (the quick start writes RUN_DIR/loadtest.json).
     if (stdfs::exists(dir / "loadtest.json", ec)) {
         auto lt = fs::read_file(dir / "loadtest.json");
@@ -457,6 +453,10 @@ Result<std::string> render_run_report(const std::string& run_dir) {
         html += j.is_object() ? loadtest_section_html(j)
                               : "<section><h2>Load test</h2><p class=\"muted\">loadtest.json could not be read.</p></section>\n";
     }
+    html += "<section><h2>Configuration</h2>\n";
+    html += have_config ? "<pre>" + html_escape(config_text) + "</pre>\n"
+                        : "<p class=\"muted\">config.toml not found in the run directory.</p>\n";
+    html += "</section>\n";
     html += page_foot();
     return html;
 }

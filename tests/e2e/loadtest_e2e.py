@@ -1,0 +1,171 @@
+#!/usr/bin/python3
+"""`strato loadtest` end to end against a real `strato serve` on 127.0.0.1: inference targets built
+from model metadata (random, IDX images, a perf_analyzer JSON data file; binary and JSON tensors),
+exact request counts cross-checked with the server's own statistics, open loop, SLO search, CSV /
+JSON / HTML outputs, plain HTTP targets, and the errors a user can cause.
+
+usage: loadtest_e2e.py STRATO_BINARY
+"""
+import csv
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+BIN = os.path.abspath(sys.argv[1])
+IDX = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz"
+FAILS = []
+
+
+def check(cond, what):
+    if not cond:
+        FAILS.append(what)
+        print(f"  FAIL: {what}")
+
+
+def run(args, timeout=120, expect=0):
+    t0 = time.time()
+    args = args if args[0] == "report" else ["loadtest"] + args
+    p = subprocess.run([BIN] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+    out, err = p.stdout.decode(), p.stderr.decode()
+    check(p.returncode == expect, f"strato {' '.join(args)}: exit {p.returncode}, expected {expect}\n{out}\n{err}")
+    return out, err, time.time() - t0
+
+
+def stats(port, model):
+    s = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/{model}/stats", timeout=10))
+    return s["model_stats"][0]["inference_stats"]["success"]["count"]
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="strato-loadtest-e2e-")
+    print("== training a tiny package")
+    subprocess.run([BIN, "-q", "train", "configs/fashion_mnist_cnn.toml", "--set", f"run.dir={tmp}/run", "--set",
+                    "train.epochs=1", "--set", "data.limit_train=500", "--set", "data.limit_test=200", "--no-report"],
+                   check=True, timeout=300)
+    pkg = f"{tmp}/run/fashion_mnist_cnn/model"
+    log = open(f"{tmp}/serve.out", "w")
+    server = subprocess.Popen([BIN, "-q", "serve", "--model", f"cnn={pkg}", "--http-port", "0", "--metrics-port", "0"],
+                              stdout=log, stderr=subprocess.STDOUT)
+    try:
+        port = None
+        for _ in range(300):
+            m = re.search(r"ready http://127\.0\.0\.1:(\d+)", open(f"{tmp}/serve.out").read())
+            if m:
+                port = int(m.group(1))
+                break
+            time.sleep(0.1)
+        assert port, open(f"{tmp}/serve.out").read()
+        url = f"http://127.0.0.1:{port}"
+
+        print("== sweep with IDX images: CSV, JSON, HTML")
+        out, err, _ = run([url, "--model", "cnn", "--input-data", IDX, "--concurrency-range", "1:4:x2", "-d", "1s",
+                           "--warmup", "0.2s", "--csv", f"{tmp}/lt.csv", "--json", f"{tmp}/lt.json", "--report",
+                           f"{tmp}/lt.html"])
+        print(out)
+        rows = list(csv.reader(open(f"{tmp}/lt.csv")))
+        check(rows[0][:13] == ["Concurrency", "Inferences/Second", "Client Send", "Network+Server Send/Recv",
+                               "Server Queue", "Server Compute Input", "Server Compute Infer", "Server Compute Output",
+                               "Client Recv", "p50 latency", "p90 latency", "p95 latency", "p99 latency"],
+              f"CSV header {rows[0]}")
+        check(sorted(r[0] for r in rows[1:]) == ["1", "2", "4"], f"CSV levels {[r[0] for r in rows[1:]]}")
+        check(all(float(r[1]) > 0 and r[-1] == "0" for r in rows[1:]), f"CSV rows {rows[1:]}")
+        check(all(float(r[6]) > 0 for r in rows[1:]), "CSV server compute infer column is empty")
+        lt = json.load(open(f"{tmp}/lt.json"))
+        check(lt["kind"] == "strato-loadtest" and len(lt["points"]) == 3, "JSON points")
+        for p in lt["points"]:
+            check(p["ok"] > 0 and p["errors"]["total"] == 0, f"point {p['concurrency']}: ok {p['ok']} errors {p['errors']}")
+            check(p["latency_us"]["p50"] <= p["latency_us"]["p99"] <= p["latency_us"]["max"], "percentiles not ordered")
+            check("server_us" in p and p["server_us"]["requests"] > 0, "no server breakdown")
+        html = open(f"{tmp}/lt.html").read()
+        check("<svg" in html and "Latency distribution" in html and "<script" not in html, "HTML report")
+        check("binary" in err and "FP32[1,1,28,28]" in err, f"target description: {err[:300]}")
+
+        print("== exact request count, cross-checked with the server's statistics")
+        before = stats(port, "cnn")
+        out, _, _ = run([url, "--model", "cnn", "-n", "200", "--warmup", "0", "--concurrency", "3", "--json", f"{tmp}/n.json"])
+        after = stats(port, "cnn")
+        ok = json.load(open(f"{tmp}/n.json"))["points"][0]["ok"]
+        check(ok == 200 and after - before == 200, f"-n 200: client ok {ok}, server success +{after - before}")
+
+        print("== perf_analyzer JSON data file, JSON tensors, batch 2")
+        sample = [round(i / 784, 4) for i in range(2 * 784)]
+        json.dump({"data": [{"input": sample}, {"input": {"content": sample[::-1], "shape": [2, 1, 28, 28]}}]},
+                  open(f"{tmp}/data.json", "w"))
+        before = stats(port, "cnn")
+        run([url, "--model", "cnn", "--input-data", f"{tmp}/data.json", "--tensor-format", "json", "-b", "2",
+             "-n", "40", "--warmup", "0"])
+        check(stats(port, "cnn") - before == 40, "JSON-data run did not reach the server 40 times")
+
+        print("== open loop at 150 req/s")
+        out, _, _ = run([url, "--model", "cnn", "--request-rate", "150", "-d", "2s", "--warmup", "0.3s",
+                         "--json", f"{tmp}/o.json"])
+        p = json.load(open(f"{tmp}/o.json"))["points"][0]
+        check(abs(p["throughput"] - 150) / 150 < 0.1, f"open loop delivered {p['throughput']:.1f} of 150 req/s")
+
+        print("== SLO search")
+        out, _, _ = run([url, "--model", "cnn", "--slo-p99", "500ms", "--request-rate", "50", "--max-rate", "200",
+                         "-d", "0.6s", "--warmup", "0.1s", "--json", f"{tmp}/slo.json"])
+        s = json.load(open(f"{tmp}/slo.json"))["slo"]
+        check(s["found"] and s["best_rate"] == 200, f"SLO search: {s['found']} {s['best_rate']}")
+        check("highest request rate" in out, "SLO line missing")
+
+        print("== strato report on a load-test JSON")
+        run(["report", f"{tmp}/lt.json", "--out", f"{tmp}/r.html"])
+        check("Latency vs throughput" in open(f"{tmp}/r.html").read(), "strato report lt.json")
+
+        print("== plain HTTP targets")
+        out, _, _ = run([f"{url}/v2/health/live", "-n", "100", "--warmup", "0", "--concurrency", "4"])
+        check(re.search(r"^\s+4\s+\d", out, re.M) is not None, f"plain GET table: {out}")
+        out, err, _ = run([f"{url}/nope", "-n", "20", "--warmup", "0"], expect=1)
+        check("HTTP 404" in out and "no request succeeded" in err, f"404 target: {out} {err}")
+
+        print("== errors a user can make")
+        _, err, _ = run([url, "--model", "nope", "-n", "5"], expect=1)
+        check("nope" in err and "GET /v2/models/nope" in err, f"unknown model: {err}")
+        _, err, _ = run(["http://10.255.255.1:8000/", "-n", "5"], expect=1)
+        check("not a loopback address" in err and "--allow-remote" in err, f"remote target: {err}")
+        _, err, _ = run([url, "--model", "cnn", "--concurrency-range", "8:1"], expect=1)
+        check("below start" in err, f"bad range: {err}")
+        _, err, _ = run([url, "--model", "cnn", "--shape", "pixels:28,28"], expect=1)
+        check("not an input" in err, f"bad --shape: {err}")
+        _, err, _ = run([url, "--model", "cnn", "--input-data", f"{tmp}/missing.json"], expect=1)
+        check("missing.json" in err, f"missing data file: {err}")
+        _, err, _ = run([url, "--model", "cnn", "-b", "1000"], expect=1)
+        check("max_batch_size" in err, f"batch above max: {err}")
+        _, err, _ = run(["https://127.0.0.1/", "-n", "1"], expect=1)
+        check("https is not supported" in err, f"https: {err}")
+
+        print("== nothing listening: connect errors, bounded run")
+        dead = subprocess.run([sys.executable, "-c", "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])"],
+                              stdout=subprocess.PIPE).stdout.decode().strip()
+        out, err, took = run([f"http://127.0.0.1:{dead}/", "-d", "1s", "--warmup", "0", "--grace", "0.5s"], expect=1)
+        check("connect" in out and took < 5, f"refused target: {took:.1f}s {out}")
+
+        print("== Ctrl-C stops a long run promptly, with the table")
+        p = subprocess.Popen([BIN, "loadtest", url + "/v2/health/live", "-d", "60s", "--warmup", "0"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        time.sleep(1.5)
+        t0 = time.time()
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=10)
+        check(p.returncode == 130 and time.time() - t0 < 4, f"SIGINT: exit {p.returncode} after {time.time() - t0:.1f}s")
+        check("req/s" in out.decode(), "SIGINT: no table")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        shutil.rmtree(tmp, ignore_errors=True)
+    if FAILS:
+        print(f"{len(FAILS)} check(s) failed")
+        sys.exit(1)
+    print("all loadtest e2e checks passed")
+
+
+if __name__ == "__main__":
+    main()
