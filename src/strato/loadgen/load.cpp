@@ -1,11 +1,15 @@
 #include "strato/loadgen/load.h"
 
 #include <boost/asio.hpp>
+#include <sys/epoll.h>
+#include <unistd.h>
 #include <fmt/format.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <cstring>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -104,11 +108,21 @@ struct Conn {
 }  // namespace
 
 struct Worker {
-    Worker(LoadSession::Impl* session, int index) : owner(session), id(index), schedule(io), sweep(io) {}
+    Worker(LoadSession::Impl* session, int index)
+        : owner(session), id(index), epoll_fd(::epoll_create1(EPOLL_CLOEXEC)), ready(io), schedule(io), sweep(io) {
+        if (epoll_fd >= 0) ready.assign(epoll_fd);
+    }
 
     LoadSession::Impl* owner;
     int id;
     asio::io_context io{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
+    // Responses are read through an epoll set of our own, registered once per connection, that
+    // asio watches as one descriptor: a response costs one recv() and no per-request epoll_ctl
+    // (asio re-arms its epoll on every async_wait and makes a speculative recv on every
+    // async_read_some). Level-triggered; the data pointer is the Conn.
+    int epoll_fd;
+    asio::posix::stream_descriptor ready;
+    std::array<epoll_event, 256> events{};
     std::vector<std::unique_ptr<Conn>> conns;
     asio::steady_timer schedule;  // open loop: next intended send
     asio::steady_timer sweep;     // timeouts
@@ -128,7 +142,7 @@ struct Worker {
     void start_conn(Conn& c, int64_t delay_ns);
     void connect(Conn& c);
     void send(Conn& c, int64_t intended);
-    void wait_readable(Conn& c);
+    void watch_ready();
     void on_readable(Conn& c);
     void on_response(Conn& c);
     void fail(Conn& c, int kind);
@@ -187,6 +201,7 @@ void Worker::run() {
         tick();
     }
     arm_sweep();
+    watch_ready();
     io.run();
 }
 
@@ -208,6 +223,10 @@ void Worker::connect(Conn& c) {
         c.backoff_ns = 0;
         c.sock.set_option(tcp::no_delay(true), ec);
         c.sock.non_blocking(true, ec);
+        epoll_event ev{};
+        ev.events = EPOLLIN | EPOLLRDHUP;
+        ev.data.ptr = &c;
+        if (::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, c.sock.native_handle(), &ev) != 0) return fail(c, kConnectFail);
         c.state = ConnState::kIdle;
         next_or_idle(c);
     });
@@ -247,16 +266,18 @@ void Worker::send(Conn& c, int64_t intended) {
                               if (g != c.gen) return;
                               if (wec) return fail(c, kResetFail);
                           });
-    wait_readable(c);
 }
 
-// Waits for readability and then reads with plain non-blocking calls, so a response costs one
-// read() and no speculative one that finds nothing.
-void Worker::wait_readable(Conn& c) {
-    c.sock.async_wait(tcp::socket::wait_read, [this, &c, g = c.gen](boost::system::error_code ec) {
-        if (g != c.gen) return;
-        if (ec) return fail(c, kResetFail);
-        on_readable(c);
+void Worker::watch_ready() {
+    ready.async_wait(asio::posix::stream_descriptor::wait_read, [this](boost::system::error_code ec) {
+        if (ec) return;
+        int n = ::epoll_wait(epoll_fd, events.data(), static_cast<int>(events.size()), 0);
+        for (int i = 0; i < n; ++i) {
+            auto* c = static_cast<Conn*>(events[static_cast<size_t>(i)].data.ptr);
+            // A connection closed earlier in this batch is no longer registered; skip its event.
+            if (c->state == ConnState::kBusy || c->state == ConnState::kIdle) on_readable(*c);
+        }
+        watch_ready();
     });
 }
 
@@ -264,7 +285,12 @@ void Worker::on_readable(Conn& c) {
     for (;;) {
         boost::system::error_code ec;
         size_t n = c.sock.read_some(asio::buffer(c.buf.get(), kReadBuffer), ec);
-        if (ec == asio::error::would_block || ec == asio::error::try_again) return wait_readable(c);
+        if (ec == asio::error::would_block || ec == asio::error::try_again) return;  // epoll says when
+        if (c.state != ConnState::kBusy) {  // nothing outstanding: the server closed an idle connection
+            close(c);
+            if (!stopping && owner->options.mode == LoadOptions::Mode::kClosed) start_conn(c, kBackoffMinNs);
+            return;
+        }
         if (n) c.parser.feed(c.buf.get(), n);
         if (ec) {
             if (ec == asio::error::eof) c.parser.finish_on_eof();
@@ -324,6 +350,7 @@ void Worker::fail(Conn& c, int kind) {
 
 void Worker::close(Conn& c) {
     ++c.gen;
+    if (c.sock.is_open()) ::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, c.sock.native_handle(), nullptr);
     boost::system::error_code ignored;
     c.sock.shutdown(tcp::socket::shutdown_both, ignored);
     c.sock.close(ignored);
@@ -416,6 +443,8 @@ void Worker::close_all() {
     busy = 0;
     count([&](Measurement& m) { m.unfinished += outstanding; });
     sweep.cancel();
+    boost::system::error_code ignored;
+    ready.close(ignored);  // closes epoll_fd
     io.stop();
 }
 
@@ -445,7 +474,10 @@ Result<std::unique_ptr<LoadSession>> LoadSession::start(const Target& target, co
     }
     int threads = options.mode == LoadOptions::Mode::kClosed ? std::min(options.threads, options.concurrency)
                                                              : options.threads;
-    for (int i = 0; i < threads; ++i) impl->workers.push_back(std::make_unique<Worker>(impl.get(), i));
+    for (int i = 0; i < threads; ++i) {
+        impl->workers.push_back(std::make_unique<Worker>(impl.get(), i));
+        if (impl->workers.back()->epoll_fd < 0) return io_error("epoll_create1: {}", std::strerror(errno));
+    }
     impl->window_start = now_ns();
     for (auto& w : impl->workers) w->thread = std::thread([w = w.get()] { w->run(); });
     return std::unique_ptr<LoadSession>(new LoadSession(std::move(impl)));
