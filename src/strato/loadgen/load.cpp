@@ -271,11 +271,16 @@ void Worker::send(Conn& c, int64_t intended) {
 void Worker::watch_ready() {
     ready.async_wait(asio::posix::stream_descriptor::wait_read, [this](boost::system::error_code ec) {
         if (ec) return;
-        int n = ::epoll_wait(epoll_fd, events.data(), static_cast<int>(events.size()), 0);
-        for (int i = 0; i < n; ++i) {
-            auto* c = static_cast<Conn*>(events[static_cast<size_t>(i)].data.ptr);
-            // A connection closed earlier in this batch is no longer registered; skip its event.
-            if (c->state == ConnState::kBusy || c->state == ConnState::kIdle) on_readable(*c);
+        // Under load more answers arrive while a batch is handled: take them too before going
+        // back to asio (a few rounds, so timers still run on time).
+        for (int round = 0; round < 4; ++round) {
+            int n = ::epoll_wait(epoll_fd, events.data(), static_cast<int>(events.size()), 0);
+            for (int i = 0; i < n; ++i) {
+                auto* c = static_cast<Conn*>(events[static_cast<size_t>(i)].data.ptr);
+                // A connection closed earlier in this batch is no longer registered; skip its event.
+                if (c->state == ConnState::kBusy || c->state == ConnState::kIdle) on_readable(*c);
+            }
+            if (n <= 0) break;
         }
         watch_ready();
     });
