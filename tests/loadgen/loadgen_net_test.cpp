@@ -8,6 +8,7 @@
 #include <boost/asio.hpp>
 
 #include <atomic>
+#include <cstdio>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -143,6 +144,8 @@ TEST(LoadNet, KnownLatencyDistributionIsReportedWithinFivePercent) {
     ASSERT_GT(h.count(), 800);
     EXPECT_EQ(p->m.errors(), 0);
     double p50 = static_cast<double>(h.percentile(50)), p99 = static_cast<double>(h.percentile(99));
+    std::printf("  %lld requests: p50 %.3f ms (truth 10), p99 %.3f ms (truth 100), %.1f req/s\n",
+                static_cast<long long>(h.count()), p50 / 1e6, p99 / 1e6, p->m.throughput());
     EXPECT_LT(rel(p50, 10e6), 0.05) << "p50 " << p50 / 1e6 << " ms, truth 10 ms";
     EXPECT_LT(rel(p99, 100e6), 0.05) << "p99 " << p99 / 1e6 << " ms, truth 100 ms";
     // closed loop at 8 outstanding: throughput = 8 / mean latency (19 ms) ~ 421 req/s
@@ -170,6 +173,8 @@ TEST(LoadNet, OpenLoopShowsAOneSecondStallInTheTail) {
     ASSERT_TRUE(p.is_ok()) << p.status().message();
     const auto& h = p->m.latency;
     EXPECT_GT(h.count(), 500);
+    std::printf("  open loop: p50 %.1f ms, p99 %.1f ms, max %.1f ms, %lld sent late\n", h.percentile(50) / 1e6,
+                h.percentile(99) / 1e6, h.max() / 1e6, static_cast<long long>(p->m.delayed));
     EXPECT_GT(h.percentile(99), 800'000'000) << "p99 " << h.percentile(99) / 1e6 << " ms: the stall is hidden";
     EXPECT_GT(h.max(), 900'000'000);
     EXPECT_LT(h.percentile(50), 500'000'000);
@@ -189,6 +194,8 @@ TEST(LoadNet, OpenLoopShowsAOneSecondStallInTheTail) {
     });
     auto q = run_point(target_for(server2.port()), c, 1);
     ASSERT_TRUE(q.is_ok());
+    std::printf("  closed loop, 1 connection: p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", q->m.latency.percentile(50) / 1e6,
+                q->m.latency.percentile(99) / 1e6, q->m.latency.max() / 1e6);
     EXPECT_LT(q->m.latency.percentile(99), 100'000'000) << "closed loop: coordinated omission hides the stall";
 }
 
