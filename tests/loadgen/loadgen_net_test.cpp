@@ -152,17 +152,21 @@ TEST(LoadNet, KnownLatencyDistributionIsReportedWithinFivePercent) {
     EXPECT_LT(rel(p->m.throughput(), 8 / 0.019), 0.10) << p->m.throughput();
 }
 
-TEST(LoadNet, OpenLoopShowsAOneSecondStallInTheTail) {
-    // Answers in 1 ms, except that everything arriving during one second, starting 1 s after the
-    // first request, is held until that second is over.
-    std::atomic<int64_t> first{0};
-    TestServer server([&](int64_t, int64_t arrival) {
+// Answers in 1 ms, except that everything arriving during one second, starting 1 s after the
+// first request, is held until that second is over.
+std::function<Action(int64_t, int64_t)> stall_after_one_second() {
+    auto first = std::make_shared<std::atomic<int64_t>>(0);
+    return [first](int64_t, int64_t arrival) {
         int64_t expected = 0;
-        first.compare_exchange_strong(expected, arrival);
-        int64_t stall_from = first + 1'000'000'000, stall_to = stall_from + 1'000'000'000;
+        first->compare_exchange_strong(expected, arrival);
+        int64_t stall_from = *first + 1'000'000'000, stall_to = stall_from + 1'000'000'000;
         if (arrival >= stall_from && arrival < stall_to) return Action{.delay_ns = stall_to - arrival};
         return Action{.delay_ns = 1'000'000};
-    });
+    };
+}
+
+TEST(LoadNet, OpenLoopShowsAOneSecondStallInTheTail) {
+    TestServer server(stall_after_one_second());
     RunOptions o;
     o.load.mode = LoadOptions::Mode::kOpen;
     o.load.threads = 1;
@@ -184,14 +188,7 @@ TEST(LoadNet, OpenLoopShowsAOneSecondStallInTheTail) {
     c.load.concurrency = 1;
     c.warmup_s = 0;
     c.duration_s = 3.5;
-    first = 0;
-    TestServer server2([&](int64_t, int64_t arrival) {
-        int64_t expected = 0;
-        first.compare_exchange_strong(expected, arrival);
-        int64_t stall_from = first + 1'000'000'000, stall_to = stall_from + 1'000'000'000;
-        if (arrival >= stall_from && arrival < stall_to) return Action{.delay_ns = stall_to - arrival};
-        return Action{.delay_ns = 1'000'000};
-    });
+    TestServer server2(stall_after_one_second());
     auto q = run_point(target_for(server2.port()), c, 1);
     ASSERT_TRUE(q.is_ok());
     std::printf("  closed loop, 1 connection: p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", q->m.latency.percentile(50) / 1e6,
