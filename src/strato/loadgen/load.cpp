@@ -1,15 +1,22 @@
 #include "strato/loadgen/load.h"
 
 #include <boost/asio.hpp>
-#include <sys/epoll.h>
-#include <unistd.h>
 #include <fmt/format.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
-#include <deque>
 #include <cstring>
+#include <deque>
+#include <limits>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -25,14 +32,11 @@ int64_t now_ns() {
         .count();
 }
 
-asio::steady_timer::time_point at_ns(int64_t ns) {
-    return asio::steady_timer::time_point(std::chrono::nanoseconds(ns));
-}
-
 constexpr int64_t kDelayedNs = 1'000'000;
 constexpr int64_t kBackoffMinNs = 1'000'000;
 constexpr int64_t kBackoffMaxNs = 100'000'000;
 constexpr size_t kReadBuffer = 64 * 1024;
+constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 
 }  // namespace
 
@@ -88,72 +92,101 @@ Result<bool> is_loopback_host(const std::string& host) {
     return true;
 }
 
+// The engine is a plain epoll loop per worker thread, as wrk's is: non-blocking sockets
+// registered once, one epoll_pwait2 per batch of ready connections, timers (open-loop schedule,
+// timeout sweep, reconnect backoff) folded into the wait's timeout. asio would re-arm its epoll
+// registration (an epoll_ctl) or try a speculative recv for every request; here a request costs
+// one send and one recv. Commands from the controlling thread arrive through an eventfd.
+
 namespace {
 
 enum class ConnState { kNew, kConnecting, kIdle, kBusy, kBackoff, kClosed };
+enum FailKind { kConnectFail, kResetFail, kTimeoutFail, kProtocolFail };
 
 struct Conn {
-    explicit Conn(asio::io_context& io) : sock(io), timer(io), buf(new char[kReadBuffer]) {}
-    tcp::socket sock;
-    asio::steady_timer timer;  // backoff and delayed start
+    Conn() : buf(new char[kReadBuffer]) {}
+    int fd = -1;
+    uint32_t index = 0;             // position in the worker's list (epoll tags)
+    uint32_t gen = 0;               // bumped on close: events of an older socket are ignored
+    ConnState state = ConnState::kNew;
+    size_t endpoint = 0;            // endpoint being tried (a name can resolve to several)
     std::unique_ptr<char[]> buf;
     ResponseParser parser;
-    ConnState state = ConnState::kNew;
-    uint64_t gen = 0;          // bumped on close: handlers of an older generation return at once
-    int64_t intended_ns = 0;   // when the outstanding request should have gone out
-    int64_t sent_ns = 0;
+    const std::string* request = nullptr;
+    size_t sent = 0;                // bytes of *request written
+    bool want_write = false;        // EPOLLOUT registered (a request did not fit the socket buffer)
+    int64_t intended_ns = 0;        // when the outstanding request should have gone out
+    int64_t sent_ns = 0;            // when it did (or when the connect started)
     int64_t backoff_ns = 0;
+    int64_t wake_ns = 0;            // kBackoff: when to connect
 };
+
+uint64_t tag_of(const Conn& c) { return (uint64_t{c.index} << 32) | c.gen; }
 
 }  // namespace
 
 struct Worker {
     Worker(LoadSession::Impl* session, int index)
-        : owner(session), id(index), epoll_fd(::epoll_create1(EPOLL_CLOEXEC)), ready(io), schedule(io), sweep(io) {
-        if (epoll_fd >= 0) ready.assign(epoll_fd);
+        : owner(session),
+          id(index),
+          epoll_fd(::epoll_create1(EPOLL_CLOEXEC)),
+          wake_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+    ~Worker() {
+        for (auto& c : conns)
+            if (c->fd >= 0) ::close(c->fd);
+        if (epoll_fd >= 0) ::close(epoll_fd);
+        if (wake_fd >= 0) ::close(wake_fd);
     }
+
+    static constexpr uint64_t kWakeTag = ~uint64_t{0};
 
     LoadSession::Impl* owner;
     int id;
-    asio::io_context io{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
-    // Responses are read through an epoll set of our own, registered once per connection, that
-    // asio watches as one descriptor: a response costs one recv() and no per-request epoll_ctl
-    // (asio re-arms its epoll on every async_wait and makes a speculative recv on every
-    // async_read_some). Level-triggered; the data pointer is the Conn.
     int epoll_fd;
-    asio::posix::stream_descriptor ready;
+    int wake_fd;
     std::array<epoll_event, 256> events{};
     std::vector<std::unique_ptr<Conn>> conns;
-    asio::steady_timer schedule;  // open loop: next intended send
-    asio::steady_timer sweep;     // timeouts
-    std::deque<int64_t> pending;  // open loop: intended times waiting for a connection
-    int64_t next_intended = 0;
+    std::deque<int64_t> pending;    // open loop: intended times waiting for a connection
+    int64_t next_intended = kNever;
+    int64_t next_sweep = kNever;
+    int64_t next_backoff = kNever;
     double gap_ns = 0;
     std::mt19937_64 rng;
     size_t next_request = 0;
     int max_conns = 0;
+    bool stopping = false;
+    bool exiting = false;
     std::atomic<int> busy{0};
-    std::atomic<bool> stopping{false};
-    std::mutex mu;          // guards counts
+    std::atomic<bool> stop_cmd{false}, close_cmd{false};
+    std::mutex mu;                  // guards counts
     Measurement counts;
     std::thread thread;
 
     void run();
+    Conn& add_conn();
     void start_conn(Conn& c, int64_t delay_ns);
     void connect(Conn& c);
+    void on_connected(Conn& c);
+    void on_event(Conn& c, uint32_t ev);
     void send(Conn& c, int64_t intended);
-    void watch_ready();
+    void write_some(Conn& c);
     void on_readable(Conn& c);
     void on_response(Conn& c);
-    void fail(Conn& c, int kind);
+    void fail(Conn& c, FailKind kind);
     void close(Conn& c);
     void after_failure(Conn& c);
     void next_or_idle(Conn& c);
-    void tick();
+    void tick(int64_t now);
     void dispatch();
-    void arm_sweep();
+    void sweep(int64_t now);
+    void wake_backoffs(int64_t now);
     void begin_stop();
     void close_all();
+    void wait(int64_t deadline);
+    void notify() {
+        uint64_t one = 1;
+        [[maybe_unused]] ssize_t r = ::write(wake_fd, &one, sizeof one);
+    }
     template <class F>
     void count(F&& f) {
         std::lock_guard lock(mu);
@@ -164,7 +197,7 @@ struct Worker {
 struct LoadSession::Impl {
     Target target;
     LoadOptions options;
-    std::vector<tcp::endpoint> endpoints;
+    std::vector<asio::ip::tcp::endpoint> endpoints;
     std::vector<std::unique_ptr<Worker>> workers;
     std::atomic<int64_t> budget{-1};  // requests that may still be sent; < 0 without a limit
     std::atomic<int64_t> done{0};
@@ -177,72 +210,140 @@ struct LoadSession::Impl {
     }
 };
 
-namespace {
-enum FailKind { kConnectFail, kResetFail, kTimeoutFail, kProtocolFail };
-}
-
 void Worker::run() {
     const auto& o = owner->options;
     rng.seed(o.seed * 1000003 + static_cast<uint64_t>(id));
+    epoll_event wake{};
+    wake.events = EPOLLIN;
+    wake.data.u64 = kWakeTag;
+    ::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, wake_fd, &wake);
     int n_threads = static_cast<int>(owner->workers.size());
+    int64_t now = now_ns();
     if (o.mode == LoadOptions::Mode::kClosed) {
         for (int k = id; k < o.concurrency; k += n_threads) {
-            conns.push_back(std::make_unique<Conn>(io));
             int64_t delay = o.spawn_rate > 0 ? static_cast<int64_t>(k / o.spawn_rate * 1e9) : 0;
-            start_conn(*conns.back(), delay);
+            start_conn(add_conn(), delay);
         }
     } else {
         max_conns = std::max(1, (o.max_connections + n_threads - 1 - id) / n_threads);
         gap_ns = 1e9 * n_threads / o.rate;
-        // threads interleave: thread i starts i/rate seconds in
-        next_intended = now_ns() + static_cast<int64_t>(1e9 * id / o.rate);
-        conns.push_back(std::make_unique<Conn>(io));
-        start_conn(*conns.back(), 0);
-        tick();
+        next_intended = now + static_cast<int64_t>(1e9 * id / o.rate);  // threads interleave
+        start_conn(add_conn(), 0);
     }
-    arm_sweep();
-    watch_ready();
-    io.run();
+    int64_t sweep_period = std::clamp<int64_t>(o.timeout_ns / 8, 1'000'000, 50'000'000);
+    next_sweep = now + sweep_period;
+    while (!exiting) {
+        wait(std::min({next_intended, next_sweep, next_backoff}));
+        now = now_ns();
+        if (now >= next_sweep) {
+            sweep(now);
+            next_sweep = now + sweep_period;
+        }
+        if (now >= next_backoff) wake_backoffs(now);
+        if (!stopping && now >= next_intended) tick(now);
+    }
+}
+
+// One wait for socket events, commands or the next timer, and the handling of what it returned.
+void Worker::wait(int64_t deadline) {
+    int64_t left = deadline == kNever ? 1'000'000'000 : std::max<int64_t>(0, deadline - now_ns());
+    timespec ts{static_cast<time_t>(left / 1'000'000'000), static_cast<long>(left % 1'000'000'000)};
+    int n = ::epoll_pwait2(epoll_fd, events.data(), static_cast<int>(events.size()), &ts, nullptr);
+    if (n < 0 && errno == ENOSYS)  // kernels before 5.11: millisecond timeouts, rounded up
+        n = ::epoll_wait(epoll_fd, events.data(), static_cast<int>(events.size()),
+                         static_cast<int>((left + 999'999) / 1'000'000));
+    for (int i = 0; i < n; ++i) {
+        const epoll_event& e = events[static_cast<size_t>(i)];
+        if (e.data.u64 == kWakeTag) {
+            uint64_t v;
+            [[maybe_unused]] ssize_t r = ::read(wake_fd, &v, sizeof v);
+            if (stop_cmd.exchange(false)) begin_stop();
+            if (close_cmd.exchange(false)) close_all();
+            continue;
+        }
+        size_t index = e.data.u64 >> 32;
+        if (index >= conns.size()) continue;
+        Conn& c = *conns[index];
+        if (static_cast<uint32_t>(e.data.u64) != c.gen || c.fd < 0) continue;  // closed since
+        on_event(c, e.events);
+    }
+}
+
+Conn& Worker::add_conn() {
+    conns.push_back(std::make_unique<Conn>());
+    conns.back()->index = static_cast<uint32_t>(conns.size() - 1);
+    return *conns.back();
 }
 
 void Worker::start_conn(Conn& c, int64_t delay_ns) {
     if (delay_ns <= 0) return connect(c);
     c.state = ConnState::kBackoff;
-    c.timer.expires_after(std::chrono::nanoseconds(delay_ns));
-    c.timer.async_wait([this, &c, g = c.gen](boost::system::error_code ec) {
-        if (ec || g != c.gen || stopping) return;
-        connect(c);
-    });
+    c.wake_ns = now_ns() + delay_ns;
+    next_backoff = std::min(next_backoff, c.wake_ns);
+}
+
+void Worker::wake_backoffs(int64_t now) {
+    next_backoff = kNever;
+    for (auto& c : conns) {
+        if (c->state != ConnState::kBackoff) continue;
+        if (c->wake_ns <= now && !stopping) {
+            connect(*c);
+        } else {
+            next_backoff = std::min(next_backoff, c->wake_ns);
+        }
+    }
 }
 
 void Worker::connect(Conn& c) {
+    const auto& eps = owner->endpoints;
+    const auto& ep = eps[c.endpoint % eps.size()];
+    c.fd = ::socket(ep.protocol().family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (c.fd < 0) return fail(c, kConnectFail);
+    int one = 1;
+    ::setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     c.state = ConnState::kConnecting;
-    asio::async_connect(c.sock, owner->endpoints, [this, &c, g = c.gen](boost::system::error_code ec, const tcp::endpoint&) {
-        if (g != c.gen) return;
-        if (ec) return fail(c, kConnectFail);
-        c.backoff_ns = 0;
-        c.sock.set_option(tcp::no_delay(true), ec);
-        c.sock.non_blocking(true, ec);
-        epoll_event ev{};
-        ev.events = EPOLLIN | EPOLLRDHUP;
-        ev.data.ptr = &c;
-        if (::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, c.sock.native_handle(), &ev) != 0) return fail(c, kConnectFail);
-        c.state = ConnState::kIdle;
-        next_or_idle(c);
-    });
+    c.sent_ns = now_ns();
+    int r = ::connect(c.fd, ep.data(), static_cast<socklen_t>(ep.size()));
+    if (r != 0 && errno != EINPROGRESS) return fail(c, kConnectFail);
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP;
+    ev.data.u64 = tag_of(c);
+    if (::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, c.fd, &ev) != 0) return fail(c, kConnectFail);
+    c.want_write = true;
+    if (r == 0) on_connected(c);
+}
+
+void Worker::on_connected(Conn& c) {
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.u64 = tag_of(c);
+    ::epoll_ctl(epoll_fd, EPOLL_CTL_MOD, c.fd, &ev);
+    c.want_write = false;
+    c.backoff_ns = 0;
+    c.state = ConnState::kIdle;
+    next_or_idle(c);
+}
+
+void Worker::on_event(Conn& c, uint32_t ev) {
+    if (c.state == ConnState::kConnecting) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        if (::getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+        if (err != 0) return fail(c, kConnectFail);
+        if (ev & (EPOLLOUT | EPOLLIN)) on_connected(c);
+        return;
+    }
+    if ((ev & EPOLLOUT) && c.want_write) write_some(c);
+    if (c.fd >= 0 && (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) on_readable(c);
 }
 
 void Worker::next_or_idle(Conn& c) {
-    if (stopping) {
-        c.state = ConnState::kIdle;
-        return;
-    }
-    if (owner->options.mode == LoadOptions::Mode::kClosed) {
-        if (owner->take_budget()) return send(c, now_ns());
-        c.state = ConnState::kIdle;
-        return;
-    }
     c.state = ConnState::kIdle;
+    if (stopping) return;
+    if (owner->options.mode == LoadOptions::Mode::kClosed) {
+        if (owner->take_budget()) send(c, now_ns());
+        return;
+    }
     dispatch();
 }
 
@@ -253,55 +354,46 @@ void Worker::send(Conn& c, int64_t intended) {
     c.sent_ns = now_ns();
     c.parser.reset();
     const auto& reqs = owner->target.requests;
-    const std::string& r = reqs[next_request++ % reqs.size()];
-    // The socket is non-blocking: a request that fits the send buffer goes out in one call; only
-    // the rest of a large one needs an asynchronous write.
-    boost::system::error_code ec;
-    size_t n = c.sock.write_some(asio::buffer(r), ec);
-    if (ec == asio::error::would_block || ec == asio::error::try_again) n = 0, ec = {};
-    if (ec) return fail(c, kResetFail);
-    if (n < r.size())
-        asio::async_write(c.sock, asio::buffer(r.data() + n, r.size() - n),
-                          [this, &c, g = c.gen](boost::system::error_code wec, size_t) {
-                              if (g != c.gen) return;
-                              if (wec) return fail(c, kResetFail);
-                          });
+    c.request = &reqs[next_request++ % reqs.size()];
+    c.sent = 0;
+    write_some(c);
 }
 
-void Worker::watch_ready() {
-    ready.async_wait(asio::posix::stream_descriptor::wait_read, [this](boost::system::error_code ec) {
-        if (ec) return;
-        // Under load more answers arrive while a batch is handled: take them too before going
-        // back to asio (a few rounds, so timers still run on time).
-        for (int round = 0; round < 4; ++round) {
-            int n = ::epoll_wait(epoll_fd, events.data(), static_cast<int>(events.size()), 0);
-            for (int i = 0; i < n; ++i) {
-                auto* c = static_cast<Conn*>(events[static_cast<size_t>(i)].data.ptr);
-                // A connection closed earlier in this batch is no longer registered; skip its event.
-                if (c->state == ConnState::kBusy || c->state == ConnState::kIdle) on_readable(*c);
-            }
-            if (n <= 0) break;
-        }
-        watch_ready();
-    });
+void Worker::write_some(Conn& c) {
+    while (c.sent < c.request->size()) {
+        ssize_t n = ::send(c.fd, c.request->data() + c.sent, c.request->size() - c.sent, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        if (n < 0) return fail(c, kResetFail);
+        c.sent += static_cast<size_t>(n);
+    }
+    bool want = c.sent < c.request->size();
+    if (want != c.want_write) {  // the rest goes when the socket has room
+        epoll_event ev{};
+        ev.events = EPOLLIN | EPOLLRDHUP | (want ? EPOLLOUT : 0u);
+        ev.data.u64 = tag_of(c);
+        ::epoll_ctl(epoll_fd, EPOLL_CTL_MOD, c.fd, &ev);
+        c.want_write = want;
+    }
 }
 
 void Worker::on_readable(Conn& c) {
     for (;;) {
-        boost::system::error_code ec;
-        size_t n = c.sock.read_some(asio::buffer(c.buf.get(), kReadBuffer), ec);
-        if (ec == asio::error::would_block || ec == asio::error::try_again) return;  // epoll says when
+        ssize_t n = ::recv(c.fd, c.buf.get(), kReadBuffer, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;  // level-triggered: epoll says when
         if (c.state != ConnState::kBusy) {  // nothing outstanding: the server closed an idle connection
             close(c);
             if (!stopping && owner->options.mode == LoadOptions::Mode::kClosed) start_conn(c, kBackoffMinNs);
             return;
         }
-        if (n) c.parser.feed(c.buf.get(), n);
-        if (ec) {
-            if (ec == asio::error::eof) c.parser.finish_on_eof();
+        if (n < 0) return fail(c, kResetFail);
+        if (n == 0) {
+            c.parser.finish_on_eof();
             if (c.parser.done()) return on_response(c);
             return fail(c, kResetFail);
         }
+        c.parser.feed(c.buf.get(), static_cast<size_t>(n));
         if (c.parser.failed()) return fail(c, kProtocolFail);
         if (c.parser.done()) return on_response(c);
     }
@@ -331,7 +423,14 @@ void Worker::on_response(Conn& c) {
     next_or_idle(c);
 }
 
-void Worker::fail(Conn& c, int kind) {
+void Worker::fail(Conn& c, FailKind kind) {
+    if (kind == kConnectFail && c.endpoint + 1 < owner->endpoints.size() && c.state == ConnState::kConnecting) {
+        // a name with several addresses (localhost: ::1 and 127.0.0.1): try the next one first
+        close(c);
+        ++c.endpoint;
+        return connect(c);
+    }
+    c.endpoint = 0;
     bool outstanding = c.state == ConnState::kBusy;
     bool counted = outstanding || kind == kConnectFail;
     if (outstanding) busy.fetch_sub(1, std::memory_order_relaxed);
@@ -355,11 +454,9 @@ void Worker::fail(Conn& c, int kind) {
 
 void Worker::close(Conn& c) {
     ++c.gen;
-    if (c.sock.is_open()) ::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, c.sock.native_handle(), nullptr);
-    boost::system::error_code ignored;
-    c.sock.shutdown(tcp::socket::shutdown_both, ignored);
-    c.sock.close(ignored);
-    c.timer.cancel();
+    if (c.fd >= 0) ::close(c.fd);  // also leaves the epoll set
+    c.fd = -1;
+    c.want_write = false;
     c.state = ConnState::kClosed;
 }
 
@@ -370,19 +467,13 @@ void Worker::after_failure(Conn& c) {
     start_conn(c, c.backoff_ns);
 }
 
-void Worker::tick() {
-    if (stopping) return;
-    int64_t now = now_ns();
+void Worker::tick(int64_t now) {
     while (next_intended <= now) {
         pending.push_back(next_intended);
         double gap = owner->options.poisson ? std::exponential_distribution<double>(1.0 / gap_ns)(rng) : gap_ns;
         next_intended += std::max<int64_t>(1, static_cast<int64_t>(gap));
     }
     dispatch();
-    schedule.expires_at(at_ns(next_intended));
-    schedule.async_wait([this](boost::system::error_code ec) {
-        if (!ec) tick();
-    });
 }
 
 void Worker::dispatch() {
@@ -404,39 +495,33 @@ void Worker::dispatch() {
     }
     // Still waiting: reopen closed connections, then open new ones, up to the cap.
     auto want = static_cast<int64_t>(pending.size()) - connecting;
-    for (auto& c : conns) {
-        if (want <= 0) return;
-        if (c->state == ConnState::kClosed || c->state == ConnState::kNew) {
-            start_conn(*c, c->backoff_ns);
+    for (size_t i = 0; i < conns.size() && want > 0; ++i) {
+        Conn& c = *conns[i];
+        if (c.state == ConnState::kClosed || c.state == ConnState::kNew) {
+            start_conn(c, c.backoff_ns);
             --want;
         }
     }
-    while (want-- > 0 && static_cast<int>(conns.size()) < max_conns) {
-        conns.push_back(std::make_unique<Conn>(io));
-        connect(*conns.back());
-    }
+    while (want-- > 0 && static_cast<int>(conns.size()) < max_conns) connect(add_conn());
 }
 
-void Worker::arm_sweep() {
+void Worker::sweep(int64_t now) {
     int64_t timeout = owner->options.timeout_ns;
-    int64_t period = std::clamp<int64_t>(timeout / 8, 1'000'000, 50'000'000);
-    sweep.expires_after(std::chrono::nanoseconds(period));
-    sweep.async_wait([this, timeout](boost::system::error_code ec) {
-        if (ec) return;
-        int64_t now = now_ns();
-        for (auto& c : conns)
-            if (c->state == ConnState::kBusy && now - c->sent_ns > timeout) fail(*c, kTimeoutFail);
-        arm_sweep();
-    });
+    for (size_t i = 0; i < conns.size(); ++i) {
+        Conn& c = *conns[i];
+        if (c.state == ConnState::kBusy && now - c.sent_ns > timeout) fail(c, kTimeoutFail);
+        else if (c.state == ConnState::kConnecting && now - c.sent_ns > timeout) fail(c, kConnectFail);
+    }
 }
 
 void Worker::begin_stop() {
     stopping = true;
-    schedule.cancel();
+    next_intended = kNever;
     count([&](Measurement& m) { m.unfinished += static_cast<int64_t>(pending.size()); });
     pending.clear();
     for (auto& c : conns)
         if (c->state == ConnState::kBackoff || c->state == ConnState::kConnecting) close(*c);
+    next_backoff = kNever;
 }
 
 void Worker::close_all() {
@@ -447,10 +532,7 @@ void Worker::close_all() {
     }
     busy = 0;
     count([&](Measurement& m) { m.unfinished += outstanding; });
-    sweep.cancel();
-    boost::system::error_code ignored;
-    ready.close(ignored);  // closes epoll_fd
-    io.stop();
+    exiting = true;
 }
 
 LoadSession::LoadSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -469,19 +551,21 @@ Result<std::unique_ptr<LoadSession>> LoadSession::start(const Target& target, co
     impl->budget = options.request_budget;
     {
         asio::io_context io;
-        tcp::resolver resolver(io);
+        asio::ip::tcp::resolver resolver(io);
         boost::system::error_code ec;
         auto results = resolver.resolve(target.url.host, std::to_string(target.url.port), ec);
         if (ec)
             return Status(StatusCode::kUnavailable,
                           fmt::format("cannot resolve '{}': {}", target.url.host, ec.message()));
         for (const auto& e : results) impl->endpoints.push_back(e.endpoint());
+        if (impl->endpoints.empty()) return Status(StatusCode::kUnavailable, fmt::format("'{}' has no address", target.url.host));
     }
     int threads = options.mode == LoadOptions::Mode::kClosed ? std::min(options.threads, options.concurrency)
                                                              : options.threads;
     for (int i = 0; i < threads; ++i) {
         impl->workers.push_back(std::make_unique<Worker>(impl.get(), i));
-        if (impl->workers.back()->epoll_fd < 0) return io_error("epoll_create1: {}", std::strerror(errno));
+        const Worker& w = *impl->workers.back();
+        if (w.epoll_fd < 0 || w.wake_fd < 0) return io_error("epoll/eventfd: {}", std::strerror(errno));
     }
     impl->window_start = now_ns();
     for (auto& w : impl->workers) w->thread = std::thread([w = w.get()] { w->run(); });
@@ -510,7 +594,10 @@ Measurement LoadSession::stop(int64_t grace_ns) {
     if (impl_->stopped) return {};
     impl_->stopped = true;
     Measurement last = snapshot();  // the window ends now; late completions are not in it
-    for (auto& w : impl_->workers) asio::post(w->io, [w = w.get()] { w->begin_stop(); });
+    for (auto& w : impl_->workers) {
+        w->stop_cmd = true;
+        w->notify();
+    }
     int64_t deadline = now_ns() + std::max<int64_t>(grace_ns, 0);
     auto outstanding = [&] {
         int n = 0;
@@ -518,7 +605,10 @@ Measurement LoadSession::stop(int64_t grace_ns) {
         return n;
     };
     while (outstanding() > 0 && now_ns() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    for (auto& w : impl_->workers) asio::post(w->io, [w = w.get()] { w->close_all(); });
+    for (auto& w : impl_->workers) {
+        w->close_cmd = true;
+        w->notify();
+    }
     for (auto& w : impl_->workers)
         if (w->thread.joinable()) w->thread.join();
     Measurement tail = snapshot();  // only the unfinished count matters here
