@@ -23,11 +23,6 @@ namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 using namespace std::chrono_literals;
 
-int64_t now_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-}
-
 // What the test server does with request number `index` (0-based, over all connections).
 struct Action {
     int64_t delay_ns = 0;      // answer after this long

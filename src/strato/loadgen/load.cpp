@@ -25,12 +25,12 @@ namespace strato::loadgen {
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
-namespace {
-
 int64_t now_ns() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
         .count();
 }
+
+namespace {
 
 constexpr int64_t kDelayedNs = 1'000'000;
 constexpr int64_t kBackoffMinNs = 1'000'000;
@@ -58,12 +58,6 @@ std::string build_request(const Url& url, std::string_view method, const std::ve
 
 int64_t Measurement::errors() const {
     int64_t n = connect_errors + reset_errors + timeouts + protocol_errors;
-    for (const auto& [code, count] : http) n += count;
-    return n;
-}
-
-int64_t Measurement::responses() const {
-    int64_t n = ok;
     for (const auto& [code, count] : http) n += count;
     return n;
 }

@@ -44,10 +44,12 @@ struct Measurement {
     double seconds = 0;             // length of the window
 
     int64_t errors() const;
-    int64_t responses() const;      // ok + other statuses
     double throughput() const { return seconds > 0 ? static_cast<double>(ok) / seconds : 0.0; }
-    void merge(const Measurement& other);
+    void merge(const Measurement& other);  // adds the counts; `seconds` is the caller's to set
 };
+
+/// The monotonic clock every load-generator timestamp uses, in ns.
+int64_t now_ns();
 
 struct LoadOptions {
     enum class Mode { kClosed, kOpen };

@@ -13,11 +13,6 @@ using json = nlohmann::json;
 
 namespace {
 
-int64_t now_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-}
-
 // Sleeps until `deadline_ns` or until `done` says so; false when interrupted.
 bool wait_until(int64_t deadline_ns, const RunOptions& o, const std::function<bool()>& done = {}) {
     while (now_ns() < deadline_ns) {
@@ -97,9 +92,8 @@ Result<PointResult> run_point(const Target& target, const RunOptions& o, double 
         (void)session->stop(grace);
         size_t first = windows.size() >= 3 ? windows.size() - 3 : 0;
         for (size_t k = first; k < windows.size(); ++k) {
-            double secs = out.m.seconds + windows[k].seconds;
             out.m.merge(windows[k]);
-            out.m.seconds = secs;
+            out.m.seconds += windows[k].seconds;
         }
         out.windows = static_cast<int>(windows.size());
         if (o.server_stats && readings[first] && readings.back())
