@@ -1,0 +1,291 @@
+#include "strato/cloud/catalog.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <toml++/toml.h>
+
+#include "strato/cloud/csv.h"
+#include "strato/core/config.h"
+#include "strato/core/fs.h"
+
+namespace strato::cloud {
+
+std::string Instance::key() const { return fmt::format("{}/{}/{}", provider, region, type); }
+
+double hazard_per_hour(double interruptions_per_month) {
+    double p = std::clamp(interruptions_per_month, 0.0, 0.999);
+    return -std::log1p(-p) / 730.0;
+}
+
+namespace {
+
+Result<std::vector<GpuSpec>> parse_gpus(std::string_view text, std::string_view source) {
+    STRATO_ASSIGN_OR_RETURN(CsvTable t, CsvTable::parse(text, std::string(source)));
+    STRATO_RETURN_IF_ERROR(t.require_columns(
+        {"name", "memory_gb", "memory_bw_gbs", "fp32_tflops", "tensor_tflops", "bf16", "nvlink_gbs"}));
+    std::vector<GpuSpec> out;
+    for (size_t r = 0; r < t.rows(); ++r) {
+        auto where = [&](std::string_view col) { return fmt::format("{}:{} {}", t.source(), t.line(r), col); };
+        GpuSpec g;
+        g.name = t.at(r, "name");
+        if (g.name.empty()) return invalid_argument("{}: empty GPU name", where("name"));
+        STRATO_ASSIGN_OR_RETURN(g.memory_gb, parse_number(t.at(r, "memory_gb"), 0, where("memory_gb")));
+        STRATO_ASSIGN_OR_RETURN(g.memory_bw_gbs, parse_number(t.at(r, "memory_bw_gbs"), 0, where("memory_bw_gbs")));
+        STRATO_ASSIGN_OR_RETURN(g.fp32_tflops, parse_number(t.at(r, "fp32_tflops"), 0, where("fp32_tflops")));
+        STRATO_ASSIGN_OR_RETURN(g.tensor_tflops, parse_number(t.at(r, "tensor_tflops"), 0, where("tensor_tflops")));
+        STRATO_ASSIGN_OR_RETURN(g.int8_tops, parse_number(t.at(r, "int8_tops"), 0, where("int8_tops")));
+        STRATO_ASSIGN_OR_RETURN(g.tdp_w, parse_number(t.at(r, "tdp_w"), 0, where("tdp_w")));
+        STRATO_ASSIGN_OR_RETURN(g.nvlink_gbs, parse_number(t.at(r, "nvlink_gbs"), 0, where("nvlink_gbs")));
+        g.bf16 = t.at(r, "bf16") == "1";
+        g.estimate = t.at(r, "estimate") == "1";
+        g.source = t.at(r, "source");
+        if (g.memory_gb <= 0 || g.memory_bw_gbs <= 0 || g.fp32_tflops <= 0)
+            return invalid_argument("{}: GPU '{}' needs memory_gb, memory_bw_gbs and fp32_tflops > 0", where(""),
+                                    g.name);
+        if (g.tensor_tflops <= 0) g.tensor_tflops = g.fp32_tflops;
+        out.push_back(std::move(g));
+    }
+    return out;
+}
+
+struct SpotRate {
+    std::string provider, type;
+    double per_month;
+    bool estimate;
+};
+
+Result<std::vector<SpotRate>> parse_spot(std::string_view text, std::string_view source) {
+    STRATO_ASSIGN_OR_RETURN(CsvTable t, CsvTable::parse(text, std::string(source)));
+    STRATO_RETURN_IF_ERROR(t.require_columns({"provider", "instance_type", "interruptions_per_month"}));
+    std::vector<SpotRate> out;
+    for (size_t r = 0; r < t.rows(); ++r) {
+        SpotRate s{t.at(r, "provider"), t.at(r, "instance_type"), 0, t.at(r, "estimate") != "0"};
+        std::string where = fmt::format("{}:{} interruptions_per_month", t.source(), t.line(r));
+        STRATO_ASSIGN_OR_RETURN(s.per_month, parse_number(t.at(r, "interruptions_per_month"), -1, where));
+        if (s.per_month < 0 || s.per_month >= 1)
+            return invalid_argument("{}: expected a fraction in [0, 1), got '{}'", where,
+                                    t.at(r, "interruptions_per_month"));
+        out.push_back(std::move(s));
+    }
+    return out;
+}
+
+const SpotRate* match_spot(const std::vector<SpotRate>& rates, const Instance& inst) {
+    // Most specific first: provider+type, provider+*, *+*.
+    for (int pass = 0; pass < 3; ++pass) {
+        for (const auto& s : rates) {
+            bool p = s.provider == inst.provider, t = s.type == inst.type;
+            if ((pass == 0 && p && t) || (pass == 1 && p && s.type == "*") ||
+                (pass == 2 && s.provider == "*" && s.type == "*"))
+                return &s;
+        }
+    }
+    return nullptr;
+}
+
+}  // namespace
+
+Result<Catalog> Catalog::parse(std::string_view instances, std::string_view instances_source, std::string_view gpus,
+                               std::string_view gpus_source, std::string_view spot, std::string_view spot_source) {
+    Catalog c;
+    STRATO_ASSIGN_OR_RETURN(c.gpus_, parse_gpus(gpus, gpus_source));
+    STRATO_ASSIGN_OR_RETURN(std::vector<SpotRate> rates, parse_spot(spot, spot_source));
+    STRATO_ASSIGN_OR_RETURN(CsvTable t, CsvTable::parse(instances, std::string(instances_source)));
+    STRATO_RETURN_IF_ERROR(t.require_columns({"provider", "region", "instance_type", "accelerator",
+                                              "accelerator_count", "vcpus", "memory_gib", "network_gbps",
+                                              "ondemand_usd_per_hour", "spot_usd_per_hour"}));
+    for (size_t r = 0; r < t.rows(); ++r) {
+        auto where = [&](std::string_view col) { return fmt::format("{}:{} {}", t.source(), t.line(r), col); };
+        Instance in;
+        in.provider = t.at(r, "provider");
+        in.region = t.at(r, "region");
+        in.type = t.at(r, "instance_type");
+        in.accelerator = t.at(r, "accelerator");
+        in.source = t.at(r, "source");
+        in.line = t.line(r);
+        if (in.provider.empty() || in.type.empty())
+            return invalid_argument("{}: provider and instance_type must not be empty", where(""));
+        double gpus_n = 0, vcpus = 0;
+        STRATO_ASSIGN_OR_RETURN(gpus_n, parse_number(t.at(r, "accelerator_count"), 0, where("accelerator_count")));
+        STRATO_ASSIGN_OR_RETURN(vcpus, parse_number(t.at(r, "vcpus"), 0, where("vcpus")));
+        in.gpus = static_cast<int>(gpus_n);
+        in.vcpus = static_cast<int>(vcpus);
+        STRATO_ASSIGN_OR_RETURN(in.memory_gib, parse_number(t.at(r, "memory_gib"), 0, where("memory_gib")));
+        STRATO_ASSIGN_OR_RETURN(in.network_gbps, parse_number(t.at(r, "network_gbps"), kUnknown, where("network_gbps")));
+        STRATO_ASSIGN_OR_RETURN(in.ondemand_usd_h,
+                                parse_number(t.at(r, "ondemand_usd_per_hour"), kUnknown, where("ondemand_usd_per_hour")));
+        STRATO_ASSIGN_OR_RETURN(in.spot_usd_h,
+                                parse_number(t.at(r, "spot_usd_per_hour"), kUnknown, where("spot_usd_per_hour")));
+        if (gpus_n < 0 || vcpus < 0 || in.ondemand_usd_h < 0 || in.spot_usd_h < 0)
+            return invalid_argument("{}: counts and prices must not be negative", where(""));
+        in.list_ondemand_usd_h = in.ondemand_usd_h;
+        if (!in.has_ondemand() && !in.has_spot())
+            c.warnings_.push_back(fmt::format("{}: {} has no price; left out of plans", where(""), in.key()));
+        if (in.has_ondemand() && in.has_spot() && in.spot_usd_h > in.ondemand_usd_h)
+            c.warnings_.push_back(fmt::format("{}: {} spot {:.4g} is above on-demand {:.4g} (catalog inconsistency)",
+                                              where(""), in.key(), in.spot_usd_h, in.ondemand_usd_h));
+        if (const SpotRate* s = match_spot(rates, in)) {
+            in.spot_interruptions_per_month = s->per_month;
+            in.spot_rate_estimated = s->estimate;
+        }
+        c.instances_.push_back(std::move(in));
+    }
+    if (c.instances_.empty()) return invalid_argument("{}: the catalog has no instances (only a header)", instances_source);
+    c.link_gpus();
+    return c;
+}
+
+void Catalog::link_gpus() {
+    for (auto& in : instances_) {
+        in.gpu = gpu(in.accelerator);
+        if (!in.gpu && !in.accelerator.empty())
+            warnings_.push_back(fmt::format("{}: accelerator '{}' is not in the GPU table; left out of plans",
+                                            in.key(), in.accelerator));
+    }
+}
+
+Result<Catalog> Catalog::builtin() {
+    return parse(detail::kInstancesCsv, "data/cloud/instances.csv", detail::kGpusCsv, "data/cloud/gpus.csv",
+                 detail::kSpotCsv, "data/cloud/spot_interruptions.csv");
+}
+
+Result<Catalog> Catalog::load(const std::string& instances_csv, const std::string& gpus_csv,
+                              const std::string& spot_csv) {
+    STRATO_ASSIGN_OR_RETURN(std::string inst, fs::read_file(instances_csv));
+    std::string gpus = detail::kGpusCsv, gpus_src = "data/cloud/gpus.csv";
+    std::string spot = detail::kSpotCsv, spot_src = "data/cloud/spot_interruptions.csv";
+    if (!gpus_csv.empty()) {
+        STRATO_ASSIGN_OR_RETURN(gpus, fs::read_file(gpus_csv));
+        gpus_src = gpus_csv;
+    }
+    if (!spot_csv.empty()) {
+        STRATO_ASSIGN_OR_RETURN(spot, fs::read_file(spot_csv));
+        spot_src = spot_csv;
+    }
+    return parse(inst, instances_csv, gpus, gpus_src, spot, spot_src);
+}
+
+const GpuSpec* Catalog::gpu(std::string_view name) const {
+    for (const auto& g : gpus_)
+        if (g.name == name) return &g;
+    return nullptr;
+}
+
+Status Catalog::unknown_type(std::string_view type) const {
+    std::string best;
+    size_t best_d = SIZE_MAX;
+    for (const auto& in : instances_) {
+        size_t d = config::edit_distance(type, in.type);
+        if (d < best_d) best_d = d, best = in.type;
+    }
+    std::string hint = best_d <= std::max<size_t>(3, type.size() / 3) ? fmt::format("; did you mean '{}'?", best) : "";
+    return not_found("unknown instance type '{}' (not in the catalog){}", type, hint);
+}
+
+Result<const Instance*> Catalog::find(std::string_view type, std::string_view region) const {
+    const Instance* best = nullptr;
+    bool type_seen = false;
+    for (const auto& in : instances_) {
+        if (in.type != type) continue;
+        type_seen = true;
+        if (!region.empty() && in.region != region) continue;
+        if (!best || (in.has_ondemand() && (!best->has_ondemand() || in.ondemand_usd_h < best->ondemand_usd_h)))
+            best = &in;
+    }
+    if (best) return best;
+    if (!type_seen) return unknown_type(type);
+    std::vector<std::string> regions;
+    for (const auto& in : instances_)
+        if (in.type == type) regions.push_back(in.region);
+    return not_found("instance type '{}' is not offered in region '{}' (catalog regions: {})", type, region,
+                     fmt::join(regions, ", "));
+}
+
+Status Catalog::apply_overrides_file(const std::string& path) {
+    STRATO_ASSIGN_OR_RETURN(std::string text, fs::read_file(path));
+    return apply_overrides(text, path);
+}
+
+Status Catalog::apply_overrides(std::string_view toml_text, const std::string& source) {
+    toml::table doc;
+    try {
+        doc = toml::parse(toml_text, source);
+    } catch (const toml::parse_error& e) {
+        return invalid_argument("{}:{}: {}", source, e.source().begin.line, e.description());
+    }
+    auto fraction = [&](const toml::node& n, std::string_view key) -> Result<double> {
+        auto v = n.value<double>();
+        if (!v || *v < 0 || *v >= 1) return invalid_argument("{}: {} must be a fraction in [0, 1)", source, key);
+        return *v;
+    };
+    auto type_known = [&](std::string_view t) {
+        return std::any_of(instances_.begin(), instances_.end(), [&](const Instance& in) {
+            return in.type == t || in.key() == t || in.provider == t;
+        });
+    };
+    double global = 0;
+    for (auto&& [k, node] : doc) {
+        std::string key(k.str());
+        if (key == "currency") {
+            auto v = node.value<std::string>();
+            if (!v || (*v != "USD" && *v != "CNY"))
+                return invalid_argument("{}: currency must be \"USD\" or \"CNY\"", source);
+            currency_.code = *v;
+        } else if (key == "usd_to_cny") {
+            auto v = node.value<double>();
+            if (!v || *v <= 0) return invalid_argument("{}: usd_to_cny must be a number > 0", source);
+            currency_.per_usd = *v;
+        } else if (key == "discount") {
+            STRATO_ASSIGN_OR_RETURN(global, fraction(node, "discount"));
+        } else if (key != "discounts" && key != "prices") {
+            return invalid_argument("{}: unknown key '{}' (expected currency, usd_to_cny, discount, [discounts], [prices])",
+                                    source, key);
+        }
+    }
+    if (currency_.code == "USD") currency_.per_usd = 1.0;
+    else if (!doc.contains("usd_to_cny"))
+        return invalid_argument("{}: currency = \"CNY\" needs usd_to_cny (CNY per USD)", source);
+
+    // Discounts: the most specific of instance key > type > provider > global.
+    std::vector<std::pair<std::string, double>> discounts;
+    if (auto* t = doc["discounts"].as_table()) {
+        for (auto&& [k, node] : *t) {
+            std::string key(k.str());
+            if (!type_known(key)) return unknown_type(key).with_context(fmt::format("{} [discounts]", source));
+            STRATO_ASSIGN_OR_RETURN(double d, fraction(node, fmt::format("discounts.{}", key)));
+            discounts.emplace_back(key, d);
+        }
+    }
+    for (auto& in : instances_) {
+        double d = global;
+        int rank = 0;
+        for (const auto& [k, v] : discounts) {
+            int r = k == in.key() ? 3 : k == in.type ? 2 : k == in.provider ? 1 : 0;
+            if (r > rank) rank = r, d = v;
+        }
+        in.ondemand_usd_h = in.list_ondemand_usd_h * (1 - d);
+    }
+    if (auto* t = doc["prices"].as_table()) {
+        for (auto&& [k, node] : *t) {
+            std::string key(k.str());
+            if (!type_known(key)) return unknown_type(key).with_context(fmt::format("{} [prices]", source));
+            auto* p = node.as_table();
+            if (!p) return invalid_argument("{}: prices.\"{}\" must be a table with ondemand and/or spot", source, key);
+            for (auto&& [pk, pv] : *p) {
+                std::string field(pk.str());
+                auto v = pv.value<double>();
+                if ((field != "ondemand" && field != "spot") || !v || *v < 0)
+                    return invalid_argument("{}: prices.\"{}\".{}: expected ondemand or spot = a price >= 0", source,
+                                            key, field);
+                for (auto& in : instances_) {
+                    if (in.type != key && in.key() != key) continue;
+                    (field == "ondemand" ? in.ondemand_usd_h : in.spot_usd_h) = *v;
+                }
+            }
+        }
+    }
+    return Status::ok();
+}
+
+}  // namespace strato::cloud

@@ -1,0 +1,104 @@
+#include "strato/cloud/csv.h"
+
+#include <charconv>
+#include <cmath>
+
+namespace strato::cloud {
+
+namespace {
+
+const std::string kEmpty;
+
+/// Splits one record starting at `pos`; advances `pos` past its line end and `line` by the
+/// newlines consumed (quoted fields may span lines).
+Result<std::vector<std::string>> read_record(std::string_view text, size_t& pos, int& line,
+                                             const std::string& source) {
+    std::vector<std::string> fields(1);
+    bool quoted = false;
+    const int start_line = line;
+    while (pos < text.size()) {
+        char c = text[pos++];
+        if (quoted) {
+            if (c == '"') {
+                if (pos < text.size() && text[pos] == '"') {
+                    fields.back() += '"';
+                    ++pos;
+                } else {
+                    quoted = false;
+                }
+            } else {
+                if (c == '\n') ++line;
+                fields.back() += c;
+            }
+        } else if (c == '"' && fields.back().empty()) {
+            quoted = true;
+        } else if (c == ',') {
+            fields.emplace_back();
+        } else if (c == '\n') {
+            ++line;
+            return fields;
+        } else if (c != '\r') {
+            fields.back() += c;
+        }
+    }
+    if (quoted) return invalid_argument("{}:{}: a quoted field is not closed", source, start_line);
+    ++line;
+    return fields;
+}
+
+}  // namespace
+
+Result<CsvTable> CsvTable::parse(std::string_view text, const std::string& source) {
+    CsvTable t;
+    t.source_ = source;
+    size_t pos = 0;
+    int line = 1;
+    bool have_header = false;
+    size_t width = 0;
+    while (pos < text.size()) {
+        int row_line = line;
+        STRATO_ASSIGN_OR_RETURN(std::vector<std::string> fields, read_record(text, pos, line, source));
+        if (fields.size() == 1 && fields[0].empty()) continue;  // blank line
+        if (!have_header) {
+            for (size_t i = 0; i < fields.size(); ++i) {
+                if (!t.columns_.emplace(fields[i], i).second)
+                    return invalid_argument("{}:{}: column '{}' appears twice in the header", source, row_line, fields[i]);
+            }
+            width = fields.size();
+            have_header = true;
+            continue;
+        }
+        if (fields.size() != width)
+            return invalid_argument("{}:{}: expected {} fields as in the header, got {}", source, row_line, width,
+                                    fields.size());
+        t.rows_.push_back(std::move(fields));
+        t.lines_.push_back(row_line);
+    }
+    if (!have_header) return invalid_argument("{}: empty file (expected a header row)", source);
+    return t;
+}
+
+Status CsvTable::require_columns(const std::vector<std::string>& names) const {
+    for (const auto& n : names)
+        if (!columns_.count(n)) return invalid_argument("{}: missing column '{}' in the header", source_, n);
+    return Status::ok();
+}
+
+const std::string& CsvTable::at(size_t row, std::string_view column) const {
+    auto it = columns_.find(std::string(column));
+    if (it == columns_.end()) return kEmpty;
+    return rows_[row][it->second];
+}
+
+Result<double> parse_number(std::string_view text, double missing, std::string_view what) {
+    while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
+    while (!text.empty() && text.back() == ' ') text.remove_suffix(1);
+    if (text.empty()) return missing;
+    double v = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(v))
+        return invalid_argument("{}: expected a number, got '{}'", what, text);
+    return v;
+}
+
+}  // namespace strato::cloud

@@ -1,0 +1,40 @@
+#pragma once
+// A small RFC 4180 CSV reader for the catalog files: quoted fields with "" escapes, CRLF or LF,
+// a header row naming the columns. Errors name the source and the line.
+
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "strato/core/status.h"
+
+namespace strato::cloud {
+
+class CsvTable {
+public:
+    /// Parses `text`; the first row is the header. Rows with a different number of fields than
+    /// the header, unterminated quotes and duplicate column names are errors naming the line.
+    static Result<CsvTable> parse(std::string_view text, const std::string& source);
+
+    /// Fails naming the first of `names` the header lacks.
+    Status require_columns(const std::vector<std::string>& names) const;
+
+    size_t rows() const { return rows_.size(); }
+    /// The field in `column` of row `row` (empty when the column does not exist).
+    const std::string& at(size_t row, std::string_view column) const;
+    /// 1-based line of a row in the source, for error messages.
+    int line(size_t row) const { return lines_[row]; }
+    const std::string& source() const { return source_; }
+
+private:
+    std::string source_;
+    std::unordered_map<std::string, size_t> columns_;
+    std::vector<std::vector<std::string>> rows_;
+    std::vector<int> lines_;
+};
+
+/// Parses a number field: empty gives `missing`; anything else must be a finite number.
+Result<double> parse_number(std::string_view text, double missing, std::string_view what);
+
+}  // namespace strato::cloud

@@ -1,0 +1,274 @@
+#include "strato/cloud/planner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace strato::cloud {
+
+namespace {
+
+bool listed(const std::vector<std::string>& filter, const std::string& v) {
+    return filter.empty() || std::find(filter.begin(), filter.end(), v) != filter.end();
+}
+
+bool in_space(const PlanRequest& req, const Instance& in) {
+    return in.gpu && in.gpus > 0 && listed(req.providers, in.provider) && listed(req.regions, in.region) &&
+           listed(req.accelerators, in.accelerator) && listed(req.instance_types, in.type);
+}
+
+Status check_filter(const Catalog& cat, const std::vector<std::string>& values, std::string_view flag,
+                    std::string Instance::*field) {
+    for (const auto& v : values) {
+        bool known = std::any_of(cat.instances().begin(), cat.instances().end(),
+                                 [&](const Instance& in) { return in.*field == v; });
+        if (known) continue;
+        if (field == &Instance::type) return cat.unknown_type(v).with_context(std::string(flag));
+        std::vector<std::string> all;
+        for (const auto& in : cat.instances())
+            if (std::find(all.begin(), all.end(), in.*field) == all.end() && !(in.*field).empty()) all.push_back(in.*field);
+        return invalid_argument("{} '{}' is not in the catalog (known: {})", flag, v, fmt::join(all, ", "));
+    }
+    return Status::ok();
+}
+
+double spot_hazard_per_h(const PlanRequest& req, const Instance& in) {
+    if (std::isfinite(req.spot_hazard_per_h)) return req.spot_hazard_per_h;
+    double month = std::isfinite(in.spot_interruptions_per_month) ? in.spot_interruptions_per_month : 0.2;
+    return hazard_per_hour(month);
+}
+
+/// Lower bound of the objective over every node count of (inst, market): perfect scaling, no
+/// communication, no checkpoints or preemptions.
+double lower_bound(const PlanRequest& req, const ThroughputModel& model, const Currency& cur, const Instance& in,
+                   bool spot) {
+    double r1 = model.single_gpu(req.workload, *in.gpu);
+    double per_node = r1 * in.gpus;
+    if (req.workload.decode_per_vcpu > 0) per_node = std::min(per_node, req.workload.decode_per_vcpu * in.vcpus);
+    double node_hours = req.workload.total_samples() / per_node / 3600;  // n nodes take node_hours / n each
+    if (req.objective == Objective::kCost) return cur.convert(spot ? in.spot_usd_h : in.ondemand_usd_h) * node_hours;
+    return node_hours / req.max_nodes;
+}
+
+std::string market(bool spot) { return spot ? "spot" : "on-demand"; }
+
+std::string describe(const Candidate& c) {
+    return fmt::format("{} {} x{} ({})", c.inst->provider, c.inst->type, c.nodes, market(c.spot));
+}
+
+void explain(Plan& plan, const PlanRequest& req, const std::vector<Candidate>& all, const Currency& cur) {
+    if (all.empty()) {
+        plan.binding = "no instance matches the filters (provider, region, GPU, instance type)";
+        return;
+    }
+    const Candidate* fits_best = nullptr;
+    double need = all.front().tp.memory_needed_gb, largest = 0;
+    for (const auto& c : all) largest = std::max(largest, c.inst->gpu->memory_gb);
+    const Candidate* fastest = nullptr;
+    const Candidate* cheapest_in_time = nullptr;
+    for (const auto& c : all) {
+        if (!c.tp.fits) continue;
+        fits_best = &c;
+        if (!fastest || c.expected_h < fastest->expected_h) fastest = &c;
+        if (c.expected_h <= req.deadline_h && (!cheapest_in_time || c.cost < cheapest_in_time->cost)) cheapest_in_time = &c;
+    }
+    if (!fits_best) {
+        plan.binding = fmt::format(
+            "GPU memory: one replica needs {:.1f} GB per GPU (weights, gradients, optimizer state, activations of "
+            "a batch of {}), the largest GPU considered has {:.0f} GB; lower --batch-per-gpu",
+            need, req.workload.batch_per_gpu, largest);
+    } else if (!cheapest_in_time) {
+        plan.binding = fmt::format("deadline {}: the fastest candidate, {}, needs {}", format_hours(req.deadline_h),
+                                   describe(*fastest), format_hours(fastest->expected_h));
+    } else {
+        plan.binding = fmt::format("budget {:.2f} {}: the cheapest candidate that meets the other constraints, {}, "
+                                   "costs {:.2f} {}",
+                                   req.budget, cur.code, describe(*cheapest_in_time), cheapest_in_time->cost, cur.code);
+    }
+}
+
+void annotate(Plan& plan, const PlanRequest& req) {
+    if (plan.ranked.empty()) return;
+    const Candidate* fastest = &plan.ranked.front();
+    for (const auto& c : plan.ranked)
+        if (c.expected_h < fastest->expected_h) fastest = &c;
+    bool deadline = std::isfinite(req.deadline_h), budget = std::isfinite(req.budget);
+    for (size_t i = 0; i < plan.ranked.size(); ++i) {
+        Candidate& c = plan.ranked[i];
+        std::vector<std::string> parts;
+        if (i == 0) {
+            if (req.objective == Objective::kCost)
+                parts.push_back(deadline ? "cheapest that meets the deadline" : "cheapest");
+            else
+                parts.push_back(budget ? "fastest within the budget" : "fastest");
+        } else if (&c == fastest) {
+            parts.push_back("fastest listed");
+        }
+        const GpuSpec& g = *c.inst->gpu;
+        if (c.tp.bound == "all-reduce")
+            parts.push_back(g.nvlink_gbs > 0 || c.inst->gpus == 1
+                                ? fmt::format("all-reduce dominates: {:.0f}% of a step on the network",
+                                              100 * c.tp.exposed_comm_s / c.tp.step_s)
+                                : "needs NVLink: gradient all-reduce dominates on PCIe");
+        else if (c.tp.bound == "input pipeline")
+            parts.push_back(fmt::format("input-bound: {} vCPUs feed {:.0f} samples/s", c.inst->vcpus * c.nodes,
+                                        c.tp.input_limit));
+        else
+            parts.push_back(c.tp.bound + "-bound");
+        if (c.spot)
+            parts.push_back(fmt::format("~{:.1f} preemptions, checkpoint every {}", c.interruptions,
+                                        format_hours(c.checkpoint_interval_h)));
+        if (c.tp.scaling_efficiency < 0.7 && c.gpus() > 1)
+            parts.push_back(fmt::format("scales at {:.0f}%", 100 * c.tp.scaling_efficiency));
+        c.reason = fmt::format("{}", fmt::join(parts, "; "));
+    }
+}
+
+}  // namespace
+
+std::string format_hours(double h) {
+    if (!std::isfinite(h)) return "unbounded";
+    double min = h * 60;
+    if (min < 1) return fmt::format("{:.0f} s", h * 3600);
+    if (min < 60) return fmt::format("{:.0f} min", min);
+    if (h < 48) return fmt::format("{} h {:02d} min", static_cast<int>(h), static_cast<int>(std::fmod(min, 60)));
+    return fmt::format("{:.1f} d", h / 24);
+}
+
+Status PlanRequest::validate(const Catalog& catalog) const {
+    STRATO_RETURN_IF_ERROR(workload.validate());
+    if (!(deadline_h > 0)) return invalid_argument("--deadline must be > 0 hours, got {}", deadline_h);
+    if (!(budget > 0)) return invalid_argument("--budget must be > 0, got {}", budget);
+    if (max_nodes < 1 || max_nodes > 1024) return invalid_argument("--max-nodes must be in [1, 1024], got {}", max_nodes);
+    if (!ondemand && !spot) return invalid_argument("both on-demand and spot are excluded: nothing to plan");
+    if (!(storage_gbs > 0)) return invalid_argument("--checkpoint-gbs must be > 0");
+    if (!(restart_s >= 0)) return invalid_argument("--restart must be >= 0");
+    if (top < 1) return invalid_argument("--top must be >= 1");
+    STRATO_RETURN_IF_ERROR(check_filter(catalog, providers, "--provider", &Instance::provider));
+    STRATO_RETURN_IF_ERROR(check_filter(catalog, regions, "--region", &Instance::region));
+    STRATO_RETURN_IF_ERROR(check_filter(catalog, accelerators, "--gpu", &Instance::accelerator));
+    STRATO_RETURN_IF_ERROR(check_filter(catalog, instance_types, "--instance", &Instance::type));
+    return Status::ok();
+}
+
+Candidate evaluate(const PlanRequest& req, const ThroughputModel& model, const Currency& cur, const Instance& inst,
+                   int nodes, bool spot) {
+    Candidate c;
+    c.inst = &inst;
+    c.nodes = nodes;
+    c.spot = spot;
+    c.tp = model.estimate(req.workload, inst, nodes);
+    c.work_h = req.workload.total_samples() / c.tp.samples_per_s / 3600;
+    c.price_per_h = cur.convert(spot ? inst.spot_usd_h : inst.ondemand_usd_h) * nodes;
+    c.expected_h = c.p10_h = c.p90_h = c.work_h;
+    c.checkpoint_interval_h = c.work_h;
+    if (spot) {
+        const Workload& w = req.workload;
+        double state_bytes = w.params * (4 + (w.optimizer == "adam" ? 8 : 4));
+        SpotJob job;
+        job.work_s = c.work_h * 3600;
+        job.hazard_per_s = spot_hazard_per_h(req, inst) * nodes / 3600;
+        job.checkpoint_s = state_bytes / (req.storage_gbs * 1e9);
+        job.restart_s = req.restart_s;
+        SpotEstimate e = estimate_spot(job);
+        c.expected_h = e.expected_wall_s / 3600;
+        c.p10_h = e.p10_wall_s / 3600;
+        c.p90_h = e.p90_wall_s / 3600;
+        c.interruptions = e.expected_interruptions;
+        c.checkpoint_interval_h = e.interval_s / 3600;
+        if (!e.feasible) c.why_not = "spot: preemptions arrive faster than checkpoints can save progress";
+    }
+    c.cost = c.price_per_h * c.expected_h;
+    c.cost_p90 = c.price_per_h * c.p90_h;
+    if (!c.tp.fits)
+        c.why_not = fmt::format("needs {:.1f} GB per GPU, {} has {:.0f} GB", c.tp.memory_needed_gb, inst.accelerator,
+                                inst.gpu->memory_gb);
+    else if (c.expected_h > req.deadline_h)
+        c.why_not = fmt::format("takes {} (deadline {})", format_hours(c.expected_h), format_hours(req.deadline_h));
+    else if (c.cost > req.budget)
+        c.why_not = fmt::format("costs {:.2f} (budget {:.2f})", c.cost, req.budget);
+    c.feasible = c.why_not.empty();
+    return c;
+}
+
+bool ranks_before(const Candidate& a, const Candidate& b, Objective o) {
+    double ao = a.objective_value(o), bo = b.objective_value(o);
+    if (ao != bo) return ao < bo;
+    double as = o == Objective::kCost ? a.expected_h : a.cost, bs = o == Objective::kCost ? b.expected_h : b.cost;
+    if (as != bs) return as < bs;
+    if (a.inst != b.inst) return a.inst->key() < b.inst->key() || (a.inst->key() == b.inst->key() && a.inst < b.inst);
+    if (a.nodes != b.nodes) return a.nodes < b.nodes;
+    return a.spot < b.spot;
+}
+
+Result<Plan> plan_brute_force(const Catalog& catalog, const PlanRequest& req, const ThroughputModel& model) {
+    STRATO_RETURN_IF_ERROR(req.validate(catalog));
+    Plan plan;
+    std::vector<Candidate> all;
+    for (const auto& in : catalog.instances()) {
+        if (!in_space(req, in)) continue;
+        for (int spot = 0; spot < 2; ++spot) {
+            if ((spot && (!req.spot || !in.has_spot())) || (!spot && (!req.ondemand || !in.has_ondemand()))) continue;
+            for (int n = 1; n <= req.max_nodes; ++n) all.push_back(evaluate(req, model, catalog.currency(), in, n, spot));
+        }
+    }
+    plan.candidates = plan.evaluated = all.size();
+    std::vector<Candidate> ok;
+    for (const auto& c : all)
+        if (c.feasible) ok.push_back(c);
+    std::sort(ok.begin(), ok.end(), [&](const Candidate& a, const Candidate& b) { return ranks_before(a, b, req.objective); });
+    if (ok.size() > static_cast<size_t>(req.top)) ok.resize(req.top);
+    plan.ranked = std::move(ok);
+    if (plan.ranked.empty()) explain(plan, req, all, catalog.currency());
+    annotate(plan, req);
+    return plan;
+}
+
+Result<Plan> make_plan(const Catalog& catalog, const PlanRequest& req, const ThroughputModel& model) {
+    STRATO_RETURN_IF_ERROR(req.validate(catalog));
+    const Currency& cur = catalog.currency();
+    struct Group {
+        const Instance* inst;
+        bool spot;
+        double bound;
+    };
+    std::vector<Group> groups;
+    for (const auto& in : catalog.instances()) {
+        if (!in_space(req, in)) continue;
+        if (req.ondemand && in.has_ondemand()) groups.push_back({&in, false, lower_bound(req, model, cur, in, false)});
+        if (req.spot && in.has_spot()) groups.push_back({&in, true, lower_bound(req, model, cur, in, true)});
+    }
+    std::sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) { return a.bound < b.bound; });
+    Plan plan;
+    plan.candidates = groups.size() * req.max_nodes;
+    // The best `top` feasible candidates so far, kept sorted; a group whose bound is above the
+    // worst of them cannot place anything (every later group is bounded higher still).
+    std::vector<Candidate> best;
+    std::vector<Candidate> rejected;  // only needed to explain an empty plan
+    auto worst = [&] { return best.size() < static_cast<size_t>(req.top) ? INFINITY : best.back().objective_value(req.objective); };
+    for (const Group& g : groups) {
+        // The bound can be attained exactly (an input-bound job), so allow for rounding.
+        if (g.bound > worst() * (1 + 1e-9)) break;
+        for (int n = 1; n <= req.max_nodes; ++n) {
+            Candidate c = evaluate(req, model, cur, *g.inst, n, g.spot);
+            ++plan.evaluated;
+            if (!c.feasible) {
+                if (best.empty()) rejected.push_back(std::move(c));
+                continue;
+            }
+            if (c.objective_value(req.objective) > worst()) continue;
+            auto pos = std::upper_bound(best.begin(), best.end(), c, [&](const Candidate& a, const Candidate& b) {
+                return ranks_before(a, b, req.objective);
+            });
+            best.insert(pos, std::move(c));
+            if (best.size() > static_cast<size_t>(req.top)) best.pop_back();
+        }
+    }
+    plan.ranked = std::move(best);
+    if (plan.ranked.empty()) explain(plan, req, rejected, cur);
+    annotate(plan, req);
+    return plan;
+}
+
+}  // namespace strato::cloud

@@ -1,0 +1,127 @@
+// The catalog: the shipped files parse, bad files give errors naming the place, overrides apply.
+
+#include <gtest/gtest.h>
+
+#include "strato/cloud/catalog.h"
+#include "strato/cloud/csv.h"
+#include "strato/cloud/throughput.h"
+
+namespace strato::cloud {
+namespace {
+
+const char* kHeader =
+    "provider,region,instance_type,accelerator,accelerator_count,vcpus,memory_gib,network_gbps,"
+    "ondemand_usd_per_hour,spot_usd_per_hour,source\n";
+
+Result<Catalog> from_rows(const std::string& rows) {
+    return Catalog::parse(std::string(kHeader) + rows, "test.csv", detail::kGpusCsv, "gpus.csv", detail::kSpotCsv,
+                          "spot.csv");
+}
+
+TEST(Csv, QuotedFieldsAndErrors) {
+    auto t = CsvTable::parse("a,b\n\"x,1\",\"say \"\"hi\"\"\"\r\n\n3,4\n", "t.csv");
+    ASSERT_TRUE(t.is_ok()) << t.status().message();
+    EXPECT_EQ(t.value().rows(), 2u);
+    EXPECT_EQ(t.value().at(0, "a"), "x,1");
+    EXPECT_EQ(t.value().at(0, "b"), "say \"hi\"");
+    EXPECT_EQ(t.value().line(1), 4);
+    auto bad = CsvTable::parse("a,b\n1,2,3\n", "t.csv");
+    ASSERT_FALSE(bad.is_ok());
+    EXPECT_EQ(bad.status().message(), "t.csv:2: expected 2 fields as in the header, got 3");
+    EXPECT_FALSE(CsvTable::parse("a\n\"open\n", "t.csv").is_ok());
+    EXPECT_FALSE(CsvTable::parse("", "t.csv").is_ok());
+    EXPECT_FALSE(parse_number("1.5x", 0, "f").is_ok());
+    EXPECT_DOUBLE_EQ(parse_number("", -1, "f").value(), -1);
+}
+
+TEST(Catalog, BuiltinLoadsWithProvenanceAndGpus) {
+    auto cat = Catalog::builtin();
+    ASSERT_TRUE(cat.is_ok()) << cat.status().message();
+    const Catalog& c = cat.value();
+    EXPECT_GE(c.instances().size(), 80u);
+    auto p4d = c.find("p4d.24xlarge", "us-east-1");
+    ASSERT_TRUE(p4d.is_ok());
+    EXPECT_EQ(p4d.value()->gpus, 8);
+    EXPECT_NEAR(p4d.value()->ondemand_usd_h, 21.957642, 1e-9);
+    ASSERT_NE(p4d.value()->gpu, nullptr);
+    EXPECT_EQ(p4d.value()->gpu->memory_gb, 40);
+    EXPECT_NE(p4d.value()->source.find("SkyPilot"), std::string::npos);
+    EXPECT_FALSE(c.find("p5.4xlarge").value()->has_spot());
+    // Rows without a price (the Alibaba row) and accelerators strato does not model (TPU) are flagged.
+    bool no_price = false, tpu = false;
+    for (const auto& w : c.warnings()) {
+        no_price |= w.find("ecs.gn7i-c8g1.2xlarge has no price") != std::string::npos;
+        tpu |= w.find("'tpu-v6e' is not in the GPU table") != std::string::npos;
+    }
+    EXPECT_TRUE(no_price);
+    EXPECT_TRUE(tpu);
+}
+
+TEST(Catalog, UnknownTypeSuggests) {
+    const Catalog c = Catalog::builtin().value();
+    auto r = c.find("p4d.24xlarg");
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("did you mean 'p4d.24xlarge'"), std::string::npos) << r.status().message();
+    auto region = c.find("p4d.24xlarge", "mars-1");
+    EXPECT_NE(region.status().message().find("not offered in region 'mars-1'"), std::string::npos);
+}
+
+TEST(Catalog, BadFilesNameTheLine) {
+    auto empty = from_rows("");
+    ASSERT_FALSE(empty.is_ok());
+    EXPECT_NE(empty.status().message().find("no instances"), std::string::npos);
+    auto bad = from_rows("aws,us-east-1,x,T4,1,4,16,25,cheap,0.2,src\n");
+    ASSERT_FALSE(bad.is_ok());
+    EXPECT_NE(bad.status().message().find("test.csv:2 ondemand_usd_per_hour: expected a number, got 'cheap'"),
+              std::string::npos)
+        << bad.status().message();
+    auto missing = Catalog::parse("provider,region\naws,x\n", "m.csv", detail::kGpusCsv, "g", detail::kSpotCsv, "s");
+    EXPECT_NE(missing.status().message().find("missing column 'instance_type'"), std::string::npos);
+}
+
+TEST(Catalog, OverridesDiscountsPricesCurrency) {
+    Catalog c = Catalog::builtin().value();
+    Status s = c.apply_overrides(R"(
+currency = "CNY"
+usd_to_cny = 7.0
+discount = 0.1
+[discounts]
+aws = 0.3
+"p4d.24xlarge" = 0.5
+[prices."gcp/us-central1/a2-highgpu-1g"]
+ondemand = 3.0
+)", "o.toml");
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    EXPECT_NEAR(c.find("p4d.24xlarge", "us-east-1").value()->ondemand_usd_h, 21.957642 * 0.5, 1e-9);
+    EXPECT_NEAR(c.find("g5.xlarge", "us-east-1").value()->ondemand_usd_h, 1.006 * 0.7, 1e-9);
+    EXPECT_NEAR(c.find("Standard_NC6s_v3").value()->ondemand_usd_h, 3.06 * 0.9, 1e-9);
+    EXPECT_NEAR(c.find("a2-highgpu-1g").value()->ondemand_usd_h, 3.0, 1e-9);
+    EXPECT_EQ(c.currency().code, "CNY");
+    EXPECT_DOUBLE_EQ(c.currency().convert(2), 14);
+
+    Catalog d = Catalog::builtin().value();
+    EXPECT_NE(d.apply_overrides("[discounts]\n\"p4d.24xlarg\" = 0.2\n", "o.toml").message().find("did you mean"),
+              std::string::npos);
+    EXPECT_FALSE(d.apply_overrides("discount = 1.5\n", "o.toml").is_ok());
+    EXPECT_FALSE(d.apply_overrides("currency = \"CNY\"\n", "o.toml").is_ok());
+    EXPECT_FALSE(d.apply_overrides("colour = 1\n", "o.toml").is_ok());
+    EXPECT_FALSE(d.apply_overrides("discount = \n", "o.toml").is_ok());
+}
+
+TEST(Catalog, HazardFromMonthlyRate) {
+    EXPECT_NEAR(hazard_per_hour(0.3), -std::log(0.7) / 730, 1e-12);
+    EXPECT_EQ(hazard_per_hour(0), 0);
+}
+
+TEST(Workloads, PresetsValidate) {
+    auto all = builtin_workloads();
+    ASSERT_TRUE(all.is_ok()) << all.status().message();
+    EXPECT_GE(all.value().size(), 6u);
+    auto r50 = find_workload("resnet50-imagenet").value();
+    EXPECT_NEAR(r50.fwd_flops, 8.178e9, 1e6);
+    EXPECT_EQ(r50.dataset_samples, 1281167);
+    EXPECT_NE(find_workload("resnet5").status().message().find("presets:"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace strato::cloud

@@ -1,0 +1,236 @@
+// The throughput model against NVIDIA's published ResNet-50 throughput, the spot model, the
+// planner against a brute-force search, and the errors for plans nothing can meet.
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "strato/cloud/planner.h"
+
+namespace strato::cloud {
+namespace {
+
+Workload resnet50(Precision p = Precision::kAmp) {
+    Workload w = find_workload("resnet50-imagenet").value();
+    w.precision = p;
+    return w;
+}
+
+// NVIDIA DeepLearningExamples, PyTorch ResNet-50 v1.5 (container 21.03, DGX A100 80GB / DGX-1 V100
+// 16GB), training images/s; and the TensorFlow1 README for A100 40GB.
+struct Published {
+    const char* gpu;
+    Precision precision;
+    int gpus;
+    double images_per_s;
+};
+
+TEST(Throughput, CalibratedAgainstNvidiaResNet50) {
+    const Catalog cat = Catalog::builtin().value();
+    ThroughputModel model;
+    const Published table[] = {
+        {"A100-80GB", Precision::kAmp, 1, 2470}, {"A100-80GB", Precision::kFp32, 1, 938},
+        {"V100", Precision::kAmp, 1, 1200},      {"V100", Precision::kFp32, 1, 367},
+        {"A100", Precision::kAmp, 1, 2375},      {"A100", Precision::kFp32, 1, 909},
+    };
+    for (const auto& p : table) {
+        double est = model.single_gpu(resnet50(p.precision), *cat.gpu(p.gpu));
+        EXPECT_NEAR(est / p.images_per_s, 1.0, 0.25) << p.gpu << " est " << est << " published " << p.images_per_s;
+    }
+}
+
+TEST(Throughput, ImageNet90EpochsOn8xA100WithinQuarterOfNvidia) {
+    const Catalog cat = Catalog::builtin().value();
+    ThroughputModel model;
+    Workload w = resnet50();
+    // DGX A100 80GB, 8 GPUs AMP: 16621 img/s; A100 40GB (TF1 + XLA): 17400 img/s.
+    const std::pair<const char*, double> cases[] = {{"p4de.24xlarge", 16621}, {"p4d.24xlarge", 17400}};
+    for (const auto& [type, published] : cases) {
+        const Instance& inst = *cat.find(type).value();
+        Throughput t = model.estimate(w, inst, 1);
+        double hours = w.total_samples() / t.samples_per_s / 3600;
+        double nvidia_hours = w.total_samples() / published / 3600;
+        EXPECT_NEAR(hours / nvidia_hours, 1.0, 0.25) << type << ": " << hours << " h vs " << nvidia_hours << " h";
+        EXPECT_TRUE(t.fits);
+        EXPECT_GT(t.scaling_efficiency, 0.8);
+    }
+}
+
+TEST(Throughput, AllReduceDominatesOnSlowNetworks) {
+    const Catalog cat = Catalog::builtin().value();
+    ThroughputModel model;
+    Workload w = find_workload("vgg16-imagenet").value();  // 138 M parameters: 553 MB of gradients
+    w.batch_per_gpu = 16;  // a small batch per GPU leaves little backward pass to hide them behind
+    Throughput one = model.estimate(w, *cat.find("g4dn.xlarge").value(), 1);
+    Throughput eight = model.estimate(w, *cat.find("g4dn.xlarge").value(), 16);
+    EXPECT_EQ(eight.bound, "all-reduce");
+    EXPECT_LT(eight.scaling_efficiency, 0.5);
+    EXPECT_GT(eight.samples_per_s, one.samples_per_s);
+    // The input pipeline caps a 4-vCPU node: ResNet-18 on a g5.xlarge.
+    Throughput in = model.estimate(find_workload("resnet18-imagenet").value(), *cat.find("g5.xlarge").value(), 1);
+    EXPECT_EQ(in.bound, "input pipeline");
+    EXPECT_DOUBLE_EQ(in.samples_per_s, 4 * 400);
+}
+
+TEST(Throughput, MemoryFit) {
+    ThroughputModel model;
+    Workload w = resnet50();  // NVIDIA trains 256 per V100 16GB with AMP, 112 in FP32
+    EXPECT_LT(model.memory_needed_gb(w), 16);
+    w.precision = Precision::kFp32;
+    EXPECT_GT(model.memory_needed_gb(w), 16);
+    w.batch_per_gpu = 112;
+    EXPECT_LT(model.memory_needed_gb(w), 16);
+}
+
+TEST(Spot, NoHazardIsJustTheWork) {
+    SpotEstimate e = estimate_spot({.work_s = 3600, .hazard_per_s = 0, .checkpoint_s = 10, .restart_s = 60});
+    EXPECT_DOUBLE_EQ(e.expected_wall_s, 3600);
+    EXPECT_DOUBLE_EQ(e.expected_interruptions, 0);
+    EXPECT_DOUBLE_EQ(e.interval_s, 3600);
+}
+
+TEST(Spot, YoungIntervalAndExpectation) {
+    // One preemption per 10 h on average, 60 s checkpoints: Young's interval sqrt(2 x 60 x 36000) s.
+    double lambda = 1.0 / 36000;
+    EXPECT_NEAR(young_interval(60, lambda, 1e9), std::sqrt(2 * 60 * 36000.0), 1e-6);
+    SpotEstimate e = estimate_spot({.work_s = 100 * 3600, .hazard_per_s = lambda, .checkpoint_s = 60, .restart_s = 300});
+    // First order: work (1 + C/tau) + interruptions x (R + tau/2), interruptions ~ wall x lambda.
+    double tau = e.interval_s;
+    double first_order = 100 * 3600 * (1 + 60 / tau) / (1 - lambda * (300 + (tau + 60) / 2));
+    EXPECT_NEAR(e.expected_wall_s / first_order, 1.0, 0.02);
+    EXPECT_NEAR(e.expected_interruptions, e.expected_wall_s * lambda, 0.05 * e.expected_interruptions);
+    EXPECT_LT(e.p10_wall_s, e.expected_wall_s);
+    EXPECT_GT(e.p90_wall_s, e.expected_wall_s);
+    // The Young interval is (close to) the minimum over intervals.
+    for (double f : {0.5, 2.0}) {
+        SpotEstimate other =
+            estimate_spot({.work_s = 100 * 3600, .hazard_per_s = lambda, .checkpoint_s = 60, .restart_s = 300,
+                           .interval_s = tau * f});
+        EXPECT_GT(other.expected_wall_s, e.expected_wall_s * 0.999);
+    }
+}
+
+TEST(Spot, PoissonQuantiles) {
+    EXPECT_EQ(poisson_quantile(0, 0.9), 0);
+    EXPECT_EQ(poisson_quantile(1, 0.5), 1);
+    EXPECT_EQ(poisson_quantile(4, 0.9), 7);
+    EXPECT_NEAR(poisson_quantile(10000, 0.9), 10000 + 1.2816 * 100, 2);
+}
+
+PlanRequest random_request(std::mt19937_64& rng, const std::vector<Workload>& presets) {
+    PlanRequest r;
+    r.workload = presets[rng() % presets.size()];
+    std::uniform_real_distribution<double> u(0, 1);
+    r.workload.epochs = 1 + static_cast<int>(rng() % 120);
+    r.workload.batch_per_gpu = 8 << (rng() % 6);
+    r.workload.precision = rng() % 2 ? Precision::kAmp : Precision::kFp32;
+    r.workload.optimizer = rng() % 2 ? "sgd" : "adam";
+    r.workload.dataset_samples *= 0.05 + u(rng);
+    r.objective = rng() % 2 ? Objective::kCost : Objective::kTime;
+    if (rng() % 2) r.deadline_h = std::exp(std::log(0.5) + u(rng) * std::log(400.0));
+    if (rng() % 3 == 0) r.budget = std::exp(std::log(5.0) + u(rng) * std::log(2000.0));
+    r.max_nodes = 1 + static_cast<int>(rng() % 12);
+    int m = static_cast<int>(rng() % 4);
+    r.ondemand = m != 1;
+    r.spot = m != 2;
+    if (rng() % 4 == 0) r.providers = {rng() % 2 ? "aws" : "gcp"};
+    r.top = 1 + static_cast<int>(rng() % 10);
+    return r;
+}
+
+TEST(Planner, EqualsBruteForceOn200RandomJobs) {
+    const Catalog cat = Catalog::builtin().value();
+    const std::vector<Workload> presets = builtin_workloads().value();
+    std::mt19937_64 rng(20261203);
+    int feasible = 0;
+    size_t evaluated = 0, candidates = 0;
+    for (int i = 0; i < 200; ++i) {
+        PlanRequest req = random_request(rng, presets);
+        Plan fast = make_plan(cat, req).value();
+        Plan slow = plan_brute_force(cat, req).value();
+        ASSERT_EQ(fast.ranked.size(), slow.ranked.size()) << "job " << i;
+        for (size_t k = 0; k < fast.ranked.size(); ++k) {
+            EXPECT_EQ(fast.ranked[k].inst, slow.ranked[k].inst) << "job " << i << " rank " << k;
+            EXPECT_EQ(fast.ranked[k].nodes, slow.ranked[k].nodes) << "job " << i << " rank " << k;
+            EXPECT_EQ(fast.ranked[k].spot, slow.ranked[k].spot) << "job " << i << " rank " << k;
+            EXPECT_EQ(fast.ranked[k].cost, slow.ranked[k].cost);
+        }
+        EXPECT_EQ(fast.binding, slow.binding) << "job " << i;
+        feasible += !fast.ranked.empty();
+        evaluated += fast.evaluated;
+        candidates += fast.candidates;
+    }
+    // The random specs must exercise both outcomes, and the bound must actually prune.
+    EXPECT_GT(feasible, 50);
+    EXPECT_LT(feasible, 200);
+    EXPECT_LT(evaluated, candidates);
+}
+
+TEST(Planner, RanksWithReasonsAndSpotDetails) {
+    const Catalog cat = Catalog::builtin().value();
+    PlanRequest req;
+    req.workload = resnet50();
+    req.deadline_h = 8;
+    Plan p = make_plan(cat, req).value();
+    ASSERT_FALSE(p.ranked.empty());
+    EXPECT_EQ(p.ranked[0].reason.rfind("cheapest that meets the deadline", 0), 0u) << p.ranked[0].reason;
+    for (size_t i = 1; i < p.ranked.size(); ++i) EXPECT_LE(p.ranked[i - 1].cost, p.ranked[i].cost);
+    for (const auto& c : p.ranked) {
+        EXPECT_LE(c.expected_h, 8);
+        if (c.spot) {
+            EXPECT_GT(c.interruptions, 0);
+            EXPECT_LE(c.checkpoint_interval_h, c.work_h);
+            EXPECT_LE(c.p10_h, c.expected_h);
+            EXPECT_GE(c.p90_h, c.expected_h);
+        }
+    }
+    req.objective = Objective::kTime;
+    Plan t = make_plan(cat, req).value();
+    ASSERT_FALSE(t.ranked.empty());
+    EXPECT_EQ(t.ranked[0].reason.rfind("fastest", 0), 0u);
+    EXPECT_LT(t.ranked[0].expected_h, p.ranked[0].expected_h);
+}
+
+TEST(Planner, SaysWhichConstraintBinds) {
+    const Catalog cat = Catalog::builtin().value();
+    PlanRequest req;
+    req.workload = resnet50();
+    req.deadline_h = 0.01;
+    Plan p = make_plan(cat, req).value();
+    EXPECT_TRUE(p.ranked.empty());
+    EXPECT_EQ(p.binding.rfind("deadline 36 s: the fastest candidate, ", 0), 0u) << p.binding;
+
+    req.deadline_h = 1e9;
+    req.budget = 1;
+    p = make_plan(cat, req).value();
+    EXPECT_EQ(p.binding.rfind("budget 1.00 USD: the cheapest candidate", 0), 0u) << p.binding;
+
+    req.budget = 1e9;
+    req.workload.batch_per_gpu = 4096;
+    p = make_plan(cat, req).value();
+    EXPECT_EQ(p.binding.rfind("GPU memory: one replica needs", 0), 0u) << p.binding;
+}
+
+TEST(Planner, RejectsBadRequests) {
+    const Catalog cat = Catalog::builtin().value();
+    PlanRequest req;
+    req.workload = resnet50();
+    req.deadline_h = -1;
+    EXPECT_NE(make_plan(cat, req).status().message().find("--deadline must be > 0"), std::string::npos);
+    req.deadline_h = 10;
+    req.regions = {"us-east-9"};
+    EXPECT_NE(make_plan(cat, req).status().message().find("--region 'us-east-9' is not in the catalog"),
+              std::string::npos);
+    req.regions = {};
+    req.instance_types = {"p4d.24xlarg"};
+    EXPECT_NE(make_plan(cat, req).status().message().find("did you mean"), std::string::npos);
+    req.instance_types = {};
+    req.ondemand = req.spot = false;
+    EXPECT_FALSE(make_plan(cat, req).is_ok());
+    req.spot = true;
+    req.workload.epochs = 0;
+    EXPECT_NE(make_plan(cat, req).status().message().find("epochs must be > 0"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace strato::cloud
