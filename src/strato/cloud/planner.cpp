@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 namespace strato::cloud {
 
@@ -47,9 +48,13 @@ double lower_bound(const PlanRequest& req, const ThroughputModel& model, const C
     double per_node = r1 * in.gpus;
     if (req.workload.decode_per_vcpu > 0) per_node = std::min(per_node, req.workload.decode_per_vcpu * in.vcpus);
     double node_hours = req.workload.total_samples() / per_node / 3600;  // n nodes take node_hours / n each
-    if (req.objective == Objective::kCost) return cur.convert(spot ? in.spot_usd_h : in.ondemand_usd_h) * node_hours;
-    return node_hours / req.max_nodes;
+    double startup_h = req.startup_s / 3600;
+    if (req.objective == Objective::kCost)
+        return cur.convert(spot ? in.spot_usd_h : in.ondemand_usd_h) * (node_hours + startup_h);
+    return node_hours / req.max_nodes + startup_h;
 }
+
+std::string count(double v) { return v < 0.01 ? "<0.01" : fmt::format("{:.2f}", v); }
 
 std::string market(bool spot) { return spot ? "spot" : "on-demand"; }
 
@@ -117,8 +122,10 @@ void annotate(Plan& plan, const PlanRequest& req) {
         else
             parts.push_back(c.tp.bound + "-bound");
         if (c.spot)
-            parts.push_back(fmt::format("~{:.1f} preemptions, checkpoint every {}", c.interruptions,
-                                        format_hours(c.checkpoint_interval_h)));
+            parts.push_back(c.checkpoint_interval_h < c.work_h
+                                ? fmt::format("{} preemptions expected, checkpoint every {}", count(c.interruptions),
+                                              format_hours(c.checkpoint_interval_h))
+                                : fmt::format("{} preemptions expected, too short to checkpoint", count(c.interruptions)));
         if (c.tp.scaling_efficiency < 0.7 && c.gpus() > 1)
             parts.push_back(fmt::format("scales at {:.0f}%", 100 * c.tp.scaling_efficiency));
         c.reason = fmt::format("{}", fmt::join(parts, "; "));
@@ -144,6 +151,7 @@ Status PlanRequest::validate(const Catalog& catalog) const {
     if (!ondemand && !spot) return invalid_argument("both on-demand and spot are excluded: nothing to plan");
     if (!(storage_gbs > 0)) return invalid_argument("--checkpoint-gbs must be > 0");
     if (!(restart_s >= 0)) return invalid_argument("--restart must be >= 0");
+    if (!(startup_s >= 0)) return invalid_argument("--startup must be >= 0");
     if (top < 1) return invalid_argument("--top must be >= 1");
     STRATO_RETURN_IF_ERROR(check_filter(catalog, providers, "--provider", &Instance::provider));
     STRATO_RETURN_IF_ERROR(check_filter(catalog, regions, "--region", &Instance::region));
@@ -179,6 +187,11 @@ Candidate evaluate(const PlanRequest& req, const ThroughputModel& model, const C
         c.checkpoint_interval_h = e.interval_s / 3600;
         if (!e.feasible) c.why_not = "spot: preemptions arrive faster than checkpoints can save progress";
     }
+    // Every run first provisions its nodes and starts up (billed, not counted as work).
+    const double startup_h = req.startup_s / 3600;
+    c.expected_h += startup_h;
+    c.p10_h += startup_h;
+    c.p90_h += startup_h;
     c.cost = c.price_per_h * c.expected_h;
     c.cost_p90 = c.price_per_h * c.p90_h;
     if (!c.tp.fits)
@@ -214,9 +227,14 @@ Result<Plan> plan_brute_force(const Catalog& catalog, const PlanRequest& req, co
         }
     }
     plan.candidates = plan.evaluated = all.size();
+    // One row per (instance row, market): its best node count.
     std::vector<Candidate> ok;
-    for (const auto& c : all)
-        if (c.feasible) ok.push_back(c);
+    for (const auto& c : all) {
+        if (!c.feasible) continue;
+        auto same = std::find_if(ok.begin(), ok.end(), [&](const Candidate& o) { return o.inst == c.inst && o.spot == c.spot; });
+        if (same == ok.end()) ok.push_back(c);
+        else if (ranks_before(c, *same, req.objective)) *same = c;
+    }
     std::sort(ok.begin(), ok.end(), [&](const Candidate& a, const Candidate& b) { return ranks_before(a, b, req.objective); });
     if (ok.size() > static_cast<size_t>(req.top)) ok.resize(req.top);
     plan.ranked = std::move(ok);
@@ -250,6 +268,7 @@ Result<Plan> make_plan(const Catalog& catalog, const PlanRequest& req, const Thr
     for (const Group& g : groups) {
         // The bound can be attained exactly (an input-bound job), so allow for rounding.
         if (g.bound > worst() * (1 + 1e-9)) break;
+        std::optional<Candidate> group_best;
         for (int n = 1; n <= req.max_nodes; ++n) {
             Candidate c = evaluate(req, model, cur, *g.inst, n, g.spot);
             ++plan.evaluated;
@@ -257,13 +276,14 @@ Result<Plan> make_plan(const Catalog& catalog, const PlanRequest& req, const Thr
                 if (best.empty()) rejected.push_back(std::move(c));
                 continue;
             }
-            if (c.objective_value(req.objective) > worst()) continue;
-            auto pos = std::upper_bound(best.begin(), best.end(), c, [&](const Candidate& a, const Candidate& b) {
-                return ranks_before(a, b, req.objective);
-            });
-            best.insert(pos, std::move(c));
-            if (best.size() > static_cast<size_t>(req.top)) best.pop_back();
+            if (!group_best || ranks_before(c, *group_best, req.objective)) group_best = std::move(c);
         }
+        if (!group_best || group_best->objective_value(req.objective) > worst()) continue;
+        auto pos = std::upper_bound(best.begin(), best.end(), *group_best, [&](const Candidate& a, const Candidate& b) {
+            return ranks_before(a, b, req.objective);
+        });
+        best.insert(pos, std::move(*group_best));
+        if (best.size() > static_cast<size_t>(req.top)) best.pop_back();
     }
     plan.ranked = std::move(best);
     if (plan.ranked.empty()) explain(plan, req, rejected, cur);

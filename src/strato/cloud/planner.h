@@ -34,6 +34,7 @@ struct PlanRequest {
     bool ondemand = true, spot = true;
     double storage_gbs = 1.0;      // checkpoint write bandwidth (GB/s)
     double restart_s = 600;        // replacement instance, start-up and checkpoint reload
+    double startup_s = 300;        // provisioning and start-up before the first step (billed)
     double spot_hazard_per_h = kUnknown;  // overrides the catalog's interruption rates
     int top = 10;
 
@@ -61,7 +62,7 @@ struct Candidate {
 };
 
 struct Plan {
-    std::vector<Candidate> ranked;  // best first, at most `top`
+    std::vector<Candidate> ranked;  // best first, at most `top`; one per (instance row, market), at its best node count
     size_t candidates = 0;          // in the search space
     size_t evaluated = 0;           // priced (the rest were pruned)
     std::string binding;            // when nothing is feasible: which constraint binds, and by how much

@@ -105,7 +105,7 @@ Throughput ThroughputModel::estimate(const Workload& w, const Instance& inst, in
     t.per_gpu_samples_per_s = r1;
     t.compute_s = tc * w.batch_per_gpu;
     t.memory_s = tm * w.batch_per_gpu;
-    double step_compute = w.batch_per_gpu / r1;
+    double step_compute = w.batch_per_gpu / r1 + c_.step_overhead_s;
     double backward = step_compute * 2.0 / 3.0;
 
     // Hierarchical ring all-reduce: within the node over NVLink (one direction of the link) or

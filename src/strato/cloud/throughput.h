@@ -60,6 +60,7 @@ struct ModelConstants {
     double traffic_factor_amp = 3.5;     // activation bytes moved per stored activation byte, AMP
     double traffic_factor_fp32 = 7.5;    // TF32/FP32
     double activation_memory_factor = 0.8;  // stored activations / leaf outputs (in-place ops share)
+    double step_overhead_s = 0.002;      // per optimizer step: kernel launches, Python-free but not free
     double workspace_gb = 1.5;           // CUDA context, cuDNN workspace, allocator slack
     double pcie_gbs = 24;                // effective PCIe 4.0 x16 for GPU-GPU rings without NVLink
     double backward_overlap = 0.8;       // fraction of the backward pass all-reduce can hide behind

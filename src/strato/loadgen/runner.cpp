@@ -219,22 +219,6 @@ Result<std::vector<double>> parse_range(const std::string& text, bool integer) {
     return out;
 }
 
-Result<int64_t> parse_duration_ns(const std::string& text, const std::string& default_unit) {
-    std::string_view s(text);
-    size_t i = 0;
-    while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
-    double v = 0;
-    auto [p, ec] = std::from_chars(s.data(), s.data() + i, v);
-    if (i == 0 || ec != std::errc() || p != s.data() + i || v < 0)
-        return invalid_argument("duration '{}': expected a number with a unit, such as 250ms, 10s or 2m", text);
-    std::string unit(s.substr(i));
-    if (unit.empty()) unit = default_unit;
-    double scale = unit == "ns" ? 1 : unit == "us" ? 1e3 : unit == "ms" ? 1e6 : unit == "s" ? 1e9 : unit == "m" ? 60e9
-                 : unit == "h" ? 3600e9 : -1;
-    if (scale < 0) return invalid_argument("duration '{}': unknown unit '{}' (use us, ms, s, m or h)", text, unit);
-    return static_cast<int64_t>(v * scale);
-}
-
 std::string format_table(const std::vector<PointResult>& points) {
     std::string out;
     bool rate = !points.empty() && points[0].rate_mode;

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "strato/core/duration.h"
 #include "strato/core/status.h"
 #include "strato/loadgen/load.h"
 #include "strato/loadgen/oip_target.h"
@@ -67,8 +68,6 @@ std::string slo_miss_reason(const PointResult& p, int64_t slo_p99_ns);
 
 /// Parses a level list "1:64:x2" (start:end[:step|xFACTOR]) or "1,2,8"; integers when `integer`.
 Result<std::vector<double>> parse_range(const std::string& text, bool integer);
-/// Parses "250ms", "2s", "150us", "1m", or a bare number of `default_unit` ("s" or "ms"); in ns.
-Result<int64_t> parse_duration_ns(const std::string& text, const std::string& default_unit = "s");
 
 /// Console table of the points (one row each) plus the error breakdown.
 std::string format_table(const std::vector<PointResult>& points);

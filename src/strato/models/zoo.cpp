@@ -1,5 +1,7 @@
 #include "strato/models/zoo.h"
 
+#include <torch/csrc/autograd/profiler_legacy.h>
+
 #include <map>
 
 namespace strato::models {
@@ -15,6 +17,31 @@ std::string torch_error_message(const c10::Error& e) {
     std::string msg = e.what_without_backtrace();
     if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
     return msg;
+}
+
+ForwardCost count_forward(NetImpl& net, const data::ImageShape& shape) {
+    namespace prof = torch::autograd::profiler;
+    using torch::profiler::impl::ProfilerConfig;
+    using torch::profiler::impl::ProfilerState;
+    net.train();
+    torch::Tensor x = torch::zeros({1, shape.channels, shape.height, shape.width});
+    ProfilerConfig cfg(ProfilerState::CPU, /*report_input_shapes=*/true, /*profile_memory=*/true,
+                       /*with_stack=*/false, /*with_flops=*/true);
+    prof::enableProfilerLegacy(cfg);
+    torch::Tensor y = net.forward(x);
+    prof::thread_event_lists lists = prof::disableProfilerLegacy();
+    net.eval();
+    ForwardCost cost;
+    double bytes = 0;
+    for (auto& list : lists) {
+        for (auto& ev : list) {
+            cost.flops += static_cast<double>(ev.flops());
+            if (ev.kind() == prof::EventKind::MemoryAlloc && ev.cpuMemoryUsage() > 0)
+                bytes += static_cast<double>(ev.cpuMemoryUsage());
+        }
+    }
+    cost.activation_elements = bytes / 4;
+    return cost;
 }
 
 bool is_convolutional(const ModelConfig& cfg) { return cfg.arch == "cnn" || cfg.arch == "resnet"; }

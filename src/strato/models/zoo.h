@@ -35,6 +35,16 @@ int64_t parameter_count(const torch::nn::Module& m);
 /// The first line of a libtorch error, without the C++ backtrace.
 std::string torch_error_message(const c10::Error& e);
 
+/// What one sample's forward pass costs, counted by libtorch's own profiler.
+struct ForwardCost {
+    double flops = 0;                // convolutions and matrix products, 2 per multiply-add
+    double activation_elements = 0;  // FP32 elements the forward pass allocates (kept for backward)
+};
+/// Runs one training-mode forward pass of a single zero image of `shape` under the profiler
+/// (FLOPs as the profiler computes them, memory allocations) — the input of `strato plan --run`.
+/// Leaves `net` in eval mode.
+ForwardCost count_forward(NetImpl& net, const data::ImageShape& shape);
+
 /// True for architectures built from 2-D convolutions (cnn, resnet).
 bool is_convolutional(const ModelConfig& cfg);
 /// Stores every 4-D parameter and buffer in channels-last (NHWC) layout, as Python's

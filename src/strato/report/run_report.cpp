@@ -374,17 +374,40 @@ std::string run_name(const std::string& run_dir) {
     return name.empty() ? "run" : name;
 }
 
+Result<RunMetrics> read_run_metrics(const stdfs::path& dir) {
+    std::error_code ec;
+    if (!stdfs::is_directory(dir, ec))
+        return not_found("run directory {} does not exist (or is not a directory)", dir.string());
+    const stdfs::path metrics_path = dir / "metrics.jsonl";
+    if (!stdfs::exists(metrics_path, ec))
+        return not_found("{} has no metrics.jsonl (is it a run directory?)", dir.string());
+    STRATO_ASSIGN_OR_RETURN(std::string metrics_text, fs::read_file(metrics_path));
+    return parse_metrics(metrics_text, metrics_path.string());
+}
+
 }  // namespace
+
+Result<RunSpeed> read_run_speed(const std::string& run_dir) {
+    STRATO_ASSIGN_OR_RETURN(RunMetrics m, read_run_metrics(run_dir));
+    RunSpeed s;
+    std::vector<double> sps, epoch_times;
+    for (const auto& t : m.train) sps.push_back(t.samples_per_s);
+    for (const auto& e : m.eval) epoch_times.push_back(e.epoch_time_s);
+    s.samples_per_s = median(sps);
+    s.epoch_time_s = median(epoch_times);
+    if (!std::isfinite(s.samples_per_s) && !std::isfinite(s.epoch_time_s))
+        return not_found("{}/metrics.jsonl has no train or eval line with a speed (has the run trained?)", run_dir);
+    double step = kNaN, epoch = kNaN;
+    if (!m.train.empty()) step = m.train.back().step, epoch = m.train.back().epoch;
+    if (!m.eval.empty() && (!(epoch > 0) || m.eval.back().step > step)) step = m.eval.back().step, epoch = m.eval.back().epoch;
+    if (epoch > 0 && std::isfinite(step)) s.steps_per_epoch = step / epoch;
+    return s;
+}
 
 Result<std::string> render_run_report(const std::string& run_dir) {
     std::error_code ec;
     const stdfs::path dir(run_dir);
-    if (!stdfs::is_directory(dir, ec))
-        return not_found("run directory {} does not exist (or is not a directory)", run_dir);
-    const stdfs::path metrics_path = dir / "metrics.jsonl";
-    if (!stdfs::exists(metrics_path, ec)) return not_found("{} has no metrics.jsonl (is it a run directory?)", run_dir);
-    STRATO_ASSIGN_OR_RETURN(std::string metrics_text, fs::read_file(metrics_path));
-    STRATO_ASSIGN_OR_RETURN(RunMetrics m, parse_metrics(metrics_text, metrics_path.string()));
+    STRATO_ASSIGN_OR_RETURN(RunMetrics m, read_run_metrics(dir));
 
     std::vector<std::string> notes;
     if (m.torn_last_line)

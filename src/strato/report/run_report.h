@@ -29,4 +29,13 @@ Result<std::string> render_run_report(const std::string& run_dir);
 /// `write_run_report(run_dir, run_dir + "/report.html")`.
 Status write_run_report(const std::string& run_dir, const std::string& out_path);
 
+/// Training speed recorded in RUN_DIR/metrics.jsonl (what `strato plan --run` projects from).
+struct RunSpeed {
+    double samples_per_s = 0;     // median over the train lines; NaN when the run logged none
+    double epoch_time_s = 0;      // median over the eval lines; NaN when none
+    double steps_per_epoch = 0;   // from the step and epoch of the last train or eval line
+};
+/// Errors as render_run_report; a run with neither train nor eval lines is kNotFound.
+Result<RunSpeed> read_run_speed(const std::string& run_dir);
+
 }  // namespace strato::report

@@ -1,0 +1,284 @@
+// strato plan [--workload NAME | --run DIR] [--deadline 8h] [--budget 500] [--objective cost|time] ...
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "strato/cloud/planner.h"
+#include "strato/core/duration.h"
+#include "strato/models/package.h"
+#include "strato/report/run_report.h"
+#include "strato/train/train_config.h"
+
+namespace strato::cli {
+namespace {
+
+struct PlanFlags {
+    std::string workload, run, precision, optimizer, objective = "cost", market = "both";
+    std::string deadline, restart = "10m", startup = "5m", catalog, gpus_csv, spot_csv, prices;
+    std::vector<std::string> providers, regions, gpus, instances;
+    double budget = 0, dataset_size = 0, gflops = 0, params_m = 0, activations_m = 0, decode_rate = -1;
+    double checkpoint_gbs = 1.0, spot_hazard = -1;
+    int epochs = 0, batch = 0, max_nodes = 16, top = 10;
+    bool json = false, list = false;
+};
+
+/// A strato run directory as a workload: FLOPs and activations counted from its model package,
+/// dataset size and batch from its config and metrics, and the speed it measured here.
+Result<cloud::Workload> workload_from_run(const std::string& dir) {
+    STRATO_ASSIGN_OR_RETURN(models::LoadedPackage pkg, models::load_package(dir + "/model"));
+    STRATO_ASSIGN_OR_RETURN(train::TrainConfig cfg, train::load_train_config(dir + "/config.toml", {}));
+    STRATO_ASSIGN_OR_RETURN(report::RunSpeed speed, report::read_run_speed(dir));
+    models::ForwardCost cost = models::count_forward(*pkg.net, pkg.info.input_shape);
+    cloud::Workload w;
+    w.name = dir;
+    w.fwd_flops = cost.flops;
+    w.activations = cost.activation_elements;
+    w.params = static_cast<double>(models::parameter_count(*pkg.net));
+    w.batch_per_gpu = static_cast<int>(cfg.data.batch_size);
+    w.epochs = static_cast<int>(cfg.train.epochs);
+    w.dataset_samples = speed.steps_per_epoch * cfg.data.batch_size;
+    w.precision = cfg.train.precision == "fp32" ? cloud::Precision::kFp32 : cloud::Precision::kAmp;
+    w.optimizer = cfg.optim.name == "adam" || cfg.optim.name == "adamw" ? "adam" : "sgd";
+    w.measured_samples_per_s =
+        std::isfinite(speed.samples_per_s) ? speed.samples_per_s : w.dataset_samples / speed.epoch_time_s;
+    if (!(w.dataset_samples > 0)) return not_found("{}/metrics.jsonl: no step/epoch to infer the dataset size from", dir);
+    w.source = fmt::format("FLOPs and activations counted from {}/model; it trained at {:.0f} samples/s on this machine",
+                           dir, w.measured_samples_per_s);
+    return w;
+}
+
+Result<cloud::PlanRequest> build_request(const PlanFlags& f, const cloud::Catalog& cat) {
+    cloud::PlanRequest r;
+    if (!f.run.empty()) {
+        STRATO_ASSIGN_OR_RETURN(r.workload, workload_from_run(f.run));
+    } else {
+        STRATO_ASSIGN_OR_RETURN(r.workload, cloud::find_workload(f.workload.empty() ? "resnet50-imagenet" : f.workload));
+    }
+    cloud::Workload& w = r.workload;
+    if (f.epochs > 0) w.epochs = f.epochs;
+    if (f.batch > 0) w.batch_per_gpu = f.batch;
+    if (f.dataset_size > 0) w.dataset_samples = f.dataset_size;
+    if (f.gflops > 0) w.fwd_flops = f.gflops * 1e9;
+    if (f.params_m > 0) w.params = f.params_m * 1e6;
+    if (f.activations_m > 0) w.activations = f.activations_m * 1e6;
+    if (f.decode_rate >= 0) w.decode_per_vcpu = f.decode_rate;
+    if (!f.precision.empty()) w.precision = f.precision == "fp32" ? cloud::Precision::kFp32 : cloud::Precision::kAmp;
+    if (!f.optimizer.empty()) w.optimizer = f.optimizer;
+    r.objective = f.objective == "time" ? cloud::Objective::kTime : cloud::Objective::kCost;
+    if (!f.deadline.empty()) {
+        STRATO_ASSIGN_OR_RETURN(double s, parse_duration_s(f.deadline, "h"));
+        r.deadline_h = s / 3600;
+    }
+    if (f.budget != 0) r.budget = f.budget;
+    r.providers = f.providers;
+    r.regions = f.regions;
+    r.accelerators = f.gpus;
+    r.instance_types = f.instances;
+    r.max_nodes = f.max_nodes;
+    r.ondemand = f.market != "spot";
+    r.spot = f.market != "ondemand";
+    r.storage_gbs = f.checkpoint_gbs;
+    STRATO_ASSIGN_OR_RETURN(r.restart_s, parse_duration_s(f.restart));
+    STRATO_ASSIGN_OR_RETURN(r.startup_s, parse_duration_s(f.startup));
+    if (f.spot_hazard >= 0) r.spot_hazard_per_h = f.spot_hazard;
+    r.top = f.top;
+    STRATO_RETURN_IF_ERROR(r.validate(cat));
+    return r;
+}
+
+std::string si(double v) {
+    if (v >= 1e12) return fmt::format("{:.3g} T", v / 1e12);
+    if (v >= 1e9) return fmt::format("{:.3g} G", v / 1e9);
+    if (v >= 1e6) return fmt::format("{:.3g} M", v / 1e6);
+    if (v >= 1e3) return fmt::format("{:.3g} k", v / 1e3);
+    return fmt::format("{:.3g}", v);
+}
+
+std::string print_table(const cloud::Plan& p, const cloud::PlanRequest& r, const cloud::Catalog& cat, double ms) {
+    const cloud::Workload& w = r.workload;
+    cloud::ThroughputModel model;
+    std::string out = fmt::format(
+        "{}: {} samples x {} epochs, batch {} per GPU, {}, {}\n"
+        "  {}FLOPs forward per sample, {} parameters, {} activations; needs {:.1f} GB per GPU\n",
+        w.name, si(w.dataset_samples), w.epochs, w.batch_per_gpu,
+        w.precision == cloud::Precision::kAmp ? "AMP" : "FP32/TF32", w.optimizer, si(w.fwd_flops), si(w.params),
+        si(w.activations), model.memory_needed_gb(w));
+    if (w.measured_samples_per_s > 0)
+        out += fmt::format("  {}\n", w.source);
+    std::vector<std::string> cons;
+    if (std::isfinite(r.deadline_h)) cons.push_back("deadline " + cloud::format_hours(r.deadline_h));
+    if (std::isfinite(r.budget)) cons.push_back(fmt::format("budget {:.2f} {}", r.budget, cat.currency().code));
+    out += fmt::format("objective: {}{}{}; {} candidates, {} priced in {:.1f} ms\n\n",
+                       r.objective == cloud::Objective::kCost ? "cost" : "time", cons.empty() ? "" : "; ",
+                       fmt::join(cons, ", "), p.candidates, p.evaluated, ms);
+    if (p.ranked.empty()) return out;
+    out += fmt::format("{:>2}  {:<6} {:<14} {:<26} {:>12} {:<9} {:>10} {:>13} {:>19} {:>10}  {}\n", "#", "cloud",
+                       "region", "instance", "GPUs", "market", "samples/s", "time", "range 10-90%",
+                       "cost " + cat.currency().code, "why");
+    int i = 0;
+    for (const auto& c : p.ranked) {
+        std::string range = c.spot ? fmt::format("{} - {}", cloud::format_hours(c.p10_h), cloud::format_hours(c.p90_h)) : "";
+        out += fmt::format("{:>2}  {:<6} {:<14} {:<26} {:>12} {:<9} {:>10.0f} {:>13} {:>19} {:>10.2f}  {}\n", ++i,
+                           c.inst->provider, c.inst->region,
+                           c.nodes > 1 ? fmt::format("{} x{}", c.inst->type, c.nodes) : c.inst->type,
+                           fmt::format("{}x{}", c.gpus(), c.inst->accelerator), c.spot ? "spot" : "on-demand",
+                           c.tp.samples_per_s, cloud::format_hours(c.expected_h), range, c.cost, c.reason);
+    }
+    return out;
+}
+
+nlohmann::json to_json(const cloud::Plan& p, const cloud::PlanRequest& r, const cloud::Catalog& cat, double ms) {
+    using nlohmann::json;
+    const cloud::Workload& w = r.workload;
+    auto num = [](double v) { return std::isfinite(v) ? json(v) : json(nullptr); };
+    json j = {{"kind", "strato-plan"},
+              {"currency", cat.currency().code},
+              {"workload",
+               {{"name", w.name},
+                {"fwd_flops", w.fwd_flops},
+                {"activations", w.activations},
+                {"params", w.params},
+                {"dataset_samples", w.dataset_samples},
+                {"epochs", w.epochs},
+                {"batch_per_gpu", w.batch_per_gpu},
+                {"precision", w.precision == cloud::Precision::kAmp ? "amp" : "fp32"},
+                {"optimizer", w.optimizer},
+                {"measured_samples_per_s", w.measured_samples_per_s},
+                {"source", w.source}}},
+              {"objective", r.objective == cloud::Objective::kCost ? "cost" : "time"},
+              {"deadline_h", num(r.deadline_h)},
+              {"budget", num(r.budget)},
+              {"candidates", p.candidates},
+              {"evaluated", p.evaluated},
+              {"plan_ms", ms},
+              {"binding", p.binding}};
+    json ranked = json::array();
+    for (const auto& c : p.ranked) {
+        ranked.push_back({{"provider", c.inst->provider},
+                          {"region", c.inst->region},
+                          {"instance", c.inst->type},
+                          {"accelerator", c.inst->accelerator},
+                          {"nodes", c.nodes},
+                          {"gpus", c.gpus()},
+                          {"market", c.spot ? "spot" : "ondemand"},
+                          {"samples_per_s", c.tp.samples_per_s},
+                          {"per_gpu_samples_per_s", c.tp.per_gpu_samples_per_s},
+                          {"scaling_efficiency", c.tp.scaling_efficiency},
+                          {"bound", c.tp.bound},
+                          {"memory_needed_gb", c.tp.memory_needed_gb},
+                          {"work_h", c.work_h},
+                          {"expected_h", c.expected_h},
+                          {"p10_h", c.p10_h},
+                          {"p90_h", c.p90_h},
+                          {"price_per_h", c.price_per_h},
+                          {"cost", c.cost},
+                          {"cost_p90", c.cost_p90},
+                          {"interruptions", c.interruptions},
+                          {"checkpoint_interval_h", c.checkpoint_interval_h},
+                          {"reason", c.reason},
+                          {"source", c.inst->source}});
+    }
+    j["ranked"] = ranked;
+    return j;
+}
+
+std::string list_catalog(const cloud::Catalog& cat) {
+    std::string out = "Workload presets (--workload):\n";
+    auto presets = cloud::builtin_workloads();
+    if (presets)
+        for (const auto& w : *presets)
+            out += fmt::format("  {:<26} {:>8} FLOPs fwd {:>8} params {:>7} samples x {:>3} epochs  {}\n", w.name,
+                               si(w.fwd_flops), si(w.params), si(w.dataset_samples), w.epochs, w.source.substr(0, 60));
+    out += "\nGPUs (--gpu):\n";
+    for (const auto& g : cat.gpus())
+        out += fmt::format("  {:<10} {:>4.0f} GB {:>5.0f} GB/s {:>6.1f} FP32 {:>6.0f} tensor TFLOPS{}{}\n", g.name,
+                           g.memory_gb, g.memory_bw_gbs, g.fp32_tflops, g.tensor_tflops,
+                           g.nvlink_gbs > 0 ? fmt::format(", NVLink {:.0f} GB/s", g.nvlink_gbs) : "",
+                           g.estimate ? " (estimate)" : "");
+    out += fmt::format("\nInstances: {} rows (--instance, --provider, --region); catalog warnings:\n", cat.instances().size());
+    for (const auto& w : cat.warnings()) out += "  " + w + "\n";
+    return out;
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
+    auto f = std::make_shared<PlanFlags>();
+    auto* cmd = app.add_subcommand(
+        "plan", "Rank cloud instances (provider, region, type, count, on-demand or spot) for a training job by cost or time");
+    cmd->add_option("--workload", f->workload, "A built-in job (see --list); default resnet50-imagenet");
+    cmd->add_option("--run", f->run, "A strato run directory: FLOPs counted from its model, batch/epochs/data from its config");
+    cmd->add_option("--epochs", f->epochs, "Epochs (overrides the workload's)");
+    cmd->add_option("--batch-per-gpu", f->batch, "Batch size on each GPU");
+    cmd->add_option("--dataset-size", f->dataset_size, "Training samples per epoch");
+    cmd->add_option("--gflops", f->gflops, "Forward GFLOPs per sample");
+    cmd->add_option("--params-m", f->params_m, "Parameters, in millions");
+    cmd->add_option("--activations-m", f->activations_m, "Activation elements per sample, in millions");
+    cmd->add_option("--decode-rate", f->decode_rate, "Samples/s one vCPU can load and augment (0: no input limit)");
+    cmd->add_option("--precision", f->precision, "amp (fp16/bf16 autocast) or fp32")->check(CLI::IsMember({"amp", "fp32"}));
+    cmd->add_option("--optimizer", f->optimizer, "sgd or adam (optimizer state in GPU memory)")
+        ->check(CLI::IsMember({"sgd", "adam"}));
+    cmd->add_option("--objective", f->objective, "cost (default) or time")->check(CLI::IsMember({"cost", "time"}));
+    cmd->add_option("--deadline", f->deadline, "Finish within this time: 8h, 90m, 2d (a bare number is hours)");
+    cmd->add_option("--budget", f->budget, "Spend at most this much (catalog currency)");
+    cmd->add_option("--provider", f->providers, "Only these clouds (aws, gcp, azure, ...)");
+    cmd->add_option("--region", f->regions, "Only these regions");
+    cmd->add_option("--gpu", f->gpus, "Only these accelerators (T4, A10G, A100, H100, ...)");
+    cmd->add_option("--instance", f->instances, "Only these instance types");
+    cmd->add_option("--max-nodes", f->max_nodes, "Largest node count to consider (default 16)");
+    cmd->add_option("--market", f->market, "ondemand, spot or both (default)")
+        ->check(CLI::IsMember({"ondemand", "spot", "both"}));
+    cmd->add_option("--checkpoint-gbs", f->checkpoint_gbs, "Checkpoint write bandwidth in GB/s (default 1)");
+    cmd->add_option("--restart", f->restart, "Time from a preemption to training again (default 10m)");
+    cmd->add_option("--startup", f->startup, "Provisioning and start-up before the first step, billed (default 5m)");
+    cmd->add_option("--spot-hazard", f->spot_hazard, "Preemptions per node-hour (default: catalog rates)");
+    cmd->add_option("--catalog", f->catalog, "Instance CSV (SkyPilot-derived format of data/cloud/instances.csv)");
+    cmd->add_option("--gpu-table", f->gpus_csv, "GPU table CSV (format of data/cloud/gpus.csv)");
+    cmd->add_option("--spot-rates", f->spot_csv, "Spot interruption CSV (format of data/cloud/spot_interruptions.csv)");
+    cmd->add_option("--prices", f->prices, "TOML price overrides: discounts, negotiated prices, currency (docs/plan.md)");
+    cmd->add_option("--top", f->top, "Rows to show (default 10)");
+    cmd->add_flag("--json", f->json, "Print the plan as JSON");
+    cmd->add_flag("--list", f->list, "List workload presets, GPUs and catalog warnings");
+    cmd->footer(
+        "Examples:\n"
+        "  strato plan --workload resnet50-imagenet --deadline 4h\n"
+        "  strato plan --workload yolov8m-coco --gpu A10G --objective time --budget 200\n"
+        "  strato plan --run runs/fashion_mnist_cnn --epochs 100 --dataset-size 6e6\n"
+        "  strato plan --workload resnet50-imagenet --market spot --prices my_prices.toml --json\n"
+        "Exit status: 0 with a plan, 1 when nothing meets the constraints (the binding one is named).");
+    cmd->callback([f, exit_code] {
+        auto cat = f->catalog.empty() && f->gpus_csv.empty() && f->spot_csv.empty()
+                       ? cloud::Catalog::builtin()
+                       : f->catalog.empty() ? Result<cloud::Catalog>(invalid_argument("--gpu-table and --spot-rates need --catalog"))
+                                            : cloud::Catalog::load(f->catalog, f->gpus_csv, f->spot_csv);
+        if (!cat) return void(*exit_code = report_error("plan", cat.status()));
+        if (!f->prices.empty()) {
+            Status s = cat->apply_overrides_file(f->prices);
+            if (!s.is_ok()) return void(*exit_code = report_error("plan", s));
+        }
+        if (f->list) {
+            fmt::print("{}", list_catalog(*cat));
+            return void(*exit_code = 0);
+        }
+        auto req = build_request(*f, *cat);
+        if (!req) return void(*exit_code = report_error("plan", req.status()));
+        auto t0 = std::chrono::steady_clock::now();
+        auto plan = cloud::make_plan(*cat, *req);
+        double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        if (!plan) return void(*exit_code = report_error("plan", plan.status()));
+        if (f->json)
+            fmt::print("{}\n", to_json(*plan, *req, *cat, ms).dump(2));
+        else
+            fmt::print("{}", print_table(*plan, *req, *cat, ms));
+        if (plan->ranked.empty()) {
+            if (!f->json) fmt::print(stderr, "strato plan: error: no plan meets the constraints: {}\n", plan->binding);
+            return void(*exit_code = 1);
+        }
+        *exit_code = 0;
+    });
+}
+
+}  // namespace strato::cli

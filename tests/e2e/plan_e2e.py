@@ -1,0 +1,111 @@
+#!/usr/bin/python3
+"""`strato plan` end to end: the JSON plan of a preset, a plan from a real (tiny) training run with
+FLOPs counted from its model, price overrides, and every bad input giving one clear line."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+STRATO = sys.argv[1]
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+failures = []
+
+
+def run(*args, expect=0):
+    p = subprocess.run([STRATO, *args], capture_output=True, text=True, timeout=300)
+    if p.returncode != expect:
+        failures.append(f"strato {' '.join(args)}: exit {p.returncode}, expected {expect}\n{p.stdout}{p.stderr}")
+    return p
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+
+
+def main():
+    # A preset with a deadline: ranked by cost, every row meets the deadline, spot rows carry details.
+    p = run("plan", "--workload", "resnet50-imagenet", "--deadline", "4h", "--json")
+    plan = json.loads(p.stdout)
+    check(plan["kind"] == "strato-plan" and plan["currency"] == "USD", "plan header")
+    rows = plan["ranked"]
+    check(len(rows) == 10, f"10 rows, got {len(rows)}")
+    check(all(r["expected_h"] <= 4 for r in rows), "all rows meet the deadline")
+    check([r["cost"] for r in rows] == sorted(r["cost"] for r in rows), "sorted by cost")
+    check(rows[0]["reason"].startswith("cheapest that meets the deadline"), rows[0]["reason"])
+    check(all("SkyPilot" in r["source"] for r in rows if r["provider"] in ("aws", "gcp", "azure")), "provenance")
+    check(len({(r["provider"], r["region"], r["instance"], r["market"]) for r in rows}) == len(rows), "one row per instance")
+
+    # Objective time with a budget: the fastest row comes first.
+    p = run("plan", "--workload", "resnet50-imagenet", "--objective", "time", "--budget", "60", "--json")
+    rows = json.loads(p.stdout)["ranked"]
+    check(rows[0]["reason"].startswith("fastest within the budget"), rows[0]["reason"])
+    check(all(r["cost"] <= 60 for r in rows), "budget respected")
+
+    # Nothing meets an impossible deadline: exit 1 and the binding constraint named.
+    p = run("plan", "--workload", "resnet50-imagenet", "--deadline", "30s", expect=1)
+    check("no plan meets the constraints: deadline 30 s: the fastest candidate" in p.stderr, p.stderr)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        # Price overrides: a 50 % discount on p4d halves its on-demand price; CNY output.
+        prices = os.path.join(tmp, "prices.toml")
+        with open(prices, "w") as f:
+            f.write('currency = "CNY"\nusd_to_cny = 7.0\n[discounts]\n"p4d.24xlarge" = 0.5\n')
+        p = run("plan", "--instance", "p4d.24xlarge", "--region", "us-east-1", "--market", "ondemand",
+                "--max-nodes", "1", "--prices", prices, "--json")
+        plan = json.loads(p.stdout)
+        check(plan["currency"] == "CNY", "currency")
+        row = plan["ranked"][0]
+        check(abs(row["price_per_h"] - 21.957642 * 0.5 * 7.0) < 1e-6, f"discounted price {row['price_per_h']}")
+
+        # A real run: train a tiny model, then plan from it (FLOPs counted from its package).
+        run_dir = os.path.join(tmp, "runs")
+        run("-q", "train", os.path.join(REPO, "configs", "fashion_mnist_cnn.toml"), "--set", "train.epochs=1",
+            "--set", "data.limit_train=2000", "--set", "data.limit_test=500", "--set", f"run.dir={run_dir}",
+            "--set", "run.name=tiny", "--no-report")
+        p = run("plan", "--run", os.path.join(run_dir, "tiny"), "--epochs", "50", "--json")
+        w = json.loads(p.stdout)["workload"]
+        # The cnn (width 32, depth 2, hidden 256) on 1x28x28: two 3x3 convs per stage; ~38 MFLOPs forward.
+        check(3.0e7 < w["fwd_flops"] < 5.0e7, f"counted FLOPs {w['fwd_flops']}")
+        check(w["params"] == 870826, f"params {w['params']}")
+        check(w["measured_samples_per_s"] > 0 and w["epochs"] == 50 and w["batch_per_gpu"] == 128, str(w))
+        check(1900 <= w["dataset_samples"] <= 2100, f"dataset size {w['dataset_samples']}")
+
+        # Bad inputs: one line naming what and where.
+        empty = os.path.join(tmp, "empty.csv")
+        with open(empty, "w") as f:
+            f.write("provider,region,instance_type,accelerator,accelerator_count,vcpus,memory_gib,network_gbps,"
+                    "ondemand_usd_per_hour,spot_usd_per_hour,source\n")
+        bad_prices = os.path.join(tmp, "bad.toml")
+        with open(bad_prices, "w") as f:
+            f.write("[prices.\"p9.huge\"]\nondemand = 1\n")
+        cases = [
+            (["plan", "--instance", "p4d.24xlarg"], "did you mean 'p4d.24xlarge'"),
+            (["plan", "--workload", "resnet5"], "unknown workload 'resnet5'"),
+            (["plan", "--deadline", "-2h"], "duration '-2h'"),
+            (["plan", "--deadline", "0"], "--deadline must be > 0"),
+            (["plan", "--catalog", empty], "the catalog has no instances"),
+            (["plan", "--catalog", os.path.join(tmp, "missing.csv")], "missing.csv"),
+            (["plan", "--prices", bad_prices], "unknown instance type 'p9.huge'"),
+            (["plan", "--region", "mars-1"], "--region 'mars-1' is not in the catalog"),
+            (["plan", "--run", os.path.join(tmp, "nope")], "nope"),
+        ]
+        for args, needle in cases:
+            p = run(*args, expect=1)
+            check(p.stderr.startswith("strato plan: error: ") and needle in p.stderr, f"{args}: {p.stderr!r}")
+
+    # The text table names its columns and the catalog listing works.
+    p = run("plan", "--gpu", "A10G", "--workload", "yolov8m-coco", "--top", "3")
+    check("samples/s" in p.stdout and "g5." in p.stdout, p.stdout)
+    p = run("plan", "--list")
+    check("resnet50-imagenet" in p.stdout and "H100" in p.stdout, "list")
+
+    if failures:
+        print("\n".join(failures))
+        sys.exit(1)
+    print("plan e2e: ok")
+
+
+if __name__ == "__main__":
+    main()
