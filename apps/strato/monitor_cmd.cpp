@@ -1,0 +1,94 @@
+// strato monitor [--port 9400] [--interval 1s] [--rules alerts.toml] [--jsonl FILE] [--once] ...
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <thread>
+
+#include "commands.h"
+#include "strato/core/duration.h"
+#include "strato/core/log.h"
+#include "strato/core/signals.h"
+#include "strato/monitor/monitor.h"
+
+namespace strato::cli {
+
+void add_monitor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
+    struct Opts {
+        std::string address = "127.0.0.1", interval = "1s", duration = "0", jsonl, rules, replay;
+        int port = 9400;
+        std::vector<int> pids;
+        bool once = false, json = false, no_exporter = false, allow_remote = false, dcgm_labels = false;
+    };
+    auto o = std::make_shared<Opts>();
+    auto* cmd = app.add_subcommand(
+        "monitor", "Sample CPU, memory, disk, network, processes and GPUs (NVML); Prometheus exporter, JSONL, alerts");
+    cmd->add_option("--port", o->port, "Prometheus exporter port (default 9400, as NVIDIA's DCGM exporter; 0: any free)");
+    cmd->add_option("--address", o->address, "Exporter address (default 127.0.0.1; 0.0.0.0 to be scraped from elsewhere)");
+    cmd->add_flag("--no-exporter", o->no_exporter, "Do not serve /metrics");
+    cmd->add_option("--interval", o->interval, "Time between samples (default 1s)");
+    cmd->add_option("--duration", o->duration, "Stop after this long (default: until Ctrl-C)");
+    cmd->add_option("--jsonl", o->jsonl, "Append every sample to this JSONL file");
+    cmd->add_option("--rules", o->rules, "Alert rules (TOML [[rule]] tables: when = \"gpu_util < 20 for 10m\")");
+    cmd->add_option("--pid", o->pids, "Also report these processes (CPU time, resident memory, threads)");
+    cmd->add_option("--replay", o->replay, "Run the rules over a JSONL log written by --jsonl instead of sampling");
+    cmd->add_flag("--once", o->once, "Print one sample (Prometheus text, or --json) and exit");
+    cmd->add_flag("--json", o->json, "With --once: print the sample as JSON");
+    cmd->add_flag("--dcgm-labels", o->dcgm_labels,
+                  "GPU labels UUID and modelName exactly as the DCGM exporter (default uuid, model_name)");
+    cmd->add_flag("--allow-remote-webhooks", o->allow_remote, "Allow webhooks to hosts other than this machine");
+    cmd->footer(
+        "Examples:\n"
+        "  strato monitor                                  # http://127.0.0.1:9400/metrics\n"
+        "  strato monitor --rules alerts.toml --jsonl gpu.jsonl\n"
+        "  strato monitor --once --json\n"
+        "  strato monitor --replay gpu.jsonl --rules alerts.toml --no-exporter\n"
+        "GPU metrics use the DCGM exporter's names (DCGM_FI_DEV_GPU_UTIL, ...) through NVML loaded at run\n"
+        "time; without a GPU driver strato reports \"no GPU\" and CPU metrics only.\n"
+        "Exit status: 0; 3 when a rule with action = \"exit\" fired; 1 on errors.");
+    cmd->callback([o, exit_code] {
+        monitor::MonitorOptions mo;
+        mo.address = o->address;
+        mo.port = o->no_exporter || o->once ? -1 : o->port;
+        mo.jsonl = o->jsonl;
+        mo.replay = o->replay;
+        mo.allow_remote_webhooks = o->allow_remote;
+        mo.dcgm_labels = o->dcgm_labels;
+        for (int p : o->pids) mo.pids.push_back(static_cast<pid_t>(p));
+        auto fail = [&](const Status& s) { *exit_code = report_error("monitor", s); };
+        auto interval = parse_duration_s(o->interval);
+        if (!interval) return fail(interval.status());
+        auto duration = parse_duration_s(o->duration);
+        if (!duration) return fail(duration.status());
+        mo.interval_s = *interval;
+        mo.duration_s = *duration;
+        if (!o->rules.empty()) {
+            auto rules = monitor::load_rules(o->rules);
+            if (!rules) return fail(rules.status());
+            mo.rules = std::move(*rules);
+        }
+        auto m = monitor::Monitor::create(mo);
+        if (!m) return fail(m.status());
+        if (o->once) {
+            (*m)->sample();  // CPU utilisation is a difference: take it over the next 250 ms
+            std::this_thread::sleep_for(std::chrono::milliseconds(250));
+            monitor::Snapshot s = (*m)->sample();
+            fmt::print("{}", o->json ? monitor::to_json(s).dump(2) + "\n" : monitor::to_prometheus(s));
+            return void(*exit_code = 0);
+        }
+        signals::install_stop_handlers();
+        log::info("monitor: {}; {}{} rule(s)", (*m)->gpu_summary(),
+                  (*m)->port() >= 0 ? fmt::format("metrics at http://{}:{}/metrics; ", o->address, (*m)->port()) : "",
+                  mo.rules.size());
+        auto summary = (*m)->run();
+        if (!summary) return fail(summary.status());
+        log::info("monitor: {} samples, {} alerts fired", summary->samples, summary->alerts_fired);
+        if (!summary->exit_alert.empty()) {
+            fmt::print(stderr, "strato monitor: alert: {}\n", summary->exit_alert);
+            return void(*exit_code = 3);
+        }
+        *exit_code = 0;
+    });
+}
+
+}  // namespace strato::cli

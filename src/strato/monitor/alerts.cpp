@@ -1,0 +1,238 @@
+#include "strato/monitor/alerts.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <ctime>
+#include <nlohmann/json.hpp>
+#include <toml++/toml.h>
+
+#include "strato/core/duration.h"
+#include "strato/core/fs.h"
+
+namespace strato::monitor {
+
+bool AlertRule::holds(double v) const {
+    if (std::isnan(v)) return false;
+    if (op == "<") return v < threshold;
+    if (op == "<=") return v <= threshold;
+    if (op == ">") return v > threshold;
+    if (op == ">=") return v >= threshold;
+    if (op == "==") return v == threshold;
+    return v != threshold;
+}
+
+Result<AlertRule> parse_condition(std::string_view expr) {
+    AlertRule r;
+    r.expr = std::string(expr);
+    auto bad = [&](std::string_view why) {
+        return invalid_argument("condition '{}': {} (expected METRIC OP NUMBER [for DURATION], e.g. "
+                                "\"gpu_util < 20 for 10m\")",
+                                expr, why);
+    };
+    std::string s(expr);
+    size_t pos = 0;
+    auto skip = [&] {
+        while (pos < s.size() && s[pos] == ' ') ++pos;
+    };
+    auto word = [&] {
+        skip();
+        size_t b = pos;
+        while (pos < s.size() && (std::isalnum(static_cast<unsigned char>(s[pos])) || s[pos] == '_' || s[pos] == ':'))
+            ++pos;
+        return s.substr(b, pos - b);
+    };
+    std::string w = word();
+    skip();
+    if (pos < s.size() && s[pos] == '(') {
+        if (w != "avg" && w != "min" && w != "max" && w != "sum") return bad("unknown aggregate '" + w + "'");
+        r.aggregate = w;
+        ++pos;
+        r.metric = word();
+        skip();
+        if (pos >= s.size() || s[pos] != ')') return bad("missing ')'");
+        ++pos;
+    } else {
+        r.metric = w;
+    }
+    if (r.metric.empty()) return bad("no metric name");
+    skip();
+    for (const char* op : {"<=", ">=", "==", "!=", "<", ">"}) {
+        if (s.compare(pos, std::strlen(op), op) == 0) {
+            r.op = op;
+            pos += std::strlen(op);
+            break;
+        }
+    }
+    if (r.op.empty()) return bad("no comparison (<, <=, >, >=, ==, !=)");
+    skip();
+    size_t b = pos;
+    while (pos < s.size() && s[pos] != ' ') ++pos;
+    std::string num = s.substr(b, pos - b);
+    auto [p, ec] = std::from_chars(num.data(), num.data() + num.size(), r.threshold);
+    if (num.empty() || ec != std::errc() || p != num.data() + num.size()) return bad("'" + num + "' is not a number");
+    skip();
+    if (pos < s.size()) {
+        if (word() != "for") return bad("unexpected '" + s.substr(pos) + "'");
+        skip();
+        std::string d = s.substr(pos);
+        while (!d.empty() && d.back() == ' ') d.pop_back();
+        auto secs = parse_duration_s(d, "s");
+        if (!secs.is_ok()) return bad(secs.status().message());
+        r.for_s = *secs;
+    }
+    return r;
+}
+
+Result<std::vector<AlertRule>> parse_rules(std::string_view toml_text, const std::string& source) {
+    toml::table doc;
+    try {
+        doc = toml::parse(toml_text, source);
+    } catch (const toml::parse_error& e) {
+        return invalid_argument("{}:{}: {}", source, e.source().begin.line, e.description());
+    }
+    for (auto&& [k, v] : doc)
+        if (k.str() != "rule") return invalid_argument("{}: unknown key '{}' (rules are [[rule]] tables)", source, k.str());
+    std::vector<AlertRule> rules;
+    auto* arr = doc["rule"].as_array();
+    if (!arr) return rules;
+    int i = 0;
+    for (auto& node : *arr) {
+        ++i;
+        auto* t = node.as_table();
+        std::string where = fmt::format("{} rule {}", source, i);
+        if (!t) return invalid_argument("{}: expected a table", where);
+        auto str = [&](const char* key) -> std::optional<std::string> {
+            auto v = (*t)[key].value<std::string>();
+            return v;
+        };
+        for (auto&& [k, v] : *t) {
+            std::string key(k.str());
+            if (key != "name" && key != "when" && key != "action" && key != "webhook" && key != "severity")
+                return invalid_argument("{}: unknown key '{}' (expected name, when, action, webhook, severity)", where, key);
+            if (!v.is_string()) return invalid_argument("{}: '{}' must be a string", where, key);
+        }
+        auto when = str("when");
+        if (!when) return invalid_argument("{}: missing 'when' (e.g. when = \"gpu_util < 20 for 10m\")", where);
+        auto r = parse_condition(*when);
+        if (!r.is_ok()) return r.status().with_context(where);
+        AlertRule rule = std::move(*r);
+        rule.name = str("name").value_or(fmt::format("rule{}", i));
+        rule.action = str("action").value_or("log");
+        rule.webhook = str("webhook").value_or("");
+        rule.severity = str("severity").value_or("warning");
+        if (rule.action != "log" && rule.action != "webhook" && rule.action != "exit")
+            return invalid_argument("{} ({}): action must be log, webhook or exit, got '{}'", where, rule.name, rule.action);
+        if (rule.action == "webhook" && rule.webhook.empty())
+            return invalid_argument("{} ({}): action = \"webhook\" needs webhook = \"http://127.0.0.1:PORT/path\"", where,
+                                    rule.name);
+        rules.push_back(std::move(rule));
+    }
+    return rules;
+}
+
+Result<std::vector<AlertRule>> load_rules(const std::string& path) {
+    STRATO_ASSIGN_OR_RETURN(std::string text, fs::read_file(path));
+    return parse_rules(text, path);
+}
+
+namespace {
+
+std::string iso_time(double unix_s) {
+    std::time_t t = static_cast<std::time_t>(unix_s);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+}
+
+std::string series_name(const Labels& labels) {
+    // The identifying label: gpu (not its device node, uuid or model), device, pid, ...
+    bool gpu = std::any_of(labels.begin(), labels.end(), [](const auto& l) { return l.first == "gpu"; });
+    std::string out;
+    for (const auto& [k, v] : labels) {
+        if (gpu ? k != "gpu" : (k == "comm")) continue;
+        if (!out.empty()) out += ',';
+        out += k + "=" + v;
+    }
+    return out;
+}
+
+}  // namespace
+
+std::string AlertEvent::describe() const {
+    std::string metric = rule->aggregate.empty() ? rule->metric : rule->aggregate + "(" + rule->metric + ")";
+    if (!series.empty()) metric += "{" + series + "}";
+    return fmt::format("{} {}: {} = {:g} {} {:g}{} (since {})", rule->name, firing ? "firing" : "resolved", metric, value,
+                       firing ? rule->op : "no longer " + rule->op, rule->threshold,
+                       rule->for_s > 0 ? fmt::format(" for {:g}s", rule->for_s) : "", iso_time(since_unix_s));
+}
+
+std::string AlertEvent::webhook_json() const {
+    nlohmann::json labels = {{"alertname", rule->name}, {"severity", rule->severity}};
+    if (!series.empty()) labels["series"] = series;
+    nlohmann::json alert = {{"status", firing ? "firing" : "resolved"},
+                            {"labels", labels},
+                            {"annotations", {{"summary", describe()}, {"value", value}, {"expr", rule->expr}}},
+                            {"startsAt", iso_time(since_unix_s)},
+                            {"endsAt", firing ? "0001-01-01T00:00:00Z" : iso_time(at_unix_s)},
+                            {"generatorURL", "strato monitor"}};
+    nlohmann::json j = {{"version", "4"},
+                        {"status", firing ? "firing" : "resolved"},
+                        {"receiver", "strato"},
+                        {"groupLabels", {{"alertname", rule->name}}},
+                        {"commonLabels", labels},
+                        {"alerts", nlohmann::json::array({alert})}};
+    return j.dump();
+}
+
+std::vector<AlertEvent> AlertEngine::evaluate(const Snapshot& s) {
+    state_.resize(rules_.size());
+    std::vector<AlertEvent> events;
+    for (size_t i = 0; i < rules_.size(); ++i) {
+        const AlertRule& r = rules_[i];
+        std::vector<std::pair<std::string, double>> values;
+        auto found = s.find(r.metric);
+        if (!r.aggregate.empty()) {
+            if (!found.empty()) {
+                double acc = r.aggregate == "min" ? INFINITY : r.aggregate == "max" ? -INFINITY : 0;
+                for (const Metric* m : found) {
+                    if (r.aggregate == "min") acc = std::min(acc, m->value);
+                    else if (r.aggregate == "max") acc = std::max(acc, m->value);
+                    else acc += m->value;
+                }
+                if (r.aggregate == "avg") acc /= static_cast<double>(found.size());
+                values.emplace_back("", acc);
+            }
+        } else {
+            for (const Metric* m : found) values.emplace_back(series_name(m->labels), m->value);
+        }
+        auto& states = state_[i];
+        for (const auto& [series, v] : values) {
+            State& st = states[series];
+            if (r.holds(v)) {
+                if (st.since < 0) st.since = s.unix_s;
+                if (!st.firing && s.unix_s - st.since >= r.for_s) {
+                    st.firing = true;
+                    events.push_back({&r, series, true, v, st.since, s.unix_s});
+                }
+            } else {
+                if (st.firing) events.push_back({&r, series, false, v, st.since, s.unix_s});
+                st = State{};
+            }
+        }
+    }
+    return events;
+}
+
+size_t AlertEngine::firing() const {
+    size_t n = 0;
+    for (const auto& states : state_)
+        for (const auto& [k, st] : states) n += st.firing;
+    return n;
+}
+
+}  // namespace strato::monitor

@@ -1,0 +1,79 @@
+#pragma once
+// Alert rules over monitor snapshots, with Prometheus' `for` semantics: a rule's condition must
+// hold on every sample for the whole duration (pending) before it fires; it resolves on the first
+// sample where it no longer holds. Rules come from TOML:
+//
+//     [[rule]]
+//     name = "gpu-idle"
+//     when = "gpu_util < 20 for 10m"     # metric op threshold [for duration]
+//     action = "webhook"                  # log (default) | webhook | exit
+//     webhook = "http://127.0.0.1:9093/api/alerts"
+//     severity = "warning"
+//
+// The metric is an alias (gpu_util, cpu_util, mem_used_pct, ...) or a Prometheus name; each labelled
+// series (each GPU) is its own alert. avg(m), min(m), max(m) and sum(m) aggregate over the series
+// first ("avg(gpu_util) > 90 for 10m"). Not thread-safe: one engine per sampling loop.
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "strato/core/status.h"
+#include "strato/monitor/snapshot.h"
+
+namespace strato::monitor {
+
+struct AlertRule {
+    std::string name;
+    std::string expr;        // as written
+    std::string aggregate;   // "", avg, min, max, sum
+    std::string metric;
+    std::string op;          // < <= > >= == !=
+    double threshold = 0;
+    double for_s = 0;
+    std::string action = "log";  // log | webhook | exit
+    std::string webhook;
+    std::string severity = "warning";
+
+    bool holds(double v) const;
+};
+
+/// Parses "avg(gpu_util) > 90 for 10m"; errors name what is wrong.
+Result<AlertRule> parse_condition(std::string_view expr);
+/// Reads [[rule]] tables; errors name the file, the rule and the key.
+Result<std::vector<AlertRule>> parse_rules(std::string_view toml_text, const std::string& source);
+Result<std::vector<AlertRule>> load_rules(const std::string& path);
+
+struct AlertEvent {
+    const AlertRule* rule = nullptr;
+    std::string series;       // "gpu=0" or "" for aggregates and unlabelled metrics
+    bool firing = true;       // false: resolved
+    double value = 0;
+    double since_unix_s = 0;  // when the condition started to hold
+    double at_unix_s = 0;
+    /// "gpu-idle firing: gpu_util{gpu=0} = 3 < 20 for 10m (since 12:00:03)"
+    std::string describe() const;
+    /// Alertmanager's webhook payload (version 4) with this one alert.
+    std::string webhook_json() const;
+};
+
+class AlertEngine {
+public:
+    explicit AlertEngine(std::vector<AlertRule> rules) : rules_(std::move(rules)) {}
+    /// Advances every rule to `s` and returns the alerts that fired or resolved at it.
+    std::vector<AlertEvent> evaluate(const Snapshot& s);
+    const std::vector<AlertRule>& rules() const { return rules_; }
+    /// Alerts firing now.
+    size_t firing() const;
+
+private:
+    struct State {
+        double since = -1;  // condition holding since (unix s); -1: not holding
+        bool firing = false;
+    };
+    std::vector<AlertRule> rules_;
+    std::vector<std::map<std::string, State>> state_;  // per rule, per series
+};
+
+}  // namespace strato::monitor

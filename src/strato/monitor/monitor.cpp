@@ -1,0 +1,190 @@
+#include "strato/monitor/monitor.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "strato/core/log.h"
+#include "strato/core/signals.h"
+#include "strato/loadgen/http_parse.h"
+#include "strato/loadgen/load.h"
+#include "strato/loadgen/oip_target.h"
+#include "strato/serve/http/server.h"
+
+namespace strato::monitor {
+
+struct Monitor::Exporter {
+    std::unique_ptr<serve::http::Server> server;
+};
+
+namespace {
+
+double unix_now() {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Monitor>> Monitor::create(MonitorOptions options) {
+    if (!(options.interval_s > 0)) return invalid_argument("--interval must be > 0");
+    for (const auto& r : options.rules) {
+        if (r.action != "webhook") continue;
+        STRATO_ASSIGN_OR_RETURN(loadgen::Url url, loadgen::parse_url(r.webhook));
+        STRATO_ASSIGN_OR_RETURN(bool loopback, loadgen::is_loopback_host(url.host));
+        if (!loopback && !options.allow_remote_webhooks)
+            return invalid_argument("rule {}: webhook {} is not on this machine; pass --allow-remote-webhooks to send "
+                                    "alerts off it",
+                                    r.name, r.webhook);
+    }
+    std::unique_ptr<Monitor> m(new Monitor);
+    m->options_ = options;
+    m->proc_ = ProcSampler({"/proc", options.pids});
+    m->alerts_ = std::make_unique<AlertEngine>(options.rules);
+    if (options.replay.empty()) {
+        auto nvml = Nvml::open(options.nvml_library);
+        if (nvml.is_ok()) {
+            m->nvml_ = *nvml;
+            m->nvml_->set_dcgm_labels(options.dcgm_labels);
+            const auto& g = m->nvml_->gpus();
+            m->gpu_summary_ = fmt::format("{} GPU{}: {}{}", g.size(), g.size() == 1 ? "" : "s",
+                                          g.empty() ? "" : g.front().name,
+                                          m->nvml_->driver_version().empty()
+                                              ? ""
+                                              : fmt::format(" (driver {})", m->nvml_->driver_version()));
+        } else {
+            m->gpu_summary_ = nvml.status().message();
+        }
+    } else {
+        std::error_code ec;
+        if (!std::filesystem::is_regular_file(options.replay, ec))
+            return not_found("--replay {}: no such file", options.replay);
+        m->gpu_summary_ = "replaying " + options.replay;
+    }
+    if (options.port >= 0) {
+        m->exporter_ = std::make_unique<Exporter>();
+        serve::http::ServerOptions so;
+        so.address = options.address;
+        so.port = static_cast<uint16_t>(options.port);
+        so.threads = 1;
+        so.server_name = "strato-monitor";
+        Monitor* self = m.get();
+        m->exporter_->server = std::make_unique<serve::http::Server>(so, [self](serve::http::Request&& req,
+                                                                                serve::http::Reply reply) {
+            serve::http::Response r;
+            std::string path = req.target.substr(0, req.target.find('?'));
+            if (req.method != "GET" && req.method != "HEAD") {
+                r.status = 405;
+                r.body = "only GET\n";
+            } else if (path == "/metrics") {
+                r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+                std::lock_guard<std::mutex> lock(self->text_mu_);
+                r.body = self->text_;
+            } else if (path == "/" || path == "/health") {
+                r.content_type = "text/plain";
+                r.body = "strato monitor: metrics at /metrics\n";
+            } else {
+                r.status = 404;
+                r.body = "not found; metrics are at /metrics\n";
+            }
+            reply(std::move(r));
+        });
+        Status s = m->exporter_->server->start();
+        if (!s.is_ok()) return s.with_context(fmt::format("exporter on {}:{}", options.address, options.port));
+    }
+    return m;
+}
+
+Monitor::~Monitor() {
+    if (exporter_ && exporter_->server) exporter_->server->stop();
+}
+
+int Monitor::port() const { return exporter_ ? exporter_->server->port() : -1; }
+
+void Monitor::stop() { stop_ = true; }
+
+Snapshot Monitor::sample() {
+    Snapshot s;
+    s.unix_s = unix_now();
+    proc_.sample(s);
+    if (nvml_) nvml_->sample(s);
+    else s.notes.push_back(gpu_summary_);
+    return s;
+}
+
+void Monitor::publish(const Snapshot& s) {
+    std::string text = to_prometheus(s);
+    std::lock_guard<std::mutex> lock(text_mu_);
+    text_ = std::move(text);
+}
+
+Status Monitor::fire(const AlertEvent& e, MonitorSummary& summary) {
+    if (e.firing) ++summary.alerts_fired;
+    std::string line = e.describe();
+    if (e.firing) log::warn("alert {}", line);
+    else log::info("alert {}", line);
+    if (e.rule->action == "webhook") {
+        auto url = loadgen::parse_url(e.rule->webhook);
+        auto reply = loadgen::http_request(*url, "POST", url->target, e.webhook_json(), 5000);
+        if (!reply.is_ok()) log::warn("alert {}: webhook {} failed: {}", e.rule->name, e.rule->webhook, reply.status().message());
+        else if (reply->status >= 300)
+            log::warn("alert {}: webhook {} answered HTTP {}", e.rule->name, e.rule->webhook, reply->status);
+    }
+    if (e.firing && e.rule->action == "exit") summary.exit_alert = line;
+    return Status::ok();
+}
+
+Result<MonitorSummary> Monitor::run() {
+    MonitorSummary summary;
+    std::ofstream jsonl;
+    if (!options_.jsonl.empty()) {
+        jsonl.open(options_.jsonl, std::ios::app);
+        if (!jsonl) return io_error("cannot append to {}", options_.jsonl);
+    }
+    std::ifstream replay;
+    int64_t replay_line = 0;
+    if (!options_.replay.empty()) {
+        replay.open(options_.replay);
+        if (!replay) return not_found("cannot read {}", options_.replay);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    auto next = start;
+    const auto interval = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(options_.interval_s));
+    while (!stop_ && !signals::stop_requested()) {
+        Snapshot s;
+        if (replay.is_open()) {
+            std::string line;
+            if (!std::getline(replay, line)) break;
+            ++replay_line;
+            if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+            auto j = nlohmann::json::parse(line, nullptr, false);
+            std::string err;
+            if (j.is_discarded()) return data_loss("{}:{}: not JSON", options_.replay, replay_line);
+            if (!from_json(j, &s, &err)) return data_loss("{}:{}: {}", options_.replay, replay_line, err);
+        } else {
+            s = sample();
+        }
+        ++summary.samples;
+        publish(s);
+        if (jsonl.is_open()) {
+            jsonl << to_json(s).dump() << '\n';
+            jsonl.flush();
+        }
+        for (const AlertEvent& e : alerts_->evaluate(s)) STRATO_RETURN_IF_ERROR(fire(e, summary));
+        if (!summary.exit_alert.empty()) break;
+        if (options_.duration_s > 0 &&
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= options_.duration_s)
+            break;
+        if (replay.is_open()) continue;  // replay as fast as the file reads
+        next += interval;
+        while (!stop_ && !signals::stop_requested() && std::chrono::steady_clock::now() < next)
+            std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+                next - std::chrono::steady_clock::now(), std::chrono::milliseconds(50)));
+    }
+    return summary;
+}
+
+}  // namespace strato::monitor

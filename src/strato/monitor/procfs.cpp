@@ -1,0 +1,140 @@
+#include "strato/monitor/procfs.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace strato::monitor {
+
+namespace {
+
+bool read_text(const std::string& path, std::string* out) {
+    std::ifstream in(path);
+    if (!in) return false;
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    *out = ss.str();
+    return true;
+}
+
+}  // namespace
+
+ProcSampler::ProcSampler(ProcOptions options) : options_(std::move(options)) {}
+
+void ProcSampler::sample(Snapshot& out) {
+    const std::string& root = options_.root;
+    std::string text;
+    // /proc/stat: "cpu  user nice system idle iowait irq softirq steal ..."
+    if (read_text(root + "/stat", &text)) {
+        std::istringstream ss(text);
+        std::string cpu;
+        uint64_t v[8] = {};
+        ss >> cpu >> v[0] >> v[1] >> v[2] >> v[3] >> v[4] >> v[5] >> v[6] >> v[7];
+        CpuTimes now;
+        for (uint64_t x : v) now.total += x;
+        now.busy = now.total - v[3] - v[4];
+        uint64_t dt = now.total - last_cpu_.total;
+        double util = dt > 0 ? 100.0 * static_cast<double>(now.busy - last_cpu_.busy) / static_cast<double>(dt) : 0;
+        last_cpu_ = now;
+        out.add("strato_cpu_utilization_percent", "cpu_util", "Busy CPU time since the previous sample, percent of all cores",
+                util);
+        const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+        out.add("strato_cpu_busy_seconds_total", "", "CPU time spent busy, all cores", static_cast<double>(now.busy) / tick,
+                {}, true);
+    } else {
+        out.notes.push_back("cannot read " + root + "/stat");
+    }
+    out.add("strato_cpu_cores", "cpu_cores", "Online CPU cores", static_cast<double>(sysconf(_SC_NPROCESSORS_ONLN)));
+    if (read_text(root + "/loadavg", &text)) {
+        double l1 = 0;
+        std::istringstream(text) >> l1;
+        out.add("strato_load1", "load1", "One-minute load average", l1);
+    }
+    // /proc/meminfo: "MemTotal:  16330000 kB"
+    if (read_text(root + "/meminfo", &text)) {
+        std::istringstream ss(text);
+        std::string key;
+        double kb = 0, total = 0, avail = 0;
+        std::string unit;
+        while (ss >> key >> kb) {
+            std::getline(ss, unit);
+            if (key == "MemTotal:") total = kb * 1024;
+            if (key == "MemAvailable:") avail = kb * 1024;
+        }
+        out.add("strato_memory_total_bytes", "mem_total_bytes", "Physical memory", total);
+        out.add("strato_memory_used_bytes", "mem_used_bytes", "Physical memory not available to new processes",
+                total - avail);
+        out.add("strato_memory_used_percent", "mem_used_pct", "Memory in use, percent", total > 0 ? 100 * (total - avail) / total : 0);
+    }
+    // /proc/diskstats: major minor name reads merged sectors ms writes merged sectors ms ...
+    if (read_text(root + "/diskstats", &text)) {
+        std::istringstream ss(text);
+        std::string line;
+        while (std::getline(ss, line)) {
+            std::istringstream ls(line);
+            unsigned major = 0, minor = 0;
+            std::string dev;
+            uint64_t f[7] = {};
+            ls >> major >> minor >> dev >> f[0] >> f[1] >> f[2] >> f[3] >> f[4] >> f[5] >> f[6];
+            if (!ls || dev.rfind("loop", 0) == 0 || dev.rfind("ram", 0) == 0) continue;
+            out.add("strato_disk_read_bytes_total", "disk_read_bytes", "Bytes read from the device", f[2] * 512.0,
+                    {{"device", dev}}, true);
+            out.add("strato_disk_written_bytes_total", "disk_written_bytes", "Bytes written to the device", f[6] * 512.0,
+                    {{"device", dev}}, true);
+        }
+    }
+    // /proc/net/dev: "  eth0: rxbytes rxpackets ... (8 rx fields) txbytes ..."
+    if (read_text(root + "/net/dev", &text)) {
+        std::istringstream ss(text);
+        std::string line;
+        while (std::getline(ss, line)) {
+            size_t colon = line.find(':');
+            if (colon == std::string::npos) continue;
+            std::string dev = line.substr(0, colon);
+            dev.erase(0, dev.find_first_not_of(' '));
+            std::istringstream ls(line.substr(colon + 1));
+            uint64_t f[9] = {};
+            for (auto& x : f) ls >> x;
+            if (!ls) continue;
+            out.add("strato_network_receive_bytes_total", "net_rx_bytes", "Bytes received on the interface",
+                    static_cast<double>(f[0]), {{"device", dev}}, true);
+            out.add("strato_network_transmit_bytes_total", "net_tx_bytes", "Bytes sent on the interface",
+                    static_cast<double>(f[8]), {{"device", dev}}, true);
+        }
+    }
+    // Processes: strato itself and --pid ones.
+    std::vector<pid_t> pids = options_.pids;
+    pids.insert(pids.begin(), getpid());
+    const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+    const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
+    for (pid_t pid : pids) {
+        std::string dir = fmt::format("{}/{}", root, pid);
+        std::string stat, statm;
+        if (!read_text(dir + "/stat", &stat) || !read_text(dir + "/statm", &statm)) {
+            out.notes.push_back(fmt::format("process {} is gone", pid));
+            continue;
+        }
+        // "pid (comm) state ppid ..." — comm may contain spaces and parentheses; fields follow the last ')'.
+        size_t open = stat.find('('), close = stat.rfind(')');
+        if (open == std::string::npos || close == std::string::npos) continue;
+        std::string comm = stat.substr(open + 1, close - open - 1);
+        std::istringstream ls(stat.substr(close + 2));
+        std::vector<std::string> f;
+        std::string tok;
+        while (ls >> tok) f.push_back(tok);
+        if (f.size() < 18) continue;
+        double utime = std::stod(f[11]), stime = std::stod(f[12]), threads = std::stod(f[17]);
+        double resident = 0, size = 0;
+        std::istringstream(statm) >> size >> resident;
+        Labels l = {{"pid", std::to_string(pid)}, {"comm", comm}};
+        out.add("strato_process_cpu_seconds_total", "proc_cpu_seconds", "User and system CPU time of the process",
+                (utime + stime) / tick, l, true);
+        out.add("strato_process_resident_memory_bytes", "proc_rss_bytes", "Resident memory of the process",
+                resident * page, l);
+        out.add("strato_process_threads", "proc_threads", "Threads of the process", threads, l);
+    }
+}
+
+}  // namespace strato::monitor

@@ -1,0 +1,47 @@
+#pragma once
+// One sample of everything `strato monitor` watches: named, labelled values at one instant, in a
+// form that becomes Prometheus text, a JSONL line, or the input of the alert rules.
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace strato::monitor {
+
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+struct Metric {
+    std::string name;   // Prometheus name: strato_cpu_utilization_ratio, DCGM_FI_DEV_GPU_UTIL, ...
+    std::string alias;  // short name for alert rules and JSONL: cpu_util, gpu_util, ...
+    std::string help;
+    bool counter = false;  // else a gauge
+    Labels labels;
+    double value = 0;
+};
+
+struct Snapshot {
+    double unix_s = 0;            // wall clock of the sample
+    std::vector<Metric> metrics;
+    std::vector<std::string> notes;  // "no GPU: ..." and other sampler conditions
+
+    void add(std::string name, std::string alias, std::string help, double value, Labels labels = {},
+             bool counter = false);
+    /// Every metric whose name or alias is `key`.
+    std::vector<const Metric*> find(const std::string& key) const;
+};
+
+/// Prometheus text exposition format 0.0.4: HELP and TYPE once per family, families in order of
+/// first appearance, label values escaped.
+std::string to_prometheus(const Snapshot& s);
+
+/// One JSON object per snapshot: {"t": unix_s, "<alias>": value | {"<label>": value, ...}}.
+/// Labelled series are keyed by their most specific label (gpu index, device, pid).
+nlohmann::json to_json(const Snapshot& s);
+
+/// Parses a line written by to_json back into a snapshot (for `strato monitor --replay`).
+/// Only aliases survive the round trip, which is what alert rules use.
+bool from_json(const nlohmann::json& j, Snapshot* out, std::string* error);
+
+}  // namespace strato::monitor

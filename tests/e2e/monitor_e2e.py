@@ -1,0 +1,211 @@
+#!/usr/bin/python3
+"""`strato monitor` end to end with a stand-in NVML driver library (argv[2]): the Prometheus
+endpoint passes promtool, GPU alert rules fire and resolve through a webhook on loopback, an exit
+rule ends the process with status 3, bad rule files are one clear line. With --prometheus, a real
+Prometheus server scrapes the endpoint instead (the slow test)."""
+import http.server
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+STRATO, FAKE_NVML = sys.argv[1], sys.argv[2]
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url, timeout=5):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.status, r.headers.get("Content-Type"), r.read().decode()
+
+
+def wait_for(pred, timeout, what):
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred():
+            return True
+        time.sleep(0.1)
+    failures.append(f"timed out after {timeout} s waiting for {what}")
+    return False
+
+
+class Hooks(http.server.BaseHTTPRequestHandler):
+    received = []
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        Hooks.received.append(json.loads(body))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def start_monitor(tmp, state, rules, port, extra=()):
+    env = dict(os.environ, STRATO_NVML_LIBRARY=FAKE_NVML, FAKE_NVML_STATE=state)
+    args = [STRATO, "monitor", "--port", str(port), "--interval", "200ms", "--jsonl", os.path.join(tmp, "m.jsonl"), *extra]
+    if rules:
+        args += ["--rules", rules]
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: metrics_ok(port), 10, "the exporter")
+    return proc
+
+
+def metrics_ok(port):
+    try:
+        return "DCGM_FI_DEV_GPU_UTIL" in get(f"http://127.0.0.1:{port}/metrics", 1)[2]
+    except OSError:
+        return False
+
+
+def alerts_and_exporter(tmp):
+    state = os.path.join(tmp, "nvml")
+    with open(state, "w") as f:
+        f.write("2 50 10\n")
+    hooks = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hooks)
+    threading.Thread(target=hooks.serve_forever, daemon=True).start()
+    rules = os.path.join(tmp, "alerts.toml")
+    with open(rules, "w") as f:
+        f.write(f'[[rule]]\nname = "gpu-idle"\nwhen = "gpu_util < 20 for 1s"\naction = "webhook"\n'
+                f'webhook = "http://127.0.0.1:{hooks.server_address[1]}/alerts"\n\n'
+                '[[rule]]\nname = "gpu-hot"\nwhen = "avg(gpu_util) > 95 for 600ms"\naction = "exit"\n')
+    port = free_port()
+    proc = start_monitor(tmp, state, rules, port)
+    try:
+        status, ctype, text = get(f"http://127.0.0.1:{port}/metrics")
+        check(status == 200 and ctype.startswith("text/plain; version=0.0.4"), f"content type {ctype}")
+        check('DCGM_FI_DEV_GPU_UTIL{gpu="1",uuid="GPU-fake-2",device="nvidia1",model_name="Fake H200"} 50' in text, text[:2000])
+        check("DCGM_FI_DEV_POWER_USAGE" in text and "strato_cpu_utilization_percent" in text, "families")
+        lint = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+        check(lint.returncode == 0, f"promtool: {lint.returncode} {lint.stdout}{lint.stderr}")
+
+        with open(state, "w") as f:
+            f.write("2 5 10\n")
+        wait_for(lambda: len([h for h in Hooks.received if h["status"] == "firing"]) >= 2, 10, "two firing webhooks")
+        firing = [h for h in Hooks.received if h["status"] == "firing"]
+        check(sorted(h["alerts"][0]["labels"]["series"] for h in firing) == ["gpu=0", "gpu=1"], str(firing))
+        check(all(h["alerts"][0]["labels"]["alertname"] == "gpu-idle" for h in firing), "alertname")
+        with open(state, "w") as f:
+            f.write("2 60 10\n")
+        wait_for(lambda: len([h for h in Hooks.received if h["status"] == "resolved"]) >= 2, 10, "two resolved webhooks")
+
+        with open(state, "w") as f:
+            f.write("2 99 10\n")
+        try:
+            rc = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            rc = None
+        err = proc.stderr.read()
+        check(rc == 3, f"exit rule: status {rc}, expected 3; {err}")
+        check("strato monitor: alert: gpu-hot firing: avg(gpu_util) = 99 > 95" in err, err)
+        with open(os.path.join(tmp, "m.jsonl")) as f:
+            lines = [json.loads(line) for line in f]
+        check(len(lines) >= 10 and lines[-1]["gpu_util"] == {"0": 99, "1": 99}, f"jsonl {lines[-1] if lines else None}")
+
+        # The same log replayed: the idle rule fires again, deterministically, without sampling.
+        replay = subprocess.run([STRATO, "monitor", "--replay", os.path.join(tmp, "m.jsonl"), "--rules", rules,
+                                 "--no-exporter"], capture_output=True, text=True, timeout=60)
+        check(replay.returncode == 3, f"replay: {replay.returncode} {replay.stderr}")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        hooks.shutdown()
+
+
+def bad_inputs(tmp):
+    rules = os.path.join(tmp, "bad.toml")
+    with open(rules, "w") as f:
+        f.write('[[rule]]\nwhen = "gpu_util < twenty"\n')
+    cases = [
+        (["monitor", "--rules", rules, "--once"], "'twenty' is not a number"),
+        (["monitor", "--rules", os.path.join(tmp, "missing.toml")], "missing.toml"),
+        (["monitor", "--interval", "fast"], "duration 'fast'"),
+        (["monitor", "--replay", os.path.join(tmp, "nope.jsonl"), "--no-exporter"], "nope.jsonl"),
+    ]
+    for args, needle in cases:
+        p = subprocess.run([STRATO, *args], capture_output=True, text=True, timeout=30)
+        check(p.returncode == 1 and p.stderr.startswith("strato monitor: error: ") and needle in p.stderr,
+              f"{args}: {p.returncode} {p.stderr!r}")
+    # Without a driver: a clean "no GPU" and CPU metrics only.
+    env = dict(os.environ, STRATO_NVML_LIBRARY="/nonexistent/libnvidia-ml.so.1")
+    p = subprocess.run([STRATO, "monitor", "--once", "--json"], capture_output=True, text=True, env=env, timeout=30)
+    j = json.loads(p.stdout)
+    check(p.returncode == 0 and "gpu_util" not in j and "cpu_util" in j, p.stdout[:500])
+    check(any(n.startswith("no GPU") for n in j.get("notes", [])), str(j.get("notes")))
+    # The port is taken: a clear error.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        p = subprocess.run([STRATO, "monitor", "--port", str(s.getsockname()[1]), "--duration", "1s"],
+                           capture_output=True, text=True, timeout=30)
+        check(p.returncode == 1 and "exporter on 127.0.0.1" in p.stderr, p.stderr)
+
+
+def prometheus_scrape(tmp):
+    if not shutil.which("prometheus"):
+        print("prometheus not installed; skipping")
+        sys.exit(77)
+    state = os.path.join(tmp, "nvml")
+    with open(state, "w") as f:
+        f.write("2 42 10\n")
+    port, prom_port = free_port(), free_port()
+    proc = start_monitor(tmp, state, None, port)
+    cfg = os.path.join(tmp, "prometheus.yml")
+    with open(cfg, "w") as f:
+        f.write(f"global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
+                f"  - job_name: strato\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n")
+    prom = subprocess.Popen(["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={tmp}/tsdb",
+                             f"--web.listen-address=127.0.0.1:{prom_port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def query(q):
+            try:
+                body = get(f"http://127.0.0.1:{prom_port}/api/v1/query?query={q}", 2)[2]
+                return json.loads(body)["data"]["result"]
+            except (OSError, KeyError, ValueError):
+                return []
+        wait_for(lambda: len(query("DCGM_FI_DEV_GPU_UTIL")) == 2, 30, "Prometheus to scrape two GPU series")
+        series = query("DCGM_FI_DEV_GPU_UTIL")
+        check(all(s["value"][1] == "42" and s["metric"]["job"] == "strato" for s in series), str(series))
+        up = query("up")
+        check(up and up[0]["value"][1] == "1", f"up {up}")
+        check(len(query("strato_memory_total_bytes")) == 1, "host metrics scraped")
+    finally:
+        prom.terminate()
+        proc.terminate()
+        prom.wait(timeout=10)
+        proc.wait(timeout=10)
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        if "--prometheus" in sys.argv:
+            prometheus_scrape(tmp)
+        else:
+            alerts_and_exporter(tmp)
+            bad_inputs(tmp)
+    if failures:
+        print("\n".join(failures))
+        sys.exit(1)
+    print("monitor e2e: ok")
+
+
+if __name__ == "__main__":
+    main()

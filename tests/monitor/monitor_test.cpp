@@ -1,0 +1,197 @@
+// Monitor: alert rule parsing and `for` semantics on synthetic snapshots, the exposition format,
+// procfs values, and NVML through a stand-in driver library.
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "strato/monitor/alerts.h"
+#include "strato/monitor/monitor.h"
+#include "strato/monitor/nvml.h"
+#include "strato/monitor/procfs.h"
+
+namespace strato::monitor {
+namespace {
+
+Snapshot gpus(double t, std::vector<double> utils) {
+    Snapshot s;
+    s.unix_s = t;
+    for (size_t i = 0; i < utils.size(); ++i)
+        s.add("DCGM_FI_DEV_GPU_UTIL", "gpu_util", "GPU utilization (in %).", utils[i], {{"gpu", std::to_string(i)}});
+    return s;
+}
+
+TEST(AlertRule, ParsesConditions) {
+    auto r = parse_condition("gpu_util < 20 for 10m");
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_EQ(r->metric, "gpu_util");
+    EXPECT_EQ(r->op, "<");
+    EXPECT_EQ(r->threshold, 20);
+    EXPECT_EQ(r->for_s, 600);
+    auto a = parse_condition("avg(DCGM_FI_DEV_GPU_UTIL) >= 90.5");
+    ASSERT_TRUE(a.is_ok());
+    EXPECT_EQ(a->aggregate, "avg");
+    EXPECT_EQ(a->metric, "DCGM_FI_DEV_GPU_UTIL");
+    EXPECT_EQ(a->for_s, 0);
+    for (const char* bad : {"", "gpu_util", "gpu_util < x", "gpu_util ~ 3", "median(x) > 1", "avg(x > 1",
+                            "gpu_util < 20 during 5m", "gpu_util < 20 for 5y"})
+        EXPECT_FALSE(parse_condition(bad).is_ok()) << bad;
+    EXPECT_NE(parse_condition("gpu_util < x").status().message().find("'x' is not a number"), std::string::npos);
+}
+
+TEST(AlertRule, RulesFileErrorsNameTheRule) {
+    auto ok = parse_rules("[[rule]]\nname = \"idle\"\nwhen = \"gpu_util < 20 for 10m\"\naction = \"exit\"\n", "a.toml");
+    ASSERT_TRUE(ok.is_ok()) << ok.status().message();
+    EXPECT_EQ(ok->at(0).action, "exit");
+    EXPECT_NE(parse_rules("[[rule]]\nname = \"x\"\n", "a.toml").status().message().find("a.toml rule 1: missing 'when'"),
+              std::string::npos);
+    EXPECT_NE(parse_rules("[[rule]]\nwhen = \"cpu_util > 1\"\naction = \"page\"\n", "a.toml").status().message().find(
+                  "action must be log, webhook or exit"),
+              std::string::npos);
+    EXPECT_NE(parse_rules("[[rule]]\nwhen = \"cpu_util > 1\"\naction = \"webhook\"\n", "a.toml").status().message().find(
+                  "needs webhook"),
+              std::string::npos);
+    EXPECT_NE(parse_rules("[[rule]]\nwhen = \"cpu_util >\"\n", "a.toml").status().message().find("a.toml rule 1"),
+              std::string::npos);
+    EXPECT_FALSE(parse_rules("[[rule]]\nwhen = \"cpu_util > 1\"\ncolour = \"red\"\n", "a.toml").is_ok());
+    EXPECT_FALSE(parse_rules("rules = 3\n", "a.toml").is_ok());
+    EXPECT_FALSE(parse_rules("[[rule]\n", "a.toml").is_ok());
+}
+
+TEST(AlertEngine, FiresAfterTheDurationPerSeriesAndResolves) {
+    AlertEngine e({*parse_condition("gpu_util < 20 for 10m")});
+    e.evaluate(gpus(0, {5, 50}));
+    EXPECT_TRUE(e.evaluate(gpus(300, {5, 50})).empty());  // pending
+    auto fired = e.evaluate(gpus(600, {5, 50}));
+    ASSERT_EQ(fired.size(), 1u);
+    EXPECT_TRUE(fired[0].firing);
+    EXPECT_EQ(fired[0].series, "gpu=0");
+    EXPECT_EQ(fired[0].since_unix_s, 0);
+    EXPECT_TRUE(e.evaluate(gpus(700, {5, 50})).empty());  // fires once
+    EXPECT_EQ(e.firing(), 1u);
+    auto resolved = e.evaluate(gpus(710, {40, 50}));
+    ASSERT_EQ(resolved.size(), 1u);
+    EXPECT_FALSE(resolved[0].firing);
+    EXPECT_EQ(e.firing(), 0u);
+    // A blip above the threshold restarts the clock.
+    e.evaluate(gpus(800, {5, 50}));
+    e.evaluate(gpus(1300, {25, 50}));
+    EXPECT_TRUE(e.evaluate(gpus(1400, {5, 50})).empty());
+    EXPECT_TRUE(e.evaluate(gpus(1900, {5, 50})).empty());
+    EXPECT_EQ(e.evaluate(gpus(2000, {5, 50})).size(), 1u);
+}
+
+TEST(AlertEngine, AggregatesOverSeries) {
+    AlertEngine e({*parse_condition("avg(gpu_util) > 90 for 10m")});
+    e.evaluate(gpus(0, {95, 92}));
+    auto fired = e.evaluate(gpus(600, {95, 89}));
+    ASSERT_EQ(fired.size(), 1u);
+    EXPECT_DOUBLE_EQ(fired[0].value, 92);
+    EXPECT_EQ(fired[0].series, "");
+    auto j = nlohmann::json::parse(fired[0].webhook_json());
+    EXPECT_EQ(j["version"], "4");
+    EXPECT_EQ(j["alerts"][0]["status"], "firing");
+    EXPECT_EQ(j["alerts"][0]["startsAt"], "1970-01-01T00:00:00Z");
+}
+
+TEST(Exposition, PrometheusTextAndJsonRoundTrip) {
+    Snapshot s = gpus(1.5, {7, 8});
+    s.add("strato_disk_read_bytes_total", "disk_read_bytes", "Bytes read", 1024, {{"device", "v\"da"}}, true);
+    std::string text = to_prometheus(s);
+    EXPECT_NE(text.find("# TYPE DCGM_FI_DEV_GPU_UTIL gauge\nDCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 7\n"
+                        "DCGM_FI_DEV_GPU_UTIL{gpu=\"1\"} 8\n"),
+              std::string::npos)
+        << text;
+    EXPECT_NE(text.find("# TYPE strato_disk_read_bytes_total counter\n"), std::string::npos);
+    EXPECT_NE(text.find("device=\"v\\\"da\""), std::string::npos);
+    Snapshot back;
+    std::string err;
+    ASSERT_TRUE(from_json(to_json(s), &back, &err)) << err;
+    EXPECT_EQ(back.unix_s, 1.5);
+    EXPECT_EQ(back.find("gpu_util").size(), 2u);
+    EXPECT_FALSE(from_json(nlohmann::json::parse("{\"cpu_util\": 3}"), &back, &err));
+    EXPECT_FALSE(from_json(nlohmann::json::parse("{\"t\": 1, \"cpu_util\": \"high\"}"), &back, &err));
+}
+
+TEST(ProcSampler, ReadsThisMachine) {
+    ProcSampler p;
+    Snapshot s;
+    p.sample(s);
+    ASSERT_EQ(s.find("mem_total_bytes").size(), 1u);
+    EXPECT_GT(s.find("mem_total_bytes")[0]->value, 1e8);
+    EXPECT_GE(s.find("cpu_util")[0]->value, 0);
+    EXPECT_LE(s.find("cpu_util")[0]->value, 100);
+    bool self = false;
+    for (const Metric* m : s.find("proc_rss_bytes"))
+        for (const auto& [k, v] : m->labels) self |= k == "pid" && v == std::to_string(getpid());
+    EXPECT_TRUE(self);
+    EXPECT_FALSE(s.find("net_rx_bytes").empty());
+}
+
+TEST(Nvml, NoDriverIsACleanNoGpu) {
+    auto n = Nvml::open("/nonexistent/libnvidia-ml.so.1");
+    ASSERT_FALSE(n.is_ok());
+    EXPECT_EQ(n.status().message().rfind("no GPU: cannot load NVML", 0), 0u);
+}
+
+TEST(Nvml, ReadsGpusThroughTheDriverLibrary) {
+    std::string state = testing::TempDir() + "/nvml_state";
+    std::ofstream(state) << "3 17 4\n";
+    setenv("FAKE_NVML_STATE", state.c_str(), 1);
+    auto n = Nvml::open(FAKE_NVML);
+    ASSERT_TRUE(n.is_ok()) << n.status().message();
+    EXPECT_EQ((*n)->gpus().size(), 3u);
+    EXPECT_EQ((*n)->driver_version(), "999.99-fake");
+    EXPECT_NEAR((*n)->gpus()[0].memory_total_mib, 144384, 1e-9);
+    Snapshot s;
+    (*n)->sample(s);
+    auto util = s.find("DCGM_FI_DEV_GPU_UTIL");
+    ASSERT_EQ(util.size(), 3u);
+    EXPECT_EQ(util[2]->value, 17);
+    EXPECT_EQ(s.find("gpu_power_w")[0]->value, 123.456);
+    EXPECT_EQ(util[1]->labels[1], (std::pair<std::string, std::string>("uuid", "GPU-fake-2")));
+    (*n)->set_dcgm_labels(true);
+    Snapshot dcgm;
+    (*n)->sample(dcgm);
+    EXPECT_EQ(dcgm.metrics[0].labels[3].first, "modelName");
+    unsetenv("FAKE_NVML_STATE");
+}
+
+TEST(Monitor, ReplayRunsTheRulesAndStopsOnAnExitAlert) {
+    std::string log = testing::TempDir() + "/replay.jsonl";
+    {
+        std::ofstream out(log);
+        for (int t = 0; t <= 20; ++t) out << "{\"t\": " << t * 60 << ", \"gpu_util\": {\"0\": " << (t < 5 ? 80 : 3) << "}}\n";
+    }
+    MonitorOptions o;
+    o.port = -1;
+    o.replay = log;
+    o.rules = *parse_rules("[[rule]]\nname = \"idle\"\nwhen = \"gpu_util < 20 for 10m\"\naction = \"exit\"\n", "r");
+    auto m = Monitor::create(o);
+    ASSERT_TRUE(m.is_ok()) << m.status().message();
+    auto summary = (*m)->run();
+    ASSERT_TRUE(summary.is_ok()) << summary.status().message();
+    EXPECT_EQ(summary->samples, 16);  // util drops at t = 300 s; fires at t = 900 s, the 16th line
+    EXPECT_NE(summary->exit_alert.find("idle firing: gpu_util{series=0} = 3 < 20"), std::string::npos)
+        << summary->exit_alert;
+
+    std::ofstream(log, std::ios::app) << "{\"t\": \"later\"}\n";
+    o.rules[0].action = "log";
+    auto bad = (*Monitor::create(o))->run();
+    ASSERT_FALSE(bad.is_ok());
+    EXPECT_NE(bad.status().message().find("replay.jsonl:22"), std::string::npos) << bad.status().message();
+}
+
+TEST(Monitor, RemoteWebhooksNeedConsent) {
+    MonitorOptions o;
+    o.port = -1;
+    o.rules = *parse_rules("[[rule]]\nwhen = \"cpu_util > 1\"\naction = \"webhook\"\nwebhook = \"http://192.0.2.1/x\"\n", "r");
+    auto m = Monitor::create(o);
+    ASSERT_FALSE(m.is_ok());
+    EXPECT_NE(m.status().message().find("--allow-remote-webhooks"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace strato::monitor
