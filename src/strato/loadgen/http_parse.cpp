@@ -80,6 +80,7 @@ void ResponseParser::reset() {
     head_.clear();
     line_.clear();
     body_.clear();
+    headers_.clear();
     started_ = false;
     keep_alive_ = true;
     status_ = 0;
@@ -123,6 +124,7 @@ bool ResponseParser::parse_head() {
         size_t colon = line.find(':');
         if (colon == std::string_view::npos) continue;
         std::string_view name = line.substr(0, colon), value = trim(line.substr(colon + 1));
+        if (keep_body_) headers_.emplace_back(name, value);
         if (iequals(name, "content-length")) {
             auto [q, e] = std::from_chars(value.data(), value.data() + value.size(), length);
             if (e != std::errc() || q != value.data() + value.size() || length < 0) {
@@ -140,6 +142,7 @@ bool ResponseParser::parse_head() {
     keep_alive_ = !close || (http10 && keep);
     if (code < 200) {  // 1xx: an interim response; the real one follows
         head_.clear();
+        headers_.clear();
         return true;
     }
     if (code == 204 || code == 304) {

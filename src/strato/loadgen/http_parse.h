@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 #include <string_view>
 
 #include "strato/core/status.h"
@@ -51,6 +53,8 @@ public:
     /// Bytes consumed for this response, head included.
     int64_t bytes() const { return bytes_; }
     const std::string& body() const { return body_; }
+    /// The response's headers, kept only with keep_body(true) (control requests, proxies).
+    const std::vector<std::pair<std::string, std::string>>& headers() const { return headers_; }
     const std::string& error() const { return error_; }
 
 private:
@@ -63,6 +67,7 @@ private:
     std::string head_;  // status line and headers being collected
     std::string line_;  // chunk-size / trailer line being collected
     std::string body_;
+    std::vector<std::pair<std::string, std::string>> headers_;
     bool keep_body_ = false;
     bool started_ = false;
     bool keep_alive_ = true;

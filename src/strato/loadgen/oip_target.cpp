@@ -1,5 +1,9 @@
 #include "strato/loadgen/oip_target.h"
 
+#include <strings.h>
+
+#include <algorithm>
+
 #include <boost/asio.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -21,11 +25,14 @@ using serve::DataType;
 using serve::Tensor;
 
 Result<HttpReply> http_request(const Url& base, std::string_view method, const std::string& target,
-                               std::string_view body, int64_t timeout_ms) {
+                               std::string_view body, int64_t timeout_ms, const std::vector<std::string>& extra) {
     Url url = base;
     url.target = target;
-    std::vector<std::string> headers;
-    if (!body.empty()) headers.emplace_back("Content-Type: application/json");
+    std::vector<std::string> headers = extra;
+    bool typed = std::any_of(extra.begin(), extra.end(), [](const std::string& h) {
+        return h.size() > 13 && strncasecmp(h.c_str(), "content-type:", 13) == 0;
+    });
+    if (!body.empty() && !typed) headers.emplace_back("Content-Type: application/json");
     std::string request = build_request(url, method, headers, body);
     asio::io_context io;
     tcp::socket sock(io);
@@ -78,7 +85,7 @@ Result<HttpReply> http_request(const Url& base, std::string_view method, const s
     if (parser.failed())
         return Status(StatusCode::kUnavailable,
                       fmt::format("{} http://{}{}: bad response: {}", method, url.host_header, target, parser.error()));
-    return HttpReply{parser.status(), parser.body()};
+    return HttpReply{parser.status(), parser.body(), parser.headers()};
 }
 
 namespace {

@@ -20,9 +20,12 @@ namespace strato::loadgen {
 struct HttpReply {
     int status = 0;
     std::string body;
+    std::vector<std::pair<std::string, std::string>> headers;
 };
+/// `headers` are "Name: value" lines; without a Content-Type one, a body is sent as JSON.
 Result<HttpReply> http_request(const Url& base, std::string_view method, const std::string& target,
-                               std::string_view body = {}, int64_t timeout_ms = 5000);
+                               std::string_view body = {}, int64_t timeout_ms = 5000,
+                               const std::vector<std::string>& headers = {});
 
 struct InferTargetOptions {
     std::string model;

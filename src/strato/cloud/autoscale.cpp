@@ -1,0 +1,226 @@
+#include "strato/cloud/autoscale.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <toml++/toml.h>
+
+#include "strato/core/duration.h"
+#include "strato/core/fs.h"
+
+namespace strato::cloud {
+
+Result<double> parse_clock(std::string_view text) {
+    int h = -1, m = -1;
+    if (text.size() == 5 && text[2] == ':' && std::isdigit(static_cast<unsigned char>(text[0])) &&
+        std::isdigit(static_cast<unsigned char>(text[1])) && std::isdigit(static_cast<unsigned char>(text[3])) &&
+        std::isdigit(static_cast<unsigned char>(text[4]))) {
+        h = (text[0] - '0') * 10 + (text[1] - '0');
+        m = (text[3] - '0') * 10 + (text[4] - '0');
+    }
+    if (h < 0 || h > 24 || m < 0 || m > 59 || (h == 24 && m != 0))
+        return invalid_argument("time of day '{}': expected HH:MM (00:00 to 24:00)", text);
+    return h + m / 60.0;
+}
+
+Result<int> parse_days(std::string_view text) {
+    static const char* kDays[] = {"mon", "tue", "wed", "thu", "fri", "sat", "sun"};
+    auto day = [&](std::string_view d) -> int {
+        for (int i = 0; i < 7; ++i)
+            if (d == kDays[i]) return i;
+        return -1;
+    };
+    int mask = 0;
+    size_t pos = 0;
+    while (pos <= text.size()) {
+        size_t comma = text.find(',', pos);
+        std::string_view part = text.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
+        size_t dash = part.find('-');
+        int a = day(part.substr(0, dash)), b = dash == std::string_view::npos ? a : day(part.substr(dash + 1));
+        if (a < 0 || b < 0) return invalid_argument("days '{}': expected names like mon-fri or sat,sun", text);
+        for (int d = a;; d = (d + 1) % 7) {
+            mask |= 1 << d;
+            if (d == b) break;
+        }
+        if (comma == std::string_view::npos) break;
+        pos = comma + 1;
+    }
+    return mask;
+}
+
+namespace {
+
+Result<double> duration_field(const toml::table& t, const char* key, double def, const std::string& where) {
+    auto* n = t.get(key);
+    if (!n) return def;
+    if (auto v = n->value<std::string>()) {
+        auto s = parse_duration_s(*v);
+        if (!s.is_ok()) return s.status().with_context(fmt::format("{} {}", where, key));
+        return *s;
+    }
+    if (auto v = n->value<double>(); v && *v >= 0) return *v;
+    return invalid_argument("{}: {} must be a duration such as \"5m\"", where, key);
+}
+
+Result<double> number_field(const toml::table& t, const char* key, double def, double min, const std::string& where) {
+    auto* n = t.get(key);
+    if (!n) return def;
+    auto v = n->value<double>();
+    if (!v || *v < min) return invalid_argument("{}: {} must be a number >= {}", where, key, min);
+    return *v;
+}
+
+Status only_keys(const toml::table& t, std::initializer_list<std::string_view> keys, const std::string& where) {
+    for (auto&& [k, v] : t) {
+        if (std::find(keys.begin(), keys.end(), k.str()) == keys.end())
+            return invalid_argument("{}: unknown key '{}' (expected {})", where, k.str(),
+                                    fmt::join(keys.begin(), keys.end(), ", "));
+    }
+    return Status::ok();
+}
+
+}  // namespace
+
+Result<AutoscaleConfig> AutoscaleConfig::parse(std::string_view toml_text, const std::string& source) {
+    toml::table doc;
+    try {
+        doc = toml::parse(toml_text, source);
+    } catch (const toml::parse_error& e) {
+        return invalid_argument("{}:{}: {}", source, e.source().begin.line, e.description());
+    }
+    STRATO_RETURN_IF_ERROR(only_keys(doc, {"autoscale", "policy", "spot"}, source));
+    AutoscaleConfig c;
+    if (auto* a = doc["autoscale"].as_table()) {
+        std::string where = source + " [autoscale]";
+        STRATO_RETURN_IF_ERROR(
+            only_keys(*a, {"min_nodes", "max_nodes", "cooldown_up", "cooldown_down", "down_after"}, where));
+        STRATO_ASSIGN_OR_RETURN(double mn, number_field(*a, "min_nodes", 1, 0, where));
+        STRATO_ASSIGN_OR_RETURN(double mx, number_field(*a, "max_nodes", 8, 1, where));
+        c.min_nodes = static_cast<int>(mn);
+        c.max_nodes = static_cast<int>(mx);
+        if (c.min_nodes > c.max_nodes)
+            return invalid_argument("{}: min_nodes {} is above max_nodes {}", where, c.min_nodes, c.max_nodes);
+        STRATO_ASSIGN_OR_RETURN(c.cooldown_up_s, duration_field(*a, "cooldown_up", 60, where));
+        STRATO_ASSIGN_OR_RETURN(c.cooldown_down_s, duration_field(*a, "cooldown_down", 300, where));
+        STRATO_ASSIGN_OR_RETURN(c.down_after_s, duration_field(*a, "down_after", 300, where));
+    }
+    if (auto* s = doc["spot"].as_table()) {
+        STRATO_RETURN_IF_ERROR(only_keys(*s, {"enabled", "fallback_ondemand"}, source + " [spot]"));
+        c.spot = s->get("enabled") && (*s)["enabled"].value_or(false);
+        c.fallback_ondemand = (*s)["fallback_ondemand"].value_or(true);
+    }
+    if (auto* arr = doc["policy"].as_array()) {
+        int i = 0;
+        for (auto& node : *arr) {
+            std::string where = fmt::format("{} policy {}", source, ++i);
+            auto* t = node.as_table();
+            if (!t) return invalid_argument("{}: expected a [[policy]] table", where);
+            ScalePolicy p;
+            p.kind = (*t)["kind"].value_or(std::string());
+            if (p.kind == "backlog") {
+                STRATO_RETURN_IF_ERROR(only_keys(*t, {"kind", "per_node"}, where));
+                STRATO_ASSIGN_OR_RETURN(p.per_node, number_field(*t, "per_node", 0, 1e-9, where));
+                if (!(p.per_node > 0)) return invalid_argument("{}: backlog needs per_node > 0", where);
+            } else if (p.kind == "utilization") {
+                STRATO_RETURN_IF_ERROR(only_keys(*t, {"kind", "target"}, where));
+                STRATO_ASSIGN_OR_RETURN(p.target, number_field(*t, "target", 70, 1, where));
+                if (p.target > 100) return invalid_argument("{}: target is a percent in [1, 100]", where);
+            } else if (p.kind == "vertical") {
+                STRATO_RETURN_IF_ERROR(only_keys(*t, {"kind", "above", "for", "ladder"}, where));
+                STRATO_ASSIGN_OR_RETURN(p.above, number_field(*t, "above", 90, 0, where));
+                STRATO_ASSIGN_OR_RETURN(p.for_s, duration_field(*t, "for", 600, where));
+                if (auto* l = (*t)["ladder"].as_array())
+                    for (auto& e : *l)
+                        if (auto v = e.value<std::string>()) p.ladder.push_back(*v);
+                if (p.ladder.size() < 2)
+                    return invalid_argument("{}: vertical needs a ladder of at least two instance types", where);
+            } else if (p.kind == "schedule") {
+                STRATO_RETURN_IF_ERROR(only_keys(*t, {"kind", "days", "from", "to", "nodes", "otherwise"}, where));
+                STRATO_ASSIGN_OR_RETURN(p.days_mask, parse_days((*t)["days"].value_or(std::string("mon-sun"))));
+                STRATO_ASSIGN_OR_RETURN(p.from_h, parse_clock((*t)["from"].value_or(std::string("00:00"))));
+                STRATO_ASSIGN_OR_RETURN(p.to_h, parse_clock((*t)["to"].value_or(std::string("24:00"))));
+                STRATO_ASSIGN_OR_RETURN(double n, number_field(*t, "nodes", -1, 0, where));
+                STRATO_ASSIGN_OR_RETURN(double o, number_field(*t, "otherwise", 0, 0, where));
+                if (n < 0) return invalid_argument("{}: schedule needs nodes", where);
+                p.nodes = static_cast<int>(n);
+                p.otherwise = static_cast<int>(o);
+            } else {
+                return invalid_argument("{}: kind must be backlog, utilization, vertical or schedule, got '{}'", where,
+                                        p.kind);
+            }
+            c.policies.push_back(std::move(p));
+        }
+    }
+    if (c.policies.empty()) return invalid_argument("{}: no [[policy]]: nothing would ever scale", source);
+    return c;
+}
+
+Result<AutoscaleConfig> AutoscaleConfig::load(const std::string& path) {
+    STRATO_ASSIGN_OR_RETURN(std::string text, fs::read_file(path));
+    return parse(text, path);
+}
+
+Decision Autoscaler::decide(const Observation& o) {
+    Decision d;
+    d.nodes = o.nodes;
+    int want = c_.min_nodes;
+    std::string why = fmt::format("no policy asks for more than min_nodes ({})", c_.min_nodes);
+    auto propose = [&](int n, std::string reason) {
+        if (n > want) want = n, why = std::move(reason);
+    };
+    for (const auto& p : c_.policies) {
+        if (p.kind == "backlog") {
+            int n = static_cast<int>(std::ceil(o.backlog / p.per_node));
+            propose(n, fmt::format("backlog {:.0f} needs {} node(s) at {:g} each", o.backlog, n, p.per_node));
+        } else if (p.kind == "utilization") {
+            // As Kubernetes' HPA: ceil(nodes x utilisation / target), held within a 10 % tolerance.
+            double ratio = o.utilization / p.target;
+            int n = std::abs(ratio - 1) <= 0.1 ? o.nodes : static_cast<int>(std::ceil(o.nodes * ratio - 1e-9));
+            propose(n, fmt::format("utilization {:.0f}% of {} node(s), target {:g}%", o.utilization, o.nodes, p.target));
+        } else if (p.kind == "schedule") {
+            double wh = std::fmod(o.weekday_hour, 168.0);
+            int day = static_cast<int>(wh / 24);
+            double h = wh - day * 24;
+            bool in = (p.days_mask >> day & 1) && h >= p.from_h && h < p.to_h;
+            propose(in ? p.nodes : p.otherwise, in ? "schedule window" : "schedule outside the window");
+        } else if (p.kind == "vertical") {
+            if (o.utilization > p.above) {
+                if (busy_since_ < 0) busy_since_ = o.t_s;
+                auto it = std::find(p.ladder.begin(), p.ladder.end(), o.instance);
+                if (o.t_s - busy_since_ >= p.for_s && it != p.ladder.end() && it + 1 != p.ladder.end() &&
+                    o.t_s - last_change_ >= c_.cooldown_up_s) {
+                    d.resize = *(it + 1);
+                    busy_since_ = -1;
+                    last_up_ = last_change_ = o.t_s;
+                    d.reason = fmt::format("vertical: utilization above {:g}% for {:g} s: {} -> {}", p.above, p.for_s,
+                                           o.instance, *d.resize);
+                }
+            } else {
+                busy_since_ = -1;
+            }
+        }
+    }
+    want = std::clamp(want, c_.min_nodes, c_.max_nodes);
+    if (want > o.nodes) {
+        down_wanted_since_ = -1;
+        if (o.t_s - last_up_ >= c_.cooldown_up_s) {
+            d.nodes = want;
+            last_up_ = last_change_ = o.t_s;
+            d.reason = d.reason.empty() ? "up: " + why : d.reason + "; up: " + why;
+        }
+    } else if (want < o.nodes) {
+        if (down_wanted_since_ < 0) down_wanted_since_ = o.t_s;
+        if (o.t_s - down_wanted_since_ >= c_.down_after_s && o.t_s - last_change_ >= c_.cooldown_down_s) {
+            d.nodes = want;
+            last_change_ = o.t_s;
+            down_wanted_since_ = -1;
+            d.reason = d.reason.empty() ? "down: " + why : d.reason + "; down: " + why;
+        }
+    } else {
+        down_wanted_since_ = -1;
+    }
+    return d;
+}
+
+}  // namespace strato::cloud

@@ -1,0 +1,80 @@
+#include "strato/cloud/capacity.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace strato::cloud {
+
+Result<ReplicaCapacity> replica_capacity(const nlohmann::json& lt, double slo_p99_ms) {
+    if (!lt.is_object() || lt.value("kind", "") != "strato-loadtest" || !lt.contains("points") || !lt["points"].is_array())
+        return invalid_argument("not a load-test result (expected \"kind\": \"strato-loadtest\" with points, as "
+                                "`strato loadtest --json` writes)");
+    ReplicaCapacity c;
+    c.target = lt.value("target", "");
+    double best_p99 = INFINITY;
+    for (const auto& p : lt["points"]) {
+        if (!p.is_object()) continue;
+        double tput = p.contains("throughput") && p["throughput"].is_number() ? p["throughput"].get<double>() : 0;
+        const auto* lat = p.contains("latency_us") && p["latency_us"].is_object() ? &p["latency_us"] : nullptr;
+        double p99 = lat && lat->contains("p99") && (*lat)["p99"].is_number() ? (*lat)["p99"].get<double>() / 1e3 : NAN;
+        double errors = 0;
+        if (p.contains("errors") && p["errors"].is_object() && p["errors"].contains("total") &&
+            p["errors"]["total"].is_number())
+            errors = p["errors"]["total"].get<double>();
+        if (!(tput > 0) || !std::isfinite(p99)) continue;
+        ++c.points;
+        best_p99 = std::min(best_p99, p99);
+        if (p99 > slo_p99_ms || errors > 0) continue;
+        ++c.within;
+        if (tput > c.qps) {
+            c.qps = tput;
+            c.p99_ms = p99;
+            for (const char* k : {"concurrency", "request_rate"})
+                if (p.contains(k) && p[k].is_number()) c.level = p[k].get<double>();
+        }
+    }
+    if (c.points == 0) return invalid_argument("the load-test result has no measured point");
+    if (c.within == 0)
+        return not_found("no load level met p99 <= {:g} ms without errors (the best p99 was {:.1f} ms); relax the "
+                         "objective or load-test at lower concurrency",
+                         slo_p99_ms, best_p99);
+    return c;
+}
+
+Result<std::vector<CapacityRow>> capacity_plan(const Catalog& catalog, const CapacityRequest& req) {
+    if (!(req.target_qps > 0)) return invalid_argument("--qps must be > 0");
+    if (!(req.replica_qps > 0)) return invalid_argument("the per-replica rate must be > 0");
+    if (!(req.headroom >= 0 && req.headroom < 1)) return invalid_argument("--headroom must be in [0, 1)");
+    if (req.gpus_per_replica < 1) return invalid_argument("--gpus-per-replica must be >= 1");
+    for (const auto& t : req.instance_types) STRATO_RETURN_IF_ERROR(catalog.find(t).status());
+    std::vector<CapacityRow> rows;
+    for (const auto& in : catalog.instances()) {
+        if (!req.instance_types.empty() &&
+            std::find(req.instance_types.begin(), req.instance_types.end(), in.type) == req.instance_types.end())
+            continue;
+        if (!req.accelerators.empty() &&
+            std::find(req.accelerators.begin(), req.accelerators.end(), in.accelerator) == req.accelerators.end())
+            continue;
+        double price = req.spot ? in.spot_usd_h : in.ondemand_usd_h;
+        if (!(price > 0) || !std::isfinite(price)) continue;
+        CapacityRow r;
+        r.inst = &in;
+        r.replicas_per_instance = in.gpus > 0 ? std::max(1, in.gpus / req.gpus_per_replica) : 1;
+        if (in.gpus > 0 && in.gpus < req.gpus_per_replica) continue;
+        double per_instance = r.replicas_per_instance * req.replica_qps * (1 - req.headroom);
+        r.instances = static_cast<int>(std::ceil(req.target_qps / per_instance));
+        r.cost_per_hour = catalog.currency().convert(price) * r.instances;
+        r.cost_per_million = r.cost_per_hour / (req.target_qps * 3600) * 1e6;
+        rows.push_back(r);
+    }
+    if (rows.empty()) return not_found("no priced instance matches the filters");
+    std::sort(rows.begin(), rows.end(), [](const CapacityRow& a, const CapacityRow& b) {
+        return a.cost_per_million != b.cost_per_million ? a.cost_per_million < b.cost_per_million
+                                                        : a.inst->key() < b.inst->key();
+    });
+    return rows;
+}
+
+}  // namespace strato::cloud

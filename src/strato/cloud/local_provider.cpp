@@ -1,0 +1,379 @@
+#include "strato/cloud/local_provider.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <chrono>
+#include <filesystem>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "strato/core/log.h"
+#include "strato/core/signals.h"
+#include "strato/loadgen/http_parse.h"
+#include "strato/loadgen/oip_target.h"
+#include "strato/serve/http/server.h"
+
+namespace strato::cloud {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+Result<int> free_port(const std::string& address) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return io_error("socket: {}", strerror(errno));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = 0;
+    inet_pton(AF_INET, address.c_str(), &a.sin_addr);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+        close(fd);
+        return io_error("bind {}: {}", address, strerror(errno));
+    }
+    socklen_t len = sizeof a;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    close(fd);
+    return static_cast<int>(ntohs(a.sin_port));
+}
+
+// Request headers a replica needs to read the request the same way.
+bool forwarded(const std::string& name) {
+    for (const char* h : {"content-type", "inference-header-content-length", "authorization", "accept"})
+        if (strcasecmp(name.c_str(), h) == 0) return true;
+    return false;
+}
+
+}  // namespace
+
+struct Replica {
+    pid_t pid = 0;
+    int port = 0;
+    loadgen::Url url;
+    std::atomic<int> state{0};  // 0 starting, 1 ready, 2 draining, 3 gone
+    std::atomic<int64_t> in_flight{0};
+    std::atomic<int64_t> served{0};
+    Clock::time_point started = Clock::now();
+};
+
+struct LocalProvider::Impl {
+    LocalOptions o;
+    Autoscaler scaler;
+    std::unique_ptr<serve::http::Server> front;
+    std::unique_ptr<boost::asio::thread_pool> pool;
+    mutable std::mutex mu;
+    std::vector<std::shared_ptr<Replica>> replicas;
+    std::vector<std::pair<double, std::string>> actions;
+    std::vector<std::thread> helpers;  // readiness waits and drains
+    std::atomic<int64_t> in_flight{0};
+    std::atomic<bool> stopping{false};
+    Clock::time_point t0 = Clock::now();
+
+    explicit Impl(LocalOptions opts) : o(std::move(opts)), scaler(o.config) {}
+
+    void note(std::string what) {
+        log::info("autoscale: {}", what);
+        std::lock_guard<std::mutex> lock(mu);
+        actions.emplace_back(seconds_since(t0), std::move(what));
+    }
+
+    std::shared_ptr<Replica> pick() {
+        std::lock_guard<std::mutex> lock(mu);
+        std::shared_ptr<Replica> best;
+        for (const auto& r : replicas)
+            if (r->state == 1 && (!best || r->in_flight < best->in_flight)) best = r;
+        if (best) ++best->in_flight;  // claimed under the lock: a drain cannot miss it
+        return best;
+    }
+
+    void handle(serve::http::Request&& req, serve::http::Reply reply) {
+        std::string path = req.target.substr(0, req.target.find('?'));
+        if (path == "/strato/replicas") {
+            serve::http::Response r;
+            r.content_type = "application/json";
+            r.body = status_json();
+            return reply(std::move(r));
+        }
+        ++in_flight;
+        boost::asio::post(*pool, [this, req = std::move(req), reply = std::move(reply)]() mutable {
+            serve::http::Response out;
+            std::vector<std::string> headers;
+            for (const auto& [k, v] : req.headers)
+                if (forwarded(k)) headers.push_back(k + ": " + v);
+            // One retry on another replica when a replica cannot be reached (it just died).
+            for (int attempt = 0; attempt < 2; ++attempt) {
+                std::shared_ptr<Replica> r = pick();
+                if (!r) {
+                    out.status = 503;
+                    out.content_type = "application/json";
+                    out.body = R"({"error":"no replica is ready"})";
+                    break;
+                }
+                auto res = loadgen::http_request(r->url, req.method, req.target, req.body, 120000, headers);
+                --r->in_flight;
+                if (!res.is_ok()) {
+                    out.status = 502;
+                    out.content_type = "application/json";
+                    out.body = nlohmann::json{{"error", res.status().message()}}.dump();
+                    continue;
+                }
+                ++r->served;
+                out.status = static_cast<unsigned>(res->status);
+                out.body = std::move(res->body);
+                for (const auto& [k, v] : res->headers) {
+                    if (strcasecmp(k.c_str(), "content-type") == 0) out.content_type = v;
+                    else if (strcasecmp(k.c_str(), "inference-header-content-length") == 0) out.headers.emplace_back(k, v);
+                }
+                break;
+            }
+            --in_flight;
+            reply(std::move(out));
+        });
+    }
+
+    std::string status_json() const {
+        nlohmann::json reps = nlohmann::json::array();
+        nlohmann::json acts = nlohmann::json::array();
+        std::lock_guard<std::mutex> lock(mu);
+        for (const auto& r : replicas) {
+            static const char* kStates[] = {"starting", "ready", "draining", "gone"};
+            reps.push_back({{"pid", r->pid}, {"port", r->port}, {"state", kStates[r->state]},
+                            {"in_flight", r->in_flight.load()}, {"served", r->served.load()}});
+        }
+        for (const auto& [t, what] : actions) acts.push_back({{"t_s", t}, {"what", what}});
+        return nlohmann::json{{"replicas", reps}, {"actions", acts}, {"in_flight", in_flight.load()}}.dump();
+    }
+
+    Result<std::shared_ptr<Replica>> spawn() {
+        STRATO_ASSIGN_OR_RETURN(int port, free_port("127.0.0.1"));
+        std::vector<std::string> args = {o.strato_binary, "serve"};
+        args.insert(args.end(), o.serve_args.begin(), o.serve_args.end());
+        for (const char* a : {"--http-address", "127.0.0.1", "--metrics-port", "0", "--http-port"}) args.emplace_back(a);
+        args.push_back(std::to_string(port));
+        std::string log_path = fmt::format("{}/replica-{}.log", o.log_dir, port);
+        std::vector<char*> argv;
+        for (auto& a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        pid_t pid = fork();
+        if (pid < 0) return io_error("fork: {}", strerror(errno));
+        if (pid == 0) {
+            int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+            if (fd >= 0) {
+                dup2(fd, 1);
+                dup2(fd, 2);
+            }
+            execv(argv[0], argv.data());
+            _exit(127);
+        }
+        auto r = std::make_shared<Replica>();
+        r->pid = pid;
+        r->port = port;
+        r->url = *loadgen::parse_url(fmt::format("http://127.0.0.1:{}", port));
+        {
+            std::lock_guard<std::mutex> lock(mu);
+            replicas.push_back(r);
+        }
+        helpers.emplace_back([this, r, log_path] {
+            auto start = Clock::now();
+            while (!stopping && seconds_since(start) < o.ready_timeout_s) {
+                int status = 0;
+                if (waitpid(r->pid, &status, WNOHANG) == r->pid) {
+                    r->state = 3;
+                    note(fmt::format("replica on port {} exited while starting; see {}", r->port, log_path));
+                    return;
+                }
+                auto h = loadgen::http_request(r->url, "GET", "/v2/health/ready", {}, 1000);
+                if (h.is_ok() && h->status == 200) {
+                    r->state = 1;
+                    note(fmt::format("replica pid {} on port {} ready after {:.1f} s", r->pid, r->port,
+                                     seconds_since(start)));
+                    return;
+                }
+                std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            }
+            if (r->state == 0) {
+                note(fmt::format("replica on port {} not ready within {:g} s; stopping it", r->port, o.ready_timeout_s));
+                terminate(r);
+            }
+        });
+        return r;
+    }
+
+    void terminate(const std::shared_ptr<Replica>& r) {
+        if (r->state == 3) return;
+        kill(r->pid, SIGTERM);
+        int status = 0;
+        for (int i = 0; i < 300 && waitpid(r->pid, &status, WNOHANG) == 0; ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        if (waitpid(r->pid, &status, WNOHANG) == 0) {
+            kill(r->pid, SIGKILL);
+            waitpid(r->pid, &status, 0);
+        }
+        r->state = 3;
+    }
+
+    /// Stops routing to `r`, waits for its requests in flight, then stops the process.
+    void drain(std::shared_ptr<Replica> r) {
+        r->state = 2;
+        helpers.emplace_back([this, r] {
+            auto start = Clock::now();
+            while (r->in_flight > 0 && seconds_since(start) < o.drain_timeout_s)
+                std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            int64_t left = r->in_flight;
+            terminate(r);
+            note(fmt::format("replica pid {} drained{} and stopped", r->pid,
+                             left ? fmt::format(" ({} requests still in flight at the deadline)", left) : ""));
+        });
+    }
+
+    int live() const {
+        std::lock_guard<std::mutex> lock(mu);
+        int n = 0;
+        for (const auto& r : replicas) n += r->state == 0 || r->state == 1;
+        return n;
+    }
+
+    void reap() {
+        std::lock_guard<std::mutex> lock(mu);
+        for (auto& r : replicas) {
+            int status = 0;
+            if ((r->state == 1) && waitpid(r->pid, &status, WNOHANG) == r->pid) {
+                r->state = 3;
+                log::warn("autoscale: replica pid {} on port {} exited; it will be replaced", r->pid, r->port);
+            }
+        }
+        std::erase_if(replicas, [](const auto& r) { return r->state == 3 && r->in_flight == 0; });
+    }
+};
+
+LocalProvider::LocalProvider(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+LocalProvider::~LocalProvider() {
+    stop();
+    if (impl_->front) impl_->front->stop();
+    std::vector<std::shared_ptr<Replica>> reps;
+    {
+        std::lock_guard<std::mutex> lock(impl_->mu);
+        reps = impl_->replicas;
+    }
+    for (auto& r : reps) impl_->terminate(r);
+    for (auto& t : impl_->helpers)
+        if (t.joinable()) t.join();
+    if (impl_->pool) impl_->pool->join();
+}
+
+Result<std::unique_ptr<LocalProvider>> LocalProvider::create(LocalOptions o) {
+    if (o.strato_binary.empty()) {
+        std::error_code ec;
+        o.strato_binary = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+        if (ec) return io_error("cannot find this executable: {}", ec.message());
+    }
+    if (o.serve_args.empty()) return invalid_argument("nothing to serve: give --model DIR or --model-repository DIR");
+    if (!(o.tick_s > 0)) return invalid_argument("--tick must be > 0");
+    if (o.config.max_nodes < 1) return invalid_argument("max_nodes must be >= 1");
+    if (o.log_dir.empty()) {
+        char tmpl[] = "/tmp/strato-autoscale-XXXXXX";
+        if (!mkdtemp(tmpl)) return io_error("mkdtemp: {}", strerror(errno));
+        o.log_dir = tmpl;
+    }
+    return std::unique_ptr<LocalProvider>(new LocalProvider(std::make_unique<Impl>(std::move(o))));
+}
+
+Status LocalProvider::start() {
+    Impl& m = *impl_;
+    m.pool = std::make_unique<boost::asio::thread_pool>(m.o.proxy_threads);
+    int n = std::max(m.o.config.min_nodes, 1);
+    for (int i = 0; i < n; ++i) STRATO_RETURN_IF_ERROR(m.spawn().status());
+    m.note(fmt::format("started {} replica(s); logs in {}", n, m.o.log_dir));
+    auto start = Clock::now();
+    while (seconds_since(start) < m.o.ready_timeout_s) {
+        bool ready = false, alive = false;
+        {
+            std::lock_guard<std::mutex> lock(m.mu);
+            for (const auto& r : m.replicas) ready |= r->state == 1, alive |= r->state != 3;
+        }
+        if (ready) break;
+        if (!alive) return Status(StatusCode::kUnavailable, fmt::format("no replica started; see the logs in {}", m.o.log_dir));
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    serve::http::ServerOptions so;
+    so.address = m.o.address;
+    so.port = static_cast<uint16_t>(m.o.port);
+    so.threads = 2;
+    so.server_name = "strato-autoscale";
+    m.front = std::make_unique<serve::http::Server>(
+        so, [this](serve::http::Request&& req, serve::http::Reply reply) { impl_->handle(std::move(req), std::move(reply)); });
+    return m.front->start().with_context(fmt::format("front end on {}:{}", m.o.address, m.o.port));
+}
+
+Status LocalProvider::run() {
+    Impl& m = *impl_;
+    while (!m.stopping && !signals::stop_requested()) {
+        // The backlog: requests in flight at the proxy, averaged over the control period.
+        double sum = 0;
+        int samples = 0;
+        auto tick_start = Clock::now();
+        while (seconds_since(tick_start) < m.o.tick_s && !m.stopping && !signals::stop_requested()) {
+            sum += static_cast<double>(m.in_flight.load());
+            ++samples;
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        m.reap();
+        Observation obs;
+        obs.t_s = seconds_since(m.t0);
+        obs.nodes = m.live();
+        obs.backlog = samples ? sum / samples : 0;
+        Decision d = m.scaler.decide(obs);
+        if (d.nodes > obs.nodes) {
+            m.note(fmt::format("{} -> {} replicas: {}", obs.nodes, d.nodes, d.reason));
+            for (int i = obs.nodes; i < d.nodes; ++i) {
+                Status s = m.spawn().status();
+                if (!s.is_ok()) log::warn("autoscale: {}", s.message());
+            }
+        } else if (d.nodes < obs.nodes) {
+            m.note(fmt::format("{} -> {} replicas: {}", obs.nodes, d.nodes, d.reason));
+            for (int k = obs.nodes - d.nodes; k > 0; --k) {
+                std::shared_ptr<Replica> victim;
+                {
+                    std::lock_guard<std::mutex> lock(m.mu);
+                    for (const auto& r : m.replicas)  // starting ones first, then the newest ready
+                        if ((r->state == 0 || r->state == 1) &&
+                            (!victim || (r->state == 0 && victim->state == 1) ||
+                             (r->state == victim->state && r->started > victim->started)))
+                            victim = r;
+                    if (victim && victim->state == 1) victim->state = 2;  // no new requests from now on
+                }
+                if (victim) m.drain(victim);
+            }
+        }
+    }
+    m.note("stopping: draining every replica");
+    if (m.front) m.front->drain(std::chrono::milliseconds(static_cast<int64_t>(m.o.drain_timeout_s * 1000)));
+    return Status::ok();
+}
+
+void LocalProvider::stop() { impl_->stopping = true; }
+
+int LocalProvider::port() const { return impl_->front ? impl_->front->port() : -1; }
+
+std::vector<ReplicaStatus> LocalProvider::replicas() const {
+    std::vector<ReplicaStatus> out;
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    static const char* kStates[] = {"starting", "ready", "draining", "gone"};
+    for (const auto& r : impl_->replicas)
+        out.push_back({r->pid, r->port, kStates[r->state], r->in_flight.load(), r->served.load()});
+    return out;
+}
+
+}  // namespace strato::cloud

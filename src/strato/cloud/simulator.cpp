@@ -1,0 +1,387 @@
+#include "strato/cloud/simulator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <queue>
+#include <random>
+
+#include "strato/cloud/csv.h"
+#include "strato/core/fs.h"
+
+namespace strato::cloud {
+
+Result<Trace> parse_trace(std::string_view csv, const std::string& source) {
+    STRATO_ASSIGN_OR_RETURN(CsvTable t, CsvTable::parse(csv, source));
+    STRATO_RETURN_IF_ERROR(t.require_columns({"time_s", "rate"}));
+    Trace tr;
+    tr.source = source;
+    for (size_t r = 0; r < t.rows(); ++r) {
+        auto where = [&](const char* col) { return fmt::format("{}:{} {}", source, t.line(r), col); };
+        TracePoint p;
+        STRATO_ASSIGN_OR_RETURN(p.t_s, parse_number(t.at(r, "time_s"), kUnknown, where("time_s")));
+        STRATO_ASSIGN_OR_RETURN(p.rate, parse_number(t.at(r, "rate"), kUnknown, where("rate")));
+        STRATO_ASSIGN_OR_RETURN(double pre, parse_number(t.at(r, "preempt"), 0, where("preempt")));
+        if (!std::isfinite(p.t_s) || p.t_s < 0) return invalid_argument("{}: expected seconds >= 0", where("time_s"));
+        if (!std::isfinite(p.rate) || p.rate < 0) return invalid_argument("{}: expected a rate >= 0", where("rate"));
+        if (pre < 0 || pre != std::floor(pre)) return invalid_argument("{}: expected a whole number >= 0", where("preempt"));
+        if (!tr.points.empty() && p.t_s < tr.points.back().t_s)
+            return invalid_argument("{}: time goes backwards ({} after {})", where("time_s"), p.t_s, tr.points.back().t_s);
+        p.preempt = static_cast<int>(pre);
+        tr.points.push_back(p);
+    }
+    if (tr.points.empty()) return invalid_argument("{}: the trace has no rows", source);
+    return tr;
+}
+
+Result<Trace> load_trace(const std::string& path) {
+    STRATO_ASSIGN_OR_RETURN(std::string text, fs::read_file(path));
+    return parse_trace(text, path);
+}
+
+namespace {
+
+enum class Ev : uint8_t { kTrace, kTick, kReady, kPreempt, kEnd };
+
+struct Event {
+    double t;
+    uint64_t seq;  // FIFO among equal times: deterministic
+    Ev kind;
+    int32_t arg;   // trace index or node id
+    uint32_t gen;  // node generation, to ignore events of nodes already gone
+    bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
+};
+
+struct Node {
+    const Instance* type;
+    bool spot;
+    bool ready = false;
+    bool alive = false;
+    double launched = 0;
+    uint32_t gen = 0;
+    bool retire_when_replaced = false;  // old size during a vertical resize
+};
+
+class Sim {
+public:
+    Sim(const Trace& tr, const Catalog& cat, const SimOptions& o, const Instance* start)
+        : tr_(tr), cat_(cat), o_(o), scaler_(o.config), type_(start), rng_(o.seed) {}
+
+    SimResult run();
+
+private:
+    void push(double t, Ev k, int32_t arg = 0, uint32_t gen = 0) { q_.push({t, seq_++, k, arg, gen}); }
+    double hazard(const Instance* in) const {
+        if (std::isfinite(o_.spot_hazard_per_h)) return o_.spot_hazard_per_h / 3600;
+        double m = std::isfinite(in->spot_interruptions_per_month) ? in->spot_interruptions_per_month : 0.2;
+        return hazard_per_hour(m) / 3600;
+    }
+    bool use_spot(const Instance* in) const { return o_.config.spot && in->has_spot(); }
+    double price(const Node& n) const { return cat_.currency().convert(n.spot ? n.type->spot_usd_h : n.type->ondemand_usd_h); }
+    int launch(const Instance* type);
+    void stop(int id);
+    void preempt(int id);
+    void advance(double t);
+    int count_alive() const;
+    int count_ready() const;
+    double capacity() const;
+
+    const Trace& tr_;
+    const Catalog& cat_;
+    const SimOptions& o_;
+    Autoscaler scaler_;
+    const Instance* type_;
+    std::mt19937_64 rng_;
+    std::priority_queue<Event, std::vector<Event>, std::greater<>> q_;
+    uint64_t seq_ = 0;
+    std::vector<Node> nodes_;
+    double now_ = 0, rate_ = 0, backlog_ = 0;
+    double tick_served_ = 0, tick_capacity_ = 0;
+    double cap_time_ = 0;  // integral of capacity
+    SimResult r_;
+};
+
+int Sim::launch(const Instance* type) {
+    Node n;
+    n.type = type;
+    n.spot = use_spot(type);
+    n.alive = true;
+    n.launched = now_;
+    int id = -1;
+    for (size_t i = 0; i < nodes_.size(); ++i)
+        if (!nodes_[i].alive) {
+            id = static_cast<int>(i);
+            break;
+        }
+    if (id < 0) {
+        id = static_cast<int>(nodes_.size());
+        nodes_.push_back(n);
+    } else {
+        n.gen = nodes_[id].gen + 1;
+        nodes_[id] = n;
+    }
+    push(now_ + o_.boot_s, Ev::kReady, id, nodes_[id].gen);
+    if (nodes_[id].spot) {
+        std::exponential_distribution<double> life(hazard(type));
+        push(now_ + life(rng_), Ev::kPreempt, id, nodes_[id].gen);
+    }
+    return id;
+}
+
+void Sim::stop(int id) {
+    Node& n = nodes_[id];
+    if (!n.alive) return;
+    r_.cost += price(n) * (now_ - n.launched) / 3600;
+    r_.node_hours += (now_ - n.launched) / 3600;
+    n.alive = false;
+    n.ready = false;
+}
+
+void Sim::preempt(int id) {
+    ++r_.preemptions;
+    bool retiring = nodes_[id].retire_when_replaced;
+    stop(id);
+    r_.actions.emplace_back(now_, "spot node preempted; replacement launched");
+    if (!retiring) launch(type_);  // spot again (or on-demand when the type has no spot market)
+}
+
+int Sim::count_alive() const {
+    int c = 0;
+    for (const auto& n : nodes_) c += n.alive && !n.retire_when_replaced;
+    return c;
+}
+
+int Sim::count_ready() const {
+    int c = 0;
+    for (const auto& n : nodes_) c += n.ready;
+    return c;
+}
+
+double Sim::capacity() const {
+    double c = 0;
+    for (const auto& n : nodes_)
+        if (n.ready) c += n.type->gpus * o_.per_gpu_capacity;
+    return c;
+}
+
+void Sim::advance(double t) {
+    double dt = t - now_;
+    if (dt <= 0) return;
+    double c = capacity();
+    double b0 = backlog_;
+    double b1 = std::max(0.0, b0 + (rate_ - c) * dt);
+    double served = b0 + rate_ * dt - b1;
+    // Queueing delay b / c above the objective: b above slo_wait x c. b is linear in t until it
+    // reaches zero, so the time above the line is found exactly.
+    double line = o_.slo_wait_s * c;
+    double above = 0;
+    if (c <= 0) {
+        above = (b0 > 0 || rate_ > 0) ? dt : 0;
+    } else {
+        double slope = rate_ - c;
+        if (b0 > line && b1 > line) above = dt;
+        else if (b0 > line) above = slope < 0 ? std::min(dt, (b0 - line) / -slope) : dt;
+        else if (b1 > line) above = slope > 0 ? std::max(0.0, dt - (line - b0) / slope) : 0;
+    }
+    r_.slo_violation_s += above;
+    r_.arrived += rate_ * dt;
+    r_.served += served;
+    tick_served_ += served;
+    tick_capacity_ += c * dt;
+    cap_time_ += c * dt;
+    backlog_ = b1;
+    now_ = t;
+}
+
+SimResult Sim::run() {
+    const double horizon = o_.horizon_s > 0 ? o_.horizon_s : tr_.points.back().t_s + o_.tick_s;
+    for (size_t i = 0; i < tr_.points.size(); ++i)
+        if (tr_.points[i].t_s <= horizon) push(tr_.points[i].t_s, Ev::kTrace, static_cast<int32_t>(i));
+    push(0, Ev::kTick);
+    push(horizon, Ev::kEnd);
+    int start = o_.initial_nodes >= 0 ? o_.initial_nodes : o_.config.min_nodes;
+    for (int i = 0; i < start; ++i) {
+        int id = launch(type_);
+        nodes_[id].ready = true;  // running before the trace starts
+    }
+    r_.max_nodes = start;
+    while (!q_.empty()) {
+        Event e = q_.top();
+        q_.pop();
+        ++r_.events;
+        advance(e.t);
+        if (e.kind == Ev::kEnd) break;
+        switch (e.kind) {
+            case Ev::kTrace: {
+                const TracePoint& p = tr_.points[e.arg];
+                rate_ = p.rate;
+                for (int k = 0; k < p.preempt; ++k) {
+                    // The trace reclaims the oldest live spot node.
+                    int victim = -1;
+                    for (size_t i = 0; i < nodes_.size(); ++i)
+                        if (nodes_[i].alive && nodes_[i].spot && (victim < 0 || nodes_[i].launched < nodes_[victim].launched))
+                            victim = static_cast<int>(i);
+                    if (victim >= 0) preempt(victim);
+                }
+                break;
+            }
+            case Ev::kReady: {
+                Node& n = nodes_[e.arg];
+                if (!n.alive || n.gen != e.gen) break;
+                n.ready = true;
+                if (n.type != type_) break;
+                // A node of the new size retires one of the old size (vertical resize).
+                for (size_t i = 0; i < nodes_.size(); ++i) {
+                    if (nodes_[i].alive && nodes_[i].retire_when_replaced) {
+                        stop(static_cast<int>(i));
+                        break;
+                    }
+                }
+                break;
+            }
+            case Ev::kPreempt: {
+                if (nodes_[e.arg].alive && nodes_[e.arg].gen == e.gen) preempt(e.arg);
+                break;
+            }
+            case Ev::kTick: {
+                Observation obs;
+                obs.t_s = now_;
+                obs.weekday_hour = o_.start_weekday_hour + now_ / 3600;
+                obs.nodes = count_alive();
+                obs.instance = type_->type;
+                obs.backlog = backlog_;
+                obs.utilization = tick_capacity_ > 0 ? 100 * tick_served_ / tick_capacity_ : (rate_ > 0 ? 100 : 0);
+                Decision d = scaler_.decide(obs);
+                if (d.resize) {
+                    auto next = cat_.find(*d.resize, type_->region);
+                    if (!next.is_ok()) next = cat_.find(*d.resize);
+                    if (next.is_ok()) {
+                        for (auto& n : nodes_)
+                            if (n.alive) n.retire_when_replaced = true;
+                        type_ = *next;
+                        for (int i = 0; i < obs.nodes; ++i) launch(type_);
+                        ++r_.scale_actions;
+                        r_.actions.emplace_back(now_, d.reason);
+                    }
+                }
+                int alive = count_alive();
+                if (d.nodes > alive) {
+                    for (int i = alive; i < d.nodes; ++i) launch(type_);
+                    ++r_.scale_actions;
+                    r_.actions.emplace_back(now_, fmt::format("{} -> {} nodes: {}", alive, d.nodes, d.reason));
+                } else if (d.nodes < alive) {
+                    // Remove booting nodes first, then the newest (a real provider drains them first).
+                    for (int k = alive - d.nodes; k > 0; --k) {
+                        int victim = -1;
+                        for (size_t i = 0; i < nodes_.size(); ++i) {
+                            const Node& n = nodes_[i];
+                            if (!n.alive || n.retire_when_replaced) continue;
+                            if (victim < 0 || (!n.ready && nodes_[victim].ready) ||
+                                (n.ready == nodes_[victim].ready && n.launched > nodes_[victim].launched))
+                                victim = static_cast<int>(i);
+                        }
+                        if (victim >= 0) stop(victim);
+                    }
+                    ++r_.scale_actions;
+                    r_.actions.emplace_back(now_, fmt::format("{} -> {} nodes: {}", alive, d.nodes, d.reason));
+                }
+                r_.max_nodes = std::max(r_.max_nodes, count_alive());
+                if (o_.timeline) {
+                    double c = capacity();
+                    r_.timeline.push_back({now_, count_alive(), count_ready(), rate_, c, backlog_, obs.utilization,
+                                           c > 0 ? backlog_ / c : (backlog_ > 0 ? INFINITY : 0)});
+                }
+                tick_served_ = tick_capacity_ = 0;
+                push(now_ + o_.tick_s, Ev::kTick);
+                break;
+            }
+            default:
+                break;
+        }
+    }
+    for (size_t i = 0; i < nodes_.size(); ++i) stop(static_cast<int>(i));
+    r_.duration_s = now_;
+    r_.mean_utilization = cap_time_ > 0 ? 100 * r_.served / cap_time_ : 0;
+    r_.currency = cat_.currency().code;
+    return r_;
+}
+
+}  // namespace
+
+Result<SimResult> simulate(const Trace& trace, const Catalog& catalog, const SimOptions& o) {
+    if (trace.points.empty()) return invalid_argument("the trace has no rows");
+    if (!(o.per_gpu_capacity > 0)) return invalid_argument("per-GPU capacity must be > 0 (work units per second)");
+    if (!(o.tick_s > 0) || !(o.boot_s >= 0) || !(o.slo_wait_s > 0))
+        return invalid_argument("tick, boot time and SLO must be positive");
+    STRATO_ASSIGN_OR_RETURN(const Instance* start, catalog.find(o.instance, o.region));
+    if (!start->has_ondemand() && !(o.config.spot && start->has_spot()))
+        return invalid_argument("instance {} has no price in the catalog", start->key());
+    for (const auto& p : o.config.policies)
+        for (const auto& t : p.ladder) STRATO_RETURN_IF_ERROR(catalog.find(t).status().with_context("vertical ladder"));
+    auto t0 = std::chrono::steady_clock::now();
+    Sim sim(trace, catalog, o, start);
+    SimResult r = sim.run();
+    r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+}
+
+SpotJobRun simulate_spot_job(const SpotJob& job, uint64_t seed) {
+    SpotJobRun r;
+    std::mt19937_64 rng(seed);
+    const double lambda = job.hazard_per_s;
+    std::exponential_distribution<double> next_failure(lambda > 0 ? lambda : 1.0);
+    const double tau = job.interval_s > 0 ? std::min(job.interval_s, job.work_s)
+                                          : young_interval(job.checkpoint_s, lambda, job.work_s);
+    double done = 0;
+    while (done < job.work_s) {
+        double work = std::min(tau, job.work_s - done);
+        double s = work + (done + work < job.work_s ? job.checkpoint_s : 0);
+        for (;;) {
+            ++r.events;
+            double x = lambda > 0 ? next_failure(rng) : INFINITY;
+            if (x >= s) {
+                r.wall_s += s;
+                break;
+            }
+            r.wall_s += x + job.restart_s;
+            ++r.interruptions;
+        }
+        done += work;
+    }
+    return r;
+}
+
+std::string sim_to_json(const SimResult& r, const SimOptions& o) {
+    nlohmann::json tl = nlohmann::json::array();
+    for (const auto& p : r.timeline)
+        tl.push_back({p.t_s, p.nodes, p.ready, p.rate, p.capacity, p.backlog, p.utilization,
+                      std::isfinite(p.wait_s) ? nlohmann::json(p.wait_s) : nlohmann::json(nullptr)});
+    nlohmann::json actions = nlohmann::json::array();
+    for (const auto& [t, what] : r.actions) actions.push_back({{"t_s", t}, {"what", what}});
+    nlohmann::json j = {{"kind", "strato-autoscale-sim"},
+                        {"instance", o.instance},
+                        {"currency", r.currency},
+                        {"cost", r.cost},
+                        {"node_hours", r.node_hours},
+                        {"slo_wait_s", o.slo_wait_s},
+                        {"slo_violation_s", r.slo_violation_s},
+                        {"duration_s", r.duration_s},
+                        {"arrived", r.arrived},
+                        {"served", r.served},
+                        {"mean_utilization", r.mean_utilization},
+                        {"max_nodes", r.max_nodes},
+                        {"preemptions", r.preemptions},
+                        {"scale_actions", r.scale_actions},
+                        {"events", r.events},
+                        {"wall_s", r.wall_s},
+                        {"events_per_s", r.wall_s > 0 ? r.events / r.wall_s : 0},
+                        {"timeline_columns", {"t_s", "nodes", "ready", "rate", "capacity", "backlog", "utilization", "wait_s"}},
+                        {"timeline", tl},
+                        {"actions", actions}};
+    return j.dump();
+}
+
+}  // namespace strato::cloud

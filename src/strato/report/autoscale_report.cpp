@@ -1,0 +1,81 @@
+#include "strato/report/autoscale_report.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "strato/report/page.h"
+#include "strato/report/svg_chart.h"
+
+namespace strato::report {
+using json = nlohmann::json;
+
+namespace {
+
+double num(const json& j, const char* key) {
+    return j.is_object() && j.contains(key) && j[key].is_number() ? j[key].get<double>() : NAN;
+}
+
+std::string cell(double v, const char* fmt_spec = "{:.2f}") {
+    return std::isfinite(v) ? fmt::format(fmt::runtime(fmt_spec), v) : std::string("–");
+}
+
+}  // namespace
+
+Result<std::string> render_autoscale_report(const json& sim) {
+    if (!sim.is_object() || sim.value("kind", "") != "strato-autoscale-sim")
+        return invalid_argument("not an autoscaling simulation (expected \"kind\": \"strato-autoscale-sim\", got {})",
+                                sim.is_object() && sim.contains("kind") ? sim["kind"].dump() : std::string("no kind"));
+    Series nodes{"nodes", {}, {}}, ready{"ready", {}, {}}, rate{"arriving", {}, {}}, cap{"capacity", {}, {}},
+        wait{"queueing delay", {}, {}}, slo{"objective", {}, {}}, util{"utilization", {}, {}};
+    const double slo_s = num(sim, "slo_wait_s");
+    if (sim.contains("timeline") && sim["timeline"].is_array()) {
+        for (const auto& p : sim["timeline"]) {
+            if (!p.is_array() || p.size() < 8) continue;
+            auto at = [&](size_t i) { return p[i].is_number() ? p[i].get<double>() : NAN; };
+            double h = at(0) / 3600;
+            nodes.x.push_back(h), nodes.y.push_back(at(1));
+            ready.x.push_back(h), ready.y.push_back(at(2));
+            rate.x.push_back(h), rate.y.push_back(at(3));
+            cap.x.push_back(h), cap.y.push_back(at(4));
+            util.x.push_back(h), util.y.push_back(at(6));
+            wait.x.push_back(h), wait.y.push_back(at(7));
+            slo.x.push_back(h), slo.y.push_back(slo_s);
+        }
+    }
+    std::string html = page_head("strato autoscale simulation");
+    html += fmt::format("<h1>Autoscaling simulation</h1>\n<p class=\"muted\">{} · {} events in {:.3f} s ({:.2f} M events/s)</p>\n",
+                        html_escape(sim.value("instance", "")), cell(num(sim, "events"), "{:.0f}"), num(sim, "wall_s"),
+                        num(sim, "events_per_s") / 1e6);
+    const std::string cur = sim.value("currency", "USD");
+    html += "<section><h2>Summary</h2><div class=\"kv\"><table>\n";
+    auto row = [&](const std::string& k, const std::string& v) {
+        html += fmt::format("<tr><th>{}</th><td>{}</td></tr>\n", html_escape(k), html_escape(v));
+    };
+    row("cost", cell(num(sim, "cost")) + " " + cur);
+    row("node-hours", cell(num(sim, "node_hours")));
+    row("SLO violation", fmt::format("{} s of {} s above {} s queueing delay", cell(num(sim, "slo_violation_s"), "{:.0f}"),
+                                     cell(num(sim, "duration_s"), "{:.0f}"), cell(slo_s, "{:g}")));
+    row("mean utilization", cell(num(sim, "mean_utilization"), "{:.1f}") + " %");
+    row("max nodes", cell(num(sim, "max_nodes"), "{:.0f}"));
+    row("spot preemptions", cell(num(sim, "preemptions"), "{:.0f}"));
+    row("scaling actions", cell(num(sim, "scale_actions"), "{:.0f}"));
+    html += "</table></div></section>\n<section><h2>Timelines</h2><div class=\"charts\">\n<figure>";
+    html += line_chart_svg({nodes, ready}, {.title = "Nodes", .x_label = "hours", .y_label = "nodes"});
+    html += "</figure>\n<figure>";
+    html += line_chart_svg({rate, cap}, {.title = "Work arriving vs capacity", .x_label = "hours", .y_label = "units/s"});
+    html += "</figure>\n<figure>";
+    html += line_chart_svg({wait, slo}, {.title = "Queueing delay", .x_label = "hours", .y_label = "seconds"});
+    html += "</figure>\n<figure>";
+    html += line_chart_svg({util}, {.title = "Utilization", .x_label = "hours", .y_label = "percent"});
+    html += "</figure>\n</div></section>\n<section><h2>Scaling actions</h2>\n<div class=\"scroll\"><table class=\"epochs\">"
+            "<thead><tr><th class=\"num\">hour</th><th>action</th></tr></thead><tbody>\n";
+    if (sim.contains("actions") && sim["actions"].is_array())
+        for (const auto& a : sim["actions"])
+            html += fmt::format("<tr><td class=\"num\">{}</td><td>{}</td></tr>\n", cell(num(a, "t_s") / 3600),
+                                html_escape(a.value("what", "")));
+    html += "</tbody></table></div></section>\n";
+    return html + page_foot();
+}
+
+}  // namespace strato::report

@@ -1,0 +1,209 @@
+// Autoscaling policies, the cluster simulator on synthetic traces, and the simulated spot job
+// against the planner's analytical expectation.
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "strato/cloud/autoscale.h"
+#include "strato/cloud/planner.h"
+#include "strato/cloud/simulator.h"
+
+namespace strato::cloud {
+namespace {
+
+AutoscaleConfig config(const std::string& toml) {
+    auto c = AutoscaleConfig::parse(toml, "test.toml");
+    EXPECT_TRUE(c.is_ok()) << c.status().message();
+    return c.is_ok() ? *c : AutoscaleConfig{};
+}
+
+const char* kSeedPolicies = R"(
+[autoscale]
+min_nodes = 1
+max_nodes = 10
+cooldown_up = "1m"
+cooldown_down = "5m"
+down_after = "5m"
+[[policy]]
+kind = "backlog"
+per_node = 10000
+[[policy]]
+kind = "schedule"
+days = "mon-fri"
+from = "09:00"
+to = "18:00"
+nodes = 4
+otherwise = 1
+[[policy]]
+kind = "vertical"
+above = 90
+for = "10m"
+ladder = ["g5.xlarge", "g5.12xlarge", "g5.48xlarge"]
+)";
+
+TEST(AutoscaleConfig, ParsesAndRejects) {
+    AutoscaleConfig c = config(kSeedPolicies);
+    ASSERT_EQ(c.policies.size(), 3u);
+    EXPECT_EQ(c.policies[1].days_mask, 0b0011111);
+    EXPECT_EQ(c.policies[2].for_s, 600);
+    const std::pair<const char*, const char*> bad[] = {
+        {"[autoscale]\nmin_nodes = 1\n", "no [[policy]]"},
+        {"[[policy]]\nkind = \"magic\"\n", "kind must be backlog"},
+        {"[autoscale]\nmin_nodes = 5\nmax_nodes = 2\n[[policy]]\nkind = \"backlog\"\nper_node = 1\n", "above max_nodes"},
+        {"[[policy]]\nkind = \"schedule\"\ndays = \"mon-fry\"\nnodes = 2\n", "days 'mon-fry'"},
+        {"[[policy]]\nkind = \"schedule\"\nfrom = \"9am\"\nnodes = 2\n", "time of day '9am'"},
+        {"[[policy]]\nkind = \"vertical\"\nladder = [\"g5.xlarge\"]\n", "ladder of at least two"},
+        {"[[policy]]\nkind = \"backlog\"\nper_nod = 3\n", "unknown key 'per_nod'"},
+        {"[autoscale]\ncooldown_up = \"soon\"\n[[policy]]\nkind = \"backlog\"\nper_node = 1\n", "cooldown_up"},
+    };
+    for (const auto& [text, needle] : bad) {
+        auto r = AutoscaleConfig::parse(text, "test.toml");
+        ASSERT_FALSE(r.is_ok()) << text;
+        EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+    }
+}
+
+TEST(Autoscaler, BacklogScheduleCooldownsAndHysteresis) {
+    Autoscaler a(config(kSeedPolicies));
+    // Monday 08:00, nothing waiting: the schedule's night floor of 1.
+    Observation o{.t_s = 0, .weekday_hour = 8, .nodes = 1, .instance = "g5.xlarge", .backlog = 0, .utilization = 50};
+    EXPECT_EQ(a.decide(o).nodes, 1);
+    // 23,000 samples waiting: 3 nodes.
+    o.t_s = 30, o.backlog = 23000;
+    Decision d = a.decide(o);
+    EXPECT_EQ(d.nodes, 3);
+    EXPECT_NE(d.reason.find("backlog 23000"), std::string::npos) << d.reason;
+    // More backlog 30 s later: held by the 1 min scale-up cooldown.
+    o.t_s = 60, o.nodes = 3, o.backlog = 60000;
+    EXPECT_EQ(a.decide(o).nodes, 3);
+    o.t_s = 91;
+    EXPECT_EQ(a.decide(o).nodes, 6);
+    // 09:00 on Monday: the schedule asks for 4 even with no backlog; 6 stay until down_after and the cooldown pass.
+    o.nodes = 6, o.backlog = 0, o.weekday_hour = 9.5;
+    for (double t = 120; t < 91 + 300; t += 30) {
+        o.t_s = t;
+        EXPECT_EQ(a.decide(o).nodes, 6) << t;
+    }
+    o.t_s = 91 + 300 + 30;
+    d = a.decide(o);
+    EXPECT_EQ(d.nodes, 4);
+    EXPECT_NE(d.reason.find("schedule window"), std::string::npos) << d.reason;
+    // Saturday: back to 1 after the hysteresis.
+    o.nodes = 4, o.weekday_hour = 5 * 24 + 12;
+    o.t_s = 2000;
+    EXPECT_EQ(a.decide(o).nodes, 4);
+    o.t_s = 2000 + 300;
+    EXPECT_EQ(a.decide(o).nodes, 1);
+}
+
+TEST(Autoscaler, VerticalAfterTenBusyMinutes) {
+    Autoscaler a(config(kSeedPolicies));
+    Observation o{.t_s = 0, .weekday_hour = 3, .nodes = 1, .instance = "g5.xlarge", .backlog = 0, .utilization = 95};
+    EXPECT_FALSE(a.decide(o).resize);
+    o.t_s = 300, o.utilization = 85;  // a dip restarts the clock
+    EXPECT_FALSE(a.decide(o).resize);
+    o.t_s = 330, o.utilization = 97;
+    EXPECT_FALSE(a.decide(o).resize);
+    o.t_s = 330 + 600;
+    auto d = a.decide(o);
+    ASSERT_TRUE(d.resize);
+    EXPECT_EQ(*d.resize, "g5.12xlarge");
+    o.instance = "g5.48xlarge", o.t_s = 5000;
+    a.decide(o);
+    o.t_s = 6000;
+    EXPECT_FALSE(a.decide(o).resize);  // top of the ladder
+}
+
+Trace trace(const std::string& csv) {
+    auto t = parse_trace(csv, "trace.csv");
+    EXPECT_TRUE(t.is_ok()) << t.status().message();
+    return *t;
+}
+
+TEST(Simulator, ScalesWithLoadAndBillsNodeTime) {
+    const Catalog cat = Catalog::builtin().value();
+    SimOptions o;
+    o.config = config("[autoscale]\nmin_nodes = 1\nmax_nodes = 8\ncooldown_up = \"30s\"\ncooldown_down = \"2m\"\n"
+                      "down_after = \"2m\"\n[[policy]]\nkind = \"utilization\"\ntarget = 70\n");
+    o.instance = "g5.xlarge";
+    o.region = "us-east-1";
+    o.per_gpu_capacity = 1000;
+    o.boot_s = 120;
+    o.horizon_s = 3 * 3600;
+    // One hour at 500/s, one at 4000/s, one at 500/s.
+    SimResult r = simulate(trace("time_s,rate\n0,500\n3600,4000\n7200,500\n"), cat, o).value();
+    EXPECT_EQ(r.duration_s, 3 * 3600);
+    EXPECT_GE(r.max_nodes, 5);  // 4000/s at 70 % of 1000/s per node
+    EXPECT_LE(r.max_nodes, 8);
+    EXPECT_EQ(r.timeline.back().nodes, 1);  // back down after the peak
+    EXPECT_NEAR(r.served, r.arrived, 0.01 * r.arrived);  // the queue drains
+    EXPECT_GT(r.slo_violation_s, 0);  // the step outruns two-minute boots
+    EXPECT_LT(r.slo_violation_s, 1200);
+    EXPECT_NEAR(r.cost, r.node_hours * 1.006, 1e-9);  // on-demand us-east-1
+    EXPECT_GT(r.mean_utilization, 40);
+    EXPECT_GT(r.events, 7200 / 30);
+    EXPECT_FALSE(r.actions.empty());
+}
+
+TEST(Simulator, SpotPreemptionsFromTheTraceAreReplaced) {
+    const Catalog cat = Catalog::builtin().value();
+    SimOptions o;
+    o.config = config("[autoscale]\nmin_nodes = 3\nmax_nodes = 3\n[[policy]]\nkind = \"backlog\"\nper_node = 1e9\n"
+                      "[spot]\nenabled = true\n");
+    o.instance = "g5.xlarge";
+    o.region = "us-east-1";
+    o.per_gpu_capacity = 100;
+    o.spot_hazard_per_h = 0;  // only the trace's preemptions
+    SimResult r = simulate(trace("time_s,rate,preempt\n0,200,0\n600,200,2\n1200,200,0\n"), cat, o).value();
+    EXPECT_EQ(r.preemptions, 2);
+    EXPECT_EQ(r.timeline.back().ready, 3);
+    EXPECT_NEAR(r.cost, r.node_hours * 0.4246, 1e-9);  // spot price
+    // Capacity dipped to 1 node (100/s) for the boot time while 200/s arrived.
+    EXPECT_GT(r.slo_violation_s, 0);
+}
+
+TEST(Simulator, MalformedTracesAreClearErrors) {
+    const std::pair<const char*, const char*> bad[] = {
+        {"time_s,rate\n", "no rows"},
+        {"time,rate\n0,1\n", "missing column 'time_s'"},
+        {"time_s,rate\n10,1\n5,1\n", "trace.csv:3 time_s: time goes backwards"},
+        {"time_s,rate\n0,-4\n", "trace.csv:2 rate: expected a rate >= 0"},
+        {"time_s,rate\n0,fast\n", "expected a number, got 'fast'"},
+        {"time_s,rate,preempt\n0,1,0.5\n", "whole number"},
+    };
+    for (const auto& [csv, needle] : bad) {
+        auto t = parse_trace(csv, "trace.csv");
+        ASSERT_FALSE(t.is_ok()) << csv;
+        EXPECT_NE(t.status().message().find(needle), std::string::npos) << t.status().message();
+    }
+    const Catalog cat = Catalog::builtin().value();
+    SimOptions o;
+    o.config = config("[[policy]]\nkind = \"backlog\"\nper_node = 10\n");
+    o.instance = "g9.huge";
+    o.per_gpu_capacity = 1;
+    EXPECT_NE(simulate(trace("time_s,rate\n0,1\n"), cat, o).status().message().find("unknown instance type"),
+              std::string::npos);
+}
+
+TEST(SpotJob, MeanOf1000SimulatedRunsMatchesTheAnalyticalExpectation) {
+    // ResNet-50 for 30 h of work on 4 spot nodes with a harsh 1 preemption per node-day:
+    // 4/24 per hour for the job, 5-minute checkpoints' worth of state at 1 GB/s, 10 min restarts.
+    SpotJob job{.work_s = 30 * 3600, .hazard_per_s = 4.0 / 24 / 3600, .checkpoint_s = 120, .restart_s = 600};
+    SpotEstimate e = estimate_spot(job);
+    const double price = 4 * 7.0;  // per hour, all nodes
+    double sum = 0;
+    int64_t interruptions = 0;
+    for (uint64_t seed = 1; seed <= 1000; ++seed) {
+        SpotJobRun r = simulate_spot_job(job, seed);
+        sum += r.wall_s / 3600 * price;
+        interruptions += r.interruptions;
+    }
+    double mean_cost = sum / 1000, expected = e.expected_wall_s / 3600 * price;
+    EXPECT_NEAR(mean_cost / expected, 1.0, 0.05) << mean_cost << " vs " << expected;
+    EXPECT_NEAR(interruptions / 1000.0 / e.expected_interruptions, 1.0, 0.05);
+    EXPECT_GT(e.expected_interruptions, 3);  // the case exercises preemptions
+}
+
+}  // namespace
+}  // namespace strato::cloud

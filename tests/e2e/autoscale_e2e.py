@@ -1,0 +1,167 @@
+#!/usr/bin/python3
+"""`strato autoscale` end to end: the local provider scales real `strato serve` replicas up under
+load and back down while load continues, with zero failed requests (drain); the simulator on a
+trace with a report; capacity from a real load test; Kubernetes manifests that parse as YAML;
+bad inputs as one clear line."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import yaml
+
+STRATO = sys.argv[1]
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+
+
+def run(*args, expect=0, timeout=300):
+    p = subprocess.run([STRATO, *args], capture_output=True, text=True, timeout=timeout)
+    if p.returncode != expect:
+        failures.append(f"strato {' '.join(args)}: exit {p.returncode}, expected {expect}\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
+    return p
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def status(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/strato/replicas", timeout=5) as r:
+        return json.loads(r.read())
+
+
+def local_provider(tmp, model):
+    policy = os.path.join(tmp, "local.toml")
+    with open(policy, "w") as f:
+        f.write('[autoscale]\nmin_nodes = 1\nmax_nodes = 3\ncooldown_up = "1s"\ncooldown_down = "3s"\n'
+                'down_after = "3s"\n[[policy]]\nkind = "backlog"\nper_node = 3\n')
+    port = free_port()
+    proc = subprocess.Popen([STRATO, "autoscale", "local", "--policy", policy, "--model", f"fm={model}", "--port",
+                             str(port), "--tick", "500ms", "--log-dir", tmp],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.time() + 60
+        while time.time() < end:
+            try:
+                if any(r["state"] == "ready" for r in status(port)["replicas"]):
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+        # Heavy load: scale up.
+        lt1 = os.path.join(tmp, "lt1.json")
+        run("loadtest", f"http://127.0.0.1:{port}", "--model", "fm", "--concurrency", "12", "-d", "6s", "--json", lt1)
+        peak = len([r for r in status(port)["replicas"] if r["state"] == "ready"])
+        check(peak >= 2, f"scaled up to {peak} replicas under load: {status(port)}")
+        # Light load for long enough that the extra replicas drain and stop while requests flow.
+        lt2 = os.path.join(tmp, "lt2.json")
+        run("loadtest", f"http://127.0.0.1:{port}", "--model", "fm", "--concurrency", "1", "-d", "9s", "--json", lt2)
+        st = status(port)
+        check(len(st["replicas"]) == 1, f"back to one replica: {st}")
+        drained = [a for a in st["actions"] if "drained and stopped" in a["what"]]
+        check(len(drained) >= 1, f"replicas drained: {st['actions']}")
+        for path in (lt1, lt2):
+            with open(path) as f:
+                pts = json.load(f)["points"]
+            errors = sum(p["errors"]["total"] for p in pts)
+            done = sum(p["ok"] for p in pts)
+            check(errors == 0 and done > 100, f"{os.path.basename(path)}: {errors} errors in {done} requests")
+        # Every replica process is gone after SIGTERM.
+        pids = [r["pid"] for r in status(port)["replicas"]]
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=60)
+        check(rc == 0, f"autoscale local exit {rc}: {proc.stderr.read()[-2000:]}")
+        for pid in pids:
+            check(not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z",
+                  f"replica {pid} still running")
+        return lt1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def simulate_capacity_manifests(tmp, loadtest_json):
+    trace = os.path.join(tmp, "trace.csv")
+    with open(trace, "w") as f:
+        f.write("time_s,rate,preempt\n0,500,0\n3600,3000,0\n5400,3000,1\n7200,400,0\n")
+    sim_json, html = os.path.join(tmp, "sim.json"), os.path.join(tmp, "sim.html")
+    p = run("autoscale", "simulate", "--policy", os.path.join(REPO, "configs", "autoscale", "seeds.toml"), "--trace", trace,
+            "--per-gpu-capacity", "600", "--horizon", "3h", "--json", sim_json, "--report", html, "--runs", "5")
+    check("M events/s" in p.stdout and "cost over 5 runs" in p.stdout, p.stdout)
+    with open(sim_json) as f:
+        sim = json.load(f)
+    check(sim["kind"] == "strato-autoscale-sim" and sim["max_nodes"] >= 4 and sim["preemptions"] >= 1, str(sim)[:400])
+    check(len(sim["timeline"]) > 300 and sim["cost"] > 0, "timeline")
+    with open(html) as f:
+        page = f.read()
+    check(page.count("<svg") == 4 and "Scaling actions" in page, "report charts")
+
+    # Capacity from the real load test of one replica.
+    p = run("autoscale", "capacity", "--loadtest", loadtest_json, "--slo-p99", "1s", "--qps", "10000", "--json")
+    cap = json.loads(p.stdout)
+    check(cap["replica_qps"] > 0 and cap["rows"] and cap["rows"][0]["cost_per_million"] > 0, str(cap)[:300])
+    costs = [r["cost_per_million"] for r in cap["rows"]]
+    check(costs == sorted(costs), "capacity rows sorted by cost per million")
+    run("autoscale", "capacity", "--loadtest", loadtest_json, "--slo-p99", "1us", "--qps", "100", expect=1)
+
+    # Manifests parse as YAML with the expected kinds.
+    p = run("autoscale", "manifests", "--name", "fashion", "--gpus", "1", "--pending-per-pod", "8")
+    docs = list(yaml.safe_load_all(p.stdout))
+    check([d["kind"] for d in docs] == ["Deployment", "Service", "HorizontalPodAutoscaler"], str([d.get("kind") for d in docs]))
+    c = docs[0]["spec"]["template"]["spec"]["containers"][0]
+    check(c["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready" and c["resources"]["limits"]["nvidia.com/gpu"] == 1, str(c))
+    check(docs[2]["spec"]["metrics"][0]["pods"]["metric"]["name"] == "nv_inference_pending_request_count", "HPA metric")
+    p = run("autoscale", "manifests", "--name", "fashion", "--kserve")
+    isvc = yaml.safe_load(p.stdout)
+    check(isvc["kind"] == "InferenceService" and isvc["apiVersion"] == "serving.kserve.io/v1beta1", str(isvc)[:300])
+
+    bad_trace = os.path.join(tmp, "bad.csv")
+    with open(bad_trace, "w") as f:
+        f.write("time_s,rate\n0,10\n-5,3\n")
+    bad_policy = os.path.join(tmp, "bad.toml")
+    with open(bad_policy, "w") as f:
+        f.write('[[policy]]\nkind = "backlog"\nper_node = 0\n')
+    seeds = os.path.join(REPO, "configs", "autoscale", "seeds.toml")
+    cases = [
+        (["autoscale", "simulate", "--policy", seeds, "--trace", bad_trace, "--per-gpu-capacity", "1"], "bad.csv:3 time_s"),
+        (["autoscale", "simulate", "--policy", bad_policy, "--trace", trace, "--per-gpu-capacity", "1"], "per_node"),
+        (["autoscale", "simulate", "--policy", seeds, "--trace", trace, "--per-gpu-capacity", "1", "--instance", "g9.huge"],
+         "unknown instance type 'g9.huge'"),
+        (["autoscale", "simulate", "--policy", seeds, "--trace", trace], "--per-gpu-capacity"),
+        (["autoscale", "manifests", "--name", "Fashion_Model"], "not a valid Kubernetes name"),
+        (["autoscale", "capacity", "--qps", "100"], "--loadtest"),
+    ]
+    for args, needle in cases:
+        p = run(*args, expect=1)
+        check(p.stderr.startswith("strato autoscale") and needle in p.stderr, f"{args}: {p.stderr!r}")
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = os.path.join(tmp, "runs")
+        run("-q", "train", os.path.join(REPO, "configs", "fashion_mnist_cnn.toml"), "--set", "train.epochs=1",
+            "--set", "data.limit_train=2000", "--set", "data.limit_test=500", "--set", f"run.dir={runs}",
+            "--set", "run.name=tiny", "--no-report")
+        lt = local_provider(tmp, os.path.join(runs, "tiny", "model"))
+        simulate_capacity_manifests(tmp, lt)
+    if failures:
+        print("\n".join(failures))
+        sys.exit(1)
+    print("autoscale e2e: ok")
+
+
+if __name__ == "__main__":
+    main()
