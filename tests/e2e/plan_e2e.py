@@ -63,7 +63,17 @@ def main():
         run_dir = os.path.join(tmp, "runs")
         run("-q", "train", os.path.join(REPO, "configs", "fashion_mnist_cnn.toml"), "--set", "train.epochs=1",
             "--set", "data.limit_train=2000", "--set", "data.limit_test=500", "--set", f"run.dir={run_dir}",
-            "--set", "run.name=tiny", "--no-report")
+            "--set", "run.name=tiny", "--set", "train.monitor_every=4", "--no-report")
+        # The run recorded host samples every 4 steps; `strato monitor --replay` reads them from metrics.jsonl.
+        metrics = os.path.join(run_dir, "tiny", "metrics.jsonl")
+        with open(metrics) as f:
+            samples = [json.loads(line) for line in f if '"monitor"' in line]
+        check(len(samples) == 4 and all(s["kind"] == "monitor" and "cpu_util" in s for s in samples), f"{len(samples)} monitor lines")
+        rules = os.path.join(tmp, "rules.toml")
+        with open(rules, "w") as f:
+            f.write('[[rule]]\nname = "any"\nwhen = "mem_total_bytes > 0"\naction = "exit"\n')
+        p = run("monitor", "--replay", metrics, "--rules", rules, "--no-exporter", expect=3)
+        check("any firing: mem_total_bytes" in p.stderr, p.stderr)
         p = run("plan", "--run", os.path.join(run_dir, "tiny"), "--epochs", "50", "--json")
         w = json.loads(p.stdout)["workload"]
         # The cnn (width 32, depth 2, hidden 256) on 1x28x28: two 3x3 convs per stage; ~38 MFLOPs forward.

@@ -163,6 +163,8 @@ Result<MonitorSummary> Monitor::run() {
             auto j = nlohmann::json::parse(line, nullptr, false);
             std::string err;
             if (j.is_discarded()) return data_loss("{}:{}: not JSON", options_.replay, replay_line);
+            // A training run's metrics.jsonl: only its "monitor" lines are samples.
+            if (j.is_object() && j.contains("kind") && j["kind"] != "monitor") continue;
             if (!from_json(j, &s, &err)) return data_loss("{}:{}: {}", options_.replay, replay_line, err);
         } else {
             s = sample();

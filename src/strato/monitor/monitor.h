@@ -28,7 +28,8 @@ struct MonitorOptions {
     double interval_s = 1.0;
     double duration_s = 0;        // 0: until stopped
     std::string jsonl;            // append every snapshot here
-    std::string replay;           // read snapshots from this JSONL instead of sampling (alert dry runs)
+    std::string replay;           // read snapshots from this JSONL instead of sampling (alert dry runs);
+                                  // a run's metrics.jsonl works too (its "monitor" lines)
     std::vector<pid_t> pids;
     std::vector<AlertRule> rules;
     std::string nvml_library;     // empty: STRATO_NVML_LIBRARY or libnvidia-ml.so.1

@@ -95,7 +95,7 @@ bool from_json(const nlohmann::json& j, Snapshot* out, std::string* error) {
     }
     out->unix_s = j["t"].get<double>();
     for (auto it = j.begin(); it != j.end(); ++it) {
-        if (it.key() == "t" || it.key() == "notes") continue;
+        if (it.key() == "t" || it.key() == "notes" || it.key() == "kind" || it.key() == "step") continue;
         if (it->is_number()) {
             out->add(it.key(), it.key(), "", it->get<double>());
         } else if (it->is_object()) {

@@ -44,6 +44,7 @@ void LoopConfig::visit(config::Visitor& v) {
     v.field("precision", precision, {"fp32", "bf16"});
     v.field("channels_last", channels_last);
     v.field("log_every", log_every, Range::at_least(1));
+    v.field("monitor_every", monitor_every, Range::non_negative());
     v.field("eval_every", eval_every, Range::at_least(1));
     v.field("early_stopping_patience", early_stopping_patience, Range::non_negative());
     v.field("early_stopping_min_delta", early_stopping_min_delta, Range::non_negative());

@@ -53,6 +53,7 @@ struct LoopConfig {
     std::string precision = "fp32";  // fp32 | bf16 (autocast)
     bool channels_last = true;       // NHWC layout for convolutional models (faster with oneDNN)
     int64_t log_every = 50;          // optimizer steps between train metrics lines
+    int64_t monitor_every = 0;       // optimizer steps between host/GPU samples ("monitor" lines); 0 = off
     int64_t eval_every = 1;          // epochs between evaluations
     int64_t early_stopping_patience = 0;  // evaluations without improvement before stopping; 0 = off
     double early_stopping_min_delta = 0.0;

@@ -15,6 +15,7 @@
 #include "strato/models/package.h"
 #include "strato/models/zoo.h"
 #include "strato/train/checkpoint.h"
+#include "strato/monitor/monitor.h"
 #include "strato/train/metrics_log.h"
 #include "strato/train/schedule.h"
 
@@ -191,6 +192,7 @@ private:
     std::unique_ptr<torch::optim::Optimizer> optim_;
     std::unique_ptr<CheckpointStore> store_;
     std::unique_ptr<MetricsLog> metrics_;
+    std::unique_ptr<monitor::Monitor> monitor_;  // with train.monitor_every
     TrainState state_;
     int64_t steps_per_epoch_ = 0;
     int64_t total_steps_ = 0;
@@ -249,6 +251,12 @@ Status Trainer::setup() {
     STRATO_ASSIGN_OR_RETURN(MetricsLog m,
                             MetricsLog::open((stdfs::path(run_dir_) / "metrics.jsonl").string(), state_.metrics_lines));
     metrics_ = std::make_unique<MetricsLog>(std::move(m));
+    if (cfg_.train.monitor_every > 0) {
+        monitor::MonitorOptions mo;
+        mo.port = -1;  // samples only; `strato monitor` is the exporter
+        STRATO_ASSIGN_OR_RETURN(monitor_, monitor::Monitor::create(mo));
+        log::info("monitor samples every {} steps ({})", cfg_.train.monitor_every, monitor_->gpu_summary());
+    }
     log::info("training {} ({} parameters) on {} samples, {} threads, {}, {} steps/epoch", cfg_.model.arch,
               models::parameter_count(*net_), splits_.train->size(), threads, cfg_.train.precision, steps_per_epoch_);
     return Status::ok();
@@ -324,6 +332,12 @@ Status Trainer::train_epoch(bool& stop) {
             window_start = Clock::now();
             window_loss = 0;
             window_correct = window_seen = 0;
+        }
+        if (monitor_ && state_.step % cfg_.train.monitor_every == 0) {
+            nlohmann::json sample = monitor::to_json(monitor_->sample());
+            sample["kind"] = "monitor";
+            sample["step"] = state_.step;
+            STRATO_RETURN_IF_ERROR(metrics_->append(sample));
         }
         const bool max_reached = cfg_.train.max_steps > 0 && state_.step >= cfg_.train.max_steps;
         if (signals::stop_requested() || max_reached) {
