@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "strato/monitor/nvml.h"
 #include "strato/train/trainer.h"
 
 namespace strato::doctor {
@@ -133,6 +134,26 @@ std::vector<Check> run_checks(const std::string& disk_path) {
     const bool cuda = torch::cuda::is_available();
     out.push_back({"cuda", cuda ? fmt::format("{} device(s)", torch::cuda::device_count()) : "not available (CPU build or no GPU)",
                    Level::kOk, ""});
+
+    // The GPUs as the driver sees them (NVML), whatever libtorch was built with.
+    auto nvml = monitor::Nvml::open();
+    if (nvml.is_ok()) {
+        for (const auto& g : (*nvml)->gpus())
+            out.push_back({fmt::format("gpu {}", g.index),
+                           fmt::format("{}, {:.0f} GiB, driver {}", g.name, g.memory_total_mib / 1024,
+                                       (*nvml)->driver_version()),
+                           Level::kOk, ""});
+        monitor::Snapshot s;
+        (*nvml)->sample(s);
+        for (const monitor::Metric* m : s.find("gpu_util"))
+            out.push_back({fmt::format("gpu {} utilisation", m->labels.front().second), fmt::format("{:.0f}%", m->value),
+                           Level::kOk, ""});
+        if (!cuda && !(*nvml)->gpus().empty())
+            out.push_back({"gpu training", "this build of libtorch cannot use them", Level::kWarn,
+                           "build against a CUDA libtorch with -DSTRATO_WITH_CUDA=ON"});
+    } else {
+        out.push_back({"gpu (NVML)", nvml.status().message(), Level::kOk, ""});
+    }
 
     const int64_t avail = meminfo_kb("MemAvailable");
     out.push_back({"memory available", fmt::format("{:.1f} GiB", static_cast<double>(avail) / (1024.0 * 1024.0)),
