@@ -59,6 +59,26 @@ def main():
         row = plan["ranked"][0]
         check(abs(row["price_per_h"] - 21.957642 * 0.5 * 7.0) < 1e-6, f"discounted price {row['price_per_h']}")
 
+        # The catalog refreshed from SkyPilot-format snapshots (fixtures in that format) plans as before.
+        refreshed = os.path.join(tmp, "instances.csv")
+        fx = os.path.join(REPO, "tests", "cloud", "fixtures")
+        r = subprocess.run(["/usr/bin/python3", os.path.join(REPO, "scripts", "cloud", "refresh_catalog.py"),
+                            "--catalog", os.path.join(REPO, "data", "cloud", "instances.csv"), "--out", refreshed,
+                            "--aws", os.path.join(fx, "skypilot_aws_vms.csv"), "--gcp", os.path.join(fx, "skypilot_gcp_vms.csv"),
+                            "--azure", os.path.join(fx, "skypilot_azure_vms.csv"), "--add-gpu-types"],
+                           capture_output=True, text=True, timeout=60)
+        check(r.returncode == 0 and "5 rows repriced" in r.stderr and "1 added" in r.stderr, r.stderr)
+        p = run("plan", "--catalog", refreshed, "--instance", "g4dn.xlarge", "--region", "us-east-1", "--max-nodes", "1",
+                "--json")
+        rows = {r["market"]: r for r in json.loads(p.stdout)["ranked"]}
+        # On-demand from any zone; spot the lowest regular zone (the 0.05 Local Zone price is skipped).
+        check(abs(rows["ondemand"]["price_per_h"] - 0.5) < 1e-9 and abs(rows["spot"]["price_per_h"] - 0.18) < 1e-9, str(rows))
+        p = run("plan", "--catalog", refreshed, "--instance", "Standard_NC40ads_H100_v5", "--json")
+        check(all(r["market"] == "ondemand" for r in json.loads(p.stdout)["ranked"]), "Azure SpotPrice == Price: no spot")
+        p = run("plan", "--catalog", refreshed, "--instance", "n1-standard-4+1xT4", "--region", "us-central1",
+                "--market", "ondemand", "--max-nodes", "1", "--json")
+        check(abs(json.loads(p.stdout)["ranked"][0]["price_per_h"] - 0.53) < 1e-9, "GCP host + GPU rows summed")
+
         # A real run: train a tiny model, then plan from it (FLOPs counted from its package).
         run_dir = os.path.join(tmp, "runs")
         run("-q", "train", os.path.join(REPO, "configs", "fashion_mnist_cnn.toml"), "--set", "train.epochs=1",
