@@ -2,11 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "strato/cloud/planner.h"
+#include "strato/cloud/simulator.h"
 #include "strato/core/duration.h"
 #include "strato/models/package.h"
 #include "strato/report/run_report.h"
@@ -21,7 +23,7 @@ struct PlanFlags {
     std::vector<std::string> providers, regions, gpus, instances;
     double budget = 0, dataset_size = 0, gflops = 0, params_m = 0, activations_m = 0, decode_rate = -1;
     double checkpoint_gbs = 1.0, spot_hazard = -1;
-    int epochs = 0, batch = 0, max_nodes = 16, top = 10;
+    int epochs = 0, batch = 0, max_nodes = 16, top = 10, simulate = 0;
     bool json = false, list = false;
 };
 
@@ -89,6 +91,28 @@ Result<cloud::PlanRequest> build_request(const PlanFlags& f, const cloud::Catalo
     return r;
 }
 
+/// Monte Carlo of a spot row: the simulated spread of its cost next to the analytical one.
+struct Simulated {
+    double mean_h = 0, p10_h = 0, p90_h = 0, mean_cost = 0;
+    int runs = 0;
+};
+
+Simulated simulate_row(const cloud::PlanRequest& r, const cloud::Candidate& c, int runs) {
+    cloud::SpotJob job = cloud::spot_job(r, c);
+    std::vector<double> walls;
+    for (int i = 0; i < runs; ++i) walls.push_back(cloud::simulate_spot_job(job, static_cast<uint64_t>(i) + 1).wall_s / 3600);
+    std::sort(walls.begin(), walls.end());
+    Simulated s;
+    s.runs = runs;
+    for (double w : walls) s.mean_h += w / runs;
+    const double startup_h = r.startup_s / 3600;
+    s.mean_h += startup_h;
+    s.p10_h = walls[walls.size() / 10] + startup_h;
+    s.p90_h = walls[walls.size() * 9 / 10] + startup_h;
+    s.mean_cost = s.mean_h * c.price_per_h;
+    return s;
+}
+
 std::string si(double v) {
     if (v >= 1e12) return fmt::format("{:.3g} T", v / 1e12);
     if (v >= 1e9) return fmt::format("{:.3g} G", v / 1e9);
@@ -97,7 +121,8 @@ std::string si(double v) {
     return fmt::format("{:.3g}", v);
 }
 
-std::string print_table(const cloud::Plan& p, const cloud::PlanRequest& r, const cloud::Catalog& cat, double ms) {
+std::string print_table(const cloud::Plan& p, const cloud::PlanRequest& r, const cloud::Catalog& cat, double ms,
+                        int simulate) {
     const cloud::Workload& w = r.workload;
     cloud::ThroughputModel model;
     std::string out = fmt::format(
@@ -127,10 +152,24 @@ std::string print_table(const cloud::Plan& p, const cloud::PlanRequest& r, const
                            fmt::format("{}x{}", c.gpus(), c.inst->accelerator), c.spot ? "spot" : "on-demand",
                            c.tp.samples_per_s, cloud::format_hours(c.expected_h), range, c.cost, c.reason);
     }
+    if (simulate > 0) {
+        out += fmt::format("\nspot rows simulated {} times each (preemptions at the same rates):\n", simulate);
+        int k = 0;
+        for (const auto& c : p.ranked) {
+            ++k;
+            if (!c.spot) continue;
+            Simulated sim = simulate_row(r, c, simulate);
+            out += fmt::format("{:>2}  expected {} / {:.2f} {}; simulated mean {} / {:.2f} {} (10-90%: {} - {}); ratio {:.3f}\n",
+                               k, cloud::format_hours(c.expected_h), c.cost, cat.currency().code,
+                               cloud::format_hours(sim.mean_h), sim.mean_cost, cat.currency().code,
+                               cloud::format_hours(sim.p10_h), cloud::format_hours(sim.p90_h), sim.mean_cost / c.cost);
+        }
+    }
     return out;
 }
 
-nlohmann::json to_json(const cloud::Plan& p, const cloud::PlanRequest& r, const cloud::Catalog& cat, double ms) {
+nlohmann::json to_json(const cloud::Plan& p, const cloud::PlanRequest& r, const cloud::Catalog& cat, double ms,
+                       int simulate) {
     using nlohmann::json;
     const cloud::Workload& w = r.workload;
     auto num = [](double v) { return std::isfinite(v) ? json(v) : json(nullptr); };
@@ -180,6 +219,11 @@ nlohmann::json to_json(const cloud::Plan& p, const cloud::PlanRequest& r, const 
                           {"checkpoint_interval_h", c.checkpoint_interval_h},
                           {"reason", c.reason},
                           {"source", c.inst->source}});
+        if (c.spot && simulate > 0) {
+            Simulated sim = simulate_row(r, c, simulate);
+            ranked.back()["simulated"] = {{"runs", sim.runs}, {"mean_h", sim.mean_h}, {"p10_h", sim.p10_h},
+                                          {"p90_h", sim.p90_h}, {"mean_cost", sim.mean_cost}};
+        }
     }
     j["ranked"] = ranked;
     return j;
@@ -240,6 +284,8 @@ void add_plan_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     cmd->add_option("--spot-rates", f->spot_csv, "Spot interruption CSV (format of data/cloud/spot_interruptions.csv)");
     cmd->add_option("--prices", f->prices, "TOML price overrides: discounts, negotiated prices, currency (docs/plan.md)");
     cmd->add_option("--top", f->top, "Rows to show (default 10)");
+    cmd->add_option("--simulate", f->simulate,
+                    "Check each spot row by simulating its preemptions N times (mean and 10-90 % of the cost)");
     cmd->add_flag("--json", f->json, "Print the plan as JSON");
     cmd->add_flag("--list", f->list, "List workload presets, GPUs and catalog warnings");
     cmd->footer(
@@ -270,9 +316,9 @@ void add_plan_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         if (!plan) return void(*exit_code = report_error("plan", plan.status()));
         if (f->json)
-            fmt::print("{}\n", to_json(*plan, *req, *cat, ms).dump(2));
+            fmt::print("{}\n", to_json(*plan, *req, *cat, ms, f->simulate).dump(2));
         else
-            fmt::print("{}", print_table(*plan, *req, *cat, ms));
+            fmt::print("{}", print_table(*plan, *req, *cat, ms, f->simulate));
         if (plan->ranked.empty()) {
             if (!f->json) fmt::print(stderr, "strato plan: error: no plan meets the constraints: {}\n", plan->binding);
             return void(*exit_code = 1);

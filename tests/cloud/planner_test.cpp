@@ -39,6 +39,16 @@ TEST(Throughput, CalibratedAgainstNvidiaResNet50) {
     }
 }
 
+TEST(Throughput, HopperScalesAsLambdaMeasured) {
+    // Lambda's ResNet-50 training (FP16 / TF32): H100 SXM is 1.65x / 1.64x an A100 80GB SXM.
+    const Catalog cat = Catalog::builtin().value();
+    ThroughputModel model;
+    for (auto [p, measured] : {std::pair{Precision::kAmp, 2616.0 / 1582}, {Precision::kFp32, 1753.0 / 1066}}) {
+        double ratio = model.single_gpu(resnet50(p), *cat.gpu("H100")) / model.single_gpu(resnet50(p), *cat.gpu("A100-80GB"));
+        EXPECT_NEAR(ratio / measured, 1.0, 0.1) << ratio;
+    }
+}
+
 TEST(Throughput, ImageNet90EpochsOn8xA100WithinQuarterOfNvidia) {
     const Catalog cat = Catalog::builtin().value();
     ThroughputModel model;

@@ -37,6 +37,10 @@ Result<std::vector<GpuSpec>> parse_gpus(std::string_view text, std::string_view 
         STRATO_ASSIGN_OR_RETURN(g.int8_tops, parse_number(t.at(r, "int8_tops"), 0, where("int8_tops")));
         STRATO_ASSIGN_OR_RETURN(g.tdp_w, parse_number(t.at(r, "tdp_w"), 0, where("tdp_w")));
         STRATO_ASSIGN_OR_RETURN(g.nvlink_gbs, parse_number(t.at(r, "nvlink_gbs"), 0, where("nvlink_gbs")));
+        STRATO_ASSIGN_OR_RETURN(g.compute_efficiency,
+                                parse_number(t.at(r, "compute_efficiency"), 1, where("compute_efficiency")));
+        if (!(g.compute_efficiency > 0 && g.compute_efficiency <= 2))
+            return invalid_argument("{}: expected a factor in (0, 2]", where("compute_efficiency"));
         g.bf16 = t.at(r, "bf16") == "1";
         g.estimate = t.at(r, "estimate") == "1";
         g.source = t.at(r, "source");

@@ -44,6 +44,7 @@ struct GpuSpec {
     double int8_tops = 0;
     double tdp_w = 0;
     double nvlink_gbs = 0;      // total NVLink bandwidth per GPU (both directions); 0: PCIe only
+    double compute_efficiency = 1;  // achieved fraction of peak relative to the A100/V100 fit (Hopper: 0.52)
     bool estimate = false;      // some figure is an estimate, not a published number
     std::string source;
 };

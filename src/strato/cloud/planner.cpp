@@ -160,6 +160,17 @@ Status PlanRequest::validate(const Catalog& catalog) const {
     return Status::ok();
 }
 
+SpotJob spot_job(const PlanRequest& req, const Candidate& c) {
+    const Workload& w = req.workload;
+    double state_bytes = w.params * (4 + (w.optimizer == "adam" ? 8 : 4));  // weights + optimizer state
+    SpotJob job;
+    job.work_s = c.work_h * 3600;
+    job.hazard_per_s = spot_hazard_per_h(req, *c.inst) * c.nodes / 3600;
+    job.checkpoint_s = state_bytes / (req.storage_gbs * 1e9);
+    job.restart_s = req.restart_s;
+    return job;
+}
+
 Candidate evaluate(const PlanRequest& req, const ThroughputModel& model, const Currency& cur, const Instance& inst,
                    int nodes, bool spot) {
     Candidate c;
@@ -172,14 +183,7 @@ Candidate evaluate(const PlanRequest& req, const ThroughputModel& model, const C
     c.expected_h = c.p10_h = c.p90_h = c.work_h;
     c.checkpoint_interval_h = c.work_h;
     if (spot) {
-        const Workload& w = req.workload;
-        double state_bytes = w.params * (4 + (w.optimizer == "adam" ? 8 : 4));
-        SpotJob job;
-        job.work_s = c.work_h * 3600;
-        job.hazard_per_s = spot_hazard_per_h(req, inst) * nodes / 3600;
-        job.checkpoint_s = state_bytes / (req.storage_gbs * 1e9);
-        job.restart_s = req.restart_s;
-        SpotEstimate e = estimate_spot(job);
+        SpotEstimate e = estimate_spot(spot_job(req, c));
         c.expected_h = e.expected_wall_s / 3600;
         c.p10_h = e.p10_wall_s / 3600;
         c.p90_h = e.p90_wall_s / 3600;

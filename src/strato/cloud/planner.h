@@ -72,6 +72,9 @@ struct Plan {
 /// Prices one configuration.
 Candidate evaluate(const PlanRequest& req, const ThroughputModel& model, const Currency& cur, const Instance& inst,
                    int nodes, bool spot);
+/// The spot model's input for a candidate (work, job-level hazard, checkpoint and restart times).
+SpotJob spot_job(const PlanRequest& req, const Candidate& c);
+
 /// Strict weak order of the ranking: objective, then the other of cost/time, then the instance
 /// key, node count and market, so ties break the same way everywhere.
 bool ranks_before(const Candidate& a, const Candidate& b, Objective o);

@@ -78,7 +78,7 @@ double ThroughputModel::single_gpu(const Workload& w, const GpuSpec& gpu, double
     // FP32 math runs as TF32 on tensor cores from Ampere on (the GPUs that have BF16); before
     // that, on the FP32 units.
     double peak = amp ? gpu.tensor_tflops : gpu.bf16 ? gpu.tensor_tflops / 2 : gpu.fp32_tflops;
-    double eff = (amp || gpu.bf16) ? c_.compute_efficiency_tensor : c_.compute_efficiency_fp32;
+    double eff = ((amp || gpu.bf16) ? c_.compute_efficiency_tensor : c_.compute_efficiency_fp32) * gpu.compute_efficiency;
     double bytes = amp ? 2.0 : 4.0;
     double k = amp ? c_.traffic_factor_amp : c_.traffic_factor_fp32;
     double tc = 3 * w.fwd_flops / (peak * 1e12 * eff);
