@@ -12,6 +12,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -48,6 +49,14 @@ Result<int> free_port(const std::string& address) {
     return static_cast<int>(ntohs(a.sin_port));
 }
 
+/// Hours since Monday 00:00 local time: the schedule policy's clock.
+double local_week_hour() {
+    std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    localtime_r(&now, &tm);
+    return ((tm.tm_wday + 6) % 7) * 24.0 + tm.tm_hour + tm.tm_min / 60.0 + tm.tm_sec / 3600.0;
+}
+
 // Request headers a replica needs to read the request the same way.
 bool forwarded(const std::string& name) {
     for (const char* h : {"content-type", "inference-header-content-length", "authorization", "accept"})
@@ -75,7 +84,27 @@ struct LocalProvider::Impl {
     mutable std::mutex mu;
     std::vector<std::shared_ptr<Replica>> replicas;
     std::vector<std::pair<double, std::string>> actions;
-    std::vector<std::thread> helpers;  // readiness waits and drains
+    struct Helper {
+        std::thread thread;
+        std::shared_ptr<std::atomic<bool>> done;
+    };
+    std::vector<Helper> helpers;  // readiness waits and drains; only the control thread touches it
+
+    template <typename Fn>
+    void helper(Fn fn) {
+        auto done = std::make_shared<std::atomic<bool>>(false);
+        helpers.push_back({std::thread([fn = std::move(fn), done] {
+                               fn();
+                               *done = true;
+                           }),
+                           done});
+    }
+    /// Joins the helpers that have finished (called every tick, so a long run keeps few threads).
+    void join_finished() {
+        for (auto& h : helpers)
+            if (*h.done && h.thread.joinable()) h.thread.join();
+        std::erase_if(helpers, [](const Helper& h) { return !h.thread.joinable(); });
+    }
     std::atomic<int64_t> in_flight{0};
     std::atomic<bool> stopping{false};
     Clock::time_point t0 = Clock::now();
@@ -184,7 +213,7 @@ struct LocalProvider::Impl {
             std::lock_guard<std::mutex> lock(mu);
             replicas.push_back(r);
         }
-        helpers.emplace_back([this, r, log_path] {
+        helper([this, r, log_path] {
             auto start = Clock::now();
             while (!stopping && seconds_since(start) < o.ready_timeout_s) {
                 int status = 0;
@@ -226,7 +255,7 @@ struct LocalProvider::Impl {
     /// Stops routing to `r`, waits for its requests in flight, then stops the process.
     void drain(std::shared_ptr<Replica> r) {
         r->state = 2;
-        helpers.emplace_back([this, r] {
+        helper([this, r] {
             auto start = Clock::now();
             while (r->in_flight > 0 && seconds_since(start) < o.drain_timeout_s)
                 std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -235,6 +264,13 @@ struct LocalProvider::Impl {
             note(fmt::format("replica pid {} drained{} and stopped", r->pid,
                              left ? fmt::format(" ({} requests still in flight at the deadline)", left) : ""));
         });
+    }
+
+    int ready() const {
+        std::lock_guard<std::mutex> lock(mu);
+        int n = 0;
+        for (const auto& r : replicas) n += r->state == 1;
+        return n;
     }
 
     int live() const {
@@ -268,8 +304,8 @@ LocalProvider::~LocalProvider() {
         reps = impl_->replicas;
     }
     for (auto& r : reps) impl_->terminate(r);
-    for (auto& t : impl_->helpers)
-        if (t.joinable()) t.join();
+    for (auto& h : impl_->helpers)
+        if (h.thread.joinable()) h.thread.join();
     if (impl_->pool) impl_->pool->join();
 }
 
@@ -282,6 +318,10 @@ Result<std::unique_ptr<LocalProvider>> LocalProvider::create(LocalOptions o) {
     if (o.serve_args.empty()) return invalid_argument("nothing to serve: give --model DIR or --model-repository DIR");
     if (!(o.tick_s > 0)) return invalid_argument("--tick must be > 0");
     if (o.config.max_nodes < 1) return invalid_argument("max_nodes must be >= 1");
+    if (std::erase_if(o.config.policies, [](const ScalePolicy& p) { return p.kind == "vertical"; }))
+        log::warn("autoscale local: vertical policies change instance types; they apply to `strato autoscale "
+                  "simulate` and are ignored here");
+    if (o.config.policies.empty()) return invalid_argument("no policy left for the local provider (only vertical ones)");
     if (o.log_dir.empty()) {
         char tmpl[] = "/tmp/strato-autoscale-XXXXXX";
         if (!mkdtemp(tmpl)) return io_error("mkdtemp: {}", strerror(errno));
@@ -321,19 +361,26 @@ Status LocalProvider::run() {
     Impl& m = *impl_;
     while (!m.stopping && !signals::stop_requested()) {
         // The backlog: requests in flight at the proxy, averaged over the control period.
-        double sum = 0;
+        // Utilisation: requests in flight per ready replica, capped at one (a replica serving a
+        // request is busy), averaged over the period.
+        double sum = 0, busy = 0;
         int samples = 0;
         auto tick_start = Clock::now();
         while (seconds_since(tick_start) < m.o.tick_s && !m.stopping && !signals::stop_requested()) {
-            sum += static_cast<double>(m.in_flight.load());
+            double in_flight = static_cast<double>(m.in_flight.load());
+            sum += in_flight;
+            busy += std::min(1.0, in_flight / std::max(1, m.ready()));
             ++samples;
             std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
         m.reap();
+        m.join_finished();
         Observation obs;
         obs.t_s = seconds_since(m.t0);
+        obs.weekday_hour = local_week_hour();
         obs.nodes = m.live();
         obs.backlog = samples ? sum / samples : 0;
+        obs.utilization = samples ? 100 * busy / samples : 0;
         Decision d = m.scaler.decide(obs);
         if (d.nodes > obs.nodes) {
             m.note(fmt::format("{} -> {} replicas: {}", obs.nodes, d.nodes, d.reason));

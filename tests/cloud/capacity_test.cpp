@@ -1,0 +1,72 @@
+// The capacity loop (load test -> replicas -> cost per million requests) and the Kubernetes
+// manifests' validation.
+
+#include <gtest/gtest.h>
+
+#include "strato/cloud/capacity.h"
+#include "strato/cloud/manifests.h"
+
+namespace strato::cloud {
+namespace {
+
+nlohmann::json loadtest() {
+    // Three levels: 400 req/s at p99 8 ms, 900 at 30 ms, 1000 at 120 ms; the last with errors.
+    return nlohmann::json::parse(R"({"kind": "strato-loadtest", "target": "http://127.0.0.1:8000", "points": [
+        {"concurrency": 1, "throughput": 400, "latency_us": {"p99": 8000}, "errors": {"total": 0}},
+        {"concurrency": 4, "throughput": 900, "latency_us": {"p99": 30000}, "errors": {"total": 0}},
+        {"concurrency": 16, "throughput": 1000, "latency_us": {"p99": 12000}, "errors": {"total": 3}}]})");
+}
+
+TEST(Capacity, HighestThroughputWithinTheObjective) {
+    auto c = replica_capacity(loadtest(), 50);
+    ASSERT_TRUE(c.is_ok()) << c.status().message();
+    EXPECT_EQ(c->qps, 900);  // 1000 req/s had errors
+    EXPECT_EQ(c->level, 4);
+    EXPECT_EQ(replica_capacity(loadtest(), 10)->qps, 400);
+    auto none = replica_capacity(loadtest(), 5);
+    ASSERT_FALSE(none.is_ok());
+    EXPECT_NE(none.status().message().find("the best p99 was 8.0 ms"), std::string::npos) << none.status().message();
+    EXPECT_FALSE(replica_capacity(nlohmann::json::parse(R"({"kind": "strato-plan"})"), 50).is_ok());
+    EXPECT_FALSE(replica_capacity(nlohmann::json::parse(R"({"kind": "strato-loadtest", "points": []})"), 50).is_ok());
+}
+
+TEST(Capacity, ReplicasAndCostPerMillion) {
+    const Catalog cat = Catalog::builtin().value();
+    CapacityRequest req;
+    req.target_qps = 10000;
+    req.replica_qps = 900;
+    req.instance_types = {"g5.xlarge", "g5.12xlarge"};
+    auto rows = capacity_plan(cat, req);
+    ASSERT_TRUE(rows.is_ok()) << rows.status().message();
+    for (const auto& r : *rows) {
+        // 10,000 / (900 x 0.8) = 13.9 replicas: 14 single-GPU instances or 4 four-GPU ones.
+        EXPECT_EQ(r.instances, r.inst->gpus == 1 ? 14 : 4) << r.inst->key();
+        EXPECT_NEAR(r.cost_per_million, r.inst->ondemand_usd_h * r.instances / (10000 * 3600.0) * 1e6, 1e-9);
+    }
+    for (size_t i = 1; i < rows->size(); ++i) EXPECT_LE((*rows)[i - 1].cost_per_million, (*rows)[i].cost_per_million);
+    req.gpus_per_replica = 2;
+    auto pairs = capacity_plan(cat, req);
+    ASSERT_TRUE(pairs.is_ok());
+    for (const auto& r : *pairs) EXPECT_NE(r.inst->gpus, 1);  // a 1-GPU type cannot hold one
+    req.target_qps = 0;
+    EXPECT_FALSE(capacity_plan(cat, req).is_ok());
+}
+
+TEST(Manifests, ValidatesNamesAndRanges) {
+    ManifestOptions o;
+    o.name = "fashion";
+    auto y = kubernetes_manifests(o);
+    ASSERT_TRUE(y.is_ok());
+    EXPECT_NE(y->find("kind: HorizontalPodAutoscaler"), std::string::npos);
+    EXPECT_NE(y->find("averageUtilization: 70"), std::string::npos);
+    o.kserve = true;
+    EXPECT_NE(kubernetes_manifests(o)->find("kind: InferenceService"), std::string::npos);
+    o.name = "Fashion";
+    EXPECT_FALSE(kubernetes_manifests(o).is_ok());
+    o.name = "fashion";
+    o.min_replicas = 9;
+    EXPECT_FALSE(kubernetes_manifests(o).is_ok());
+}
+
+}  // namespace
+}  // namespace strato::cloud
