@@ -204,8 +204,9 @@ void add_capacity(CLI::App& parent, int* exit_code) {
         if (cap.qps > 0)
             fmt::print("one replica: {:.0f} requests/s within p99 {:.1f} ms (at concurrency/rate {:g}, {})\n", cap.qps,
                        cap.p99_ms, cap.level, cap.target);
-        fmt::print("target {:.0f} requests/s with {:.0f}% headroom, {} replica(s) per GPU group of {}\n\n", req.target_qps,
-                   100 * req.headroom, 1, req.gpus_per_replica);
+        fmt::print("target {:.0f} requests/s with {:.0f}% headroom, one replica per {} GPU(s); the per-replica rate is\n"
+                   "what the load test measured where it ran: load-test on the type you plan for\n\n",
+                   req.target_qps, 100 * req.headroom, req.gpus_per_replica);
         fmt::print("{:<6} {:<14} {:<26} {:>9} {:>9} {:>12} {:>14}\n", "cloud", "region", "instance", "instances",
                    "replicas", cur + "/hour", cur + "/M requests");
         for (const auto& r : *rows)
