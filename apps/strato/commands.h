@@ -22,6 +22,7 @@ void add_loadtest_command(CLI::App& app, const GlobalFlags& g, int* exit_code);
 void add_plan_command(CLI::App& app, const GlobalFlags& g, int* exit_code);
 void add_monitor_command(CLI::App& app, const GlobalFlags& g, int* exit_code);
 void add_autoscale_command(CLI::App& app, const GlobalFlags& g, int* exit_code);
+void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code);
 
 /// Prints `strato <cmd>: error: <message>` (further lines as hints) to stderr; returns the exit code
 /// (130 for an interrupted run, 1 otherwise).

@@ -23,7 +23,7 @@ int report_error(const std::string& command, const Status& status) {
 int main(int argc, char** argv) {
     using namespace strato;
     configure_allocator();
-    CLI::App app{"strato: train, evaluate, report on, serve and load-test deep-learning models plan, monitor and autoscale their cloud machines, natively.\n"
+    CLI::App app{"strato: train, tune, evaluate, report on, serve and load-test deep-learning models, and plan, monitor and autoscale their cloud machines, natively.\n"
                  "Run `strato <command> --help` for a command's flags and examples."};
     app.set_version_flag("--version", "strato 0.1.0");
     app.require_subcommand(1);
@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
         "  strato report runs/fashion_mnist_cnn\n"
         "  strato serve --model runs/fashion_mnist_cnn/model\n"
         "  strato loadtest --model fashion_mnist_cnn --concurrency-range 1:32:x2\n"
+        "  strato tune run configs/tune/fashion_mnist_mlp.toml\n"
         "  strato plan --workload resnet50-imagenet --deadline 4h\n"
         "  strato monitor --rules alerts.toml\n"
         "  strato autoscale simulate --policy configs/autoscale/seeds.toml --trace bench/cloud/week_trace.csv --per-gpu-capacity 600\n"
@@ -52,6 +53,7 @@ int main(int argc, char** argv) {
     cli::add_plan_command(app, g, &exit_code);
     cli::add_monitor_command(app, g, &exit_code);
     cli::add_autoscale_command(app, g, &exit_code);
+    cli::add_tune_command(app, g, &exit_code);
     app.parse_complete_callback([&] {
         log::set_level(g.verbose ? log::Level::kDebug : g.quiet ? log::Level::kWarn : log::Level::kInfo);
     });

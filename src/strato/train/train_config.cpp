@@ -38,6 +38,7 @@ void ScheduleConfig::visit(config::Visitor& v) {
 void LoopConfig::visit(config::Visitor& v) {
     v.field("epochs", epochs, Range::between(1, 100000));
     v.field("max_steps", max_steps, Range::non_negative());
+    v.field("stop_after_epochs", stop_after_epochs, Range::non_negative());
     v.field("grad_accum", grad_accum, Range::between(1, 4096));
     v.field("clip_grad_norm", clip_grad_norm, Range::non_negative());
     v.field("label_smoothing", label_smoothing, Range::half_open(0, 1));

@@ -47,6 +47,7 @@ struct ScheduleConfig {
 struct LoopConfig {
     int64_t epochs = 10;
     int64_t max_steps = 0;  // stop after this many optimizer steps (0 = no limit)
+    int64_t stop_after_epochs = 0;  // pause after this many epochs, the schedule still spanning `epochs` (0 = off)
     int64_t grad_accum = 1;
     double clip_grad_norm = 0.0;  // 0 = off
     double label_smoothing = 0.0;

@@ -357,6 +357,9 @@ Result<TrainResult> Trainer::run() {
     bool early_stopped = false;
     while (state_.epoch < cfg_.train.epochs) {
         if (cfg_.train.max_steps > 0 && state_.step >= cfg_.train.max_steps) break;  // resumed after max_steps
+        // A pause (strato tune's rungs): the learning-rate schedule still spans train.epochs, so a
+        // run resumed with a later stop_after_epochs continues exactly as an uninterrupted one.
+        if (cfg_.train.stop_after_epochs > 0 && state_.epoch >= cfg_.train.stop_after_epochs) break;
         if (cfg_.train.early_stopping_patience > 0 && state_.bad_evals >= cfg_.train.early_stopping_patience) {
             early_stopped = true;  // resumed after early stopping had triggered
             break;
@@ -373,7 +376,8 @@ Result<TrainResult> Trainer::run() {
         }
         const bool epoch_done = state_.next_batch >= train_loader_->batches_per_epoch();
         const int64_t epoch = state_.epoch;
-        const bool last = epoch + 1 >= cfg_.train.epochs || stop;
+        const bool last = epoch + 1 >= cfg_.train.epochs || stop ||
+                          (cfg_.train.stop_after_epochs > 0 && epoch + 1 >= cfg_.train.stop_after_epochs);
         if ((epoch + 1) % cfg_.train.eval_every == 0 || last) {
             STRATO_ASSIGN_OR_RETURN(last_eval_, evaluate(*net_, *test_loader_, bf16_, channels_last_));
             const double train_loss = state_.epoch_loss_sum / std::max<int64_t>(1, state_.epoch_seen);

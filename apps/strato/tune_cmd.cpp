@@ -1,0 +1,108 @@
+// strato tune run|status|best|export-best|report STUDY.toml [--dir DIR]
+
+#include <fmt/format.h>
+
+#include "commands.h"
+#include "strato/core/fs.h"
+#include "strato/core/signals.h"
+#include "strato/report/tune_report.h"
+#include "strato/tune/study.h"
+
+namespace strato::cli {
+
+void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
+    struct Opts {
+        std::string study, dir, out;
+        int parallel = 0, trials = 0, top = 10;
+    };
+    auto o = std::make_shared<Opts>();
+    auto* cmd = app.add_subcommand("tune", "Hyper-parameter search: TPE, random or grid sampling; ASHA, median or no early "
+                                           "stopping; parallel trial processes; a crash-safe SQLite study");
+    cmd->require_subcommand(1);
+    auto load = [o]() -> Result<tune::StudyConfig> {
+        STRATO_ASSIGN_OR_RETURN(tune::StudyConfig c, tune::StudyConfig::load(o->study));
+        if (o->parallel > 0) c.parallel = o->parallel;
+        if (o->trials > 0) c.trials = o->trials;
+        return c;
+    };
+    auto add = [&](const char* name, const char* help) {
+        auto* sub = cmd->add_subcommand(name, help);
+        sub->add_option("study", o->study, "Study file (TOML: [study], [scheduler], [params])")->required();
+        sub->add_option("--dir", o->dir, "Study directory (default runs/tune/<name>)");
+        return sub;
+    };
+    auto* run = add("run", "Run the study, or continue it where it stopped (also after kill -9)");
+    run->add_option("--parallel", o->parallel, "Trial processes at once (overrides the study file)");
+    run->callback([o, load, &g, exit_code] {
+        auto c = load();
+        if (!c) return void(*exit_code = report_error("tune", c.status()));
+        signals::install_stop_handlers();
+        tune::RunOptions ro;
+        ro.dir = tune::study_dir(*c, o->dir);
+        ro.quiet = g.quiet;
+        auto s = tune::run_study(*c, ro);
+        if (!s) return void(*exit_code = report_error("tune", s.status()));
+        auto board = tune::leaderboard(*c, ro.dir, o->top);
+        if (board) fmt::print("{}", *board);
+        fmt::print("study directory: {}\n", ro.dir);
+        *exit_code = s->failed == s->trials && s->trials > 0 ? 1 : 0;
+    });
+    auto* status = add("status", "Leaderboard and trial states");
+    status->add_option("--top", o->top, "Rows (default 10)");
+    status->callback([o, load, exit_code] {
+        auto c = load();
+        if (!c) return void(*exit_code = report_error("tune", c.status()));
+        auto board = tune::leaderboard(*c, tune::study_dir(*c, o->dir), o->top);
+        if (!board) return void(*exit_code = report_error("tune", board.status()));
+        fmt::print("{}", *board);
+        *exit_code = 0;
+    });
+    auto* best = add("best", "The best trial as JSON");
+    best->callback([o, load, exit_code] {
+        auto c = load();
+        if (!c) return void(*exit_code = report_error("tune", c.status()));
+        auto j = tune::study_json(*c, tune::study_dir(*c, o->dir));
+        if (!j) return void(*exit_code = report_error("tune", j.status()));
+        const nlohmann::json* b = nullptr;
+        for (const auto& t : (*j)["trials"])
+            if (t["best"].is_number() && (!b || (c->maximize ? t["best"] > (*b)["best"] : t["best"] < (*b)["best"]))) b = &t;
+        if (!b) return void(*exit_code = report_error("tune", not_found("no trial has a result yet")));
+        fmt::print("{}\n", b->dump(2));
+        *exit_code = 0;
+    });
+    auto* exp = add("export-best", "Write the best trial's full train config");
+    exp->add_option("-o,--out", o->out, "Output TOML (default <dir>/best.toml)");
+    exp->callback([o, load, exit_code] {
+        auto c = load();
+        if (!c) return void(*exit_code = report_error("tune", c.status()));
+        std::string dir = tune::study_dir(*c, o->dir);
+        std::string out = o->out.empty() ? dir + "/best.toml" : o->out;
+        Status s = tune::export_best(*c, dir, out);
+        if (!s.is_ok()) return void(*exit_code = report_error("tune", s));
+        fmt::print("{}\n", out);
+        *exit_code = 0;
+    });
+    auto* rep = add("report", "HTML report: objective per trial over epochs, parameters vs objective, ASHA rungs");
+    rep->add_option("-o,--out", o->out, "Output HTML (default <dir>/report.html)");
+    rep->callback([o, load, exit_code] {
+        auto c = load();
+        if (!c) return void(*exit_code = report_error("tune", c.status()));
+        std::string dir = tune::study_dir(*c, o->dir);
+        auto j = tune::study_json(*c, dir);
+        if (!j) return void(*exit_code = report_error("tune", j.status()));
+        auto html = report::render_tune_report(*j);
+        if (!html) return void(*exit_code = report_error("tune", html.status()));
+        std::string out = o->out.empty() ? dir + "/report.html" : o->out;
+        Status s = fs::atomic_write(out, *html);
+        if (!s.is_ok()) return void(*exit_code = report_error("tune", s));
+        fmt::print("{}\n", out);
+        *exit_code = 0;
+    });
+    cmd->footer("Examples:\n"
+                "  strato tune run configs/tune/fashion_mnist_mlp.toml\n"
+                "  strato tune status configs/tune/fashion_mnist_mlp.toml\n"
+                "  strato tune export-best configs/tune/fashion_mnist_mlp.toml -o best.toml && strato train best.toml\n"
+                "Ctrl-C stops the running trials at a checkpoint; `strato tune run` again continues the study.");
+}
+
+}  // namespace strato::cli

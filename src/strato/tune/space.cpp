@@ -1,0 +1,200 @@
+#include "strato/tune/space.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <toml++/toml.h>
+
+#include "strato/core/fs.h"
+#include "strato/train/train_config.h"
+
+namespace strato::tune {
+
+double Param::internal_low() const { return dist == Dist::kLogUniform ? std::log(low) : numeric() ? low : 0; }
+double Param::internal_high() const {
+    return dist == Dist::kLogUniform ? std::log(high) : numeric() ? high : static_cast<double>(values.size()) - 1;
+}
+
+double Param::to_internal(const std::string& literal) const {
+    if (!numeric()) {
+        auto it = std::find(values.begin(), values.end(), literal);
+        return it == values.end() ? 0 : static_cast<double>(it - values.begin());
+    }
+    double v = std::stod(literal);
+    return dist == Dist::kLogUniform ? std::log(v) : v;
+}
+
+std::string Param::from_internal(double x) const {
+    x = std::clamp(x, internal_low(), internal_high());
+    if (!numeric()) return values[static_cast<size_t>(std::lround(x))];
+    double v = dist == Dist::kLogUniform ? std::exp(x) : x;
+    if (q > 0) v = low + std::round((v - low) / q) * q;
+    v = std::clamp(v, low, high);
+    if (dist == Dist::kInt) return fmt::format("{}", static_cast<int64_t>(std::llround(v)));
+    return fmt::format("{:.6g}", v);
+}
+
+namespace {
+
+std::string literal(const toml::node& n) {
+    if (auto s = n.value_exact<std::string>()) return fmt::format("\"{}\"", *s);
+    if (auto i = n.value_exact<int64_t>()) return std::to_string(*i);
+    if (auto d = n.value_exact<double>()) return fmt::format("{:.10g}", *d);
+    if (auto b = n.value_exact<bool>()) return *b ? "true" : "false";
+    return {};
+}
+
+Result<Param> parse_param(const std::string& key, const toml::node& node, const std::string& where) {
+    auto* t = node.as_table();
+    if (!t) return invalid_argument("{}: expected {{ type = ..., ... }}", where);
+    Param p;
+    p.key = key;
+    std::string type = (*t)["type"].value_or(std::string());
+    static const std::pair<const char*, Dist> kTypes[] = {{"uniform", Dist::kUniform}, {"loguniform", Dist::kLogUniform},
+                                                          {"int", Dist::kInt}, {"choice", Dist::kChoice},
+                                                          {"grid", Dist::kGrid}};
+    bool found = false;
+    for (auto [name, d] : kTypes)
+        if (type == name) p.dist = d, found = true;
+    if (!found)
+        return invalid_argument("{}: unknown distribution '{}' (expected uniform, loguniform, int, choice or grid)", where,
+                                type);
+    for (auto&& [k, v] : *t) {
+        std::string_view kk = k.str();
+        if (kk != "type" && kk != "low" && kk != "high" && kk != "q" && kk != "values" && kk != "when")
+            return invalid_argument("{}: unknown key '{}' (expected type, low, high, q, values, when)", where, kk);
+    }
+    if (p.numeric()) {
+        auto lo = (*t)["low"].value<double>(), hi = (*t)["high"].value<double>();
+        if (!lo || !hi) return invalid_argument("{}: {} needs low and high numbers", where, type);
+        p.low = *lo, p.high = *hi;
+        p.q = (*t)["q"].value_or(0.0);
+        if (!(p.low < p.high)) return invalid_argument("{}: low {} must be below high {}", where, p.low, p.high);
+        if (p.dist == Dist::kLogUniform && p.low <= 0) return invalid_argument("{}: loguniform needs low > 0", where);
+        if (p.q < 0) return invalid_argument("{}: q must be >= 0", where);
+    } else {
+        auto* arr = (*t)["values"].as_array();
+        if (!arr || arr->empty()) return invalid_argument("{}: {} needs a non-empty values = [...]", where, type);
+        for (auto& v : *arr) {
+            std::string l = literal(v);
+            if (l.empty()) return invalid_argument("{}: values must be strings, numbers or booleans", where);
+            p.values.push_back(l);
+        }
+    }
+    if (auto when = (*t)["when"].value<std::string>()) {
+        size_t eq = when->find("==");
+        if (eq == std::string::npos) return invalid_argument("{}: when must read \"other.key == value\"", where);
+        auto trim = [](std::string s) {
+            s.erase(0, s.find_first_not_of(' '));
+            s.erase(s.find_last_not_of(' ') + 1);
+            return s;
+        };
+        p.when_key = trim(when->substr(0, eq));
+        p.when_value = trim(when->substr(eq + 2));
+    }
+    return p;
+}
+
+}  // namespace
+
+Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string& source, const std::string& base_dir) {
+    toml::table doc;
+    try {
+        doc = toml::parse(text, source);
+    } catch (const toml::parse_error& e) {
+        return invalid_argument("{}:{}: {}", source, e.source().begin.line, e.description());
+    }
+    for (auto&& [k, v] : doc)
+        if (k.str() != "study" && k.str() != "scheduler" && k.str() != "params" && k.str() != "tpe")
+            return invalid_argument("{}: unknown section '{}' (expected [study], [scheduler], [params], [tpe])", source,
+                                    k.str());
+    StudyConfig s;
+    s.source = source;
+    auto* st = doc["study"].as_table();
+    if (!st) return invalid_argument("{}: missing [study] (name, base, metric, trials, ...)", source);
+    s.name = (*st)["name"].value_or(std::string("study"));
+    auto base = (*st)["base"].value<std::string>();
+    if (!base) return invalid_argument("{} [study]: missing base = \"TRAIN_CONFIG.toml\"", source);
+    s.base = std::filesystem::path(*base).is_absolute() ? *base : (std::filesystem::path(base_dir) / *base).string();
+    s.metric = (*st)["metric"].value_or(std::string("test_acc"));
+    std::string mode = (*st)["mode"].value_or(std::string(s.metric.find("loss") != std::string::npos ? "min" : "max"));
+    if (mode != "max" && mode != "min") return invalid_argument("{} [study]: mode must be max or min", source);
+    s.maximize = mode == "max";
+    s.trials = static_cast<int>((*st)["trials"].value_or(int64_t{20}));
+    s.parallel = static_cast<int>((*st)["parallel"].value_or(int64_t{1}));
+    s.threads_per_trial = static_cast<int>((*st)["threads_per_trial"].value_or(int64_t{1}));
+    s.sampler = (*st)["sampler"].value_or(std::string("tpe"));
+    s.scheduler = (*st)["scheduler"].value_or(std::string("asha"));
+    s.seed = static_cast<uint64_t>((*st)["seed"].value_or(int64_t{1}));
+    s.memory_limit_gb = (*st)["memory_limit_gb"].value_or(0.0);
+    if (auto* set = (*st)["set"].as_array())
+        for (auto& v : *set)
+            if (auto str = v.value<std::string>()) s.fixed.push_back(*str);
+    for (auto&& [k, v] : *st) {
+        static const char* kKeys[] = {"name",    "base",    "metric",    "mode", "trials",          "parallel",
+                                      "threads_per_trial", "sampler", "scheduler", "seed", "memory_limit_gb", "set"};
+        if (std::none_of(std::begin(kKeys), std::end(kKeys), [&](const char* x) { return k.str() == x; }))
+            return invalid_argument("{} [study]: unknown key '{}'", source, k.str());
+    }
+    if (s.trials < 1 || s.parallel < 1 || s.threads_per_trial < 1)
+        return invalid_argument("{} [study]: trials, parallel and threads_per_trial must be >= 1", source);
+    if (s.sampler != "random" && s.sampler != "grid" && s.sampler != "tpe")
+        return invalid_argument("{} [study]: sampler must be random, grid or tpe, got '{}'", source, s.sampler);
+    if (s.scheduler != "fifo" && s.scheduler != "asha" && s.scheduler != "median")
+        return invalid_argument("{} [study]: scheduler must be fifo, asha or median, got '{}'", source, s.scheduler);
+    if (auto* sc = doc["scheduler"].as_table()) {
+        s.grace = static_cast<int>((*sc)["grace"].value_or(int64_t{1}));
+        s.max_t = static_cast<int>((*sc)["max_t"].value_or(int64_t{9}));
+        s.reduction = static_cast<int>((*sc)["reduction"].value_or(int64_t{3}));
+        s.variant = (*sc)["variant"].value_or(std::string("promotion"));
+    }
+    if (s.grace < 1 || s.max_t < s.grace || s.reduction < 2)
+        return invalid_argument("{} [scheduler]: need 1 <= grace <= max_t and reduction >= 2", source);
+    if (s.variant != "promotion" && s.variant != "stopping")
+        return invalid_argument("{} [scheduler]: variant must be promotion or stopping", source);
+    if (auto* tpe = doc["tpe"].as_table()) {
+        s.tpe_startup = static_cast<int>((*tpe)["startup_trials"].value_or(int64_t{10}));
+        s.tpe_candidates = static_cast<int>((*tpe)["candidates"].value_or(int64_t{24}));
+    }
+    auto* params = doc["params"].as_table();
+    if (!params || params->empty()) return invalid_argument("{}: [params] is empty: nothing to tune", source);
+    for (auto&& [k, v] : *params) {
+        STRATO_ASSIGN_OR_RETURN(Param p, parse_param(std::string(k.str()), v, fmt::format("{} [params] \"{}\"", source, k.str())));
+        s.params.push_back(std::move(p));
+    }
+    for (const auto& p : s.params) {
+        if (p.when_key.empty()) continue;
+        auto other = std::find_if(s.params.begin(), s.params.end(), [&](const Param& o) { return o.key == p.when_key; });
+        if (other == s.params.end() || other->numeric())
+            return invalid_argument("{} [params] \"{}\": when refers to '{}', which is not a choice or grid parameter",
+                                    source, p.key, p.when_key);
+    }
+    if (s.sampler == "grid" && std::none_of(s.params.begin(), s.params.end(), [](const Param& p) { return p.dist == Dist::kGrid; }))
+        return invalid_argument("{}: sampler = \"grid\" needs at least one parameter of type grid", source);
+    return s;
+}
+
+Result<StudyConfig> StudyConfig::load(const std::string& path) {
+    STRATO_ASSIGN_OR_RETURN(std::string text, fs::read_file(path));
+    return parse(text, path, std::filesystem::path(path).parent_path().string());
+}
+
+std::vector<int> StudyConfig::milestones() const {
+    std::vector<int> m;
+    if (scheduler != "asha") return {max_t};
+    for (int64_t r = grace; r < max_t; r *= reduction) m.push_back(static_cast<int>(r));
+    m.push_back(max_t);
+    return m;
+}
+
+Status validate_against_train_config(const StudyConfig& s) {
+    std::vector<std::string> sets = s.fixed;
+    for (const auto& p : s.params) sets.push_back(p.key + "=" + p.from_internal(p.internal_low()));
+    auto cfg = train::load_train_config(s.base, sets);
+    if (!cfg.is_ok()) return cfg.status().with_context(fmt::format("{}: the base config with the study's parameters", s.source));
+    return Status::ok();
+}
+
+}  // namespace strato::tune

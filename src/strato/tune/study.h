@@ -1,0 +1,53 @@
+#pragma once
+// The executor of a study: runs `strato train` trial processes (up to `parallel` at once, each
+// with its own threads and optional memory limit), reads their evaluation lines from
+// metrics.jsonl as they appear, and lets the scheduler act:
+//   fifo   — every trial trains max_t epochs;
+//   asha   — promotion variant: trials pause at each rung (grace x reduction^k epochs) and the best
+//            1/reduction of each rung so far are resumed from their checkpoints to the next one,
+//            deepest rungs first (Li et al. 2020); stopping variant: trials run on and stop at a
+//            rung when worse than its (1 - 1/reduction) quantile so far (Ray Tune's ASHAScheduler);
+//   median — stop a trial whose value at an epoch is worse than the median of the others there.
+// Everything is recorded in STUDY_DIR/study.db before it is acted on; trial processes die with
+// the executor (PR_SET_PDEATHSIG), and a restarted executor resumes the trials that were running
+// from their checkpoints.
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "strato/core/status.h"
+#include "strato/tune/space.h"
+#include "strato/tune/store.h"
+
+namespace strato::tune {
+
+struct RunOptions {
+    std::string dir;            // the study directory (study.db, trials/, logs/)
+    std::string strato_binary;  // empty: this executable
+    bool quiet = false;
+};
+
+struct RunSummary {
+    int trials = 0, completed = 0, stopped = 0, failed = 0;
+    int64_t epochs_trained = 0;  // sum over trials: the budget used
+    std::optional<Trial> best;
+};
+
+/// Runs (or continues) the study until every trial is finished or SIGINT/SIGTERM (then the
+/// running trials checkpoint and the call returns kCancelled; run it again to continue).
+Result<RunSummary> run_study(const StudyConfig& cfg, const RunOptions& options);
+
+/// The study's state as JSON ({"kind": "strato-tune", trials with params, results, states; rungs}).
+Result<nlohmann::json> study_json(const StudyConfig& cfg, const std::string& dir);
+
+/// Leaderboard text: the best `top` trials by the objective.
+Result<std::string> leaderboard(const StudyConfig& cfg, const std::string& dir, int top);
+
+/// Writes the best trial's full train config (base + fixed + its parameters, resolved) to `out`.
+Status export_best(const StudyConfig& cfg, const std::string& dir, const std::string& out);
+
+/// The study's directory: --dir if given, else runs/tune/<name>.
+std::string study_dir(const StudyConfig& cfg, const std::string& dir_flag);
+
+}  // namespace strato::tune
