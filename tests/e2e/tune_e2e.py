@@ -1,0 +1,155 @@
+#!/usr/bin/python3
+"""`strato tune` end to end with real trial processes: a small ASHA study killed with SIGKILL at
+random moments and restarted until it finishes — every trial exactly once, no epoch recorded
+twice, no trial process left behind; then status, best, export-best (trained again), report; and
+bad study files rejected before any trial starts."""
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+STRATO = sys.argv[1]
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+
+
+def run(*args, expect=0, timeout=600):
+    p = subprocess.run([STRATO, *args], capture_output=True, text=True, timeout=timeout)
+    if p.returncode != expect:
+        failures.append(f"strato {' '.join(args)}: exit {p.returncode}, expected {expect}\n{p.stdout[-1500:]}{p.stderr[-1500:]}")
+    return p
+
+
+STUDY = """[study]
+name = "e2e"
+base = "{base}"
+trials = 9
+parallel = 2
+threads_per_trial = 1
+sampler = "tpe"
+scheduler = "asha"
+seed = 3
+set = ["data.limit_train=3000", "data.limit_test=500", "train.log_every=1000"]
+[tpe]
+startup_trials = 4
+[scheduler]
+grace = 1
+max_t = 3
+reduction = 3
+variant = "promotion"
+[params]
+"optim.lr" = {{ type = "loguniform", low = 1e-4, high = 3e-2 }}
+"model.width" = {{ type = "int", low = 32, high = 256, q = 32 }}
+"optim.name" = {{ type = "choice", values = ["adamw", "sgd"] }}
+"""
+
+
+def trial_processes(study_dir):
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().decode(errors="replace")
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().split()[2]
+        except OSError:
+            continue
+        if study_dir in cmd and "train" in cmd and state != "Z":
+            out.append(int(pid))
+    return out
+
+
+def killed_and_resumed(tmp):
+    study = os.path.join(tmp, "study.toml")
+    with open(study, "w") as f:
+        f.write(STUDY.format(base=os.path.join(REPO, "configs", "fashion_mnist_mlp.toml")))
+    sdir = os.path.join(tmp, "study")
+    rng = random.Random(20261203)
+    kills = 0
+    for attempt in range(12):
+        p = subprocess.Popen([STRATO, "-q", "tune", "run", study, "--dir", sdir], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = p.communicate(timeout=rng.uniform(1.0, 3.0) if kills < 3 else 600)
+            break
+        except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+            kills += 1
+            time.sleep(0.3)  # PR_SET_PDEATHSIG delivers SIGKILL to the trials
+            left = trial_processes(sdir)
+            check(not left, f"trial processes outlived the killed executor: {left}")
+    check(kills == 3, f"killed {kills} times")
+    check(p.returncode == 0, f"final run exit {p.returncode}: {err[-1500:]}")
+    st = json.loads(run("tune", "best", study, "--dir", sdir).stdout or "{}")
+    check(st.get("best") is not None, "best trial")
+    # The whole study: every trial exactly once, finished, epochs unique and consecutive.
+    out = run("tune", "status", study, "--dir", sdir, "--top", "20").stdout
+    check("9 of 9 trials" in out, out)
+    names = [line.split()[1] for line in out.splitlines() if line.strip().startswith(tuple("123456789")) and "trial-" in line]
+    check(sorted(names) == [f"trial-{i:04d}" for i in range(1, 10)], f"leaderboard trials: {names}")
+    for i in range(1, 10):
+        path = os.path.join(sdir, "trials", f"trial-{i:04d}", "metrics.jsonl")
+        with open(path) as f:
+            epochs = [json.loads(l)["epoch"] for l in f if '"kind":"eval"' in l.replace(" ", "")]
+        check(epochs == list(range(1, len(epochs) + 1)) and epochs, f"trial {i}: eval epochs {epochs}")
+    check("completed" in out and "running" not in out, out)
+    return study, sdir
+
+
+def reports_and_export(tmp, study, sdir):
+    best = os.path.join(tmp, "best.toml")
+    run("tune", "export-best", study, "--dir", sdir, "-o", best)
+    with open(best) as f:
+        text = f.read()
+    check(text.startswith("# The best trial of study e2e") and "[optim]" in text, text[:300])
+    run("-q", "train", best, "--set", "train.epochs=1", "--set", f"run.dir={tmp}/again", "--no-report")
+    html = os.path.join(tmp, "tune.html")
+    run("tune", "report", study, "--dir", sdir, "-o", html)
+    with open(html) as f:
+        page = f.read()
+    check("ASHA rungs" in page and page.count("<svg") >= 3 and "trial-0001" in page, "report")
+
+
+def bad_studies(tmp):
+    base = os.path.join(REPO, "configs", "fashion_mnist_mlp.toml")
+    cases = [
+        ('"optim.lr" = { type = "uniform", low = 1, high = 0.1 }', "low 1 must be below high 0.1"),
+        ('"optim.lr" = { type = "normal", low = 0, high = 1 }', "unknown distribution 'normal'"),
+        ('"optim.name" = { type = "choice", values = [] }', "non-empty values"),
+        ('"optim.learning_rate" = { type = "uniform", low = 0.1, high = 1 }', "optim.learning_rate"),
+    ]
+    for i, (param, needle) in enumerate(cases):
+        path = os.path.join(tmp, f"bad{i}.toml")
+        with open(path, "w") as f:
+            f.write(f'[study]\nname = "bad{i}"\nbase = "{base}"\n[params]\n{param}\n')
+        sdir = os.path.join(tmp, f"bad{i}")
+        p = run("tune", "run", path, "--dir", sdir, expect=1)
+        check(p.stderr.startswith("strato tune: error: ") and needle in p.stderr, f"{param}: {p.stderr!r}")
+        check(not os.path.exists(os.path.join(sdir, "trials")), f"{param}: a trial started")
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        study, sdir = killed_and_resumed(tmp)
+        reports_and_export(tmp, study, sdir)
+        bad_studies(tmp)
+    if failures:
+        print("\n".join(failures))
+        sys.exit(1)
+    print("tune e2e: ok")
+
+
+if __name__ == "__main__":
+    main()
