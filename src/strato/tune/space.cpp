@@ -117,7 +117,14 @@ Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string&
     s.name = (*st)["name"].value_or(std::string("study"));
     auto base = (*st)["base"].value<std::string>();
     if (!base) return invalid_argument("{} [study]: missing base = \"TRAIN_CONFIG.toml\"", source);
-    s.base = std::filesystem::path(*base).is_absolute() ? *base : (std::filesystem::path(base_dir) / *base).string();
+    {
+        // Absolute and normalised, so the same study reads the same however it is invoked.
+        std::filesystem::path b = std::filesystem::path(*base).is_absolute() ? std::filesystem::path(*base)
+                                                                               : std::filesystem::path(base_dir) / *base;
+        std::error_code ec;
+        s.base = std::filesystem::weakly_canonical(std::filesystem::absolute(b, ec), ec).string();
+        if (s.base.empty()) s.base = b.string();
+    }
     s.metric = (*st)["metric"].value_or(std::string("test_acc"));
     std::string mode = (*st)["mode"].value_or(std::string(s.metric.find("loss") != std::string::npos ? "min" : "max"));
     if (mode != "max" && mode != "min") return invalid_argument("{} [study]: mode must be max or min", source);

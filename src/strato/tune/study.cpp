@@ -33,13 +33,14 @@ std::string study_dir(const StudyConfig& cfg, const std::string& dir_flag) {
 
 namespace {
 
-/// What identifies a study: changing any of it makes a different study.
+/// What identifies a study: changing any of it makes a different study. The number of trials is
+/// not part of it: raising it continues the same study with more trials.
 std::string fingerprint(const StudyConfig& c) {
     nlohmann::json params = nlohmann::json::array();
     for (const auto& p : c.params)
         params.push_back({p.key, static_cast<int>(p.dist), p.low, p.high, p.q, p.values, p.when_key, p.when_value});
     return nlohmann::json{{"base", c.base},        {"fixed", c.fixed},         {"metric", c.metric},
-                          {"max", c.maximize},     {"trials", c.trials},       {"sampler", c.sampler},
+                          {"max", c.maximize},     {"sampler", c.sampler},
                           {"scheduler", c.scheduler}, {"variant", c.variant},  {"seed", c.seed},
                           {"grace", c.grace},      {"max_t", c.max_t},         {"reduction", c.reduction},
                           {"params", params}}
