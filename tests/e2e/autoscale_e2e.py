@@ -6,36 +6,17 @@ bad inputs as one clear line."""
 import json
 import os
 import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
 
 import yaml
 
-STRATO = sys.argv[1]
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-failures = []
+from harness import REPO, STRATO, check, finish, free_port, run, train_tiny
 
 
-def check(cond, what):
-    if not cond:
-        failures.append(what)
 
-
-def run(*args, expect=0, timeout=300):
-    p = subprocess.run([STRATO, *args], capture_output=True, text=True, timeout=timeout)
-    if p.returncode != expect:
-        failures.append(f"strato {' '.join(args)}: exit {p.returncode}, expected {expect}\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
-    return p
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def status(port):
@@ -152,15 +133,9 @@ def simulate_capacity_manifests(tmp, loadtest_json):
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         runs = os.path.join(tmp, "runs")
-        run("-q", "train", os.path.join(REPO, "configs", "fashion_mnist_cnn.toml"), "--set", "train.epochs=1",
-            "--set", "data.limit_train=2000", "--set", "data.limit_test=500", "--set", f"run.dir={runs}",
-            "--set", "run.name=tiny", "--no-report")
-        lt = local_provider(tmp, os.path.join(runs, "tiny", "model"))
+        lt = local_provider(tmp, os.path.join(train_tiny(runs, "tiny"), "model"))
         simulate_capacity_manifests(tmp, lt)
-    if failures:
-        print("\n".join(failures))
-        sys.exit(1)
-    print("autoscale e2e: ok")
+    finish("autoscale e2e")
 
 
 if __name__ == "__main__":

@@ -15,19 +15,11 @@ import threading
 import time
 import urllib.request
 
-STRATO, FAKE_NVML = sys.argv[1], sys.argv[2]
-failures = []
+from harness import STRATO, check, finish, free_port
+
+FAKE_NVML = sys.argv[2]
 
 
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get(url, timeout=5):
@@ -201,10 +193,7 @@ def main():
         else:
             alerts_and_exporter(tmp)
             bad_inputs(tmp)
-    if failures:
-        print("\n".join(failures))
-        sys.exit(1)
-    print("monitor e2e: ok")
+    finish("monitor e2e")
 
 
 if __name__ == "__main__":

@@ -4,24 +4,11 @@ FLOPs counted from its model, price overrides, and every bad input giving one cl
 import json
 import os
 import subprocess
-import sys
 import tempfile
 
-STRATO = sys.argv[1]
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-failures = []
+from harness import REPO, check, finish, run, train_tiny
 
 
-def run(*args, expect=0):
-    p = subprocess.run([STRATO, *args], capture_output=True, text=True, timeout=300)
-    if p.returncode != expect:
-        failures.append(f"strato {' '.join(args)}: exit {p.returncode}, expected {expect}\n{p.stdout}{p.stderr}")
-    return p
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
 
 
 def main():
@@ -81,9 +68,7 @@ def main():
 
         # A real run: train a tiny model, then plan from it (FLOPs counted from its package).
         run_dir = os.path.join(tmp, "runs")
-        run("-q", "train", os.path.join(REPO, "configs", "fashion_mnist_cnn.toml"), "--set", "train.epochs=1",
-            "--set", "data.limit_train=2000", "--set", "data.limit_test=500", "--set", f"run.dir={run_dir}",
-            "--set", "run.name=tiny", "--set", "train.monitor_every=4", "--no-report")
+        train_tiny(run_dir, "tiny", "train.monitor_every=4")
         # The run recorded host samples every 4 steps; `strato monitor --replay` reads them from metrics.jsonl.
         metrics = os.path.join(run_dir, "tiny", "metrics.jsonl")
         with open(metrics) as f:
@@ -131,10 +116,7 @@ def main():
     p = run("plan", "--list")
     check("resnet50-imagenet" in p.stdout and "H100" in p.stdout, "list")
 
-    if failures:
-        print("\n".join(failures))
-        sys.exit(1)
-    print("plan e2e: ok")
+    finish("plan e2e")
 
 
 if __name__ == "__main__":

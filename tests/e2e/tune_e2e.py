@@ -8,25 +8,12 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 
-STRATO = sys.argv[1]
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-failures = []
+from harness import REPO, STRATO, check, finish, run
 
 
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-
-
-def run(*args, expect=0, timeout=600):
-    p = subprocess.run([STRATO, *args], capture_output=True, text=True, timeout=timeout)
-    if p.returncode != expect:
-        failures.append(f"strato {' '.join(args)}: exit {p.returncode}, expected {expect}\n{p.stdout[-1500:]}{p.stderr[-1500:]}")
-    return p
 
 
 STUDY = """[study]
@@ -145,10 +132,7 @@ def main():
         study, sdir = killed_and_resumed(tmp)
         reports_and_export(tmp, study, sdir)
         bad_studies(tmp)
-    if failures:
-        print("\n".join(failures))
-        sys.exit(1)
-    print("tune e2e: ok")
+    finish("tune e2e")
 
 
 if __name__ == "__main__":
