@@ -125,13 +125,13 @@ void add_simulate(CLI::App& parent, int* exit_code) {
             fmt::print("cost over {} runs: mean {:.2f}, p10 {:.2f}, p90 {:.2f} {}\n", o->runs, mean,
                        costs[costs.size() / 10], costs[costs.size() * 9 / 10], r.currency);
         }
-        std::string json = cloud::sim_to_json(r, so);
+        const nlohmann::json json = cloud::sim_to_json(r, so);
         if (!o->json_out.empty()) {
-            Status s = fs::atomic_write(o->json_out, json + "\n");
+            Status s = fs::atomic_write(o->json_out, json.dump() + "\n");
             if (!s.is_ok()) return fail(s);
         }
         if (!o->report_out.empty()) {
-            auto html = report::render_autoscale_report(nlohmann::json::parse(json));
+            auto html = report::render_autoscale_report(json);
             if (!html) return fail(html.status());
             Status s = fs::atomic_write(o->report_out, *html);
             if (!s.is_ok()) return fail(s);

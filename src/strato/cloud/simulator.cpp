@@ -354,7 +354,7 @@ SpotJobRun simulate_spot_job(const SpotJob& job, uint64_t seed) {
     return r;
 }
 
-std::string sim_to_json(const SimResult& r, const SimOptions& o) {
+nlohmann::json sim_to_json(const SimResult& r, const SimOptions& o) {
     nlohmann::json tl = nlohmann::json::array();
     for (const auto& p : r.timeline)
         tl.push_back({p.t_s, p.nodes, p.ready, p.rate, p.capacity, p.backlog, p.utilization,
@@ -381,7 +381,7 @@ std::string sim_to_json(const SimResult& r, const SimOptions& o) {
                         {"timeline_columns", {"t_s", "nodes", "ready", "rate", "capacity", "backlog", "utilization", "wait_s"}},
                         {"timeline", tl},
                         {"actions", actions}};
-    return j.dump();
+    return j;
 }
 
 }  // namespace strato::cloud

@@ -16,6 +16,8 @@
 //
 // Deterministic for a seed. Not thread-safe; run one simulation per thread.
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -89,6 +91,6 @@ struct SpotJobRun {
 SpotJobRun simulate_spot_job(const SpotJob& job, uint64_t seed);
 
 /// The simulation as JSON ({"kind": "strato-autoscale-sim", ...}) for reports and scripts.
-std::string sim_to_json(const SimResult& r, const SimOptions& o);
+nlohmann::json sim_to_json(const SimResult& r, const SimOptions& o);
 
 }  // namespace strato::cloud
