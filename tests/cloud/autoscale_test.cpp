@@ -163,6 +163,44 @@ TEST(Simulator, SpotPreemptionsFromTheTraceAreReplaced) {
     EXPECT_GT(r.slo_violation_s, 0);
 }
 
+TEST(Simulator, EachNewSizeNodeRetiresTheNodeItReplaces) {
+    const Catalog cat = Catalog::builtin().value();
+    SimOptions o;
+    // Busy from the start: up a size at 30 s and again at 90 s, while the first new node still boots.
+    o.config = config("[autoscale]\nmin_nodes = 1\nmax_nodes = 1\ncooldown_up = \"30s\"\n[[policy]]\n"
+                      "kind = \"vertical\"\nabove = 50\nfor = \"30s\"\n"
+                      "ladder = [\"g5.xlarge\", \"g5.12xlarge\", \"g5.48xlarge\"]\n");
+    o.instance = "g5.xlarge";
+    o.region = "us-east-1";
+    o.per_gpu_capacity = 1;
+    o.boot_s = 120;
+    o.horizon_s = 600;
+    SimResult r = simulate(trace("time_s,rate\n0,1000\n"), cat, o).value();
+    EXPECT_EQ(r.scale_actions, 2);
+    // g5.12xlarge retires g5.xlarge when ready at 150 s, g5.48xlarge retires g5.12xlarge at 210 s.
+    for (const auto& p : r.timeline) {
+        EXPECT_EQ(p.ready, 1) << p.t_s;
+        EXPECT_EQ(p.capacity, p.t_s < 150 ? 1 : p.t_s < 210 ? 4 : 8) << p.t_s;
+    }
+}
+
+TEST(Simulator, FirstTickUtilizationIsTheLoadOnTheRunningNodes) {
+    const Catalog cat = Catalog::builtin().value();
+    SimOptions o;
+    o.config = config("[autoscale]\nmin_nodes = 2\nmax_nodes = 2\n[[policy]]\nkind = \"utilization\"\ntarget = 70\n");
+    o.instance = "g5.xlarge";
+    o.region = "us-east-1";
+    o.per_gpu_capacity = 1000;
+    o.horizon_s = 60;
+    SimResult r = simulate(trace("time_s,rate\n0,500\n"), cat, o).value();
+    ASSERT_FALSE(r.timeline.empty());
+    EXPECT_EQ(r.timeline[0].t_s, 0);
+    EXPECT_DOUBLE_EQ(r.timeline[0].utilization, 25);  // 500/s on 2 x 1000/s
+    o.initial_nodes = 0;  // nothing running yet: saturated while work arrives
+    r = simulate(trace("time_s,rate\n0,500\n"), cat, o).value();
+    EXPECT_DOUBLE_EQ(r.timeline[0].utilization, 100);
+}
+
 TEST(Simulator, MalformedTracesAreClearErrors) {
     const std::pair<const char*, const char*> bad[] = {
         {"time_s,rate\n", "no rows"},
@@ -203,6 +241,17 @@ TEST(SpotJob, MeanOf1000SimulatedRunsMatchesTheAnalyticalExpectation) {
     EXPECT_NEAR(mean_cost / expected, 1.0, 0.05) << mean_cost << " vs " << expected;
     EXPECT_NEAR(interruptions / 1000.0 / e.expected_interruptions, 1.0, 0.05);
     EXPECT_GT(e.expected_interruptions, 3);  // the case exercises preemptions
+}
+
+TEST(SpotJob, NoCheckpointAfterTheLastSegment) {
+    // 3 segments of 20 min: checkpoints after the first two only, when the interval divides the work
+    // as when it does not.
+    for (double work : {3600.0, 3500.0}) {
+        SpotJob job{.work_s = work, .hazard_per_s = 0, .checkpoint_s = 60, .restart_s = 600, .interval_s = 1200};
+        SpotEstimate e = estimate_spot(job);
+        EXPECT_DOUBLE_EQ(e.expected_wall_s, work + 2 * 60) << work;
+        EXPECT_DOUBLE_EQ(e.expected_wall_s, simulate_spot_job(job, 1).wall_s) << work;
+    }
 }
 
 }  // namespace

@@ -70,7 +70,8 @@ struct Replica {
     pid_t pid = 0;
     int port = 0;
     loadgen::Url url;
-    std::atomic<int> state{0};  // 0 starting, 1 ready, 2 draining, 3 gone
+    std::atomic<int> state{0};        // 0 starting, 1 ready, 2 draining, 3 gone
+    std::atomic<bool> reaped{false};  // the process is (being) stopped and reaped: only one caller does it
     std::atomic<int64_t> in_flight{0};
     std::atomic<int64_t> served{0};
     Clock::time_point started = Clock::now();
@@ -152,6 +153,8 @@ struct LocalProvider::Impl {
                 auto res = loadgen::http_request(r->url, req.method, req.target, req.body, 120000, headers);
                 --r->in_flight;
                 if (!res.is_ok()) {
+                    int ready = 1;  // gone: the retry and later requests skip it; reap() stops it
+                    r->state.compare_exchange_strong(ready, 3);
                     out.status = 502;
                     out.content_type = "application/json";
                     out.body = nlohmann::json{{"error", res.status().message()}}.dump();
@@ -194,6 +197,7 @@ struct LocalProvider::Impl {
         std::vector<char*> argv;
         for (auto& a : args) argv.push_back(a.data());
         argv.push_back(nullptr);
+        const int fd_max = static_cast<int>(std::min(sysconf(_SC_OPEN_MAX), 65536L));
         pid_t pid = fork();
         if (pid < 0) return io_error("fork: {}", strerror(errno));
         if (pid == 0) {
@@ -202,6 +206,11 @@ struct LocalProvider::Impl {
                 dup2(fd, 1);
                 dup2(fd, 2);
             }
+            // Nothing of this process (the front end's sockets, other replicas' logs) leaks into the
+            // replica, and a terminal's Ctrl-C reaches the provider only, which drains the replicas.
+            if (close_range(3, ~0U, 0) != 0)
+                for (int i = 3; i < fd_max; ++i) close(i);
+            setpgid(0, 0);
             execv(argv[0], argv.data());
             _exit(127);
         }
@@ -215,16 +224,15 @@ struct LocalProvider::Impl {
         }
         helper([this, r, log_path] {
             auto start = Clock::now();
-            while (!stopping && seconds_since(start) < o.ready_timeout_s) {
-                int status = 0;
-                if (waitpid(r->pid, &status, WNOHANG) == r->pid) {
+            while (!stopping && r->state == 0 && seconds_since(start) < o.ready_timeout_s) {
+                if (exited(*r)) {
                     r->state = 3;
                     note(fmt::format("replica on port {} exited while starting; see {}", r->port, log_path));
                     return;
                 }
                 auto h = loadgen::http_request(r->url, "GET", "/v2/health/ready", {}, 1000);
-                if (h.is_ok() && h->status == 200) {
-                    r->state = 1;
+                int starting = 0;  // a replica drained or stopped meanwhile stays so
+                if (h.is_ok() && h->status == 200 && r->state.compare_exchange_strong(starting, 1)) {
                     note(fmt::format("replica pid {} on port {} ready after {:.1f} s", r->pid, r->port,
                                      seconds_since(start)));
                     return;
@@ -239,16 +247,29 @@ struct LocalProvider::Impl {
         return r;
     }
 
-    void terminate(const std::shared_ptr<Replica>& r) {
-        if (r->state == 3) return;
-        kill(r->pid, SIGTERM);
+    /// True once the process has exited; reaps it unless terminate() already owns that.
+    static bool exited(Replica& r) {
+        siginfo_t info{};
+        if (waitid(P_PID, r.pid, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != r.pid) return false;
+        if (!r.reaped.exchange(true)) waitpid(r.pid, nullptr, 0);
+        return true;
+    }
+
+    /// SIGTERM, 30 s to exit, then SIGKILL; reaps the process.
+    static void stop_process(pid_t pid) {
+        kill(pid, SIGTERM);
         int status = 0;
-        for (int i = 0; i < 300 && waitpid(r->pid, &status, WNOHANG) == 0; ++i)
+        for (int i = 0; i < 300 && waitpid(pid, &status, WNOHANG) == 0; ++i)
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        if (waitpid(r->pid, &status, WNOHANG) == 0) {
-            kill(r->pid, SIGKILL);
-            waitpid(r->pid, &status, 0);
+        if (waitpid(pid, &status, WNOHANG) == 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
         }
+    }
+
+    /// Stops and reaps the process (only the first caller does) and marks the replica gone.
+    void terminate(const std::shared_ptr<Replica>& r) {
+        if (!r->reaped.exchange(true)) stop_process(r->pid);
         r->state = 3;
     }
 
@@ -283,13 +304,15 @@ struct LocalProvider::Impl {
     void reap() {
         std::lock_guard<std::mutex> lock(mu);
         for (auto& r : replicas) {
-            int status = 0;
-            if ((r->state == 1) && waitpid(r->pid, &status, WNOHANG) == r->pid) {
+            if ((r->state == 1 || (r->state == 3 && !r->reaped)) && exited(*r)) {
                 r->state = 3;
                 log::warn("autoscale: replica pid {} on port {} exited; it will be replaced", r->pid, r->port);
+            } else if (r->state == 3 && !r->reaped.exchange(true)) {  // the proxy gave up on it, yet it runs
+                log::warn("autoscale: replica pid {} on port {} does not answer; stopping it", r->pid, r->port);
+                helper([pid = r->pid] { stop_process(pid); });
             }
         }
-        std::erase_if(replicas, [](const auto& r) { return r->state == 3 && r->in_flight == 0; });
+        std::erase_if(replicas, [](const auto& r) { return r->state == 3 && r->reaped && r->in_flight == 0; });
     }
 };
 

@@ -63,6 +63,8 @@ struct Node {
     double launched = 0;
     uint32_t gen = 0;
     bool retire_when_replaced = false;  // old size during a vertical resize
+    int replaces = -1;                  // new size: the old-size node it retires once ready
+    uint32_t replaces_gen = 0;
 };
 
 class Sim {
@@ -81,7 +83,8 @@ private:
     }
     bool use_spot(const Instance* in) const { return o_.config.spot && in->has_spot(); }
     double price(const Node& n) const { return cat_.currency().convert(n.spot ? n.type->spot_usd_h : n.type->ondemand_usd_h); }
-    int launch(const Instance* type);
+    int launch(const Instance* type, int replaces = -1);
+    int replaced(const Node& n) const;
     void stop(int id);
     void preempt(int id);
     void advance(double t);
@@ -104,12 +107,14 @@ private:
     SimResult r_;
 };
 
-int Sim::launch(const Instance* type) {
+int Sim::launch(const Instance* type, int replaces) {
     Node n;
     n.type = type;
     n.spot = use_spot(type);
     n.alive = true;
     n.launched = now_;
+    n.replaces = replaces;
+    if (replaces >= 0) n.replaces_gen = nodes_[replaces].gen;
     int id = -1;
     for (size_t i = 0; i < nodes_.size(); ++i)
         if (!nodes_[i].alive) {
@@ -124,11 +129,18 @@ int Sim::launch(const Instance* type) {
         nodes_[id] = n;
     }
     push(now_ + o_.boot_s, Ev::kReady, id, nodes_[id].gen);
-    if (nodes_[id].spot) {
+    if (nodes_[id].spot && hazard(type) > 0) {
         std::exponential_distribution<double> life(hazard(type));
         push(now_ + life(rng_), Ev::kPreempt, id, nodes_[id].gen);
     }
     return id;
+}
+
+/// The node `n` is to retire once ready, while that one still runs; -1 when none.
+int Sim::replaced(const Node& n) const {
+    if (n.replaces < 0) return -1;
+    const Node& old = nodes_[n.replaces];
+    return old.alive && old.gen == n.replaces_gen ? n.replaces : -1;
 }
 
 void Sim::stop(int id) {
@@ -143,9 +155,10 @@ void Sim::stop(int id) {
 void Sim::preempt(int id) {
     ++r_.preemptions;
     bool retiring = nodes_[id].retire_when_replaced;
+    int old = replaced(nodes_[id]);
     stop(id);
     r_.actions.emplace_back(now_, "spot node preempted; replacement launched");
-    if (!retiring) launch(type_);  // spot again (or on-demand when the type has no spot market)
+    if (!retiring) launch(type_, old);  // spot again (or on-demand when the type has no spot market)
 }
 
 int Sim::count_alive() const {
@@ -232,14 +245,10 @@ SimResult Sim::run() {
                 Node& n = nodes_[e.arg];
                 if (!n.alive || n.gen != e.gen) break;
                 n.ready = true;
-                if (n.type != type_) break;
-                // A node of the new size retires one of the old size (vertical resize).
-                for (size_t i = 0; i < nodes_.size(); ++i) {
-                    if (nodes_[i].alive && nodes_[i].retire_when_replaced) {
-                        stop(static_cast<int>(i));
-                        break;
-                    }
-                }
+                // A node of the new size retires the one of the old size it replaces (vertical resize).
+                int old = replaced(n);
+                n.replaces = -1;
+                if (old >= 0) stop(old);
                 break;
             }
             case Ev::kPreempt: {
@@ -253,16 +262,23 @@ SimResult Sim::run() {
                 obs.nodes = count_alive();
                 obs.instance = type_->type;
                 obs.backlog = backlog_;
-                obs.utilization = tick_capacity_ > 0 ? 100 * tick_served_ / tick_capacity_ : (rate_ > 0 ? 100 : 0);
+                // No capacity-time yet (the first tick): the load on the capacity there is now.
+                double cap = capacity();
+                obs.utilization = tick_capacity_ > 0 ? 100 * tick_served_ / tick_capacity_
+                                  : cap > 0          ? std::min(100.0, 100 * rate_ / cap)
+                                                     : (rate_ > 0 ? 100 : 0);
                 Decision d = scaler_.decide(obs);
                 if (d.resize) {
                     auto next = cat_.find(*d.resize, type_->region);
                     if (!next.is_ok()) next = cat_.find(*d.resize);
                     if (next.is_ok()) {
+                        std::vector<int> old;
+                        for (size_t i = 0; i < nodes_.size(); ++i)
+                            if (nodes_[i].alive && !nodes_[i].retire_when_replaced) old.push_back(static_cast<int>(i));
                         for (auto& n : nodes_)
                             if (n.alive) n.retire_when_replaced = true;
                         type_ = *next;
-                        for (int i = 0; i < obs.nodes; ++i) launch(type_);
+                        for (int id : old) launch(type_, id);
                         ++r_.scale_actions;
                         r_.actions.emplace_back(now_, d.reason);
                     }
@@ -283,7 +299,10 @@ SimResult Sim::run() {
                                 (n.ready == nodes_[victim].ready && n.launched > nodes_[victim].launched))
                                 victim = static_cast<int>(i);
                         }
-                        if (victim >= 0) stop(victim);
+                        if (victim < 0) continue;
+                        int old = replaced(nodes_[victim]);
+                        stop(victim);
+                        if (old >= 0) stop(old);  // the old-size node it was to replace goes with it
                     }
                     ++r_.scale_actions;
                     r_.actions.emplace_back(now_, fmt::format("{} -> {} nodes: {}", alive, d.nodes, d.reason));

@@ -38,8 +38,9 @@ SpotEstimate estimate_spot(const SpotJob& job) {
     e.interval_s = tau;
     if (!(job.work_s > 0)) return e;
     const bool checkpoints = tau < job.work_s;
-    // Full segments of tau work + a checkpoint, then the remainder (no checkpoint after the last).
-    double full = checkpoints ? std::floor(job.work_s / tau) : 0;
+    // Full segments of tau work + a checkpoint, then the remainder (no checkpoint after the last,
+    // which is a whole tau when tau divides the work).
+    double full = checkpoints ? std::ceil(job.work_s / tau) - 1 : 0;
     double rest = job.work_s - full * tau;
     auto segment = [&](double s, double* fails) {
         if (!(lambda > 0)) {

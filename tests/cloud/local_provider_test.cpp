@@ -1,0 +1,130 @@
+// The local provider with stand-in replicas (fake_replica.cpp): what a replica inherits, the
+// proxy's retry when a replica dies, and a replica that answers ready while it is drained.
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "strato/cloud/local_provider.h"
+#include "strato/loadgen/http_parse.h"
+#include "strato/loadgen/oip_target.h"
+
+namespace strato::cloud {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Fixture {
+    std::string dir;
+    std::unique_ptr<LocalProvider> provider;
+
+    Fixture(const std::string& name, const std::string& toml) {
+        dir = testing::TempDir() + "strato-local-" + name + "-" + std::to_string(getpid());
+        std::filesystem::remove_all(dir);
+        std::filesystem::create_directories(dir + "/logs");
+        LocalOptions o;
+        o.strato_binary = FAKE_REPLICA;
+        o.serve_args = {"--model", "unused"};
+        o.port = 0;
+        o.tick_s = 0.1;
+        o.ready_timeout_s = 10;
+        o.log_dir = dir + "/logs";
+        o.config = AutoscaleConfig::parse(toml, "test.toml").value();
+        auto p = LocalProvider::create(o);
+        EXPECT_TRUE(p.is_ok()) << p.status().message();
+        provider = std::move(*p);
+    }
+    ~Fixture() {
+        provider.reset();
+        std::filesystem::remove_all(dir);
+    }
+
+    Result<loadgen::HttpReply> get(const std::string& target) {
+        auto url = loadgen::parse_url("http://127.0.0.1:" + std::to_string(provider->port()));
+        return loadgen::http_request(*url, "GET", target, {}, 5000);
+    }
+
+    /// Waits until `n` replicas are ready; false after 10 s.
+    bool ready(size_t n) {
+        for (auto t0 = std::chrono::steady_clock::now(); std::chrono::steady_clock::now() - t0 < 10s;) {
+            auto rs = provider->replicas();
+            if (rs.size() == n && std::all_of(rs.begin(), rs.end(), [](const auto& r) { return r.state == "ready"; }))
+                return true;
+            std::this_thread::sleep_for(10ms);
+        }
+        return false;
+    }
+};
+
+TEST(LocalProvider, ReplicasInheritNoDescriptorsAndHaveTheirOwnProcessGroup) {
+    int leak[2];
+    ASSERT_EQ(pipe(leak), 0);  // without O_CLOEXEC, as a library might open one
+    Fixture f("fds", "[autoscale]\nmin_nodes = 1\nmax_nodes = 1\n[[policy]]\nkind = \"backlog\"\nper_node = 1\n");
+    ASSERT_TRUE(f.provider->start().is_ok());
+    ASSERT_TRUE(f.ready(1));
+    auto r = f.get("/whoami");
+    close(leak[0]);
+    close(leak[1]);
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    pid_t pid = f.provider->replicas().at(0).pid;
+    EXPECT_EQ(r->body, fmt::format("pid={} pgid={} fds=", pid, pid));
+}
+
+TEST(LocalProvider, RetriesOnAnotherReplicaWhenOneDied) {
+    Fixture f("retry", "[autoscale]\nmin_nodes = 2\nmax_nodes = 2\n[[policy]]\nkind = \"backlog\"\nper_node = 1\n");
+    ASSERT_TRUE(f.provider->start().is_ok());
+    ASSERT_TRUE(f.ready(2));
+    auto rs = f.provider->replicas();
+    // The proxy picks the first of the replicas with the fewest requests in flight: the dead one.
+    ASSERT_EQ(kill(rs[0].pid, SIGKILL), 0);
+    std::this_thread::sleep_for(200ms);
+    for (int i = 0; i < 3; ++i) {
+        auto r = f.get("/whoami");
+        ASSERT_TRUE(r.is_ok()) << r.status().message();
+        EXPECT_EQ(r->status, 200) << r->body;
+        EXPECT_NE(r->body.find(fmt::format("pid={} ", rs[1].pid)), std::string::npos) << r->body;
+    }
+    EXPECT_EQ(f.provider->replicas().at(0).state, "gone");
+}
+
+TEST(LocalProvider, AReplicaDrainedWhileStartingIsNeverReady) {
+    // Scale up to 2 while a request is in flight, down to 1 right after: the second replica is
+    // drained while it starts, and answers ready once told to stop.
+    Fixture f("drain",
+              "[autoscale]\nmin_nodes = 1\nmax_nodes = 2\ncooldown_up = 0\ncooldown_down = 0\n"
+              "down_after = 0\n[[policy]]\nkind = \"backlog\"\nper_node = 0.001\n");
+    setenv("FAKE_REPLICA_LAZY", f.dir.c_str(), 1);
+    ASSERT_TRUE(f.provider->start().is_ok());
+    ASSERT_TRUE(f.ready(1));
+    const pid_t first = f.provider->replicas().at(0).pid;
+    std::thread control([&] { EXPECT_TRUE(f.provider->run().is_ok()); });
+    std::thread client([&] { EXPECT_TRUE(f.get("/sleep").is_ok()); });
+    bool seen = false, ready = false, gone = false;
+    for (auto t0 = std::chrono::steady_clock::now(); !gone && std::chrono::steady_clock::now() - t0 < 10s;) {
+        bool there = false;
+        for (const auto& r : f.provider->replicas()) {
+            if (r.pid == first) continue;
+            there = seen = true;
+            ready |= r.state == "ready";
+        }
+        gone = seen && !there;
+        std::this_thread::sleep_for(5ms);
+    }
+    client.join();
+    f.provider->stop();
+    control.join();
+    unsetenv("FAKE_REPLICA_LAZY");
+    EXPECT_TRUE(seen);
+    EXPECT_TRUE(gone);
+    EXPECT_FALSE(ready);
+}
+
+}  // namespace
+}  // namespace strato::cloud
