@@ -83,6 +83,26 @@ TEST(AlertEngine, FiresAfterTheDurationPerSeriesAndResolves) {
     EXPECT_EQ(e.evaluate(gpus(2000, {5, 50})).size(), 1u);
 }
 
+TEST(AlertEngine, ResolvesWhenTheSeriesIsGone) {
+    AlertEngine e({*parse_condition("gpu_util < 20"), *parse_condition("avg(gpu_util) < 20")});
+    ASSERT_EQ(e.evaluate(gpus(0, {50, 5})).size(), 1u);
+    auto gone = e.evaluate(gpus(10, {50}));  // GPU 1 fell off the bus
+    ASSERT_EQ(gone.size(), 1u);
+    EXPECT_FALSE(gone[0].firing);
+    EXPECT_EQ(gone[0].series, "gpu=1");
+    EXPECT_EQ(gone[0].at_unix_s, 10);
+    EXPECT_NE(gone[0].describe().find("gpu_util{gpu=1} is no longer sampled"), std::string::npos) << gone[0].describe();
+    EXPECT_EQ(nlohmann::json::parse(gone[0].webhook_json())["status"], "resolved");
+    EXPECT_EQ(e.firing(), 0u);
+    // The aggregate's one series goes with the metric.
+    ASSERT_EQ(e.evaluate(gpus(20, {5})).size(), 2u);
+    EXPECT_EQ(e.firing(), 2u);
+    auto none = e.evaluate(gpus(30, {}));
+    ASSERT_EQ(none.size(), 2u);
+    EXPECT_FALSE(none[0].firing || none[1].firing);
+    EXPECT_EQ(e.firing(), 0u);
+}
+
 TEST(AlertEngine, AggregatesOverSeries) {
     AlertEngine e({*parse_condition("avg(gpu_util) > 90 for 10m")});
     e.evaluate(gpus(0, {95, 92}));

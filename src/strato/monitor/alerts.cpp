@@ -166,6 +166,9 @@ std::string series_name(const Labels& labels) {
 std::string AlertEvent::describe() const {
     std::string metric = rule->aggregate.empty() ? rule->metric : rule->aggregate + "(" + rule->metric + ")";
     if (!series.empty()) metric += "{" + series + "}";
+    if (std::isnan(value))
+        return fmt::format("{} resolved: {} is no longer sampled (since {})", rule->name, metric,
+                           iso_time(since_unix_s));
     return fmt::format("{} {}: {} = {:g} {} {:g}{} (since {})", rule->name, firing ? "firing" : "resolved", metric, value,
                        firing ? rule->op : "no longer " + rule->op, rule->threshold,
                        rule->for_s > 0 ? fmt::format(" for {:g}s", rule->for_s) : "", iso_time(since_unix_s));
@@ -223,6 +226,17 @@ std::vector<AlertEvent> AlertEngine::evaluate(const Snapshot& s) {
                 if (st.firing) events.push_back({&r, series, false, v, st.since, s.unix_s});
                 st = State{};
             }
+            st.seen = true;
+        }
+        // A series no longer sampled (a GPU gone, a process exited) resolves: nothing holds for it.
+        for (auto it = states.begin(); it != states.end();) {
+            if (it->second.seen) {
+                it->second.seen = false;
+                ++it;
+                continue;
+            }
+            if (it->second.firing) events.push_back({&r, it->first, false, NAN, it->second.since, s.unix_s});
+            it = states.erase(it);
         }
     }
     return events;

@@ -1,7 +1,7 @@
 #pragma once
 // Alert rules over monitor snapshots, with Prometheus' `for` semantics: a rule's condition must
 // hold on every sample for the whole duration (pending) before it fires; it resolves on the first
-// sample where it no longer holds. Rules come from TOML:
+// sample where it no longer holds or its series is gone. Rules come from TOML:
 //
 //     [[rule]]
 //     name = "gpu-idle"
@@ -49,7 +49,7 @@ struct AlertEvent {
     const AlertRule* rule = nullptr;
     std::string series;       // "gpu=0" or "" for aggregates and unlabelled metrics
     bool firing = true;       // false: resolved
-    double value = 0;
+    double value = 0;         // NaN: resolved because the series is gone
     double since_unix_s = 0;  // when the condition started to hold
     double at_unix_s = 0;
     /// "gpu-idle firing: gpu_util{gpu=0} = 3 < 20 for 10m (since 12:00:03)"
@@ -71,6 +71,7 @@ private:
     struct State {
         double since = -1;  // condition holding since (unix s); -1: not holding
         bool firing = false;
+        bool seen = false;  // in the snapshot being evaluated
     };
     std::vector<AlertRule> rules_;
     std::vector<std::map<std::string, State>> state_;  // per rule, per series
