@@ -66,5 +66,18 @@ TEST_F(FsTest, EnsureDirRefusesFileInTheWay) {
     EXPECT_NE(st.message().find("not a directory"), std::string::npos);
 }
 
+TEST(ShellQuote, SurvivesTheShell) {
+    EXPECT_EQ(shell_quote("plain"), "'plain'");
+    EXPECT_EQ(shell_quote("it's $HOME `x`"), "'it'\\''s $HOME `x`'");
+    // What /bin/sh makes of it is the original string.
+    std::string tricky = "a b'c\"d$e`f`\\g";
+    FILE* p = popen(("printf %s " + shell_quote(tricky)).c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    char buf[128] = {};
+    size_t n = fread(buf, 1, sizeof buf - 1, p);
+    pclose(p);
+    EXPECT_EQ(std::string(buf, n), tricky);
+}
+
 }  // namespace
 }  // namespace strato::fs

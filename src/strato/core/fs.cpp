@@ -117,4 +117,10 @@ Result<std::string> sha256_file(const stdfs::path& path) {
     return sha256_hex(data);
 }
 
+std::string shell_quote(std::string_view s) {
+    std::string out = "'";
+    for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+    return out + "'";
+}
+
 }  // namespace strato::fs

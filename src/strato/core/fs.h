@@ -29,4 +29,7 @@ Status fsync_file(const stdfs::path& path);
 std::string sha256_hex(std::string_view data);
 Result<std::string> sha256_file(const stdfs::path& path);
 
+/// `s` single-quoted for a POSIX shell (scripts we write, commands we hand to popen).
+std::string shell_quote(std::string_view s);
+
 }  // namespace strato::fs
