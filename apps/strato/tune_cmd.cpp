@@ -1,6 +1,8 @@
-// strato tune run|status|best|export-best|report STUDY.toml [--dir DIR]
+// strato tune run|status|best|export-best|report|slurm STUDY.toml [--dir DIR]
 
 #include <fmt/format.h>
+
+#include <cstdio>
 
 #include "commands.h"
 #include "strato/core/fs.h"
@@ -14,6 +16,8 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
     struct Opts {
         std::string study, dir, out;
         int parallel = 0, trials = 0, top = 10;
+        tune::SlurmOptions slurm;
+        bool submit = false;
     };
     auto o = std::make_shared<Opts>();
     auto* cmd = app.add_subcommand("tune", "Hyper-parameter search: TPE, random or grid sampling; ASHA, median or no early "
@@ -99,10 +103,47 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         fmt::print("{}\n", out);
         *exit_code = 0;
     });
+    auto* sl = add("slurm", "Write (and with --submit, submit) a Slurm array job whose tasks run the study together");
+    sl->add_option("--tasks", o->slurm.tasks, "Array tasks, each an executor of the study (default 2)");
+    sl->add_option("--task-parallel", o->slurm.parallel, "Trials each task runs at once (default 1)");
+    sl->add_option("--partition", o->slurm.partition, "sbatch --partition");
+    sl->add_option("--account", o->slurm.account, "sbatch --account");
+    sl->add_option("--time", o->slurm.time, "sbatch --time (e.g. 04:00:00)");
+    sl->add_option("--mem", o->slurm.mem, "sbatch --mem (default: memory_limit_gb x trials per task + 1G, if set)");
+    sl->add_option("--sbatch", o->slurm.extra, "Another sbatch option, e.g. --sbatch=--gres=gpu:1 (repeatable)");
+    sl->add_option("-o,--out", o->out, "Script to write (default <dir>/slurm.sbatch)");
+    sl->add_flag("--submit", o->submit, "Run sbatch on the script and print the job id");
+    sl->callback([o, load, exit_code] {
+        auto c = load();
+        if (!c) return void(*exit_code = report_error("tune", c.status()));
+        tune::SlurmOptions so = o->slurm;
+        so.study_file = o->study;
+        so.dir = tune::study_dir(*c, o->dir);
+        auto script = tune::slurm_array(*c, so);
+        if (!script) return void(*exit_code = report_error("tune", script.status()));
+        std::string out = o->out.empty() ? so.dir + "/slurm.sbatch" : o->out;
+        if (Status s = fs::atomic_write(out, *script); !s.is_ok()) return void(*exit_code = report_error("tune", s));
+        if (!o->submit) {
+            fmt::print("{}\nsubmit with: sbatch {}\n", out, out);
+            return void(*exit_code = 0);
+        }
+        FILE* p = popen(("sbatch --parsable " + fs::shell_quote(out) + " 2>&1").c_str(), "r");
+        if (!p) return void(*exit_code = report_error("tune", io_error("cannot run sbatch")));
+        std::string answer;
+        char buf[256];
+        while (fgets(buf, sizeof buf, p)) answer += buf;
+        int rc = pclose(p);
+        while (!answer.empty() && (answer.back() == '\n' || answer.back() == '\r')) answer.pop_back();
+        if (rc != 0)
+            return void(*exit_code = report_error("tune", io_error("sbatch {} failed: {}", out, answer)));
+        fmt::print("{}\nsubmitted: job {}\n", out, answer);
+        *exit_code = 0;
+    });
     cmd->footer("Examples:\n"
                 "  strato tune run configs/tune/fashion_mnist_mlp.toml\n"
                 "  strato tune status configs/tune/fashion_mnist_mlp.toml\n"
                 "  strato tune export-best configs/tune/fashion_mnist_mlp.toml -o best.toml && strato train best.toml\n"
+                "  strato tune slurm configs/tune/fashion_mnist_mlp.toml --dir /shared/fmnist --tasks 8 --submit\n"
                 "Ctrl-C stops the running trials at a checkpoint; `strato tune run` again continues the study.");
 }
 

@@ -1,15 +1,27 @@
-// Search spaces, samplers and the study store; the executor is tested end to end
-// (tests/e2e/tune_e2e.py) with real trial processes.
+// Search spaces, samplers, the study store, and the executor with a stand-in trainer
+// (fake_train.py: the same command line, files and signal behaviour as `strato train`, in
+// milliseconds). tests/e2e/tune_e2e.py runs real studies with the real trainer.
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <set>
+#include <thread>
+
+#include "strato/core/cgroup.h"
+#include "strato/core/fs.h"
+#include "strato/core/signals.h"
 
 #include "strato/tune/sampler.h"
 #include "strato/tune/space.h"
 #include "strato/tune/store.h"
+#include "strato/tune/study.h"
 
 namespace strato::tune {
 namespace {
@@ -124,13 +136,22 @@ TEST(Store, TrialsResultsRungsAndFingerprint) {
         auto st = Store::open(dir + "/study.db");
         ASSERT_TRUE(st.is_ok()) << st.status().message();
         ASSERT_TRUE((*st)->bind_study("A").is_ok());
-        int id = *(*st)->add_trial({{"optim.lr", "0.01"}}, 1);
-        ASSERT_TRUE((*st)->add_result(id, 1, 0.80, true).is_ok());
-        ASSERT_TRUE((*st)->add_result(id, 1, 0.10, true).is_ok());  // the same epoch again: ignored
-        ASSERT_TRUE((*st)->add_result(id, 2, 0.85, true).is_ok());
-        ASSERT_TRUE((*st)->add_rung(0, id, 0.80).is_ok());
+        EXPECT_EQ(*(*st)->journal(), "wal");
+        int id = *(*st)->add_trial({{"optim.lr", "0.01"}}, 1, 0, "host:1:2");
+        EXPECT_TRUE(*(*st)->add_result(id, 1, 0.80, true));
+        EXPECT_FALSE(*(*st)->add_result(id, 1, 0.10, true));  // the same epoch again: ignored, and said so
+        EXPECT_TRUE(*(*st)->add_result(id, 2, 0.85, true));
+        ASSERT_TRUE((*st)->add_rung(0, 0, id, 0.80).is_ok());
         ASSERT_TRUE((*st)->set_state(id, TrialState::kPaused).is_ok());
-        ASSERT_TRUE((*st)->promote(0, id, 3).is_ok());
+        EXPECT_EQ((*(*st)->trials())[0].owner, "");  // pausing gives the trial up
+        ASSERT_TRUE((*st)->promote(0, 0, id, 3, "host:7:8").is_ok());
+        // A failing transaction leaves nothing behind and the store usable.
+        Status failed = (*st)->transaction([&]() -> Status {
+            EXPECT_TRUE((*st)->add_trial({{"optim.lr", "0.5"}}, 1, 0, "x").is_ok());
+            return invalid_argument("no");
+        });
+        EXPECT_FALSE(failed.is_ok());
+        ASSERT_TRUE((*st)->set_journal("delete").is_ok());
     }
     auto st = Store::open(dir + "/study.db");
     ASSERT_TRUE(st.is_ok());
@@ -143,8 +164,209 @@ TEST(Store, TrialsResultsRungsAndFingerprint) {
     EXPECT_EQ(trials[0].target, 3);
     EXPECT_DOUBLE_EQ(*trials[0].best, 0.85);
     EXPECT_EQ(trials[0].epochs, 2);
+    EXPECT_EQ(trials[0].owner, "host:7:8");
     EXPECT_EQ((*st)->results(trials[0].id)->size(), 2u);
-    EXPECT_TRUE((*(*st)->rung(0))[0].promoted);
+    EXPECT_TRUE((*(*st)->rung(0, 0))[0].promoted);
+    EXPECT_TRUE((*st)->rung(1, 0)->empty());
+    EXPECT_EQ(*(*st)->journal(), "delete");  // kept in the file
+}
+
+// ---- the executor, with fake_train.py as the trainer ----
+
+struct StudyRun {
+    std::string dir;
+    StudyConfig cfg;
+};
+
+StudyRun fake_study(const std::string& name, const std::string& scheduler_lines, const std::string& study_lines = "") {
+    StudyRun r;
+    r.dir = testing::TempDir() + "/tune_exec_" + name;
+    std::filesystem::remove_all(r.dir);
+    r.cfg = study(fmt::format(R"([study]
+name = "{}"
+base = "configs/fashion_mnist_mlp.toml"
+seed = 3
+{}
+[scheduler]
+{}
+[params]
+"optim.lr" = {{ type = "loguniform", low = 1e-4, high = 1 }}
+)",
+                              name, study_lines.find("sampler") == std::string::npos ? study_lines + "\nsampler = \"random\"" : study_lines,
+                              scheduler_lines));
+    return r;
+}
+
+std::unique_ptr<Store> open_db(const StudyRun& r) {
+    auto s = Store::open(r.dir + "/study.db");
+    EXPECT_TRUE(s.is_ok()) << s.status().message();
+    return s.is_ok() ? std::move(*s) : nullptr;
+}
+
+Result<RunSummary> run_fake(const StudyRun& r) {
+    RunOptions o;
+    o.dir = r.dir;
+    o.strato_binary = FAKE_TRAIN;
+    o.quiet = true;
+    return run_study(r.cfg, o);
+}
+
+/// Every trial's epochs 1..n recorded exactly once, n = its epochs.
+void expect_contiguous_results(const StudyRun& r) {
+    auto st = open_db(r);
+    auto trials = *st->trials();
+    for (const auto& t : trials) {
+        auto res = *st->results(t.id);
+        ASSERT_EQ(static_cast<int>(res.size()), t.epochs) << "trial " << t.id;
+        for (size_t i = 0; i < res.size(); ++i) EXPECT_EQ(res[i].first, static_cast<int>(i) + 1);
+    }
+}
+
+TEST(Executor, AshaStoppingVariantTrainsEveryTrialTowardsMaxT) {
+    auto r = fake_study("stopping", "grace = 1\nmax_t = 9\nreduction = 3\nvariant = \"stopping\"",
+                        "trials = 9\nparallel = 3\nscheduler = \"asha\"");
+    auto s = run_fake(r);
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    EXPECT_EQ(s->trials, 9);
+    EXPECT_EQ(s->failed, 0);
+    EXPECT_GT(s->completed, 0);
+    EXPECT_GT(s->stopped, 0) << "the stopping variant stopped nobody";
+    auto st = open_db(r);
+    auto trials = *st->trials();
+    for (const auto& t : trials) {
+        EXPECT_EQ(t.target, 9) << "stopping-variant trials run to max_t unless stopped";
+        EXPECT_NE(t.state, TrialState::kPaused);
+        if (t.state == TrialState::kCompleted) {
+            EXPECT_EQ(t.epochs, 9);
+        }
+    }
+    expect_contiguous_results(r);
+}
+
+TEST(Executor, BracketsHaveTheirOwnRungs) {
+    auto r = fake_study("brackets", "grace = 1\nmax_t = 9\nreduction = 3\nbrackets = 2",
+                        "trials = 8\nparallel = 4\nscheduler = \"asha\"");
+    EXPECT_EQ(r.cfg.milestones(0), (std::vector<int>{1, 3, 9}));
+    EXPECT_EQ(r.cfg.milestones(1), (std::vector<int>{3, 9}));
+    auto s = run_fake(r);
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    EXPECT_EQ(s->failed, 0);
+    auto j = *study_json(r.cfg, r.dir);
+    int b0 = 0, b1 = 0;
+    for (const auto& t : j["trials"]) (t["bracket"] == 0 ? b0 : b1)++;
+    EXPECT_EQ(b0, 4);
+    EXPECT_EQ(b1, 4);
+    ASSERT_EQ(j["rungs"].size(), 3u);  // bracket 0: 1 and 3 epochs; bracket 1: 3 epochs
+    EXPECT_EQ(j["rungs"][2]["bracket"], 1);
+    EXPECT_EQ(j["rungs"][2]["epochs"], 3);
+    EXPECT_EQ(j["rungs"][2]["entries"], 4);
+    EXPECT_EQ(j["rungs"][0]["entries"], 4);
+    expect_contiguous_results(r);
+}
+
+TEST(Executor, ShutdownStopsTrialsOnceAndTheNextRunFinishes) {
+    setenv("FAKE_TRAIN_EPOCH_S", "0.15", 1);
+    auto r = fake_study("shutdown", "grace = 1\nmax_t = 6\nreduction = 2", "trials = 4\nparallel = 2\nscheduler = \"fifo\"");
+    signals::install_stop_handlers();
+    signals::reset();
+    std::thread stopper([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(700));
+        kill(getpid(), SIGTERM);
+    });
+    auto first = run_fake(r);
+    stopper.join();
+    ASSERT_FALSE(first.is_ok());
+    EXPECT_EQ(first.status().code(), StatusCode::kCancelled) << first.status().message();
+    {
+        auto st = open_db(r);
+        auto trials = *st->trials();
+    for (const auto& t : trials) {
+            EXPECT_EQ(t.state, TrialState::kRunning) << "trial " << t.id << ": " << t.error;
+            EXPECT_EQ(t.owner, "") << "an interrupted trial is given up for the next executor";
+            EXPECT_LT(t.epochs, 6);
+            auto metrics = fs::read_file(r.dir + fmt::format("/trials/trial-{:04d}/metrics.jsonl", t.id));
+            EXPECT_TRUE(metrics && metrics->find("interrupted") != std::string::npos)
+                << "trial " << t.id << " was killed by a second signal instead of stopping at a checkpoint";
+        }
+    }
+    signals::reset();
+    auto second = run_fake(r);
+    unsetenv("FAKE_TRAIN_EPOCH_S");
+    ASSERT_TRUE(second.is_ok()) << second.status().message();
+    EXPECT_EQ(second->trials, 4);
+    EXPECT_EQ(second->completed, 4);
+    EXPECT_EQ(second->epochs_trained, 24);
+    expect_contiguous_results(r);
+}
+
+TEST(Executor, TwoExecutorsShareOneStudy) {
+    setenv("FAKE_TRAIN_EPOCH_S", "0.03", 1);
+    auto r = fake_study("shared", "grace = 1\nmax_t = 9\nreduction = 3",
+                        "trials = 12\nparallel = 2\nscheduler = \"asha\"\nsampler = \"tpe\"");
+    std::vector<pid_t> kids;
+    for (int i = 0; i < 2; ++i) {
+        pid_t pid = fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0) {
+            auto s = run_fake(r);
+            _exit(s.is_ok() ? 0 : 1);
+        }
+        kids.push_back(pid);
+    }
+    for (pid_t k : kids) {
+        int status = 0;
+        ASSERT_EQ(waitpid(k, &status, 0), k);
+        EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    }
+    unsetenv("FAKE_TRAIN_EPOCH_S");
+    auto j = *study_json(r.cfg, r.dir);
+    ASSERT_EQ(j["trials"].size(), 12u);
+    std::set<std::string> params;
+    for (const auto& t : j["trials"]) {
+        EXPECT_NE(t["state"], "running");
+        EXPECT_NE(t["state"], "failed");
+        params.insert(t["params"].dump());
+    }
+    EXPECT_EQ(params.size(), 12u) << "two executors proposed the same trial";
+    // ASHA's arithmetic holds across executors: 12 trials at rung 0 promote 4, rung 1 promotes 1.
+    EXPECT_EQ(j["rungs"][0]["entries"], 12);
+    EXPECT_EQ(j["rungs"][0]["promoted"], 4);
+    EXPECT_EQ(j["rungs"][1]["promoted"], 1);
+    expect_contiguous_results(r);
+}
+
+TEST(Executor, MemoryLimitKillsATrialThroughItsCgroup) {
+    if (Status s = cgroup::Group::available(); !s.is_ok()) GTEST_SKIP() << s.message();
+    setenv("FAKE_TRAIN_ALLOC_MB", "256", 1);
+    auto r = fake_study("memory", "max_t = 2", "trials = 1\nscheduler = \"fifo\"\nmemory_limit_gb = 0.0625\ncpus_per_trial = 1");
+    auto s = run_fake(r);
+    unsetenv("FAKE_TRAIN_ALLOC_MB");
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    EXPECT_EQ(s->failed, 1);
+    auto st = open_db(r);
+    auto t = (*st->trials())[0];
+    EXPECT_NE(t.error.find("killed by the memory limit (cgroup"), std::string::npos) << t.error;
+}
+
+TEST(Executor, SlurmArrayScriptAndSharedJournal) {
+    auto r = fake_study("slurm", "grace = 1\nmax_t = 9", "trials = 6\nthreads_per_trial = 2\nmemory_limit_gb = 1.5");
+    SlurmOptions o;
+    o.study_file = "study's.toml";
+    o.dir = r.dir;
+    o.strato_binary = "/opt/strato/bin/strato";
+    o.tasks = 3;
+    o.parallel = 2;
+    o.time = "01:00:00";
+    o.extra = {"--gres=gpu:1"};
+    auto script = slurm_array(r.cfg, o);
+    ASSERT_TRUE(script.is_ok()) << script.status().message();
+    for (const char* want : {"#SBATCH --array=0-2\n", "#SBATCH --cpus-per-task=4\n", "#SBATCH --time=01:00:00\n",
+                             "#SBATCH --mem=4G\n", "#SBATCH --gres=gpu:1\n", "export OMP_NUM_THREADS=2\n",
+                             "exec '/opt/strato/bin/strato' tune run ", "'\\''s.toml' --dir '", "--parallel 2\n"})
+        EXPECT_NE(script->find(want), std::string::npos) << want << " not in:\n" << *script;
+    EXPECT_EQ(*open_db(r)->journal(), "delete");
+    o.tasks = 0;
+    EXPECT_FALSE(slurm_array(r.cfg, o).is_ok());
 }
 
 }  // namespace

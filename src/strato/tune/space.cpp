@@ -136,17 +136,21 @@ Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string&
     s.scheduler = (*st)["scheduler"].value_or(std::string("asha"));
     s.seed = static_cast<uint64_t>((*st)["seed"].value_or(int64_t{1}));
     s.memory_limit_gb = (*st)["memory_limit_gb"].value_or(0.0);
+    s.cpus_per_trial = (*st)["cpus_per_trial"].value_or(0.0);
     if (auto* set = (*st)["set"].as_array())
         for (auto& v : *set)
             if (auto str = v.value<std::string>()) s.fixed.push_back(*str);
     for (auto&& [k, v] : *st) {
         static const char* kKeys[] = {"name",    "base",    "metric",    "mode", "trials",          "parallel",
-                                      "threads_per_trial", "sampler", "scheduler", "seed", "memory_limit_gb", "set"};
+                                      "threads_per_trial", "sampler", "scheduler", "seed", "memory_limit_gb", "cpus_per_trial",
+                                      "set"};
         if (std::none_of(std::begin(kKeys), std::end(kKeys), [&](const char* x) { return k.str() == x; }))
             return invalid_argument("{} [study]: unknown key '{}'", source, k.str());
     }
     if (s.trials < 1 || s.parallel < 1 || s.threads_per_trial < 1)
         return invalid_argument("{} [study]: trials, parallel and threads_per_trial must be >= 1", source);
+    if (s.memory_limit_gb < 0 || s.cpus_per_trial < 0)
+        return invalid_argument("{} [study]: memory_limit_gb and cpus_per_trial must be >= 0 (0: no limit)", source);
     if (s.sampler != "random" && s.sampler != "grid" && s.sampler != "tpe")
         return invalid_argument("{} [study]: sampler must be random, grid or tpe, got '{}'", source, s.sampler);
     if (s.scheduler != "fifo" && s.scheduler != "asha" && s.scheduler != "median")
@@ -156,11 +160,21 @@ Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string&
         s.max_t = static_cast<int>((*sc)["max_t"].value_or(int64_t{9}));
         s.reduction = static_cast<int>((*sc)["reduction"].value_or(int64_t{3}));
         s.variant = (*sc)["variant"].value_or(std::string("promotion"));
+        s.brackets = static_cast<int>((*sc)["brackets"].value_or(int64_t{1}));
+        for (auto&& [k, v] : *sc)
+            if (k.str() != "grace" && k.str() != "max_t" && k.str() != "reduction" && k.str() != "variant" &&
+                k.str() != "brackets")
+                return invalid_argument("{} [scheduler]: unknown key '{}' (expected grace, max_t, reduction, variant, "
+                                        "brackets)",
+                                        source, k.str());
     }
     if (s.grace < 1 || s.max_t < s.grace || s.reduction < 2)
         return invalid_argument("{} [scheduler]: need 1 <= grace <= max_t and reduction >= 2", source);
     if (s.variant != "promotion" && s.variant != "stopping")
         return invalid_argument("{} [scheduler]: variant must be promotion or stopping", source);
+    if (s.brackets < 1 || (s.brackets > 1 && s.scheduler != "asha"))
+        return invalid_argument("{} [scheduler]: brackets must be >= 1, and more than 1 only with scheduler = \"asha\"",
+                                source);
     if (auto* tpe = doc["tpe"].as_table()) {
         s.tpe_startup = static_cast<int>((*tpe)["startup_trials"].value_or(int64_t{10}));
         s.tpe_candidates = static_cast<int>((*tpe)["candidates"].value_or(int64_t{24}));
@@ -188,10 +202,12 @@ Result<StudyConfig> StudyConfig::load(const std::string& path) {
     return parse(text, path, std::filesystem::path(path).parent_path().string());
 }
 
-std::vector<int> StudyConfig::milestones() const {
+std::vector<int> StudyConfig::milestones(int bracket) const {
     std::vector<int> m;
     if (scheduler != "asha") return {max_t};
-    for (int64_t r = grace; r < max_t; r *= reduction) m.push_back(static_cast<int>(r));
+    int64_t first = grace;
+    for (int b = 0; b < bracket && first < max_t; ++b) first *= reduction;
+    for (int64_t r = first; r < max_t; r *= reduction) m.push_back(static_cast<int>(r));
     m.push_back(max_t);
     return m;
 }

@@ -19,6 +19,7 @@
 //     max_t = 9                  # epochs of a full trial (ASHA's R)
 //     reduction = 3              # ASHA's eta
 //     variant = "promotion"      # promotion (pause at rungs, resume the promoted) | stopping
+//     brackets = 1               # ASHA brackets: bracket b's first rung is grace x reduction^b
 //     [params]
 //     "optim.lr" = { type = "loguniform", low = 1e-4, high = 0.3 }
 //     "optim.momentum" = { type = "uniform", low = 0.8, high = 0.99, when = "optim.name == sgd" }
@@ -67,15 +68,17 @@ struct StudyConfig {
     int trials = 20, parallel = 1, threads_per_trial = 1;
     std::string sampler = "tpe", scheduler = "asha", variant = "promotion";
     uint64_t seed = 1;
-    int grace = 1, max_t = 9, reduction = 3;
+    int grace = 1, max_t = 9, reduction = 3, brackets = 1;
     int tpe_startup = 10, tpe_candidates = 24;
-    double memory_limit_gb = 0;     // RLIMIT_AS per trial (0 = none)
+    double memory_limit_gb = 0;     // per trial: a cgroup memory limit, else RLIMIT_AS (0 = none)
+    double cpus_per_trial = 0;      // per trial: a cgroup CPU quota in cores (0 = none)
     std::vector<Param> params;
 
     static Result<StudyConfig> load(const std::string& path);
     static Result<StudyConfig> parse(std::string_view toml_text, const std::string& source, const std::string& base_dir);
-    /// The rung milestones in epochs: grace x reduction^k up to max_t (max_t always last).
-    std::vector<int> milestones() const;
+    /// The rung milestones in epochs of an ASHA bracket: grace x reduction^(bracket+k) below
+    /// max_t, then max_t. Other schedulers: {max_t}.
+    std::vector<int> milestones(int bracket = 0) const;
     /// Is `a` strictly better than `b` under the study's mode?
     bool better(double a, double b) const { return maximize ? a > b : a < b; }
 };

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
+
 namespace strato::tune {
 
 const char* state_name(TrialState s) {
@@ -24,6 +26,10 @@ TrialState parse_state(const std::string& s) {
                     TrialState::kFailed})
         if (s == state_name(st)) return st;
     return TrialState::kFailed;
+}
+
+double now_s() {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 /// A prepared statement that finalises itself.
@@ -57,144 +63,225 @@ private:
 
 }  // namespace
 
-Result<std::unique_ptr<Store>> Store::open(const std::string& path) {
+Result<std::unique_ptr<Store>> Store::open(const std::string& path, bool shared) {
     sqlite3* db = nullptr;
     if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) {
         std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
         sqlite3_close(db);
         return io_error("cannot open the study store {}: {}", path, msg);
     }
-    sqlite3_busy_timeout(db, 10000);
+    sqlite3_busy_timeout(db, 30000);
     std::unique_ptr<Store> s(new Store(db));
+    bool fresh = false;
+    {
+        Stmt q(db, "SELECT count(*) FROM sqlite_master WHERE name = 'trials'");
+        if (q.step() != SQLITE_ROW) return io_error("cannot read the study store {}: {}", path, sqlite3_errmsg(db));
+        fresh = q.i64(0) == 0;
+    }
+    if (fresh) STRATO_RETURN_IF_ERROR(s->set_journal(shared ? "delete" : "wal"));
     STRATO_RETURN_IF_ERROR(s->exec(
-        "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+        "PRAGMA synchronous=FULL;"
         "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);"
         "CREATE TABLE IF NOT EXISTS trials(id INTEGER PRIMARY KEY, params TEXT NOT NULL, state TEXT NOT NULL,"
-        " target INTEGER NOT NULL, epochs INTEGER NOT NULL DEFAULT 0, best REAL, last REAL, error TEXT);"
+        " target INTEGER NOT NULL, epochs INTEGER NOT NULL DEFAULT 0, best REAL, last REAL, error TEXT,"
+        " bracket INTEGER NOT NULL DEFAULT 0, owner TEXT, heartbeat REAL);"
         "CREATE TABLE IF NOT EXISTS results(trial INTEGER, epoch INTEGER, value REAL, PRIMARY KEY(trial, epoch));"
         "CREATE TABLE IF NOT EXISTS rungs(rung INTEGER, trial INTEGER, value REAL, promoted INTEGER DEFAULT 0,"
-        " PRIMARY KEY(rung, trial));"));
+        " bracket INTEGER NOT NULL DEFAULT 0, PRIMARY KEY(rung, trial));"));
+    STRATO_RETURN_IF_ERROR(s->migrate());
     return s;
 }
 
 Store::~Store() { sqlite3_close(db_); }
 
+Status Store::migrate() {
+    // Studies made before brackets and owners existed gain the columns with their defaults.
+    auto has_column = [&](const char* table, const char* column) {
+        Stmt q(db_, fmt::format("SELECT count(*) FROM pragma_table_info('{}') WHERE name = '{}'", table, column).c_str());
+        return q.step() == SQLITE_ROW && q.i64(0) > 0;
+    };
+    if (!has_column("trials", "bracket"))
+        STRATO_RETURN_IF_ERROR(exec("ALTER TABLE trials ADD COLUMN bracket INTEGER NOT NULL DEFAULT 0;"
+                                    "ALTER TABLE trials ADD COLUMN owner TEXT; ALTER TABLE trials ADD COLUMN heartbeat REAL;"));
+    if (!has_column("rungs", "bracket"))
+        STRATO_RETURN_IF_ERROR(exec("ALTER TABLE rungs ADD COLUMN bracket INTEGER NOT NULL DEFAULT 0"));
+    return Status::ok();
+}
+
 Status Store::exec(const std::string& sql) {
     char* err = nullptr;
     if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
-        std::string msg = err ? err : "unknown error";
+        std::string msg = err ? err : sqlite3_errmsg(db_);
         sqlite3_free(err);
         return io_error("study store: {}", msg);
     }
     return Status::ok();
 }
 
-Status Store::bind_study(const std::string& fingerprint) {
-    Stmt q(db_, "SELECT value FROM meta WHERE key = 'study'");
-    if (q.step() == SQLITE_ROW) {
-        if (q.text(0) != fingerprint)
-            return invalid_argument("this study directory holds a different study (its [study], [scheduler] or [params] "
-                                    "changed); use a new --dir or restore the original file");
-        return Status::ok();
-    }
-    return Stmt(db_, "INSERT INTO meta(key, value) VALUES('study', ?)").bind(1, fingerprint).run("recording the study");
+Status Store::set_journal(const std::string& mode) {
+    if (mode != "wal" && mode != "delete") return invalid_argument("study store: journal must be wal or delete");
+    STRATO_RETURN_IF_ERROR(exec("PRAGMA journal_mode=" + mode));
+    STRATO_ASSIGN_OR_RETURN(std::string now, journal());
+    if (now != mode)
+        return io_error("study store: cannot switch the journal to {} (it stays {}); is another process using the study?",
+                        mode, now);
+    return Status::ok();
 }
 
-Result<int> Store::add_trial(const Assignment& params, int target) {
+Result<std::string> Store::journal() {
+    Stmt q(db_, "PRAGMA journal_mode");
+    if (q.step() != SQLITE_ROW) return io_error("study store: reading the journal mode: {}", sqlite3_errmsg(db_));
+    return q.text(0);
+}
+
+Status Store::transaction(const std::function<Status()>& body) {
+    if (depth_ > 0) return body();
+    STRATO_RETURN_IF_ERROR(exec("BEGIN IMMEDIATE"));
+    ++depth_;
+    Status s = body();
+    --depth_;
+    if (s.is_ok()) s = exec("COMMIT");
+    if (!s.is_ok()) (void)exec("ROLLBACK");  // also after a failed COMMIT, which leaves it open
+    return s;
+}
+
+Status Store::bind_study(const std::string& fingerprint) {
+    return transaction([&]() -> Status {
+        Stmt q(db_, "SELECT value FROM meta WHERE key = 'study'");
+        int rc = q.step();
+        if (rc == SQLITE_ROW) {
+            if (q.text(0) != fingerprint)
+                return invalid_argument("this study directory holds a different study (its [study], [scheduler] or "
+                                        "[params] changed); use a new --dir or restore the original file");
+            return Status::ok();
+        }
+        if (rc != SQLITE_DONE) return io_error("study store: reading the study: {}", sqlite3_errmsg(db_));
+        return Stmt(db_, "INSERT INTO meta(key, value) VALUES('study', ?)").bind(1, fingerprint).run("recording the study");
+    });
+}
+
+Result<int> Store::add_trial(const Assignment& params, int target, int bracket, const std::string& owner) {
     nlohmann::json j(params);
-    STRATO_RETURN_IF_ERROR(Stmt(db_, "INSERT INTO trials(params, state, target) VALUES(?, 'running', ?)")
-                               .bind(1, j.dump())
-                               .bind(2, int64_t{target})
-                               .run("adding a trial"));
+    STRATO_RETURN_IF_ERROR(
+        Stmt(db_, "INSERT INTO trials(params, state, target, bracket, owner, heartbeat) VALUES(?, 'running', ?, ?, ?, ?)")
+            .bind(1, j.dump())
+            .bind(2, int64_t{target})
+            .bind(3, int64_t{bracket})
+            .bind(4, owner)
+            .bind(5, now_s())
+            .run("adding a trial"));
     return static_cast<int>(sqlite3_last_insert_rowid(db_));
 }
 
 Status Store::set_state(int trial, TrialState state, const std::string& error) {
-    return Stmt(db_, "UPDATE trials SET state = ?, error = ? WHERE id = ?")
+    return Stmt(db_, state == TrialState::kRunning ? "UPDATE trials SET state = ?, error = ? WHERE id = ?"
+                                                   : "UPDATE trials SET state = ?, error = ?, owner = NULL WHERE id = ?")
         .bind(1, std::string(state_name(state)))
         .bind(2, error)
         .bind(3, int64_t{trial})
         .run("updating a trial");
 }
 
-Status Store::promote(int rung, int trial, int target) {
-    STRATO_RETURN_IF_ERROR(exec("BEGIN IMMEDIATE"));
-    Status s = Stmt(db_, "UPDATE rungs SET promoted = 1 WHERE rung = ? AND trial = ?")
-                   .bind(1, int64_t{rung})
-                   .bind(2, int64_t{trial})
-                   .run("promoting");
-    if (s.is_ok())
-        s = Stmt(db_, "UPDATE trials SET state = 'running', target = ? WHERE id = ?")
-                .bind(1, int64_t{target})
-                .bind(2, int64_t{trial})
-                .run("promoting");
-    if (!s.is_ok()) {
-        (void)exec("ROLLBACK");
-        return s;
-    }
-    return exec("COMMIT");
+Status Store::set_owner(int trial, const std::string& owner) {
+    Stmt q(db_, owner.empty() ? "UPDATE trials SET owner = NULL, heartbeat = ?1 WHERE id = ?2"
+                              : "UPDATE trials SET owner = ?3, heartbeat = ?1 WHERE id = ?2");
+    q.bind(1, now_s()).bind(2, int64_t{trial});
+    if (!owner.empty()) q.bind(3, owner);
+    return q.run("taking a trial");
 }
 
-Status Store::add_result(int trial, int epoch, double value, bool maximize) {
-    STRATO_RETURN_IF_ERROR(exec("BEGIN IMMEDIATE"));
-    Status s = Stmt(db_, "INSERT OR IGNORE INTO results(trial, epoch, value) VALUES(?, ?, ?)")
-                   .bind(1, int64_t{trial})
-                   .bind(2, int64_t{epoch})
-                   .bind(3, value)
-                   .run("recording a result");
-    if (s.is_ok())
-        s = Stmt(db_, maximize ? "UPDATE trials SET epochs = max(epochs, ?1), last = (SELECT value FROM results WHERE "
-                                 "trial = ?2 ORDER BY epoch DESC LIMIT 1), best = (SELECT max(value) FROM results WHERE "
-                                 "trial = ?2) WHERE id = ?2"
-                               : "UPDATE trials SET epochs = max(epochs, ?1), last = (SELECT value FROM results WHERE "
-                                 "trial = ?2 ORDER BY epoch DESC LIMIT 1), best = (SELECT min(value) FROM results WHERE "
-                                 "trial = ?2) WHERE id = ?2")
-                .bind(1, int64_t{epoch})
-                .bind(2, int64_t{trial})
-                .run("recording a result");
-    if (!s.is_ok()) {
-        (void)exec("ROLLBACK");
-        return s;
-    }
-    return exec("COMMIT");
+Status Store::heartbeat(const std::string& owner) {
+    return Stmt(db_, "UPDATE trials SET heartbeat = ? WHERE owner = ? AND state = 'running'")
+        .bind(1, now_s())
+        .bind(2, owner)
+        .run("heartbeat");
 }
 
-Status Store::add_rung(int rung, int trial, double value) {
-    return Stmt(db_, "INSERT OR IGNORE INTO rungs(rung, trial, value) VALUES(?, ?, ?)")
-        .bind(1, int64_t{rung})
-        .bind(2, int64_t{trial})
-        .bind(3, value)
+Status Store::promote(int bracket, int rung, int trial, int target, const std::string& owner) {
+    return transaction([&]() -> Status {
+        STRATO_RETURN_IF_ERROR(Stmt(db_, "UPDATE rungs SET promoted = 1 WHERE bracket = ? AND rung = ? AND trial = ?")
+                                   .bind(1, int64_t{bracket})
+                                   .bind(2, int64_t{rung})
+                                   .bind(3, int64_t{trial})
+                                   .run("promoting"));
+        return Stmt(db_, "UPDATE trials SET state = 'running', target = ?, owner = ?, heartbeat = ? WHERE id = ?")
+            .bind(1, int64_t{target})
+            .bind(2, owner)
+            .bind(3, now_s())
+            .bind(4, int64_t{trial})
+            .run("promoting");
+    });
+}
+
+Result<bool> Store::add_result(int trial, int epoch, double value, bool maximize) {
+    bool inserted = false;
+    Status s = transaction([&]() -> Status {
+        STRATO_RETURN_IF_ERROR(Stmt(db_, "INSERT OR IGNORE INTO results(trial, epoch, value) VALUES(?, ?, ?)")
+                                   .bind(1, int64_t{trial})
+                                   .bind(2, int64_t{epoch})
+                                   .bind(3, value)
+                                   .run("recording a result"));
+        inserted = sqlite3_changes(db_) > 0;
+        if (!inserted) return Status::ok();
+        return Stmt(db_, maximize ? "UPDATE trials SET epochs = max(epochs, ?1), last = (SELECT value FROM results WHERE "
+                                    "trial = ?2 ORDER BY epoch DESC LIMIT 1), best = (SELECT max(value) FROM results "
+                                    "WHERE trial = ?2) WHERE id = ?2"
+                                  : "UPDATE trials SET epochs = max(epochs, ?1), last = (SELECT value FROM results WHERE "
+                                    "trial = ?2 ORDER BY epoch DESC LIMIT 1), best = (SELECT min(value) FROM results "
+                                    "WHERE trial = ?2) WHERE id = ?2")
+            .bind(1, int64_t{epoch})
+            .bind(2, int64_t{trial})
+            .run("recording a result");
+    });
+    if (!s.is_ok()) return s;
+    return inserted;
+}
+
+Status Store::add_rung(int bracket, int rung, int trial, double value) {
+    return Stmt(db_, "INSERT OR IGNORE INTO rungs(bracket, rung, trial, value) VALUES(?, ?, ?, ?)")
+        .bind(1, int64_t{bracket})
+        .bind(2, int64_t{rung})
+        .bind(3, int64_t{trial})
+        .bind(4, value)
         .run("recording a rung");
 }
 
 Result<std::vector<Trial>> Store::trials() {
     std::vector<Trial> out;
-    Stmt q(db_, "SELECT id, params, state, target, epochs, best, last, error FROM trials ORDER BY id");
+    Stmt q(db_, "SELECT id, params, state, target, epochs, best, last, error, bracket, owner, heartbeat FROM trials "
+                "ORDER BY id");
     int rc;
     while ((rc = q.step()) == SQLITE_ROW) {
         Trial t;
         t.id = static_cast<int>(q.i64(0));
         auto j = nlohmann::json::parse(q.text(1), nullptr, false);
         if (j.is_object())
-            for (auto it = j.begin(); it != j.end(); ++it) t.params[it.key()] = it->get<std::string>();
+            for (auto it = j.begin(); it != j.end(); ++it)
+                if (it->is_string()) t.params[it.key()] = it->get<std::string>();
         t.state = parse_state(q.text(2));
         t.target = static_cast<int>(q.i64(3));
         t.epochs = static_cast<int>(q.i64(4));
         if (!q.null(5)) t.best = q.dbl(5);
         if (!q.null(6)) t.last = q.dbl(6);
         t.error = q.text(7);
+        t.bracket = static_cast<int>(q.i64(8));
+        t.owner = q.text(9);
+        t.heartbeat = q.null(10) ? 0 : q.dbl(10);
         out.push_back(std::move(t));
     }
     if (rc != SQLITE_DONE) return io_error("study store: reading trials: {}", sqlite3_errmsg(db_));
     return out;
 }
 
-Result<std::vector<RungEntry>> Store::rung(int rung) {
+Result<std::vector<RungEntry>> Store::rung(int bracket, int rung) {
     std::vector<RungEntry> out;
-    Stmt q(db_, "SELECT rung, trial, value, promoted FROM rungs WHERE rung = ? ORDER BY trial");
-    q.bind(1, int64_t{rung});
-    while (q.step() == SQLITE_ROW)
-        out.push_back({static_cast<int>(q.i64(0)), static_cast<int>(q.i64(1)), q.dbl(2), q.i64(3) != 0});
+    Stmt q(db_, "SELECT bracket, rung, trial, value, promoted FROM rungs WHERE bracket = ? AND rung = ? ORDER BY trial");
+    q.bind(1, int64_t{bracket}).bind(2, int64_t{rung});
+    int rc;
+    while ((rc = q.step()) == SQLITE_ROW)
+        out.push_back({static_cast<int>(q.i64(0)), static_cast<int>(q.i64(1)), static_cast<int>(q.i64(2)), q.dbl(3),
+                       q.i64(4) != 0});
+    if (rc != SQLITE_DONE) return io_error("study store: reading rung {}: {}", rung, sqlite3_errmsg(db_));
     return out;
 }
 
@@ -202,7 +289,9 @@ Result<std::vector<std::pair<int, double>>> Store::results(int trial) {
     std::vector<std::pair<int, double>> out;
     Stmt q(db_, "SELECT epoch, value FROM results WHERE trial = ? ORDER BY epoch");
     q.bind(1, int64_t{trial});
-    while (q.step() == SQLITE_ROW) out.emplace_back(static_cast<int>(q.i64(0)), q.dbl(1));
+    int rc;
+    while ((rc = q.step()) == SQLITE_ROW) out.emplace_back(static_cast<int>(q.i64(0)), q.dbl(1));
+    if (rc != SQLITE_DONE) return io_error("study store: reading results: {}", sqlite3_errmsg(db_));
     return out;
 }
 
@@ -210,7 +299,9 @@ Result<std::vector<std::pair<int, double>>> Store::results_at(int epoch) {
     std::vector<std::pair<int, double>> out;
     Stmt q(db_, "SELECT trial, value FROM results WHERE epoch = ? ORDER BY trial");
     q.bind(1, int64_t{epoch});
-    while (q.step() == SQLITE_ROW) out.emplace_back(static_cast<int>(q.i64(0)), q.dbl(1));
+    int rc;
+    while ((rc = q.step()) == SQLITE_ROW) out.emplace_back(static_cast<int>(q.i64(0)), q.dbl(1));
+    if (rc != SQLITE_DONE) return io_error("study store: reading results: {}", sqlite3_errmsg(db_));
     return out;
 }
 

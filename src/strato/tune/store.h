@@ -1,13 +1,20 @@
 #pragma once
-// The study store: one SQLite database (WAL, synchronous=FULL) holding the trials, their
-// parameters, every intermediate result, the ASHA rungs and the states. Each change is one
-// transaction, committed before the executor acts on it, so `strato tune` killed at any instant
-// and started again continues the same study: no finished trial runs twice, none is lost.
+// The study store: one SQLite database (synchronous=FULL) holding the trials, their parameters,
+// every intermediate result, the ASHA rungs, the states and which executor owns each running
+// trial. Each change is one transaction, committed before the executor acts on it, so `strato
+// tune` killed at any instant and started again continues the same study: no finished trial
+// runs twice, none is lost. Several executors (a Slurm array, or two `strato tune run` on one
+// directory) share one study: decisions are made inside BEGIN IMMEDIATE transactions.
+//
+// Journal: WAL for a study on one machine; the rollback journal ("delete") for a study shared by
+// executors on several hosts, since WAL's index lives in shared memory of one host. The mode is
+// chosen when the database is created (or changed with set_journal) and kept in the file.
 //
 // Not thread-safe: one Store per executor thread.
 
 #include <sqlite3.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,34 +34,52 @@ struct Trial {
     TrialState state = TrialState::kRunning;
     int target = 0;      // epochs this segment trains to
     int epochs = 0;      // epochs finished (last eval line)
+    int bracket = 0;     // ASHA bracket
     std::optional<double> best, last;  // the metric, raw
     std::string error;
+    std::string owner;   // the executor running it ("host:pid:start"); empty when none
+    double heartbeat = 0;  // unix seconds of the owner's last sign of life
 };
 
 struct RungEntry {
-    int rung = 0, trial = 0;
+    int bracket = 0, rung = 0, trial = 0;
     double value = 0;
     bool promoted = false;
 };
 
 class Store {
 public:
-    static Result<std::unique_ptr<Store>> open(const std::string& path);
+    /// Opens or creates the store; a new database gets WAL, or the rollback journal if `shared`.
+    static Result<std::unique_ptr<Store>> open(const std::string& path, bool shared = false);
     ~Store();
 
     /// Records the study definition; a different one for an existing study is an error.
     Status bind_study(const std::string& fingerprint);
+    /// "wal" or "delete" (needs no other connection open).
+    Status set_journal(const std::string& mode);
+    Result<std::string> journal();
 
-    Result<int> add_trial(const Assignment& params, int target);  // state running
+    /// Runs `body` in one write transaction (BEGIN IMMEDIATE); nested calls join the outer one.
+    /// Rolled back when `body` fails or the commit does.
+    Status transaction(const std::function<Status()>& body);
+
+    /// A new trial, running, owned by `owner`.
+    Result<int> add_trial(const Assignment& params, int target, int bracket, const std::string& owner);
+    /// Sets the state; any state but running also clears the owner.
     Status set_state(int trial, TrialState state, const std::string& error = {});
-    /// Promotes `trial` from `rung`: marks the rung entry and sets the trial running to `target`.
-    Status promote(int rung, int trial, int target);
-    /// Records a result (ignored when that epoch is already there) and updates best/last/epochs.
-    Status add_result(int trial, int epoch, double value, bool maximize);
-    Status add_rung(int rung, int trial, double value);
+    /// Takes (or gives up, with an empty owner) a trial and stamps the heartbeat.
+    Status set_owner(int trial, const std::string& owner);
+    /// Stamps the heartbeat of every running trial `owner` holds.
+    Status heartbeat(const std::string& owner);
+    /// Promotes `trial` from `rung` of its bracket: marks the rung entry and sets the trial
+    /// running to `target`, owned by `owner`.
+    Status promote(int bracket, int rung, int trial, int target, const std::string& owner);
+    /// Records a result and updates best/last/epochs; false when that epoch was already there.
+    Result<bool> add_result(int trial, int epoch, double value, bool maximize);
+    Status add_rung(int bracket, int rung, int trial, double value);
 
     Result<std::vector<Trial>> trials();
-    Result<std::vector<RungEntry>> rung(int rung);
+    Result<std::vector<RungEntry>> rung(int bracket, int rung);
     Result<std::vector<std::pair<int, double>>> results(int trial);
     /// Every trial's value at `epoch` (trial, value).
     Result<std::vector<std::pair<int, double>>> results_at(int epoch);
@@ -62,7 +87,9 @@ public:
 private:
     explicit Store(sqlite3* db) : db_(db) {}
     Status exec(const std::string& sql);
+    Status migrate();
     sqlite3* db_;
+    int depth_ = 0;  // transaction nesting
 };
 
 }  // namespace strato::tune

@@ -9,13 +9,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
+#include <sstream>
 #include <thread>
 
+#include "strato/core/cgroup.h"
 #include "strato/core/config.h"
 #include "strato/core/fs.h"
 #include "strato/core/log.h"
@@ -39,12 +42,13 @@ std::string fingerprint(const StudyConfig& c) {
     nlohmann::json params = nlohmann::json::array();
     for (const auto& p : c.params)
         params.push_back({p.key, static_cast<int>(p.dist), p.low, p.high, p.q, p.values, p.when_key, p.when_value});
-    return nlohmann::json{{"base", c.base},        {"fixed", c.fixed},         {"metric", c.metric},
+    nlohmann::json j{{"base", c.base},        {"fixed", c.fixed},         {"metric", c.metric},
                           {"max", c.maximize},     {"sampler", c.sampler},
                           {"scheduler", c.scheduler}, {"variant", c.variant},  {"seed", c.seed},
                           {"grace", c.grace},      {"max_t", c.max_t},         {"reduction", c.reduction},
-                          {"params", params}}
-        .dump();
+                          {"params", params}};
+    if (c.brackets != 1) j["brackets"] = c.brackets;  // studies from before brackets keep their fingerprint
+    return j.dump();
 }
 
 std::string trial_name(int id) { return fmt::format("trial-{:04d}", id); }
@@ -55,17 +59,60 @@ std::string describe(const Assignment& a) {
     return out;
 }
 
+/// Field 22 of /proc/PID/stat (start time in clock ticks since boot), or empty when no such process.
+std::string process_start(pid_t pid) {
+    auto stat = fs::read_file(fmt::format("/proc/{}/stat", pid));
+    if (!stat) return {};
+    size_t p = stat->rfind(')');
+    if (p == std::string::npos) return {};
+    std::istringstream in(stat->substr(p + 2));
+    std::string field;
+    for (int i = 3; i <= 22 && in >> field; ++i) {
+    }
+    return field;
+}
+
+std::string host_name() {
+    char h[256] = {};
+    gethostname(h, sizeof h - 1);
+    return h;
+}
+
+/// Another executor's lease: on this host its process is checked directly (so a study killed
+/// with kill -9 is taken over at once); elsewhere its heartbeat must be younger than this.
+constexpr double kLeaseSeconds = 60;
+constexpr auto kHeartbeatEvery = std::chrono::seconds(5);
+
+double now_s() {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+bool owner_alive(const Trial& t, const std::string& host) {
+    if (t.owner.empty()) return false;
+    size_t a = t.owner.rfind(':'), b = a == std::string::npos ? a : t.owner.rfind(':', a - 1);
+    if (b != std::string::npos && t.owner.compare(0, b, host) == 0 && b == host.size()) {
+        pid_t pid = static_cast<pid_t>(std::atoi(t.owner.c_str() + b + 1));
+        return pid > 0 && process_start(pid) == t.owner.substr(a + 1);
+    }
+    return now_s() - t.heartbeat < kLeaseSeconds;
+}
+
 struct Running {
     pid_t pid = 0;
-    int target = 0;
-    size_t offset = 0;        // bytes of metrics.jsonl already read
-    bool stop_requested = false;
+    int target = 0, bracket = 0;
+    size_t offset = 0;            // bytes of metrics.jsonl already read
+    bool stop_requested = false;  // the scheduler stopped it
+    bool term_sent = false;       // SIGTERM sent (only ever once: a second one makes the trainer exit at once)
+    std::unique_ptr<cgroup::Group> group;
 };
 
 class Executor {
 public:
     Executor(const StudyConfig& c, const RunOptions& o, std::unique_ptr<Store> store)
-        : c_(c), o_(o), store_(std::move(store)), milestones_(c.milestones()) {}
+        : c_(c), o_(o), store_(std::move(store)), host_(host_name()) {
+        owner_ = fmt::format("{}:{}:{}", host_, getpid(), process_start(getpid()));
+        for (int b = 0; b < c.brackets; ++b) brackets_.push_back(c.milestones(b));
+    }
 
     Result<RunSummary> run();
 
@@ -74,15 +121,25 @@ private:
     Status poll_results(int id, Running& r);
     Status on_result(int id, int epoch, double value, Running& r);
     Status reap();
+    /// Takes over trials left running by executors that are gone, as far as `parallel` allows.
+    Status adopt();
     /// The next thing to run: a promotion or a new trial; nullopt when there is none now.
     Result<std::optional<Trial>> next_job();
+    void signal_once(Running& r) {
+        if (r.term_sent) return;
+        r.term_sent = true;
+        kill(r.pid, SIGTERM);
+    }
     double signed_value(double v) const { return c_.maximize ? v : -v; }
+    bool promotion() const { return c_.scheduler == "asha" && c_.variant == "promotion"; }
 
     const StudyConfig& c_;
     const RunOptions& o_;
     std::unique_ptr<Store> store_;
-    std::vector<int> milestones_;
+    std::vector<std::vector<int>> brackets_;  // milestones per ASHA bracket
     std::map<int, Running> running_;
+    std::string host_, owner_;
+    bool cgroups_ = false;
 };
 
 Status Executor::launch(const Trial& t) {
@@ -100,40 +157,62 @@ Status Executor::launch(const Trial& t) {
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
-    const double mem = c_.memory_limit_gb;
+    Running r;
+    r.target = t.target;
+    r.bracket = t.bracket;
+    const double mem = c_.memory_limit_gb * double(1ull << 30);
+    if (cgroups_) {
+        auto g = cgroup::Group::create(fmt::format("strato-tune-{}-{}", getpid(), trial_name(t.id)),
+                                       cgroup::Limits{mem, c_.cpus_per_trial});
+        if (g) {
+            r.group = std::make_unique<cgroup::Group>(std::move(*g));
+        } else {
+            log::warn("tune: {}: no cgroup ({}); limiting memory with RLIMIT_AS only", trial_name(t.id), g.status().message());
+            cgroups_ = false;
+        }
+    }
+    const cgroup::Group* group = r.group.get();
+    const std::string env_threads = std::to_string(c_.threads_per_trial);
     const pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) return io_error("fork: {}", strerror(errno));
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);  // a killed executor takes its trials with it
         if (getppid() != parent) _exit(1);
-        int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+        setpgid(0, 0);  // Ctrl-C reaches the executor only; it stops the trials once, in order
+        close_range(3, ~0U, 0);
+        int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
         if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
-        if (mem > 0) {
-            rlimit lim{static_cast<rlim_t>(mem * (1ull << 30)), static_cast<rlim_t>(mem * (1ull << 30))};
+        if (group) {
+            if (!group->join_self()) _exit(126);
+        } else if (mem > 0) {
+            rlimit lim{static_cast<rlim_t>(mem), static_cast<rlim_t>(mem)};
             setrlimit(RLIMIT_AS, &lim);
         }
-        setenv("OMP_NUM_THREADS", std::to_string(c_.threads_per_trial).c_str(), 1);
+        setenv("OMP_NUM_THREADS", env_threads.c_str(), 1);
         execv(argv[0], argv.data());
         _exit(127);
     }
-    Running r;
     r.pid = pid;
-    r.target = t.target;
-    running_[t.id] = r;
+    running_[t.id] = std::move(r);
     if (!o_.quiet)
-        log::info("tune: {} -> {} epochs: {}", trial_name(t.id), t.target, describe(t.params));
+        log::info("tune: {} -> {} epochs{}: {}", trial_name(t.id), t.target,
+                  c_.brackets > 1 ? fmt::format(" (bracket {})", t.bracket) : "", describe(t.params));
     return Status::ok();
 }
 
 Status Executor::on_result(int id, int epoch, double value, Running& r) {
-    STRATO_RETURN_IF_ERROR(store_->add_result(id, epoch, value, c_.maximize));
+    STRATO_ASSIGN_OR_RETURN(bool fresh, store_->add_result(id, epoch, value, c_.maximize));
+    // A trial resumed from its checkpoint prints the epochs it had already done again: the
+    // scheduler has ruled on those.
+    if (!fresh) return Status::ok();
     if (c_.scheduler == "asha") {
-        for (size_t k = 0; k + 1 < milestones_.size(); ++k) {
-            if (milestones_[k] != epoch) continue;
-            STRATO_RETURN_IF_ERROR(store_->add_rung(static_cast<int>(k), id, value));
+        const auto& ms = brackets_[static_cast<size_t>(r.bracket)];
+        for (size_t k = 0; k + 1 < ms.size(); ++k) {
+            if (ms[k] != epoch) continue;
+            STRATO_RETURN_IF_ERROR(store_->add_rung(r.bracket, static_cast<int>(k), id, value));
             if (c_.variant == "stopping") {
-                STRATO_ASSIGN_OR_RETURN(auto rung, store_->rung(static_cast<int>(k)));
+                STRATO_ASSIGN_OR_RETURN(auto rung, store_->rung(r.bracket, static_cast<int>(k)));
                 if (static_cast<int>(rung.size()) < c_.reduction) break;
                 std::vector<double> vals;
                 for (const auto& e : rung) vals.push_back(signed_value(e.value));
@@ -155,9 +234,9 @@ Status Executor::on_result(int id, int epoch, double value, Running& r) {
             if (signed_value(value) < median) r.stop_requested = true;
         }
     }
-    if (r.stop_requested) {
+    if (r.stop_requested && !r.term_sent) {
         if (!o_.quiet) log::info("tune: stopping {} at epoch {} ({} = {:.4g})", trial_name(id), epoch, c_.metric, value);
-        kill(r.pid, SIGTERM);
+        signal_once(r);
     }
     return Status::ok();
 }
@@ -168,7 +247,7 @@ Status Executor::poll_results(int id, Running& r) {
     if (!in) return Status::ok();
     in.seekg(0, std::ios::end);
     const size_t size = static_cast<size_t>(in.tellg());
-    if (size < r.offset) r.offset = 0;  // truncated by a resume: read again (results are idempotent)
+    if (size < r.offset) r.offset = 0;  // truncated by a resume: read again (only new epochs count)
     in.seekg(static_cast<std::streamoff>(r.offset));
     std::string chunk(size - r.offset, '\0');
     in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
@@ -195,102 +274,162 @@ Status Executor::reap() {
             continue;
         }
         const int id = it->first;
-        STRATO_RETURN_IF_ERROR(poll_results(id, it->second));
+        Running& r = it->second;
+        STRATO_RETURN_IF_ERROR(poll_results(id, r));
         STRATO_ASSIGN_OR_RETURN(auto results, store_->results(id));
         const int epochs = results.empty() ? 0 : results.back().first;
         const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        if (signals::stop_requested() && code == 130) {
-            // Our own shutdown: leave it running in the store; the next run resumes it.
-        } else if (it->second.stop_requested && (code == 0 || code == 130)) {
+        // What a trial answers to our SIGTERM: the trainer's checkpointed exit (130), or the
+        // signal itself when it came before the trainer's handler was installed.
+        const bool terminated = code == 130 || code == 128 + SIGTERM;
+        if (signals::stop_requested() && terminated && !r.stop_requested) {
+            // Our own shutdown: it stays running in the store, free for the next executor.
+            STRATO_RETURN_IF_ERROR(store_->set_owner(id, ""));
+        } else if (r.stop_requested && (code == 0 || terminated)) {
             STRATO_RETURN_IF_ERROR(store_->set_state(id, TrialState::kStopped));
         } else if (code == 0 && epochs >= c_.max_t) {
             STRATO_RETURN_IF_ERROR(store_->set_state(id, TrialState::kCompleted));
-        } else if (code == 0 && epochs >= it->second.target) {
+        } else if (code == 0 && epochs >= r.target) {
             STRATO_RETURN_IF_ERROR(store_->set_state(id, TrialState::kPaused));
         } else if (code == 0) {
             STRATO_RETURN_IF_ERROR(store_->set_state(id, TrialState::kCompleted));  // early stopping in the trainer
         } else {
+            std::string why = fmt::format("exit {}", code);
+            if (r.group && r.group->oom_kills() > 0)
+                why = fmt::format("killed by the memory limit ({})", r.group->describe());
+            else if (code == 126 && r.group)
+                why = "could not join its cgroup";
             std::string tail;
             if (auto log = fs::read_file((stdfs::path(o_.dir) / "logs" / (trial_name(id) + ".log")).string()))
                 tail = log->substr(log->size() > 400 ? log->size() - 400 : 0);
-            log::warn("tune: {} failed (exit {}): {}", trial_name(id), code, tail);
-            STRATO_RETURN_IF_ERROR(store_->set_state(id, TrialState::kFailed, fmt::format("exit {}: {}", code, tail)));
+            log::warn("tune: {} failed ({}): {}", trial_name(id), why, tail);
+            STRATO_RETURN_IF_ERROR(store_->set_state(id, TrialState::kFailed, fmt::format("{}: {}", why, tail)));
         }
-        it = running_.erase(it);
+        it = running_.erase(it);  // the cgroup goes with it
+    }
+    return Status::ok();
+}
+
+Status Executor::adopt() {
+    std::vector<Trial> take;
+    Status s = store_->transaction([&]() -> Status {
+        STRATO_ASSIGN_OR_RETURN(auto all, store_->trials());
+        for (const auto& t : all) {
+            if (running_.size() + take.size() >= static_cast<size_t>(c_.parallel)) break;
+            if (t.state != TrialState::kRunning || running_.count(t.id) || owner_alive(t, host_)) continue;
+            STRATO_RETURN_IF_ERROR(store_->set_owner(t.id, owner_));
+            take.push_back(t);
+        }
+        return Status::ok();
+    });
+    if (!s.is_ok()) return s;
+    for (const auto& t : take) {
+        if (!o_.quiet) log::info("tune: resuming {} (was running{})", trial_name(t.id), t.owner.empty() ? "" : " in " + t.owner);
+        STRATO_RETURN_IF_ERROR(launch(t));
     }
     return Status::ok();
 }
 
 Result<std::optional<Trial>> Executor::next_job() {
-    STRATO_ASSIGN_OR_RETURN(auto trials, store_->trials());
-    if (c_.scheduler == "asha" && c_.variant == "promotion") {
-        for (int k = static_cast<int>(milestones_.size()) - 2; k >= 0; --k) {
-            STRATO_ASSIGN_OR_RETURN(auto rung, store_->rung(k));
-            std::sort(rung.begin(), rung.end(), [&](const RungEntry& a, const RungEntry& b) {
-                return signed_value(a.value) != signed_value(b.value) ? signed_value(a.value) > signed_value(b.value)
-                                                                      : a.trial < b.trial;
-            });
-            const size_t n = rung.size() / static_cast<size_t>(c_.reduction);
-            for (size_t i = 0; i < n; ++i) {
-                if (rung[i].promoted) continue;
-                auto t = std::find_if(trials.begin(), trials.end(), [&](const Trial& x) { return x.id == rung[i].trial; });
-                if (t == trials.end() || t->state != TrialState::kPaused) continue;
-                STRATO_RETURN_IF_ERROR(store_->promote(k, t->id, milestones_[k + 1]));
-                t->state = TrialState::kRunning;
-                t->target = milestones_[k + 1];
-                if (!o_.quiet) log::info("tune: promoting {} from rung {} ({} epochs)", trial_name(t->id), k, milestones_[k]);
-                return std::optional<Trial>(*t);
+    std::optional<Trial> job;
+    Status s = store_->transaction([&]() -> Status {
+        STRATO_ASSIGN_OR_RETURN(auto trials, store_->trials());
+        if (promotion()) {
+            for (int b = 0; b < c_.brackets; ++b) {
+                const auto& ms = brackets_[static_cast<size_t>(b)];
+                for (int k = static_cast<int>(ms.size()) - 2; k >= 0; --k) {
+                    STRATO_ASSIGN_OR_RETURN(auto rung, store_->rung(b, k));
+                    std::sort(rung.begin(), rung.end(), [&](const RungEntry& x, const RungEntry& y) {
+                        return signed_value(x.value) != signed_value(y.value) ? signed_value(x.value) > signed_value(y.value)
+                                                                              : x.trial < y.trial;
+                    });
+                    const size_t n = rung.size() / static_cast<size_t>(c_.reduction);
+                    for (size_t i = 0; i < n; ++i) {
+                        if (rung[i].promoted) continue;
+                        auto t = std::find_if(trials.begin(), trials.end(), [&](const Trial& x) { return x.id == rung[i].trial; });
+                        if (t == trials.end() || t->state != TrialState::kPaused) continue;
+                        STRATO_RETURN_IF_ERROR(store_->promote(b, k, t->id, ms[static_cast<size_t>(k) + 1], owner_));
+                        t->state = TrialState::kRunning;
+                        t->target = ms[static_cast<size_t>(k) + 1];
+                        if (!o_.quiet)
+                            log::info("tune: promoting {} from rung {} ({} epochs)", trial_name(t->id), k, ms[static_cast<size_t>(k)]);
+                        job = *t;
+                        return Status::ok();
+                    }
+                }
             }
         }
-    }
-    if (static_cast<int>(trials.size()) >= c_.trials) return std::optional<Trial>();
-    std::vector<Observation> history;
-    for (const auto& t : trials)
-        if (t.best) history.push_back({t.params, signed_value(*t.best)});
-    const int index = static_cast<int>(trials.size());
-    std::mt19937_64 rng(c_.seed * 1000003ULL + static_cast<uint64_t>(index));
-    Assignment a = sample(c_, index, history, rng);
-    STRATO_ASSIGN_OR_RETURN(int id, store_->add_trial(a, milestones_.front()));
-    Trial t;
-    t.id = id;
-    t.params = a;
-    t.target = milestones_.front();
-    return std::optional<Trial>(t);
+        if (static_cast<int>(trials.size()) >= c_.trials) return Status::ok();
+        // Constant liar: trials still without a result count as the worst seen so far, so that
+        // parallel executors do not all propose the same promising point.
+        std::vector<Observation> history;
+        std::optional<double> worst;
+        for (const auto& t : trials)
+            if (t.best) {
+                history.push_back({t.params, signed_value(*t.best)});
+                worst = std::min(worst.value_or(signed_value(*t.best)), signed_value(*t.best));
+            }
+        if (worst)
+            for (const auto& t : trials)
+                if (!t.best && (t.state == TrialState::kRunning || t.state == TrialState::kPaused))
+                    history.push_back({t.params, *worst});
+        const int index = static_cast<int>(trials.size());
+        std::mt19937_64 rng(c_.seed * 1000003ULL + static_cast<uint64_t>(index));
+        Trial t;
+        t.params = sample(c_, index, history, rng);
+        t.bracket = index % c_.brackets;
+        t.target = promotion() ? brackets_[static_cast<size_t>(t.bracket)].front() : c_.max_t;
+        STRATO_ASSIGN_OR_RETURN(t.id, store_->add_trial(t.params, t.target, t.bracket, owner_));
+        job = t;
+        return Status::ok();
+    });
+    if (!s.is_ok()) return s;
+    return job;
 }
 
 Result<RunSummary> Executor::run() {
     STRATO_RETURN_IF_ERROR(fs::ensure_dir(stdfs::path(o_.dir) / "logs"));
     STRATO_RETURN_IF_ERROR(fs::ensure_dir(stdfs::path(o_.dir) / "trials"));
-    // Trials that were running when the last executor died continue from their checkpoints.
-    STRATO_ASSIGN_OR_RETURN(auto trials, store_->trials());
-    for (const auto& t : trials) {
-        if (t.state != TrialState::kRunning) continue;
-        if (static_cast<int>(running_.size()) >= c_.parallel) break;
-        if (!o_.quiet) log::info("tune: resuming {} (was running)", trial_name(t.id));
-        STRATO_RETURN_IF_ERROR(launch(t));
+    if (c_.memory_limit_gb > 0 || c_.cpus_per_trial > 0) {
+        Status s = cgroup::Group::available();
+        cgroups_ = s.is_ok();
+        if (!cgroups_ && c_.cpus_per_trial > 0)
+            log::warn("tune: cpus_per_trial needs cgroups, which are not available here ({}); trials are limited to "
+                      "{} thread(s) only",
+                      s.message(), c_.threads_per_trial);
+        else if (!o_.quiet)
+            log::info("tune: per-trial limits through {}", cgroups_ ? "cgroups" : "RLIMIT_AS (no cgroups: " + s.message() + ")");
     }
     bool cancelled = false;
+    auto last_beat = std::chrono::steady_clock::now();
     for (;;) {
         STRATO_RETURN_IF_ERROR(reap());
         if (signals::stop_requested()) {
             cancelled = true;
             if (running_.empty()) break;
-            for (auto& [id, r] : running_) kill(r.pid, SIGTERM);
+            for (auto& [id, r] : running_) signal_once(r);
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
             continue;
         }
-        // Waiting trials not yet relaunched (more were running than `parallel` allows now).
-        STRATO_ASSIGN_OR_RETURN(auto all, store_->trials());
-        for (const auto& t : all)
-            if (t.state == TrialState::kRunning && !running_.count(t.id) &&
-                static_cast<int>(running_.size()) < c_.parallel)
-                STRATO_RETURN_IF_ERROR(launch(t));
+        if (std::chrono::steady_clock::now() - last_beat > kHeartbeatEvery) {
+            STRATO_RETURN_IF_ERROR(store_->heartbeat(owner_));
+            last_beat = std::chrono::steady_clock::now();
+        }
+        STRATO_RETURN_IF_ERROR(adopt());
         while (static_cast<int>(running_.size()) < c_.parallel) {
             STRATO_ASSIGN_OR_RETURN(auto job, next_job());
             if (!job) break;
             STRATO_RETURN_IF_ERROR(launch(*job));
         }
-        if (running_.empty()) break;  // nothing runs and nothing can start: done
+        if (running_.empty()) {
+            // Nothing runs here and nothing can start. Done, unless other executors still run
+            // trials, whose results may promote trials or leave trials to take over.
+            STRATO_ASSIGN_OR_RETURN(auto all, store_->trials());
+            if (std::none_of(all.begin(), all.end(), [](const Trial& t) { return t.state == TrialState::kRunning; }))
+                break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(500));
+            continue;
+        }
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     if (cancelled)
@@ -309,12 +448,13 @@ Result<RunSummary> Executor::run() {
     return s;
 }
 
-Result<std::unique_ptr<Store>> open_store(const StudyConfig& cfg, const std::string& dir, bool create) {
+Result<std::unique_ptr<Store>> open_store(const StudyConfig& cfg, const std::string& dir, bool create,
+                                          bool shared = false) {
     std::string db = (stdfs::path(dir) / "study.db").string();
     std::error_code ec;
     if (!create && !stdfs::exists(db, ec)) return not_found("{} has no study.db (has the study run?)", dir);
     if (create) STRATO_RETURN_IF_ERROR(fs::ensure_dir(dir));
-    STRATO_ASSIGN_OR_RETURN(auto store, Store::open(db));
+    STRATO_ASSIGN_OR_RETURN(auto store, Store::open(db, shared));
     STRATO_RETURN_IF_ERROR(store->bind_study(fingerprint(cfg)));
     return store;
 }
@@ -334,6 +474,48 @@ Result<RunSummary> run_study(const StudyConfig& cfg, const RunOptions& options) 
     return ex.run();
 }
 
+Result<std::string> slurm_array(const StudyConfig& cfg, const SlurmOptions& options) {
+    if (options.tasks < 1 || options.parallel < 1) return invalid_argument("tune slurm: --tasks and --parallel must be >= 1");
+    STRATO_RETURN_IF_ERROR(validate_against_train_config(cfg));
+    std::error_code ec;
+    const std::string dir = stdfs::absolute(options.dir, ec).lexically_normal().string();
+    const std::string study = stdfs::absolute(options.study_file, ec).lexically_normal().string();
+    std::string binary = options.strato_binary;
+    if (binary.empty()) binary = stdfs::read_symlink("/proc/self/exe", ec).string();
+    if (binary.empty()) return io_error("cannot find this executable: {}", ec.message());
+    {
+        STRATO_ASSIGN_OR_RETURN(auto store, open_store(cfg, dir, true, true));
+        STRATO_RETURN_IF_ERROR(store->set_journal("delete"));
+    }
+    STRATO_RETURN_IF_ERROR(fs::ensure_dir(stdfs::path(dir) / "logs"));
+    std::string s = fmt::format(
+        "#!/bin/bash\n"
+        "# Study {name} as a Slurm array, written by `strato tune slurm`: {tasks} tasks, each an executor of the\n"
+        "# same study ({dir}/study.db) running up to {par} trial(s) at a time. Submit: sbatch <this file>.\n"
+        "# Follow it: strato tune status {study_q} --dir {dir_q}\n"
+        "#SBATCH --job-name={job}\n"
+        "#SBATCH --array=0-{last}\n"
+        "#SBATCH --ntasks=1\n"
+        "#SBATCH --cpus-per-task={cpus}\n"
+        "#SBATCH --output={dir}/logs/slurm-%A_%a.out\n",
+        fmt::arg("name", cfg.name), fmt::arg("tasks", options.tasks), fmt::arg("dir", dir),
+        fmt::arg("par", options.parallel), fmt::arg("study_q", fs::shell_quote(study)), fmt::arg("dir_q", fs::shell_quote(dir)),
+        fmt::arg("job", "strato-tune-" + cfg.name), fmt::arg("last", options.tasks - 1),
+        fmt::arg("cpus", options.parallel * std::max(1, static_cast<int>(std::ceil(std::max<double>(
+                                                          cfg.threads_per_trial, cfg.cpus_per_trial))))));
+    if (!options.partition.empty()) s += "#SBATCH --partition=" + options.partition + "\n";
+    if (!options.account.empty()) s += "#SBATCH --account=" + options.account + "\n";
+    if (!options.time.empty()) s += "#SBATCH --time=" + options.time + "\n";
+    if (!options.mem.empty())
+        s += "#SBATCH --mem=" + options.mem + "\n";
+    else if (cfg.memory_limit_gb > 0)
+        s += fmt::format("#SBATCH --mem={}G\n", static_cast<int>(std::ceil(cfg.memory_limit_gb * options.parallel)) + 1);
+    for (const auto& e : options.extra) s += "#SBATCH " + e + "\n";
+    s += fmt::format("set -eu\nexport OMP_NUM_THREADS={}\nexec {} tune run {} --dir {} --parallel {}\n",
+                     cfg.threads_per_trial, fs::shell_quote(binary), fs::shell_quote(study), fs::shell_quote(dir), options.parallel);
+    return s;
+}
+
 Result<nlohmann::json> study_json(const StudyConfig& cfg, const std::string& dir) {
     STRATO_ASSIGN_OR_RETURN(auto store, open_store(cfg, dir, false));
     STRATO_ASSIGN_OR_RETURN(auto trials, store->trials());
@@ -349,19 +531,23 @@ Result<nlohmann::json> study_json(const StudyConfig& cfg, const std::string& dir
                       {"epochs", t.epochs},
                       {"best", t.best ? nlohmann::json(*t.best) : nlohmann::json(nullptr)},
                       {"results", r},
+                      {"bracket", t.bracket},
+                      {"owner", t.owner},
                       {"error", t.error}});
     }
     nlohmann::json rungs = nlohmann::json::array();
-    auto ms = cfg.milestones();
-    for (size_t k = 0; k + 1 < ms.size(); ++k) {
-        STRATO_ASSIGN_OR_RETURN(auto rung, store->rung(static_cast<int>(k)));
-        int promoted = 0;
-        for (const auto& e : rung) promoted += e.promoted;
-        rungs.push_back({{"rung", k}, {"epochs", ms[k]}, {"entries", rung.size()}, {"promoted", promoted}});
+    for (int b = 0; b < cfg.brackets; ++b) {
+        auto ms = cfg.milestones(b);
+        for (size_t k = 0; k + 1 < ms.size(); ++k) {
+            STRATO_ASSIGN_OR_RETURN(auto rung, store->rung(b, static_cast<int>(k)));
+            int promoted = 0;
+            for (const auto& e : rung) promoted += e.promoted;
+            rungs.push_back({{"bracket", b}, {"rung", k}, {"epochs", ms[k]}, {"entries", rung.size()}, {"promoted", promoted}});
+        }
     }
     return nlohmann::json{{"kind", "strato-tune"},        {"name", cfg.name},       {"metric", cfg.metric},
                           {"mode", cfg.maximize ? "max" : "min"}, {"sampler", cfg.sampler}, {"scheduler", cfg.scheduler},
-                          {"variant", cfg.variant},        {"max_t", cfg.max_t},     {"trials", ts},
+                          {"variant", cfg.variant},        {"max_t", cfg.max_t},     {"brackets", cfg.brackets},     {"trials", ts},
                           {"rungs", rungs}};
 }
 

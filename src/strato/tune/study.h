@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <vector>
 
 #include "strato/core/status.h"
 #include "strato/tune/space.h"
@@ -46,6 +47,25 @@ Result<std::string> leaderboard(const StudyConfig& cfg, const std::string& dir, 
 
 /// Writes the best trial's full train config (base + fixed + its parameters, resolved) to `out`.
 Status export_best(const StudyConfig& cfg, const std::string& dir, const std::string& out);
+
+/// A study as a Slurm array job: every array task is one more executor of the same study, all
+/// sharing STUDY_DIR/study.db (so the directory must be on a filesystem every node mounts, with
+/// POSIX locks). Each task runs `strato tune run` with `parallel` trials at a time and leaves
+/// when nothing is left to run anywhere; a task that dies has its trials taken over by another
+/// (at once on the same host, after a 60 s lease elsewhere).
+struct SlurmOptions {
+    std::string study_file;     // the study TOML
+    std::string dir;            // the study directory
+    std::string strato_binary;  // empty: this executable
+    int tasks = 2;              // array tasks
+    int parallel = 1;           // trials per task at once
+    std::string partition, time, mem, account;
+    std::vector<std::string> extra;  // more sbatch options, e.g. "--gres=gpu:1"
+};
+
+/// Switches the study store to the rollback journal (WAL works on one host only), creating it if
+/// needed, and returns the sbatch script.
+Result<std::string> slurm_array(const StudyConfig& cfg, const SlurmOptions& options);
 
 /// The study's directory: --dir if given, else runs/tune/<name>.
 std::string study_dir(const StudyConfig& cfg, const std::string& dir_flag);

@@ -1,0 +1,70 @@
+#!/usr/bin/python3
+"""A stand-in for `strato train` with the same command line, files and signal behaviour, so the
+tune executor's scheduling, shutdown and sharing can be tested in seconds.
+
+It writes RUN_DIR/RUN_NAME/metrics.jsonl eval lines ({"kind": "eval", "epoch": e, "test_acc": v}),
+honours train.epochs and train.stop_after_epochs, and on --resume rewrites the lines it already
+had (as the real trainer does after restoring a checkpoint) before going on. The first SIGTERM
+or SIGINT finishes the epoch, writes an "interrupted" line and exits 130; a second one kills
+it at once (as the real trainer exits without its checkpoint).
+Environment: FAKE_TRAIN_EPOCH_S (seconds per epoch, default 0.05), FAKE_TRAIN_ALLOC_MB (touch
+this much memory at start)."""
+import json
+import math
+import os
+import signal
+import sys
+import time
+
+sets = {}
+args = sys.argv[1:]
+for i, a in enumerate(args):
+    if a == "--set":
+        k, _, v = args[i + 1].partition("=")
+        sets[k] = v.strip('"')
+run_dir = os.path.join(sets["run.dir"], sets["run.name"])
+epochs = int(sets.get("train.epochs", "9"))
+stop_after = int(sets.get("train.stop_after_epochs", "0")) or epochs
+lr = float(sets.get("optim.lr", "0.01"))
+os.makedirs(run_dir, exist_ok=True)
+path = os.path.join(run_dir, "metrics.jsonl")
+
+stopping = [False]
+
+
+def on_signal(sig, _frame):
+    if stopping[0]:
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    stopping[0] = True
+
+
+signal.signal(signal.SIGTERM, on_signal)
+signal.signal(signal.SIGINT, on_signal)
+
+hog = bytearray(int(os.environ.get("FAKE_TRAIN_ALLOC_MB", "0")) << 20)
+for i in range(0, len(hog), 4096):
+    hog[i] = 1
+
+done = []
+if os.path.exists(path):
+    with open(path) as f:
+        done = [d for d in (json.loads(l) for l in f if l.strip()) if d.get("kind") == "eval"]
+with open(path, "w") as f:  # the checkpoint's epochs, written again
+    for d in done:
+        f.write(json.dumps(d) + "\n")
+epoch = len(done)
+per_epoch = float(os.environ.get("FAKE_TRAIN_EPOCH_S", "0.05"))
+while epoch < stop_after:
+    if stopping[0]:
+        time.sleep(0.3)  # saving the checkpoint takes a while
+        with open(path, "a") as f:  # what the real trainer's checkpoint-and-exit stands for
+            f.write(json.dumps({"kind": "interrupted", "epoch": epoch}) + "\n")
+        sys.exit(130)
+    time.sleep(per_epoch)
+    epoch += 1
+    # Best near lr = 1e-2, improving with epochs.
+    acc = 0.9 - 0.1 * abs(math.log10(lr) + 2) - 0.3 / epoch
+    with open(path, "a") as f:
+        f.write(json.dumps({"kind": "eval", "epoch": epoch, "test_acc": acc}) + "\n")
+sys.exit(0)
