@@ -76,12 +76,15 @@ Result<std::string> render_tune_report(const json& st) {
     }
     html += "</tbody></table></div></section>\n";
     if (st.contains("rungs") && st["rungs"].is_array() && !st["rungs"].empty()) {
-        html += "<section><h2>ASHA rungs</h2><table class=\"epochs\"><thead><tr><th class=\"num\">rung</th>"
-                "<th class=\"num\">epochs</th><th class=\"num\">trials that reached it</th><th class=\"num\">promoted"
-                "</th></tr></thead><tbody>\n";
+        const bool brackets = st.value("brackets", 1) > 1;
+        html += fmt::format("<section><h2>ASHA rungs</h2><table class=\"epochs\"><thead><tr>{}<th class=\"num\">rung</th>"
+                            "<th class=\"num\">epochs</th><th class=\"num\">trials that reached it</th>"
+                            "<th class=\"num\">promoted</th></tr></thead><tbody>\n",
+                            brackets ? "<th class=\"num\">bracket</th>" : "");
         for (const auto& r : st["rungs"])
-            html += fmt::format("<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
+            html += fmt::format("<tr>{}<td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
                                 "<td class=\"num\">{}</td></tr>\n",
+                                brackets ? fmt::format("<td class=\"num\">{}</td>", r.value("bracket", 0)) : "",
                                 r.value("rung", 0), r.value("epochs", 0), r.value("entries", 0), r.value("promoted", 0));
         html += "</tbody></table></section>\n";
     }
