@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
         "  strato serve --model runs/fashion_mnist_cnn/model\n"
         "  strato loadtest --model fashion_mnist_cnn --concurrency-range 1:32:x2\n"
         "  strato tune run configs/tune/fashion_mnist_mlp.toml\n"
+        "  strato launch --standalone --nproc-per-node 2 strato train configs/fashion_mnist_cnn.toml\n"
         "  strato plan --workload resnet50-imagenet --deadline 4h\n"
         "  strato monitor --rules alerts.toml\n"
         "  strato autoscale simulate --policy configs/autoscale/seeds.toml --trace bench/cloud/week_trace.csv --per-gpu-capacity 600\n"
@@ -54,11 +55,12 @@ int main(int argc, char** argv) {
     cli::add_monitor_command(app, g, &exit_code);
     cli::add_autoscale_command(app, g, &exit_code);
     cli::add_tune_command(app, g, &exit_code);
+    cli::add_launch_command(app, g, &exit_code);
     app.parse_complete_callback([&] {
         log::set_level(g.verbose ? log::Level::kDebug : g.quiet ? log::Level::kWarn : log::Level::kInfo);
     });
     try {
-        app.parse(argc, argv);
+        app.parse(cli::split_launch_command(argc, argv), argv);
     } catch (const CLI::ParseError& e) {
         return app.exit(e);
     } catch (const std::exception& e) {

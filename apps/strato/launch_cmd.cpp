@@ -1,0 +1,117 @@
+// strato launch [OPTIONS] COMMAND [ARGS...]: torchrun's flags (both --x-y and --x_y spellings,
+// and PET_* variables), for any command.
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <set>
+#include <string_view>
+
+#include "commands.h"
+#include "strato/dist/agent.h"
+
+namespace strato::cli {
+
+namespace {
+std::vector<std::string> g_worker_command;  // set by split_launch_command before parsing
+}
+
+int split_launch_command(int argc, char** argv) {
+    int i = 1;
+    while (i < argc && argv[i][0] == '-') ++i;  // global flags (-q, -v) take no values
+    if (i >= argc || std::string_view(argv[i]) != "launch") return argc;
+    static const std::set<std::string_view> kFlags = {"--standalone", "--no-python", "--no_python", "--quiet-workers",
+                                                      "-h", "--help"};
+    for (int j = i + 1; j < argc; ++j) {
+        std::string_view a(argv[j]);
+        if (a == "--") {
+            g_worker_command.assign(argv + j + 1, argv + argc);
+            return j;
+        }
+        if (a.empty() || a[0] != '-') {
+            g_worker_command.assign(argv + j, argv + argc);
+            return j;
+        }
+        if (!kFlags.count(a) && a.find('=') == std::string_view::npos) ++j;  // the option's value
+    }
+    return argc;
+}
+
+void add_launch_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
+    struct Opts {
+        dist::LaunchOptions l;
+        std::string nnodes = "1", nproc = "1";
+        bool no_python = false;
+    };
+    auto o = std::make_shared<Opts>();
+    auto* cmd = app.add_subcommand("launch", "Start worker processes for distributed training on this node (torchrun's "
+                                             "flags and environment), restart the group when a worker fails");
+    // COMMAND [ARGS...] is split off before parsing (split_launch_command): its flags are the workers'.
+    auto opt = [&](const std::string& names, auto& var, const std::string& help, const char* env) {
+        return cmd->add_option(names, var, help)->envname(env);
+    };
+    opt("--nproc-per-node,--nproc_per_node", o->nproc, "Worker processes on this node: a number, or cpu (one per core)",
+        "PET_NPROC_PER_NODE");
+    opt("--nnodes", o->nnodes, "Nodes: N, or MIN:MAX for an elastic job (needs --rdzv-backend c10d)", "PET_NNODES");
+    opt("--node-rank,--node_rank", o->l.node_rank, "This node's rank (static backend; a preference under c10d)",
+        "PET_NODE_RANK");
+    opt("--rdzv-backend,--rdzv_backend", o->l.rdzv_backend,
+        "static (fixed nodes, --master-addr/--master-port) or c10d (strato's rendezvous at --rdzv-endpoint)",
+        "PET_RDZV_BACKEND");
+    opt("--rdzv-endpoint,--rdzv_endpoint", o->l.rdzv_endpoint,
+        "HOST[:PORT] of the rendezvous (default port 29400); the agent that can bind it hosts it", "PET_RDZV_ENDPOINT");
+    opt("--rdzv-id,--rdzv_id", o->l.rdzv_id, "Job id shared by all nodes", "PET_RDZV_ID");
+    opt("--join-timeout,--join_timeout", o->l.join_timeout_s, "Seconds to wait for at least MIN nodes (default 600)",
+        "PET_JOIN_TIMEOUT");
+    opt("--last-call,--last_call", o->l.last_call_s, "Seconds to wait for more nodes once MIN have joined (default 30)",
+        "PET_LAST_CALL");
+    opt("--master-addr,--master_addr", o->l.master_addr, "Host of rank 0 (static backend; default 127.0.0.1)",
+        "PET_MASTER_ADDR");
+    opt("--master-port,--master_port", o->l.master_port, "Port of rank 0's store (static backend; default 29500)",
+        "PET_MASTER_PORT");
+    opt("--max-restarts,--max_restarts", o->l.max_restarts, "Group restarts after a failure before giving up (default 0)",
+        "PET_MAX_RESTARTS");
+    opt("--monitor-interval,--monitor_interval", o->l.monitor_interval_s, "Seconds between worker checks (default 0.1)",
+        "PET_MONITOR_INTERVAL");
+    opt("--stop-timeout,--stop_timeout", o->l.stop_timeout_s,
+        "Seconds between SIGTERM and SIGKILL when stopping workers (default 30)", "PET_STOP_TIMEOUT");
+    opt("--log-dir,--log_dir", o->l.log_dir, "Worker logs per attempt and error.json (default runs/launch/<rdzv-id>)",
+        "PET_LOG_DIR");
+    cmd->add_flag("--standalone", o->l.standalone, "One node: a local rendezvous, a free port, no rdzv flags needed")
+        ->envname("PET_STANDALONE");
+    cmd->add_flag("--no-python,--no_python", o->no_python, "Accepted for torchrun compatibility (commands run as given; "
+                                                            "a .py script runs with /usr/bin/python3)");
+    cmd->add_flag("--quiet-workers", [o](int64_t) { o->l.tee = false; }, "Do not echo worker output (logs still kept)");
+    cmd->callback([o, exit_code] {
+        dist::LaunchOptions l = o->l;
+        l.command = g_worker_command;
+        if (o->nproc == "cpu" || o->nproc == "auto") {
+            l.nproc_per_node = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+        } else {
+            try {
+                size_t used = 0;
+                l.nproc_per_node = std::stoi(o->nproc, &used);
+                if (used != o->nproc.size()) throw std::invalid_argument(o->nproc);
+            } catch (const std::exception&) {
+                *exit_code = report_error("launch", invalid_argument("--nproc-per-node '{}': expected a number or cpu",
+                                                                     o->nproc));
+                return;
+            }
+        }
+        if (Status s = dist::parse_nnodes(o->nnodes, &l); !s.is_ok()) return void(*exit_code = report_error("launch", s));
+        auto rc = dist::run_launch(l);
+        if (!rc) return void(*exit_code = report_error("launch", rc.status()));
+        *exit_code = *rc;
+    });
+    cmd->footer("Examples:\n"
+                "  strato launch --standalone --nproc-per-node 2 strato train configs/fashion_mnist_cnn.toml\n"
+                "  strato launch --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint node1:29400 \\\n"
+                "      --rdzv-id job42 --max-restarts 3 strato train cfg.toml\n"
+                "  strato launch --nnodes 2 --node-rank 1 --master-addr node1 --nproc-per-node 8 python3 train.py\n"
+                "Each worker gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT\n"
+                "and TORCHELASTIC_RESTART_COUNT, as under torchrun. When a worker fails the others get SIGTERM\n"
+                "(SIGKILL after --stop-timeout), <log-dir>/error.json names the failing rank, its exit code or signal\n"
+                "and its last lines, and the group restarts (on every node) until --max-restarts is used up.");
+}
+
+}  // namespace strato::cli

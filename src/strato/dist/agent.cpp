@@ -1,0 +1,525 @@
+#include "strato/dist/agent.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "strato/core/fs.h"
+#include "strato/core/log.h"
+#include "strato/core/signals.h"
+#include "strato/dist/rendezvous.h"
+
+extern char** environ;
+
+namespace strato::dist {
+
+namespace stdfs = std::filesystem;
+
+namespace {
+
+constexpr size_t kTailLines = 40;
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+std::string host_name() {
+    char h[256] = {};
+    gethostname(h, sizeof h - 1);
+    return h;
+}
+
+/// A port nobody listens on now (bound and released; the worker of rank 0 binds it next).
+int free_port(const std::string& addr) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = addr == "0.0.0.0" ? INADDR_ANY : htonl(INADDR_LOOPBACK);
+    a.sin_port = 0;
+    int port = 29500;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+        socklen_t len = sizeof a;
+        getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+        port = ntohs(a.sin_port);
+    }
+    ::close(fd);
+    return port;
+}
+
+std::string signal_text(int sig) {
+    const char* abbrev = sigabbrev_np(sig);
+    return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", sig);
+}
+
+struct Round {
+    int round = 0, group_rank = 0, group_world_size = 1, world_size = 1, rank_offset = 0;
+    std::string master_addr;
+    int master_port = 0;
+};
+
+struct Failure {
+    int local_rank = 0, rank = 0, exit_code = 0, signal = 0;
+    std::deque<std::string> tail;
+    std::string worker_error;  // the worker's own TORCHELASTIC_ERROR_FILE, if it wrote one
+    int code() const { return signal ? 128 + signal : exit_code; }
+    std::string what() const {
+        return signal ? fmt::format("rank {} (local rank {}) was killed by {}", rank, local_rank, signal_text(signal))
+                      : fmt::format("rank {} (local rank {}) exited with code {}", rank, local_rank, exit_code);
+    }
+};
+
+// ---- the local worker group ----
+
+class Group {
+public:
+    explicit Group(const LaunchOptions& o) : o_(o) {}
+    ~Group() { stop(); }
+
+    Status start(const Round& r, const std::string& run_id, const std::string& dir);
+    enum class State { kRunning, kSucceeded, kFailed };
+    State poll(Failure* f);
+    void stop();
+
+private:
+    struct Worker {
+        int local_rank = 0, rank = 0;
+        pid_t pid = -1;
+        int out = -1;
+        std::string partial;
+        std::deque<std::string> tail;
+        std::ofstream log;
+        std::string error_file;
+        bool exited = false;
+        int status = 0;
+    };
+    void drain(Worker& w, bool final);
+
+    const LaunchOptions& o_;
+    std::vector<Worker> workers_;
+};
+
+Status Group::start(const Round& r, const std::string& run_id, const std::string& dir) {
+    STRATO_RETURN_IF_ERROR(fs::ensure_dir(dir));
+    workers_.clear();
+    workers_.resize(static_cast<size_t>(o_.nproc_per_node));
+    std::vector<std::string> argv_s = o_.command;
+    if (!argv_s.empty() && argv_s[0].size() > 3 && argv_s[0].ends_with(".py"))
+        argv_s.insert(argv_s.begin(), {"/usr/bin/python3", "-u"});
+    for (int lr = 0; lr < o_.nproc_per_node; ++lr) {
+        Worker& w = workers_[static_cast<size_t>(lr)];
+        w.local_rank = lr;
+        w.rank = r.rank_offset + lr;
+        w.log.open(fmt::format("{}/rank_{}.log", dir, w.rank));
+        w.error_file = fmt::format("{}/rank_{}.error.json", dir, w.rank);
+        std::map<std::string, std::string> env;
+        for (char** e = environ; *e; ++e) {
+            std::string kv = *e;
+            size_t eq = kv.find('=');
+            if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+        }
+        auto set = [&](const char* k, const std::string& v) { env[k] = v; };
+        set("RANK", std::to_string(w.rank));
+        set("LOCAL_RANK", std::to_string(lr));
+        set("GROUP_RANK", std::to_string(r.group_rank));
+        set("ROLE_RANK", std::to_string(w.rank));
+        set("ROLE_NAME", "default");
+        set("LOCAL_WORLD_SIZE", std::to_string(o_.nproc_per_node));
+        set("WORLD_SIZE", std::to_string(r.world_size));
+        set("ROLE_WORLD_SIZE", std::to_string(r.world_size));
+        set("GROUP_WORLD_SIZE", std::to_string(r.group_world_size));
+        set("MASTER_ADDR", r.master_addr);
+        set("MASTER_PORT", std::to_string(r.master_port));
+        set("TORCHELASTIC_RESTART_COUNT", std::to_string(r.round));
+        set("TORCHELASTIC_MAX_RESTARTS", std::to_string(o_.max_restarts));
+        set("TORCHELASTIC_RUN_ID", run_id);
+        set("TORCHELASTIC_USE_AGENT_STORE", "False");
+        set("TORCHELASTIC_ERROR_FILE", w.error_file);
+        if (o_.nproc_per_node > 1 && !env.count("OMP_NUM_THREADS")) set("OMP_NUM_THREADS", "1");
+        std::vector<std::string> env_s;
+        for (const auto& [k, v] : env) env_s.push_back(k + "=" + v);
+        std::vector<char*> envp, argv;
+        for (auto& s : env_s) envp.push_back(s.data());
+        envp.push_back(nullptr);
+        for (auto& s : argv_s) argv.push_back(s.data());
+        argv.push_back(nullptr);
+        int pipefd[2];
+        if (pipe2(pipefd, O_CLOEXEC) != 0) return io_error("pipe: {}", strerror(errno));
+        const pid_t parent = getpid();
+        pid_t pid = fork();
+        if (pid < 0) {
+            ::close(pipefd[0]);
+            ::close(pipefd[1]);
+            return io_error("fork: {}", strerror(errno));
+        }
+        if (pid == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);  // a killed agent takes its workers with it
+            if (getppid() != parent) _exit(1);
+            setpgid(0, 0);  // the worker and its children are stopped together
+            dup2(pipefd[1], 1);
+            dup2(pipefd[1], 2);
+            close_range(3, ~0U, 0);
+            execvpe(argv[0], argv.data(), envp.data());
+            dprintf(2, "strato launch: cannot run %s: %s\n", argv[0], strerror(errno));
+            _exit(127);
+        }
+        ::close(pipefd[1]);
+        fcntl(pipefd[0], F_SETFL, O_NONBLOCK);
+        w.pid = pid;
+        w.out = pipefd[0];
+    }
+    return Status::ok();
+}
+
+void Group::drain(Worker& w, bool final) {
+    if (w.out < 0) return;
+    char buf[8192];
+    while (true) {
+        ssize_t n = ::read(w.out, buf, sizeof buf);
+        if (n > 0) {
+            w.partial.append(buf, static_cast<size_t>(n));
+            continue;
+        }
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+            ::close(w.out);
+            w.out = -1;
+            final = true;
+        }
+        break;
+    }
+    size_t start = 0, nl;
+    auto emit = [&](const std::string& line) {
+        w.log << line << '\n';
+        w.tail.push_back(line);
+        if (w.tail.size() > kTailLines) w.tail.pop_front();
+        if (o_.tee) fmt::print("[{}]: {}\n", w.rank, line);
+    };
+    while ((nl = w.partial.find('\n', start)) != std::string::npos) {
+        emit(w.partial.substr(start, nl - start));
+        start = nl + 1;
+    }
+    w.partial.erase(0, start);
+    if (final && !w.partial.empty()) {
+        emit(w.partial);
+        w.partial.clear();
+    }
+    w.log.flush();
+    if (o_.tee) std::fflush(stdout);
+}
+
+Group::State Group::poll(Failure* f) {
+    bool all_ok = true;
+    for (auto& w : workers_) {
+        drain(w, false);
+        if (!w.exited) {
+            int status = 0;
+            if (waitpid(w.pid, &status, WNOHANG) == w.pid) {
+                w.exited = true;
+                w.status = status;
+                drain(w, true);
+            }
+        }
+        if (!w.exited) all_ok = false;
+    }
+    // The first failure by rank among those that have exited (the order they are seen in).
+    for (auto& w : workers_) {
+        if (!w.exited || (WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0)) continue;
+        f->local_rank = w.local_rank;
+        f->rank = w.rank;
+        f->exit_code = WIFEXITED(w.status) ? WEXITSTATUS(w.status) : 0;
+        f->signal = WIFSIGNALED(w.status) ? WTERMSIG(w.status) : 0;
+        f->tail = w.tail;
+        if (auto e = fs::read_file(w.error_file)) f->worker_error = *e;
+        return State::kFailed;
+    }
+    return all_ok ? State::kSucceeded : State::kRunning;
+}
+
+void Group::stop() {
+    bool any = false;
+    for (auto& w : workers_)
+        if (!w.exited && w.pid > 0) kill(-w.pid, SIGTERM), any = true;
+    const double deadline = now_s() + o_.stop_timeout_s;
+    while (any && now_s() < deadline) {
+        any = false;
+        for (auto& w : workers_) {
+            drain(w, false);
+            if (w.exited) continue;
+            int status = 0;
+            if (waitpid(w.pid, &status, WNOHANG) == w.pid) {
+                w.exited = true;
+                w.status = status;
+                drain(w, true);
+            } else {
+                any = true;
+            }
+        }
+        if (any) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    for (auto& w : workers_) {
+        if (w.exited || w.pid <= 0) continue;
+        log::warn("launch: rank {} did not stop within {:.0f} s of SIGTERM; sending SIGKILL", w.rank, o_.stop_timeout_s);
+        kill(-w.pid, SIGKILL);
+        waitpid(w.pid, &w.status, 0);
+        w.exited = true;
+        drain(w, true);
+    }
+    for (auto& w : workers_)
+        if (w.out >= 0) ::close(w.out), w.out = -1;
+}
+
+// ---- coordinators: alone, or through the rendezvous ----
+
+class Coordinator {
+public:
+    virtual ~Coordinator() = default;
+    /// The next round's assignment; kCancelled when the job is to stop (its message says why).
+    virtual Result<Round> next_round() = 0;
+    virtual Status failed(const std::string& why) = 0;
+    virtual Status done() = 0;
+    virtual Result<RendezvousClient::Event> poll(std::string* message) = 0;
+};
+
+class LocalCoordinator : public Coordinator {
+public:
+    explicit LocalCoordinator(const LaunchOptions& o) : o_(o) {}
+    Result<Round> next_round() override {
+        if (round_ > o_.max_restarts)
+            return Status(StatusCode::kCancelled, fmt::format("no restarts left (max_restarts = {})", o_.max_restarts));
+        Round r;
+        r.round = round_;
+        const int nodes = o_.standalone ? 1 : o_.max_nodes;
+        r.group_rank = o_.standalone ? 0 : std::max(0, o_.node_rank);
+        r.group_world_size = nodes;
+        r.world_size = nodes * o_.nproc_per_node;
+        r.rank_offset = r.group_rank * o_.nproc_per_node;
+        r.master_addr = o_.standalone ? "127.0.0.1" : o_.master_addr;
+        r.master_port = o_.standalone ? free_port("127.0.0.1") : o_.master_port;
+        return r;
+    }
+    Status failed(const std::string&) override {
+        ++round_;
+        return Status::ok();
+    }
+    Status done() override {
+        done_ = true;
+        return Status::ok();
+    }
+    Result<RendezvousClient::Event> poll(std::string*) override {
+        return done_ ? RendezvousClient::Event::kExit : RendezvousClient::Event::kNone;
+    }
+
+private:
+    const LaunchOptions& o_;
+    int round_ = 0;
+    bool done_ = false;
+};
+
+class RdzvCoordinator : public Coordinator {
+public:
+    RdzvCoordinator(const LaunchOptions& o, std::unique_ptr<RendezvousServer> server, std::unique_ptr<RendezvousClient> c)
+        : o_(o), server_(std::move(server)), client_(std::move(c)) {}
+    Result<Round> next_round() override {
+        RendezvousClient::Join j;
+        j.run_id = o_.rdzv_id;
+        j.node_id = fmt::format("{}:{}", host_name(), getpid());
+        j.node_rank = o_.node_rank;
+        j.local_world_size = o_.nproc_per_node;
+        j.addr = client_->local_address();
+        j.master_port = free_port(j.addr == "127.0.0.1" ? "127.0.0.1" : "0.0.0.0");
+        STRATO_ASSIGN_OR_RETURN(RoundAssignment a, client_->join(j, o_.join_timeout_s + o_.last_call_s + 30));
+        round_ = a.round;
+        Round r;
+        r.round = a.round;
+        r.group_rank = a.group_rank;
+        r.group_world_size = a.group_world_size;
+        r.world_size = a.world_size;
+        r.rank_offset = a.rank_offset;
+        r.master_addr = a.master_addr;
+        r.master_port = a.master_port;
+        return r;
+    }
+    Status failed(const std::string& why) override { return client_->fail(round_, why); }
+    Status done() override { return client_->done(round_); }
+    Result<RendezvousClient::Event> poll(std::string* message) override { return client_->poll(message); }
+
+private:
+    const LaunchOptions& o_;
+    std::unique_ptr<RendezvousServer> server_;  // when this node hosts it
+    std::unique_ptr<RendezvousClient> client_;
+    int round_ = 0;
+};
+
+Status write_error_file(const std::string& log_dir, const std::string& attempt_dir, const Failure& f, const Round& r) {
+    nlohmann::json tail = nlohmann::json::array();
+    for (const auto& l : f.tail) tail.push_back(l);
+    nlohmann::json j{{"message", f.what()},
+                     {"rank", f.rank},
+                     {"local_rank", f.local_rank},
+                     {"group_rank", r.group_rank},
+                     {"host", host_name()},
+                     {"attempt", r.round},
+                     {"last_lines", tail}};
+    if (f.signal) {
+        j["signal"] = signal_text(f.signal);
+    } else {
+        j["exit_code"] = f.exit_code;
+    }
+    if (!f.worker_error.empty()) {
+        auto w = nlohmann::json::parse(f.worker_error, nullptr, false);
+        j["worker_error"] = w.is_discarded() ? nlohmann::json(f.worker_error) : w;
+    }
+    std::string text = j.dump(2) + "\n";
+    STRATO_RETURN_IF_ERROR(fs::atomic_write(attempt_dir + "/error.json", text));
+    return fs::atomic_write(log_dir + "/error.json", text);
+}
+
+}  // namespace
+
+Status parse_nnodes(const std::string& text, LaunchOptions* o) {
+    size_t colon = text.find(':');
+    try {
+        size_t used = 0;
+        if (colon == std::string::npos) {
+            o->min_nodes = o->max_nodes = std::stoi(text, &used);
+            if (used != text.size()) throw std::invalid_argument(text);
+        } else {
+            o->min_nodes = std::stoi(text.substr(0, colon), &used);
+            if (used != colon) throw std::invalid_argument(text);
+            o->max_nodes = std::stoi(text.substr(colon + 1), &used);
+            if (used != text.size() - colon - 1) throw std::invalid_argument(text);
+        }
+    } catch (const std::exception&) {
+        return invalid_argument("--nnodes '{}': expected N or MIN:MAX", text);
+    }
+    if (o->min_nodes < 1 || o->max_nodes < o->min_nodes)
+        return invalid_argument("--nnodes '{}': need 1 <= MIN <= MAX", text);
+    return Status::ok();
+}
+
+Result<int> run_launch(const LaunchOptions& in) {
+    LaunchOptions o = in;
+    if (o.command.empty()) return invalid_argument("launch: no command to run (strato launch [OPTIONS] COMMAND [ARGS...])");
+    if (o.nproc_per_node < 1) return invalid_argument("launch: --nproc-per-node must be >= 1");
+    if (o.max_restarts < 0) return invalid_argument("launch: --max-restarts must be >= 0");
+    if (o.rdzv_backend != "static" && o.rdzv_backend != "c10d")
+        return invalid_argument("launch: --rdzv-backend must be static or c10d, got '{}'", o.rdzv_backend);
+    if (o.standalone) {
+        o.min_nodes = o.max_nodes = 1;
+        o.rdzv_backend = "static";
+    }
+    const bool rendezvous = o.rdzv_backend == "c10d" && !o.standalone;
+    if (rendezvous && o.rdzv_endpoint.empty())
+        return invalid_argument("launch: --rdzv-backend c10d needs --rdzv-endpoint HOST[:PORT]");
+    if (!rendezvous && o.max_nodes > 1) {
+        if (o.min_nodes != o.max_nodes)
+            return invalid_argument("launch: --nnodes MIN:MAX (elastic) needs --rdzv-backend c10d and --rdzv-endpoint");
+        if (o.node_rank < 0 || o.node_rank >= o.max_nodes)
+            return invalid_argument("launch: the static backend with --nnodes {} needs --node-rank in 0..{}", o.max_nodes,
+                                    o.max_nodes - 1);
+    }
+    if (!rendezvous && o.max_nodes == 1) o.standalone = true;
+    if (o.rdzv_id == "none" || o.rdzv_id.empty())
+        o.rdzv_id = rendezvous ? "none" : fmt::format("{}-{}", host_name(), getpid());
+    if (o.log_dir.empty()) o.log_dir = (stdfs::path("runs") / "launch" / o.rdzv_id).string();
+    STRATO_RETURN_IF_ERROR(fs::ensure_dir(o.log_dir));
+
+    std::unique_ptr<Coordinator> coord;
+    if (rendezvous) {
+        std::string host = o.rdzv_endpoint;
+        int port = 29400;
+        if (size_t c = host.rfind(':'); c != std::string::npos) {
+            port = std::atoi(host.c_str() + c + 1);
+            host = host.substr(0, c);
+        }
+        if (port < 1 || port > 65535) return invalid_argument("launch: --rdzv-endpoint '{}': bad port", o.rdzv_endpoint);
+        RdzvSettings s;
+        s.run_id = o.rdzv_id;
+        s.min_nodes = o.min_nodes;
+        s.max_nodes = o.max_nodes;
+        s.max_restarts = o.max_restarts;
+        s.join_timeout_s = o.join_timeout_s;
+        s.last_call_s = o.min_nodes == o.max_nodes ? 0 : o.last_call_s;
+        // The agent that can bind the endpoint hosts the rendezvous; the others find it taken.
+        std::unique_ptr<RendezvousServer> server;
+        if (auto srv = RendezvousServer::start(host, port, s)) server = std::move(*srv);
+        STRATO_ASSIGN_OR_RETURN(auto client, RendezvousClient::connect(host, port, o.join_timeout_s));
+        coord = std::make_unique<RdzvCoordinator>(o, std::move(server), std::move(client));
+    } else {
+        coord = std::make_unique<LocalCoordinator>(o);
+    }
+
+    signals::install_stop_handlers();
+    int last_code = 1;
+    Group group(o);
+    for (;;) {
+        auto r = coord->next_round();
+        if (!r) {
+            if (r.status().code() == StatusCode::kCancelled) {
+                log::error("launch: giving up: {}", r.status().message());
+                return last_code;
+            }
+            return r.status();
+        }
+        const std::string attempt_dir = (stdfs::path(o.log_dir) / fmt::format("attempt_{}", r->round)).string();
+        log::info("launch: attempt {}: ranks {}..{} of {} on node {} of {}, master {}:{}", r->round, r->rank_offset,
+                  r->rank_offset + o.nproc_per_node - 1, r->world_size, r->group_rank, r->group_world_size,
+                  r->master_addr, r->master_port);
+        STRATO_RETURN_IF_ERROR(group.start(*r, o.rdzv_id, attempt_dir));
+        bool reported_done = false;
+        for (;;) {
+            if (signals::stop_requested()) {
+                log::info("launch: stopping the workers (signal {})", signals::stop_signal());
+                group.stop();
+                return 128 + signals::stop_signal();
+            }
+            Failure f;
+            auto state = group.poll(&f);
+            if (state == Group::State::kFailed) {
+                log::error("launch: {} (attempt {}); stopping the other workers", f.what(), r->round);
+                group.stop();
+                if (Status s = write_error_file(o.log_dir, attempt_dir, f, *r); !s.is_ok())
+                    log::warn("launch: cannot write the error file: {}", s.message());
+                else
+                    log::info("launch: details in {}/error.json", o.log_dir);
+                last_code = f.code();
+                STRATO_RETURN_IF_ERROR(coord->failed(f.what()));
+                break;
+            }
+            if (state == Group::State::kSucceeded && !reported_done) {
+                STRATO_RETURN_IF_ERROR(coord->done());
+                reported_done = true;
+            }
+            std::string message;
+            auto ev = coord->poll(&message);
+            if (!ev) {
+                group.stop();
+                return ev.status();
+            }
+            if (*ev == RendezvousClient::Event::kExit) return 0;
+            if (*ev == RendezvousClient::Event::kAbort) {
+                group.stop();
+                log::error("launch: the rendezvous gave up: {}", message);
+                return last_code;
+            }
+            if (*ev == RendezvousClient::Event::kRestart) {
+                log::warn("launch: restarting the group: {}", message);
+                group.stop();
+                break;
+            }
+            std::this_thread::sleep_for(std::chrono::duration<double>(o.monitor_interval_s));
+        }
+    }
+}
+
+}  // namespace strato::dist

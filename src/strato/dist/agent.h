@@ -1,0 +1,49 @@
+#pragma once
+// The node agent behind `strato launch` (torchrun's elastic agent, for any command): starts
+// nproc_per_node worker processes with the torchrun environment (RANK, LOCAL_RANK, WORLD_SIZE,
+// LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_*), watches them, and when
+// one fails stops the others (SIGTERM, SIGKILL after a grace period), writes an error file naming
+// the first failing rank, its exit code or signal and its last output lines, and restarts the
+// whole group — on every node, through the rendezvous — with TORCHELASTIC_RESTART_COUNT + 1, up
+// to max_restarts. Workers are meant to resume from their latest checkpoint.
+//
+// One node (--standalone, or --nnodes 1): the agent decides alone. Several nodes: --rdzv-backend
+// c10d with --rdzv-endpoint HOST:PORT (strato's own rendezvous, see rendezvous.h; the agent that
+// can bind the endpoint hosts it), or static (fixed --nnodes N and --node-rank, --master-addr and
+// --master-port; no coordination between nodes, as torchrun's static backend).
+
+#include <string>
+#include <vector>
+
+#include "strato/core/status.h"
+
+namespace strato::dist {
+
+struct LaunchOptions {
+    int nproc_per_node = 1;
+    int min_nodes = 1, max_nodes = 1;
+    int node_rank = -1;                 // static backend (and a preference under c10d)
+    std::string rdzv_backend = "static";  // static | c10d
+    std::string rdzv_endpoint;          // HOST[:PORT] (default port 29400)
+    std::string rdzv_id = "none";
+    double join_timeout_s = 600, last_call_s = 30;
+    bool standalone = false;
+    std::string master_addr = "127.0.0.1";
+    int master_port = 29500;            // static; standalone picks a free port
+    int max_restarts = 0;
+    double monitor_interval_s = 0.1;
+    double stop_timeout_s = 30;         // SIGTERM -> SIGKILL
+    std::string log_dir;                // per-attempt worker logs and error.json (default runs/launch/<id>)
+    bool tee = true;                    // also print worker lines, prefixed "[rank]:"
+    std::vector<std::string> command;   // what each worker runs
+};
+
+/// Parses "N" or "MIN:MAX" (--nnodes).
+Status parse_nnodes(const std::string& text, LaunchOptions* o);
+
+/// Runs the job to the end: 0 when every worker of the last round exited 0, else non-zero
+/// (the first failure's exit code, 128+signal, 130 when interrupted). Errors before any worker
+/// started (bad options, unreachable rendezvous) come back as a Status.
+Result<int> run_launch(const LaunchOptions& options);
+
+}  // namespace strato::dist

@@ -1,0 +1,159 @@
+#include "strato/dist/env.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cstdlib>
+
+namespace strato::dist {
+
+namespace {
+
+Result<int> int_var(const GetEnv& get, const char* name, int fallback, bool required = false) {
+    const char* v = get(name);
+    if (!v || !*v) {
+        if (required) return invalid_argument("{} is not set", name);
+        return fallback;
+    }
+    int out = 0;
+    std::string_view s(v);
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+    if (ec != std::errc() || p != s.data() + s.size())
+        return invalid_argument("{}={}: expected a whole number", name, v);
+    return out;
+}
+
+std::string str_var(const GetEnv& get, const char* name, const std::string& fallback) {
+    const char* v = get(name);
+    return v && *v ? v : fallback;
+}
+
+/// Slurm's SLURM_TASKS_PER_NODE: "2(x3),1" -> tasks on node `node`.
+int tasks_on_node(const std::string& spec, int node) {
+    int index = 0;
+    size_t pos = 0;
+    while (pos < spec.size()) {
+        size_t end = spec.find(',', pos);
+        std::string part = spec.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+        int count = std::atoi(part.c_str()), times = 1;
+        if (size_t x = part.find("(x"); x != std::string::npos) times = std::atoi(part.c_str() + x + 2);
+        if (node < index + times) return count;
+        index += times;
+        if (end == std::string::npos) break;
+        pos = end + 1;
+    }
+    return 1;
+}
+
+}  // namespace
+
+std::string DistEnv::describe() const {
+    return fmt::format("rank {} of {} (local {} of {}, node {}), master {}:{}, from {}{}", rank, world_size, local_rank,
+                       local_world_size, group_rank, master_addr, master_port, source,
+                       restart_count ? fmt::format(", restart {}", restart_count) : "");
+}
+
+Result<std::vector<std::string>> expand_hostlist(const std::string& list) {
+    std::vector<std::string> out;
+    size_t i = 0;
+    while (i < list.size()) {
+        // One item: prefix, optionally [ranges], up to a comma outside brackets.
+        size_t open = list.find_first_of("[,", i);
+        if (open == std::string::npos || list[open] == ',') {
+            size_t end = open == std::string::npos ? list.size() : open;
+            if (end > i) out.push_back(list.substr(i, end - i));
+            i = end + 1;
+            continue;
+        }
+        size_t close = list.find(']', open);
+        if (close == std::string::npos) return invalid_argument("host list '{}': unclosed '['", list);
+        const std::string prefix = list.substr(i, open - i), ranges = list.substr(open + 1, close - open - 1);
+        size_t p = 0;
+        while (p <= ranges.size()) {
+            size_t comma = ranges.find(',', p);
+            std::string r = ranges.substr(p, comma == std::string::npos ? std::string::npos : comma - p);
+            size_t dash = r.find('-');
+            std::string lo = r.substr(0, dash), hi = dash == std::string::npos ? lo : r.substr(dash + 1);
+            if (lo.empty() || hi.empty() || lo.find_first_not_of("0123456789") != std::string::npos ||
+                hi.find_first_not_of("0123456789") != std::string::npos)
+                return invalid_argument("host list '{}': bad range '{}'", list, r);
+            long a = std::atol(lo.c_str()), b = std::atol(hi.c_str());
+            if (b < a || b - a > 100000) return invalid_argument("host list '{}': bad range '{}'", list, r);
+            for (long n = a; n <= b; ++n) out.push_back(fmt::format("{}{:0{}d}", prefix, n, static_cast<int>(lo.size())));
+            if (comma == std::string::npos) break;
+            p = comma + 1;
+        }
+        i = close + 1;
+        // A suffix after ']' is not used by Slurm's compact form; skip to the next item.
+        if (i < list.size() && list[i] == ',') ++i;
+    }
+    return out;
+}
+
+Result<DistEnv> read_env(const GetEnv& get_in) {
+    GetEnv get = get_in ? get_in : GetEnv([](const char* n) { return std::getenv(n); });
+    DistEnv e;
+    auto check = [&](DistEnv& d) -> Result<DistEnv> {
+        if (d.world_size < 1) return invalid_argument("{}: world size {} must be >= 1", d.source, d.world_size);
+        if (d.rank < 0 || d.rank >= d.world_size)
+            return invalid_argument("{}: rank {} is outside the world of {}", d.source, d.rank, d.world_size);
+        if (d.local_world_size < 1 || d.local_rank < 0 || d.local_rank >= d.local_world_size)
+            return invalid_argument("{}: local rank {} is outside the node's {} processes", d.source, d.local_rank,
+                                    d.local_world_size);
+        if (d.master_port < 1 || d.master_port > 65535)
+            return invalid_argument("{}: master port {} is not a TCP port", d.source, d.master_port);
+        return d;
+    };
+    auto master = [&](DistEnv& d, const std::string& fallback_addr) -> Status {
+        d.master_addr = str_var(get, "MASTER_ADDR", fallback_addr);
+        STRATO_ASSIGN_OR_RETURN(d.master_port, int_var(get, "MASTER_PORT", 29500));
+        return Status::ok();
+    };
+    if (get("RANK") || get("WORLD_SIZE")) {
+        e.source = "strato";
+        STRATO_ASSIGN_OR_RETURN(e.rank, int_var(get, "RANK", 0, true));
+        STRATO_ASSIGN_OR_RETURN(e.world_size, int_var(get, "WORLD_SIZE", 1, true));
+        STRATO_ASSIGN_OR_RETURN(e.local_rank, int_var(get, "LOCAL_RANK", e.rank));
+        STRATO_ASSIGN_OR_RETURN(e.local_world_size, int_var(get, "LOCAL_WORLD_SIZE", e.world_size));
+        STRATO_ASSIGN_OR_RETURN(e.group_rank, int_var(get, "GROUP_RANK", 0));
+        STRATO_ASSIGN_OR_RETURN(e.restart_count, int_var(get, "TORCHELASTIC_RESTART_COUNT", 0));
+        std::string agent = str_var(get, "TORCHELASTIC_USE_AGENT_STORE", "False");
+        e.agent_store = agent == "True" || agent == "true" || agent == "1";
+        STRATO_RETURN_IF_ERROR(master(e, "127.0.0.1"));
+        return check(e);
+    }
+    if (get("SLURM_PROCID") && get("SLURM_NTASKS")) {
+        e.source = "slurm";
+        STRATO_ASSIGN_OR_RETURN(e.rank, int_var(get, "SLURM_PROCID", 0, true));
+        STRATO_ASSIGN_OR_RETURN(e.world_size, int_var(get, "SLURM_NTASKS", 1, true));
+        STRATO_ASSIGN_OR_RETURN(e.local_rank, int_var(get, "SLURM_LOCALID", 0));
+        STRATO_ASSIGN_OR_RETURN(e.group_rank, int_var(get, "SLURM_NODEID", 0));
+        STRATO_ASSIGN_OR_RETURN(e.local_world_size, int_var(get, "SLURM_NTASKS_PER_NODE", 0));
+        if (e.local_world_size == 0)
+            e.local_world_size = tasks_on_node(str_var(get, "SLURM_TASKS_PER_NODE", "1"), e.group_rank);
+        std::string first = "127.0.0.1";
+        if (const char* nodes = get("SLURM_JOB_NODELIST")) {
+            STRATO_ASSIGN_OR_RETURN(auto hosts, expand_hostlist(nodes));
+            if (!hosts.empty()) first = hosts.front();
+        }
+        STRATO_RETURN_IF_ERROR(master(e, first));
+        return check(e);
+    }
+    if (get("OMPI_COMM_WORLD_RANK") && get("OMPI_COMM_WORLD_SIZE")) {
+        e.source = "mpi";
+        STRATO_ASSIGN_OR_RETURN(e.rank, int_var(get, "OMPI_COMM_WORLD_RANK", 0, true));
+        STRATO_ASSIGN_OR_RETURN(e.world_size, int_var(get, "OMPI_COMM_WORLD_SIZE", 1, true));
+        STRATO_ASSIGN_OR_RETURN(e.local_rank, int_var(get, "OMPI_COMM_WORLD_LOCAL_RANK", 0));
+        STRATO_ASSIGN_OR_RETURN(e.local_world_size, int_var(get, "OMPI_COMM_WORLD_LOCAL_SIZE", 1));
+        STRATO_ASSIGN_OR_RETURN(e.group_rank, int_var(get, "OMPI_COMM_WORLD_NODE_RANK", 0));
+        if (e.world_size > e.local_world_size && !get("MASTER_ADDR"))
+            return invalid_argument("mpi: {} processes on several nodes need MASTER_ADDR (the host of rank 0), e.g. "
+                                    "mpirun -x MASTER_ADDR=node1",
+                                    e.world_size);
+        STRATO_RETURN_IF_ERROR(master(e, "127.0.0.1"));
+        return check(e);
+    }
+    return e;
+}
+
+}  // namespace strato::dist

@@ -1,0 +1,43 @@
+#pragma once
+// Where a worker process stands in a distributed job, read from the environment that launched it:
+//   strato launch / torchrun — RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
+//                              MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT;
+//   Slurm (srun)             — SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID,
+//                              SLURM_NTASKS_PER_NODE / SLURM_TASKS_PER_NODE, SLURM_JOB_NODELIST
+//                              (its first host is the master unless MASTER_ADDR says otherwise);
+//   Open MPI (mpirun)        — OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE, _NODE_RANK.
+// The first that is present wins, in that order. No variable at all: a single process.
+// No libtorch: the launcher, doctor and tests use it too.
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "strato/core/status.h"
+
+namespace strato::dist {
+
+struct DistEnv {
+    int rank = 0, world_size = 1;
+    int local_rank = 0, local_world_size = 1;
+    int group_rank = 0;              // the node's rank
+    std::string master_addr = "127.0.0.1";
+    int master_port = 29500;
+    int restart_count = 0;
+    bool agent_store = false;        // TORCHELASTIC_USE_AGENT_STORE: the store is already hosted
+    std::string source = "single";   // single | strato | slurm | mpi
+
+    bool distributed() const { return world_size > 1; }
+    std::string describe() const;
+};
+
+using GetEnv = std::function<const char*(const char*)>;
+
+/// Reads the process environment (or `get`, for tests). Malformed or inconsistent values
+/// (RANK=abc, RANK >= WORLD_SIZE, a port out of range) are errors naming the variable.
+Result<DistEnv> read_env(const GetEnv& get = nullptr);
+
+/// Expands a Slurm host list: "n[1-3,7],gpu-a[08-09],login" -> n1 n2 n3 n7 gpu-a08 gpu-a09 login.
+Result<std::vector<std::string>> expand_hostlist(const std::string& list);
+
+}  // namespace strato::dist

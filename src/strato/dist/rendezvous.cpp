@@ -1,0 +1,421 @@
+#include "strato/dist/rendezvous.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+namespace strato::dist {
+
+namespace {
+
+template <typename... Args>
+Status unavailable(fmt::format_string<Args...> f, Args&&... args) {
+    return Status(StatusCode::kUnavailable, fmt::format(f, std::forward<Args>(args)...));
+}
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+std::vector<std::string> words(const std::string& line, size_t max_words = 64) {
+    std::vector<std::string> out;
+    std::istringstream in(line);
+    std::string w;
+    while (out.size() + 1 < max_words && in >> w) out.push_back(w);
+    std::string rest;
+    std::getline(in, rest);
+    if (size_t p = rest.find_first_not_of(' '); p != std::string::npos) out.push_back(rest.substr(p));
+    return out;
+}
+
+Result<sockaddr_in> resolve(const std::string& host, int port) {
+    addrinfo hints{}, *res = nullptr;
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
+    if (rc != 0 || !res) return invalid_argument("cannot resolve rendezvous host '{}': {}", host, gai_strerror(rc));
+    sockaddr_in a = *reinterpret_cast<sockaddr_in*>(res->ai_addr);
+    freeaddrinfo(res);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    return a;
+}
+
+bool send_all(int fd, const std::string& s) {
+    size_t off = 0;
+    while (off < s.size()) {
+        ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+        if (n <= 0) {
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                pollfd p{fd, POLLOUT, 0};
+                ::poll(&p, 1, 1000);
+                continue;
+            }
+            return false;
+        }
+        off += static_cast<size_t>(n);
+    }
+    return true;
+}
+
+}  // namespace
+
+// ---- server ----
+
+struct RendezvousServer::Impl {
+    struct Peer {
+        int fd = -1;
+        std::string buffer;
+        double last_seen = 0;
+        bool joined = false, done = false;
+        std::string node_id, addr;
+        int node_rank = -1, local_world = 1, master_port = 0;
+    };
+    RdzvSettings s;
+    int listen_fd = -1, port = 0;
+    std::atomic<bool> stop{false};
+    std::thread thread;
+    std::map<int, Peer> peers;  // by fd
+    int round = 0;
+    bool running = false;       // the round formed and its workers run
+    double first_join = 0, min_reached = 0;
+
+    void broadcast(const std::string& line) {
+        for (auto& [fd, p] : peers) send_all(fd, line + "\n");
+    }
+    void abort_all(const std::string& why) {
+        broadcast("ABORT " + why);
+        stop = true;
+    }
+    int joined() const {
+        return static_cast<int>(std::count_if(peers.begin(), peers.end(), [](const auto& kv) { return kv.second.joined; }));
+    }
+    /// A node failed or left while the round ran: the next round, or the end.
+    void restart(const std::string& why) {
+        running = false;
+        ++round;
+        for (auto& [fd, p] : peers) p.joined = p.done = false;
+        first_join = min_reached = 0;
+        if (round > s.max_restarts) {
+            abort_all(fmt::format("{}; no restarts left (max_restarts = {})", why, s.max_restarts));
+            return;
+        }
+        broadcast(fmt::format("RESTART {} {}", round, why));
+    }
+    void form() {
+        std::vector<Peer*> members;
+        for (auto& [fd, p] : peers)
+            if (p.joined) members.push_back(&p);
+        std::sort(members.begin(), members.end(), [](const Peer* a, const Peer* b) {
+            int ra = a->node_rank < 0 ? 1 << 30 : a->node_rank, rb = b->node_rank < 0 ? 1 << 30 : b->node_rank;
+            return ra != rb ? ra < rb : a->node_id < b->node_id;
+        });
+        if (static_cast<int>(members.size()) > s.max_nodes) members.resize(static_cast<size_t>(s.max_nodes));
+        int world = 0;
+        for (auto* m : members) world += m->local_world;
+        int offset = 0;
+        for (size_t g = 0; g < members.size(); ++g) {
+            send_all(members[g]->fd, fmt::format("ROUND {} {} {} {} {} {} {}\n", round, g, members.size(), world, offset,
+                                                 members[0]->addr, members[0]->master_port));
+            offset += members[g]->local_world;
+        }
+        // Late arrivals beyond max_nodes wait for a later round.
+        for (auto& [fd, p] : peers)
+            if (std::find(members.begin(), members.end(), &p) == members.end()) p.joined = false;
+        running = true;
+    }
+    void on_line(int fd, Peer& p, const std::string& line) {
+        auto w = words(line, 8);
+        if (w.empty()) return;
+        if (w[0] == "PING") return;
+        if (w[0] == "JOIN" && w.size() >= 7) {
+            if (w[1] != s.run_id) {
+                send_all(fd, fmt::format("ABORT this rendezvous serves run '{}', not '{}'\n", s.run_id, w[1]));
+                return;
+            }
+            p.node_id = w[2];
+            p.node_rank = std::atoi(w[3].c_str());
+            p.local_world = std::max(1, std::atoi(w[4].c_str()));
+            p.addr = w[5];
+            p.master_port = std::atoi(w[6].c_str());
+            if (running) {
+                // A node arriving while a round runs: grow the group at the next round if there
+                // is room (scale-up), else it waits.
+                p.joined = true;
+                int members = 0;
+                for (auto& [f, q] : peers) members += q.joined && &q != &p;
+                if (members < s.max_nodes) restart(fmt::format("node {} joined (scale-up)", p.node_id));
+                if (!stop) p.joined = true;
+                return;
+            }
+            p.joined = true;
+            if (first_join == 0) first_join = now_s();
+            return;
+        }
+        if (w[0] == "FAIL" && w.size() >= 2) {
+            auto f = words(line, 3);  // FAIL <round> <message with spaces>
+            if (running && std::atoi(f[1].c_str()) == round)
+                restart(fmt::format("node {} failed: {}", p.node_id, f.size() > 2 ? f[2] : "?"));
+            return;
+        }
+        if (w[0] == "DONE" && w.size() >= 2) {
+            if (!running || std::atoi(w[1].c_str()) != round) return;
+            p.done = true;
+            bool all = true;
+            for (auto& [f, q] : peers)
+                if (q.joined && !q.done) all = false;
+            if (all) {
+                broadcast("EXIT");
+                stop = true;
+            }
+        }
+    }
+    void drop(int fd) {
+        Peer p = peers[fd];
+        ::close(fd);
+        peers.erase(fd);
+        if (running && p.joined) restart(fmt::format("lost node {} (its agent exited or the network failed)", p.node_id));
+    }
+    void tick() {
+        const double now = now_s();
+        for (auto it = peers.begin(); it != peers.end();) {
+            if (now - it->second.last_seen > s.peer_timeout_s) {
+                int fd = it->first;
+                ++it;
+                drop(fd);
+                continue;
+            }
+            ++it;
+        }
+        if (running || stop) return;
+        int n = joined();
+        if (n == 0) return;
+        if (n >= s.max_nodes) return form();
+        if (n >= s.min_nodes) {
+            if (min_reached == 0) min_reached = now;
+            if (now - min_reached >= s.last_call_s) form();
+            return;
+        }
+        if (now - first_join > s.join_timeout_s)
+            abort_all(fmt::format("only {} of at least {} nodes joined within the join timeout of {:.0f} s", n,
+                                  s.min_nodes, s.join_timeout_s));
+    }
+    void serve() {
+        double last_ping = now_s();
+        while (!stop) {
+            std::vector<pollfd> fds{{listen_fd, POLLIN, 0}};
+            for (auto& [fd, p] : peers) fds.push_back({fd, POLLIN, 0});
+            ::poll(fds.data(), fds.size(), 100);
+            if (fds[0].revents & POLLIN) {
+                int c = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+                if (c >= 0) {
+                    int one = 1;
+                    setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+                    peers[c].fd = c;
+                    peers[c].last_seen = now_s();
+                }
+            }
+            for (size_t i = 1; i < fds.size(); ++i) {
+                if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+                int fd = fds[i].fd;
+                auto it = peers.find(fd);
+                if (it == peers.end()) continue;
+                char buf[4096];
+                ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+                if (n <= 0) {
+                    drop(fd);
+                    continue;
+                }
+                it->second.last_seen = now_s();
+                it->second.buffer.append(buf, static_cast<size_t>(n));
+                size_t nl;
+                while (!stop && peers.count(fd) && (nl = peers[fd].buffer.find('\n')) != std::string::npos) {
+                    std::string line = peers[fd].buffer.substr(0, nl);
+                    peers[fd].buffer.erase(0, nl + 1);
+                    on_line(fd, peers[fd], line);
+                }
+            }
+            tick();
+            if (now_s() - last_ping > 2) {
+                broadcast("PING");
+                last_ping = now_s();
+            }
+        }
+        // Let the last words (EXIT, ABORT) reach the clients before closing.
+        for (auto& [fd, p] : peers) ::shutdown(fd, SHUT_WR);
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        for (auto& [fd, p] : peers) ::close(fd);
+        peers.clear();
+    }
+};
+
+Result<std::unique_ptr<RendezvousServer>> RendezvousServer::start(const std::string& host, int port, const RdzvSettings& s) {
+    STRATO_ASSIGN_OR_RETURN(sockaddr_in addr, resolve(host, port));
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return io_error("socket: {}", strerror(errno));
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd, 128) != 0) {
+        int err = errno;
+        ::close(fd);
+        return unavailable("cannot listen on {}:{}: {}", host, port, strerror(err));
+    }
+    socklen_t len = sizeof addr;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    std::unique_ptr<RendezvousServer> srv(new RendezvousServer());
+    srv->impl_ = std::make_unique<Impl>();
+    srv->impl_->s = s;
+    srv->impl_->listen_fd = fd;
+    srv->impl_->port = ntohs(addr.sin_port);
+    srv->impl_->thread = std::thread([impl = srv->impl_.get()] { impl->serve(); });
+    return srv;
+}
+
+RendezvousServer::~RendezvousServer() {
+    if (!impl_) return;
+    impl_->stop = true;
+    if (impl_->thread.joinable()) impl_->thread.join();
+    ::close(impl_->listen_fd);
+}
+
+int RendezvousServer::port() const { return impl_->port; }
+
+// ---- client ----
+
+Result<std::unique_ptr<RendezvousClient>> RendezvousClient::connect(const std::string& host, int port, double timeout_s) {
+    STRATO_ASSIGN_OR_RETURN(sockaddr_in addr, resolve(host, port));
+    const double deadline = now_s() + timeout_s;
+    std::string last_error;
+    while (true) {
+        int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) return io_error("socket: {}", strerror(errno));
+        if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+            int one = 1;
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            std::unique_ptr<RendezvousClient> c(new RendezvousClient());
+            c->fd_ = fd;
+            c->last_ping_ = now_s();
+            return c;
+        }
+        last_error = strerror(errno);
+        ::close(fd);
+        if (now_s() > deadline)
+            return unavailable("cannot reach the rendezvous at {}:{} within {:.0f} s: {}", host, port, timeout_s, last_error);
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+}
+
+RendezvousClient::~RendezvousClient() {
+    if (fd_ >= 0) ::close(fd_);
+}
+
+Status RendezvousClient::send(const std::string& line) {
+    if (!send_all(fd_, line + "\n")) return unavailable("lost the rendezvous connection: {}", strerror(errno));
+    return Status::ok();
+}
+
+Result<std::optional<std::string>> RendezvousClient::read_line(double timeout_s) {
+    const double deadline = now_s() + timeout_s;
+    while (true) {
+        if (size_t nl = buffer_.find('\n'); nl != std::string::npos) {
+            std::string line = buffer_.substr(0, nl);
+            buffer_.erase(0, nl + 1);
+            return std::optional<std::string>(line);
+        }
+        const double left = deadline - now_s();
+        pollfd p{fd_, POLLIN, 0};
+        int rc = ::poll(&p, 1, left > 0 ? static_cast<int>(std::min(left, 0.5) * 1000) + 1 : 0);
+        if (rc < 0 && errno != EINTR) return io_error("poll: {}", strerror(errno));
+        if (rc <= 0) {
+            if (now_s() - last_ping_ > 2) {
+                STRATO_RETURN_IF_ERROR(send("PING"));
+                last_ping_ = now_s();
+            }
+            if (now_s() >= deadline) return std::optional<std::string>();
+            continue;
+        }
+        char buf[4096];
+        ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+        if (n <= 0) return unavailable("the rendezvous server closed the connection (its agent exited?)");
+        buffer_.append(buf, static_cast<size_t>(n));
+    }
+}
+
+Result<RoundAssignment> RendezvousClient::join(const Join& j, double timeout_s) {
+    STRATO_RETURN_IF_ERROR(send(fmt::format("JOIN {} {} {} {} {} {}", j.run_id, j.node_id, j.node_rank, j.local_world_size,
+                                            j.addr, j.master_port)));
+    const double deadline = now_s() + timeout_s;
+    while (true) {
+        STRATO_ASSIGN_OR_RETURN(auto line, read_line(std::max(0.0, deadline - now_s())));
+        if (!line) return unavailable("the rendezvous did not form a round within {:.0f} s", timeout_s);
+        auto w = words(*line, 8);
+        if (w.empty() || w[0] == "PING" || w[0] == "RESTART") continue;  // a RESTART racing our JOIN
+        if (w[0] == "ABORT") return Status(StatusCode::kCancelled, line->size() > 6 ? line->substr(6) : "aborted");
+        if (w[0] == "ROUND" && w.size() >= 8) {
+            RoundAssignment a;
+            a.round = std::atoi(w[1].c_str());
+            a.group_rank = std::atoi(w[2].c_str());
+            a.group_world_size = std::atoi(w[3].c_str());
+            a.world_size = std::atoi(w[4].c_str());
+            a.rank_offset = std::atoi(w[5].c_str());
+            a.master_addr = w[6];
+            a.master_port = std::atoi(w[7].c_str());
+            return a;
+        }
+    }
+}
+
+Status RendezvousClient::fail(int round, const std::string& message) {
+    std::string m = message;
+    std::replace(m.begin(), m.end(), '\n', ' ');
+    return send(fmt::format("FAIL {} {}", round, m));
+}
+
+Status RendezvousClient::done(int round) { return send(fmt::format("DONE {}", round)); }
+
+Result<RendezvousClient::Event> RendezvousClient::poll(std::string* message) {
+    if (now_s() - last_ping_ > 2) {
+        STRATO_RETURN_IF_ERROR(send("PING"));
+        last_ping_ = now_s();
+    }
+    while (true) {
+        STRATO_ASSIGN_OR_RETURN(auto line, read_line(0.0));
+        if (!line) return Event::kNone;
+        auto w = words(*line, 3);
+        if (w.empty() || w[0] == "PING") continue;
+        if (w[0] == "RESTART") {
+            if (message) *message = w.size() > 2 ? w[2] : "";
+            return Event::kRestart;
+        }
+        if (w[0] == "EXIT") return Event::kExit;
+        if (w[0] == "ABORT") {
+            if (message) *message = line->size() > 6 ? line->substr(6) : "";
+            return Event::kAbort;
+        }
+    }
+}
+
+std::string RendezvousClient::local_address() const {
+    sockaddr_in a{};
+    socklen_t len = sizeof a;
+    if (getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) return "127.0.0.1";
+    char buf[INET_ADDRSTRLEN] = {};
+    inet_ntop(AF_INET, &a.sin_addr, buf, sizeof buf);
+    return buf;
+}
+
+}  // namespace strato::dist

@@ -1,0 +1,270 @@
+// The distributed environment readers, Slurm host lists, --nnodes, and the rendezvous between
+// node agents over real TCP on 127.0.0.1. The agent itself (worker processes, restarts, error
+// files, two launchers as two nodes) is tested end to end by tests/e2e/launch_e2e.py.
+
+#include <gtest/gtest.h>
+
+#include <future>
+#include <map>
+#include <thread>
+
+#include "strato/dist/agent.h"
+#include "strato/dist/env.h"
+#include "strato/dist/rendezvous.h"
+
+namespace strato::dist {
+namespace {
+
+GetEnv from(std::map<std::string, std::string> vars) {
+    auto shared = std::make_shared<std::map<std::string, std::string>>(std::move(vars));
+    return [shared](const char* name) -> const char* {
+        auto it = shared->find(name);
+        return it == shared->end() ? nullptr : it->second.c_str();
+    };
+}
+
+TEST(DistEnv, TorchrunNames) {
+    auto e = read_env(from({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
+                            {"GROUP_RANK", "1"}, {"MASTER_ADDR", "node1"}, {"MASTER_PORT", "29511"},
+                            {"TORCHELASTIC_RESTART_COUNT", "2"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}}));
+    ASSERT_TRUE(e.is_ok()) << e.status().message();
+    EXPECT_EQ(e->source, "strato");
+    EXPECT_EQ(e->rank, 3);
+    EXPECT_EQ(e->world_size, 4);
+    EXPECT_EQ(e->local_rank, 1);
+    EXPECT_EQ(e->group_rank, 1);
+    EXPECT_EQ(e->master_addr, "node1");
+    EXPECT_EQ(e->master_port, 29511);
+    EXPECT_EQ(e->restart_count, 2);
+    EXPECT_TRUE(e->agent_store);
+    EXPECT_TRUE(e->distributed());
+}
+
+TEST(DistEnv, NothingSetIsOneProcess) {
+    auto e = read_env(from({}));
+    ASSERT_TRUE(e.is_ok());
+    EXPECT_EQ(e->source, "single");
+    EXPECT_FALSE(e->distributed());
+}
+
+TEST(DistEnv, SlurmWithHostList) {
+    auto e = read_env(from({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"}, {"SLURM_NODEID", "2"},
+                            {"SLURM_TASKS_PER_NODE", "2(x4)"}, {"SLURM_JOB_NODELIST", "gpu[07-10]"}}));
+    ASSERT_TRUE(e.is_ok()) << e.status().message();
+    EXPECT_EQ(e->source, "slurm");
+    EXPECT_EQ(e->rank, 5);
+    EXPECT_EQ(e->local_world_size, 2);
+    EXPECT_EQ(e->group_rank, 2);
+    EXPECT_EQ(e->master_addr, "gpu07");
+    EXPECT_EQ(e->master_port, 29500);
+}
+
+TEST(DistEnv, OpenMpi) {
+    auto e = read_env(from({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
+                            {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}));
+    ASSERT_TRUE(e.is_ok()) << e.status().message();
+    EXPECT_EQ(e->source, "mpi");
+    EXPECT_EQ(e->rank, 1);
+    EXPECT_EQ(e->master_addr, "127.0.0.1");
+    // Several nodes under mpirun need to be told where rank 0 is.
+    auto multi = read_env(from({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                                {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}));
+    ASSERT_FALSE(multi.is_ok());
+    EXPECT_NE(multi.status().message().find("MASTER_ADDR"), std::string::npos);
+}
+
+TEST(DistEnv, BadValuesNameTheVariable) {
+    auto e = read_env(from({{"RANK", "abc"}, {"WORLD_SIZE", "2"}}));
+    ASSERT_FALSE(e.is_ok());
+    EXPECT_NE(e.status().message().find("RANK=abc"), std::string::npos) << e.status().message();
+    e = read_env(from({{"RANK", "2"}, {"WORLD_SIZE", "2"}}));
+    ASSERT_FALSE(e.is_ok());
+    EXPECT_NE(e.status().message().find("rank 2 is outside the world of 2"), std::string::npos);
+    e = read_env(from({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "70000"}}));
+    EXPECT_FALSE(e.is_ok());
+    e = read_env(from({{"WORLD_SIZE", "2"}}));
+    ASSERT_FALSE(e.is_ok());
+    EXPECT_NE(e.status().message().find("RANK is not set"), std::string::npos);
+}
+
+TEST(HostList, Expands) {
+    EXPECT_EQ(*expand_hostlist("n[1-3,7],gpu-a[08-09],login"),
+              (std::vector<std::string>{"n1", "n2", "n3", "n7", "gpu-a08", "gpu-a09", "login"}));
+    EXPECT_EQ(*expand_hostlist("single"), (std::vector<std::string>{"single"}));
+    EXPECT_FALSE(expand_hostlist("n[1-").is_ok());
+    EXPECT_FALSE(expand_hostlist("n[3-1]").is_ok());
+    EXPECT_FALSE(expand_hostlist("n[a-b]").is_ok());
+}
+
+TEST(Launch, Nnodes) {
+    LaunchOptions o;
+    ASSERT_TRUE(parse_nnodes("2", &o).is_ok());
+    EXPECT_EQ(o.min_nodes, 2);
+    EXPECT_EQ(o.max_nodes, 2);
+    ASSERT_TRUE(parse_nnodes("1:4", &o).is_ok());
+    EXPECT_EQ(o.min_nodes, 1);
+    EXPECT_EQ(o.max_nodes, 4);
+    EXPECT_FALSE(parse_nnodes("4:1", &o).is_ok());
+    EXPECT_FALSE(parse_nnodes("x", &o).is_ok());
+    EXPECT_FALSE(parse_nnodes("2:", &o).is_ok());
+    EXPECT_FALSE(parse_nnodes("0", &o).is_ok());
+}
+
+TEST(Launch, BadOptionsAreErrorsBeforeAnyWorker) {
+    LaunchOptions o;
+    EXPECT_FALSE(run_launch(o).is_ok());  // no command
+    o.command = {"true"};
+    o.rdzv_backend = "etcd";
+    EXPECT_FALSE(run_launch(o).is_ok());
+    o.rdzv_backend = "c10d";
+    o.max_nodes = 2;
+    EXPECT_FALSE(run_launch(o).is_ok());  // no endpoint
+    o.rdzv_backend = "static";
+    EXPECT_FALSE(run_launch(o).is_ok());  // static with 2 nodes needs --node-rank
+}
+
+RendezvousClient::Join join_as(const std::string& id, int local_world, int node_rank = -1) {
+    RendezvousClient::Join j;
+    j.run_id = "job";
+    j.node_id = id;
+    j.addr = "127.0.0.1";
+    j.local_world_size = local_world;
+    j.node_rank = node_rank;
+    j.master_port = id == "a" ? 1111 : 2222;
+    return j;
+}
+
+std::unique_ptr<RendezvousClient> client(int port) {
+    auto c = RendezvousClient::connect("127.0.0.1", port, 5);
+    EXPECT_TRUE(c.is_ok()) << c.status().message();
+    return c.is_ok() ? std::move(*c) : nullptr;
+}
+
+RendezvousClient::Event wait_event(RendezvousClient& c, std::string* msg) {
+    for (int i = 0; i < 100; ++i) {
+        auto e = c.poll(msg);
+        if (!e.is_ok()) return RendezvousClient::Event::kNone;
+        if (*e != RendezvousClient::Event::kNone) return *e;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return RendezvousClient::Event::kNone;
+}
+
+TEST(Rendezvous, RoundsRestartsAndTheEnd) {
+    RdzvSettings s;
+    s.run_id = "job";
+    s.min_nodes = s.max_nodes = 2;
+    s.max_restarts = 1;
+    s.last_call_s = 0;
+    auto srv = RendezvousServer::start("127.0.0.1", 0, s);
+    ASSERT_TRUE(srv.is_ok()) << srv.status().message();
+    const int port = (*srv)->port();
+    auto a = client(port), b = client(port);
+    ASSERT_TRUE(a && b);
+    // b asks to be node 0; ranks follow node ranks, then ids.
+    auto fa = std::async(std::launch::async, [&] { return a->join(join_as("a", 1), 10); });
+    auto rb = b->join(join_as("b", 2, 0), 10);
+    auto ra = fa.get();
+    ASSERT_TRUE(ra.is_ok() && rb.is_ok()) << ra.status().message() << rb.status().message();
+    EXPECT_EQ(rb->group_rank, 0);
+    EXPECT_EQ(ra->group_rank, 1);
+    EXPECT_EQ(ra->world_size, 3);
+    EXPECT_EQ(rb->rank_offset, 0);
+    EXPECT_EQ(ra->rank_offset, 2);
+    EXPECT_EQ(ra->master_port, 2222);  // group rank 0's port, for everyone
+    EXPECT_EQ(ra->round, 0);
+    // A failure on a restarts everyone.
+    ASSERT_TRUE(a->fail(0, "rank 2 exited with code 3").is_ok());
+    std::string msg;
+    EXPECT_EQ(wait_event(*b, &msg), RendezvousClient::Event::kRestart);
+    EXPECT_NE(msg.find("rank 2 exited with code 3"), std::string::npos) << msg;
+    fa = std::async(std::launch::async, [&] { return a->join(join_as("a", 1), 10); });
+    rb = b->join(join_as("b", 2, 0), 10);
+    ra = fa.get();
+    ASSERT_TRUE(ra.is_ok() && rb.is_ok());
+    EXPECT_EQ(ra->round, 1);
+    // Both done: everyone exits.
+    ASSERT_TRUE(a->done(1).is_ok());
+    ASSERT_TRUE(b->done(1).is_ok());
+    EXPECT_EQ(wait_event(*a, &msg), RendezvousClient::Event::kExit);
+    EXPECT_EQ(wait_event(*b, &msg), RendezvousClient::Event::kExit);
+}
+
+TEST(Rendezvous, RestartsUsedUpAbort) {
+    RdzvSettings s;
+    s.run_id = "job";
+    s.min_nodes = s.max_nodes = 2;
+    s.max_restarts = 0;
+    auto srv = RendezvousServer::start("127.0.0.1", 0, s);
+    ASSERT_TRUE(srv.is_ok());
+    auto a = client((*srv)->port()), b = client((*srv)->port());
+    auto fa = std::async(std::launch::async, [&] { return a->join(join_as("a", 1), 10); });
+    ASSERT_TRUE(b->join(join_as("b", 1), 10).is_ok());
+    ASSERT_TRUE(fa.get().is_ok());
+    // b's node goes away while running: a lost node is a failure, and no restarts are left.
+    b.reset();
+    std::string msg;
+    EXPECT_EQ(wait_event(*a, &msg), RendezvousClient::Event::kAbort);
+    EXPECT_NE(msg.find("lost node b"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("max_restarts = 0"), std::string::npos) << msg;
+}
+
+TEST(Rendezvous, TooFewNodesAbortAtTheJoinTimeout) {
+    RdzvSettings s;
+    s.run_id = "job";
+    s.min_nodes = 2;
+    s.max_nodes = 3;
+    s.join_timeout_s = 0.5;
+    auto srv = RendezvousServer::start("127.0.0.1", 0, s);
+    ASSERT_TRUE(srv.is_ok());
+    auto a = client((*srv)->port());
+    auto start = std::chrono::steady_clock::now();
+    auto r = a->join(join_as("a", 1), 10);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kCancelled);
+    EXPECT_NE(r.status().message().find("only 1 of at least 2 nodes joined"), std::string::npos) << r.status().message();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST(Rendezvous, ElasticRoundFormsAfterTheLastCall) {
+    RdzvSettings s;
+    s.run_id = "job";
+    s.min_nodes = 1;
+    s.max_nodes = 2;
+    s.last_call_s = 0.3;
+    s.max_restarts = 1;  // growing the group is a restart, as under torchrun
+    auto srv = RendezvousServer::start("127.0.0.1", 0, s);
+    ASSERT_TRUE(srv.is_ok());
+    auto a = client((*srv)->port());
+    auto r = a->join(join_as("a", 4), 10);
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_EQ(r->group_world_size, 1);
+    EXPECT_EQ(r->world_size, 4);
+    // A second node arriving while the round runs grows the job: everyone restarts, now with 2.
+    auto b = client((*srv)->port());
+    auto fb = std::async(std::launch::async, [&] { return b->join(join_as("b", 4), 10); });
+    std::string msg;
+    EXPECT_EQ(wait_event(*a, &msg), RendezvousClient::Event::kRestart);
+    EXPECT_NE(msg.find("scale-up"), std::string::npos) << msg;
+    auto ra = a->join(join_as("a", 4), 10);
+    auto rb = fb.get();
+    ASSERT_TRUE(ra.is_ok() && rb.is_ok());
+    EXPECT_EQ(ra->group_world_size, 2);
+    EXPECT_EQ(rb->world_size, 8);
+}
+
+TEST(Rendezvous, WrongRunIdIsRefused) {
+    RdzvSettings s;
+    s.run_id = "job";
+    auto srv = RendezvousServer::start("127.0.0.1", 0, s);
+    ASSERT_TRUE(srv.is_ok());
+    auto a = client((*srv)->port());
+    auto j = join_as("a", 1);
+    j.run_id = "other";
+    auto r = a->join(j, 5);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("not 'other'"), std::string::npos) << r.status().message();
+}
+
+}  // namespace
+}  // namespace strato::dist
