@@ -1,0 +1,150 @@
+#!/usr/bin/python3
+"""`strato launch` end to end with real processes: the torchrun environment (both flag spellings
+and PET_* variables), a failing worker restarting the whole group with an error file, a worker
+killed by SIGKILL, restarts used up, SIGTERM to the launcher, two launchers as two nodes through
+the rendezvous on 127.0.0.1 (a failure on one restarts both), and a node that never joins giving
+a clear error within the join timeout."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from harness import STRATO, check, finish, free_port
+
+ENV_DUMP = ("import json, os; print('ENV ' + json.dumps({k: os.environ.get(k) for k in ['RANK', 'LOCAL_RANK', "
+            "'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'GROUP_RANK', 'MASTER_ADDR', 'MASTER_PORT', "
+            "'TORCHELASTIC_RESTART_COUNT', 'TORCHELASTIC_MAX_RESTARTS', 'TORCHELASTIC_RUN_ID', 'OMP_NUM_THREADS']}))")
+
+
+def launch(*args, env=None, timeout=60):
+    return subprocess.run([STRATO, "launch", *args], capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, **(env or {})))
+
+
+def envs(out):
+    return sorted((json.loads(l.split("ENV ", 1)[1]) for l in out.splitlines() if "ENV " in l),
+                  key=lambda e: int(e["RANK"]))
+
+
+def environment(tmp):
+    p = launch("--standalone", "--nproc_per_node=3", "--log-dir", f"{tmp}/env", "--max-restarts", "2",
+               "/usr/bin/python3", "-c", ENV_DUMP)
+    check(p.returncode == 0, f"standalone: exit {p.returncode}: {p.stderr[-800:]}")
+    e = envs(p.stdout)
+    check([x["RANK"] for x in e] == ["0", "1", "2"], f"ranks {e}")
+    check(all(x["WORLD_SIZE"] == "3" and x["LOCAL_WORLD_SIZE"] == "3" and x["GROUP_RANK"] == "0" for x in e), e)
+    check(len({x["MASTER_PORT"] for x in e}) == 1 and e[0]["MASTER_ADDR"] == "127.0.0.1", e)
+    check(all(x["TORCHELASTIC_RESTART_COUNT"] == "0" and x["TORCHELASTIC_MAX_RESTARTS"] == "2" for x in e), e)
+    check(all(x["OMP_NUM_THREADS"] == "1" for x in e), "OMP_NUM_THREADS=1 by default with several workers")
+    check(os.path.exists(f"{tmp}/env/attempt_0/rank_2.log"), "per-rank logs")
+    # PET_* variables, as Kubeflow sets them.
+    p = launch("/usr/bin/python3", "-c", ENV_DUMP, env={"PET_NPROC_PER_NODE": "2", "PET_LOG_DIR": f"{tmp}/pet"})
+    check(p.returncode == 0 and len(envs(p.stdout)) == 2, f"PET_NPROC_PER_NODE: {p.stdout} {p.stderr[-500:]}")
+    # The workers' own flags are theirs.
+    p = launch("--nproc-per-node", "1", "--log-dir", f"{tmp}/flags", "/bin/echo", "--nproc-per-node", "-q")
+    check(p.returncode == 0 and "--nproc-per-node -q" in p.stdout, f"worker flags: {p.stdout} {p.stderr[-300:]}")
+
+
+def restarts(tmp):
+    script = ("import os, sys, time; r = int(os.environ['RANK']); n = int(os.environ['TORCHELASTIC_RESTART_COUNT']);"
+              "print('start', r, n, flush=True);"
+              "sys.exit(7) if r == 1 and n == 0 else time.sleep(0.5); print('done', r, n)")
+    p = launch("--nproc-per-node", "2", "--max-restarts", "1", "--stop-timeout", "5", "--log-dir", f"{tmp}/r",
+               "/usr/bin/python3", "-c", script)
+    check(p.returncode == 0, f"restart: exit {p.returncode}: {p.stderr[-800:]}")
+    check("[0]: done 0 1" in p.stdout and "[1]: done 1 1" in p.stdout, f"second attempt finished: {p.stdout}")
+    err = json.load(open(f"{tmp}/r/error.json"))
+    check(err["rank"] == 1 and err["exit_code"] == 7 and err["attempt"] == 0, err)
+    check("start 1 0" in err["last_lines"], f"last lines: {err['last_lines']}")
+    # Restarts used up: the launcher exits with the worker's code.
+    p = launch("--nproc-per-node", "2", "--max-restarts", "1", "--stop-timeout", "5", "--log-dir", f"{tmp}/used",
+               "/usr/bin/python3", "-c", "import os, sys; sys.exit(9 if os.environ['RANK'] == '0' else 0)")
+    check(p.returncode == 9, f"restarts used up: exit {p.returncode}")
+    check("no restarts left" in p.stderr, p.stderr[-500:])
+    check(os.path.exists(f"{tmp}/used/attempt_1/error.json"), "an error file per attempt")
+
+
+def sigkill_worker(tmp):
+    # Rank 1 of the first attempt is killed from outside; the group restarts and finishes.
+    script = ("import os, time; n = os.environ['TORCHELASTIC_RESTART_COUNT'];"
+              "open(os.environ['PIDDIR'] + '/' + os.environ['RANK'] + '.' + n, 'w').write(str(os.getpid()));"
+              "time.sleep(30 if n == '0' else 0.2); print('finished', os.environ['RANK'], n)")
+    piddir = f"{tmp}/pids"
+    os.makedirs(piddir)
+    proc = subprocess.Popen([STRATO, "launch", "--nproc-per-node", "2", "--max-restarts", "1", "--stop-timeout", "5",
+                             "--log-dir", f"{tmp}/k", "/usr/bin/python3", "-c", script],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PIDDIR=piddir))
+    deadline = time.time() + 20
+    while time.time() < deadline and not os.path.exists(f"{piddir}/1.0"):
+        time.sleep(0.05)
+    time.sleep(0.2)
+    try:
+        os.kill(int(open(f"{piddir}/1.0").read()), signal.SIGKILL)
+    except (OSError, ValueError) as e:
+        check(False, f"could not kill the worker: {e}")
+    out, err = proc.communicate(timeout=60)
+    check(proc.returncode == 0, f"after SIGKILL: exit {proc.returncode}: {err[-800:]}")
+    check("finished 0 1" in out and "finished 1 1" in out, out)
+    e = json.load(open(f"{tmp}/k/error.json"))
+    check(e["rank"] == 1 and e.get("signal") == "SIGKILL", e)
+
+
+def sigterm_launcher(tmp):
+    proc = subprocess.Popen([STRATO, "launch", "--nproc-per-node", "2", "--log-dir", f"{tmp}/t", "sleep", "30"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    t0 = time.time()
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    check(proc.returncode == 128 + signal.SIGTERM, f"SIGTERM: exit {proc.returncode}")
+    check(time.time() - t0 < 10, "workers stopped promptly")
+
+
+def two_nodes(tmp):
+    port = free_port()
+    script = ("import os, sys, time; r = int(os.environ['RANK']); n = os.environ['TORCHELASTIC_RESTART_COUNT'];"
+              + ENV_DUMP.replace("import json, os; ", "import json;") +
+              "; time.sleep(0.3); sys.exit(4 if r == 3 and n == '0' else 0)")
+    procs = [subprocess.Popen([STRATO, "launch", "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+                               "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "e2e", "--max-restarts", "1",
+                               "--stop-timeout", "5", "--join-timeout", "30", "--node-rank", str(n),
+                               "--log-dir", f"{tmp}/node{n}", "/usr/bin/python3", "-c", script],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n in (0, 1)]
+    outs = [p.communicate(timeout=90) for p in procs]
+    for n, (p, (out, err)) in enumerate(zip(procs, outs)):
+        check(p.returncode == 0, f"node {n}: exit {p.returncode}: {err[-800:]}")
+    final = [e for out, _ in outs for e in envs(out) if e["TORCHELASTIC_RESTART_COUNT"] == "1"]
+    check(sorted(int(e["RANK"]) for e in final) == [0, 1, 2, 3], f"ranks of the restarted round: {final}")
+    check(all(e["WORLD_SIZE"] == "4" for e in final), final)
+    check(len({(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in final}) == 1, "one master for both nodes")
+    check(sorted(e["GROUP_RANK"] for e in final) == ["0", "0", "1", "1"], final)
+    check("restarting the group" in outs[0][1], f"node 0 restarted because of node 1: {outs[0][1][-800:]}")
+
+
+def missing_peer(tmp):
+    port = free_port()
+    t0 = time.time()
+    p = launch("--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+               f"127.0.0.1:{port}", "--join-timeout", "2", "--log-dir", f"{tmp}/alone", "true", timeout=60)
+    check(p.returncode != 0, "a job with a node missing must fail")
+    check("only 1 of at least 2 nodes joined" in p.stderr, p.stderr[-500:])
+    check(time.time() - t0 < 20, f"failed within the timeout ({time.time() - t0:.1f} s)")
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        environment(tmp)
+        restarts(tmp)
+        sigkill_worker(tmp)
+        sigterm_launcher(tmp)
+        two_nodes(tmp)
+        missing_peer(tmp)
+    finish("launch e2e")
+
+
+if __name__ == "__main__":
+    main()
