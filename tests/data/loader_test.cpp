@@ -53,6 +53,43 @@ TEST(Loader, EpochIsAPermutationAndBatchesCoverIt) {
     EXPECT_NE(seen, all);  // shuffled
 }
 
+TEST(Loader, ShardsTogetherAreTheGlobalBatches) {
+    // 2 ranks x batch 4 see, batch for batch, what 1 process with batch 8 sees (the DDP
+    // equivalence), augmentation included; odd sizes are padded so both ranks have as many.
+    auto global = Loader::create(toy(48), opts(0)).value();
+    std::vector<std::vector<Batch>> ranks;
+    for (int64_t r : {0, 1}) {
+        auto o = opts(r + 1);
+        o.batch_size = 4;
+        o.shard_rank = r;
+        o.shard_count = 2;
+        ranks.push_back(epoch(*Loader::create(toy(48), o).value(), 1));
+    }
+    auto all = epoch(*global, 1);
+    ASSERT_EQ(ranks[0].size(), all.size());
+    ASSERT_EQ(ranks[1].size(), all.size());
+    const size_t numel = 16;
+    for (size_t t = 0; t < all.size(); ++t) {
+        for (size_t j = 0; j < 8; ++j) {
+            const Batch& mine = ranks[j % 2][t];
+            EXPECT_EQ(all[t].labels[j], mine.labels[j / 2]) << "batch " << t << " sample " << j;
+            EXPECT_TRUE(std::equal(all[t].images.begin() + static_cast<long>(j * numel),
+                                   all[t].images.begin() + static_cast<long>((j + 1) * numel),
+                                   mine.images.begin() + static_cast<long>(j / 2 * numel)));
+        }
+    }
+    auto o = opts(0);
+    o.shard_count = 3;
+    o.shard_rank = 2;
+    auto padded = Loader::create(toy(50), o).value();
+    EXPECT_EQ(padded->epoch_order(0).size(), 17u);  // 50 -> 51 = 3 x 17
+    o.shard_pad = false;
+    auto exact = Loader::create(toy(50), o).value();
+    EXPECT_EQ(exact->epoch_order(0).size(), 16u);  // positions 2, 5, ..., 47
+    o.shard_rank = 3;
+    EXPECT_FALSE(Loader::create(toy(50), o).is_ok());
+}
+
 TEST(Loader, SameBatchesWhateverTheWorkerCount) {
     for (int64_t workers : {1, 3, 4}) {
         auto ref = Loader::create(toy(61), opts(0)).value();

@@ -33,6 +33,8 @@ Result<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<const Dataset> da
     if (options.workers < 0) return invalid_argument("loader: workers must be >= 0, got {}", options.workers);
     if (options.prefetch < 1) return invalid_argument("loader: prefetch must be >= 1, got {}", options.prefetch);
     if (options.crop_padding < 0) return invalid_argument("loader: crop_padding must be >= 0");
+    if (options.shard_count < 1 || options.shard_rank < 0 || options.shard_rank >= options.shard_count)
+        return invalid_argument("loader: shard {} of {} does not exist", options.shard_rank, options.shard_count);
     if (dataset->size() == 0) return invalid_argument("loader: the dataset is empty");
     const auto channels = static_cast<size_t>(dataset->shape().channels);
     for (auto* v : {&options.mean, &options.std}) {
@@ -54,7 +56,9 @@ Result<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<const Dataset> da
 Loader::~Loader() { stop_workers(); }
 
 int64_t Loader::batches_per_epoch() const {
-    const int64_t n = dataset_->size(), b = opts_.batch_size;
+    const int64_t total = dataset_->size(), w = opts_.shard_count, r = opts_.shard_rank;
+    const int64_t n = w <= 1 ? total : opts_.shard_pad ? (total + w - 1) / w : (total - r + w - 1) / w;
+    const int64_t b = opts_.batch_size;
     return opts_.drop_last ? n / b : (n + b - 1) / b;
 }
 
@@ -65,7 +69,13 @@ std::vector<int64_t> Loader::epoch_order(int64_t epoch) const {
         SampleRng rng{mix64(opts_.seed ^ mix64(static_cast<uint64_t>(epoch) + 0x5eed))};
         for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
     }
-    return order;
+    const size_t w = static_cast<size_t>(opts_.shard_count), r = static_cast<size_t>(opts_.shard_rank);
+    if (w <= 1 || order.empty()) return order;
+    if (opts_.shard_pad)
+        for (size_t i = 0; order.size() % w != 0; ++i) order.push_back(order[i]);
+    std::vector<int64_t> mine;
+    for (size_t i = r; i < order.size(); i += w) mine.push_back(order[i]);
+    return mine;
 }
 
 void Loader::stop_workers() {
@@ -153,7 +163,10 @@ Result<Batch> Loader::assemble_unchecked(int64_t b) const {
         const int64_t idx = order_[static_cast<size_t>(k)];
         Status st = dataset_->load(idx, raw.data(), &batch.labels[static_cast<size_t>(i)]);
         if (!st.is_ok()) return st.with_context(fmt::format("loading sample {}", idx));
-        SampleRng rng{mix64(opts_.seed ^ mix64((static_cast<uint64_t>(epoch_) << 32) ^ static_cast<uint64_t>(k)))};
+        // Keyed by the position in the whole epoch, so a sharded run augments each sample as
+        // an unsharded one does.
+        const uint64_t pos = static_cast<uint64_t>(k * std::max<int64_t>(1, opts_.shard_count) + opts_.shard_rank);
+        SampleRng rng{mix64(opts_.seed ^ mix64((static_cast<uint64_t>(epoch_) << 32) ^ pos))};
         int64_t dy = 0, dx = 0;
         if (pad > 0) {
             dy = static_cast<int64_t>(rng.below(static_cast<uint64_t>(2 * pad + 1))) - pad;

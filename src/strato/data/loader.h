@@ -38,6 +38,13 @@ struct LoaderOptions {
     std::vector<double> std;   // per channel; empty = 1
     bool hflip = false;         // random horizontal flip, p = 0.5
     int64_t crop_padding = 0;   // random crop of the original size from a zero-padded image; 0 = off
+    // Distributed data parallelism (PyTorch's DistributedSampler): this loader yields samples
+    // rank, rank + count, rank + 2 count, ... of each epoch's order, so the ranks' batches t
+    // together are the contiguous global batch t of batch_size x count. With pad, the order is
+    // first extended (repeating its start) to a multiple of count so every rank has as many
+    // batches; without (evaluation), the last ranks may have one sample fewer.
+    int64_t shard_rank = 0, shard_count = 1;
+    bool shard_pad = true;
 };
 
 struct Batch {
