@@ -57,6 +57,12 @@ void CheckpointConfig::visit(config::Visitor& v) {
     v.field("keep_best", keep_best);
 }
 
+void DistConfig::visit(config::Visitor& v) {
+    v.field("timeout_s", timeout_s, Range::positive());
+    v.field("bucket_mb", bucket_mb, Range::positive());
+    v.field("first_bucket_mb", first_bucket_mb, Range::positive());
+}
+
 void TrainConfig::visit(config::Visitor& v) {
     v.section("run", [&] { run.visit(v); });
     v.section("data", [&] { data.visit(v); });
@@ -65,6 +71,7 @@ void TrainConfig::visit(config::Visitor& v) {
     v.section("schedule", [&] { schedule.visit(v); });
     v.section("train", [&] { train.visit(v); });
     v.section("checkpoint", [&] { checkpoint.visit(v); });
+    v.section("dist", [&] { dist.visit(v); });
 }
 
 std::string TrainConfig::run_dir() const { return (std::filesystem::path(run.dir) / run.name).string(); }

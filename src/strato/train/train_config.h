@@ -1,5 +1,6 @@
 #pragma once
-// The full training config: [run], [data], [model], [optim], [schedule], [train], [checkpoint].
+// The full training config: [run], [data], [model], [optim], [schedule], [train], [checkpoint],
+// [dist].
 // See configs/fashion_mnist_cnn.toml for an annotated example and docs/config.md for every key.
 
 #include <string>
@@ -68,6 +69,15 @@ struct CheckpointConfig {
     void visit(config::Visitor& v);
 };
 
+/// Data parallelism under `strato launch` (or torchrun, srun, mpirun): used when the
+/// environment says WORLD_SIZE > 1. data.batch_size is per process.
+struct DistConfig {
+    double timeout_s = 300;       // a collective or the rendezvous of ranks that takes longer fails
+    double bucket_mb = 25;        // gradient bucket size (DDP's bucket_cap_mb)
+    double first_bucket_mb = 1;   // the first, smaller bucket, so communication starts early
+    void visit(config::Visitor& v);
+};
+
 struct TrainConfig {
     RunConfig run;
     data::DataConfig data;
@@ -76,6 +86,7 @@ struct TrainConfig {
     ScheduleConfig schedule;
     LoopConfig train;
     CheckpointConfig checkpoint;
+    DistConfig dist;
     void visit(config::Visitor& v);
 
     std::string run_dir() const;

@@ -12,6 +12,8 @@
 #include "strato/core/log.h"
 #include "strato/core/progress.h"
 #include "strato/core/signals.h"
+#include "strato/dist/ddp.h"
+#include "strato/dist/env.h"
 #include "strato/models/package.h"
 #include "strato/models/zoo.h"
 #include "strato/train/checkpoint.h"
@@ -200,13 +202,41 @@ private:
     EvalResult last_eval_;
     bool bf16_ = false;
     bool channels_last_ = false;
+    // Data parallelism (WORLD_SIZE > 1): rank 0 writes the run directory; all ranks stop together.
+    dist::DistEnv env_;
+    std::unique_ptr<dist::DataParallel> ddp_;
+    bool rank0_ = true;
+    bool stopping_ = false;  // agreed by all ranks (through the gradient all-reduce)
+    bool stop_now() const { return ddp_ ? stopping_ : signals::stop_requested(); }
+    /// Sums over the ranks (identity in a single process).
+    Result<std::vector<double>> global_sum(std::vector<double> v) {
+        if (!ddp_) return v;
+        return ddp_->sum(v);
+    }
+    /// Evaluates this rank's share of the test set and combines the ranks' results.
+    Result<EvalResult> evaluate_all();
 };
+
+Result<EvalResult> Trainer::evaluate_all() {
+    STRATO_ASSIGN_OR_RETURN(EvalResult r, evaluate(*net_, *test_loader_, bf16_, channels_last_));
+    if (!ddp_) return r;
+    const double n = static_cast<double>(r.count);
+    STRATO_ASSIGN_OR_RETURN(auto g, ddp_->sum({r.loss * n, r.accuracy * n, n}));
+    r.count = static_cast<int64_t>(g[2]);
+    r.loss = g[0] / std::max(1.0, g[2]);
+    r.accuracy = g[1] / std::max(1.0, g[2]);
+    return r;
+}
 
 Status Trainer::setup() {
     process_start_ = Clock::now();
     run_dir_ = cfg_.run_dir();
-    STRATO_RETURN_IF_ERROR(prepare_run_dir(cfg_, opts_));
-    log::add_file_sink((stdfs::path(run_dir_) / "events.log").string());
+    STRATO_ASSIGN_OR_RETURN(env_, dist::read_env());
+    rank0_ = env_.rank == 0;
+    if (rank0_) {
+        STRATO_RETURN_IF_ERROR(prepare_run_dir(cfg_, opts_));
+        log::add_file_sink((stdfs::path(run_dir_) / "events.log").string());
+    }
 
     const int threads = configure_threads(cfg_.run.threads);
     if (cfg_.run.deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
@@ -219,13 +249,17 @@ Status Trainer::setup() {
         log::warn("the config differs from the one this run started with ({}); continuing with the new one",
                   cfg_path.string());
     }
-    STRATO_RETURN_IF_ERROR(fs::atomic_write(cfg_path, resolved));
+    if (rank0_) STRATO_RETURN_IF_ERROR(fs::atomic_write(cfg_path, resolved));
 
     STRATO_ASSIGN_OR_RETURN(splits_, data::open_datasets(cfg_.data));
     const uint64_t seed = static_cast<uint64_t>(cfg_.run.seed);
-    STRATO_ASSIGN_OR_RETURN(train_loader_,
-                            data::Loader::create(splits_.train, data::train_loader_options(cfg_.data, splits_, seed)));
-    STRATO_ASSIGN_OR_RETURN(test_loader_, data::Loader::create(splits_.test, data::eval_loader_options(cfg_.data, splits_)));
+    auto train_opts = data::train_loader_options(cfg_.data, splits_, seed);
+    auto test_opts = data::eval_loader_options(cfg_.data, splits_);
+    train_opts.shard_rank = test_opts.shard_rank = env_.rank;
+    train_opts.shard_count = test_opts.shard_count = env_.world_size;
+    test_opts.shard_pad = false;  // every test sample once over the ranks
+    STRATO_ASSIGN_OR_RETURN(train_loader_, data::Loader::create(splits_.train, train_opts));
+    STRATO_ASSIGN_OR_RETURN(test_loader_, data::Loader::create(splits_.test, test_opts));
 
     torch::manual_seed(seed);
     STRATO_ASSIGN_OR_RETURN(net_, models::create_model(cfg_.model, splits_.train->shape(), splits_.train->num_classes()));
@@ -248,10 +282,23 @@ Status Trainer::setup() {
             log::info("no checkpoint in {}; starting from scratch", store_->dir());
         }
     }
-    STRATO_ASSIGN_OR_RETURN(MetricsLog m,
-                            MetricsLog::open((stdfs::path(run_dir_) / "metrics.jsonl").string(), state_.metrics_lines));
-    metrics_ = std::make_unique<MetricsLog>(std::move(m));
-    if (cfg_.train.monitor_every > 0) {
+    if (env_.distributed()) {
+        dist::DdpOptions d;
+        d.timeout_s = cfg_.dist.timeout_s;
+        d.bucket_bytes = static_cast<int64_t>(cfg_.dist.bucket_mb * (1 << 20));
+        d.first_bucket_bytes = static_cast<int64_t>(cfg_.dist.first_bucket_mb * (1 << 20));
+        STRATO_ASSIGN_OR_RETURN(ddp_, dist::DataParallel::create(env_, net_->parameters(), net_->buffers(), d));
+        STRATO_RETURN_IF_ERROR(ddp_->broadcast_state());
+        // The checkpoint holds the epoch's sums over all ranks: rank 0 carries them on.
+        if (!rank0_) state_.epoch_loss_sum = 0, state_.epoch_correct = state_.epoch_seen = 0;
+        log::info("data parallel: {}; {} gradient buckets", env_.describe(), ddp_->bucket_count());
+    }
+    if (rank0_) {
+        STRATO_ASSIGN_OR_RETURN(MetricsLog m,
+                                MetricsLog::open((stdfs::path(run_dir_) / "metrics.jsonl").string(), state_.metrics_lines));
+        metrics_ = std::make_unique<MetricsLog>(std::move(m));
+    }
+    if (cfg_.train.monitor_every > 0 && rank0_) {
         monitor::MonitorOptions mo;
         mo.port = -1;  // samples only; `strato monitor` is the exporter
         STRATO_ASSIGN_OR_RETURN(monitor_, monitor::Monitor::create(mo));
@@ -263,6 +310,20 @@ Status Trainer::setup() {
 }
 
 Status Trainer::checkpoint() {
+    if (ddp_) {
+        // Every rank checkpoints at the same step; rank 0 saves the epoch's sums over all ranks.
+        STRATO_ASSIGN_OR_RETURN(auto g, ddp_->sum({state_.epoch_loss_sum, static_cast<double>(state_.epoch_correct),
+                                                   static_cast<double>(state_.epoch_seen)}));
+        if (rank0_) {
+            state_.epoch_loss_sum = g[0];
+            state_.epoch_correct = static_cast<int64_t>(g[1]);
+            state_.epoch_seen = static_cast<int64_t>(g[2]);
+        } else {
+            state_.epoch_loss_sum = 0;
+            state_.epoch_correct = state_.epoch_seen = 0;
+            return Status::ok();
+        }
+    }
     STRATO_RETURN_IF_ERROR(metrics_->sync());
     TrainState s = state_;
     s.metrics_lines = metrics_->lines();
@@ -276,7 +337,7 @@ Status Trainer::train_epoch(bool& stop) {
     const int64_t accum = cfg_.train.grad_accum;
     train_loader_->seek({epoch, state_.next_batch});
     net_->train();
-    ProgressBar bar(batches, fmt::format("epoch {}/{}", epoch + 1, cfg_.train.epochs), opts_.quiet);
+    ProgressBar bar(batches, fmt::format("epoch {}/{}", epoch + 1, cfg_.train.epochs), opts_.quiet || !rank0_);
 
     auto window_start = Clock::now();
     double window_loss = 0;
@@ -295,7 +356,13 @@ Status Trainer::train_epoch(bool& stop) {
         }
         logits = logits.to(torch::kFloat);
         auto loss = F::cross_entropy(logits, y, F::CrossEntropyFuncOptions().label_smoothing(smoothing));
+        const bool sync = micro + 1 >= accum || b.index + 1 == batches;  // this micro-step ends an optimizer step
+        if (ddp_) ddp_->prepare(sync, signals::stop_requested() ? 1.0 : 0.0);
         (accum > 1 ? loss / static_cast<double>(accum) : loss).backward();
+        if (ddp_ && sync) {
+            STRATO_ASSIGN_OR_RETURN(double stop_votes, ddp_->finish());
+            if (stop_votes > 0) stopping_ = true;
+        }
         ++micro;
 
         const double l = loss.item<double>();
@@ -322,13 +389,16 @@ Status Trainer::train_epoch(bool& stop) {
         bar.update(b.index + 1, fmt::format("loss {:.4f}  {:.0f} samples/s", window_loss / std::max<int64_t>(1, window_seen),
                                             static_cast<double>(window_seen) / std::max(1e-9, secs)));
         if (state_.step % cfg_.train.log_every == 0) {
-            STRATO_RETURN_IF_ERROR(metrics_->append({{"kind", "train"},
-                                                     {"step", state_.step},
-                                                     {"epoch", epoch + static_cast<double>(b.index + 1) / static_cast<double>(batches)},
-                                                     {"loss", window_loss / static_cast<double>(window_seen)},
-                                                     {"acc", static_cast<double>(window_correct) / static_cast<double>(window_seen)},
-                                                     {"lr", lr},
-                                                     {"samples_per_s", static_cast<double>(window_seen) / std::max(1e-9, secs)}}));
+            STRATO_ASSIGN_OR_RETURN(auto w, global_sum({window_loss, static_cast<double>(window_correct),
+                                                        static_cast<double>(window_seen)}));
+            if (metrics_)
+                STRATO_RETURN_IF_ERROR(metrics_->append({{"kind", "train"},
+                                                         {"step", state_.step},
+                                                         {"epoch", epoch + static_cast<double>(b.index + 1) / static_cast<double>(batches)},
+                                                         {"loss", w[0] / w[2]},
+                                                         {"acc", w[1] / w[2]},
+                                                         {"lr", lr},
+                                                         {"samples_per_s", w[2] / std::max(1e-9, secs)}}));
             window_start = Clock::now();
             window_loss = 0;
             window_correct = window_seen = 0;
@@ -340,7 +410,7 @@ Status Trainer::train_epoch(bool& stop) {
             STRATO_RETURN_IF_ERROR(metrics_->append(sample));
         }
         const bool max_reached = cfg_.train.max_steps > 0 && state_.step >= cfg_.train.max_steps;
-        if (signals::stop_requested() || max_reached) {
+        if (stop_now() || max_reached) {
             stop = true;
             break;
         }
@@ -367,7 +437,7 @@ Result<TrainResult> Trainer::run() {
         const auto epoch_start = Clock::now();
         bool stop = false;
         STRATO_RETURN_IF_ERROR(train_epoch(stop));
-        if (stop && signals::stop_requested()) {
+        if (stop && stop_now()) {
             STRATO_RETURN_IF_ERROR(checkpoint());
             return Status(StatusCode::kCancelled,
                           fmt::format("interrupted by signal {} at step {}; checkpoint saved in {}\nhint: continue with "
@@ -379,11 +449,14 @@ Result<TrainResult> Trainer::run() {
         const bool last = epoch + 1 >= cfg_.train.epochs || stop ||
                           (cfg_.train.stop_after_epochs > 0 && epoch + 1 >= cfg_.train.stop_after_epochs);
         if ((epoch + 1) % cfg_.train.eval_every == 0 || last) {
-            STRATO_ASSIGN_OR_RETURN(last_eval_, evaluate(*net_, *test_loader_, bf16_, channels_last_));
-            const double train_loss = state_.epoch_loss_sum / std::max<int64_t>(1, state_.epoch_seen);
-            const double train_acc = static_cast<double>(state_.epoch_correct) / std::max<int64_t>(1, state_.epoch_seen);
+            STRATO_ASSIGN_OR_RETURN(last_eval_, evaluate_all());
+            STRATO_ASSIGN_OR_RETURN(auto sums, global_sum({state_.epoch_loss_sum, static_cast<double>(state_.epoch_correct),
+                                                           static_cast<double>(state_.epoch_seen)}));
+            const double train_loss = sums[0] / std::max(1.0, sums[2]);
+            const double train_acc = sums[1] / std::max(1.0, sums[2]);
             const double epoch_s = seconds_since(epoch_start);
-            STRATO_RETURN_IF_ERROR(metrics_->append({{"kind", "eval"},
+            if (metrics_)
+                STRATO_RETURN_IF_ERROR(metrics_->append({{"kind", "eval"},
                                                      {"step", state_.step},
                                                      {"epoch", epoch + 1},
                                                      {"train_loss", train_loss},
@@ -413,7 +486,12 @@ Result<TrainResult> Trainer::run() {
             state_.epoch_correct = state_.epoch_seen = 0;
         }
         STRATO_RETURN_IF_ERROR(checkpoint());
-        if (signals::stop_requested()) {
+        bool interrupted = signals::stop_requested();
+        if (ddp_) {  // together: a rank that got the signal after the last step tells the others
+            STRATO_ASSIGN_OR_RETURN(auto votes, ddp_->sum({interrupted ? 1.0 : 0.0}));
+            interrupted = votes[0] > 0;
+        }
+        if (interrupted) {
             return Status(StatusCode::kCancelled,
                           fmt::format("interrupted by signal {} after epoch {}; checkpoint saved in {}\nhint: continue "
                                       "with the same command and --resume",
@@ -426,7 +504,7 @@ Result<TrainResult> Trainer::run() {
 
 Result<TrainResult> Trainer::finish(bool early_stopped) {
     if (last_eval_.count == 0) {  // resumed after the last epoch had finished
-        STRATO_ASSIGN_OR_RETURN(last_eval_, evaluate(*net_, *test_loader_, bf16_, channels_last_));
+        STRATO_ASSIGN_OR_RETURN(last_eval_, evaluate_all());
     }
     TrainResult r;
     r.run_dir = run_dir_;
@@ -449,7 +527,12 @@ Result<TrainResult> Trainer::finish(bool early_stopped) {
     info.metrics = {{"test_acc", r.test_acc},        {"test_loss", r.test_loss}, {"best_test_acc", r.best_test_acc},
                     {"test_samples", last_eval_.count}, {"epochs", r.epochs},       {"steps", r.steps},
                     {"wall_time_s", r.wall_time_s},   {"precision", cfg_.train.precision}};
-    STRATO_RETURN_IF_ERROR(models::save_package(r.package_dir, info, *net_));
+    if (ddp_) {
+        const auto& st = ddp_->stats();
+        log::info("data parallel: {} synchronised steps, {} buckets; waited {:.2f} s for all-reduces after backward",
+                  st.steps, st.buckets, st.wait_s);
+    }
+    if (rank0_) STRATO_RETURN_IF_ERROR(models::save_package(r.package_dir, info, *net_));
     return r;
 }
 

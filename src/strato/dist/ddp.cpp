@@ -1,0 +1,262 @@
+// c10d's headers need these before they are read (the torch precompiled header does not include them).
+#ifndef USE_C10D_GLOO
+#define USE_C10D_GLOO
+#endif
+#ifndef USE_DISTRIBUTED
+#define USE_DISTRIBUTED
+#endif
+#include "strato/dist/ddp.h"
+
+#include <fmt/format.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <chrono>
+#include <cstdlib>
+
+#include "strato/core/log.h"
+
+namespace strato::dist {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+}  // namespace
+
+struct DataParallel::Impl {
+    c10::intrusive_ptr<c10d::ProcessGroup> pg;
+    std::vector<torch::Tensor> params, buffers;
+    // Buckets: flat float tensors; the last has one extra element for the flag.
+    std::vector<torch::Tensor> flat;
+    std::vector<std::vector<size_t>> members;           // params of each bucket
+    std::vector<size_t> bucket_of, offset_of;           // per param
+    std::vector<int64_t> pending;                       // params still to arrive, per bucket
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;  // per bucket, once launched
+    std::vector<Clock::time_point> launched_at;
+    size_t next_launch = 0;
+    bool armed = false;
+    double flag = 0;
+    double timeout_s = 300;
+    int rank = 0;
+    std::vector<char> reported;  // per param, this step
+
+    void launch_ready() {
+        while (next_launch < flat.size() && pending[next_launch] == 0) {
+            launched_at[next_launch] = Clock::now();
+            std::vector<at::Tensor> t{flat[next_launch]};
+            works[next_launch] = pg->allreduce(t);
+            ++next_launch;
+        }
+    }
+    void on_grad(size_t i, const torch::Tensor& g) {
+        if (!armed) return;
+        const size_t b = bucket_of[i];
+        auto slot = flat[b].narrow(0, static_cast<int64_t>(offset_of[i]), params[i].numel());
+        const auto& acc = params[i].grad();
+        if (acc.defined()) {
+            torch::NoGradGuard ng;
+            slot.copy_(acc.reshape(-1));
+            slot.add_(g.reshape(-1));
+        } else {
+            torch::NoGradGuard ng;
+            slot.copy_(g.reshape(-1));
+        }
+        reported[i] = 1;
+        if (--pending[b] == 0) launch_ready();
+    }
+};
+
+Result<std::unique_ptr<DataParallel>> DataParallel::create(const DistEnv& env, std::vector<torch::Tensor> params,
+                                                           std::vector<torch::Tensor> buffers, const DdpOptions& o) {
+    std::unique_ptr<DataParallel> dp(new DataParallel());
+    dp->impl_ = std::make_unique<Impl>();
+    auto& im = *dp->impl_;
+    dp->rank_ = env.rank;
+    dp->world_ = env.world_size;
+    im.rank = env.rank;
+    im.timeout_s = o.timeout_s;
+    const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+    try {
+        c10d::TCPStoreOptions so;
+        so.port = static_cast<uint16_t>(env.master_port);
+        so.isServer = env.rank == 0 && !env.agent_store;
+        so.numWorkers = static_cast<size_t>(env.world_size);
+        so.waitWorkers = !env.agent_store;
+        so.timeout = timeout;
+        c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+        store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("strato/attempt_{}", env.restart_count), store);
+        auto go = c10d::ProcessGroupGloo::Options::create(timeout);
+        if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
+            go->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+        else if (env.master_addr == "127.0.0.1" || env.master_addr == "localhost")
+            go->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+        else
+            go->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+        im.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, go);
+    } catch (const std::exception& e) {
+        return Status(StatusCode::kUnavailable,
+                      fmt::format("rank {}: cannot form the process group of {} at {}:{} within {:.0f} s: {}\nhint: are "
+                                  "all {} ranks running (strato launch starts them), and is MASTER_ADDR reachable?",
+                                  env.rank, env.world_size, env.master_addr, env.master_port, o.timeout_s,
+                                  first_line(e.what()), env.world_size));
+    }
+    im.params = std::move(params);
+    im.buffers = std::move(buffers);
+    // Buckets in reverse order of the parameters (their gradients are ready back to front).
+    const size_t n = im.params.size();
+    im.bucket_of.assign(n, 0);
+    im.offset_of.assign(n, 0);
+    std::vector<int64_t> sizes;
+    int64_t cap = o.first_bucket_bytes, used = 0;
+    for (size_t k = 0; k < n; ++k) {
+        const size_t i = n - 1 - k;
+        if (im.params[i].scalar_type() != torch::kFloat)
+            return invalid_argument("data parallel: parameter {} is {}, only float32 parameters are supported", i,
+                                    std::string(c10::toString(im.params[i].scalar_type())));
+        const int64_t bytes = im.params[i].numel() * 4;
+        if (im.members.empty() || (used > 0 && used + bytes > cap)) {
+            if (!im.members.empty()) cap = o.bucket_bytes;
+            im.members.emplace_back();
+            sizes.push_back(0);
+            used = 0;
+        }
+        im.bucket_of[i] = im.members.size() - 1;
+        im.offset_of[i] = static_cast<size_t>(sizes.back());
+        im.members.back().push_back(i);
+        sizes.back() += im.params[i].numel();
+        used += bytes;
+    }
+    if (im.members.empty()) return invalid_argument("data parallel: the model has no parameters");
+    for (size_t b = 0; b < im.members.size(); ++b)
+        im.flat.push_back(torch::zeros({sizes[b] + (b + 1 == im.members.size() ? 1 : 0)}, torch::kFloat));
+    im.works.resize(im.flat.size());
+    im.launched_at.resize(im.flat.size());
+    im.pending.assign(im.flat.size(), 0);
+    im.reported.assign(n, 0);
+    for (size_t i = 0; i < n; ++i) {
+        Impl* self = &im;
+        im.params[i].register_hook([self, i](torch::Tensor g) { self->on_grad(i, g); });
+    }
+    dp->stats_.buckets = static_cast<int64_t>(im.flat.size());
+    return dp;
+}
+
+DataParallel::~DataParallel() = default;
+
+int64_t DataParallel::bucket_count() const { return static_cast<int64_t>(impl_->flat.size()); }
+
+Status DataParallel::broadcast_state() {
+    auto& im = *impl_;
+    try {
+        torch::NoGradGuard ng;
+        std::vector<torch::Tensor> all = im.params;
+        all.insert(all.end(), im.buffers.begin(), im.buffers.end());
+        std::vector<torch::Tensor> floats, others;
+        for (auto& t : all) (t.scalar_type() == torch::kFloat ? floats : others).push_back(t);
+        for (auto* group : {&floats, &others}) {
+            for (auto& t : *group) {
+                std::vector<at::Tensor> v{t.is_contiguous() ? t : t.contiguous()};
+                c10d::BroadcastOptions bo;
+                bo.rootRank = 0;
+                im.pg->broadcast(v, bo)->wait();
+                if (!t.is_contiguous()) t.copy_(v[0]);
+            }
+        }
+    } catch (const std::exception& e) {
+        return Status(StatusCode::kUnavailable, fmt::format("rank {}: broadcasting the model from rank 0 failed: {}",
+                                                            im.rank, first_line(e.what())));
+    }
+    return Status::ok();
+}
+
+void DataParallel::prepare(bool sync, double flag) {
+    auto& im = *impl_;
+    im.armed = sync;
+    if (!sync) return;
+    im.flag = flag;
+    im.next_launch = 0;
+    for (size_t b = 0; b < im.flat.size(); ++b) {
+        im.pending[b] = static_cast<int64_t>(im.members[b].size());
+        im.works[b].reset();
+    }
+    std::fill(im.reported.begin(), im.reported.end(), 0);
+    im.flat.back()[im.flat.back().numel() - 1].fill_(flag);
+}
+
+Result<double> DataParallel::finish() {
+    auto& im = *impl_;
+    if (!im.armed) return 0.0;
+    im.armed = false;
+    try {
+        torch::NoGradGuard ng;
+        // Parameters without a gradient this step (unused in the forward): their accumulated
+        // gradient, or zeros, so every rank reduces the same buckets.
+        for (size_t b = 0; b < im.flat.size(); ++b) {
+            if (im.pending[b] == 0) continue;
+            for (size_t i : im.members[b]) {
+                if (im.reported[i]) continue;
+                auto slot = im.flat[b].narrow(0, static_cast<int64_t>(im.offset_of[i]), im.params[i].numel());
+                const auto& acc = im.params[i].grad();
+                if (acc.defined())
+                    slot.copy_(acc.reshape(-1));
+                else
+                    slot.zero_();
+            }
+            im.pending[b] = 0;
+        }
+        im.launch_ready();
+        const auto wait_start = Clock::now();
+        for (size_t b = 0; b < im.flat.size(); ++b) {
+            im.works[b]->wait();
+            stats_.comm_s += since(im.launched_at[b]);
+        }
+        stats_.wait_s += since(wait_start);
+        ++stats_.steps;
+        const float inv = 1.0f / static_cast<float>(world_);
+        for (size_t i = 0; i < im.params.size(); ++i) {
+            auto avg = im.flat[im.bucket_of[i]]
+                           .narrow(0, static_cast<int64_t>(im.offset_of[i]), im.params[i].numel())
+                           .view(im.params[i].sizes()) *
+                       inv;
+            auto& g = im.params[i].mutable_grad();
+            if (g.defined())
+                g.copy_(avg);
+            else
+                g = avg.clone();
+        }
+        auto& last = im.flat.back();
+        return static_cast<double>(last[last.numel() - 1].item<float>());
+    } catch (const std::exception& e) {
+        return Status(StatusCode::kUnavailable,
+                      fmt::format("rank {}: gradient all-reduce failed (a peer died or stalled; timeout {:.0f} s): {}",
+                                  im.rank, im.timeout_s, first_line(e.what())));
+    }
+}
+
+Result<std::vector<double>> DataParallel::sum(const std::vector<double>& values) {
+    auto& im = *impl_;
+    try {
+        auto t = torch::tensor(values, torch::kDouble);
+        std::vector<at::Tensor> v{t};
+        im.pg->allreduce(v)->wait();
+        std::vector<double> out(values.size());
+        auto a = t.accessor<double, 1>();
+        for (size_t i = 0; i < out.size(); ++i) out[i] = a[static_cast<int64_t>(i)];
+        return out;
+    } catch (const std::exception& e) {
+        return Status(StatusCode::kUnavailable, fmt::format("rank {}: all-reduce of metrics failed (a peer died?): {}",
+                                                            im.rank, first_line(e.what())));
+    }
+}
+
+Status DataParallel::barrier() {
+    auto r = sum({0.0});
+    return r.status();
+}
+
+}  // namespace strato::dist

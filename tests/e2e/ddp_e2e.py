@@ -1,0 +1,114 @@
+#!/usr/bin/python3
+"""Data-parallel training end to end with real processes (`strato launch` + `strato train`, Gloo on
+127.0.0.1): 2 processes x batch B/2 give the same weights as 1 process x batch B (also with
+gradient accumulation); a worker killed with SIGKILL mid-run restarts the group from the last
+checkpoint and, in deterministic mode, ends with the weights of an uninterrupted run; a rank
+whose peer never comes gives a clear error within the timeout."""
+import os
+import signal
+import subprocess
+import tempfile
+import time
+
+import torch
+
+from harness import REPO, STRATO, check, finish, free_port, run
+
+BASE = [os.path.join(REPO, "configs", "fashion_mnist_mlp.toml"), "--set", "model.dropout=0", "--set",
+        "data.limit_train=2560", "--set", "data.limit_test=500", "--set", "run.threads=1", "--set", "optim.name=sgd",
+        "--set", "optim.lr=0.05", "--set", "train.epochs=2", "--no-report"]
+
+
+def weights(run_dir):
+    m = torch.jit.load(os.path.join(run_dir, "model", "weights.pt"))
+    return {k: v.clone() for k, v in m.state_dict().items()}
+
+
+def max_diff(a, b):
+    return max((a[k] - b[k]).abs().max().item() for k in a)
+
+
+def train(tmp, name, *sets, procs=1, extra_launch=(), timeout=300):
+    args = [*BASE, "--set", f"run.dir={tmp}", "--set", f"run.name={name}"]
+    for s in sets:
+        args += ["--set", s]
+    if procs == 1:
+        run("-q", "train", *args, timeout=timeout)
+    else:
+        p = subprocess.run([STRATO, "launch", "--standalone", "--nproc-per-node", str(procs), "--quiet-workers",
+                            "--log-dir", f"{tmp}/launch-{name}", *extra_launch, STRATO, "-q", "train", *args],
+                           capture_output=True, text=True, timeout=timeout)
+        check(p.returncode == 0, f"{name}: launch exit {p.returncode}: {p.stderr[-1500:]}")
+    return os.path.join(tmp, name)
+
+
+def equivalence(tmp):
+    one = weights(train(tmp, "one", "data.batch_size=64"))
+    two = weights(train(tmp, "two", "data.batch_size=32", procs=2))
+    d = max_diff(one, two)
+    check(d < 1e-6, f"2 x batch 32 vs 1 x batch 64: max weight difference {d:.3g}")
+    acc = weights(train(tmp, "two-accum", "data.batch_size=16", "train.grad_accum=2", procs=2))
+    d = max_diff(one, acc)
+    check(d < 1e-6, f"2 x batch 16 x 2 accumulation steps vs 1 x batch 64: max weight difference {d:.3g}")
+    print(f"equivalence: max |w1 - w2| = {max_diff(one, two):.3g}, with accumulation {max_diff(one, acc):.3g}")
+
+
+def kill_and_resume(tmp):
+    sets = ["data.batch_size=32", "run.deterministic=true", "checkpoint.every_steps=5", "train.epochs=4"]
+    reference = weights(train(tmp, "uninterrupted", *sets, procs=2))
+    args = [*BASE, "--set", f"run.dir={tmp}", "--set", "run.name=killed", "--resume"]
+    for s in sets:
+        args += ["--set", s]
+    proc = subprocess.Popen([STRATO, "launch", "--standalone", "--nproc-per-node", "2", "--max-restarts", "2",
+                             "--stop-timeout", "10", "--quiet-workers", "--log-dir", f"{tmp}/launch-killed",
+                             STRATO, "-q", "train", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ckpt = os.path.join(tmp, "killed", "checkpoints")
+    deadline = time.time() + 120
+    killed = False
+    while time.time() < deadline and proc.poll() is None:
+        if os.path.isdir(ckpt) and any(n.startswith("step") for n in os.listdir(ckpt)):
+            for pid in os.listdir("/proc"):
+                try:
+                    env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+                    cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+                except OSError:
+                    continue
+                if b"run.name=killed" in cmd and b"RANK=1" in env and b"launch" not in cmd.split(b"\0")[1:2]:
+                    os.kill(int(pid), signal.SIGKILL)
+                    killed = True
+                    break
+            if killed:
+                break
+        time.sleep(0.02)
+    out, err = proc.communicate(timeout=300)
+    check(killed, "found rank 1 to kill after the first checkpoint")
+    check(proc.returncode == 0, f"killed run: launch exit {proc.returncode}: {err[-1500:]}")
+    check("restarting" in err or "attempt 1" in err, f"the group restarted: {err[-800:]}")
+    if proc.returncode == 0:
+        d = max_diff(reference, weights(os.path.join(tmp, "killed")))
+        check(d == 0.0, f"deterministic resume after SIGKILL: max weight difference {d:.3g}")
+        print(f"kill and resume: max |w - w_uninterrupted| = {d:.3g}")
+
+
+def missing_peer(tmp):
+    env = dict(os.environ, RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", LOCAL_WORLD_SIZE="2",
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    t0 = time.time()
+    p = subprocess.run([STRATO, "-q", "train", *BASE, "--set", f"run.dir={tmp}", "--set", "run.name=alone",
+                        "--set", "dist.timeout_s=3"], capture_output=True, text=True, env=env, timeout=120)
+    took = time.time() - t0
+    check(p.returncode != 0, "a rank without its peer must fail")
+    check("cannot form the process group of 2" in p.stderr, p.stderr[-800:])
+    check(took < 30, f"failed within the timeout ({took:.1f} s)")
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        equivalence(tmp)
+        kill_and_resume(tmp)
+        missing_peer(tmp)
+    finish("ddp e2e")
+
+
+if __name__ == "__main__":
+    main()
