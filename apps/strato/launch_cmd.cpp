@@ -4,11 +4,14 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <set>
 #include <string_view>
 
 #include "commands.h"
+#include "strato/core/fs.h"
 #include "strato/dist/agent.h"
+#include "strato/dist/emit.h"
 
 namespace strato::cli {
 
@@ -42,6 +45,8 @@ void add_launch_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         dist::LaunchOptions l;
         std::string nnodes = "1", nproc = "1";
         bool no_python = false;
+        std::string emit, out;
+        dist::EmitOptions e;
     };
     auto o = std::make_shared<Opts>();
     auto* cmd = app.add_subcommand("launch", "Start worker processes for distributed training on this node (torchrun's "
@@ -81,6 +86,19 @@ void add_launch_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         ->envname("PET_STANDALONE");
     cmd->add_flag("--no-python,--no_python", o->no_python, "Accepted for torchrun compatibility (commands run as given; "
                                                             "a .py script runs with /usr/bin/python3)");
+    cmd->add_option("--emit", o->emit, "Do not run: write the job for a cluster engine (slurm: an sbatch script with "
+                                       "srun + strato launch per node; kubernetes: a Kubeflow PyTorchJob)")
+        ->check(CLI::IsMember({"slurm", "kubernetes"}));
+    cmd->add_option("-o,--out", o->out, "With --emit: the file to write (default: stdout)");
+    cmd->add_option("--job-name", o->e.job_name, "With --emit: the job's name (default strato-job)");
+    cmd->add_option("--image", o->e.image, "With --emit kubernetes: the container image (default strato:latest)");
+    cmd->add_option("--partition", o->e.partition, "With --emit slurm: sbatch --partition");
+    cmd->add_option("--time", o->e.time, "With --emit slurm: sbatch --time");
+    cmd->add_option("--gpus-per-node", o->e.gpus_per_node, "With --emit: GPUs to request per node");
+    cmd->add_option("--cpus-per-node", o->e.cpus_per_node, "With --emit: CPUs to request per node");
+    cmd->add_option("--strato-path", o->e.strato,
+                    "With --emit: strato on the nodes (default: this executable for slurm, strato for kubernetes)");
+    cmd->add_option("--rdzv-port", o->e.rdzv_port, "With --emit: the rendezvous port on the first node (default 29400)");
     cmd->add_flag("--quiet-workers", [o](int64_t) { o->l.tee = false; }, "Do not echo worker output (logs still kept)");
     cmd->callback([o, exit_code] {
         dist::LaunchOptions l = o->l;
@@ -99,6 +117,24 @@ void add_launch_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
             }
         }
         if (Status s = dist::parse_nnodes(o->nnodes, &l); !s.is_ok()) return void(*exit_code = report_error("launch", s));
+        if (!o->emit.empty()) {
+            dist::EmitOptions e = o->e;
+            e.launch = l;
+            if (e.strato.empty()) {
+                // Slurm nodes share this installation; a container image has strato on its PATH.
+                std::error_code ec;
+                auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+                e.strato = o->emit == "slurm" && !ec ? self.string() : "strato";
+            }
+            auto text = o->emit == "slurm" ? dist::emit_slurm(e) : dist::emit_pytorchjob(e);
+            if (!text) return void(*exit_code = report_error("launch", text.status()));
+            if (o->out.empty()) {
+                fmt::print("{}", *text);
+            } else if (Status s = fs::atomic_write(o->out, *text); !s.is_ok()) {
+                return void(*exit_code = report_error("launch", s));
+            }
+            return void(*exit_code = 0);
+        }
         auto rc = dist::run_launch(l);
         if (!rc) return void(*exit_code = report_error("launch", rc.status()));
         *exit_code = *rc;
@@ -108,6 +144,8 @@ void add_launch_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
                 "  strato launch --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint node1:29400 \\\n"
                 "      --rdzv-id job42 --max-restarts 3 strato train cfg.toml\n"
                 "  strato launch --nnodes 2 --node-rank 1 --master-addr node1 --nproc-per-node 8 python3 train.py\n"
+                "  strato launch --emit slurm --nnodes 4 --nproc-per-node 8 --gpus-per-node 8 strato train cfg.toml --resume\n"
+                "  strato launch --emit kubernetes --nnodes 2:4 --nproc-per-node 1 --image me/strato strato train cfg.toml\n"
                 "Each worker gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT\n"
                 "and TORCHELASTIC_RESTART_COUNT, as under torchrun. When a worker fails the others get SIGTERM\n"
                 "(SIGKILL after --stop-timeout), <log-dir>/error.json names the failing rank, its exit code or signal\n"

@@ -4,11 +4,16 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
+#include <atomic>
 #include <future>
 #include <map>
 #include <thread>
 
 #include "strato/dist/agent.h"
+#include "strato/dist/emit.h"
+#include "strato/dist/peers.h"
 #include "strato/dist/env.h"
 #include "strato/dist/rendezvous.h"
 
@@ -264,6 +269,46 @@ TEST(Rendezvous, WrongRunIdIsRefused) {
     auto r = a->join(j, 5);
     ASSERT_FALSE(r.is_ok());
     EXPECT_NE(r.status().message().find("not 'other'"), std::string::npos) << r.status().message();
+}
+
+TEST(Emit, SlurmScriptRunsOneLauncherPerNode) {
+    EmitOptions o;
+    o.launch.min_nodes = o.launch.max_nodes = 4;
+    o.launch.nproc_per_node = 8;
+    o.launch.max_restarts = 2;
+    o.launch.command = {"strato", "train", "my cfg.toml", "--resume"};
+    o.job_name = "big";
+    o.gpus_per_node = 8;
+    o.partition = "gpu";
+    auto s = emit_slurm(o);
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    for (const char* want : {"#SBATCH --nodes=4\n", "#SBATCH --ntasks-per-node=1\n", "#SBATCH --gpus-per-node=8\n",
+                             "#SBATCH --partition=gpu\n", "srun --kill-on-bad-exit=1 'strato' launch --nnodes 4 --nproc-per-node 8",
+                             "--rdzv-id \"$SLURM_JOB_ID\" --max-restarts 2", "'train' 'my cfg.toml' '--resume'", "NodeAddr"})
+        EXPECT_NE(s->find(want), std::string::npos) << want << " not in\n" << *s;
+    o.launch.min_nodes = 2;
+    EXPECT_NE(emit_slurm(o)->find("#SBATCH --nodes=2-4\n"), std::string::npos);
+    o.launch.command.clear();
+    EXPECT_FALSE(emit_slurm(o).is_ok());
+}
+
+TEST(Peers, EchoAndDeadPorts) {
+    std::atomic<bool> stop{false};
+    std::promise<int> bound;
+    std::thread server([&] {
+        (void)serve_echo("127.0.0.1", 0, [&] { return stop.load(); }, [&](int p) { bound.set_value(p); });
+    });
+    const int port = bound.get_future().get();
+    auto probes = probe_peers({fmt::format("127.0.0.1:{}", port), "127.0.0.1:1", "nonsense"}, 5, 2);
+    stop = true;
+    server.join();
+    ASSERT_EQ(probes.size(), 3u);
+    EXPECT_TRUE(probes[0].reachable && probes[0].echo);
+    EXPECT_EQ(probes[0].samples, 5);
+    EXPECT_LE(probes[0].min_ms, probes[0].median_ms);
+    EXPECT_FALSE(probes[1].reachable);
+    EXPECT_FALSE(probes[2].reachable);
+    EXPECT_NE(probes[2].error.find("HOST:PORT"), std::string::npos);
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 127.0.0.1): 2 processes x batch B/2 give the same weights as 1 process x batch B (also with
 gradient accumulation); a worker killed with SIGKILL mid-run restarts the group from the last
 checkpoint and, in deterministic mode, ends with the weights of an uninterrupted run; a rank
-whose peer never comes gives a clear error within the timeout."""
+whose peer never comes gives a clear error within the timeout; the same training under mpirun."""
 import os
 import signal
 import subprocess
@@ -102,9 +102,24 @@ def missing_peer(tmp):
     check(took < 30, f"failed within the timeout ({took:.1f} s)")
 
 
+def under_mpirun(tmp):
+    # Open MPI as the launcher: strato train reads OMPI_COMM_WORLD_* (rank 0 hosts the store).
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", MASTER_PORT=str(free_port()))
+    p = subprocess.run(["mpirun", "-np", "2", "--oversubscribe", "-x", "MASTER_PORT", STRATO, "train", *BASE,
+                        "--set", f"run.dir={tmp}", "--set", "run.name=mpi", "--set", "data.batch_size=32"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    check(p.returncode == 0, f"mpirun: exit {p.returncode}: {p.stderr[-1500:]}")
+    out = p.stdout + p.stderr
+    check("rank 0 of 2" in out and "rank 1 of 2" in out and "from mpi" in out, out[-1500:])
+    one = weights(os.path.join(tmp, "one"))
+    d = max_diff(one, weights(os.path.join(tmp, "mpi")))
+    check(d < 1e-6, f"under mpirun: max weight difference to 1 x batch 64: {d:.3g}")
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         equivalence(tmp)
+        under_mpirun(tmp)
         kill_and_resume(tmp)
         missing_peer(tmp)
     finish("ddp e2e")

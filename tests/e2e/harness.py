@@ -1,18 +1,21 @@
 """Shared by the e2e scripts of plan, monitor, autoscale and tune: the binary under test
 (argv[1]), the repository, failures collected as checks run, and a tiny trained run."""
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 
-STRATO = sys.argv[1]
+STRATO = os.path.abspath(sys.argv[1])
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 failures = []
 
 
 def check(cond, what):
     if not cond:
-        failures.append(what)
+        failures.append(str(what))
 
 
 def run(*args, expect=0, timeout=300):
@@ -45,3 +48,111 @@ def finish(what):
         print("\n".join(failures))
         sys.exit(1)
     print(f"{what}: ok")
+
+
+# ---- a real Slurm cluster on this machine (recipe: ../shared/reference/cluster-test-recipes.md) ----
+
+SLURM_CONF = """ClusterName=stratotest
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort={ctld_port}
+SlurmdPort={d_port}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={b}/munge/munge.socket.2
+StateSaveLocation={b}/state
+SlurmdSpoolDir={b}/spool/%n
+SlurmctldPidFile={b}/slurmctld.pid
+SlurmdPidFile={b}/slurmd-%n.pid
+SlurmctldLogFile={b}/log/slurmctld.log
+SlurmdLogFile={b}/log/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+MailProg=/bin/true
+ReturnToService=2
+SlurmdTimeout=30
+"""
+
+
+def start_cluster(b, env, nodes=1):
+    """A real Slurm cluster on this machine, all files under B: munged, slurmctld and NODES slurmd
+    (n1, n2, ... on 127.0.0.1, each with its own port, the 2 CPUs split between them), each in the
+    foreground of its own process. Returns the processes for stop_cluster(). ENV must carry
+    SLURM_CONF=B/slurm.conf."""
+    for d in ["munge", "state", "log"] + [f"spool/n{i}" for i in range(1, nodes + 1)]:
+        os.makedirs(os.path.join(b, d), exist_ok=True)
+    os.chmod(os.path.dirname(b), 0o755)  # munged wants o+x on every directory above its socket
+    os.chmod(b, 0o755)
+    os.chmod(os.path.join(b, "munge"), 0o755)  # munged wants o+x on its socket directory
+    subprocess.run(["mungekey", "-c", "-k", f"{b}/munge/munge.key"], check=True, capture_output=True)
+    cpus = max(1, 2 // nodes)
+    with open(f"{b}/slurm.conf", "w") as f:
+        f.write(SLURM_CONF.format(b=b, ctld_port=free_port(), d_port=free_port()))
+        for i in range(1, nodes + 1):
+            f.write(f"NodeName=n{i} NodeHostname=localhost NodeAddr=127.0.0.1 Port={free_port()} CPUs={cpus} "
+                    "RealMemory=1000 State=UNKNOWN\n")
+        f.write("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n")
+    procs = []
+
+    def spawn(name, *cmd):
+        out = open(f"{b}/log/{name}.stdout", "w")
+        procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True))
+
+    spawn("munged", "munged", "-F", f"--key-file={b}/munge/munge.key", f"--socket={b}/munge/munge.socket.2",
+          f"--pid-file={b}/munge/munged.pid", f"--log-file={b}/munge/munged.log", f"--seed-file={b}/munge/munged.seed")
+    for _ in range(100):
+        if os.path.exists(f"{b}/munge/munge.socket.2") or procs[0].poll() is not None:
+            break
+        time.sleep(0.05)
+    if not os.path.exists(f"{b}/munge/munge.socket.2"):
+        stop_cluster(procs)
+        raise SystemExit("munged did not start:\n" + open(f"{b}/log/munged.stdout").read()[-1500:])
+    spawn("slurmctld", "slurmctld", "-D", "-i")
+    for i in range(1, nodes + 1):
+        spawn(f"slurmd-n{i}", "slurmd", "-D", "-N", f"n{i}")
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        p = subprocess.run(["sinfo", "-h", "-N", "-t", "idle", "-o", "%N"], capture_output=True, text=True, env=env,
+                           timeout=30)
+        if len(set(p.stdout.split())) >= nodes:
+            return procs
+        time.sleep(0.1)
+    stop_cluster(procs)
+    raise SystemExit("the test Slurm cluster did not become idle; logs in " + b)
+
+
+def wait_job(job, env, timeout=300):
+    """Waits until squeue no longer lists JOB; False on timeout (the job is then cancelled)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        q = subprocess.run(["squeue", "-h", "-j", job], capture_output=True, text=True, env=env)
+        if q.returncode == 0 and not q.stdout.strip():
+            return True
+        time.sleep(1)
+    subprocess.run(["scancel", job], env=env)
+    return False
+
+
+def require_slurm():
+    missing = [t for t in ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo") if not shutil.which(t)]
+    if missing:
+        raise SystemExit("needs Slurm and munge (scripts/setup --test installs them): missing " + ", ".join(missing))
+
+
+def stop_cluster(procs):
+    for p in reversed(procs):
+        p.send_signal(signal.SIGTERM)
+    for p in reversed(procs):
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

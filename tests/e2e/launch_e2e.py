@@ -3,7 +3,8 @@
 and PET_* variables), a failing worker restarting the whole group with an error file, a worker
 killed by SIGKILL, restarts used up, SIGTERM to the launcher, two launchers as two nodes through
 the rendezvous on 127.0.0.1 (a failure on one restarts both), and a node that never joins giving
-a clear error within the join timeout."""
+a clear error within the join timeout; --emit kubernetes as a PyTorchJob; doctor --peers against
+doctor --listen and a dead port."""
 import json
 import os
 import signal
@@ -135,8 +136,51 @@ def missing_peer(tmp):
     check(time.time() - t0 < 20, f"failed within the timeout ({time.time() - t0:.1f} s)")
 
 
+def emit_kubernetes(tmp):
+    import yaml
+    p = launch("--emit", "kubernetes", "--nnodes", "2:4", "--nproc-per-node", "2", "--max-restarts", "3",
+               "--gpus-per-node", "2", "--image", "registry/strato:1", "--job-name", "fmnist",
+               "strato", "train", "cfg.toml", "--resume")
+    check(p.returncode == 0, p.stderr)
+    job = yaml.safe_load(p.stdout)
+    check(job["kind"] == "PyTorchJob" and job["metadata"]["name"] == "fmnist", job)
+    el = job["spec"]["elasticPolicy"]
+    check(el["minReplicas"] == 2 and el["maxReplicas"] == 4 and el["maxRestarts"] == 3 and el["rdzvBackend"] == "c10d", el)
+    worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]
+    c = worker["template"]["spec"]["containers"][0]
+    check(worker["replicas"] == 4 and c["name"] == "pytorch" and c["image"] == "registry/strato:1", worker)
+    check(c["command"][:4] == ["strato", "launch", "--nproc-per-node", "2"] and c["command"][-3:] == ["train", "cfg.toml", "--resume"],
+          c["command"])
+    check(c["resources"]["limits"]["nvidia.com/gpu"] == 2, c)
+    p = launch("--emit", "slurm", "--nnodes", "2", "--job-name", "bad name", "true")
+    check(p.returncode != 0 and "one word" in p.stderr, p.stderr)
+
+
+def doctor_peers(tmp):
+    server = subprocess.Popen([STRATO, "doctor", "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE, text=True)
+    try:
+        line = server.stdout.readline()
+        port = int(line.split(":")[1].split()[0])
+        dead = free_port()
+        p = subprocess.run([STRATO, "doctor", "--json", "--peers", f"127.0.0.1:{port},127.0.0.1:{dead}", "--samples", "5"],
+                           capture_output=True, text=True, timeout=60, env=dict(os.environ, MASTER_PORT="29511"))
+        checks = {c["name"]: c for c in json.loads(p.stdout)}
+        live, gone = checks.get(f"peer 127.0.0.1:{port}"), checks.get(f"peer 127.0.0.1:{dead}")
+        check(live and live["level"].lower() == "ok" and "echo" in live["value"] and "5 samples" in live["value"], live)
+        check(gone and gone["level"].lower() == "fail" and "unreachable" in gone["value"], gone)
+        check(p.returncode == 1, "an unreachable peer fails the doctor")
+        check(checks.get("env MASTER_PORT", {}).get("value") == "29511", "the distributed environment is printed")
+        check(any(n.startswith("interface lo") for n in checks), "interfaces are listed")
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=10)
+    check(server.returncode == 0, f"doctor --listen exit {server.returncode}")
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
+        emit_kubernetes(tmp)
+        doctor_peers(tmp)
         environment(tmp)
         restarts(tmp)
         sigkill_worker(tmp)

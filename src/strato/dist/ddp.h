@@ -33,7 +33,7 @@ struct DdpOptions {
 struct DdpStats {
     int64_t steps = 0;
     double wait_s = 0;       // time finish() blocked on reductions still running
-    double comm_s = 0;       // time from a bucket's launch to its completion, summed
+    double comm_s = 0;       // per step, from the first bucket's launch to the last one's completion
     int64_t buckets = 0;
 };
 

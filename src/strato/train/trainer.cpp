@@ -529,8 +529,10 @@ Result<TrainResult> Trainer::finish(bool early_stopped) {
                     {"wall_time_s", r.wall_time_s},   {"precision", cfg_.train.precision}};
     if (ddp_) {
         const auto& st = ddp_->stats();
-        log::info("data parallel: {} synchronised steps, {} buckets; waited {:.2f} s for all-reduces after backward",
-                  st.steps, st.buckets, st.wait_s);
+        log::info("data parallel: {} synchronised steps, {} buckets; all-reduce {:.2f} s, of which {:.2f} s waited after "
+                  "backward ({:.1f} % of {:.1f} s training; backward hid {:.0f} % of the all-reduce time)",
+                  st.steps, st.buckets, st.comm_s, st.wait_s, 100 * st.wait_s / std::max(1e-9, r.wall_time_s),
+                  r.wall_time_s, 100 * (1 - st.wait_s / std::max(1e-9, st.comm_s)));
     }
     if (rank0_) STRATO_RETURN_IF_ERROR(models::save_package(r.package_dir, info, *net_));
     return r;
