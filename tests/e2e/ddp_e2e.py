@@ -98,7 +98,7 @@ def missing_peer(tmp):
                         "--set", "dist.timeout_s=3"], capture_output=True, text=True, env=env, timeout=120)
     took = time.time() - t0
     check(p.returncode != 0, "a rank without its peer must fail")
-    check("cannot form the process group of 2" in p.stderr, p.stderr[-800:])
+    check("cannot form the process group of 2" in p.stderr and "rank(s) 1 never joined" in p.stderr, p.stderr[-800:])
     check(took < 30, f"failed within the timeout ({took:.1f} s)")
 
 
@@ -116,12 +116,21 @@ def under_mpirun(tmp):
     check(d < 1e-6, f"under mpirun: max weight difference to 1 x batch 64: {d:.3g}")
 
 
+def rank0_missing(tmp):
+    env = dict(os.environ, RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", LOCAL_WORLD_SIZE="2",
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    p = subprocess.run([STRATO, "-q", "train", *BASE, "--set", f"run.dir={tmp}", "--set", "run.name=alone1",
+                        "--set", "dist.timeout_s=3"], capture_output=True, text=True, env=env, timeout=120)
+    check(p.returncode != 0 and "cannot reach rank 0's store" in p.stderr, p.stderr[-800:])
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         equivalence(tmp)
         under_mpirun(tmp)
         kill_and_resume(tmp)
         missing_peer(tmp)
+        rank0_missing(tmp)
     finish("ddp e2e")
 
 

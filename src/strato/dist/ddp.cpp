@@ -14,6 +14,9 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <thread>
+
+#include <unistd.h>
 
 #include "strato/core/log.h"
 
@@ -81,15 +84,51 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(const DistEnv& env, s
     im.rank = env.rank;
     im.timeout_s = o.timeout_s;
     const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+    // 1. The store: rank 0 hosts it (unless the agent does); the others connect, retrying.
+    c10::intrusive_ptr<c10d::Store> store;
     try {
         c10d::TCPStoreOptions so;
         so.port = static_cast<uint16_t>(env.master_port);
         so.isServer = env.rank == 0 && !env.agent_store;
         so.numWorkers = static_cast<size_t>(env.world_size);
-        so.waitWorkers = !env.agent_store;
+        so.waitWorkers = false;  // we wait below, and can then say who is missing
         so.timeout = timeout;
-        c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+        store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
         store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("strato/attempt_{}", env.restart_count), store);
+    } catch (const std::exception& e) {
+        return Status(StatusCode::kUnavailable,
+                      fmt::format("rank {}: cannot reach rank 0's store at {}:{} within {:.0f} s: {}\nhint: is rank 0 "
+                                  "running, and are MASTER_ADDR and MASTER_PORT right?",
+                                  env.rank, env.master_addr, env.master_port, o.timeout_s, first_line(e.what())));
+    }
+    // 2. Everyone signs in; a rank that never comes is named.
+    std::vector<std::string> keys;
+    for (int r = 0; r < env.world_size; ++r) keys.push_back(fmt::format("joined/{}", r));
+    try {
+        char host[256] = {};
+        gethostname(host, sizeof host - 1);
+        const std::string me = host;
+        store->set(keys[static_cast<size_t>(env.rank)], std::vector<uint8_t>(me.begin(), me.end()));
+        const auto deadline = Clock::now() + timeout;
+        while (!store->check(keys)) {
+            if (Clock::now() > deadline) {
+                std::string missing;
+                for (int r = 0; r < env.world_size; ++r)
+                    if (!store->check({keys[static_cast<size_t>(r)]})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+                return Status(StatusCode::kUnavailable,
+                              fmt::format("rank {}: cannot form the process group of {} at {}:{} within {:.0f} s: rank(s) "
+                                          "{} never joined\nhint: are all {} ranks running (strato launch starts them)?",
+                                          env.rank, env.world_size, env.master_addr, env.master_port, o.timeout_s,
+                                          missing, env.world_size));
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+    } catch (const std::exception& e) {
+        return Status(StatusCode::kUnavailable, fmt::format("rank {}: the store at {}:{} failed: {}", env.rank,
+                                                            env.master_addr, env.master_port, first_line(e.what())));
+    }
+    // 3. The Gloo process group.
+    try {
         auto go = c10d::ProcessGroupGloo::Options::create(timeout);
         if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
             go->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
@@ -99,11 +138,8 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(const DistEnv& env, s
             go->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
         im.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, go);
     } catch (const std::exception& e) {
-        return Status(StatusCode::kUnavailable,
-                      fmt::format("rank {}: cannot form the process group of {} at {}:{} within {:.0f} s: {}\nhint: are "
-                                  "all {} ranks running (strato launch starts them), and is MASTER_ADDR reachable?",
-                                  env.rank, env.world_size, env.master_addr, env.master_port, o.timeout_s,
-                                  first_line(e.what()), env.world_size));
+        return Status(StatusCode::kUnavailable, fmt::format("rank {}: cannot connect to the other ranks with Gloo: {}",
+                                                            env.rank, first_line(e.what())));
     }
     im.params = std::move(params);
     im.buffers = std::move(buffers);
