@@ -186,29 +186,34 @@ DataParallel::~DataParallel() = default;
 
 int64_t DataParallel::bucket_count() const { return static_cast<int64_t>(impl_->flat.size()); }
 
-Status DataParallel::broadcast_state() {
-    auto& im = *impl_;
+namespace {
+
+Status broadcast_from_rank0(c10d::ProcessGroup& pg, const std::vector<torch::Tensor>& tensors, int rank) {
     try {
         torch::NoGradGuard ng;
-        std::vector<torch::Tensor> all = im.params;
-        all.insert(all.end(), im.buffers.begin(), im.buffers.end());
-        std::vector<torch::Tensor> floats, others;
-        for (auto& t : all) (t.scalar_type() == torch::kFloat ? floats : others).push_back(t);
-        for (auto* group : {&floats, &others}) {
-            for (auto& t : *group) {
-                std::vector<at::Tensor> v{t.is_contiguous() ? t : t.contiguous()};
-                c10d::BroadcastOptions bo;
-                bo.rootRank = 0;
-                im.pg->broadcast(v, bo)->wait();
-                if (!t.is_contiguous()) t.copy_(v[0]);
-            }
+        for (const auto& t : tensors) {
+            std::vector<at::Tensor> v{t.is_contiguous() ? t : t.contiguous()};
+            c10d::BroadcastOptions bo;
+            bo.rootRank = 0;
+            pg.broadcast(v, bo)->wait();
+            if (!t.is_contiguous()) t.copy_(v[0]);
         }
     } catch (const std::exception& e) {
-        return Status(StatusCode::kUnavailable, fmt::format("rank {}: broadcasting the model from rank 0 failed: {}",
-                                                            im.rank, first_line(e.what())));
+        return Status(StatusCode::kUnavailable,
+                      fmt::format("rank {}: broadcasting from rank 0 failed: {}", rank, first_line(e.what())));
     }
     return Status::ok();
 }
+
+}  // namespace
+
+Status DataParallel::broadcast_state() {
+    std::vector<torch::Tensor> all = impl_->params;
+    all.insert(all.end(), impl_->buffers.begin(), impl_->buffers.end());
+    return broadcast_from_rank0(*impl_->pg, all, rank_);
+}
+
+Status DataParallel::broadcast_buffers() { return broadcast_from_rank0(*impl_->pg, impl_->buffers, rank_); }
 
 void DataParallel::prepare(bool sync, double flag) {
     auto& im = *impl_;

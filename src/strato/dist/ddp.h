@@ -47,6 +47,9 @@ public:
 
     /// Makes every rank's parameters and buffers equal to rank 0's.
     Status broadcast_state();
+    /// Makes every rank's buffers (BatchNorm running statistics) equal to rank 0's: what DDP's
+    /// broadcast_buffers amounts to; called before evaluating.
+    Status broadcast_buffers();
     /// Before backward: `sync` false accumulates locally; `flag` is summed over ranks with the gradients.
     void prepare(bool sync, double flag = 0);
     /// After a synchronised backward: waits, averages, writes param.grad; returns the summed flag.

@@ -218,6 +218,7 @@ private:
 };
 
 Result<EvalResult> Trainer::evaluate_all() {
+    if (ddp_) STRATO_RETURN_IF_ERROR(ddp_->broadcast_buffers());  // rank 0's BatchNorm statistics, as DDP
     STRATO_ASSIGN_OR_RETURN(EvalResult r, evaluate(*net_, *test_loader_, bf16_, channels_last_));
     if (!ddp_) return r;
     const double n = static_cast<double>(r.count);
