@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "strato/core/log.h"
+#include "strato/models/torch_compat.h"
 
 namespace strato::dist {
 
@@ -32,7 +33,7 @@ std::string first_line(const std::string& s) { return s.substr(0, s.find('\n'));
 }  // namespace
 
 struct DataParallel::Impl {
-    c10::intrusive_ptr<c10d::ProcessGroup> pg;
+    c10::intrusive_ptr<compat::CollectiveGroup> pg;
     std::vector<torch::Tensor> params, buffers;
     // Buckets: flat float tensors; the last has one extra element for the flag.
     std::vector<torch::Tensor> flat;
@@ -188,7 +189,7 @@ int64_t DataParallel::bucket_count() const { return static_cast<int64_t>(impl_->
 
 namespace {
 
-Status broadcast_from_rank0(c10d::ProcessGroup& pg, const std::vector<torch::Tensor>& tensors, int rank) {
+Status broadcast_from_rank0(compat::CollectiveGroup& pg, const std::vector<torch::Tensor>& tensors, int rank) {
     try {
         torch::NoGradGuard ng;
         for (const auto& t : tensors) {

@@ -28,7 +28,9 @@ json state_to_json(const TrainState& s) {
             {"elapsed_s", s.elapsed_s},
             {"epoch_loss_sum", s.epoch_loss_sum},
             {"epoch_correct", s.epoch_correct},
-            {"epoch_seen", s.epoch_seen}};
+            {"epoch_seen", s.epoch_seen},
+            {"loss_scale", s.loss_scale},
+            {"loss_scale_clean_steps", s.loss_scale_clean_steps}};
 }
 
 Status state_from_json(const json& j, TrainState& s) {
@@ -44,6 +46,8 @@ Status state_from_json(const json& j, TrainState& s) {
         s.epoch_loss_sum = j.at("epoch_loss_sum").get<double>();
         s.epoch_correct = j.at("epoch_correct").get<int64_t>();
         s.epoch_seen = j.at("epoch_seen").get<int64_t>();
+        s.loss_scale = j.value("loss_scale", 0.0);  // absent in checkpoints of fp32/bf16 runs before fp16
+        s.loss_scale_clean_steps = j.value("loss_scale_clean_steps", int64_t{0});
     } catch (const json::exception& e) {
         return data_loss("state.json: {}", e.what());
     }

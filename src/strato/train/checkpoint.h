@@ -29,6 +29,9 @@ struct TrainState {
     double epoch_loss_sum = 0.0;
     int64_t epoch_correct = 0;
     int64_t epoch_seen = 0;
+    // fp16 dynamic loss scaling (train.precision = "fp16")
+    double loss_scale = 0.0;  // 0: none yet
+    int64_t loss_scale_clean_steps = 0;
 };
 
 class CheckpointStore {

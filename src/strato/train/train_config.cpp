@@ -11,6 +11,7 @@ void RunConfig::visit(config::Visitor& v) {
     v.field("seed", seed, Range::non_negative());
     v.field("deterministic", deterministic);
     v.field("threads", threads, Range::between(0, 1024));
+    v.field("device", device, {"cpu", "cuda"});
 }
 
 void OptimConfig::visit(config::Visitor& v) {
@@ -42,7 +43,7 @@ void LoopConfig::visit(config::Visitor& v) {
     v.field("grad_accum", grad_accum, Range::between(1, 4096));
     v.field("clip_grad_norm", clip_grad_norm, Range::non_negative());
     v.field("label_smoothing", label_smoothing, Range::half_open(0, 1));
-    v.field("precision", precision, {"fp32", "bf16"});
+    v.field("precision", precision, {"fp32", "bf16", "fp16"});
     v.field("channels_last", channels_last);
     v.field("log_every", log_every, Range::at_least(1));
     v.field("monitor_every", monitor_every, Range::non_negative());
@@ -80,6 +81,9 @@ Status TrainConfig::validate() const {
     if (run.name.empty() || run.name.find('/') != std::string::npos || run.name == "." || run.name == "..") {
         return invalid_argument("run.name: expected a plain directory name, got \"{}\"", run.name);
     }
+    if (train.precision == "fp16" && run.device != "cuda")
+        return invalid_argument("train.precision = \"fp16\" needs run.device = \"cuda\" (fp16 autocast with loss scaling is "
+                                "for GPUs); on CPU use \"bf16\", which needs no loss scaling");
     if (optim.betas.size() != 2) return invalid_argument("optim.betas: expected 2 values, got {}", optim.betas.size());
     if (data.dataset == "image-folder" && data.image_size <= 0) {
         return invalid_argument("data.image_size: required (> 0) for image-folder datasets");

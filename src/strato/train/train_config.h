@@ -18,6 +18,7 @@ struct RunConfig {
     int64_t seed = 0;
     bool deterministic = false;  // bitwise-reproducible on CPU (same thread count)
     int64_t threads = 0;         // intra-op threads; 0 = number of cores
+    std::string device = "cpu";  // cpu | cuda (cuda:LOCAL_RANK under data parallelism; needs a CUDA libtorch)
     void visit(config::Visitor& v);
 };
 
@@ -52,7 +53,7 @@ struct LoopConfig {
     int64_t grad_accum = 1;
     double clip_grad_norm = 0.0;  // 0 = off
     double label_smoothing = 0.0;
-    std::string precision = "fp32";  // fp32 | bf16 (autocast)
+    std::string precision = "fp32";  // fp32 | bf16 (autocast) | fp16 (autocast + dynamic loss scaling; cuda)
     bool channels_last = true;       // NHWC layout for convolutional models (faster with oneDNN)
     int64_t log_every = 50;          // optimizer steps between train metrics lines
     int64_t monitor_every = 0;       // optimizer steps between host/GPU samples ("monitor" lines); 0 = off

@@ -1,6 +1,5 @@
 #include "strato/train/trainer.h"
 
-#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -15,8 +14,10 @@
 #include "strato/dist/ddp.h"
 #include "strato/dist/env.h"
 #include "strato/models/package.h"
+#include "strato/models/torch_compat.h"
 #include "strato/models/zoo.h"
 #include "strato/train/checkpoint.h"
+#include "strato/train/loss_scaler.h"
 #include "strato/monitor/monitor.h"
 #include "strato/train/metrics_log.h"
 #include "strato/train/schedule.h"
@@ -30,31 +31,6 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 /// bf16 autocast on CPU for a scope (libtorch 1.13 has no C++ guard; this mirrors torch.autocast).
-class CpuAutocast {
-public:
-    explicit CpuAutocast(bool enabled) : enabled_(enabled) {
-        if (!enabled_) return;
-        prev_ = at::autocast::is_cpu_enabled();
-        prev_dtype_ = at::autocast::get_autocast_cpu_dtype();
-        at::autocast::set_cpu_enabled(true);
-        at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-        at::autocast::increment_nesting();
-    }
-    ~CpuAutocast() {
-        if (!enabled_) return;
-        if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-        at::autocast::set_cpu_enabled(prev_);
-        at::autocast::set_autocast_cpu_dtype(prev_dtype_);
-    }
-    CpuAutocast(const CpuAutocast&) = delete;
-    CpuAutocast& operator=(const CpuAutocast&) = delete;
-
-private:
-    bool enabled_;
-    bool prev_ = false;
-    at::ScalarType prev_dtype_ = at::kBFloat16;
-};
-
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimConfig& o, std::vector<torch::Tensor> params) {
@@ -100,6 +76,12 @@ torch::Tensor images_tensor(data::Batch& b, bool channels_last) {
 }
 torch::Tensor labels_tensor(data::Batch& b) { return torch::from_blob(b.labels.data(), {b.size}, torch::kLong); }
 
+/// On a GPU: through pinned host memory, copied without blocking the host.
+torch::Tensor on_device(const torch::Tensor& t, const torch::Device& device) {
+    if (device.is_cpu()) return t;
+    return t.pin_memory().to(device, /*non_blocking=*/true);
+}
+
 }  // namespace
 
 int configure_threads(int64_t threads) {
@@ -108,7 +90,8 @@ int configure_threads(int64_t threads) {
     return at::get_num_threads();
 }
 
-Result<EvalResult> evaluate(models::NetImpl& net, data::Loader& loader, bool bf16, bool channels_last) {
+Result<EvalResult> evaluate(models::NetImpl& net, data::Loader& loader, bool bf16, bool channels_last,
+                            const torch::Device& device, bool fp16) {
     const auto start = Clock::now();
     const bool was_training = net.is_training();
     net.eval();
@@ -123,11 +106,11 @@ Result<EvalResult> evaluate(models::NetImpl& net, data::Loader& loader, bool bf1
         if (!more) break;
         torch::Tensor logits;
         {
-            CpuAutocast ac(bf16);
-            logits = net.forward(images_tensor(b, channels_last));
+            compat::AutocastGuard ac(device.type(), fp16 ? at::kHalf : at::kBFloat16, bf16 || fp16);
+            logits = net.forward(on_device(images_tensor(b, channels_last), device));
         }
         logits = logits.to(torch::kFloat);
-        auto y = labels_tensor(b);
+        auto y = on_device(labels_tensor(b), device);
         loss_sum += F::cross_entropy(logits, y, F::CrossEntropyFuncOptions().reduction(torch::kSum)).item<double>();
         correct += logits.argmax(1).eq(y).sum().item<int64_t>();
         r.count += b.size;
@@ -200,8 +183,10 @@ private:
     int64_t total_steps_ = 0;
     Clock::time_point process_start_;
     EvalResult last_eval_;
-    bool bf16_ = false;
+    bool bf16_ = false, fp16_ = false;
     bool channels_last_ = false;
+    torch::Device device_{torch::kCPU};
+    std::optional<DynamicLossScaler> scaler_;  // fp16
     // Data parallelism (WORLD_SIZE > 1): rank 0 writes the run directory; all ranks stop together.
     dist::DistEnv env_;
     std::unique_ptr<dist::DataParallel> ddp_;
@@ -219,7 +204,7 @@ private:
 
 Result<EvalResult> Trainer::evaluate_all() {
     if (ddp_) STRATO_RETURN_IF_ERROR(ddp_->broadcast_buffers());  // rank 0's BatchNorm statistics, as DDP
-    STRATO_ASSIGN_OR_RETURN(EvalResult r, evaluate(*net_, *test_loader_, bf16_, channels_last_));
+    STRATO_ASSIGN_OR_RETURN(EvalResult r, evaluate(*net_, *test_loader_, bf16_, channels_last_, device_, fp16_));
     if (!ddp_) return r;
     const double n = static_cast<double>(r.count);
     STRATO_ASSIGN_OR_RETURN(auto g, ddp_->sum({r.loss * n, r.accuracy * n, n}));
@@ -234,6 +219,14 @@ Status Trainer::setup() {
     run_dir_ = cfg_.run_dir();
     STRATO_ASSIGN_OR_RETURN(env_, dist::read_env());
     rank0_ = env_.rank == 0;
+    if (cfg_.run.device == "cuda") {
+        if (!torch::cuda::is_available())
+            return invalid_argument("run.device = \"cuda\": no CUDA device is usable here (libtorch {}: a CPU-only build, "
+                                    "or no GPU)\nhint: build strato against a CUDA libtorch: cmake -DSTRATO_WITH_CUDA=ON "
+                                    "-DCMAKE_PREFIX_PATH=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')",
+                                    TORCH_VERSION);
+        device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env_.local_rank));
+    }
     if (rank0_) {
         STRATO_RETURN_IF_ERROR(prepare_run_dir(cfg_, opts_));
         log::add_file_sink((stdfs::path(run_dir_) / "events.log").string());
@@ -242,6 +235,7 @@ Status Trainer::setup() {
     const int threads = configure_threads(cfg_.run.threads);
     if (cfg_.run.deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
     bf16_ = cfg_.train.precision == "bf16";
+    fp16_ = cfg_.train.precision == "fp16";
 
     // The resolved config: every key with its value, as the run used it.
     const std::string resolved = config::dump(cfg_);
@@ -266,6 +260,7 @@ Status Trainer::setup() {
     STRATO_ASSIGN_OR_RETURN(net_, models::create_model(cfg_.model, splits_.train->shape(), splits_.train->num_classes()));
     channels_last_ = cfg_.train.channels_last && models::is_convolutional(cfg_.model);
     if (channels_last_) models::to_channels_last(*net_);
+    if (!device_.is_cpu()) net_->to(device_);
     optim_ = make_optimizer(cfg_.optim, net_->parameters());
     store_ = std::make_unique<CheckpointStore>(run_dir_, cfg_.checkpoint);
 
@@ -293,6 +288,10 @@ Status Trainer::setup() {
         // The checkpoint holds the epoch's sums over all ranks: rank 0 carries them on.
         if (!rank0_) state_.epoch_loss_sum = 0, state_.epoch_correct = state_.epoch_seen = 0;
         log::info("data parallel: {}; {} gradient buckets", env_.describe(), ddp_->bucket_count());
+    }
+    if (fp16_) {
+        scaler_.emplace();
+        if (state_.loss_scale > 0) scaler_->restore(state_.loss_scale, state_.loss_scale_clean_steps);
     }
     if (rank0_) {
         STRATO_ASSIGN_OR_RETURN(MetricsLog m,
@@ -348,18 +347,19 @@ Status Trainer::train_epoch(bool& stop) {
     for (;;) {
         STRATO_ASSIGN_OR_RETURN(bool more, train_loader_->next(b));
         if (!more) break;
-        auto x = images_tensor(b, channels_last_);
-        auto y = labels_tensor(b);
+        auto x = on_device(images_tensor(b, channels_last_), device_);
+        auto y = on_device(labels_tensor(b), device_);
         torch::Tensor logits;
         {
-            CpuAutocast ac(bf16_);
+            compat::AutocastGuard ac(device_.type(), fp16_ ? at::kHalf : at::kBFloat16, bf16_ || fp16_);
             logits = net_->forward(x);
         }
         logits = logits.to(torch::kFloat);
         auto loss = F::cross_entropy(logits, y, F::CrossEntropyFuncOptions().label_smoothing(smoothing));
         const bool sync = micro + 1 >= accum || b.index + 1 == batches;  // this micro-step ends an optimizer step
         if (ddp_) ddp_->prepare(sync, signals::stop_requested() ? 1.0 : 0.0);
-        (accum > 1 ? loss / static_cast<double>(accum) : loss).backward();
+        auto to_backward = accum > 1 ? loss / static_cast<double>(accum) : loss;
+        (scaler_ ? scaler_->scale(to_backward) : to_backward).backward();
         if (ddp_ && sync) {
             STRATO_ASSIGN_OR_RETURN(double stop_votes, ddp_->finish());
             if (stop_votes > 0) stopping_ = true;
@@ -380,9 +380,18 @@ Status Trainer::train_epoch(bool& stop) {
         micro = 0;
         const double lr = learning_rate(cfg_.schedule, cfg_.optim.lr, state_.step, total_steps_, steps_per_epoch_);
         set_lr(*optim_, lr);
-        if (cfg_.train.clip_grad_norm > 0) torch::nn::utils::clip_grad_norm_(net_->parameters(), cfg_.train.clip_grad_norm);
-        optim_->step();
+        // fp16: gradients back to their true size; a step whose gradients overflowed is skipped
+        // (on every rank alike: they are already all-reduced).
+        const bool finite = !scaler_ || scaler_->unscale(net_->parameters());
+        if (cfg_.train.clip_grad_norm > 0 && finite)
+            torch::nn::utils::clip_grad_norm_(net_->parameters(), cfg_.train.clip_grad_norm);
+        if (finite) optim_->step();
         optim_->zero_grad();
+        if (scaler_) {
+            scaler_->update(!finite);
+            state_.loss_scale = scaler_->current_scale();
+            state_.loss_scale_clean_steps = scaler_->clean_steps();
+        }
         ++state_.step;
         state_.next_batch = b.index + 1;
 

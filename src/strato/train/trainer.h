@@ -9,6 +9,8 @@
 // SIGINT/SIGTERM (after signals::install_stop_handlers()) finish the current step, write a
 // checkpoint and return a kCancelled status.
 
+#include <torch/torch.h>
+
 #include <string>
 
 #include "strato/core/status.h"
@@ -50,8 +52,10 @@ struct EvalResult {
 };
 
 /// Accuracy and mean cross-entropy of `net` over every batch of `loader` (epoch 0, in order);
-/// `channels_last` feeds NHWC inputs (for a net converted with models::to_channels_last).
-Result<EvalResult> evaluate(models::NetImpl& net, data::Loader& loader, bool bf16, bool channels_last);
+/// `channels_last` feeds NHWC inputs (for a net converted with models::to_channels_last); on
+/// `device` (where `net` lives), under bf16 or fp16 autocast when asked.
+Result<EvalResult> evaluate(models::NetImpl& net, data::Loader& loader, bool bf16, bool channels_last,
+                            const torch::Device& device = torch::kCPU, bool fp16 = false);
 
 struct PackageEval {
     EvalResult result;

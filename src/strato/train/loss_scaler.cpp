@@ -1,0 +1,34 @@
+#include "strato/train/loss_scaler.h"
+
+#include <algorithm>
+
+namespace strato::train {
+
+bool DynamicLossScaler::unscale(const std::vector<torch::Tensor>& params) {
+    torch::NoGradGuard ng;
+    torch::Tensor bad;  // accumulated on the gradients' device: no synchronisation per tensor
+    const double inv = 1.0 / scale_;
+    for (const auto& p : params) {
+        const auto& g = p.grad();
+        if (!g.defined()) continue;
+        auto nonfinite = torch::logical_not(torch::isfinite(g)).any();
+        bad = bad.defined() ? torch::logical_or(bad, nonfinite) : nonfinite;
+        g.mul_(inv);
+    }
+    return !bad.defined() || !bad.item<bool>();
+}
+
+void DynamicLossScaler::update(bool overflowed) {
+    if (overflowed) {
+        scale_ = std::max(o_.min_scale, scale_ * o_.backoff_factor);
+        clean_ = 0;
+        ++skipped_;
+        return;
+    }
+    if (++clean_ >= o_.growth_interval) {
+        scale_ *= o_.growth_factor;
+        clean_ = 0;
+    }
+}
+
+}  // namespace strato::train
