@@ -14,6 +14,29 @@ namespace stdfs = std::filesystem;
 
 bool have_fashion_mnist() { return stdfs::exists(std::string(kFashionMnistDir) + "/train-images-idx3-ubyte.gz"); }
 
+TEST(Synthetic, SeededImagesWithoutFiles) {
+    DataConfig c;
+    c.dataset = "synthetic";
+    c.path = "/nonexistent";  // no files needed
+    c.image_size = 32;
+    c.limit_train = 40;
+    c.classes = 7;
+    auto a = open_datasets(c), b = open_datasets(c);
+    ASSERT_TRUE(a.is_ok()) << a.status().message();
+    EXPECT_EQ(a->train->size(), 40);
+    EXPECT_EQ(a->test->size(), 256);
+    EXPECT_EQ(a->train->shape().channels, 3);
+    EXPECT_EQ(a->train->shape().height, 32);
+    EXPECT_EQ(a->train->num_classes(), 7);
+    std::vector<uint8_t> x(3 * 32 * 32), y(x.size());
+    int64_t lx = -1, ly = -1;
+    ASSERT_TRUE(a->train->load(5, x.data(), &lx).is_ok());
+    ASSERT_TRUE(b->train->load(5, y.data(), &ly).is_ok());
+    EXPECT_EQ(x, y);  // the same data every time
+    EXPECT_EQ(lx, 5);
+    EXPECT_EQ(a->mean.size(), 3u);
+}
+
 TEST(Idx, ReadsDebianFashionMnist) {
     if (!have_fashion_mnist()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
     DataConfig cfg;

@@ -1,5 +1,7 @@
 #include "strato/data/data_config.h"
 
+#include <fmt/format.h>
+
 #include <filesystem>
 
 #include "strato/data/idx.h"
@@ -9,7 +11,7 @@ namespace strato::data {
 
 void DataConfig::visit(config::Visitor& v) {
     using config::Range;
-    v.field("dataset", dataset, {"fashion-mnist", "idx", "image-folder"});
+    v.field("dataset", dataset, {"fashion-mnist", "idx", "image-folder", "synthetic"});
     v.field("path", path);
     v.field("train_images", train_images);
     v.field("train_labels", train_labels);
@@ -29,6 +31,7 @@ void DataConfig::visit(config::Visitor& v) {
     v.field("std", std, Range::positive());
     v.field("limit_train", limit_train, Range::non_negative());
     v.field("limit_test", limit_test, Range::non_negative());
+    v.field("classes", classes, config::Range::between(2, 100000));
 }
 
 namespace {
@@ -47,6 +50,28 @@ Result<DataSplits> open_datasets(const DataConfig& cfg) {
     namespace stdfs = std::filesystem;
     DataSplits out;
     std::error_code ec;
+    if (cfg.dataset == "synthetic") {
+        // Seeded random pixels: the same data on every run and rank, no files.
+        const int64_t side = cfg.image_size > 0 ? cfg.image_size : 224;
+        const ImageShape shape{cfg.channels, side, side};
+        std::vector<std::string> names;
+        for (int64_t c = 0; c < cfg.classes; ++c) names.push_back(fmt::format("class{}", c));
+        auto make = [&](int64_t n, uint64_t seed) {
+            std::vector<uint8_t> px(static_cast<size_t>(n * shape.numel()));
+            uint64_t x = seed;
+            for (auto& v : px) v = static_cast<uint8_t>((x = x * 6364136223846793005ULL + 1442695040888963407ULL) >> 56);
+            std::vector<int64_t> y(static_cast<size_t>(n));
+            for (int64_t i = 0; i < n; ++i) y[static_cast<size_t>(i)] = i % cfg.classes;
+            return std::make_shared<InMemoryDataset>(shape, std::move(px), std::move(y), names);
+        };
+        out.train = make(cfg.limit_train > 0 ? cfg.limit_train : 1024, 1);
+        out.test = make(cfg.limit_test > 0 ? cfg.limit_test : 256, 2);
+        out.mean = cfg.mean.empty() ? std::vector<double>(static_cast<size_t>(cfg.channels), 0.5) : cfg.mean;
+        out.std = cfg.std.empty() ? std::vector<double>(static_cast<size_t>(cfg.channels), 0.25) : cfg.std;
+        if (out.mean.size() != static_cast<size_t>(cfg.channels) || out.std.size() != static_cast<size_t>(cfg.channels))
+            return invalid_argument("data.mean/data.std: expected {} values (one per channel)", cfg.channels);
+        return out;
+    }
     if (!stdfs::is_directory(cfg.path, ec)) {
         std::string hint = cfg.path == kFashionMnistDir ? " (install it: apt-get install dataset-fashion-mnist)" : "";
         return not_found("data.path: dataset directory {} does not exist{}", cfg.path, hint);

@@ -14,7 +14,7 @@ namespace strato::data {
 inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 
 struct DataConfig {
-    std::string dataset = "fashion-mnist";  // fashion-mnist | idx | image-folder
+    std::string dataset = "fashion-mnist";  // fashion-mnist | idx | image-folder | synthetic
     std::string path = kFashionMnistDir;
     // idx: file names inside `path` (gzipped or plain)
     std::string train_images = "train-images-idx3-ubyte.gz";
@@ -36,6 +36,9 @@ struct DataConfig {
     std::vector<double> std;
     int64_t limit_train = 0;  // use only the first N training samples (0 = all); in-memory datasets
     int64_t limit_test = 0;
+    // synthetic: random images of channels x image_size^2 (default 224) in `classes` classes,
+    // limit_train (default 1024) and limit_test (default 256) of them, for throughput measurements
+    int64_t classes = 1000;
 
     void visit(config::Visitor& v);
 };
