@@ -53,8 +53,9 @@ TEST(DistEnv, NothingSetIsOneProcess) {
 }
 
 TEST(DistEnv, SlurmWithHostList) {
-    auto e = read_env(from({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"}, {"SLURM_NODEID", "2"},
-                            {"SLURM_TASKS_PER_NODE", "2(x4)"}, {"SLURM_JOB_NODELIST", "gpu[07-10]"}}));
+    auto e = read_env(from({{"SLURM_PROCID", "5"}, {"SLURM_STEP_NUM_TASKS", "8"}, {"SLURM_LOCALID", "1"},
+                            {"SLURM_NODEID", "2"}, {"SLURM_STEP_TASKS_PER_NODE", "2(x4)"},
+                            {"SLURM_JOB_NODELIST", "gpu[07-10]"}}));
     ASSERT_TRUE(e.is_ok()) << e.status().message();
     EXPECT_EQ(e->source, "slurm");
     EXPECT_EQ(e->rank, 5);
@@ -62,6 +63,10 @@ TEST(DistEnv, SlurmWithHostList) {
     EXPECT_EQ(e->group_rank, 2);
     EXPECT_EQ(e->master_addr, "gpu07");
     EXPECT_EQ(e->master_port, 29500);
+    // The batch script of `sbatch -n 4` (no srun step) is one process, not rank 0 of 4.
+    auto batch = read_env(from({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_JOB_NODELIST", "n1"}}));
+    ASSERT_TRUE(batch.is_ok());
+    EXPECT_FALSE(batch->distributed());
 }
 
 TEST(DistEnv, OpenMpi) {
@@ -237,7 +242,7 @@ TEST(Rendezvous, ElasticRoundFormsAfterTheLastCall) {
     s.min_nodes = 1;
     s.max_nodes = 2;
     s.last_call_s = 0.3;
-    s.max_restarts = 1;  // growing the group is a restart, as under torchrun
+    s.max_restarts = 0;  // growing the group is not a failure: it uses no restart
     auto srv = RendezvousServer::start("127.0.0.1", 0, s);
     ASSERT_TRUE(srv.is_ok());
     auto a = client((*srv)->port());
@@ -256,6 +261,26 @@ TEST(Rendezvous, ElasticRoundFormsAfterTheLastCall) {
     ASSERT_TRUE(ra.is_ok() && rb.is_ok());
     EXPECT_EQ(ra->group_world_size, 2);
     EXPECT_EQ(rb->world_size, 8);
+}
+
+TEST(Rendezvous, ANodeBeyondMaxWaitsAndLeavesWithTheOthers) {
+    RdzvSettings s;
+    s.run_id = "job";
+    s.min_nodes = s.max_nodes = 1;
+    auto srv = RendezvousServer::start("127.0.0.1", 0, s);
+    ASSERT_TRUE(srv.is_ok());
+    auto a = client((*srv)->port());
+    ASSERT_TRUE(a->join(join_as("a", 1), 10).is_ok());
+    // b comes while a's round runs and the group is full: it waits, and does not hold up the end.
+    auto b = client((*srv)->port());
+    auto fb = std::async(std::launch::async, [&] { return b->join(join_as("b", 1), 10); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ASSERT_TRUE(a->done(0).is_ok());
+    std::string msg;
+    EXPECT_EQ(wait_event(*a, &msg), RendezvousClient::Event::kExit);
+    auto rb = fb.get();
+    ASSERT_FALSE(rb.is_ok());
+    EXPECT_EQ(rb.status().message(), "EXIT");
 }
 
 TEST(Rendezvous, WrongRunIdIsRefused) {

@@ -105,8 +105,9 @@ Result<Group> Group::create(const std::string& name, const Limits& limits) {
     if (::access((std::string(kRoot) + "/cgroup.controllers").c_str(), F_OK) == 0) {
         const std::string parent = join(kRoot, own_path(""), "");
         std::string need = std::string(limits.memory_bytes > 0 ? "+memory " : "") + (limits.cpus > 0 ? "+cpu" : "");
-        std::string enabled = read_small(parent + "cgroup.subtree_control");
-        bool has_mem = enabled.find("memory") != std::string::npos, has_cpu = enabled.find("cpu") != std::string::npos;
+        std::stringstream enabled(read_small(parent + "cgroup.subtree_control"));
+        bool has_mem = false, has_cpu = false;  // whole words: "cpuset" is not "cpu"
+        for (std::string c; enabled >> c;) has_mem |= c == "memory", has_cpu |= c == "cpu";
         if ((limits.memory_bytes > 0 && !has_mem) || (limits.cpus > 0 && !has_cpu)) {
             Status s = write_control(parent + "cgroup.subtree_control", need);
             if (!s.is_ok())

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -89,7 +90,9 @@ public:
     Status start(const Round& r, const std::string& run_id, const std::string& dir);
     enum class State { kRunning, kSucceeded, kFailed };
     State poll(Failure* f);
-    void stop();
+    /// SIGTERM to every worker's process group, SIGKILL after the grace period; `tick` runs while
+    /// it waits (the rendezvous heartbeat must go on).
+    void stop(const std::function<void()>& tick = nullptr);
 
 private:
     struct Worker {
@@ -174,6 +177,7 @@ Status Group::start(const Round& r, const std::string& run_id, const std::string
             _exit(127);
         }
         ::close(pipefd[1]);
+        setpgid(pid, pid);  // also here: a stop right after fork must reach the group
         fcntl(pipefd[0], F_SETFL, O_NONBLOCK);
         w.pid = pid;
         w.out = pipefd[0];
@@ -245,12 +249,16 @@ Group::State Group::poll(Failure* f) {
     return all_ok ? State::kSucceeded : State::kRunning;
 }
 
-void Group::stop() {
+void Group::stop(const std::function<void()>& tick) {
     bool any = false;
-    for (auto& w : workers_)
-        if (!w.exited && w.pid > 0) kill(-w.pid, SIGTERM), any = true;
+    for (auto& w : workers_) {
+        if (w.pid <= 0) continue;
+        kill(-w.pid, SIGTERM);  // exited leaders too: their children may live on in the group
+        any |= !w.exited;
+    }
     const double deadline = now_s() + o_.stop_timeout_s;
     while (any && now_s() < deadline) {
+        if (tick) tick();
         any = false;
         for (auto& w : workers_) {
             drain(w, false);
@@ -267,9 +275,11 @@ void Group::stop() {
         if (any) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     for (auto& w : workers_) {
-        if (w.exited || w.pid <= 0) continue;
-        log::warn("launch: rank {} did not stop within {:.0f} s of SIGTERM; sending SIGKILL", w.rank, o_.stop_timeout_s);
-        kill(-w.pid, SIGKILL);
+        if (w.pid <= 0) continue;
+        if (!w.exited)
+            log::warn("launch: rank {} did not stop within {:.0f} s of SIGTERM; sending SIGKILL", w.rank, o_.stop_timeout_s);
+        kill(-w.pid, SIGKILL);  // whatever is left of the group
+        if (w.exited) continue;
         waitpid(w.pid, &w.status, 0);
         w.exited = true;
         drain(w, true);
@@ -288,6 +298,7 @@ public:
     virtual Status failed(const std::string& why) = 0;
     virtual Status done() = 0;
     virtual Result<RendezvousClient::Event> poll(std::string* message) = 0;
+    virtual void keepalive() {}
 };
 
 class LocalCoordinator : public Coordinator {
@@ -352,6 +363,7 @@ public:
     Status failed(const std::string& why) override { return client_->fail(round_, why); }
     Status done() override { return client_->done(round_); }
     Result<RendezvousClient::Event> poll(std::string* message) override { return client_->poll(message); }
+    void keepalive() override { client_->keepalive(); }
 
 private:
     const LaunchOptions& o_;
@@ -462,9 +474,17 @@ Result<int> run_launch(const LaunchOptions& in) {
     signals::install_stop_handlers();
     int last_code = 1;
     Group group(o);
+    Coordinator* c = coord.get();
+    const auto keepalive = [c] { c->keepalive(); };
     for (;;) {
         auto r = coord->next_round();
         if (!r) {
+            if (r.status().code() == StatusCode::kCancelled && r.status().message() == "EXIT") {
+                log::info("launch: the job finished while this node waited for a place in it");
+                return 0;
+            }
+            if (r.status().code() == StatusCode::kCancelled && signals::stop_requested())
+                return 128 + signals::stop_signal();
             if (r.status().code() == StatusCode::kCancelled) {
                 log::error("launch: giving up: {}", r.status().message());
                 return last_code;
@@ -480,14 +500,14 @@ Result<int> run_launch(const LaunchOptions& in) {
         for (;;) {
             if (signals::stop_requested()) {
                 log::info("launch: stopping the workers (signal {})", signals::stop_signal());
-                group.stop();
+                group.stop(keepalive);
                 return 128 + signals::stop_signal();
             }
             Failure f;
             auto state = group.poll(&f);
             if (state == Group::State::kFailed) {
                 log::error("launch: {} (attempt {}); stopping the other workers", f.what(), r->round);
-                group.stop();
+                group.stop(keepalive);
                 if (Status s = write_error_file(o.log_dir, attempt_dir, f, *r); !s.is_ok())
                     log::warn("launch: cannot write the error file: {}", s.message());
                 else
@@ -503,18 +523,18 @@ Result<int> run_launch(const LaunchOptions& in) {
             std::string message;
             auto ev = coord->poll(&message);
             if (!ev) {
-                group.stop();
+                group.stop(keepalive);
                 return ev.status();
             }
             if (*ev == RendezvousClient::Event::kExit) return 0;
             if (*ev == RendezvousClient::Event::kAbort) {
-                group.stop();
+                group.stop(keepalive);
                 log::error("launch: the rendezvous gave up: {}", message);
                 return last_code;
             }
             if (*ev == RendezvousClient::Event::kRestart) {
                 log::warn("launch: restarting the group: {}", message);
-                group.stop();
+                group.stop(keepalive);
                 break;
             }
             std::this_thread::sleep_for(std::chrono::duration<double>(o.monitor_interval_s));

@@ -65,7 +65,7 @@ struct DataParallel::Impl {
         if (acc.defined()) {
             torch::NoGradGuard ng;
             slot.copy_(acc.reshape(-1));
-            slot.add_(g.reshape(-1));
+            slot.add_(g.reshape(-1).to(slot.device()));
         } else {
             torch::NoGradGuard ng;
             slot.copy_(g.reshape(-1));
@@ -267,7 +267,7 @@ Result<double> DataParallel::finish() {
             if (g.defined())
                 g.copy_(avg);
             else
-                g = avg.clone();
+                g = avg.to(im.params[i].device(), /*non_blocking=*/false, /*copy=*/true);
         }
         auto& last = im.flat.back();
         return static_cast<double>(last[last.numel() - 1].item<float>());

@@ -122,15 +122,18 @@ Result<DistEnv> read_env(const GetEnv& get_in) {
         STRATO_RETURN_IF_ERROR(master(e, "127.0.0.1"));
         return check(e);
     }
-    if (get("SLURM_PROCID") && get("SLURM_NTASKS")) {
+    // An srun step (SLURM_STEP_NUM_TASKS), not the batch script of an allocation, which also
+    // carries SLURM_PROCID=0 and SLURM_NTASKS but runs once.
+    if (get("SLURM_PROCID") && get("SLURM_STEP_NUM_TASKS")) {
         e.source = "slurm";
         STRATO_ASSIGN_OR_RETURN(e.rank, int_var(get, "SLURM_PROCID", 0, true));
-        STRATO_ASSIGN_OR_RETURN(e.world_size, int_var(get, "SLURM_NTASKS", 1, true));
+        STRATO_ASSIGN_OR_RETURN(e.world_size, int_var(get, "SLURM_STEP_NUM_TASKS", 1, true));
         STRATO_ASSIGN_OR_RETURN(e.local_rank, int_var(get, "SLURM_LOCALID", 0));
         STRATO_ASSIGN_OR_RETURN(e.group_rank, int_var(get, "SLURM_NODEID", 0));
         STRATO_ASSIGN_OR_RETURN(e.local_world_size, int_var(get, "SLURM_NTASKS_PER_NODE", 0));
         if (e.local_world_size == 0)
-            e.local_world_size = tasks_on_node(str_var(get, "SLURM_TASKS_PER_NODE", "1"), e.group_rank);
+            e.local_world_size = tasks_on_node(
+                str_var(get, "SLURM_STEP_TASKS_PER_NODE", str_var(get, "SLURM_TASKS_PER_NODE", "1")), e.group_rank);
         std::string first = "127.0.0.1";
         if (const char* nodes = get("SLURM_JOB_NODELIST")) {
             STRATO_ASSIGN_OR_RETURN(auto hosts, expand_hostlist(nodes));

@@ -2,8 +2,8 @@
 // Where a worker process stands in a distributed job, read from the environment that launched it:
 //   strato launch / torchrun — RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
 //                              MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT;
-//   Slurm (srun)             — SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID,
-//                              SLURM_NTASKS_PER_NODE / SLURM_TASKS_PER_NODE, SLURM_JOB_NODELIST
+//   Slurm (an srun step)     — SLURM_PROCID, SLURM_STEP_NUM_TASKS, SLURM_LOCALID, SLURM_NODEID,
+//                              SLURM_NTASKS_PER_NODE / SLURM_STEP_TASKS_PER_NODE, SLURM_JOB_NODELIST
 //                              (its first host is the master unless MASTER_ADDR says otherwise);
 //   Open MPI (mpirun)        — OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE, _NODE_RANK.
 // The first that is present wins, in that order. No variable at all: a single process.

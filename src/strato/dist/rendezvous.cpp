@@ -1,5 +1,7 @@
 #include "strato/dist/rendezvous.h"
 
+#include "strato/core/signals.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -81,7 +83,7 @@ struct RendezvousServer::Impl {
         int fd = -1;
         std::string buffer;
         double last_seen = 0;
-        bool joined = false, done = false;
+        bool joined = false, member = false, done = false;  // member: of the running round
         std::string node_id, addr;
         int node_rank = -1, local_world = 1, master_port = 0;
     };
@@ -90,7 +92,7 @@ struct RendezvousServer::Impl {
     std::atomic<bool> stop{false};
     std::thread thread;
     std::map<int, Peer> peers;  // by fd
-    int round = 0;
+    int round = 0, failures = 0;
     bool running = false;       // the round formed and its workers run
     double first_join = 0, min_reached = 0;
 
@@ -104,13 +106,18 @@ struct RendezvousServer::Impl {
     int joined() const {
         return static_cast<int>(std::count_if(peers.begin(), peers.end(), [](const auto& kv) { return kv.second.joined; }));
     }
-    /// A node failed or left while the round ran: the next round, or the end.
-    void restart(const std::string& why) {
+    /// A node failed or left (`failure`), or one arrived, while the round ran: the next round, or
+    /// the end. Members JOIN again after RESTART; nodes that were waiting stay joined.
+    void restart(const std::string& why, bool failure) {
         running = false;
         ++round;
-        for (auto& [fd, p] : peers) p.joined = p.done = false;
+        failures += failure;
+        for (auto& [fd, p] : peers)
+            if (p.member) p.joined = p.member = p.done = false;
         first_join = min_reached = 0;
-        if (round > s.max_restarts) {
+        for (auto& [fd, p] : peers)
+            if (p.joined && first_join == 0) first_join = now_s();
+        if (failures > s.max_restarts) {
             abort_all(fmt::format("{}; no restarts left (max_restarts = {})", why, s.max_restarts));
             return;
         }
@@ -129,13 +136,12 @@ struct RendezvousServer::Impl {
         for (auto* m : members) world += m->local_world;
         int offset = 0;
         for (size_t g = 0; g < members.size(); ++g) {
+            members[g]->member = true;
             send_all(members[g]->fd, fmt::format("ROUND {} {} {} {} {} {} {}\n", round, g, members.size(), world, offset,
                                                  members[0]->addr, members[0]->master_port));
             offset += members[g]->local_world;
         }
-        // Late arrivals beyond max_nodes wait for a later round.
-        for (auto& [fd, p] : peers)
-            if (std::find(members.begin(), members.end(), &p) == members.end()) p.joined = false;
+        // Nodes beyond max_nodes stay joined and wait for a later round.
         running = true;
     }
     void on_line(int fd, Peer& p, const std::string& line) {
@@ -154,12 +160,11 @@ struct RendezvousServer::Impl {
             p.master_port = std::atoi(w[6].c_str());
             if (running) {
                 // A node arriving while a round runs: grow the group at the next round if there
-                // is room (scale-up), else it waits.
+                // is room (scale-up, not a failure), else it waits.
                 p.joined = true;
                 int members = 0;
-                for (auto& [f, q] : peers) members += q.joined && &q != &p;
-                if (members < s.max_nodes) restart(fmt::format("node {} joined (scale-up)", p.node_id));
-                if (!stop) p.joined = true;
+                for (auto& [f, q] : peers) members += q.member;
+                if (members < s.max_nodes) restart(fmt::format("node {} joined (scale-up)", p.node_id), false);
                 return;
             }
             p.joined = true;
@@ -169,7 +174,7 @@ struct RendezvousServer::Impl {
         if (w[0] == "FAIL" && w.size() >= 2) {
             auto f = words(line, 3);  // FAIL <round> <message with spaces>
             if (running && std::atoi(f[1].c_str()) == round)
-                restart(fmt::format("node {} failed: {}", p.node_id, f.size() > 2 ? f[2] : "?"));
+                restart(fmt::format("node {} failed: {}", p.node_id, f.size() > 2 ? f[2] : "?"), true);
             return;
         }
         if (w[0] == "DONE" && w.size() >= 2) {
@@ -177,7 +182,7 @@ struct RendezvousServer::Impl {
             p.done = true;
             bool all = true;
             for (auto& [f, q] : peers)
-                if (q.joined && !q.done) all = false;
+                if (q.member && !q.done) all = false;
             if (all) {
                 broadcast("EXIT");
                 stop = true;
@@ -188,7 +193,8 @@ struct RendezvousServer::Impl {
         Peer p = peers[fd];
         ::close(fd);
         peers.erase(fd);
-        if (running && p.joined) restart(fmt::format("lost node {} (its agent exited or the network failed)", p.node_id));
+        if (running && p.member)
+            restart(fmt::format("lost node {} (its agent exited or the network failed)", p.node_id), true);
     }
     void tick() {
         const double now = now_s();
@@ -204,6 +210,7 @@ struct RendezvousServer::Impl {
         if (running || stop) return;
         int n = joined();
         if (n == 0) return;
+        if (first_join == 0) first_join = now;
         if (n >= s.max_nodes) return form();
         if (n >= s.min_nodes) {
             if (min_reached == 0) min_reached = now;
@@ -308,7 +315,7 @@ Result<std::unique_ptr<RendezvousClient>> RendezvousClient::connect(const std::s
             setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
             std::unique_ptr<RendezvousClient> c(new RendezvousClient());
             c->fd_ = fd;
-            c->last_ping_ = now_s();
+            c->last_ping_ = c->last_heard_ = now_s();
             return c;
         }
         last_error = strerror(errno);
@@ -336,6 +343,9 @@ Result<std::optional<std::string>> RendezvousClient::read_line(double timeout_s)
             buffer_.erase(0, nl + 1);
             return std::optional<std::string>(line);
         }
+        if (signals::stop_requested()) return Status(StatusCode::kCancelled, "interrupted");
+        if (now_s() - last_heard_ > 30)
+            return unavailable("the rendezvous host has been silent for 30 s (it lost power or the network?)");
         const double left = deadline - now_s();
         pollfd p{fd_, POLLIN, 0};
         int rc = ::poll(&p, 1, left > 0 ? static_cast<int>(std::min(left, 0.5) * 1000) + 1 : 0);
@@ -351,6 +361,7 @@ Result<std::optional<std::string>> RendezvousClient::read_line(double timeout_s)
         char buf[4096];
         ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
         if (n <= 0) return unavailable("the rendezvous server closed the connection (its agent exited?)");
+        last_heard_ = now_s();
         buffer_.append(buf, static_cast<size_t>(n));
     }
 }
@@ -365,6 +376,7 @@ Result<RoundAssignment> RendezvousClient::join(const Join& j, double timeout_s) 
         auto w = words(*line, 8);
         if (w.empty() || w[0] == "PING" || w[0] == "RESTART") continue;  // a RESTART racing our JOIN
         if (w[0] == "ABORT") return Status(StatusCode::kCancelled, line->size() > 6 ? line->substr(6) : "aborted");
+        if (w[0] == "EXIT") return Status(StatusCode::kCancelled, "EXIT");
         if (w[0] == "ROUND" && w.size() >= 8) {
             RoundAssignment a;
             a.round = std::atoi(w[1].c_str());
@@ -406,6 +418,13 @@ Result<RendezvousClient::Event> RendezvousClient::poll(std::string* message) {
             if (message) *message = line->size() > 6 ? line->substr(6) : "";
             return Event::kAbort;
         }
+    }
+}
+
+void RendezvousClient::keepalive() {
+    if (now_s() - last_ping_ > 2) {
+        (void)send("PING");
+        last_ping_ = now_s();
     }
 }
 

@@ -10,13 +10,15 @@
 //   server -> RESTART <round> <message>       stop the workers and JOIN again
 //   server -> EXIT                            every node is done
 //   server -> ABORT <message>                 give up (restarts used up, too few nodes)
-//   both   -> PING                            every 2 s; silence for 15 s is a dead peer
+//   both   -> PING                            every 2 s; silence for 30 s is a dead peer
 //
 // A round forms when max_nodes have joined, or min_nodes and `last_call` seconds have passed;
 // with fewer than min_nodes after `join_timeout` it aborts naming how many came. Group ranks go
 // by the requested node rank, then by node id; the master of a round is its group rank 0. A lost
 // connection while running is a failed node: the others restart (scale-down, if min_nodes still
-// join). Each round after the first counts as a restart against max_restarts.
+// join). Failures (a FAIL, a lost node) count against max_restarts; a node arriving while a round
+// runs starts a new round to grow the group (up to max_nodes) without using one up; beyond
+// max_nodes it waits, and leaves with the others at EXIT.
 
 #include <memory>
 #include <optional>
@@ -30,7 +32,7 @@ struct RdzvSettings {
     std::string run_id = "none";
     int min_nodes = 1, max_nodes = 1;
     int max_restarts = 0;
-    double join_timeout_s = 600, last_call_s = 30, peer_timeout_s = 15;
+    double join_timeout_s = 600, last_call_s = 30, peer_timeout_s = 30;
 };
 
 struct RoundAssignment {
@@ -62,7 +64,9 @@ public:
         std::string run_id, node_id, addr;
         int node_rank = -1, local_world_size = 1, master_port = 0;
     };
-    /// Joins the next round and waits for it to form (kCancelled on ABORT, with its message).
+    /// Joins the next round and waits for it to form (kCancelled on ABORT, with its message; on
+    /// EXIT — the job ended while this node waited — kCancelled with the message "EXIT"; on
+    /// SIGINT/SIGTERM, kCancelled "interrupted").
     Result<RoundAssignment> join(const Join& j, double timeout_s);
     Status fail(int round, const std::string& message);
     Status done(int round);
@@ -72,6 +76,8 @@ public:
     Result<Event> poll(std::string* message);
     /// The address the connection leaves from (what other nodes can reach this one at).
     std::string local_address() const;
+    /// Sends the heartbeat if it is due (while the agent is busy stopping workers).
+    void keepalive();
 
 private:
     RendezvousClient() = default;
@@ -80,7 +86,7 @@ private:
     Status send(const std::string& line);
     int fd_ = -1;
     std::string buffer_;
-    double last_ping_ = 0;
+    double last_ping_ = 0, last_heard_ = 0;
 };
 
 }  // namespace strato::dist

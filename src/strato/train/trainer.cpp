@@ -225,7 +225,9 @@ Status Trainer::setup() {
                                     "or no GPU)\nhint: build strato against a CUDA libtorch: cmake -DSTRATO_WITH_CUDA=ON "
                                     "-DCMAKE_PREFIX_PATH=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')",
                                     TORCH_VERSION);
-        device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env_.local_rank));
+        // One GPU per process is often all a process sees (CUDA_VISIBLE_DEVICES per task or pod).
+        const int64_t gpus = std::max<int64_t>(1, static_cast<int64_t>(torch::cuda::device_count()));
+        device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env_.local_rank % gpus));
     }
     if (rank0_) {
         STRATO_RETURN_IF_ERROR(prepare_run_dir(cfg_, opts_));

@@ -100,12 +100,15 @@ Status Store::migrate() {
         Stmt q(db_, fmt::format("SELECT count(*) FROM pragma_table_info('{}') WHERE name = '{}'", table, column).c_str());
         return q.step() == SQLITE_ROW && q.i64(0) > 0;
     };
-    if (!has_column("trials", "bracket"))
-        STRATO_RETURN_IF_ERROR(exec("ALTER TABLE trials ADD COLUMN bracket INTEGER NOT NULL DEFAULT 0;"
-                                    "ALTER TABLE trials ADD COLUMN owner TEXT; ALTER TABLE trials ADD COLUMN heartbeat REAL;"));
-    if (!has_column("rungs", "bracket"))
-        STRATO_RETURN_IF_ERROR(exec("ALTER TABLE rungs ADD COLUMN bracket INTEGER NOT NULL DEFAULT 0"));
-    return Status::ok();
+    // In one write transaction, checked again inside it: executors opening an old study at once.
+    return transaction([&]() -> Status {
+        if (!has_column("trials", "bracket"))
+            STRATO_RETURN_IF_ERROR(exec("ALTER TABLE trials ADD COLUMN bracket INTEGER NOT NULL DEFAULT 0;"
+                                        "ALTER TABLE trials ADD COLUMN owner TEXT; ALTER TABLE trials ADD COLUMN heartbeat REAL;"));
+        if (!has_column("rungs", "bracket"))
+            STRATO_RETURN_IF_ERROR(exec("ALTER TABLE rungs ADD COLUMN bracket INTEGER NOT NULL DEFAULT 0"));
+        return Status::ok();
+    });
 }
 
 Status Store::exec(const std::string& sql) {

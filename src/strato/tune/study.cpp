@@ -103,6 +103,7 @@ struct Running {
     size_t offset = 0;            // bytes of metrics.jsonl already read
     bool stop_requested = false;  // the scheduler stopped it
     bool term_sent = false;       // SIGTERM sent (only ever once: a second one makes the trainer exit at once)
+    bool taken = false;           // another executor took the trial over (we were presumed dead)
     std::unique_ptr<cgroup::Group> group;
 };
 
@@ -123,6 +124,9 @@ private:
     Status reap();
     /// Takes over trials left running by executors that are gone, as far as `parallel` allows.
     Status adopt();
+    /// The heartbeat; a trial another executor has taken over meanwhile (this one stalled past
+    /// its lease) is killed here and left to its new owner.
+    Status beat();
     /// The next thing to run: a promotion or a new trial; nullopt when there is none now.
     Result<std::optional<Trial>> next_job();
     void signal_once(Running& r) {
@@ -275,6 +279,10 @@ Status Executor::reap() {
         }
         const int id = it->first;
         Running& r = it->second;
+        if (r.taken) {  // its new owner records what happens to it
+            it = running_.erase(it);
+            continue;
+        }
         STRATO_RETURN_IF_ERROR(poll_results(id, r));
         STRATO_ASSIGN_OR_RETURN(auto results, store_->results(id));
         const int epochs = results.empty() ? 0 : results.back().first;
@@ -326,6 +334,20 @@ Status Executor::adopt() {
     for (const auto& t : take) {
         if (!o_.quiet) log::info("tune: resuming {} (was running{})", trial_name(t.id), t.owner.empty() ? "" : " in " + t.owner);
         STRATO_RETURN_IF_ERROR(launch(t));
+    }
+    return Status::ok();
+}
+
+Status Executor::beat() {
+    STRATO_RETURN_IF_ERROR(store_->heartbeat(owner_));
+    STRATO_ASSIGN_OR_RETURN(auto all, store_->trials());
+    for (const auto& t : all) {
+        auto it = running_.find(t.id);
+        if (it == running_.end() || it->second.taken || t.owner.empty() || t.owner == owner_) continue;
+        log::warn("tune: {} was taken over by {} (this executor missed its lease); stopping our copy", trial_name(t.id),
+                  t.owner);
+        it->second.taken = true;
+        kill(it->second.pid, SIGKILL);
     }
     return Status::ok();
 }
@@ -404,16 +426,16 @@ Result<RunSummary> Executor::run() {
     auto last_beat = std::chrono::steady_clock::now();
     for (;;) {
         STRATO_RETURN_IF_ERROR(reap());
+        if (std::chrono::steady_clock::now() - last_beat > kHeartbeatEvery) {
+            STRATO_RETURN_IF_ERROR(beat());  // also while stopping: checkpoints can take a while
+            last_beat = std::chrono::steady_clock::now();
+        }
         if (signals::stop_requested()) {
             cancelled = true;
             if (running_.empty()) break;
             for (auto& [id, r] : running_) signal_once(r);
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
             continue;
-        }
-        if (std::chrono::steady_clock::now() - last_beat > kHeartbeatEvery) {
-            STRATO_RETURN_IF_ERROR(store_->heartbeat(owner_));
-            last_beat = std::chrono::steady_clock::now();
         }
         STRATO_RETURN_IF_ERROR(adopt());
         while (static_cast<int>(running_.size()) < c_.parallel) {
