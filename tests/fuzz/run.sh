@@ -17,6 +17,7 @@ trap 'rm -rf "$out"' EXIT
 mkdir -p "$out/corpus"
 printf '\x00{"id":"1","inputs":[{"name":"x","shape":[2,2],"datatype":"FP32","data":[[1,2],[3,4]]}],"outputs":[{"name":"y","parameters":{"classification":2}}]}' >"$out/corpus/json"
 printf '\x00{"inputs":[{"name":"s","shape":[2],"datatype":"BYTES","data":["ab","c"]},{"name":"b","shape":[1],"datatype":"BOOL","data":[true]}]}' >"$out/corpus/bytes"
+printf '\x00{"inputs":[{"name":"s","shape":[888888888880],"datatype":"BYTES","data":["ab","c"]}]}' >"$out/corpus/huge-shape"
 hdr='{"inputs":[{"name":"x","shape":[2],"datatype":"INT32","parameters":{"binary_data_size":8}}],"parameters":{"binary_data_output":true}}'
 { printf '\x01'; printf "\\x$(printf %02x $(( ${#hdr} >> 8 )))\\x$(printf %02x $(( ${#hdr} & 255 )))"; printf '%s' "$hdr"; printf '\x01\x00\x00\x00\x02\x00\x00\x00'; } >"$out/corpus/binary"
 printf '\x02name: "m"\nmax_batch_size: 8\ninput [ { name: "x" data_type: TYPE_FP32 dims: [ 3, -1 ] } ]\ndynamic_batching { preferred_batch_size: [ 4 ] }\n' >"$out/corpus/pbtxt"

@@ -13,6 +13,15 @@ std::string floats(std::initializer_list<float> v) {
     return s;
 }
 
+TEST(Codec, AHugeShapeWithLittleDataIsAnErrorNotAnAllocation) {
+    // Found by the fuzzer: the shape claimed 888,888,888,880 elements and the decoder reserved
+    // that much before counting the two that came.
+    auto r = decode_infer_request(
+        R"({"inputs":[{"name":"s","shape":[888888888880],"datatype":"BYTES","data":["ab","c"]}]})", std::nullopt);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("888888888880 elements"), std::string::npos) << r.status().message();
+}
+
 TEST(Codec, JsonRequestNestedAndFlatDataGiveTheSameBytes) {
     auto a = decode_infer_request(R"({"id":"7","inputs":[{"name":"x","shape":[2,2],"datatype":"FP32","data":[[1,2],[3,4.5]]}]})", {});
     auto b = decode_infer_request(R"({"inputs":[{"name":"x","shape":[2,2],"datatype":"FP32","data":[1,2,3,4.5]}]})", {});

@@ -337,7 +337,9 @@ Result<InferRequest> decode_infer_request(std::string_view body, std::optional<s
                                         what, datatype_name(t.dtype));
             int64_t count = 0;
             size_t es = std::max<size_t>(datatype_size(t.dtype), 1);
-            if (t.numel() > 0 && static_cast<uint64_t>(t.numel()) < (uint64_t{1} << 40) / es) t.data.reserve(t.numel() * es);
+            // Reserve only what a request could plausibly hold: the shape is the client's claim and
+            // is checked against the data below (a fuzzer found [888888888880] with 2 elements).
+            if (t.numel() > 0 && static_cast<uint64_t>(t.numel()) <= (uint64_t{64} << 20) / es) t.data.reserve(t.numel() * es);
             STRATO_RETURN_IF_ERROR(append_json_data(t.data, &count, t.dtype, *data, what));
             if (count != t.numel())
                 return invalid_argument("{}: shape {} has {} elements but 'data' holds {}", what, shape_string(t.shape), t.numel(), count);
