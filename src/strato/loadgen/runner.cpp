@@ -8,6 +8,8 @@
 #include <cmath>
 #include <thread>
 
+#include "strato/core/log.h"
+
 namespace strato::loadgen {
 using json = nlohmann::json;
 
@@ -103,7 +105,22 @@ Result<PointResult> run_point(const Target& target, const RunOptions& o, double 
 
     int64_t base_done = session->requests_done();
     int64_t deadline = o.requests > 0 ? std::numeric_limits<int64_t>::max() : now_ns() + static_cast<int64_t>(o.duration_s * 1e9);
-    wait_until(deadline, o, [&] { return o.requests > 0 && session->requests_done() - base_done >= o.requests; });
+    // A count that stops advancing for longer than a request may take ends the point: the run is
+    // bounded even if a response is lost for good (its request counts as unfinished).
+    int64_t last_done = base_done, last_progress = now_ns();
+    const int64_t stall_ns = o.load.timeout_ns + 5'000'000'000;
+    wait_until(deadline, o, [&] {
+        if (o.requests <= 0) return false;
+        const int64_t done = session->requests_done();
+        if (done - base_done >= o.requests) return true;
+        if (done != last_done) last_done = done, last_progress = now_ns();
+        if (now_ns() - last_progress > stall_ns) {
+            log::warn("loadtest: no request finished for {:.0f} s ({} of {} done); ending this point",
+                      static_cast<double>(stall_ns) / 1e9, done - base_done, o.requests);
+            return true;
+        }
+        return false;
+    });
     out.m = session->stop(grace);
     if (before)
         if (auto after = o.server_stats(); after.is_ok()) out.server = server_breakdown(*before, *after);
