@@ -63,11 +63,7 @@ std::string signal_text(int sig) {
     return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", sig);
 }
 
-struct Round {
-    int round = 0, group_rank = 0, group_world_size = 1, world_size = 1, rank_offset = 0;
-    std::string master_addr;
-    int master_port = 0;
-};
+using Round = RoundAssignment;  // what a round gives this node, from the rendezvous or decided alone
 
 struct Failure {
     int local_rank = 0, rank = 0, exit_code = 0, signal = 0;
@@ -348,16 +344,8 @@ public:
         j.local_world_size = o_.nproc_per_node;
         j.addr = client_->local_address();
         j.master_port = free_port(j.addr == "127.0.0.1" ? "127.0.0.1" : "0.0.0.0");
-        STRATO_ASSIGN_OR_RETURN(RoundAssignment a, client_->join(j, o_.join_timeout_s + o_.last_call_s + 30));
-        round_ = a.round;
-        Round r;
-        r.round = a.round;
-        r.group_rank = a.group_rank;
-        r.group_world_size = a.group_world_size;
-        r.world_size = a.world_size;
-        r.rank_offset = a.rank_offset;
-        r.master_addr = a.master_addr;
-        r.master_port = a.master_port;
+        STRATO_ASSIGN_OR_RETURN(Round r, client_->join(j, o_.join_timeout_s + o_.last_call_s + 30));
+        round_ = r.round;
         return r;
     }
     Status failed(const std::string& why) override { return client_->fail(round_, why); }

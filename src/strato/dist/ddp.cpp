@@ -49,6 +49,11 @@ struct DataParallel::Impl {
     int rank = 0;
     std::vector<char> reported;  // per param, this step
 
+    /// Parameter i's place in its bucket.
+    torch::Tensor slot(size_t i) {
+        return flat[bucket_of[i]].narrow(0, static_cast<int64_t>(offset_of[i]), params[i].numel());
+    }
+
     void launch_ready() {
         while (next_launch < flat.size() && pending[next_launch] == 0) {
             launched_at[next_launch] = Clock::now();
@@ -60,15 +65,14 @@ struct DataParallel::Impl {
     void on_grad(size_t i, const torch::Tensor& g) {
         if (!armed) return;
         const size_t b = bucket_of[i];
-        auto slot = flat[b].narrow(0, static_cast<int64_t>(offset_of[i]), params[i].numel());
+        auto dst = slot(i);
         const auto& acc = params[i].grad();
+        torch::NoGradGuard ng;
         if (acc.defined()) {
-            torch::NoGradGuard ng;
-            slot.copy_(acc.reshape(-1));
-            slot.add_(g.reshape(-1).to(slot.device()));
+            dst.copy_(acc.reshape(-1));
+            dst.add_(g.reshape(-1).to(dst.device()));
         } else {
-            torch::NoGradGuard ng;
-            slot.copy_(g.reshape(-1));
+            dst.copy_(g.reshape(-1));
         }
         reported[i] = 1;
         if (--pending[b] == 0) launch_ready();
@@ -242,12 +246,12 @@ Result<double> DataParallel::finish() {
             if (im.pending[b] == 0) continue;
             for (size_t i : im.members[b]) {
                 if (im.reported[i]) continue;
-                auto slot = im.flat[b].narrow(0, static_cast<int64_t>(im.offset_of[i]), im.params[i].numel());
+                auto dst = im.slot(i);
                 const auto& acc = im.params[i].grad();
                 if (acc.defined())
-                    slot.copy_(acc.reshape(-1));
+                    dst.copy_(acc.reshape(-1));
                 else
-                    slot.zero_();
+                    dst.zero_();
             }
             im.pending[b] = 0;
         }
@@ -259,10 +263,7 @@ Result<double> DataParallel::finish() {
         ++stats_.steps;
         const float inv = 1.0f / static_cast<float>(world_);
         for (size_t i = 0; i < im.params.size(); ++i) {
-            auto avg = im.flat[im.bucket_of[i]]
-                           .narrow(0, static_cast<int64_t>(im.offset_of[i]), im.params[i].numel())
-                           .view(im.params[i].sizes()) *
-                       inv;
+            auto avg = im.slot(i).view(im.params[i].sizes()) * inv;
             auto& g = im.params[i].mutable_grad();
             if (g.defined())
                 g.copy_(avg);
