@@ -1,25 +1,41 @@
 #!/usr/bin/env bash
-# Builds the request/config fuzzer with clang's libFuzzer + ASan + UBSan and runs it for SECONDS
-# over a seed corpus (bounded: CI runs it for 30 s). Exit 0 = no crash, leak or sanitizer report.
-#   tests/fuzz/run.sh [SECONDS]
+# Builds a libFuzzer target with clang (ASan + UBSan) and runs it for SECONDS over its seed
+# corpus (bounded: CI runs each for 30 s). Exit 0 = no crash, leak or sanitizer report.
+#   tests/fuzz/run.sh [SECONDS] [request|image]
+#     request: the inference request decoder and the model config parsers
+#     image:   the JPEG/PNG decode wrapper and the transform pipeline
 set -euo pipefail
 seconds=${1:-30}
+target=${2:-request}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 command -v clang++-14 >/dev/null || command -v clang++ >/dev/null || { echo "skip: clang not installed"; exit 77; }
 cxx=$(command -v clang++-14 || command -v clang++)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-"$cxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  -I"$root/src" -DFMT_HEADER_ONLY=0 \
-  "$root/tests/fuzz/fuzz_request.cpp" "$root/src/strato/serve/protocol/codec.cpp" \
-  "$root/src/strato/serve/protocol/types.cpp" "$root/src/strato/serve/repository/model_config.cpp" \
-  "$root/src/strato/core/status.cpp" -lfmt -o "$out/fuzz_request"
+flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$root/src")
 mkdir -p "$out/corpus"
-printf '\x00{"id":"1","inputs":[{"name":"x","shape":[2,2],"datatype":"FP32","data":[[1,2],[3,4]]}],"outputs":[{"name":"y","parameters":{"classification":2}}]}' >"$out/corpus/json"
-printf '\x00{"inputs":[{"name":"s","shape":[2],"datatype":"BYTES","data":["ab","c"]},{"name":"b","shape":[1],"datatype":"BOOL","data":[true]}]}' >"$out/corpus/bytes"
-printf '\x00{"inputs":[{"name":"s","shape":[888888888880],"datatype":"BYTES","data":["ab","c"]}]}' >"$out/corpus/huge-shape"
-hdr='{"inputs":[{"name":"x","shape":[2],"datatype":"INT32","parameters":{"binary_data_size":8}}],"parameters":{"binary_data_output":true}}'
-{ printf '\x01'; printf "\\x$(printf %02x $(( ${#hdr} >> 8 )))\\x$(printf %02x $(( ${#hdr} & 255 )))"; printf '%s' "$hdr"; printf '\x01\x00\x00\x00\x02\x00\x00\x00'; } >"$out/corpus/binary"
-printf '\x02name: "m"\nmax_batch_size: 8\ninput [ { name: "x" data_type: TYPE_FP32 dims: [ 3, -1 ] } ]\ndynamic_batching { preferred_batch_size: [ 4 ] }\n' >"$out/corpus/pbtxt"
-printf '\x03{"name":"m","max_batch_size":4,"input":[{"name":"x","data_type":"TYPE_INT8","dims":[2]}],"version_policy":{"latest":{"num_versions":1}}}' >"$out/corpus/config"
-"$out/fuzz_request" -artifact_prefix="$out/" -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 "$out/corpus" 2>&1 | tail -15
+case "$target" in
+request)
+  "$cxx" "${flags[@]}" -DFMT_HEADER_ONLY=0 \
+    "$root/tests/fuzz/fuzz_request.cpp" "$root/src/strato/serve/protocol/codec.cpp" \
+    "$root/src/strato/serve/protocol/types.cpp" "$root/src/strato/serve/repository/model_config.cpp" \
+    "$root/src/strato/core/status.cpp" -lfmt -o "$out/fuzz"
+  printf '\x00{"id":"1","inputs":[{"name":"x","shape":[2,2],"datatype":"FP32","data":[[1,2],[3,4]]}],"outputs":[{"name":"y","parameters":{"classification":2}}]}' >"$out/corpus/json"
+  printf '\x00{"inputs":[{"name":"s","shape":[2],"datatype":"BYTES","data":["ab","c"]},{"name":"b","shape":[1],"datatype":"BOOL","data":[true]}]}' >"$out/corpus/bytes"
+  printf '\x00{"inputs":[{"name":"s","shape":[888888888880],"datatype":"BYTES","data":["ab","c"]}]}' >"$out/corpus/huge-shape"
+  hdr='{"inputs":[{"name":"x","shape":[2],"datatype":"INT32","parameters":{"binary_data_size":8}}],"parameters":{"binary_data_output":true}}'
+  { printf '\x01'; printf "\\x$(printf %02x $(( ${#hdr} >> 8 )))\\x$(printf %02x $(( ${#hdr} & 255 )))"; printf '%s' "$hdr"; printf '\x01\x00\x00\x00\x02\x00\x00\x00'; } >"$out/corpus/binary"
+  printf '\x02name: "m"\nmax_batch_size: 8\ninput [ { name: "x" data_type: TYPE_FP32 dims: [ 3, -1 ] } ]\ndynamic_batching { preferred_batch_size: [ 4 ] }\n' >"$out/corpus/pbtxt"
+  printf '\x03{"name":"m","max_batch_size":4,"input":[{"name":"x","data_type":"TYPE_INT8","dims":[2]}],"version_policy":{"latest":{"num_versions":1}}}' >"$out/corpus/config"
+  max_len=65536
+  ;;
+image)
+  "$cxx" "${flags[@]}" "$root/tests/fuzz/fuzz_image.cpp" "$root/src/strato/data/codec.cpp" \
+    "$root/src/strato/data/transforms.cpp" "$root/src/strato/data/loader.cpp" "$root/src/strato/core/status.cpp" \
+    -ljpeg -lpng -lfmt -o "$out/fuzz"
+  cp "$root"/tests/fuzz/corpus/image/* "$out/corpus/"
+  max_len=16384
+  ;;
+*) echo "tests/fuzz/run.sh: unknown target '$target' (expected request or image)" >&2; exit 2 ;;
+esac
+"$out/fuzz" -artifact_prefix="$out/" -max_total_time="$seconds" -rss_limit_mb=2048 -max_len="$max_len" -print_final_stats=1 "$out/corpus" 2>&1 | tail -15

@@ -4,14 +4,19 @@
 
 #include <filesystem>
 
+#include "strato/core/fs.h"
+#include "strato/core/log.h"
+#include "strato/data/csv.h"
 #include "strato/data/idx.h"
 #include "strato/data/image_folder.h"
+#include "strato/data/remote.h"
+#include "strato/data/shards.h"
 
 namespace strato::data {
 
 void DataConfig::visit(config::Visitor& v) {
     using config::Range;
-    v.field("dataset", dataset, {"fashion-mnist", "idx", "image-folder", "synthetic"});
+    v.field("dataset", dataset, {"fashion-mnist", "idx", "image-folder", "shards", "csv", "synthetic"});
     v.field("path", path);
     v.field("train_images", train_images);
     v.field("train_labels", train_labels);
@@ -32,6 +37,16 @@ void DataConfig::visit(config::Visitor& v) {
     v.field("limit_train", limit_train, Range::non_negative());
     v.field("limit_test", limit_test, Range::non_negative());
     v.field("classes", classes, config::Range::between(2, 100000));
+    v.field("fast_decode", fast_decode);
+    v.field("cache", cache, {"none", "encoded", "decoded"});
+    v.field("cache_mb", cache_mb, Range::between(0, int64_t{1} << 30));
+    v.field("on_bad_sample", on_bad_sample, {"error", "skip"});
+    v.field("shuffle_shards", shuffle_shards, Range::between(1, 1 << 20));
+    v.field("shard_cache_dir", shard_cache_dir);
+    v.field("shard_cache_mb", shard_cache_mb, Range::between(1, int64_t{1} << 30));
+    v.field("label_column", label_column);
+    v.section("train", [&] { v.field("transforms", train_transforms); });
+    v.section("test", [&] { v.field("transforms", test_transforms); });
 }
 
 namespace {
@@ -42,6 +57,38 @@ Status apply_limit(std::shared_ptr<Dataset>& ds, int64_t limit, const char* key)
     if (!mem) return invalid_argument("data.{} is supported only for in-memory (IDX) datasets", key);
     mem->truncate(limit);
     return Status::ok();
+}
+
+/// The shard store of one split: a directory, or an http(s) URL with a local cache.
+Result<std::shared_ptr<ShardStore>> split_store(const DataConfig& cfg, const std::string& split) {
+    const bool remote = is_remote_url(cfg.path);
+    std::string where = remote ? cfg.path + (cfg.path.back() == '/' ? "" : "/") + split
+                               : (std::filesystem::path(cfg.path) / split).string();
+    RemoteOptions o;
+    if (remote) {
+        std::string dir = cfg.shard_cache_dir;
+        if (dir.empty()) {
+            const char* env = std::getenv("STRATO_CACHE_DIR");
+            const char* home = std::getenv("HOME");
+            std::filesystem::path base = env && *env ? env : home && *home ? std::filesystem::path(home) / ".cache/strato" : "/tmp/strato-cache";
+            dir = (base / "shards" / fs::sha256_hex(cfg.path).substr(0, 16)).string();
+        }
+        o.cache_dir = (std::filesystem::path(dir) / split).string();
+        o.cache_bytes_max = cfg.shard_cache_mb << 20;
+    }
+    return open_shard_store(where, o);
+}
+
+Result<std::shared_ptr<ImageDataset>> open_image_split(const DataConfig& cfg, std::shared_ptr<const SampleSource> source,
+                                                       const std::string& split) {
+    ImageDatasetOptions o;
+    o.shape = {cfg.channels, cfg.image_size, cfg.image_size};
+    o.fast_decode = cfg.fast_decode;
+    o.cache = cfg.cache;
+    o.cache_mb = cfg.cache_mb;
+    o.transforms = split == "train" ? cfg.train_transforms : cfg.test_transforms;
+    o.where = fmt::format("data.{}.transforms", split);
+    return ImageDataset::create(std::move(source), std::move(o));
 }
 
 }  // namespace
@@ -72,11 +119,38 @@ Result<DataSplits> open_datasets(const DataConfig& cfg) {
             return invalid_argument("data.mean/data.std: expected {} values (one per channel)", cfg.channels);
         return out;
     }
-    if (!stdfs::is_directory(cfg.path, ec)) {
+    if (cfg.dataset == "shards") {
+        if (cfg.channels != 1 && cfg.channels != 3) return invalid_argument("data.channels: expected 1 or 3, got {}", cfg.channels);
+        STRATO_ASSIGN_OR_RETURN(auto train_store, split_store(cfg, "train"));
+        STRATO_ASSIGN_OR_RETURN(auto test_store, split_store(cfg, "test"));
+        STRATO_ASSIGN_OR_RETURN(auto train_src, ShardSource::open(train_store));
+        STRATO_ASSIGN_OR_RETURN(auto test_src, ShardSource::open(test_store));
+        if (test_src->class_names() != train_src->class_names())
+            return invalid_argument("data.path: the test shards' classes differ from the training shards' ({} vs {} classes)",
+                                    test_src->class_names().size(), train_src->class_names().size());
+        STRATO_ASSIGN_OR_RETURN(auto train, open_image_split(cfg, train_src, "train"));
+        STRATO_ASSIGN_OR_RETURN(auto test, open_image_split(cfg, test_src, "test"));
+        out.train = train;
+        out.test = test;
+    } else if (!stdfs::is_directory(cfg.path, ec)) {
         std::string hint = cfg.path == kFashionMnistDir ? " (install it: apt-get install dataset-fashion-mnist)" : "";
         return not_found("data.path: dataset directory {} does not exist{}", cfg.path, hint);
     }
-    if (cfg.dataset == "fashion-mnist" || cfg.dataset == "idx") {
+    if (cfg.dataset == "shards") {
+        // opened above
+    } else if (cfg.dataset == "csv") {
+        auto p = [&](const std::string& f) { return (stdfs::path(cfg.path) / f).string(); };
+        CsvOptions co;
+        co.label_column = cfg.label_column;
+        STRATO_ASSIGN_OR_RETURN(auto train, CsvDataset::open(p("train.csv"), co));
+        co.class_names = train->class_names();
+        STRATO_ASSIGN_OR_RETURN(auto test, CsvDataset::open(p("test.csv"), co));
+        if (test->num_features() != train->num_features())
+            return invalid_argument("{}: {} features, {} has {}", p("test.csv"), test->num_features(), p("train.csv"),
+                                    train->num_features());
+        out.train = train;
+        out.test = test;
+    } else if (cfg.dataset == "fashion-mnist" || cfg.dataset == "idx") {
         std::vector<std::string> names = cfg.dataset == "fashion-mnist" ? fashion_mnist_classes() : std::vector<std::string>{};
         auto p = [&](const std::string& f) { return (stdfs::path(cfg.path) / f).string(); };
         STRATO_ASSIGN_OR_RETURN(auto train, load_idx_dataset(p(cfg.train_images), p(cfg.train_labels), names));
@@ -85,13 +159,22 @@ Result<DataSplits> open_datasets(const DataConfig& cfg) {
         out.train = train;
         out.test = test;
     } else {
-        ImageShape shape{cfg.channels, cfg.image_size, cfg.image_size};
         if (cfg.channels != 1 && cfg.channels != 3) return invalid_argument("data.channels: expected 1 or 3, got {}", cfg.channels);
         auto root = stdfs::path(cfg.path);
-        STRATO_ASSIGN_OR_RETURN(auto train, ImageFolderDataset::open((root / "train").string(), shape));
-        STRATO_ASSIGN_OR_RETURN(auto test, ImageFolderDataset::open((root / "test").string(), shape, train->class_names()));
+        STRATO_ASSIGN_OR_RETURN(auto train_src, ImageFolderSource::open((root / "train").string()));
+        STRATO_ASSIGN_OR_RETURN(auto test_src, ImageFolderSource::open((root / "test").string(), train_src->class_names()));
+        for (const auto& src : {train_src, test_src})
+            for (const auto& c : src->empty_classes()) log::warn("image folder {}: class '{}' has no images", src->root(), c);
+        STRATO_ASSIGN_OR_RETURN(auto train, open_image_split(cfg, train_src, "train"));
+        STRATO_ASSIGN_OR_RETURN(auto test, open_image_split(cfg, test_src, "test"));
         out.train = train;
         out.test = test;
+    }
+    if (!(out.train->shape() == out.test->shape())) {
+        const ImageShape a = out.train->shape(), b = out.test->shape();
+        return invalid_argument("train samples are {}x{}x{} but test samples {}x{}x{} (data.train.transforms and "
+                                "data.test.transforms must end at the same size)",
+                                a.channels, a.height, a.width, b.channels, b.height, b.width);
     }
     STRATO_RETURN_IF_ERROR(apply_limit(out.train, cfg.limit_train, "limit_train"));
     STRATO_RETURN_IF_ERROR(apply_limit(out.test, cfg.limit_test, "limit_test"));
@@ -100,6 +183,8 @@ Result<DataSplits> open_datasets(const DataConfig& cfg) {
         if (cfg.dataset == "fashion-mnist") {
             out.mean = {0.2860};
             out.std = {0.3530};
+        } else if (out.train->is_float()) {
+            STRATO_RETURN_IF_ERROR(feature_stats(*out.train, &out.mean, &out.std));
         } else {
             STRATO_RETURN_IF_ERROR(channel_stats(*out.train, 2048, &out.mean, &out.std));
         }
@@ -111,6 +196,8 @@ Result<DataSplits> open_datasets(const DataConfig& cfg) {
         return invalid_argument("data.mean/data.std: expected {} values (one per channel), got {} and {}", channels,
                                 out.mean.size(), out.std.size());
     }
+    for (auto* ds : {out.train.get(), out.test.get()})
+        if (auto* img = dynamic_cast<ImageDataset*>(ds)) img->pipeline().set_mean(out.mean);
     return out;
 }
 
@@ -122,6 +209,8 @@ LoaderOptions eval_loader_options(const DataConfig& cfg, const DataSplits& split
     o.prefetch = cfg.prefetch;
     o.mean = splits.mean;
     o.std = splits.std;
+    o.skip_bad = cfg.on_bad_sample == "skip";
+    o.group_window = cfg.shuffle_shards;
     return o;
 }
 

@@ -14,7 +14,7 @@ namespace strato::data {
 inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 
 struct DataConfig {
-    std::string dataset = "fashion-mnist";  // fashion-mnist | idx | image-folder | synthetic
+    std::string dataset = "fashion-mnist";  // fashion-mnist | idx | image-folder | shards | csv | synthetic
     std::string path = kFashionMnistDir;
     // idx: file names inside `path` (gzipped or plain)
     std::string train_images = "train-images-idx3-ubyte.gz";
@@ -36,6 +36,21 @@ struct DataConfig {
     std::vector<double> std;
     int64_t limit_train = 0;  // use only the first N training samples (0 = all); in-memory datasets
     int64_t limit_test = 0;
+    // image-folder and shards: transforms per split (transforms.h), e.g.
+    //   [data.train] transforms = ["random-resized-crop size=224", "hflip"]
+    //   [data.test]  transforms = ["resize size=256", "center-crop size=224"]
+    // Empty: resize to image_size.
+    std::vector<std::string> train_transforms, test_transforms;
+    bool fast_decode = true;       // libjpeg's fast IDCT and upsampling
+    std::string cache = "none";    // none | encoded | decoded: keep samples in RAM after the first read
+    int64_t cache_mb = 4096;       // per split
+    std::string on_bad_sample = "error";  // error | skip: corrupt or non-image files
+    int64_t shuffle_shards = 4;    // shards: shuffle samples within windows of this many shards
+    // shards at an http(s):// path: the local cache (default $STRATO_CACHE_DIR/shards/<url hash>)
+    std::string shard_cache_dir;
+    int64_t shard_cache_mb = 16384;
+    // csv: path/train.csv and path/test.csv, the label in this column
+    std::string label_column = "label";
     // synthetic: random images of channels x image_size^2 (default 224) in `classes` classes,
     // limit_train (default 1024) and limit_test (default 256) of them, for throughput measurements
     int64_t classes = 1000;

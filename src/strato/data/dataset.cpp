@@ -34,10 +34,17 @@ Status channel_stats(const Dataset& ds, int64_t max_samples, std::vector<double>
     std::vector<double> sum(static_cast<size_t>(s.channels)), sq(static_cast<size_t>(s.channels));
     std::vector<uint8_t> buf(static_cast<size_t>(s.numel()));
     const int64_t plane = s.height * s.width;
+    int64_t used = n;
     for (int64_t k = 0; k < n; ++k) {
         int64_t idx = k * ds.size() / n;
         int64_t label;
-        STRATO_RETURN_IF_ERROR(ds.load(idx, buf.data(), &label));
+        if (Status st = ds.load(idx, buf.data(), &label); !st.is_ok()) {
+            // A corrupt image is the loader's business (data.on_bad_sample); the statistics
+            // just leave it out.
+            if (st.code() != StatusCode::kInvalidArgument && st.code() != StatusCode::kDataLoss) return st;
+            --used;
+            continue;
+        }
         for (int64_t c = 0; c < s.channels; ++c) {
             double a = 0, b = 0;
             for (int64_t p = 0; p < plane; ++p) {
@@ -51,7 +58,8 @@ Status channel_stats(const Dataset& ds, int64_t max_samples, std::vector<double>
     }
     mean->assign(static_cast<size_t>(s.channels), 0.0);
     std->assign(static_cast<size_t>(s.channels), 1.0);
-    const double count = static_cast<double>(n * plane);
+    if (used == 0) return invalid_argument("cannot compute statistics: none of the {} samples tried could be loaded", n);
+    const double count = static_cast<double>(used * plane);
     for (size_t c = 0; c < sum.size(); ++c) {
         double m = sum[c] / count;
         (*mean)[c] = m;

@@ -28,7 +28,31 @@ public:
     virtual ImageShape shape() const = 0;
     virtual const std::vector<std::string>& class_names() const = 0;
     virtual Status load(int64_t index, uint8_t* dst, int64_t* label) const = 0;
+    /// As load, with random transforms drawn from `seed` (the loader derives it from the seed,
+    /// epoch and position, so it does not depend on threads or timing). Datasets without random
+    /// transforms ignore it.
+    virtual Status load_random(int64_t index, uint64_t seed, uint8_t* dst, int64_t* label) const {
+        (void)seed;
+        return load(index, dst, label);
+    }
+    /// Contiguous index ranges cheaper to read together (shards): their first indices, from 0.
+    /// Empty when access is uniformly cheap. The loader shuffles groups, then within groups.
+    virtual std::vector<int64_t> group_starts() const { return {}; }
+    /// A hint: samples will be loaded in `order` from position `from` (remote data fetches ahead).
+    virtual void will_read(const std::vector<int64_t>& order, int64_t from) const {
+        (void)order;
+        (void)from;
+    }
     int64_t num_classes() const { return static_cast<int64_t>(class_names().size()); }
+    /// True for datasets of float features (CSV tables): load_float, not load, gives the samples.
+    virtual bool is_float() const { return false; }
+    /// Writes sample `index` as shape().numel() floats into `dst`.
+    virtual Status load_float(int64_t index, float* dst, int64_t* label) const {
+        (void)index;
+        (void)dst;
+        (void)label;
+        return {StatusCode::kUnimplemented, "this dataset has uint8 images, not float features (use load)"};
+    }
 };
 
 /// A dataset held in memory (IDX files, small folders).

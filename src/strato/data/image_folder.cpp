@@ -1,14 +1,14 @@
 #include "strato/data/image_folder.h"
 
-#include <png.h>
-#include <turbojpeg.h>
+#include <sys/stat.h>
 
 #include <algorithm>
-#include <cstring>
+#include <cstdlib>
 #include <filesystem>
-#include <map>
+#include <sstream>
 
 #include "strato/core/fs.h"
+#include "strato/core/log.h"
 
 namespace strato::data {
 namespace stdfs = std::filesystem;
@@ -20,151 +20,227 @@ bool has_image_extension(const stdfs::path& p) {
     return ext == ".png" || ext == ".jpg" || ext == ".jpeg";
 }
 
-constexpr int64_t kMaxPixels = int64_t{64} << 20;  // 64 megapixels: refuse bigger headers before allocating
-
-Status check_size(const std::string& path, int64_t w, int64_t h) {
-    if (w <= 0 || h <= 0 || w * h > kMaxPixels) {
-        return invalid_argument("{}: image header says {}x{} pixels, more than the {} megapixel limit (corrupt?)", path, w,
-                                h, kMaxPixels >> 20);
-    }
-    return Status::ok();
+int64_t mtime_ns(const stdfs::path& p) {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) != 0) return -1;
+    return static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
 }
 
-Image from_interleaved(const uint8_t* src, int64_t h, int64_t w, int64_t c) {
-    Image img{{c, h, w}, std::vector<uint8_t>(static_cast<size_t>(c * h * w))};
-    for (int64_t p = 0; p < h * w; ++p)
-        for (int64_t k = 0; k < c; ++k) img.pixels[static_cast<size_t>(k * h * w + p)] = src[p * c + k];
-    return img;
+stdfs::path index_cache_path(const std::string& root) {
+    const char* dir = std::getenv("STRATO_CACHE_DIR");
+    stdfs::path base;
+    if (dir && *dir) base = dir;
+    else if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) base = stdfs::path(xdg) / "strato";
+    else if (const char* home = std::getenv("HOME"); home && *home) base = stdfs::path(home) / ".cache" / "strato";
+    else return {};
+    return base / "image-index" / (fs::sha256_hex(root).substr(0, 32) + ".txt");
 }
 
-Result<Image> decode_png(const std::string& path, const std::string& bytes, int64_t channels) {
-    png_image image;
-    std::memset(&image, 0, sizeof image);
-    image.version = PNG_IMAGE_VERSION;
-    if (!png_image_begin_read_from_memory(&image, bytes.data(), bytes.size())) {
-        return invalid_argument("{}: not a readable PNG ({})", path, image.message);
-    }
-    if (Status st = check_size(path, image.width, image.height); !st.is_ok()) {
-        png_image_free(&image);
-        return st;
-    }
-    image.format = channels == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
-    std::vector<uint8_t> buf(PNG_IMAGE_SIZE(image));
-    if (!png_image_finish_read(&image, nullptr, buf.data(), 0, nullptr)) {
-        std::string msg = image.message;
-        png_image_free(&image);
-        return data_loss("{}: corrupt PNG ({})", path, msg);
-    }
-    return from_interleaved(buf.data(), image.height, image.width, channels);
+/// The cached index: a header, the classes with their folder's mtime, the files; the last line
+/// is the SHA-256 of everything before it. Any mismatch means "list the folder again".
+struct IndexFile {
+    std::vector<std::pair<int64_t, std::string>> classes;  // mtime, name
+    std::vector<std::pair<int64_t, std::string>> files;    // label, relative path
+    int64_t ignored = 0;
+};
+
+std::string render(const std::string& root, int64_t root_mtime, const IndexFile& f) {
+    std::string s = "strato-image-index 1\n";
+    s += fmt::format("root {} {}\nignored {}\n", root_mtime, root, f.ignored);
+    for (const auto& [m, n] : f.classes) s += fmt::format("class {} {}\n", m, n);
+    for (const auto& [l, p] : f.files) s += fmt::format("file {} {}\n", l, p);
+    return s + "sha256 " + fs::sha256_hex(s) + "\n";
 }
 
-Result<Image> decode_jpeg(const std::string& path, const std::string& bytes, int64_t channels) {
-    tjhandle tj = tjInitDecompress();
-    if (!tj) return internal_error("cannot initialise libjpeg-turbo");
-    int w = 0, h = 0, subsamp = 0, colorspace = 0;
-    auto* src = reinterpret_cast<const unsigned char*>(bytes.data());
-    if (tjDecompressHeader3(tj, src, bytes.size(), &w, &h, &subsamp, &colorspace) != 0) {
-        std::string msg = tjGetErrorStr2(tj);
-        tjDestroy(tj);
-        return invalid_argument("{}: not a readable JPEG ({})", path, msg);
+bool parse_index(const std::string& text, const std::string& root, int64_t root_mtime, IndexFile* out) {
+    const size_t last = text.rfind("sha256 ");
+    if (last == std::string::npos || text.substr(last + 7, 64) != fs::sha256_hex(text.substr(0, last))) return false;
+    std::istringstream in(text.substr(0, last));
+    std::string line, tag;
+    if (!std::getline(in, line) || line != "strato-image-index 1") return false;
+    while (std::getline(in, line)) {
+        std::istringstream ls(line);
+        int64_t num = 0;
+        ls >> tag >> num;
+        std::string rest;
+        std::getline(ls, rest);
+        if (!rest.empty() && rest[0] == ' ') rest.erase(0, 1);
+        if (tag == "root") {
+            if (num != root_mtime || rest != root) return false;
+        } else if (tag == "ignored") {
+            out->ignored = num;
+        } else if (tag == "class") {
+            out->classes.emplace_back(num, rest);
+        } else if (tag == "file") {
+            if (num < 0 || num >= static_cast<int64_t>(out->classes.size())) return false;
+            out->files.emplace_back(num, rest);
+        } else {
+            return false;
+        }
     }
-    if (Status st = check_size(path, w, h); !st.is_ok()) {
-        tjDestroy(tj);
-        return st;
-    }
-    const int pf = channels == 1 ? TJPF_GRAY : TJPF_RGB;
-    std::vector<uint8_t> buf(static_cast<size_t>(w) * h * channels);
-    int rc = tjDecompress2(tj, src, bytes.size(), buf.data(), w, 0, h, pf, TJFLAG_ACCURATEDCT);
-    // NOTE: TurboJPEG returns -1 for warnings too ("extraneous bytes before marker"); such
-    // images decode fine, as in every other JPEG reader.
-    if (rc != 0 && tjGetErrorCode(tj) == TJERR_WARNING) rc = 0;
-    std::string msg = rc != 0 ? tjGetErrorStr2(tj) : "";
-    tjDestroy(tj);
-    if (rc != 0) return data_loss("{}: corrupt JPEG ({})", path, msg);
-    return from_interleaved(buf.data(), h, w, channels);
+    return true;
 }
 
 }  // namespace
 
-Result<Image> decode_image_file(const std::string& path, int64_t channels) {
-    if (channels != 1 && channels != 3) return invalid_argument("channels must be 1 or 3, got {}", channels);
-    STRATO_ASSIGN_OR_RETURN(std::string bytes, fs::read_file(path));
-    if (bytes.size() >= 8 && std::memcmp(bytes.data(), "\x89PNG\r\n\x1a\n", 8) == 0) {
-        return decode_png(path, bytes, channels);
-    }
-    if (bytes.size() >= 3 && static_cast<uint8_t>(bytes[0]) == 0xFF && static_cast<uint8_t>(bytes[1]) == 0xD8) {
-        return decode_jpeg(path, bytes, channels);
-    }
-    return invalid_argument("{}: unknown image format (expected PNG or JPEG)", path);
-}
-
-Image resize_bilinear(const Image& src, int64_t height, int64_t width) {
-    if (src.shape.height == height && src.shape.width == width) return src;
-    const int64_t c = src.shape.channels, sh = src.shape.height, sw = src.shape.width;
-    Image out{{c, height, width}, std::vector<uint8_t>(static_cast<size_t>(c * height * width))};
-    const double sy = static_cast<double>(sh) / height, sx = static_cast<double>(sw) / width;
-    for (int64_t y = 0; y < height; ++y) {
-        double fy = std::clamp((y + 0.5) * sy - 0.5, 0.0, static_cast<double>(sh - 1));
-        int64_t y0 = static_cast<int64_t>(fy), y1 = std::min(y0 + 1, sh - 1);
-        double wy = fy - y0;
-        for (int64_t x = 0; x < width; ++x) {
-            double fx = std::clamp((x + 0.5) * sx - 0.5, 0.0, static_cast<double>(sw - 1));
-            int64_t x0 = static_cast<int64_t>(fx), x1 = std::min(x0 + 1, sw - 1);
-            double wx = fx - x0;
-            for (int64_t k = 0; k < c; ++k) {
-                const uint8_t* p = src.pixels.data() + k * sh * sw;
-                double v = (1 - wy) * ((1 - wx) * p[y0 * sw + x0] + wx * p[y0 * sw + x1]) +
-                           wy * ((1 - wx) * p[y1 * sw + x0] + wx * p[y1 * sw + x1]);
-                out.pixels[static_cast<size_t>(k * height * width + y * width + x)] =
-                    static_cast<uint8_t>(std::clamp(v + 0.5, 0.0, 255.0));
-            }
-        }
-    }
-    return out;
-}
-
-Result<std::shared_ptr<ImageFolderDataset>> ImageFolderDataset::open(const std::string& root, ImageShape shape,
-                                                                     std::vector<std::string> class_names) {
+Result<std::shared_ptr<ImageFolderSource>> ImageFolderSource::open(const std::string& root_in,
+                                                                   std::vector<std::string> class_names) {
     std::error_code ec;
-    if (!stdfs::is_directory(root, ec)) return not_found("image folder {} does not exist or is not a directory", root);
-    if (shape.channels != 1 && shape.channels != 3) {
-        return invalid_argument("image folder {}: channels must be 1 or 3, got {}", root, shape.channels);
-    }
-    if (shape.height <= 0 || shape.width <= 0) {
-        return invalid_argument("image folder {}: image size must be set (data.image_size)", root);
-    }
+    if (!stdfs::is_directory(root_in, ec)) return not_found("image folder {} does not exist or is not a directory", root_in);
+    const std::string root = stdfs::absolute(root_in, ec).lexically_normal().string();
     if (class_names.empty()) {
         for (const auto& e : stdfs::directory_iterator(root, ec))
-            if (e.is_directory()) class_names.push_back(e.path().filename().string());
+            if (e.is_directory() && e.path().filename().string()[0] != '.') class_names.push_back(e.path().filename().string());
         std::sort(class_names.begin(), class_names.end());
     }
-    if (class_names.empty()) return invalid_argument("image folder {} has no class subfolders", root);
-    auto ds = std::shared_ptr<ImageFolderDataset>(new ImageFolderDataset());
-    ds->shape_ = shape;
-    ds->class_names_ = class_names;
-    for (size_t c = 0; c < class_names.size(); ++c) {
-        stdfs::path dir = stdfs::path(root) / class_names[c];
-        if (!stdfs::is_directory(dir, ec)) continue;  // a split may miss a class
-        std::vector<std::string> files;
-        for (const auto& e : stdfs::directory_iterator(dir, ec))
-            if (e.is_regular_file() && has_image_extension(e.path())) files.push_back(e.path().string());
-        std::sort(files.begin(), files.end());
-        for (auto& f : files) {
-            ds->files_.push_back(std::move(f));
-            ds->labels_.push_back(static_cast<int64_t>(c));
+    if (class_names.empty()) return invalid_argument("image folder {} has no class subfolders (expected {}/<class>/*.jpg)", root, root);
+    auto src = std::shared_ptr<ImageFolderSource>(new ImageFolderSource());
+    src->root_ = root;
+    src->class_names_ = class_names;
+
+    // The cached index is valid while the root's and every class folder's mtime are unchanged
+    // (adding, removing or renaming a file changes its folder's mtime).
+    const int64_t root_mtime = mtime_ns(root);
+    const stdfs::path cache = index_cache_path(root);
+    IndexFile index;
+    bool cached = false;
+    if (!cache.empty()) {
+        if (auto text = fs::read_file(cache); text.is_ok() && parse_index(*text, root, root_mtime, &index)) {
+            cached = index.classes.size() == class_names.size();
+            for (size_t c = 0; cached && c < class_names.size(); ++c)
+                cached = index.classes[c].second == class_names[c] &&
+                         index.classes[c].first == mtime_ns(stdfs::path(root) / class_names[c]);
         }
     }
-    if (ds->files_.empty()) return invalid_argument("image folder {} has no .png/.jpg images", root);
+    if (!cached) {
+        index = {};
+        bool cacheable = true;
+        for (size_t c = 0; c < class_names.size(); ++c) {
+            const stdfs::path dir = stdfs::path(root) / class_names[c];
+            index.classes.emplace_back(mtime_ns(dir), class_names[c]);
+            if (!stdfs::is_directory(dir, ec)) continue;
+            std::vector<std::string> files;
+            for (const auto& e : stdfs::recursive_directory_iterator(dir, stdfs::directory_options::follow_directory_symlink, ec)) {
+                if (!e.is_regular_file(ec)) continue;
+                if (!has_image_extension(e.path())) {
+                    ++index.ignored;
+                    continue;
+                }
+                std::string rel = e.path().lexically_relative(root).string();
+                if (rel.find('\n') != std::string::npos) cacheable = false;
+                files.push_back(std::move(rel));
+            }
+            std::sort(files.begin(), files.end());
+            for (auto& f : files) index.files.emplace_back(static_cast<int64_t>(c), std::move(f));
+        }
+        if (ec) return io_error("image folder {}: cannot list it: {}", root, ec.message());
+        if (!cache.empty() && cacheable) {
+            Status st = fs::ensure_dir(cache.parent_path());
+            if (st.is_ok()) st = fs::atomic_write(cache, render(root, root_mtime, index));
+            if (!st.is_ok()) log::debug("image folder index not cached: {}", st.message());
+        }
+    }
+    src->from_cache_ = cached;
+    src->ignored_ = index.ignored;
+    std::vector<int64_t> counts(class_names.size(), 0);
+    for (auto& [label, file] : index.files) {
+        src->files_.push_back(std::move(file));
+        src->labels_.push_back(label);
+        ++counts[static_cast<size_t>(label)];
+    }
+    for (size_t c = 0; c < counts.size(); ++c)
+        if (counts[c] == 0) src->empty_classes_.push_back(class_names[c]);
+    if (src->files_.empty())
+        return invalid_argument("image folder {} has no .jpg/.jpeg/.png images in its {} class folders", root, class_names.size());
+    return src;
+}
+
+std::string ImageFolderSource::name(int64_t index) const {
+    return (stdfs::path(root_) / files_[static_cast<size_t>(index)]).string();
+}
+
+Status ImageFolderSource::read(int64_t index, EncodedSample* out) const {
+    if (index < 0 || index >= size()) return invalid_argument("sample index {} out of range [0, {})", index, size());
+    out->name = name(index);
+    STRATO_ASSIGN_OR_RETURN(out->bytes, fs::read_file(out->name));
+    out->label = labels_[static_cast<size_t>(index)];
+    return Status::ok();
+}
+
+Result<std::shared_ptr<ImageDataset>> ImageDataset::create(std::shared_ptr<const SampleSource> source,
+                                                           ImageDatasetOptions options) {
+    if (!source) return invalid_argument("image dataset: no source");
+    if (options.cache != "none" && options.cache != "encoded" && options.cache != "decoded")
+        return invalid_argument("data.cache: expected none, encoded or decoded, got '{}'", options.cache);
+    auto ds = std::shared_ptr<ImageDataset>(new ImageDataset());
+    STRATO_ASSIGN_OR_RETURN(ds->pipeline_, Pipeline::parse(options.transforms, options.shape, options.where));
+    ds->pipeline_->set_fast_decode(options.fast_decode);
+    ds->pipeline_->set_full_decode(options.cache == "decoded");
+    ds->source_ = std::move(source);
+    ds->opts_ = std::move(options);
     return ds;
 }
 
-Status ImageFolderDataset::load(int64_t index, uint8_t* dst, int64_t* label) const {
+Status ImageDataset::load_random(int64_t index, uint64_t seed, uint8_t* dst, int64_t* label) const {
     if (index < 0 || index >= size()) return invalid_argument("sample index {} out of range [0, {})", index, size());
-    STRATO_ASSIGN_OR_RETURN(Image img, decode_image_file(files_[static_cast<size_t>(index)], shape_.channels));
-    img = resize_bilinear(img, shape_.height, shape_.width);
-    std::memcpy(dst, img.pixels.data(), img.pixels.size());
-    *label = labels_[static_cast<size_t>(index)];
-    return Status::ok();
+    const int64_t cap = opts_.cache_mb << 20;
+    if (opts_.cache == "decoded") {
+        std::shared_ptr<const Pixels> px;
+        {
+            std::lock_guard lock(mu_);
+            if (auto it = decoded_.find(index); it != decoded_.end()) px = it->second, ++cache_.hits;
+            else ++cache_.misses;
+        }
+        if (!px) {
+            EncodedSample s;
+            STRATO_RETURN_IF_ERROR(source_->read(index, &s));
+            DecodeRequest req;
+            req.channels = pipeline_->output().channels;
+            req.fast = opts_.fast_decode;
+            STRATO_ASSIGN_OR_RETURN(Decoded d, decode_image(s.bytes, s.name, req));
+            px = std::make_shared<const Pixels>(std::move(d.pixels));
+            std::lock_guard lock(mu_);
+            const auto bytes = static_cast<int64_t>(px->data.size());
+            if (cache_.bytes + bytes <= cap && decoded_.emplace(index, px).second) cache_.bytes += bytes, ++cache_.entries;
+        }
+        *label = source_->label(index);
+        return pipeline_->run(*px, seed, dst);
+    }
+    std::shared_ptr<const std::string> bytes;
+    std::string name;
+    if (opts_.cache == "encoded") {
+        std::lock_guard lock(mu_);
+        if (auto it = encoded_.find(index); it != encoded_.end()) bytes = it->second, ++cache_.hits;
+        else ++cache_.misses;
+    }
+    if (!bytes) {
+        EncodedSample s;
+        STRATO_RETURN_IF_ERROR(source_->read(index, &s));
+        name = std::move(s.name);
+        auto b = std::make_shared<const std::string>(std::move(s.bytes));
+        if (opts_.cache == "encoded") {
+            std::lock_guard lock(mu_);
+            const auto n = static_cast<int64_t>(b->size());
+            if (cache_.bytes + n <= cap && encoded_.emplace(index, b).second) cache_.bytes += n, ++cache_.entries;
+        }
+        bytes = std::move(b);
+    } else {
+        name = source_->name(index);
+    }
+    *label = source_->label(index);
+    return pipeline_->run(*bytes, name, seed, dst);
+}
+
+ImageDataset::CacheStats ImageDataset::cache_stats() const {
+    std::lock_guard lock(mu_);
+    return cache_;
+}
+
+Result<std::shared_ptr<ImageDataset>> open_image_folder(const std::string& root, ImageDatasetOptions options,
+                                                        std::vector<std::string> class_names) {
+    STRATO_ASSIGN_OR_RETURN(auto source, ImageFolderSource::open(root, std::move(class_names)));
+    for (const auto& c : source->empty_classes()) log::warn("image folder {}: class '{}' has no images", root, c);
+    return ImageDataset::create(std::move(source), std::move(options));
 }
 
 }  // namespace strato::data

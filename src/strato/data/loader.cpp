@@ -42,12 +42,16 @@ Result<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<const Dataset> da
             return invalid_argument("loader: mean/std have {} values, the images have {} channels", v->size(), channels);
         }
     }
+    if (dataset->is_float() && (options.hflip || options.crop_padding > 0))
+        return invalid_argument("loader: flips and crops apply to images, not to the float features of this dataset");
     std::unique_ptr<Loader> l(new Loader(std::move(dataset), std::move(options)));
     for (size_t c = 0; c < channels; ++c) {
         double mean = l->opts_.mean.empty() ? 0.0 : l->opts_.mean[std::min(c, l->opts_.mean.size() - 1)];
         double sd = l->opts_.std.empty() ? 1.0 : l->opts_.std[std::min(c, l->opts_.std.size() - 1)];
         if (!(sd > 0)) return invalid_argument("loader: std must be > 0, got {}", sd);
-        l->scale_.push_back(static_cast<float>(1.0 / (255.0 * sd)));
+        // Float datasets (CSV) are standardised as they are; pixels are first scaled to [0, 1].
+        const double range = l->dataset_->is_float() ? 1.0 : 255.0;
+        l->scale_.push_back(static_cast<float>(1.0 / (range * sd)));
         l->shift_.push_back(static_cast<float>(-mean / sd));
     }
     return l;
@@ -67,7 +71,25 @@ std::vector<int64_t> Loader::epoch_order(int64_t epoch) const {
     for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
     if (opts_.shuffle) {
         SampleRng rng{mix64(opts_.seed ^ mix64(static_cast<uint64_t>(epoch) + 0x5eed))};
-        for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
+        std::vector<int64_t> starts = dataset_->group_starts();
+        if (starts.size() <= 1) {
+            for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
+        } else {
+            // Shuffle the groups, then the samples within windows of group_window groups.
+            std::vector<size_t> groups(starts.size());
+            for (size_t g = 0; g < groups.size(); ++g) groups[g] = g;
+            for (size_t i = groups.size(); i > 1; --i) std::swap(groups[i - 1], groups[rng.below(i)]);
+            starts.push_back(dataset_->size());
+            order.clear();
+            const auto window = static_cast<size_t>(std::max<int64_t>(1, opts_.group_window));
+            for (size_t w = 0; w < groups.size(); w += window) {
+                const size_t first = order.size();
+                for (size_t g = w; g < std::min(groups.size(), w + window); ++g)
+                    for (int64_t i = starts[groups[g]]; i < starts[groups[g] + 1]; ++i) order.push_back(i);
+                for (size_t i = order.size() - first; i > 1; --i)
+                    std::swap(order[first + i - 1], order[first + rng.below(i)]);
+            }
+        }
     }
     const size_t w = static_cast<size_t>(opts_.shard_count), r = static_cast<size_t>(opts_.shard_rank);
     if (w <= 1 || order.empty()) return order;
@@ -96,6 +118,7 @@ void Loader::seek(LoaderPosition pos) {
     epoch_ = pos.epoch;
     end_ = batches_per_epoch();
     next_deliver_ = next_claim_ = std::clamp<int64_t>(pos.batch, 0, end_);
+    dataset_->will_read(order_, std::min<int64_t>(next_deliver_ * opts_.batch_size, static_cast<int64_t>(order_.size())));
     for (int64_t i = 0; i < opts_.workers; ++i) threads_.emplace_back([this] { worker_loop(); });
 }
 
@@ -119,21 +142,33 @@ void Loader::worker_loop() {
 
 Result<bool> Loader::next(Batch& out) {
     if (order_.empty()) seek({epoch_, 0});
-    if (next_deliver_ >= end_) return false;
-    if (opts_.workers == 0) {
-        STRATO_ASSIGN_OR_RETURN(out, assemble(next_deliver_));
-        ++next_deliver_;
-        return true;
+    if (out.images.capacity() > 0) {  // the consumer is done with the previous batch
+        std::lock_guard lock(mu_);
+        if (static_cast<int64_t>(spare_.size()) < opts_.prefetch + 1) spare_.push_back(std::move(out.images));
+        out.images = {};
     }
-    std::unique_lock lock(mu_);
-    cv_ready_.wait(lock, [&] { return ready_.count(next_deliver_) > 0; });
-    auto node = ready_.extract(next_deliver_);
-    ++next_deliver_;
-    lock.unlock();
-    cv_space_.notify_all();
-    if (!node.mapped().is_ok()) return node.mapped().status();
-    out = std::move(node.mapped()).value();
-    return true;
+    for (;;) {  // a batch whose every sample was bad (skip_bad) is passed over
+        if (next_deliver_ >= end_) return false;
+        if (opts_.workers == 0) {
+            STRATO_ASSIGN_OR_RETURN(out, assemble(next_deliver_));
+            ++next_deliver_;
+        } else {
+            std::unique_lock lock(mu_);
+            cv_ready_.wait(lock, [&] { return ready_.count(next_deliver_) > 0; });
+            auto node = ready_.extract(next_deliver_);
+            ++next_deliver_;
+            lock.unlock();
+            cv_space_.notify_all();
+            if (!node.mapped().is_ok()) return node.mapped().status();
+            out = std::move(node.mapped()).value();
+        }
+        if (out.size > 0) return true;
+    }
+}
+
+BadSamples Loader::bad_samples() const {
+    std::lock_guard lock(bad_mu_);
+    return bad_;
 }
 
 Result<Batch> Loader::assemble(int64_t b) const {
@@ -154,26 +189,48 @@ Result<Batch> Loader::assemble_unchecked(int64_t b) const {
     batch.index = b;
     batch.size = end - begin;
     batch.shape = s;
+    {
+        std::lock_guard lock(mu_);
+        if (!spare_.empty()) {
+            batch.images = std::move(spare_.back());
+            spare_.pop_back();
+        }
+    }
     batch.images.resize(static_cast<size_t>(batch.size * s.numel()));
     batch.labels.resize(static_cast<size_t>(batch.size));
-    std::vector<uint8_t> raw(static_cast<size_t>(s.numel()));
+    std::vector<uint8_t> raw(dataset_->is_float() ? 0 : static_cast<size_t>(s.numel()));
+    const bool floats = dataset_->is_float();
     const int64_t plane = s.height * s.width, pad = opts_.crop_padding;
+    int64_t i = 0;  // the slot in the batch (bad samples skipped leave none)
     for (int64_t k = begin; k < end; ++k) {
-        const int64_t i = k - begin;
         const int64_t idx = order_[static_cast<size_t>(k)];
-        Status st = dataset_->load(idx, raw.data(), &batch.labels[static_cast<size_t>(i)]);
-        if (!st.is_ok()) return st.with_context(fmt::format("loading sample {}", idx));
         // Keyed by the position in the whole epoch, so a sharded run augments each sample as
         // an unsharded one does.
         const uint64_t pos = static_cast<uint64_t>(k * std::max<int64_t>(1, opts_.shard_count) + opts_.shard_rank);
         SampleRng rng{mix64(opts_.seed ^ mix64((static_cast<uint64_t>(epoch_) << 32) ^ pos))};
+        float* dst = batch.images.data() + i * s.numel();
+        int64_t* label = &batch.labels[static_cast<size_t>(i)];
+        Status st = floats ? dataset_->load_float(idx, dst, label)
+                           : dataset_->load_random(idx, mix64(rng.state ^ 0xda7a), raw.data(), label);
+        if (!st.is_ok()) {
+            const bool bad_data = st.code() == StatusCode::kInvalidArgument || st.code() == StatusCode::kDataLoss;
+            if (!opts_.skip_bad || !bad_data) return st.with_context(fmt::format("loading sample {}", idx));
+            std::lock_guard lock(bad_mu_);
+            if (++bad_.count <= 5) bad_.first.push_back(st.message());
+            continue;
+        }
         int64_t dy = 0, dx = 0;
         if (pad > 0) {
             dy = static_cast<int64_t>(rng.below(static_cast<uint64_t>(2 * pad + 1))) - pad;
             dx = static_cast<int64_t>(rng.below(static_cast<uint64_t>(2 * pad + 1))) - pad;
         }
+        if (floats) {  // features: standardise in place
+            for (int64_t c = 0; c < s.channels; ++c)
+                dst[c] = dst[c] * scale_[static_cast<size_t>(c)] + shift_[static_cast<size_t>(c)];
+            ++i;
+            continue;
+        }
         const bool flip = opts_.hflip && (rng.next() & 1);
-        float* dst = batch.images.data() + i * s.numel();
         for (int64_t c = 0; c < s.channels; ++c) {
             const float scale = scale_[static_cast<size_t>(c)], shift = shift_[static_cast<size_t>(c)];
             const uint8_t* src = raw.data() + c * plane;
@@ -193,7 +250,11 @@ Result<Batch> Loader::assemble_unchecked(int64_t b) const {
                 }
             }
         }
+        ++i;
     }
+    batch.size = i;
+    batch.images.resize(static_cast<size_t>(i * s.numel()));
+    batch.labels.resize(static_cast<size_t>(i));
     return batch;
 }
 

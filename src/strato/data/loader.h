@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -45,14 +46,49 @@ struct LoaderOptions {
     // batches; without (evaluation), the last ranks may have one sample fewer.
     int64_t shard_rank = 0, shard_count = 1;
     bool shard_pad = true;
+    // Datasets read in groups (tar shards): the epoch order shuffles the groups, then the samples
+    // within each window of this many consecutive groups, so reads stay sequential-ish.
+    int64_t group_window = 4;
+    // A sample that fails to decode (corrupt, truncated, not an image): false = the error stops
+    // the run; true = it is left out of its batch, counted and reported (bad_samples()).
+    bool skip_bad = false;
 };
+
+/// Samples left out because they could not be loaded (skip_bad).
+struct BadSamples {
+    int64_t count = 0;
+    std::vector<std::string> first;  // the first few messages
+};
+
+/// std::allocator without value-initialisation: resize() leaves new floats unwritten (the
+/// loader writes every one), saving a memset of each batch.
+template <typename T>
+struct UninitAllocator : std::allocator<T> {
+    template <typename U>
+    struct rebind {
+        using other = UninitAllocator<U>;
+    };
+    UninitAllocator() = default;
+    template <typename U>
+    UninitAllocator(const UninitAllocator<U>&) noexcept {}
+    template <typename U>
+    void construct(U* p) noexcept {
+        ::new (static_cast<void*>(p)) U;
+    }
+    template <typename U, typename... Args>
+    void construct(U* p, Args&&... args) {
+        ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+    }
+};
+
+using FloatBuffer = std::vector<float, UninitAllocator<float>>;
 
 struct Batch {
     int64_t epoch = 0;
     int64_t index = 0;  // batch number within the epoch
     int64_t size = 0;
     ImageShape shape;
-    std::vector<float> images;   // [size, C, H, W], normalised
+    FloatBuffer images;           // [size, C, H, W], normalised
     std::vector<int64_t> labels;  // [size]
 };
 
@@ -80,6 +116,8 @@ public:
 
     /// The sample order of an epoch (a seeded permutation, or the identity without shuffle).
     std::vector<int64_t> epoch_order(int64_t epoch) const;
+    /// Samples skipped so far (skip_bad), over the loader's life.
+    BadSamples bad_samples() const;
 
 private:
     Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options);
@@ -96,13 +134,18 @@ private:
     int64_t end_ = 0;
     std::vector<int64_t> order_;
 
-    std::mutex mu_;
+    mutable std::mutex mu_;
     std::condition_variable cv_ready_, cv_space_;
     int64_t next_claim_ = 0;
     int64_t next_deliver_ = 0;
     bool stop_ = false;
     std::map<int64_t, Result<Batch>> ready_;
     std::vector<std::thread> threads_;
+    // Image buffers of batches the consumer is done with (next() takes back the previous one),
+    // reused by the workers: no allocation or page faults per batch.
+    mutable std::vector<FloatBuffer> spare_;
+    mutable std::mutex bad_mu_;
+    mutable BadSamples bad_;
 };
 
 /// splitmix64: a well-mixed 64-bit hash, used to derive independent seeds.

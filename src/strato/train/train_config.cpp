@@ -85,8 +85,11 @@ Status TrainConfig::validate() const {
         return invalid_argument("train.precision = \"fp16\" needs run.device = \"cuda\" (fp16 autocast with loss scaling is "
                                 "for GPUs); on CPU use \"bf16\", which needs no loss scaling");
     if (optim.betas.size() != 2) return invalid_argument("optim.betas: expected 2 values, got {}", optim.betas.size());
-    if (data.dataset == "image-folder" && data.image_size <= 0) {
-        return invalid_argument("data.image_size: required (> 0) for image-folder datasets");
+    if ((data.dataset == "image-folder" || data.dataset == "shards") && data.image_size <= 0 &&
+        (data.train_transforms.empty() || data.test_transforms.empty())) {
+        return invalid_argument("data.image_size: required (> 0) for {} datasets unless data.train.transforms and "
+                                "data.test.transforms both end at a fixed size",
+                                data.dataset);
     }
     return Status::ok();
 }

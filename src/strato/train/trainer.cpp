@@ -479,6 +479,12 @@ Result<TrainResult> Trainer::run() {
                                                      {"eval_time_s", last_eval_.seconds}}));
             log::info("epoch {}/{}: train loss {:.4f} acc {:.2f}% | test loss {:.4f} acc {:.2f}% | {:.1f} s", epoch + 1,
                       cfg_.train.epochs, train_loss, 100 * train_acc, last_eval_.loss, 100 * last_eval_.accuracy, epoch_s);
+            for (auto* l : {train_loader_.get(), test_loader_.get()}) {
+                const data::BadSamples bad = l->bad_samples();
+                if (bad.count > 0)
+                    log::warn("{} {} sample(s) skipped so far (data.on_bad_sample = \"skip\"); first: {}",
+                              l == train_loader_.get() ? "train:" : "test:", bad.count, bad.first.front());
+            }
             if (last_eval_.accuracy > state_.best_acc + cfg_.train.early_stopping_min_delta) {
                 state_.best_acc = last_eval_.accuracy;
                 state_.best_step = state_.step;

@@ -1,0 +1,425 @@
+// `strato data pack`: an image folder into WebDataset-style tar shards (see shards.h).
+//
+// 1. Index the folder, give every file a key, shuffle the order with the seed.
+// 2. Plan: cut the order into shards of at most shard_size bytes using the file sizes (a tar
+//    member's size is known from its data size alone), so every byte offset is known up front.
+// 3. Workers write whole shards: temp file, SHA-256 while writing, fsync, rename. Each finished
+//    shard is recorded in the journal (atomically), with a hash of its part of the plan.
+// 4. index.json is written last, from the plan and the recorded checksums.
+//
+// A rerun keeps a shard whose journal entry has the same plan hash and whose file still has the
+// recorded size and SHA-256; it writes the others.
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <unordered_set>
+
+#include "strato/core/fs.h"
+#include "strato/core/log.h"
+#include "strato/core/signals.h"
+#include "strato/data/mapped_file.h"
+#include "strato/data/shards.h"
+#include "strato/data/tar.h"
+
+namespace strato::data {
+namespace stdfs = std::filesystem;
+namespace {
+
+constexpr const char* kJournalName = ".pack-journal.json";
+constexpr const char* kJournalFormat = "strato-pack-journal";
+
+/// Replaces what WebDataset or a tar name cannot take ('.', '/', '\', control characters,
+/// whitespace) by '_' and cuts to `max_bytes` on a UTF-8 character boundary.
+std::string sanitize(std::string_view s, size_t max_bytes) {
+    std::string out;
+    for (char ch : s) {
+        const auto c = static_cast<unsigned char>(ch);
+        out.push_back(c < 0x21 || c == 0x7f || ch == '.' || ch == '/' || ch == '\\' ? '_' : ch);
+    }
+    if (out.size() > max_bytes) {
+        size_t n = max_bytes;
+        while (n > 0 && (static_cast<unsigned char>(out[n]) & 0xC0) == 0x80) --n;  // not inside a character
+        out.resize(n);
+    }
+    return out.empty() ? "_" : out;
+}
+
+/// `<class>/<path inside the class folder, without extension>`, sanitised, unique. The class part
+/// is at most 100 bytes and the rest at most 95, so `<key>.png` fits ustar's prefix/name split.
+std::vector<std::string> make_keys(const FolderIndex& idx) {
+    std::vector<std::string> keys;
+    keys.reserve(idx.files.size());
+    std::unordered_set<std::string> used;
+    for (const ImageFile& f : idx.files) {
+        const std::string& cls = idx.class_names[static_cast<size_t>(f.label)];
+        std::string rest = f.path.substr(std::min(f.path.size(), cls.size() + 1));  // after "<class>/"
+        rest = rest.substr(0, rest.size() - stdfs::path(rest).extension().string().size());
+        const std::string base = sanitize(cls, 100) + "/" + sanitize(rest, 86);
+        std::string key = base;
+        for (int n = 2; !used.insert(key).second; ++n) key = fmt::format("{}_{}", base, n);
+        keys.push_back(std::move(key));
+    }
+    return keys;
+}
+
+/// A permutation of [0, n): identity, or a Fisher-Yates shuffle from a SplitMix64 stream (the same
+/// on every platform, unlike std::shuffle).
+std::vector<size_t> pack_order(size_t n, bool shuffle, uint64_t seed) {
+    std::vector<size_t> order(n);
+    for (size_t i = 0; i < n; ++i) order[i] = i;
+    if (!shuffle) return order;
+    uint64_t state = seed ^ 0x5bd1e9955bd1e995ULL;
+    auto next = [&state] {
+        uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+        return z ^ (z >> 31);
+    };
+    for (size_t i = n; i > 1; --i) {
+        const uint64_t bound = i, limit = UINT64_MAX - UINT64_MAX % bound;
+        uint64_t r;
+        do r = next();
+        while (r >= limit);
+        std::swap(order[i - 1], order[static_cast<size_t>(r % bound)]);
+    }
+    return order;
+}
+
+std::string ext_for(std::string_view bytes, const std::string& path) {
+    if (bytes.size() >= 8 && std::memcmp(bytes.data(), "\x89PNG\r\n\x1a\n", 8) == 0) return "png";
+    if (bytes.size() >= 2 && static_cast<uint8_t>(bytes[0]) == 0xFF && static_cast<uint8_t>(bytes[1]) == 0xD8)
+        return "jpg";
+    std::string ext = stdfs::path(path).extension().string();
+    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+    return ext == ".png" ? "png" : "jpg";
+}
+
+struct PlanShard {
+    std::string name;
+    size_t first = 0, count = 0;  // positions in the pack order
+    int64_t bytes = 0;
+    std::string plan_hash;
+};
+
+struct Plan {
+    std::vector<size_t> order;     // file index per position
+    std::vector<int64_t> offsets;  // per position: image data offset inside its shard
+    std::vector<PlanShard> shards;
+    int64_t bytes = 0;
+};
+
+Plan make_plan(const FolderIndex& idx, const std::vector<std::string>& keys, const PackOptions& o) {
+    Plan plan;
+    plan.order = pack_order(idx.files.size(), o.shuffle, o.seed);
+    plan.offsets.resize(plan.order.size());
+    auto sample_bytes = [&](const ImageFile& f) {
+        return tar_member_bytes(f.bytes) + tar_member_bytes(static_cast<int64_t>(std::to_string(f.label).size()));
+    };
+    auto close_shard = [&](PlanShard& s) {
+        s.bytes += kTarEndBytes;
+        std::string desc = fmt::format("{} {}\n{}\n", kShardIndexFormat, kShardIndexVersion, s.name);
+        for (size_t k = s.first; k < s.first + s.count; ++k) {
+            const ImageFile& f = idx.files[plan.order[k]];
+            desc += fmt::format("{}\t{}\t{}\t{}\t{}\n", keys[plan.order[k]], f.path, f.bytes, f.mtime_ns, f.label);
+        }
+        s.plan_hash = fs::sha256_hex(desc);
+        plan.bytes += s.bytes;
+        plan.shards.push_back(std::move(s));
+    };
+    PlanShard cur;
+    for (size_t k = 0; k < plan.order.size(); ++k) {
+        const int64_t b = sample_bytes(idx.files[plan.order[k]]);
+        if (cur.count > 0 && cur.bytes + b + kTarEndBytes > o.shard_size) {
+            const size_t next_first = cur.first + cur.count;
+            close_shard(cur);
+            cur = PlanShard{};
+            cur.first = next_first;
+        }
+        if (cur.count == 0) cur.name = fmt::format("shard-{:06d}.tar", plan.shards.size());
+        plan.offsets[k] = cur.bytes + kTarBlock;
+        cur.bytes += b;
+        ++cur.count;
+    }
+    if (cur.count > 0) close_shard(cur);
+    return plan;
+}
+
+struct JournalEntry {
+    std::string plan_hash;
+    int64_t bytes = 0;
+    std::string sha256;
+};
+
+std::map<std::string, JournalEntry> read_journal(const stdfs::path& path) {
+    std::map<std::string, JournalEntry> out;
+    std::error_code ec;
+    if (!stdfs::exists(path, ec)) return out;
+    auto text = fs::read_file(path);
+    try {
+        auto j = nlohmann::json::parse(text.is_ok() ? *text : std::string("x"));
+        if (j.at("format") != kJournalFormat || j.at("version") != 1) throw std::runtime_error("unknown format");
+        for (const auto& [name, e] : j.at("shards").items()) {
+            out[name] = {e.at("plan").get<std::string>(), e.at("bytes").get<int64_t>(),
+                         e.at("sha256").get<std::string>()};
+        }
+    } catch (const std::exception& e) {
+        log::warn("{}: unreadable ({}); every shard is written again", path.string(), e.what());
+        out.clear();
+    }
+    return out;
+}
+
+Status write_journal(const stdfs::path& path, const std::map<std::string, JournalEntry>& entries) {
+    nlohmann::json shards = nlohmann::json::object();
+    for (const auto& [name, e] : entries)
+        shards[name] = {{"plan", e.plan_hash}, {"bytes", e.bytes}, {"sha256", e.sha256}};
+    nlohmann::json j = {{"format", kJournalFormat}, {"version", 1}, {"shards", shards}};
+    return fs::atomic_write(path, j.dump(1) + "\n");
+}
+
+/// True when the file is there with the journal's size and SHA-256.
+bool shard_intact(const stdfs::path& path, const JournalEntry& e) {
+    auto m = MappedFile::open(path.string());
+    return m.is_ok() && static_cast<int64_t>(m->bytes().size()) == e.bytes && fs::sha256_hex(m->bytes()) == e.sha256;
+}
+
+Status write_shard(const FolderIndex& idx, const std::vector<std::string>& keys, const Plan& plan, const PlanShard& ps,
+                   const stdfs::path& dir, std::atomic<int64_t>& bytes_done, JournalEntry* done) {
+    const stdfs::path final_path = dir / ps.name;
+    const stdfs::path tmp = dir / (ps.name + ".tmp");
+    auto fail = [&](Status st) {
+        std::error_code ec;
+        stdfs::remove(tmp, ec);
+        return st;
+    };
+    STRATO_ASSIGN_OR_RETURN(auto w, TarWriter::create(tmp.string()));
+    for (size_t k = ps.first; k < ps.first + ps.count; ++k) {
+        if (signals::stop_requested()) {
+            return fail({StatusCode::kCancelled,
+                         "interrupted; run the same command again to resume (finished shards are kept)"});
+        }
+        const ImageFile& f = idx.files[plan.order[k]];
+        const std::string& key = keys[plan.order[k]];
+        const stdfs::path src = stdfs::path(idx.root) / f.path;
+        auto bytes = fs::read_file(src);
+        if (!bytes.is_ok()) return fail(bytes.status());
+        if (static_cast<int64_t>(bytes->size()) != f.bytes) {
+            return fail(data_loss("{} changed while packing (it was {} bytes, now {}); run the pack again",
+                                  src.string(), f.bytes, bytes->size()));
+        }
+        auto offset = w->add(key + "." + ext_for(*bytes, f.path), *bytes);
+        if (!offset.is_ok()) return fail(offset.status().with_context(src.string()));
+        if (*offset != plan.offsets[k]) {
+            return fail(
+                internal_error("{}: {} landed at offset {}, the plan says {}", ps.name, key, *offset, plan.offsets[k]));
+        }
+        auto cls = w->add(key + ".cls", std::to_string(f.label));
+        if (!cls.is_ok()) return fail(cls.status());
+        bytes_done +=
+            tar_member_bytes(f.bytes) + tar_member_bytes(static_cast<int64_t>(std::to_string(f.label).size()));
+    }
+    if (Status st = w->finish(); !st.is_ok()) return fail(st);
+    if (w->bytes() != ps.bytes) {
+        return fail(internal_error("{} is {} bytes, the plan says {}", ps.name, w->bytes(), ps.bytes));
+    }
+    std::error_code ec;
+    stdfs::rename(tmp, final_path, ec);
+    if (ec) return fail(io_error("cannot rename {} to {}: {}", tmp.string(), final_path.string(), ec.message()));
+    bytes_done += kTarEndBytes;
+    *done = {ps.plan_hash, w->bytes(), w->sha256()};
+    return Status::ok();
+}
+
+bool is_inside(const stdfs::path& child, const stdfs::path& parent) {
+    std::error_code ec;
+    const stdfs::path c = stdfs::weakly_canonical(child, ec), p = stdfs::weakly_canonical(parent, ec);
+    auto ci = c.begin(), pi = p.begin();
+    for (; pi != p.end() && !pi->empty(); ++pi, ++ci)
+        if (ci == c.end() || *ci != *pi) return false;
+    return true;
+}
+
+/// Removes what an earlier pack left that this one does not own: temp files, and shards past the
+/// end of the plan.
+void remove_leftovers(const stdfs::path& dir, size_t shards) {
+    std::error_code ec;
+    for (const auto& e : stdfs::directory_iterator(dir, ec)) {
+        const std::string n = e.path().filename().string();
+        unsigned num = 0;
+        char tail[8] = {0};
+        const bool shard_name = n.size() >= 16 && std::sscanf(n.c_str(), "shard-%6u.tar%7s", &num, tail) >= 1;
+        if (!shard_name) continue;
+        if (std::strcmp(tail, ".tmp") == 0 || (tail[0] == '\0' && num >= shards && n.size() == 16))
+            stdfs::remove(e.path(), ec);
+    }
+}
+
+Status pack_split(const FolderIndex& idx, const stdfs::path& dir, const std::string& split, const PackOptions& o,
+                  PackedSplit* out) {
+    STRATO_RETURN_IF_ERROR(fs::check_writable_dir(dir));
+    const std::vector<std::string> keys = make_keys(idx);
+    const Plan plan = make_plan(idx, keys, o);
+
+    // A stale index must not describe shards that are about to change.
+    std::error_code ec;
+    if (stdfs::exists(dir / kShardIndexName, ec)) {
+        stdfs::remove(dir / kShardIndexName, ec);
+        if (ec) return io_error("cannot remove the old {}: {}", (dir / kShardIndexName).string(), ec.message());
+        STRATO_RETURN_IF_ERROR(fs::fsync_dir(dir));
+    }
+    remove_leftovers(dir, SIZE_MAX);  // temp files only
+
+    // The journal as it will stand: earlier entries that match this plan, until proven otherwise.
+    const stdfs::path journal_path = dir / kJournalName;
+    std::map<std::string, JournalEntry> old = read_journal(journal_path), journal;
+    for (const PlanShard& ps : plan.shards) {
+        auto it = old.find(ps.name);
+        if (it != old.end() && it->second.plan_hash == ps.plan_hash) journal[ps.name] = it->second;
+    }
+    STRATO_RETURN_IF_ERROR(write_journal(journal_path, journal));
+
+    std::mutex mu;
+    std::condition_variable cv;
+    std::atomic<size_t> next{0};
+    std::atomic<int64_t> bytes_done{0}, shards_done{0}, kept{0};
+    std::atomic<bool> failed{false};
+    Status first_error;
+    size_t running = 0;
+    std::vector<std::string> sha(plan.shards.size());
+
+    auto worker = [&] {
+        for (;;) {
+            const size_t s = next++;
+            if (s >= plan.shards.size() || failed) break;
+            const PlanShard& ps = plan.shards[s];
+            JournalEntry prior;
+            {
+                std::lock_guard<std::mutex> lock(mu);
+                auto it = journal.find(ps.name);
+                if (it != journal.end()) prior = it->second;
+            }
+            if (!prior.sha256.empty() && prior.bytes == ps.bytes && shard_intact(dir / ps.name, prior)) {
+                sha[s] = prior.sha256;
+                bytes_done += ps.bytes;
+                ++kept;
+                ++shards_done;
+                continue;
+            }
+            JournalEntry done;
+            Status st = write_shard(idx, keys, plan, ps, dir, bytes_done, &done);
+            std::lock_guard<std::mutex> lock(mu);
+            if (st.is_ok()) {
+                journal[ps.name] = done;
+                st = write_journal(journal_path, journal);
+            } else {
+                journal.erase(ps.name);
+            }
+            if (!st.is_ok()) {
+                if (!failed.exchange(true)) first_error = st;
+                break;
+            }
+            sha[s] = done.sha256;
+            ++shards_done;
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        --running;
+        cv.notify_all();
+    };
+
+    const int64_t hw = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
+    const auto n_workers = static_cast<size_t>(
+        std::clamp<int64_t>(o.workers > 0 ? o.workers : hw, 1, static_cast<int64_t>(plan.shards.size())));
+    std::vector<std::thread> threads;
+    running = n_workers;
+    for (size_t t = 0; t < n_workers; ++t) threads.emplace_back(worker);
+    auto report = [&] {
+        if (o.progress) {
+            o.progress(
+                {split, bytes_done.load(), plan.bytes, shards_done.load(), static_cast<int64_t>(plan.shards.size())});
+        }
+    };
+    {
+        std::unique_lock<std::mutex> lock(mu);
+        while (running > 0) {
+            cv.wait_for(lock, std::chrono::milliseconds(200));
+            lock.unlock();
+            report();
+            lock.lock();
+        }
+    }
+    for (auto& t : threads) t.join();
+    if (failed) return first_error;
+
+    nlohmann::json shards = nlohmann::json::array();
+    for (size_t s = 0; s < plan.shards.size(); ++s) {
+        const PlanShard& ps = plan.shards[s];
+        nlohmann::json k = nlohmann::json::array(), off = nlohmann::json::array(), size = nlohmann::json::array(),
+                       label = nlohmann::json::array();
+        for (size_t p = ps.first; p < ps.first + ps.count; ++p) {
+            const ImageFile& f = idx.files[plan.order[p]];
+            k.push_back(keys[plan.order[p]]);
+            off.push_back(plan.offsets[p]);
+            size.push_back(f.bytes);
+            label.push_back(f.label);
+        }
+        shards.push_back({{"name", ps.name},
+                          {"bytes", ps.bytes},
+                          {"sha256", sha[s]},
+                          {"samples", ps.count},
+                          {"keys", k},
+                          {"offsets", off},
+                          {"sizes", size},
+                          {"labels", label}});
+    }
+    nlohmann::json index = {{"format", kShardIndexFormat},
+                            {"version", kShardIndexVersion},
+                            {"classes", idx.class_names},
+                            {"samples", idx.files.size()},
+                            {"shards", shards}};
+    STRATO_RETURN_IF_ERROR(fs::atomic_write(dir / kShardIndexName, index.dump() + "\n"));
+    remove_leftovers(dir, plan.shards.size());
+
+    out->name = split;
+    out->dir = dir.string();
+    out->samples = static_cast<int64_t>(idx.files.size());
+    out->shards = static_cast<int64_t>(plan.shards.size());
+    out->bytes = plan.bytes;
+    out->shards_kept = kept;
+    return Status::ok();
+}
+
+}  // namespace
+
+Result<std::vector<PackedSplit>> pack_image_folder(const std::string& src, const std::string& dst,
+                                                   const PackOptions& options) {
+    if (options.shard_size < tar_member_bytes(1) + kTarEndBytes) {
+        return invalid_argument("shard size {} bytes is too small (a shard holds at least a few KiB; try 256MB)",
+                                options.shard_size);
+    }
+    std::error_code ec;
+    if (!stdfs::is_directory(src, ec)) return not_found("{} does not exist or is not a directory", src);
+    if (is_inside(dst, src)) {
+        return invalid_argument("the destination {} is inside the source {}; pack to a directory outside it", dst, src);
+    }
+    std::vector<PackedSplit> out;
+    std::vector<std::string> class_names;
+    for (const std::string& split : dataset_splits(src)) {
+        const stdfs::path from = split.empty() ? stdfs::path(src) : stdfs::path(src) / split;
+        STRATO_ASSIGN_OR_RETURN(FolderIndex idx, index_image_folder(from.string(), class_names));
+        if (class_names.empty()) class_names = idx.class_names;  // train's classes label every split
+        PackedSplit done;
+        STRATO_RETURN_IF_ERROR(
+            pack_split(idx, split.empty() ? stdfs::path(dst) : stdfs::path(dst) / split, split, options, &done));
+        if (options.progress) options.progress({split, done.bytes, done.bytes, done.shards, done.shards});
+        out.push_back(std::move(done));
+    }
+    return out;
+}
+
+}  // namespace strato::data

@@ -1,0 +1,376 @@
+// Image-folder indexing, index.json validation, LocalStore and ShardSource. Packing is in
+// shard_pack.cpp.
+
+#include "strato/data/shards.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+
+#include "strato/core/fs.h"
+#include "strato/data/tar.h"
+
+namespace strato::data {
+namespace stdfs = std::filesystem;
+namespace {
+
+std::string os_error() { return std::strerror(errno); }
+
+bool has_image_extension(const stdfs::path& p) {
+    std::string ext = p.extension().string();
+    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+    return ext == ".png" || ext == ".jpg" || ext == ".jpeg";
+}
+
+bool is_sha256_hex(const std::string& s) {
+    return s.size() == 64 &&
+           std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+/// A shard name is a plain file name: no directories, nothing a remote store could escape with.
+bool is_plain_file_name(const std::string& s) {
+    return !s.empty() && s != "." && s != ".." && s.find('/') == std::string::npos &&
+           s.find('\\') == std::string::npos && s.find('\0') == std::string::npos;
+}
+
+}  // namespace
+
+// ---- image folders ---------------------------------------------------------------------------
+
+std::vector<std::string> dataset_splits(const std::string& root) {
+    std::error_code ec;
+    auto dir = [&](const char* s) { return stdfs::is_directory(stdfs::path(root) / s, ec); };
+    if (!dir("train") || !(dir("test") || dir("val"))) return {""};
+    std::vector<std::string> out;
+    for (const char* s : {"train", "val", "test"})
+        if (dir(s)) out.emplace_back(s);
+    return out;
+}
+
+Result<FolderIndex> index_image_folder(const std::string& root, const std::vector<std::string>& class_names) {
+    std::error_code ec;
+    if (!stdfs::is_directory(root, ec)) return not_found("image folder {} does not exist or is not a directory", root);
+    FolderIndex idx;
+    idx.root = root;
+    std::vector<std::string> found;
+    for (const auto& e : stdfs::directory_iterator(root, ec))
+        if (e.is_directory(ec)) found.push_back(e.path().filename().string());
+    if (ec) return io_error("cannot list {}: {}", root, ec.message());
+    std::sort(found.begin(), found.end());
+    if (class_names.empty()) {
+        idx.class_names = found;
+    } else {
+        idx.class_names = class_names;
+        for (const auto& f : found) {
+            if (std::find(class_names.begin(), class_names.end(), f) == class_names.end()) {
+                return invalid_argument("{}: class folder '{}' is not one of the {} classes of the training split",
+                                        root, f, class_names.size());
+            }
+        }
+    }
+    if (idx.class_names.empty()) {
+        return invalid_argument("image folder {} has no class subfolders (expected {}/<class>/*.jpg|png)", root, root);
+    }
+    for (size_t c = 0; c < idx.class_names.size(); ++c) {
+        const stdfs::path dir = stdfs::path(root) / idx.class_names[c];
+        if (!stdfs::is_directory(dir, ec)) continue;  // a split may miss a class
+        std::vector<ImageFile> files;
+        auto it = stdfs::recursive_directory_iterator(dir, stdfs::directory_options::follow_directory_symlink, ec);
+        if (ec) return io_error("cannot list {}: {}", dir.string(), ec.message());
+        for (; it != stdfs::recursive_directory_iterator(); it.increment(ec)) {
+            if (ec) return io_error("cannot list {}: {}", dir.string(), ec.message());
+            const auto& e = *it;
+            if (!e.is_regular_file(ec) || !has_image_extension(e.path())) continue;
+            struct stat st {};
+            if (::stat(e.path().c_str(), &st) != 0)
+                return io_error("cannot stat {}: {}", e.path().string(), os_error());
+            ImageFile f;
+            f.path = stdfs::relative(e.path(), root, ec).generic_string();
+            f.label = static_cast<int64_t>(c);
+            f.bytes = st.st_size;
+            f.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+            files.push_back(std::move(f));
+        }
+        if (ec) return io_error("cannot list {}: {}", dir.string(), ec.message());
+        std::sort(files.begin(), files.end(), [](const ImageFile& a, const ImageFile& b) { return a.path < b.path; });
+        for (auto& f : files) idx.files.push_back(std::move(f));
+    }
+    if (idx.files.empty())
+        return invalid_argument("image folder {} has no .jpg/.jpeg/.png images in its class folders", root);
+    return idx;
+}
+
+// ---- index.json ------------------------------------------------------------------------------
+
+int64_t ShardIndex::shard_of(int64_t index) const {
+    auto it = std::upper_bound(shard_starts.begin(), shard_starts.end(), index);
+    return static_cast<int64_t>(it - shard_starts.begin()) - 1;
+}
+
+Result<ShardIndex> parse_shard_index(std::string_view text, const std::string& what) {
+    using nlohmann::json;
+    json j;
+    try {
+        j = json::parse(text);
+    } catch (const json::parse_error& e) {
+        return data_loss("{}: not valid JSON ({})", what, e.what());
+    }
+    auto bad = [&](const std::string& path, const std::string& expected) {
+        return data_loss("{}: {}: expected {}", what, path, expected);
+    };
+    if (!j.is_object()) return bad("the document", "an object");
+    if (!j.contains("format") || j["format"] != kShardIndexFormat)
+        return bad("format", fmt::format("\"{}\"", kShardIndexFormat));
+    if (!j.contains("version") || !j["version"].is_number_integer()) return bad("version", "an integer");
+    if (j["version"].get<int64_t>() != kShardIndexVersion) {
+        return data_loss("{}: version {} is not supported (this strato reads version {}); repack with this strato",
+                         what, j["version"].get<int64_t>(), kShardIndexVersion);
+    }
+    ShardIndex idx;
+    const json& classes = j.contains("classes") ? j["classes"] : json();
+    if (!classes.is_array() || classes.empty()) return bad("classes", "a non-empty array of class names");
+    for (size_t c = 0; c < classes.size(); ++c) {
+        if (!classes[c].is_string()) return bad(fmt::format("classes[{}]", c), "a string");
+        idx.class_names.push_back(classes[c].get<std::string>());
+    }
+    const auto num_classes = static_cast<int64_t>(idx.class_names.size());
+    if (!j.contains("samples") || !j["samples"].is_number_integer() || j["samples"].get<int64_t>() < 0) {
+        return bad("samples", "an integer >= 0");
+    }
+    const json& shards = j.contains("shards") ? j["shards"] : json();
+    if (!shards.is_array()) return bad("shards", "an array");
+    auto integer = [](const json& v, int64_t lo, int64_t hi) {
+        return v.is_number_integer() && v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+    };
+    idx.shard_starts.push_back(0);
+    std::unordered_map<std::string, size_t> names;
+    for (size_t s = 0; s < shards.size(); ++s) {
+        const json& sh = shards[s];
+        const std::string at = fmt::format("shards[{}]", s);
+        if (!sh.is_object()) return bad(at, "an object");
+        ShardInfo info;
+        if (!sh.contains("name") || !sh["name"].is_string() || !is_plain_file_name(sh["name"].get<std::string>())) {
+            return bad(at + ".name", "a file name without directories");
+        }
+        info.name = sh["name"].get<std::string>();
+        if (auto [it, fresh] = names.emplace(info.name, s); !fresh) {
+            return bad(at + ".name",
+                       fmt::format("a name no other shard has ('{}' is also shards[{}])", info.name, it->second));
+        }
+        if (!sh.contains("bytes") || !integer(sh["bytes"], kTarEndBytes, INT64_MAX)) {
+            return bad(at + ".bytes", fmt::format("an integer >= {}", kTarEndBytes));
+        }
+        info.bytes = sh["bytes"].get<int64_t>();
+        if (!sh.contains("sha256") || !sh["sha256"].is_string() || !is_sha256_hex(sh["sha256"].get<std::string>())) {
+            return bad(at + ".sha256", "64 lowercase hex digits");
+        }
+        info.sha256 = sh["sha256"].get<std::string>();
+        for (const char* k : {"keys", "offsets", "sizes", "labels"}) {
+            if (!sh.contains(k) || !sh[k].is_array()) return bad(fmt::format("{}.{}", at, k), "an array");
+        }
+        const size_t n = sh["keys"].size();
+        for (const char* k : {"offsets", "sizes", "labels"}) {
+            if (sh[k].size() != n) {
+                return bad(fmt::format("{}.{}", at, k),
+                           fmt::format("{} entries, as many as {}.keys (got {})", n, at, sh[k].size()));
+            }
+        }
+        if (sh.contains("samples") &&
+            (!sh["samples"].is_number_integer() || sh["samples"].get<int64_t>() != static_cast<int64_t>(n))) {
+            return bad(at + ".samples", fmt::format("{} (the length of {}.keys)", n, at));
+        }
+        for (size_t i = 0; i < n; ++i) {
+            const json& key = sh["keys"][i];
+            if (!key.is_string() || key.get<std::string>().empty())
+                return bad(fmt::format("{}.keys[{}]", at, i), "a non-empty string");
+            const json& off = sh["offsets"][i];
+            if (!integer(off, 512, info.bytes) || off.get<int64_t>() % 512 != 0) {
+                return bad(
+                    fmt::format("{}.offsets[{}]", at, i),
+                    fmt::format("a multiple of 512 in [512, {}] (the shard's bytes), got {}", info.bytes, off.dump()));
+            }
+            const json& size = sh["sizes"][i];
+            if (!integer(size, 0, info.bytes - off.get<int64_t>())) {
+                return bad(fmt::format("{}.sizes[{}]", at, i),
+                           fmt::format("an integer in [0, {}] (to the end of the shard), got {}",
+                                       info.bytes - off.get<int64_t>(), size.dump()));
+            }
+            const json& label = sh["labels"][i];
+            if (!integer(label, 0, num_classes - 1)) {
+                return bad(fmt::format("{}.labels[{}]", at, i),
+                           fmt::format("a class index in [0, {}], got {}", num_classes - 1, label.dump()));
+            }
+            idx.keys.push_back(key.get<std::string>());
+            idx.offsets.push_back(off.get<int64_t>());
+            idx.sizes.push_back(size.get<int64_t>());
+            idx.labels.push_back(label.get<int64_t>());
+        }
+        idx.shards.push_back(std::move(info));
+        idx.shard_starts.push_back(idx.size());
+    }
+    if (j["samples"].get<int64_t>() != idx.size()) {
+        return bad("samples",
+                   fmt::format("{} (the samples listed in shards), got {}", idx.size(), j["samples"].get<int64_t>()));
+    }
+    return idx;
+}
+
+// ---- LocalStore ------------------------------------------------------------------------------
+
+Result<std::string> LocalStore::read_meta(const std::string& name) const {
+    std::error_code ec;
+    if (!stdfs::is_directory(dir_, ec)) return not_found("shard directory {} does not exist", dir_);
+    const stdfs::path p = stdfs::path(dir_) / name;
+    if (!stdfs::exists(p, ec)) {
+        return not_found("{} does not exist (not a shard directory? `strato data pack` writes it last)", p.string());
+    }
+    return fs::read_file(p);
+}
+
+Result<std::string> LocalStore::local_path(const ShardInfo& shard) {
+    const std::string p = (stdfs::path(dir_) / shard.name).string();
+    struct stat st {};
+    if (::stat(p.c_str(), &st) != 0) {
+        if (errno == ENOENT) return not_found("shard {} is missing (index.json lists it)", p);
+        return io_error("cannot stat {}: {}", p, os_error());
+    }
+    if (st.st_size != shard.bytes) {
+        return data_loss("shard {} is {} bytes, index.json says {} (truncated or replaced; repack or restore it)", p,
+                         static_cast<int64_t>(st.st_size), shard.bytes);
+    }
+    return p;
+}
+
+// ---- ShardSource -----------------------------------------------------------------------------
+
+namespace {
+struct Fd {
+    int fd = -1;
+    explicit Fd(int f) : fd(f) {}
+    ~Fd() {
+        if (fd >= 0) ::close(fd);
+    }
+    Fd(const Fd&) = delete;
+    Fd& operator=(const Fd&) = delete;
+};
+}  // namespace
+
+struct ShardSource::Shard {
+    std::mutex mu;
+    std::shared_ptr<Fd> fd;  // readers hold a reference while they pread, so release never closes under them
+};
+
+Result<std::shared_ptr<ShardSource>> ShardSource::open(std::shared_ptr<ShardStore> store) {
+    if (!store) return invalid_argument("ShardSource::open: no store");
+    STRATO_ASSIGN_OR_RETURN(std::string text, store->read_meta(kShardIndexName));
+    auto src = std::shared_ptr<ShardSource>(new ShardSource());
+    STRATO_ASSIGN_OR_RETURN(src->index_, parse_shard_index(text, store->describe() + "/" + kShardIndexName));
+    if (src->index_.size() == 0) return invalid_argument("{}/{} lists no samples", store->describe(), kShardIndexName);
+    src->store_ = std::move(store);
+    src->shards_ = std::make_unique<Shard[]>(src->index_.shards.size());
+    return src;
+}
+
+ShardSource::~ShardSource() = default;
+
+int64_t ShardSource::label(int64_t index) const {
+    return index >= 0 && index < size() ? index_.labels[static_cast<size_t>(index)] : -1;
+}
+
+std::string ShardSource::name(int64_t index) const {
+    if (index < 0 || index >= size()) return fmt::format("sample {} (out of range)", index);
+    return fmt::format("{}:{}", index_.shards[static_cast<size_t>(index_.shard_of(index))].name,
+                       index_.keys[static_cast<size_t>(index)]);
+}
+
+std::vector<int64_t> ShardSource::group_starts() const {
+    return {index_.shard_starts.begin(), index_.shard_starts.end() - 1};
+}
+
+Status ShardSource::read(int64_t index, EncodedSample* out) const {
+    if (index < 0 || index >= size()) return invalid_argument("sample index {} out of range [0, {})", index, size());
+    const int64_t s = index_.shard_of(index);
+    const ShardInfo& info = index_.shards[static_cast<size_t>(s)];
+    std::shared_ptr<Fd> fd;
+    {
+        Shard& sh = shards_[s];
+        std::lock_guard<std::mutex> lock(sh.mu);
+        if (!sh.fd) {
+            auto path = store_->local_path(info);
+            if (!path.is_ok()) return path.status().with_context(name(index));
+            int f = ::open(path->c_str(), O_RDONLY | O_CLOEXEC);
+            if (f < 0) return io_error("{}: cannot open {}: {}", name(index), *path, os_error());
+            sh.fd = std::make_shared<Fd>(f);
+        }
+        fd = sh.fd;
+    }
+    const auto i = static_cast<size_t>(index);
+    const int64_t offset = index_.offsets[i], size = index_.sizes[i];
+    out->bytes.resize(static_cast<size_t>(size));
+    int64_t done = 0;
+    while (done < size) {
+        ssize_t r = ::pread(fd->fd, out->bytes.data() + done, static_cast<size_t>(size - done), offset + done);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return io_error("{}: cannot read {} bytes at offset {}: {}", name(index), size, offset, os_error());
+        if (r == 0) {
+            return data_loss(
+                "{}: the shard ends at offset {}, index.json says the sample is {} bytes at offset {} "
+                "(truncated shard?)",
+                name(index), offset + done, size, offset);
+        }
+        done += r;
+    }
+    out->label = index_.labels[i];
+    out->name = name(index);
+
+    bool release = false;
+    {
+        std::lock_guard<std::mutex> lock(hint_mu_);
+        if (!hint_sample_.empty() && hint_sample_[i] > 0) {
+            --hint_sample_[i];
+            release = --hint_shard_[static_cast<size_t>(s)] == 0;
+        }
+    }
+    if (release) release_shard(s);
+    return Status::ok();
+}
+
+void ShardSource::release_shard(int64_t shard) const {
+    {
+        Shard& sh = shards_[shard];
+        std::lock_guard<std::mutex> lock(sh.mu);
+        sh.fd.reset();
+    }
+    store_->release(index_.shards[static_cast<size_t>(shard)]);
+}
+
+void ShardSource::will_read(const std::vector<int64_t>& order, int64_t from) const {
+    std::vector<ShardInfo> ahead;
+    {
+        std::lock_guard<std::mutex> lock(hint_mu_);
+        hint_sample_.assign(static_cast<size_t>(size()), 0);
+        hint_shard_.assign(index_.shards.size(), 0);
+        std::vector<bool> seen(index_.shards.size(), false);
+        for (size_t k = static_cast<size_t>(std::max<int64_t>(from, 0)); k < order.size(); ++k) {
+            const int64_t i = order[k];
+            if (i < 0 || i >= size()) continue;
+            const auto s = static_cast<size_t>(index_.shard_of(i));
+            ++hint_sample_[static_cast<size_t>(i)];
+            ++hint_shard_[s];
+            if (!seen[s]) {
+                seen[s] = true;
+                ahead.push_back(index_.shards[s]);
+            }
+        }
+    }
+    store_->prefetch(ahead);
+}
+
+}  // namespace strato::data

@@ -1,0 +1,161 @@
+// CSV tables: parsing (RFC 4180 quoting, line ends, labels) and every error case.
+
+#include "strato/data/csv.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace strato::data {
+namespace {
+
+std::shared_ptr<CsvDataset> parse_ok(std::string_view text, CsvOptions o = {}) {
+    auto r = CsvDataset::parse(text, "t.csv", o);
+    EXPECT_TRUE(r.is_ok()) << r.status().message();
+    return r.is_ok() ? *r : nullptr;
+}
+
+std::vector<float> row(const CsvDataset& ds, int64_t i, int64_t* label) {
+    std::vector<float> v(static_cast<size_t>(ds.num_features()));
+    EXPECT_TRUE(ds.load_float(i, v.data(), label).is_ok());
+    return v;
+}
+
+TEST(Csv, IntegerLabelsAnywhereInTheRow) {
+    auto ds = parse_ok("a,label,b\n1.5,2,-3\n0,0,1e3\n+4,1,.5\n");
+    ASSERT_TRUE(ds);
+    EXPECT_EQ(ds->size(), 3);
+    EXPECT_TRUE(ds->is_float());
+    EXPECT_EQ(ds->shape(), (ImageShape{2, 1, 1}));
+    EXPECT_EQ(ds->feature_names(), (std::vector<std::string>{"a", "b"}));
+    EXPECT_EQ(ds->class_names(), (std::vector<std::string>{"0", "1", "2"}));
+    int64_t label = -1;
+    EXPECT_EQ(row(*ds, 0, &label), (std::vector<float>{1.5f, -3.0f}));
+    EXPECT_EQ(label, 2);
+    EXPECT_EQ(row(*ds, 1, &label), (std::vector<float>{0.0f, 1000.0f}));
+    EXPECT_EQ(row(*ds, 2, &label), (std::vector<float>{4.0f, 0.5f}));
+    EXPECT_EQ(label, 1);
+    std::vector<uint8_t> bytes(2);
+    Status st = ds->load(0, bytes.data(), &label);
+    ASSERT_FALSE(st.is_ok());
+    EXPECT_NE(st.message().find("float features"), std::string::npos) << st.message();
+    EXPECT_FALSE(ds->load_float(3, nullptr, &label).is_ok());
+}
+
+TEST(Csv, StringLabelsAreSortedClassNames) {
+    auto ds = parse_ok("x,species\n1,virginica\n2,setosa\n3, versicolor \n4,setosa\n", {.label_column = "species"});
+    ASSERT_TRUE(ds);
+    EXPECT_EQ(ds->class_names(), (std::vector<std::string>{"setosa", "versicolor", "virginica"}));
+    EXPECT_EQ(ds->labels(), (std::vector<int64_t>{2, 0, 1, 0}));
+    // A test file with the training classes: same indices, even for a class it lacks.
+    auto test = parse_ok("x,species\n9,virginica\n", {.label_column = "species", .class_names = ds->class_names()});
+    ASSERT_TRUE(test);
+    EXPECT_EQ(test->labels(), (std::vector<int64_t>{2}));
+    EXPECT_EQ(test->num_classes(), 3);
+    // Integer labels against integer class names: "02" is class "2".
+    auto ints = parse_ok("x,label\n1,02\n", {.class_names = {"0", "1", "2"}});
+    ASSERT_TRUE(ints);
+    EXPECT_EQ(ints->labels(), (std::vector<int64_t>{2}));
+}
+
+TEST(Csv, QuotingLineEndsBomAndBlankLines) {
+    const std::string text =
+        "\xEF\xBB\xBF\"a, first\",\"b \"\"q\"\"\",label\r\n"
+        "\"1\",2,\"multi\nline, label\"\r\n"
+        "\r\n"
+        "3 , 4,\"\"\"quoted\"\"\"\n"
+        "\n"
+        "5,6,plain";  // no final line break
+    auto ds = parse_ok(text);
+    ASSERT_TRUE(ds);
+    EXPECT_EQ(ds->feature_names(), (std::vector<std::string>{"a, first", "b \"q\""}));
+    EXPECT_EQ(ds->size(), 3);
+    EXPECT_EQ(ds->class_names(), (std::vector<std::string>{"\"quoted\"", "multi\nline, label", "plain"}));
+    int64_t label = -1;
+    EXPECT_EQ(row(*ds, 1, &label), (std::vector<float>{3.0f, 4.0f}));
+    EXPECT_EQ(label, 0);
+    // Another delimiter.
+    auto semi = CsvDataset::parse("a;label\n1,5;x\n", "t.csv", {.delimiter = ';'});
+    EXPECT_FALSE(semi.is_ok());  // "1,5" is not a number
+    auto tab = parse_ok("a\tlabel\n1.5\tx\n", {.delimiter = '\t'});
+    ASSERT_TRUE(tab);
+    EXPECT_EQ(tab->features(), (std::vector<float>{1.5f}));
+}
+
+TEST(Csv, FeatureStatsStandardisePerFeature) {
+    auto ds = parse_ok("a,b,c,label\n1,10,7,0\n3,10,7,1\n5,40,7,0\n");
+    ASSERT_TRUE(ds);
+    std::vector<double> mean, std;
+    ASSERT_TRUE(feature_stats(*ds, &mean, &std).is_ok());
+    EXPECT_DOUBLE_EQ(mean[0], 3.0);
+    EXPECT_DOUBLE_EQ(mean[1], 20.0);
+    EXPECT_NEAR(std[0], std::sqrt(8.0 / 3.0), 1e-12);
+    EXPECT_NEAR(std[1], std::sqrt(600.0 / 3.0), 1e-12);
+    EXPECT_EQ(std[2], 1.0);  // constant
+}
+
+TEST(Csv, OpensFilesAndNamesThemInErrors) {
+    const auto path = std::filesystem::temp_directory_path() / ("strato-csv-" + std::to_string(::getpid()) + ".csv");
+    std::ofstream(path) << "f,label\n1,0\n2\n";
+    auto r = CsvDataset::open(path.string());
+    std::filesystem::remove(path);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find(path.string() + ":3: the row has 1 fields, the header has 2"),
+              std::string::npos)
+        << r.status().message();
+    auto missing = CsvDataset::open("/nonexistent/x.csv");
+    EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+}
+
+struct ErrorCase {
+    const char* what;
+    std::string text;
+    std::string expected;
+    CsvOptions options = {};
+};
+
+TEST(Csv, EveryErrorSaysWhereAndWhat) {
+    const std::vector<ErrorCase> cases = {
+        {"empty file", "", "t.csv: empty; expected a header row"},
+        {"only blank lines", "\n\n", "t.csv: empty; expected a header row"},
+        {"header only", "a,label\n", "t.csv: a header but no data rows"},
+        {"no label column", "a,b\n1,2\n", "t.csv:1: no label column 'label' in the header (columns: a, b)"},
+        {"label column named", "a,y\n1,2\n", "no label column 'target'", {.label_column = "target"}},
+        {"duplicate label column", "label,a,label\n1,2,3\n",
+         "t.csv:1: two columns are named 'label' (columns 1 and 3)"},
+        {"no features", "label\n1\n", "t.csv:1: no feature columns"},
+        {"ragged short", "a,b,label\n1,2,0\n3,0\n", "t.csv:3: the row has 2 fields, the header has 3"},
+        {"ragged long", "a,label\n1,2,3\n", "t.csv:2: the row has 3 fields, the header has 2 (an unquoted delimiter"},
+        {"empty value", "a,b,label\n1,2,0\n4,,1\n", "t.csv:3:3: column 'b': empty value, expected a number"},
+        {"quoted empty value", "a,label\n\"\",1\n", "t.csv:2:1: column 'a': empty value"},
+        {"non-numeric", "a,b,label\n1,abc,0\n", "t.csv:2:3: column 'b': 'abc' is not a number"},
+        {"trailing garbage", "a,label\n1.5x,0\n", "t.csv:2:1: column 'a': '1.5x' is not a number"},
+        {"nan", "a,label\nnan,0\n", "t.csv:2:1: column 'a': 'nan' is not a finite 32-bit float"},
+        {"inf", "a,label\n-inf,0\n", "'-inf' is not a finite 32-bit float"},
+        {"too big for float", "a,label\n1e39,0\n", "'1e39' is not a finite 32-bit float"},
+        {"unnamed column", ",label\nx,0\n", "t.csv:2:1: column 1: 'x' is not a number"},
+        {"line numbers count quoted line breaks", "a,label\n1,\"x\ny\"\nz,0\n", "t.csv:4:1: column 'a': 'z'"},
+        {"unterminated quote", "a,label\n1,\"open\n2,3\n", "t.csv:2:3: the quote opened here is never closed"},
+        {"quote inside unquoted field", "a,label\n1,ab\"c\n", "t.csv:2:5: a quote inside an unquoted field"},
+        {"text after closing quote", "a,label\n1,\"ab\"c\n", "t.csv:2:7: 'c' after a closing quote"},
+        {"empty label", "a,label\n1,\n", "t.csv:2:3: column 'label': empty label"},
+        {"negative label", "a,label\n1,-1\n", "t.csv:2:3: column 'label': label -1 is negative"},
+        {"huge label", "a,label\n1,5000000\n", "label 5000000 is too large for a class index"},
+        {"unknown class",
+         "a,label\n1,cat\n2,bird\n",
+         "t.csv:3:3: column 'label': label 'bird' is not one of the 2 classes",
+         {.class_names = {"cat", "dog"}}},
+        {"quote as delimiter", "a\"label\n", "the delimiter cannot be a quote", {.delimiter = '"'}},
+    };
+    for (const ErrorCase& c : cases) {
+        auto r = CsvDataset::parse(c.text, "t.csv", c.options);
+        ASSERT_FALSE(r.is_ok()) << c.what;
+        EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << c.what;
+        EXPECT_NE(r.status().message().find(c.expected), std::string::npos) << c.what << ": " << r.status().message();
+    }
+}
+
+}  // namespace
+}  // namespace strato::data

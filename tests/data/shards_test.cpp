@@ -1,0 +1,706 @@
+// Tar archives, packed shards (pack, ShardSource, LocalStore, resume), index.json validation,
+// stats, manifests and verify, on real files in a temporary directory.
+
+#include "strato/data/shards.h"
+
+#include <gtest/gtest.h>
+#include <png.h>
+#include <turbojpeg.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "strato/core/fs.h"
+#include "strato/data/manifest.h"
+#include "strato/data/tar.h"
+
+namespace strato::data {
+namespace {
+namespace stdfs = std::filesystem;
+
+std::string jpeg(int w, int h, int seed) {
+    std::vector<uint8_t> px(static_cast<size_t>(w * h * 3));
+    for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>((i * 7 + static_cast<size_t>(seed) * 31) % 251);
+    tjhandle tj = tjInitCompress();
+    unsigned char* buf = nullptr;
+    unsigned long size = 0;
+    EXPECT_EQ(tjCompress2(tj, px.data(), w, 0, h, TJPF_RGB, &buf, &size, TJSAMP_420, 90, 0), 0) << tjGetErrorStr2(tj);
+    std::string out(reinterpret_cast<char*>(buf), size);
+    tjFree(buf);
+    tjDestroy(tj);
+    return out;
+}
+
+std::string png(int w, int h, int seed) {
+    png_image img{};
+    img.version = PNG_IMAGE_VERSION;
+    img.width = static_cast<png_uint_32>(w);
+    img.height = static_cast<png_uint_32>(h);
+    img.format = PNG_FORMAT_GRAY;
+    std::vector<uint8_t> px(static_cast<size_t>(w * h));
+    for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>((i + static_cast<size_t>(seed) * 13) % 256);
+    png_alloc_size_t size = 0;
+    EXPECT_TRUE(png_image_write_to_memory(&img, nullptr, &size, 0, px.data(), 0, nullptr));
+    std::string out(size, '\0');
+    EXPECT_TRUE(png_image_write_to_memory(&img, out.data(), &size, 0, px.data(), 0, nullptr)) << img.message;
+    out.resize(size);
+    return out;
+}
+
+void put(const stdfs::path& p, const std::string& bytes) {
+    stdfs::create_directories(p.parent_path());
+    std::ofstream(p, std::ios::binary) << bytes;
+}
+
+std::string get(const stdfs::path& p) { return fs::read_file(p).value(); }
+
+class TempDir : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        root_ =
+            stdfs::temp_directory_path() / fmt::format("strato-shards-{}-{}", ::getpid(),
+                                                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
+        stdfs::remove_all(root_);
+        stdfs::create_directories(root_);
+    }
+    void TearDown() override { stdfs::remove_all(root_); }
+
+    /// `classes` x `per_class` images, JPEG and PNG alternating, sizes varying; returns path → label.
+    std::map<std::string, int64_t> make_folder(const stdfs::path& dir, int classes, int per_class) {
+        std::map<std::string, int64_t> files;
+        for (int c = 0; c < classes; ++c) {
+            for (int i = 0; i < per_class; ++i) {
+                const int seed = c * 1000 + i;
+                const bool is_png = i % 3 == 2;
+                const std::string name =
+                    fmt::format("class{}/img.{:03d}.{}", c, i, is_png ? "png" : (i % 2 ? "JPEG" : "jpg"));
+                put(dir / name, is_png ? png(12 + i, 10 + c, seed) : jpeg(16 + 2 * i, 16 + c, seed));
+                files[name] = c;
+            }
+        }
+        return files;
+    }
+    stdfs::path root_;
+};
+
+// ---- tar -------------------------------------------------------------------------------------
+
+using Tar = TempDir;
+
+TEST_F(Tar, RoundTripWithLongNamesAndEdgeSizes) {
+    const std::string long_name = std::string(120, 'd') + "/" + std::string(90, 'f') + ".jpg";  // needs the prefix
+    std::vector<std::pair<std::string, std::string>> members = {{"a.txt", "hello"},
+                                                                {"empty", ""},
+                                                                {"block", std::string(512, 'x')},
+                                                                {"block1", std::string(513, 'y')},
+                                                                {long_name, "long"}};
+    auto w = TarWriter::create((root_ / "t.tar").string()).value();
+    std::vector<int64_t> offsets;
+    for (const auto& [n, d] : members) offsets.push_back(w->add(n, d).value());
+    ASSERT_TRUE(w->finish().is_ok());
+    EXPECT_EQ(w->sha256(), fs::sha256_file(root_ / "t.tar").value());
+    EXPECT_EQ(w->bytes() % 512, 0);
+    EXPECT_EQ(w->bytes(), static_cast<int64_t>(stdfs::file_size(root_ / "t.tar")));
+
+    auto list = list_tar_file((root_ / "t.tar").string());
+    ASSERT_TRUE(list.is_ok()) << list.status().message();
+    ASSERT_EQ(list->size(), members.size());
+    const std::string bytes = get(root_ / "t.tar");
+    for (size_t i = 0; i < members.size(); ++i) {
+        EXPECT_EQ((*list)[i].name, members[i].first);
+        EXPECT_EQ((*list)[i].data_offset, offsets[i]);
+        EXPECT_EQ(bytes.substr(static_cast<size_t>(offsets[i]), members[i].second.size()), members[i].second);
+    }
+}
+
+TEST_F(Tar, NamesThatUstarCannotHoldAreClearErrors) {
+    auto too_long = tar_header(std::string(200, 'a') + "/" + std::string(60, 'b'), 1);
+    ASSERT_FALSE(too_long.is_ok());
+    EXPECT_NE(too_long.status().message().find("ustar allows 255"), std::string::npos) << too_long.status().message();
+    auto no_slash = tar_header(std::string(150, 'a'), 1);
+    ASSERT_FALSE(no_slash.is_ok());
+    EXPECT_NE(no_slash.status().message().find("needs a '/'"), std::string::npos) << no_slash.status().message();
+    EXPECT_FALSE(tar_header("", 1).is_ok());
+    EXPECT_FALSE(tar_header("big", int64_t{1} << 33).is_ok());
+    EXPECT_TRUE(tar_header(std::string(100, 'a'), 1).is_ok());
+}
+
+/// A header of `type` for `name` with a correct checksum.
+std::string typed_header(const std::string& name, int64_t size, char type) {
+    std::string h = tar_header(name, size).value();
+    h[156] = type;
+    std::memset(h.data() + 148, ' ', 8);
+    int64_t sum = 0;
+    for (unsigned char c : h) sum += c;
+    std::string chk = fmt::format("{:06o}", sum);
+    std::memcpy(h.data() + 148, chk.data(), 6);
+    h[154] = '\0';
+    return h;
+}
+
+std::string padded(std::string data) {
+    data.resize(static_cast<size_t>((data.size() + 511) / 512 * 512), '\0');
+    return data;
+}
+
+TEST_F(Tar, SkipsDirectoriesLinksAndFollowsPaxAndGnuNames) {
+    const std::string pax_name = std::string(300, 'p') + ".jpg";  // longer than ustar can hold
+    std::string rec = " path=" + pax_name + "\n";
+    rec = std::to_string(rec.size() + 3) + rec;  // the length counts itself: 3 digits
+    ASSERT_EQ(std::stoul(rec), rec.size());
+    const std::string gnu_name = std::string(280, 'g') + ".png";
+    std::string a;
+    a += typed_header("dir/", 0, '5');
+    a += typed_header("link", 0, '2');
+    a += typed_header("PaxHeaders/x", static_cast<int64_t>(rec.size()), 'x') + padded(rec);
+    a += tar_header("short-name-replaced", 3).value() + padded("abc");
+    a += typed_header("././@LongLink", static_cast<int64_t>(gnu_name.size() + 1), 'L') + padded(gnu_name + '\0');
+    a += tar_header("short", 2).value() + padded("de");
+    a += typed_header("global", 0, 'g');
+    a += tar_header("plain", 1).value() + padded("z");
+    a += std::string(1024, '\0');
+    auto list = list_tar_bytes(a, "mem.tar");
+    ASSERT_TRUE(list.is_ok()) << list.status().message();
+    ASSERT_EQ(list->size(), 3u);
+    EXPECT_EQ((*list)[0].name, pax_name);
+    EXPECT_EQ(a.substr(static_cast<size_t>((*list)[0].data_offset), 3), "abc");
+    EXPECT_EQ((*list)[1].name, gnu_name);
+    EXPECT_EQ((*list)[2].name, "plain");
+}
+
+TEST_F(Tar, CorruptAndTruncatedArchivesAreErrorsWithTheOffset) {
+    std::string a = tar_header("one", 600).value() + padded(std::string(600, '1')) + tar_header("two", 5).value() +
+                    padded("22222") + std::string(1024, '\0');
+    ASSERT_TRUE(list_tar_bytes(a, "x.tar").is_ok());
+
+    std::string bad = a;
+    bad[1536 + 3] ^= 0x20;  // a byte of the second header's name
+    auto st = list_tar_bytes(bad, "x.tar").status();
+    EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+    EXPECT_NE(st.message().find("x.tar: corrupt tar header at offset 1536: checksum"), std::string::npos)
+        << st.message();
+
+    st = list_tar_bytes(a.substr(0, 1000), "x.tar").status();  // inside the first member's data
+    EXPECT_NE(st.message().find("truncated: the entry at offset 0 says 600 bytes of data, 488 remain"),
+              std::string::npos)
+        << st.message();
+    st = list_tar_bytes(a.substr(0, 1536 + 100), "x.tar").status();  // inside the second header
+    EXPECT_NE(st.message().find("truncated at offset 1536"), std::string::npos) << st.message();
+
+    // A header claiming 8 GiB in a tiny file: an error, not an allocation.
+    std::string huge = tar_header("huge", (int64_t{1} << 33) - 1).value() + std::string(512, 'h');
+    st = list_tar_bytes(huge, "h.tar").status();
+    EXPECT_NE(st.message().find("says 8589934591 bytes"), std::string::npos) << st.message();
+    // A pax header claiming to be huge.
+    std::string pax = typed_header("pax", 5 << 20, 'x') + std::string(5 << 20, 'x');
+    st = list_tar_bytes(pax, "p.tar").status();
+    EXPECT_NE(st.message().find("more than the 1 MiB allowed"), std::string::npos) << st.message();
+    // Not a tar file at all.
+    st = list_tar_bytes(std::string(2048, 'j'), "j.tar").status();
+    EXPECT_NE(st.message().find("not a number"), std::string::npos) << st.message();
+    // Through a file too, with the path in the message.
+    put(root_ / "cut.tar", a.substr(0, 1000));
+    st = list_tar_file((root_ / "cut.tar").string()).status();
+    EXPECT_NE(st.message().find("cut.tar: truncated"), std::string::npos) << st.message();
+}
+
+// ---- pack and read back ------------------------------------------------------------------------
+
+using Pack = TempDir;
+
+TEST_F(Pack, EverySampleReadsBackByteIdenticalWithItsLabel) {
+    auto files = make_folder(root_ / "src", 3, 7);
+    PackOptions o;
+    o.shard_size = 8 << 10;
+    o.workers = 2;
+    auto packed = pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), o);
+    ASSERT_TRUE(packed.is_ok()) << packed.status().message();
+    ASSERT_EQ(packed->size(), 1u);
+    const PackedSplit& p = (*packed)[0];
+    EXPECT_EQ(p.samples, 21);
+    EXPECT_GT(p.shards, 2);
+    EXPECT_EQ(p.shards_kept, 0);
+
+    auto src = ShardSource::open(std::make_shared<LocalStore>((root_ / "dst").string()));
+    ASSERT_TRUE(src.is_ok()) << src.status().message();
+    EXPECT_EQ((*src)->size(), 21);
+    EXPECT_EQ((*src)->class_names(), (std::vector<std::string>{"class0", "class1", "class2"}));
+    std::map<std::string, int64_t> by_bytes;
+    for (const auto& [name, label] : files) by_bytes[get(root_ / "src" / name)] = label;
+    ASSERT_EQ(by_bytes.size(), files.size());  // distinct contents
+    std::set<std::string> seen;
+    for (int64_t i = 0; i < (*src)->size(); ++i) {
+        EncodedSample s;
+        ASSERT_TRUE((*src)->read(i, &s).is_ok());
+        ASSERT_TRUE(by_bytes.count(s.bytes)) << s.name;
+        EXPECT_EQ(s.label, by_bytes[s.bytes]) << s.name;
+        EXPECT_EQ((*src)->label(i), s.label);
+        EXPECT_TRUE(seen.insert(s.bytes).second) << "read twice: " << s.name;
+        EXPECT_EQ(s.name, (*src)->name(i));
+        const std::string key = s.name.substr(s.name.find(':') + 1);
+        EXPECT_EQ(stdfs::path(key).filename().string().find('.'), std::string::npos) << key;
+        EXPECT_EQ(s.name.rfind("shard-", 0), 0u) << s.name;
+    }
+    EXPECT_EQ(seen.size(), files.size());
+    // Keys: "class0/img_000" from "class0/img.000.jpg".
+    EXPECT_NE(std::find((*src)->index().keys.begin(), (*src)->index().keys.end(), "class0/img_000"),
+              (*src)->index().keys.end());
+
+    // The tar members are WebDataset's: <key>.jpg|png then <key>.cls.
+    auto members = list_tar_file((root_ / "dst" / "shard-000000.tar").string()).value();
+    ASSERT_EQ(members.size() % 2, 0u);
+    for (size_t k = 0; k < members.size(); k += 2) {
+        const std::string& img = members[k].name;
+        const std::string key = img.substr(0, img.rfind('.'));
+        EXPECT_TRUE(img.ends_with(".jpg") || img.ends_with(".png")) << img;
+        EXPECT_EQ(members[k + 1].name, key + ".cls");
+    }
+
+    // group_starts: the first sample of each shard.
+    auto groups = (*src)->group_starts();
+    ASSERT_EQ(static_cast<int64_t>(groups.size()), p.shards);
+    EXPECT_EQ(groups[0], 0);
+    EXPECT_TRUE(std::is_sorted(groups.begin(), groups.end()));
+}
+
+TEST_F(Pack, ShardsStayUnderTheSizeLimitAndShuffleMixesClasses) {
+    make_folder(root_ / "src", 2, 20);
+    PackOptions o;
+    o.shard_size = 6 << 10;
+    auto packed = pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), o).value();
+    auto idx = parse_shard_index(get(root_ / "dst" / "index.json"), "index.json").value();
+    bool mixed = false;
+    for (size_t s = 0; s < idx.shards.size(); ++s) {
+        const auto bytes = static_cast<int64_t>(stdfs::file_size(root_ / "dst" / idx.shards[s].name));
+        EXPECT_EQ(bytes, idx.shards[s].bytes);
+        EXPECT_LE(bytes, o.shard_size) << idx.shards[s].name;
+        std::set<int64_t> labels(idx.labels.begin() + idx.shard_starts[s],
+                                 idx.labels.begin() + idx.shard_starts[s + 1]);
+        mixed |= labels.size() > 1;
+    }
+    EXPECT_TRUE(mixed);
+    // Without shuffling the samples keep the folder's sorted order.
+    o.shuffle = false;
+    pack_image_folder((root_ / "src").string(), (root_ / "ordered").string(), o).value();
+    auto ordered = parse_shard_index(get(root_ / "ordered" / "index.json"), "index.json").value();
+    EXPECT_TRUE(std::is_sorted(ordered.keys.begin(), ordered.keys.end()));
+    EXPECT_TRUE(std::is_sorted(ordered.labels.begin(), ordered.labels.end()));
+
+    // A limit smaller than any sample: one sample per shard, each over the limit.
+    o.shard_size = 2048;
+    auto one = pack_image_folder((root_ / "src").string(), (root_ / "one").string(), o).value();
+    EXPECT_EQ(one[0].shards, 40);
+}
+
+TEST_F(Pack, ParallelWritersGiveTheSameBytesAsOne) {
+    make_folder(root_ / "src", 3, 10);
+    PackOptions o;
+    o.shard_size = 5 << 10;
+    o.seed = 7;
+    o.workers = 1;
+    pack_image_folder((root_ / "src").string(), (root_ / "one").string(), o).value();
+    o.workers = 4;
+    pack_image_folder((root_ / "src").string(), (root_ / "four").string(), o).value();
+    int compared = 0;
+    for (const auto& e : stdfs::directory_iterator(root_ / "one")) {
+        const std::string name = e.path().filename().string();
+        if (name.ends_with(".tar") || name == "index.json") {
+            EXPECT_EQ(get(e.path()), get(root_ / "four" / name)) << name;
+            ++compared;
+        }
+    }
+    EXPECT_GT(compared, 4);
+    // Another seed, another order.
+    o.seed = 8;
+    pack_image_folder((root_ / "src").string(), (root_ / "other").string(), o).value();
+    EXPECT_NE(get(root_ / "one" / "index.json"), get(root_ / "other" / "index.json"));
+}
+
+TEST_F(Pack, AKilledPackResumesKeepingFinishedShards) {
+    make_folder(root_ / "src", 2, 12);
+    PackOptions o;
+    o.shard_size = 5 << 10;
+    auto first = pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), o).value();
+    const std::string index = get(root_ / "dst" / "index.json");
+    const auto n = first[0].shards;
+    ASSERT_GE(n, 4);
+    // A kill before the index was written and before shard 2 was renamed into place; shard 1 was
+    // corrupted by something else since.
+    stdfs::remove(root_ / "dst" / "index.json");
+    stdfs::remove(root_ / "dst" / "shard-000002.tar");
+    put(root_ / "dst" / "shard-000002.tar.tmp", "half a shard");
+    std::string s1 = get(root_ / "dst" / "shard-000001.tar");
+    s1[700] ^= 1;
+    put(root_ / "dst" / "shard-000001.tar", s1);
+    const auto t0 = stdfs::last_write_time(root_ / "dst" / "shard-000000.tar");
+
+    o.workers = 3;
+    auto again = pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), o);
+    ASSERT_TRUE(again.is_ok()) << again.status().message();
+    EXPECT_EQ((*again)[0].shards_kept, n - 2);
+    EXPECT_EQ(get(root_ / "dst" / "index.json"), index);
+    EXPECT_EQ(stdfs::last_write_time(root_ / "dst" / "shard-000000.tar"), t0);  // kept, not rewritten
+    EXPECT_FALSE(stdfs::exists(root_ / "dst" / "shard-000002.tar.tmp"));
+    auto report = verify_dataset((root_ / "dst").string()).value();
+    EXPECT_TRUE(report.ok()) << (report.problems.empty() ? "" : report.problems[0].detail);
+
+    // Another shard size: a new plan, nothing kept, the extra old shards removed.
+    o.shard_size = 64 << 10;
+    auto bigger = pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), o).value();
+    EXPECT_EQ(bigger[0].shards_kept, 0);
+    EXPECT_LT(bigger[0].shards, n);
+    EXPECT_FALSE(stdfs::exists(root_ / "dst" / fmt::format("shard-{:06d}.tar", n - 1)));
+}
+
+TEST_F(Pack, SplitsArePackedSeparatelyWithTheTrainingClasses) {
+    make_folder(root_ / "src" / "train", 3, 4);
+    make_folder(root_ / "src" / "test", 2, 2);  // test lacks class2
+    auto packed = pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), {});
+    ASSERT_TRUE(packed.is_ok()) << packed.status().message();
+    ASSERT_EQ(packed->size(), 2u);
+    EXPECT_EQ((*packed)[0].name, "train");
+    EXPECT_EQ((*packed)[1].name, "test");
+    auto test = ShardSource::open(std::make_shared<LocalStore>((root_ / "dst" / "test").string())).value();
+    EXPECT_EQ(test->size(), 4);
+    EXPECT_EQ(test->class_names().size(), 3u);
+
+    // A test class that training does not have is an error.
+    make_folder(root_ / "src2" / "train", 1, 2);
+    make_folder(root_ / "src2" / "test", 2, 1);
+    auto bad = pack_image_folder((root_ / "src2").string(), (root_ / "dst2").string(), {});
+    ASSERT_FALSE(bad.is_ok());
+    EXPECT_NE(bad.status().message().find("class folder 'class1' is not one of the 1 classes"), std::string::npos)
+        << bad.status().message();
+}
+
+TEST_F(Pack, BadArgumentsAreClearErrors) {
+    make_folder(root_ / "src", 1, 2);
+    auto inside = pack_image_folder((root_ / "src").string(), (root_ / "src" / "shards").string(), {});
+    EXPECT_NE(inside.status().message().find("is inside the source"), std::string::npos) << inside.status().message();
+    auto missing = pack_image_folder((root_ / "nope").string(), (root_ / "dst").string(), {});
+    EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+    PackOptions tiny;
+    tiny.shard_size = 100;
+    EXPECT_NE(pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), tiny)
+                  .status()
+                  .message()
+                  .find("too small"),
+              std::string::npos);
+    stdfs::create_directories(root_ / "empty" / "cls");
+    EXPECT_NE(pack_image_folder((root_ / "empty").string(), (root_ / "dst").string(), {})
+                  .status()
+                  .message()
+                  .find("no .jpg/.jpeg/.png images"),
+              std::string::npos);
+}
+
+// ---- ShardSource and stores --------------------------------------------------------------------
+
+/// A LocalStore that records what the source asks of it.
+class RecordingStore final : public ShardStore {
+  public:
+    explicit RecordingStore(std::string dir) : local_(std::move(dir)) {}
+    Result<std::string> read_meta(const std::string& name) const override { return local_.read_meta(name); }
+    Result<std::string> local_path(const ShardInfo& s) override { return local_.local_path(s); }
+    void prefetch(const std::vector<ShardInfo>& shards) override {
+        std::lock_guard<std::mutex> lock(mu);
+        prefetched.clear();
+        for (const auto& s : shards) prefetched.push_back(s.name);
+    }
+    void release(const ShardInfo& s) override {
+        std::lock_guard<std::mutex> lock(mu);
+        released.push_back(s.name);
+    }
+    std::string describe() const override { return local_.describe(); }
+    std::mutex mu;
+    std::vector<std::string> prefetched, released;
+
+  private:
+    LocalStore local_;
+};
+
+TEST_F(Pack, WillReadPrefetchesShardsInOrderAndReleasesFinishedOnes) {
+    make_folder(root_ / "src", 2, 6);
+    PackOptions o;
+    o.shard_size = 5 << 10;
+    pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), o).value();
+    auto store = std::make_shared<RecordingStore>((root_ / "dst").string());
+    auto src = ShardSource::open(store).value();
+    const auto groups = src->group_starts();
+    ASSERT_GE(groups.size(), 3u);
+    const int64_t end2 = groups.size() > 3 ? groups[3] : src->size();
+    // From position 1 of an order that starts with an unrelated sample: shard 2 in full, then shard 0.
+    std::vector<int64_t> order = {groups[1]};
+    for (int64_t i = groups[2]; i < end2; ++i) order.push_back(i);
+    for (int64_t i = 0; i < groups[1]; ++i) order.push_back(i);
+    src->will_read(order, 1);
+    EXPECT_EQ(store->prefetched, (std::vector<std::string>{"shard-000002.tar", "shard-000000.tar"}));
+    EncodedSample s;
+    for (size_t k = 1; k < order.size(); ++k) {
+        ASSERT_TRUE(src->read(order[k], &s).is_ok());
+        const bool shard2_done = static_cast<int64_t>(k) >= end2 - groups[2];
+        if (k + 1 < order.size()) {
+            EXPECT_EQ(store->released.size(), shard2_done ? 1u : 0u) << k;
+        }
+    }
+    EXPECT_EQ(store->released, (std::vector<std::string>{"shard-000002.tar", "shard-000000.tar"}));
+    // A sample outside the hint releases nothing.
+    ASSERT_TRUE(src->read(groups[1], &s).is_ok());
+    EXPECT_EQ(store->released.size(), 2u);
+    // Reading a released shard again opens it again.
+    ASSERT_TRUE(src->read(0, &s).is_ok());
+}
+
+TEST_F(Pack, ConcurrentReadsWhileShardsAreReleased) {
+    make_folder(root_ / "src", 2, 15);
+    PackOptions o;
+    o.shard_size = 5 << 10;
+    pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), o).value();
+    auto src = ShardSource::open(std::make_shared<LocalStore>((root_ / "dst").string())).value();
+    std::vector<std::string> expected(static_cast<size_t>(src->size()));
+    for (int64_t i = 0; i < src->size(); ++i) {
+        EncodedSample s;
+        ASSERT_TRUE(src->read(i, &s).is_ok());
+        expected[static_cast<size_t>(i)] = s.bytes;
+    }
+    for (int round = 0; round < 20; ++round) {
+        std::vector<int64_t> order;
+        for (int64_t i = 0; i < src->size(); ++i) order.push_back((i * 7 + round) % src->size());
+        src->will_read(order, 0);
+        std::atomic<size_t> next{0};
+        std::atomic<int> bad{0};
+        std::vector<std::thread> threads;
+        for (int t = 0; t < 4; ++t) {
+            threads.emplace_back([&] {
+                for (size_t k = next++; k < order.size(); k = next++) {
+                    EncodedSample s;
+                    const int64_t i = order[k];
+                    if (!src->read(i, &s).is_ok() || s.bytes != expected[static_cast<size_t>(i)]) ++bad;
+                }
+            });
+        }
+        for (auto& t : threads) t.join();
+        ASSERT_EQ(bad.load(), 0) << "round " << round;
+    }
+}
+
+TEST_F(Pack, MissingOrTruncatedShardsAreErrorsNamingThem) {
+    make_folder(root_ / "src", 1, 6);
+    PackOptions o;
+    o.shard_size = 5 << 10;
+    o.shuffle = false;
+    pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), o).value();
+    auto src = ShardSource::open(std::make_shared<LocalStore>((root_ / "dst").string())).value();
+    stdfs::remove(root_ / "dst" / "shard-000000.tar");
+    EncodedSample s;
+    Status st = src->read(0, &s);
+    EXPECT_EQ(st.code(), StatusCode::kNotFound);
+    EXPECT_NE(st.message().find("shard-000000.tar:class0/img_000: shard"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("is missing"), std::string::npos) << st.message();
+    const auto last = src->size() - 1;
+    const std::string name = src->index().shards.back().name;
+    stdfs::resize_file(root_ / "dst" / name, 1024);
+    st = src->read(last, &s);
+    EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+    EXPECT_NE(st.message().find("is 1024 bytes, index.json says"), std::string::npos) << st.message();
+
+    auto none = ShardSource::open(std::make_shared<LocalStore>((root_ / "src").string()));
+    EXPECT_NE(none.status().message().find("index.json does not exist"), std::string::npos) << none.status().message();
+}
+
+// ---- index.json validation (data-driven) -----------------------------------------------------
+
+TEST(ShardIndex, EveryBadFieldIsNamed) {
+    const nlohmann::json good = {{"format", "strato-shards"},
+                                 {"version", 1},
+                                 {"classes", {"a", "b"}},
+                                 {"samples", 2},
+                                 {"shards",
+                                  {{{"name", "shard-000000.tar"},
+                                    {"bytes", 4096},
+                                    {"sha256", std::string(64, 'a')},
+                                    {"samples", 2},
+                                    {"keys", {"a/x", "b/y"}},
+                                    {"offsets", {512, 2048}},
+                                    {"sizes", {1000, 1000}},
+                                    {"labels", {0, 1}}}}}};
+    ASSERT_TRUE(parse_shard_index(good.dump(), "i.json").is_ok());
+    struct Case {
+        std::string pointer;
+        nlohmann::json value;  // null = remove the field
+        std::string expected;
+    };
+    const std::vector<Case> cases = {
+        {"/format", "webdataset", "i.json: format: expected \"strato-shards\""},
+        {"/version", 2, "version 2 is not supported"},
+        {"/version", nullptr, "version: expected an integer"},
+        {"/classes", nlohmann::json::array(), "classes: expected a non-empty array"},
+        {"/classes/1", 3, "classes[1]: expected a string"},
+        {"/samples", 3, "samples: expected 2 (the samples listed in shards), got 3"},
+        {"/shards", "x", "shards: expected an array"},
+        {"/shards/0/name", "../etc/passwd", "shards[0].name: expected a file name without directories"},
+        {"/shards/0/bytes", -1, "shards[0].bytes: expected an integer >= 1024"},
+        {"/shards/0/sha256", "abc", "shards[0].sha256: expected 64 lowercase hex digits"},
+        {"/shards/0/keys/1", "", "shards[0].keys[1]: expected a non-empty string"},
+        {"/shards/0/offsets", {512}, "shards[0].offsets: expected 2 entries"},
+        {"/shards/0/offsets/1", 2000, "shards[0].offsets[1]: expected a multiple of 512 in [512, 4096]"},
+        {"/shards/0/sizes/1", 5000, "shards[0].sizes[1]: expected an integer in [0, 2048]"},
+        {"/shards/0/labels/0", 2, "shards[0].labels[0]: expected a class index in [0, 1], got 2"},
+        {"/shards/0/labels", nullptr, "shards[0].labels: expected an array"},
+        {"/shards/0/samples", 5, "shards[0].samples: expected 2"},
+    };
+    for (const Case& c : cases) {
+        nlohmann::json j = good;
+        const nlohmann::json::json_pointer ptr(c.pointer);
+        if (c.value.is_null())
+            j[ptr.parent_pointer()].erase(ptr.back());
+        else
+            j[ptr] = c.value;
+        auto r = parse_shard_index(j.dump(), "i.json");
+        ASSERT_FALSE(r.is_ok()) << c.pointer;
+        EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+        EXPECT_NE(r.status().message().find(c.expected), std::string::npos)
+            << c.pointer << ": " << r.status().message();
+    }
+    nlohmann::json twice = good;
+    twice["shards"].push_back(good["shards"][0]);
+    twice["samples"] = 4;
+    auto dup = parse_shard_index(twice.dump(), "i.json");
+    EXPECT_NE(dup.status().message().find("shards[1].name: expected a name no other shard has"), std::string::npos)
+        << dup.status().message();
+    auto not_json = parse_shard_index("{\"format\": ", "i.json");
+    EXPECT_NE(not_json.status().message().find("i.json: not valid JSON"), std::string::npos);
+}
+
+// ---- stats, manifests, verify ----------------------------------------------------------------
+
+using Stats = TempDir;
+
+TEST_F(Stats, CountsBalanceSizesFormatsAndUnreadableFiles) {
+    put(root_ / "d" / "train" / "cat" / "1.jpg", jpeg(20, 10, 1));
+    put(root_ / "d" / "train" / "cat" / "2.jpg", jpeg(30, 12, 2));
+    put(root_ / "d" / "train" / "cat" / "3.png", png(40, 14, 3));
+    put(root_ / "d" / "train" / "cat" / "4.jpg", "not a jpeg");
+    put(root_ / "d" / "train" / "dog" / "1.png", png(50, 16, 4));
+    put(root_ / "d" / "train" / "dog" / "notes.txt", "ignored");
+    put(root_ / "d" / "test" / "dog" / "1.jpg", jpeg(8, 8, 5));
+    auto st = dataset_stats((root_ / "d").string(), {.hash = true});
+    ASSERT_TRUE(st.is_ok()) << st.status().message();
+    EXPECT_EQ(st->kind, "image-folder");
+    ASSERT_EQ(st->splits.size(), 2u);
+    const SplitStats& train = st->splits[0];
+    EXPECT_EQ(train.name, "train");
+    EXPECT_EQ(train.samples, 5);
+    EXPECT_EQ(train.class_counts, (std::vector<int64_t>{4, 1}));
+    EXPECT_DOUBLE_EQ(train.balance, 0.25);
+    EXPECT_EQ(train.width_min, 20);
+    EXPECT_EQ(train.width_median, 40);  // of 20, 30, 40, 50
+    EXPECT_EQ(train.width_max, 50);
+    EXPECT_EQ(train.height_max, 16);
+    EXPECT_EQ(train.formats.at("jpeg"), 2);
+    EXPECT_EQ(train.formats.at("png"), 2);
+    EXPECT_EQ(train.unreadable, 1);
+    ASSERT_EQ(train.unreadable_examples.size(), 1u);
+    EXPECT_NE(train.unreadable_examples[0].find("train/cat/4.jpg"), std::string::npos) << train.unreadable_examples[0];
+    const SplitStats& test = st->splits[1];
+    EXPECT_EQ(test.class_counts, (std::vector<int64_t>{0, 1}));  // the training classes
+    EXPECT_EQ(test.balance, 0.0);
+    ASSERT_TRUE(st->manifest.has_value());
+    EXPECT_EQ(st->manifest->sha256.size(), 6u);
+    EXPECT_EQ(st->manifest->sha256.at("train/cat/1.jpg"), fs::sha256_hex(jpeg(20, 10, 1)));
+    // The documented recipe: sha256sum lines sorted by path.
+    std::string lines;
+    for (const auto& [p, h] : st->manifest->sha256) lines += h + "  " + p + "\n";
+    EXPECT_EQ(st->manifest->dataset_hash, fs::sha256_hex(lines));
+    const auto j = stats_to_json(*st);
+    EXPECT_EQ(j["splits"][0]["classes"][0]["count"], 4);
+    EXPECT_EQ(j["dataset_hash"], st->manifest->dataset_hash);
+    EXPECT_NE(format_stats(*st).find("train: 5 samples, 2 classes, balance 0.25"), std::string::npos)
+        << format_stats(*st);
+
+    // The same dataset packed: the same counts, read from the shards.
+    stdfs::remove(root_ / "d" / "train" / "cat" / "4.jpg");
+    pack_image_folder((root_ / "d").string(), (root_ / "packed").string(), {}).value();
+    auto ps = dataset_stats((root_ / "packed").string()).value();
+    EXPECT_EQ(ps.kind, "shards");
+    EXPECT_EQ(ps.splits[0].class_counts, (std::vector<int64_t>{3, 1}));
+    EXPECT_EQ(ps.splits[0].width_median, 40);
+    EXPECT_EQ(ps.splits[0].unreadable, 0);
+    EXPECT_EQ(ps.splits[0].shards, 1);
+}
+
+TEST_F(Stats, ManifestFindsChangedMissingAndExtraFiles) {
+    make_folder(root_ / "d", 2, 3);
+    auto st = dataset_stats((root_ / "d").string(), {.hash = true}).value();
+    ASSERT_TRUE(write_manifest((root_ / "m.json").string(), *st.manifest).is_ok());
+    auto m = read_manifest((root_ / "m.json").string());
+    ASSERT_TRUE(m.is_ok()) << m.status().message();
+    EXPECT_EQ(m->dataset_hash, st.manifest->dataset_hash);
+    EXPECT_TRUE(verify_dataset((root_ / "d").string(), {.manifest = &*m}).value().ok());
+
+    std::string changed = get(root_ / "d" / "class0/img.000.jpg");
+    changed[changed.size() - 10] ^= 0x55;  // in the entropy-coded data: the header still reads
+    put(root_ / "d" / "class0/img.000.jpg", changed);
+    stdfs::remove(root_ / "d" / "class1/img.001.JPEG");
+    put(root_ / "d" / "class1/new.png", png(5, 5, 99));
+    auto r = verify_dataset((root_ / "d").string(), {.manifest = &*m}).value();
+    EXPECT_FALSE(r.ok());
+    EXPECT_EQ(r.count("changed"), 1);
+    EXPECT_EQ(r.count("missing"), 1);
+    EXPECT_EQ(r.count("extra"), 1);
+    std::map<std::string, std::string> by_path;
+    for (const auto& p : r.problems) by_path[p.path] = p.kind;
+    EXPECT_EQ(by_path["class0/img.000.jpg"], "changed");
+    EXPECT_EQ(by_path["class1/img.001.JPEG"], "missing");
+    EXPECT_EQ(by_path["class1/new.png"], "extra");
+    EXPECT_NE(r.dataset_hash, m->dataset_hash);
+    EXPECT_EQ(verify_to_json(r)["changed"], 1);
+
+    // A tampered manifest is refused.
+    std::string text = get(root_ / "m.json");
+    text.replace(text.find("img.002"), 7, "img.009");
+    put(root_ / "m2.json", text);
+    auto bad = read_manifest((root_ / "m2.json").string());
+    EXPECT_NE(bad.status().message().find("does not match its files"), std::string::npos) << bad.status().message();
+    put(root_ / "m3.json", "{\"format\": \"other\"}");
+    EXPECT_NE(
+        read_manifest((root_ / "m3.json").string()).status().message().find("format: expected \"strato-manifest\""),
+        std::string::npos);
+}
+
+TEST_F(Stats, VerifyChecksShardsAndDecodesWhenAsked) {
+    make_folder(root_ / "d", 2, 4);
+    // A JPEG whose header is intact but whose data is cut: the header probe passes, a decode fails.
+    std::string cut = jpeg(64, 64, 42);
+    put(root_ / "d" / "class0" / "cut.jpg", cut.substr(0, cut.size() / 3));
+    PackOptions o;
+    o.shard_size = 6 << 10;
+    pack_image_folder((root_ / "d").string(), (root_ / "s").string(), o).value();
+    auto quick = verify_dataset((root_ / "s").string()).value();
+    EXPECT_TRUE(quick.ok()) << quick.problems[0].path << ": " << quick.problems[0].detail;
+    auto full = verify_dataset((root_ / "s").string(), {.decode = true}).value();
+    ASSERT_EQ(full.problems.size(), 1u);
+    EXPECT_NE(full.problems[0].path.find(":class0/cut"), std::string::npos) << full.problems[0].path;
+    EXPECT_EQ(full.problems[0].kind, "corrupt");
+
+    // A flipped byte in a shard: its SHA-256 no longer matches index.json.
+    std::string s0 = get(root_ / "s" / "shard-000001.tar");
+    s0[s0.size() - 1500] ^= 1;
+    put(root_ / "s" / "shard-000001.tar", s0);
+    auto r = verify_dataset((root_ / "s").string()).value();
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.problems[0].path, "shard-000001.tar");
+    EXPECT_NE(r.problems[0].detail.find("differs from index.json"), std::string::npos) << r.problems[0].detail;
+    // A missing shard.
+    stdfs::remove(root_ / "s" / "shard-000000.tar");
+    r = verify_dataset((root_ / "s").string()).value();
+    EXPECT_EQ(r.count("missing"), 1);
+}
+
+}  // namespace
+}  // namespace strato::data
