@@ -23,7 +23,10 @@ void add_plan_command(CLI::App& app, const GlobalFlags& g, int* exit_code);
 void add_monitor_command(CLI::App& app, const GlobalFlags& g, int* exit_code);
 void add_autoscale_command(CLI::App& app, const GlobalFlags& g, int* exit_code);
 void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code);
+/// `strato data bench`, a subcommand of `strato data` (data_bench_cmd.cpp).
+void add_data_bench_command(CLI::App& data, const GlobalFlags& g, int* exit_code);
 void add_launch_command(CLI::App& app, const GlobalFlags& g, int* exit_code);
+void add_data_command(CLI::App& app, const GlobalFlags& g, int* exit_code);
 /// For `strato [-q] launch [OPTIONS] COMMAND [ARGS...]`: keeps COMMAND... for the launch command
 /// and returns how many arguments CLI11 should parse (all of them for other commands).
 int split_launch_command(int argc, char** argv);

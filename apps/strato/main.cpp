@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
         "  strato loadtest --model fashion_mnist_cnn --concurrency-range 1:32:x2\n"
         "  strato tune run configs/tune/fashion_mnist_mlp.toml\n"
         "  strato launch --standalone --nproc-per-node 2 strato train configs/fashion_mnist_cnn.toml\n"
+        "  strato data pack photos/ photos-shards/ --shard-size 256MB\n"
         "  strato plan --workload resnet50-imagenet --deadline 4h\n"
         "  strato monitor --rules alerts.toml\n"
         "  strato autoscale simulate --policy configs/autoscale/seeds.toml --trace bench/cloud/week_trace.csv --per-gpu-capacity 600\n"
@@ -56,6 +57,7 @@ int main(int argc, char** argv) {
     cli::add_autoscale_command(app, g, &exit_code);
     cli::add_tune_command(app, g, &exit_code);
     cli::add_launch_command(app, g, &exit_code);
+    cli::add_data_command(app, g, &exit_code);
     app.parse_complete_callback([&] {
         log::set_level(g.verbose ? log::Level::kDebug : g.quiet ? log::Level::kWarn : log::Level::kInfo);
     });

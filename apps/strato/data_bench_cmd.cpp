@@ -1,0 +1,156 @@
+// strato data bench PATH [--transform SPEC]... [--workers N] [--batch-size B]: input pipeline speed.
+
+#include <fmt/format.h>
+#include <turbojpeg.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "strato/core/fs.h"
+#include "strato/data/image_folder.h"
+#include "strato/data/loader.h"
+#include "strato/data/remote.h"
+#include "strato/data/shards.h"
+
+namespace strato::cli {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// Single-thread libjpeg-turbo decode of every file, whole, no transforms: the floor a JPEG
+/// pipeline is measured against.
+Result<double> raw_decode_rate(const data::SampleSource& src, int64_t limit, int64_t channels) {
+    tjhandle tj = tjInitDecompress();
+    if (!tj) return internal_error("cannot initialise libjpeg-turbo");
+    std::vector<uint8_t> buf;
+    const int64_t n = std::min(limit, src.size());
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < n; ++i) {
+        data::EncodedSample s;
+        if (Status st = src.read(i, &s); !st.is_ok()) {
+            tjDestroy(tj);
+            return st;
+        }
+        int w = 0, h = 0, sub = 0, cs = 0;
+        const auto* p = reinterpret_cast<const unsigned char*>(s.bytes.data());
+        if (tjDecompressHeader3(tj, p, s.bytes.size(), &w, &h, &sub, &cs) != 0) continue;  // not a JPEG
+        buf.resize(static_cast<size_t>(w) * h * channels);
+        tjDecompress2(tj, p, s.bytes.size(), buf.data(), w, 0, h, channels == 1 ? TJPF_GRAY : TJPF_RGB,
+                      TJFLAG_FASTDCT | TJFLAG_FASTUPSAMPLE);
+    }
+    tjDestroy(tj);
+    return static_cast<double>(n) / seconds_since(t0);
+}
+
+}  // namespace
+
+void add_data_bench_command(CLI::App& data, const GlobalFlags&, int* exit_code) {
+    struct Opts {
+        std::string path;
+        std::vector<std::string> transforms;
+        int64_t workers = 2, batch = 64, limit = 0, channels = 3, image_size = 0, prefetch = 4;
+        double epochs = 1;
+        std::string cache = "none";
+        bool raw = false, json = false, accurate = false;
+    };
+    auto o = std::make_shared<Opts>();
+    auto* cmd = data.add_subcommand("bench", "Measure the input pipeline: images/s through decode, transforms and batching");
+    cmd->add_option("path", o->path, "An image folder (class per subfolder) or a shard directory/URL (index.json)")->required();
+    cmd->add_option("--transform", o->transforms,
+                    "A transform, repeatable, in order (default: resize to --image-size); see docs/data.md");
+    cmd->add_option("--workers", o->workers, "Loader threads (0 = decode in the consuming thread)");
+    cmd->add_option("--batch-size", o->batch, "Samples per batch");
+    cmd->add_option("--prefetch", o->prefetch, "Batches assembled ahead");
+    cmd->add_option("--limit", o->limit, "Use only the first N samples (0 = all)");
+    cmd->add_option("--epochs", o->epochs, "Passes over the data (the first batch is not timed)");
+    cmd->add_option("--channels", o->channels, "1 (gray) or 3 (RGB)");
+    cmd->add_option("--image-size", o->image_size, "Output side when no transform fixes it");
+    cmd->add_option("--cache", o->cache, "none, encoded or decoded (RAM cache after the first read)");
+    cmd->add_flag("--accurate-decode", o->accurate, "libjpeg's accurate IDCT and fancy upsampling");
+    cmd->add_flag("--raw-decode", o->raw, "Also time a single-thread whole-image libjpeg-turbo decode of the same files");
+    cmd->add_flag("--json", o->json, "Print the result as JSON");
+    cmd->footer(
+        "Examples:\n"
+        "  strato data bench photos/train --transform 'random-resized-crop size=224' --transform hflip --workers 2\n"
+        "  strato data bench shards/train --transform 'resize size=256' --transform 'center-crop size=224' --raw-decode");
+    cmd->callback([o, exit_code] {
+        auto fail = [&](const Status& st) { *exit_code = report_error("data bench", st); };
+        std::shared_ptr<const data::SampleSource> source;
+        std::error_code ec;
+        if (std::filesystem::exists(std::filesystem::path(o->path) / "index.json", ec) || o->path.rfind("http", 0) == 0) {
+            auto store = data::open_shard_store(o->path, {});
+            if (!store) return fail(store.status());
+            auto s = data::ShardSource::open(*store);
+            if (!s) return fail(s.status());
+            source = *s;
+        } else {
+            auto s = data::ImageFolderSource::open(o->path);
+            if (!s) return fail(s.status());
+            source = *s;
+        }
+        data::ImageDatasetOptions io;
+        io.shape = {o->channels, o->image_size, o->image_size};
+        io.transforms = o->transforms;
+        io.where = "--transform";
+        io.cache = o->cache;
+        io.fast_decode = !o->accurate;
+        auto ds = data::ImageDataset::create(source, io);
+        if (!ds) return fail(ds.status());
+        data::LoaderOptions lo;
+        lo.batch_size = o->batch;
+        lo.workers = o->workers;
+        lo.prefetch = o->prefetch;
+        lo.mean = {0.485, 0.456, 0.406};
+        lo.std = {0.229, 0.224, 0.225};
+        if (o->channels == 1) lo.mean = {0.5}, lo.std = {0.25};
+        lo.skip_bad = true;
+        std::shared_ptr<data::Dataset> dataset = *ds;
+        auto loader = data::Loader::create(dataset, lo);
+        if (!loader) return fail(loader.status());
+        const int64_t per_epoch = o->limit > 0 ? std::min(o->limit, dataset->size()) : dataset->size();
+        const auto total = static_cast<int64_t>(o->epochs * static_cast<double>(per_epoch));
+        int64_t seen = 0, timed = 0, batches = 0;
+        std::chrono::steady_clock::time_point t0;
+        data::Batch b;
+        for (int64_t epoch = 0; seen < total; ++epoch) {
+            (*loader)->seek({epoch, 0});
+            for (;;) {
+                auto more = (*loader)->next(b);
+                if (!more) return fail(more.status());
+                if (!*more || seen >= total) break;
+                if (batches++ == 0) t0 = std::chrono::steady_clock::now();  // after the pipeline filled
+                else timed += b.size;
+                seen += b.size;
+            }
+        }
+        const double secs = seconds_since(t0);
+        const double rate = static_cast<double>(timed) / secs;
+        double raw_rate = 0;
+        if (o->raw) {
+            auto r = raw_decode_rate(*source, per_epoch, o->channels);
+            if (!r) return fail(r.status());
+            raw_rate = *r;
+        }
+        const auto bad = (*loader)->bad_samples();
+        const data::ImageShape s = dataset->shape();
+        if (o->json) {
+            nlohmann::json j = {{"path", o->path},       {"samples", seen},          {"images_per_s", rate},
+                                {"workers", o->workers}, {"batch_size", o->batch},   {"seconds", secs},
+                                {"shape", {s.channels, s.height, s.width}},          {"bad_samples", bad.count},
+                                {"transforms", o->transforms}};
+            if (o->raw) j["raw_decode_images_per_s"] = raw_rate;
+            fmt::print("{}\n", j.dump(2));
+        } else {
+            fmt::print("{} images ({}x{}x{}) in {:.2f} s: {:.0f} images/s with {} worker(s), batch {}\n", timed, s.channels,
+                       s.height, s.width, secs, rate, o->workers, o->batch);
+            if (o->raw) fmt::print("raw libjpeg-turbo decode (1 thread, whole images): {:.0f} images/s\n", raw_rate);
+            if (bad.count > 0) fmt::print("skipped {} bad samples (first: {})\n", bad.count, bad.first.front());
+        }
+        *exit_code = 0;
+    });
+}
+
+}  // namespace strato::cli
