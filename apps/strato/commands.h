@@ -15,6 +15,7 @@ struct GlobalFlags {
 
 void add_train_command(CLI::App& app, const GlobalFlags& g, int* exit_code);
 void add_eval_command(CLI::App& app, const GlobalFlags& g, int* exit_code);
+void add_export_command(CLI::App& app, const GlobalFlags& g, int* exit_code);
 void add_report_command(CLI::App& app, const GlobalFlags& g, int* exit_code);
 void add_doctor_command(CLI::App& app, const GlobalFlags& g, int* exit_code);
 void add_serve_command(CLI::App& app, const GlobalFlags& g, int* exit_code);

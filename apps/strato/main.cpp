@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
         "Examples:\n"
         "  strato train configs/fashion_mnist_cnn.toml\n"
         "  strato eval --model runs/fashion_mnist_cnn/model\n"
+        "  strato export --model runs/fashion_mnist_cnn/model\n"
         "  strato report runs/fashion_mnist_cnn\n"
         "  strato serve --model runs/fashion_mnist_cnn/model\n"
         "  strato loadtest --model fashion_mnist_cnn --concurrency-range 1:32:x2\n"
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
     int exit_code = 0;
     cli::add_train_command(app, g, &exit_code);
     cli::add_eval_command(app, g, &exit_code);
+    cli::add_export_command(app, g, &exit_code);
     cli::add_report_command(app, g, &exit_code);
     cli::add_doctor_command(app, g, &exit_code);
     cli::add_serve_command(app, g, &exit_code);

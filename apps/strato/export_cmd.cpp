@@ -1,0 +1,68 @@
+// strato export --model DIR [--format onnx] [--output FILE] [--opset N] [--json]
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "strato/export/onnx_export.h"
+
+namespace strato::cli {
+
+void add_export_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
+    struct Opts {
+        std::string model;
+        std::string format = "onnx";
+        std::string output;
+        int64_t opset = exporter::kOnnxOpsetMin;
+        bool json = false;
+    };
+    auto o = std::make_shared<Opts>();
+    auto* cmd =
+        app.add_subcommand("export", "Write a model package as an ONNX file (dynamic batch axis), checked by libonnx");
+    cmd->add_option("--model", o->model, "Model package directory (runs/NAME/model)")->required();
+    cmd->add_option("--format", o->format, "Output format (onnx)")->capture_default_str();
+    cmd->add_option("--output", o->output,
+                    "Output file (default: <model>/model.onnx, recorded in the package manifest)");
+    cmd->add_option("--opset", o->opset,
+                    fmt::format("ONNX opset ({}..{})", exporter::kOnnxOpsetMin, exporter::kOnnxOpsetMax))
+        ->capture_default_str();
+    cmd->add_flag("--json", o->json, "Print the result as JSON");
+    cmd->footer(
+        "Examples:\n  strato export --model runs/fashion_mnist_cnn/model\n"
+        "  strato export --model runs/x/model --output /srv/models/x/1/model.onnx --opset 17 --json\n"
+        "The graph takes the package's normalised input (see strato-model.json /preprocessing) and\n"
+        "returns the logits; the batch axis is dynamic. See docs/export.md.");
+    cmd->callback([o, &g, exit_code] {
+        if (o->format != "onnx") {
+            return void(*exit_code = report_error(
+                            "export", invalid_argument("--format '{}' is not supported (expected onnx)", o->format)));
+        }
+        auto r = exporter::export_package_onnx(o->model, {.output = o->output, .opset = o->opset});
+        if (!r) return void(*exit_code = report_error("export", r.status()));
+        if (o->json) {
+            nlohmann::json j = {
+                {"model", o->model},
+                {"format", "onnx"},
+                {"path", r->path},
+                {"bytes", r->bytes},
+                {"sha256", r->sha256},
+                {"opset", r->opset},
+                {"arch", r->arch},
+                {"nodes", r->nodes},
+                {"ops", r->ops},
+                {"inputs", {{{"name", r->input_name}, {"datatype", "FP32"}, {"shape", r->input_shape}}}},
+                {"outputs", {{{"name", r->output_name}, {"datatype", "FP32"}, {"shape", r->output_shape}}}},
+                {"in_manifest", r->in_manifest}};
+            fmt::print("{}\n", j.dump(2));
+        } else if (!g.quiet) {
+            fmt::print("{} -> {} ({} bytes, opset {}, {} nodes; {} {} -> {} {}){}\n", r->arch, r->path, r->bytes,
+                       r->opset, r->nodes, r->input_name, fmt::join(r->input_shape, "x"), r->output_name,
+                       fmt::join(r->output_shape, "x"), r->in_manifest ? ", listed in the package manifest" : "");
+        }
+        *exit_code = 0;
+    });
+}
+
+}  // namespace strato::cli

@@ -1,0 +1,482 @@
+#include "strato/export/onnx_export.h"
+
+#include <fmt/format.h>
+#include <onnx/checker.h>
+#include <onnx/onnx_pb.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "strato/core/fs.h"
+#include "strato/models/package.h"
+#include "strato/models/zoo.h"
+
+namespace strato::exporter {
+namespace {
+namespace nn = torch::nn;
+namespace stdfs = std::filesystem;
+using nlohmann::json;
+
+bool ends_with(const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+std::vector<std::string> child_names(nn::Module& m) {
+    std::vector<std::string> names;
+    for (const auto& item : m.named_children()) names.push_back(item.key());
+    return names;
+}
+
+std::vector<int64_t> hw(const torch::ExpandingArray<2>& a) { return {a->at(0), a->at(1)}; }
+/// ONNX pads: [begin of each axis..., end of each axis...]; libtorch pads both ends alike.
+std::vector<int64_t> pads(const torch::ExpandingArray<2>& a) { return {a->at(0), a->at(1), a->at(0), a->at(1)}; }
+
+std::string join(const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+    return s;
+}
+
+Status unsupported(const std::string& path, const nn::Module& m, const std::string& why = "") {
+    return {StatusCode::kUnimplemented,
+            fmt::format("module '{}' ({}) cannot be exported to ONNX{}{}; the writer knows Sequential, Linear, Conv2d, "
+                        "BatchNorm2d, ReLU, MaxPool2d, Flatten, Dropout and the zoo's residual blocks",
+                        path, m.name(), why.empty() ? "" : ": ", why)};
+}
+
+/// Builds one GraphProto: initializers named after the module paths (as PyTorch names them), one
+/// node per layer; `x` is the name of the value flowing through.
+class GraphWriter {
+  public:
+    explicit GraphWriter(onnx::GraphProto* g) : g_(g) {}
+
+    void initializer(const std::string& name, const torch::Tensor& t) {
+        torch::Tensor c = t.detach().to(torch::kCPU, torch::kFloat).contiguous();
+        onnx::TensorProto* p = g_->add_initializer();
+        p->set_name(name);
+        p->set_data_type(onnx::TensorProto::FLOAT);
+        for (int64_t d : c.sizes()) p->add_dims(d);
+        p->set_raw_data(std::string(static_cast<const char*>(c.data_ptr()), c.numel() * sizeof(float)));
+    }
+
+    onnx::NodeProto* node(const std::string& op, const std::string& name, std::vector<std::string> inputs) {
+        onnx::NodeProto* n = g_->add_node();
+        n->set_op_type(op);
+        n->set_name(name);
+        for (const auto& i : inputs) n->add_input(i);
+        n->add_output(name);
+        if (std::find(ops_.begin(), ops_.end(), op) == ops_.end()) ops_.push_back(op);
+        return n;
+    }
+
+    static void attr(onnx::NodeProto* n, const std::string& name, int64_t v) {
+        auto* a = n->add_attribute();
+        a->set_name(name);
+        a->set_type(onnx::AttributeProto::INT);
+        a->set_i(v);
+    }
+    static void attr(onnx::NodeProto* n, const std::string& name, float v) {
+        auto* a = n->add_attribute();
+        a->set_name(name);
+        a->set_type(onnx::AttributeProto::FLOAT);
+        a->set_f(v);
+    }
+    static void attr(onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
+        auto* a = n->add_attribute();
+        a->set_name(name);
+        a->set_type(onnx::AttributeProto::INTS);
+        for (int64_t x : v) a->add_ints(x);
+    }
+
+    /// Emits the eval-mode forward pass of `m` (at `path`) applied to `*x`; `*x` becomes its output.
+    Status module(const std::string& path, nn::Module& m, std::string* x) {
+        if (auto* seq = m.as<nn::Sequential>()) {
+            for (const auto& item : seq->named_children()) {
+                STRATO_RETURN_IF_ERROR(module(path + "." + item.key(), *item.value(), x));
+            }
+            return Status::ok();
+        }
+        if (auto* lin = m.as<nn::Linear>()) {
+            // y = x W^T + b; x: [B, in], W: [out, in]
+            initializer(path + ".weight", lin->weight);
+            std::vector<std::string> in = {*x, path + ".weight"};
+            if (lin->options.bias()) {
+                initializer(path + ".bias", lin->bias);
+                in.push_back(path + ".bias");
+            }
+            attr(node("Gemm", path, in), "transB", int64_t{1});
+            *x = path;
+            return Status::ok();
+        }
+        if (auto* cv = m.as<nn::Conv2d>()) return conv(path, *cv, x);
+        if (auto* bn = m.as<nn::BatchNorm2d>()) return batch_norm(path, *bn, x);
+        if (auto* mp = m.as<nn::MaxPool2d>()) return max_pool(path, *mp, x);
+        if (auto* fl = m.as<nn::Flatten>()) {
+            const auto& o = fl->options;
+            if (o.start_dim() != 1 || o.end_dim() != -1) {
+                return unsupported(
+                    path, m, fmt::format("only flatten(1, -1) is supported, got ({}, {})", o.start_dim(), o.end_dim()));
+            }
+            *x = flatten(path, *x);
+            return Status::ok();
+        }
+        if (m.as<nn::ReLU>()) {
+            *x = relu(path, *x);
+            return Status::ok();
+        }
+        if (auto* f = m.as<nn::Functional>()) {
+            // nn::Functional wraps an opaque callable: accept it as ReLU only if it computes ReLU.
+            torch::NoGradGuard no_grad;
+            torch::Tensor probe = torch::tensor({-1.5f, -0.0f, 0.25f, 3.0f});
+            torch::Tensor got;
+            try {
+                got = f->forward(probe);
+            } catch (const c10::Error& e) {
+                return unsupported(path, m, "its function fails on a probe tensor: " + models::torch_error_message(e));
+            }
+            if (!got.sizes().equals(probe.sizes()) || !torch::equal(got, torch::relu(probe))) {
+                return unsupported(path, m, "only a Functional computing ReLU is supported");
+            }
+            *x = relu(path, *x);
+            return Status::ok();
+        }
+        if (m.as<nn::Dropout>() || m.as<nn::Dropout2d>() || m.as<nn::Identity>())
+            return Status::ok();  // eval: identity
+        const std::string type = m.name();
+        if (ends_with(type, "BasicBlockImpl") || ends_with(type, "BottleneckImpl")) return residual_block(path, m, x);
+        return unsupported(path, m);
+    }
+
+    std::string relu(const std::string& name, const std::string& x) {
+        node("Relu", name, {x});
+        return name;
+    }
+    std::string flatten(const std::string& name, const std::string& x) {
+        attr(node("Flatten", name, {x}), "axis", int64_t{1});
+        return name;
+    }
+    std::string global_average_pool(const std::string& name, const std::string& x) {
+        node("GlobalAveragePool", name, {x});
+        return name;
+    }
+
+    const std::vector<std::string>& ops() const { return ops_; }
+
+  private:
+    Status conv(const std::string& path, nn::Conv2dImpl& c, std::string* x) {
+        const auto& o = c.options;
+        if (!c10::holds_alternative<torch::enumtype::kZeros>(o.padding_mode())) {
+            return unsupported(path, c, "only zero padding is supported");
+        }
+        const auto* pad = c10::get_if<torch::ExpandingArray<2>>(&o.padding());
+        if (!pad) return unsupported(path, c, "padding 'same'/'valid' is not supported; give the padding in pixels");
+        // x: [B, Cin, H, W], weight: [Cout, Cin/groups, kH, kW]
+        initializer(path + ".weight", c.weight);
+        std::vector<std::string> in = {*x, path + ".weight"};
+        if (o.bias()) {
+            initializer(path + ".bias", c.bias);
+            in.push_back(path + ".bias");
+        }
+        onnx::NodeProto* n = node("Conv", path, in);
+        attr(n, "kernel_shape", hw(o.kernel_size()));
+        attr(n, "strides", hw(o.stride()));
+        attr(n, "pads", pads(*pad));
+        attr(n, "dilations", hw(o.dilation()));
+        attr(n, "group", o.groups());
+        *x = path;
+        return Status::ok();
+    }
+
+    Status batch_norm(const std::string& path, nn::BatchNorm2dImpl& b, std::string* x) {
+        const auto& o = b.options;
+        if (!o.track_running_stats())
+            return unsupported(path, b, "it keeps no running statistics (eval mode needs them)");
+        // Eval mode: y = (x - running_mean) / sqrt(running_var + eps) * weight + bias, per channel.
+        const int64_t c = o.num_features();
+        initializer(path + ".weight", o.affine() ? b.weight : torch::ones({c}));
+        initializer(path + ".bias", o.affine() ? b.bias : torch::zeros({c}));
+        initializer(path + ".running_mean", b.running_mean);
+        initializer(path + ".running_var", b.running_var);
+        onnx::NodeProto* n =
+            node("BatchNormalization", path,
+                 {*x, path + ".weight", path + ".bias", path + ".running_mean", path + ".running_var"});
+        attr(n, "epsilon", static_cast<float>(o.eps()));
+        *x = path;
+        return Status::ok();
+    }
+
+    Status max_pool(const std::string& path, nn::MaxPool2dImpl& p, std::string* x) {
+        const auto& o = p.options;
+        onnx::NodeProto* n = node("MaxPool", path, {*x});
+        attr(n, "kernel_shape", hw(o.kernel_size()));
+        attr(n, "strides", hw(o.stride()));
+        attr(n, "pads", pads(o.padding()));
+        if ((*o.dilation())[0] != 1 || (*o.dilation())[1] != 1) {
+            attr(n, "dilations", hw(o.dilation()));
+        }
+        if (o.ceil_mode()) attr(n, "ceil_mode", int64_t{1});
+        *x = path;
+        return Status::ok();
+    }
+
+    /// The zoo's BasicBlock / Bottleneck (zoo.cpp): relu(bn(conv(...)) chain + shortcut(x)).
+    Status residual_block(const std::string& path, nn::Module& m, std::string* x) {
+        const bool bottleneck = ends_with(m.name(), "BottleneckImpl");
+        const std::vector<std::string> want =
+            bottleneck ? std::vector<std::string>{"conv1", "bn1", "conv2", "bn2", "conv3", "bn3", "shortcut"}
+                       : std::vector<std::string>{"conv1", "bn1", "conv2", "bn2", "shortcut"};
+        if (child_names(m) != want) {
+            return unsupported(path, m,
+                               fmt::format("expected the children [{}], found [{}]", join(want), join(child_names(m))));
+        }
+        auto children = m.named_children();
+        const int stages = bottleneck ? 3 : 2;
+        std::string y = *x;
+        for (int i = 1; i <= stages; ++i) {
+            const std::string conv_name = fmt::format("conv{}", i), bn_name = fmt::format("bn{}", i);
+            auto* c = children[conv_name]->as<nn::Conv2d>();
+            auto* b = children[bn_name]->as<nn::BatchNorm2d>();
+            if (!c)
+                return unsupported(path + "." + conv_name, *children[conv_name],
+                                   "expected a Conv2d in a residual block");
+            if (!b)
+                return unsupported(path + "." + bn_name, *children[bn_name],
+                                   "expected a BatchNorm2d in a residual block");
+            STRATO_RETURN_IF_ERROR(conv(path + "." + conv_name, *c, &y));
+            STRATO_RETURN_IF_ERROR(batch_norm(path + "." + bn_name, *b, &y));
+            if (i < stages) y = relu(path + "." + bn_name + ".relu", y);
+        }
+        std::string s = *x;
+        auto* shortcut = children["shortcut"]->as<nn::Sequential>();
+        if (!shortcut) return unsupported(path + ".shortcut", *children["shortcut"], "expected a Sequential shortcut");
+        if (!shortcut->is_empty()) STRATO_RETURN_IF_ERROR(module(path + ".shortcut", *shortcut, &s));
+        node("Add", path + ".add", {y, s});
+        *x = relu(path + ".relu", path + ".add");
+        return Status::ok();
+    }
+
+    onnx::GraphProto* g_;
+    std::vector<std::string> ops_;
+};
+
+void set_tensor_type(onnx::ValueInfoProto* v, const std::string& name, const std::string& batch,
+                     const std::vector<int64_t>& dims) {
+    v->set_name(name);
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(onnx::TensorProto::FLOAT);
+    auto* shape = t->mutable_shape();
+    shape->add_dim()->set_dim_param(batch);
+    for (int64_t d : dims) shape->add_dim()->set_dim_value(d);
+}
+
+/// The zoo network's top-level layout: which children, in which order, with what between them.
+Status write_body(GraphWriter& w, models::NetImpl& net, const std::string& arch, std::string* x) {
+    static const std::map<std::string, std::pair<std::string, std::vector<std::string>>> kLayouts = {
+        {"mlp", {"MlpImpl", {"body"}}},
+        {"cnn", {"CnnImpl", {"features", "classifier"}}},
+        {"resnet", {"ResNetImpl", {"stem", "stages", "head"}}}};
+    auto it = kLayouts.find(arch);
+    if (it == kLayouts.end()) {
+        return invalid_argument("model.arch: '{}' has no ONNX writer (expected mlp, cnn or resnet)", arch);
+    }
+    const auto& [type, children] = it->second;
+    if (!ends_with(net.name(), type) || child_names(net) != children) {
+        return invalid_argument("the network ({}, children [{}]) is not the zoo's '{}' ({} with children [{}])",
+                                net.name(), join(child_names(net)), arch, type, join(children));
+    }
+    auto c = net.named_children();
+    if (arch == "mlp") {  // flatten -> body
+        *x = w.flatten("flatten", *x);
+        return w.module("body", *c["body"], x);
+    }
+    if (arch == "cnn") {  // features -> classifier (which starts with Flatten)
+        STRATO_RETURN_IF_ERROR(w.module("features", *c["features"], x));
+        return w.module("classifier", *c["classifier"], x);
+    }
+    // resnet: stem -> stages -> adaptive_avg_pool2d(1) -> flatten -> head
+    STRATO_RETURN_IF_ERROR(w.module("stem", *c["stem"], x));
+    STRATO_RETURN_IF_ERROR(w.module("stages", *c["stages"], x));
+    *x = w.flatten("pool.flatten", w.global_average_pool("pool", *x));
+    return w.module("head", *c["head"], x);
+}
+
+/// Shape inference on a copy whose output shape is left open: the inferred output must be
+/// [batch, classes] (the batch axis symbolic or unknown, never a fixed size).
+Status check_inferred_output(const onnx::ModelProto& model, const OnnxSpec& spec) {
+    onnx::ModelProto copy = model;
+    copy.mutable_graph()->mutable_output(0)->mutable_type()->mutable_tensor_type()->clear_shape();
+    try {
+        onnx::shape_inference::InferShapes(copy, onnx::OpSchemaRegistry::Instance(),
+                                           onnx::ShapeInferenceOptions(/*check_type=*/true, /*error_mode=*/1));
+    } catch (const std::exception& e) {
+        return internal_error("ONNX shape inference failed on the written graph: {}", e.what());
+    }
+    const auto& t = copy.graph().output(0).type().tensor_type();
+    if (!t.has_shape()) return internal_error("ONNX shape inference found no shape for output '{}'", spec.output_name);
+    const auto& s = t.shape();
+    auto dim_str = [](const onnx::TensorShapeProto_Dimension& d) {
+        return d.has_dim_value() ? std::to_string(d.dim_value()) : d.has_dim_param() ? d.dim_param() : std::string("?");
+    };
+    std::string got;
+    for (const auto& d : s.dim()) got += (got.empty() ? "" : ", ") + dim_str(d);
+    const bool batch_ok = s.dim_size() == 2 && !s.dim(0).has_dim_value();
+    const bool classes_ok = s.dim_size() == 2 && s.dim(1).has_dim_value() && s.dim(1).dim_value() == spec.classes;
+    if (!batch_ok || !classes_ok) {
+        return internal_error("ONNX shape inference gives output '{}' the shape [{}], expected [{}, {}]",
+                              spec.output_name, got, spec.batch_dim, spec.classes);
+    }
+    return Status::ok();
+}
+
+}  // namespace
+
+Result<OnnxModelBytes> net_to_onnx(models::NetImpl& net, const OnnxSpec& spec) {
+    if (spec.opset < kOnnxOpsetMin || spec.opset > kOnnxOpsetMax) {
+        return invalid_argument("opset {} is not supported (expected {}..{})", spec.opset, kOnnxOpsetMin,
+                                kOnnxOpsetMax);
+    }
+    if (spec.classes < 1) return invalid_argument("the model has {} classes, expected at least 1", spec.classes);
+    if (spec.input_name.empty() || spec.output_name.empty() || spec.input_name == spec.output_name) {
+        return invalid_argument("input and output names must be non-empty and distinct, got '{}' and '{}'",
+                                spec.input_name, spec.output_name);
+    }
+    onnx::ModelProto model;
+    model.set_ir_version(onnx::IR_VERSION);
+    model.set_producer_name("strato");
+    model.set_producer_version("0.1.0");
+    model.set_doc_string(fmt::format("strato model zoo '{}', eval-mode forward pass", spec.arch));
+    auto* opset = model.add_opset_import();
+    opset->set_domain("");
+    opset->set_version(spec.opset);
+    for (const auto& [k, v] : spec.metadata) {
+        auto* p = model.add_metadata_props();
+        p->set_key(k);
+        p->set_value(v);
+    }
+    onnx::GraphProto* g = model.mutable_graph();
+    g->set_name("strato_" + spec.arch);
+    const auto& s = spec.input_shape;
+    set_tensor_type(g->add_input(), spec.input_name, spec.batch_dim, {s.channels, s.height, s.width});
+
+    GraphWriter w(g);
+    std::string x = spec.input_name;
+    try {
+        STRATO_RETURN_IF_ERROR(write_body(w, net, spec.arch, &x));
+    } catch (const c10::Error& e) {
+        return internal_error("cannot read the network's weights: {}", models::torch_error_message(e));
+    }
+    // The last node's output is the graph output; a network of only identities gets an Identity node.
+    if (x == spec.input_name) x = w.node("Identity", "identity", {x})->output(0);
+    for (auto& n : *g->mutable_node()) {
+        for (auto& o : *n.mutable_output()) {
+            if (o == x) o = spec.output_name;
+        }
+    }
+    set_tensor_type(g->add_output(), spec.output_name, spec.batch_dim, {spec.classes});
+
+    try {
+        onnx::checker::check_model(model);
+    } catch (const std::exception& e) {
+        return internal_error("the written ONNX graph fails onnx::checker: {}", e.what());
+    }
+    STRATO_RETURN_IF_ERROR(check_inferred_output(model, spec));
+
+    OnnxModelBytes out;
+    if (!model.SerializeToString(&out.bytes)) return internal_error("cannot serialize the ONNX model (over 2 GB?)");
+    out.nodes = g->node_size();
+    out.initializers = g->initializer_size();
+    out.ops = w.ops();
+    return out;
+}
+
+Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxExportOptions& options) {
+    if (options.opset < kOnnxOpsetMin || options.opset > kOnnxOpsetMax) {
+        return invalid_argument("--opset {} is not supported (expected {}..{})", options.opset, kOnnxOpsetMin,
+                                kOnnxOpsetMax);
+    }
+    std::error_code ec;
+    if (!stdfs::is_directory(dir, ec)) return not_found("model package {} does not exist or is not a directory", dir);
+    const stdfs::path manifest_path = stdfs::path(dir) / models::kPackageManifest;
+    auto text = fs::read_file(manifest_path);
+    if (!text) return not_found("{} is not a model package: {}", dir, text.status().message());
+    json manifest = json::parse(*text, nullptr, false);
+    if (manifest.is_discarded() || !manifest.is_object())
+        return data_loss("{}: not valid JSON", manifest_path.string());
+
+    const stdfs::path out = options.output.empty() ? stdfs::path(dir) / kOnnxFile : stdfs::path(options.output);
+    const stdfs::path out_dir = out.parent_path().empty() ? stdfs::path(".") : out.parent_path();
+    if (!stdfs::is_directory(out_dir, ec)) {
+        return not_found("cannot write {}: directory {} does not exist", out.string(), out_dir.string());
+    }
+    if (stdfs::is_directory(out, ec))
+        return invalid_argument("--output {} is a directory, expected a file name", out.string());
+    const bool in_package = stdfs::equivalent(out_dir, stdfs::path(dir), ec);
+    const std::string name = out.filename().string();
+    json& files = manifest["files"];
+    const bool listed = in_package && files.is_object() && files.contains(name);
+    if (in_package && (name == models::kPackageManifest || (listed && out.extension() != ".onnx"))) {
+        return invalid_argument("--output {} would replace the package's own {}; choose another name", out.string(),
+                                name);
+    }
+    if (listed) {
+        // The file is about to be replaced: a listed copy that no longer matches its checksum
+        // (truncated, edited) is unlisted now, so the package loads and the export can go on.
+        auto have = fs::sha256_file(out);
+        if (!have || !files[name].is_object() || files[name].value("sha256", "") != *have) {
+            files.erase(name);
+            STRATO_RETURN_IF_ERROR(fs::atomic_write(manifest_path, manifest.dump(2) + "\n"));
+        }
+    }
+    STRATO_ASSIGN_OR_RETURN(models::LoadedPackage pkg, models::load_package(dir));
+
+    OnnxSpec spec;
+    spec.arch = pkg.info.model.arch;
+    spec.input_shape = pkg.info.input_shape;
+    spec.classes = pkg.info.num_classes;
+    spec.opset = options.opset;
+    for (auto [key, slot] : {std::pair{"inputs", &spec.input_name}, std::pair{"outputs", &spec.output_name}}) {
+        const json& list = manifest.value(key, json::array());
+        if (!list.is_array() || list.empty() || !list[0].is_object() || !list[0].contains("name") ||
+            !list[0]["name"].is_string()) {
+            return invalid_argument("{}: /{}/0/name is missing or not a string", manifest_path.string(), key);
+        }
+        *slot = list[0]["name"].get<std::string>();
+    }
+    json model_cfg = manifest.value("model", json::object());
+    spec.metadata = {{"strato.arch", spec.arch},
+                     {"strato.model", model_cfg.dump()},
+                     {"strato.labels", json(pkg.info.labels).dump()},
+                     {"strato.preprocessing", manifest.value("preprocessing", json::object()).dump()}};
+    STRATO_ASSIGN_OR_RETURN(OnnxModelBytes onnx_model, net_to_onnx(*pkg.net, spec));
+
+    if (files.is_object() && files.contains(name) && in_package) {
+        // Unlist the old file first: a crash while the new one is written must not leave a
+        // manifest whose checksum no longer matches.
+        files.erase(name);
+        STRATO_RETURN_IF_ERROR(fs::atomic_write(manifest_path, manifest.dump(2) + "\n"));
+    }
+    STRATO_RETURN_IF_ERROR(fs::atomic_write(out, onnx_model.bytes));
+
+    OnnxExportResult r;
+    r.path = out.string();
+    r.bytes = static_cast<int64_t>(onnx_model.bytes.size());
+    r.sha256 = fs::sha256_hex(onnx_model.bytes);
+    r.opset = spec.opset;
+    r.nodes = onnx_model.nodes;
+    r.ops = onnx_model.ops;
+    r.arch = spec.arch;
+    r.input_name = spec.input_name;
+    r.output_name = spec.output_name;
+    r.input_shape = {-1, spec.input_shape.channels, spec.input_shape.height, spec.input_shape.width};
+    r.output_shape = {-1, spec.classes};
+    if (in_package) {
+        files[name] = {{"sha256", r.sha256}, {"bytes", r.bytes}};
+        STRATO_RETURN_IF_ERROR(fs::atomic_write(manifest_path, manifest.dump(2) + "\n"));
+        r.in_manifest = true;
+    }
+    return r;
+}
+
+}  // namespace strato::exporter

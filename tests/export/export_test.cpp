@@ -1,0 +1,278 @@
+// ONNX export checked by a runtime nobody here wrote: every zoo architecture is exported, the file
+// passes libonnx's checker and shape inference, and OpenCV DNN runs it to the same logits as
+// libtorch's eval-mode forward pass (batch 1 and 5, max abs difference <= 1e-4).
+
+#include <gtest/gtest.h>
+#include <onnx/checker.h>
+#include <onnx/onnx_pb.h>
+#include <onnx/shape_inference/implementation.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <opencv2/core.hpp>
+#include <opencv2/dnn.hpp>
+
+#include "strato/core/fs.h"
+#include "strato/export/onnx_export.h"
+#include "strato/models/package.h"
+
+namespace strato::exporter {
+namespace {
+namespace stdfs = std::filesystem;
+namespace nn = torch::nn;
+
+constexpr double kTolerance = 1e-4;
+
+struct Case {
+    std::string name;
+    models::ModelConfig cfg;
+    data::ImageShape shape;
+    int64_t classes;
+};
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }  // readable ctest names
+
+models::ModelConfig config(const std::string& arch, int64_t depth, int64_t width, bool bn, double dropout,
+                           int64_t hidden = 16) {
+    models::ModelConfig c;
+    c.arch = arch;
+    c.depth = depth;
+    c.width = width;
+    c.batch_norm = bn;
+    c.dropout = dropout;
+    c.hidden = hidden;
+    return c;
+}
+
+/// Random weights, non-trivial BatchNorm affine parameters and running statistics (training-mode
+/// passes over shifted, scaled inputs), then eval mode.
+models::Net make_net(const Case& c, uint64_t seed) {
+    torch::manual_seed(static_cast<int64_t>(seed));
+    auto net = models::create_model(c.cfg, c.shape, c.classes);
+    EXPECT_TRUE(net.is_ok()) << net.status().message();
+    models::Net n = *net;
+    torch::NoGradGuard no_grad;
+    for (auto& m : n->modules(/*include_self=*/false)) {
+        if (auto* bn = m->as<nn::BatchNorm2d>()) {
+            bn->weight.uniform_(0.5, 1.5);
+            bn->bias.normal_(0, 0.2);
+        }
+    }
+    n->train();
+    for (int i = 0; i < 4; ++i)
+        n->forward(torch::randn({6, c.shape.channels, c.shape.height, c.shape.width}) * 1.7 + 0.3);
+    n->eval();
+    return n;
+}
+
+OnnxSpec spec_for(const Case& c) {
+    OnnxSpec s;
+    s.arch = c.cfg.arch;
+    s.input_shape = c.shape;
+    s.classes = c.classes;
+    return s;
+}
+
+std::string dims(const onnx::TypeProto& t) {
+    std::string s;
+    for (const auto& d : t.tensor_type().shape().dim()) {
+        s += (s.empty() ? "" : ",") + (d.has_dim_value()   ? std::to_string(d.dim_value())
+                                       : d.has_dim_param() ? d.dim_param()
+                                                           : "?");
+    }
+    return s;
+}
+
+/// Runs `onnx_net` (OpenCV DNN) and `net` (libtorch, eval) on the same random batch; returns the
+/// max abs difference of the logits.
+double max_diff_vs_opencv(cv::dnn::Net& onnx_net, models::NetImpl& net, const Case& c, int batch,
+                          const std::string& in = "input", const std::string& out = "logits") {
+    torch::Tensor x = torch::randn({batch, c.shape.channels, c.shape.height, c.shape.width}).contiguous();
+    torch::Tensor want;
+    {
+        torch::NoGradGuard no_grad;
+        want = net.forward(x).contiguous();
+    }
+    std::vector<int> sz(x.sizes().begin(), x.sizes().end());
+    cv::Mat blob(static_cast<int>(sz.size()), sz.data(), CV_32F, x.data_ptr<float>());
+    onnx_net.setInput(blob, in);
+    cv::Mat got = onnx_net.forward(out);
+    EXPECT_EQ(got.dims, 2);
+    EXPECT_EQ(got.size[0], batch);
+    EXPECT_EQ(got.size[1], c.classes);
+    if (got.dims != 2 || got.size[0] != batch || got.size[1] != c.classes) return 1e9;
+    cv::Mat g = got.isContinuous() ? got : got.clone();
+    torch::Tensor got_t = torch::from_blob(g.ptr<float>(), {batch, c.classes}, torch::kFloat).clone();
+    return (got_t - want).abs().max().item<double>();
+}
+
+class ZooExport : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ZooExport, CheckedAndMatchesLibtorchInOpenCv) {
+    const Case& c = GetParam();
+    models::Net net = make_net(c, 7);
+    auto onnx_model = net_to_onnx(*net, spec_for(c));
+    ASSERT_TRUE(onnx_model.is_ok()) << onnx_model.status().message();
+
+    // Checker and shape inference again, here, on the parsed bytes.
+    onnx::ModelProto proto;
+    ASSERT_TRUE(proto.ParseFromString(onnx_model->bytes));
+    EXPECT_GE(proto.opset_import(0).version(), 13);
+    EXPECT_NO_THROW(onnx::checker::check_model(proto));
+    EXPECT_EQ(proto.graph().input_size(), 1);
+    EXPECT_EQ(proto.graph().input(0).name(), "input");
+    EXPECT_EQ(dims(proto.graph().input(0).type()),
+              fmt::format("batch,{},{},{}", c.shape.channels, c.shape.height, c.shape.width));
+    proto.mutable_graph()->mutable_output(0)->mutable_type()->mutable_tensor_type()->clear_shape();
+    EXPECT_NO_THROW(onnx::shape_inference::InferShapes(proto, onnx::OpSchemaRegistry::Instance(),
+                                                       onnx::ShapeInferenceOptions(true, 1)));
+    const std::string inferred = dims(proto.graph().output(0).type());
+    EXPECT_TRUE(inferred == fmt::format("batch,{}", c.classes) || inferred == fmt::format("?,{}", c.classes))
+        << inferred;
+    for (const auto& n : proto.graph().node()) EXPECT_NE(n.op_type(), "Dropout");
+
+    cv::dnn::Net cv_net = cv::dnn::readNetFromONNX(onnx_model->bytes.data(), onnx_model->bytes.size());
+    ASSERT_FALSE(cv_net.empty());
+    cv_net.setPreferableBackend(cv::dnn::DNN_BACKEND_OPENCV);
+    cv_net.setPreferableTarget(cv::dnn::DNN_TARGET_CPU);
+    double worst = 0;
+    for (int batch : {1, 5, 1}) {
+        double d = max_diff_vs_opencv(cv_net, *net, c, batch);
+        worst = std::max(worst, d);
+        EXPECT_LE(d, kTolerance) << c.name << " at batch " << batch;
+    }
+    std::cout << "[ export   ] " << c.name << ": " << onnx_model->nodes << " nodes, max |onnx - torch| = " << worst
+              << "\n";
+    RecordProperty("max_abs_diff", std::to_string(worst));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Zoo, ZooExport,
+    ::testing::Values(Case{"mlp", config("mlp", 2, 32, false, 0.3), {1, 8, 8}, 5},
+                      Case{"cnn_bn", config("cnn", 2, 4, true, 0.25), {3, 16, 12}, 7},
+                      Case{"cnn_no_bn", config("cnn", 2, 4, false, 0.25), {1, 16, 16}, 4},
+                      Case{"resnet8", config("resnet", 8, 4, true, 0.2), {3, 16, 16}, 6},
+                      Case{"resnet18_imagenet_stem", config("resnet", 18, 4, true, 0), {3, 72, 72}, 3},
+                      Case{"resnet50_bottleneck", config("resnet", 50, 2, true, 0), {1, 16, 16}, 10}),
+    [](const auto& p) { return p.param.name; });
+
+class TempDir {
+  public:
+    TempDir() : path_(stdfs::temp_directory_path() / fmt::format("strato_export_test_{}_{}", ::getpid(), counter_++)) {
+        stdfs::remove_all(path_);
+        stdfs::create_directories(path_);
+    }
+    ~TempDir() { stdfs::remove_all(path_); }
+    const stdfs::path& path() const { return path_; }
+
+  private:
+    static inline int counter_ = 0;
+    stdfs::path path_;
+};
+
+TEST(PackageExport, WritesModelOnnxIntoTheManifestAndStaysLoadable) {
+    TempDir tmp;
+    const Case c{"cnn", config("cnn", 1, 4, true, 0.1), {1, 12, 12}, 3};
+    models::Net net = make_net(c, 11);
+    models::PackageInfo info;
+    info.model = c.cfg;
+    info.input_shape = c.shape;
+    info.num_classes = c.classes;
+    info.labels = {"a", "b", "c"};
+    info.mean = {0.5};
+    info.std = {0.25};
+    const std::string dir = (tmp.path() / "model").string();
+    ASSERT_TRUE(models::save_package(dir, info, *net).is_ok());
+
+    for (int round = 0; round < 2; ++round) {  // the second export replaces a listed model.onnx
+        auto r = export_package_onnx(dir, {});
+        ASSERT_TRUE(r.is_ok()) << r.status().message();
+        EXPECT_EQ(r->path, (stdfs::path(dir) / kOnnxFile).string());
+        EXPECT_TRUE(r->in_manifest);
+        EXPECT_EQ(r->opset, 13);
+        EXPECT_EQ(r->input_shape, (std::vector<int64_t>{-1, 1, 12, 12}));
+        EXPECT_EQ(r->output_shape, (std::vector<int64_t>{-1, 3}));
+        auto text = fs::read_file(stdfs::path(dir) / models::kPackageManifest);
+        ASSERT_TRUE(text.is_ok());
+        auto m = nlohmann::json::parse(*text);
+        ASSERT_TRUE(m["files"].contains(kOnnxFile));
+        EXPECT_EQ(m["files"][kOnnxFile]["sha256"], r->sha256);
+        EXPECT_EQ(fs::sha256_file(r->path).value(), r->sha256);
+    }
+    EXPECT_NO_THROW(onnx::checker::check_model((stdfs::path(dir) / kOnnxFile).string()));
+
+    auto loaded = models::load_package(dir);  // still verifies, model.onnx included
+    ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+    cv::dnn::Net cv_net = cv::dnn::readNetFromONNX((stdfs::path(dir) / kOnnxFile).string());
+    EXPECT_LE(max_diff_vs_opencv(cv_net, *loaded->net, c, 4), kTolerance);
+
+    // A corrupted model.onnx is now caught by the package's own verification.
+    ASSERT_TRUE(fs::atomic_write(stdfs::path(dir) / kOnnxFile, "not onnx").is_ok());
+    auto broken = models::load_package(dir);
+    ASSERT_FALSE(broken.is_ok());
+    EXPECT_NE(broken.status().message().find(kOnnxFile), std::string::npos) << broken.status().message();
+
+    // --output outside the package: written there, manifest untouched; --output over the weights refused.
+    auto repaired = export_package_onnx(dir, {});  // replaces (and relists) the corrupt file
+    ASSERT_TRUE(repaired.is_ok()) << repaired.status().message();
+    ASSERT_TRUE(models::load_package(dir).is_ok());
+    const std::string elsewhere = (tmp.path() / "cnn.onnx").string();
+    auto r = export_package_onnx(dir, {.output = elsewhere, .opset = 17});
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_FALSE(r->in_manifest);
+    EXPECT_TRUE(stdfs::exists(elsewhere));
+    auto clobber = export_package_onnx(dir, {.output = (stdfs::path(dir) / models::kPackageWeights).string()});
+    ASSERT_FALSE(clobber.is_ok());
+    EXPECT_NE(clobber.status().message().find("weights.pt"), std::string::npos) << clobber.status().message();
+    EXPECT_TRUE(models::load_package(dir).is_ok());
+}
+
+TEST(ExportErrors, UnsupportedModuleIsNamedWithItsPathAndType) {
+    const Case c{"mlp", config("mlp", 1, 16, false, 0), {1, 4, 4}, 3};  // body: 0 Linear, 1 ReLU, 2 Linear
+    models::Net net = make_net(c, 3);
+    auto body = std::dynamic_pointer_cast<nn::SequentialImpl>(net->named_children()["body"]);
+    ASSERT_TRUE(body);
+    body->push_back(nn::Tanh());
+    auto r = net_to_onnx(*net, spec_for(c));
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
+    EXPECT_NE(r.status().message().find("'body.3'"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("Tanh"), std::string::npos) << r.status().message();
+}
+
+TEST(ExportErrors, FunctionalThatIsNotReluIsRefused) {
+    const Case c{"mlp", config("mlp", 1, 16, false, 0), {1, 4, 4}, 3};
+    models::Net net = make_net(c, 3);
+    auto body = std::dynamic_pointer_cast<nn::SequentialImpl>(net->named_children()["body"]);
+    body->push_back(nn::Functional(torch::sigmoid));
+    auto r = net_to_onnx(*net, spec_for(c));
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("'body.3'"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("ReLU"), std::string::npos) << r.status().message();
+}
+
+TEST(ExportErrors, WrongArchitectureAndOpset) {
+    const Case c{"mlp", config("mlp", 1, 16, false, 0), {1, 4, 4}, 3};
+    models::Net net = make_net(c, 3);
+    OnnxSpec s = spec_for(c);
+    s.arch = "cnn";  // an mlp is not laid out like the zoo's cnn
+    auto r = net_to_onnx(*net, s);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("cnn"), std::string::npos) << r.status().message();
+    s = spec_for(c);
+    s.opset = 12;
+    r = net_to_onnx(*net, s);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("opset 12"), std::string::npos) << r.status().message();
+}
+
+TEST(ExportErrors, MissingPackageDirectory) {
+    auto r = export_package_onnx("/nonexistent/strato/model", {});
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+    EXPECT_NE(r.status().message().find("/nonexistent/strato/model"), std::string::npos) << r.status().message();
+}
+
+}  // namespace
+}  // namespace strato::exporter
