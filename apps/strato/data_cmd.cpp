@@ -45,17 +45,6 @@ Result<int64_t> parse_size(const std::string& text) {
     return static_cast<int64_t>(v * mult);
 }
 
-std::string human_bytes(int64_t b) {
-    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = static_cast<double>(b);
-    int u = 0;
-    while (v >= 1024 && u < 4) {
-        v /= 1024;
-        ++u;
-    }
-    return u == 0 ? fmt::format("{} B", b) : fmt::format("{:.1f} {}", v, units[u]);
-}
-
 /// A progress bar over bytes, made when the first report comes (and remade per split).
 struct BytesProgress {
     explicit BytesProgress(bool quiet) : quiet_(quiet) {}
@@ -65,7 +54,7 @@ struct BytesProgress {
             label_ = label;
             bar_ = std::make_unique<ProgressBar>(std::max<int64_t>(total, 1), label, quiet_);
         }
-        bar_->update(done, fmt::format("{} / {}", human_bytes(done), human_bytes(total)));
+        bar_->update(done, fmt::format("{} / {}", data::human_bytes(done), data::human_bytes(total)));
     }
     void finish() {
         if (bar_) bar_->finish();
@@ -136,7 +125,7 @@ void add_data_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         } else {
             for (const auto& s : *r) {
                 fmt::print("{}{} samples in {} shards ({}) -> {}{}\n", s.name.empty() ? "" : s.name + ": ", s.samples,
-                           s.shards, human_bytes(s.bytes), s.dir,
+                           s.shards, data::human_bytes(s.bytes), s.dir,
                            s.shards_kept > 0 ? fmt::format(" ({} kept from an earlier run)", s.shards_kept) : "");
             }
             fmt::print("packed in {:.1f} s\n", secs);

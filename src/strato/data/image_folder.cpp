@@ -9,16 +9,11 @@
 
 #include "strato/core/fs.h"
 #include "strato/core/log.h"
+#include "strato/data/shards.h"
 
 namespace strato::data {
 namespace stdfs = std::filesystem;
 namespace {
-
-bool has_image_extension(const stdfs::path& p) {
-    std::string ext = p.extension().string();
-    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-    return ext == ".png" || ext == ".jpg" || ext == ".jpeg";
-}
 
 int64_t mtime_ns(const stdfs::path& p) {
     struct stat st {};
@@ -41,12 +36,11 @@ stdfs::path index_cache_path(const std::string& root) {
 struct IndexFile {
     std::vector<std::pair<int64_t, std::string>> classes;  // mtime, name
     std::vector<std::pair<int64_t, std::string>> files;    // label, relative path
-    int64_t ignored = 0;
 };
 
 std::string render(const std::string& root, int64_t root_mtime, const IndexFile& f) {
     std::string s = "strato-image-index 1\n";
-    s += fmt::format("root {} {}\nignored {}\n", root_mtime, root, f.ignored);
+    s += fmt::format("root {} {}\n", root_mtime, root);
     for (const auto& [m, n] : f.classes) s += fmt::format("class {} {}\n", m, n);
     for (const auto& [l, p] : f.files) s += fmt::format("file {} {}\n", l, p);
     return s + "sha256 " + fs::sha256_hex(s) + "\n";
@@ -67,8 +61,6 @@ bool parse_index(const std::string& text, const std::string& root, int64_t root_
         if (!rest.empty() && rest[0] == ' ') rest.erase(0, 1);
         if (tag == "root") {
             if (num != root_mtime || rest != root) return false;
-        } else if (tag == "ignored") {
-            out->ignored = num;
         } else if (tag == "class") {
             out->classes.emplace_back(num, rest);
         } else if (tag == "file") {
@@ -90,7 +82,7 @@ Result<std::shared_ptr<ImageFolderSource>> ImageFolderSource::open(const std::st
     const std::string root = stdfs::absolute(root_in, ec).lexically_normal().string();
     if (class_names.empty()) {
         for (const auto& e : stdfs::directory_iterator(root, ec))
-            if (e.is_directory() && e.path().filename().string()[0] != '.') class_names.push_back(e.path().filename().string());
+            if (e.is_directory()) class_names.push_back(e.path().filename().string());
         std::sort(class_names.begin(), class_names.end());
     }
     if (class_names.empty()) return invalid_argument("image folder {} has no class subfolders (expected {}/<class>/*.jpg)", root, root);
@@ -113,27 +105,15 @@ Result<std::shared_ptr<ImageFolderSource>> ImageFolderSource::open(const std::st
         }
     }
     if (!cached) {
+        // The listing itself is the packer's (shards.h), so both see the same files.
+        STRATO_ASSIGN_OR_RETURN(FolderIndex listed, index_image_folder(root, class_names));
         index = {};
         bool cacheable = true;
-        for (size_t c = 0; c < class_names.size(); ++c) {
-            const stdfs::path dir = stdfs::path(root) / class_names[c];
-            index.classes.emplace_back(mtime_ns(dir), class_names[c]);
-            if (!stdfs::is_directory(dir, ec)) continue;
-            std::vector<std::string> files;
-            for (const auto& e : stdfs::recursive_directory_iterator(dir, stdfs::directory_options::follow_directory_symlink, ec)) {
-                if (!e.is_regular_file(ec)) continue;
-                if (!has_image_extension(e.path())) {
-                    ++index.ignored;
-                    continue;
-                }
-                std::string rel = e.path().lexically_relative(root).string();
-                if (rel.find('\n') != std::string::npos) cacheable = false;
-                files.push_back(std::move(rel));
-            }
-            std::sort(files.begin(), files.end());
-            for (auto& f : files) index.files.emplace_back(static_cast<int64_t>(c), std::move(f));
+        for (const auto& c : class_names) index.classes.emplace_back(mtime_ns(stdfs::path(root) / c), c);
+        for (auto& f : listed.files) {
+            if (f.path.find('\n') != std::string::npos) cacheable = false;
+            index.files.emplace_back(f.label, std::move(f.path));
         }
-        if (ec) return io_error("image folder {}: cannot list it: {}", root, ec.message());
         if (!cache.empty() && cacheable) {
             Status st = fs::ensure_dir(cache.parent_path());
             if (st.is_ok()) st = fs::atomic_write(cache, render(root, root_mtime, index));
@@ -141,7 +121,6 @@ Result<std::shared_ptr<ImageFolderSource>> ImageFolderSource::open(const std::st
         }
     }
     src->from_cache_ = cached;
-    src->ignored_ = index.ignored;
     std::vector<int64_t> counts(class_names.size(), 0);
     for (auto& [label, file] : index.files) {
         src->files_.push_back(std::move(file));

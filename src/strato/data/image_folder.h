@@ -23,7 +23,9 @@ namespace strato::data {
 class ImageFolderSource final : public SampleSource {
 public:
     /// `class_names` empty: the sorted subfolder names. A split may lack some of the given
-    /// classes (their folders missing or empty): they are reported by empty_classes().
+    /// classes (their folders missing or empty): they are reported by empty_classes(); a class
+    /// folder not among them is an error. Files are listed as the packer lists them
+    /// (index_image_folder in shards.h): recursively, .jpg/.jpeg/.png in any case.
     static Result<std::shared_ptr<ImageFolderSource>> open(const std::string& root,
                                                            std::vector<std::string> class_names = {});
 
@@ -38,8 +40,6 @@ public:
     const std::string& file(int64_t index) const { return files_[static_cast<size_t>(index)]; }
     /// Classes with no image in this folder.
     const std::vector<std::string>& empty_classes() const { return empty_classes_; }
-    /// Files skipped because their extension is not .jpg/.jpeg/.png.
-    int64_t ignored_files() const { return ignored_; }
     bool index_from_cache() const { return from_cache_; }
 
 private:
@@ -48,7 +48,6 @@ private:
     std::vector<int64_t> labels_;
     std::vector<std::string> class_names_;
     std::vector<std::string> empty_classes_;
-    int64_t ignored_ = 0;
     bool from_cache_ = false;
 };
 

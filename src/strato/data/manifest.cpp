@@ -308,7 +308,7 @@ int64_t median(std::vector<int32_t> v) {
     return *mid;
 }
 
-SplitStats split_stats(const Scan& scan, const SplitScan& sp) {
+SplitStats split_stats(const SplitScan& sp) {
     SplitStats st;
     st.name = sp.name;
     st.samples = static_cast<int64_t>(sp.labels.size());
@@ -344,9 +344,10 @@ SplitStats split_stats(const Scan& scan, const SplitScan& sp) {
         st.shards = static_cast<int64_t>(sp.index->shards.size());
         for (const ShardInfo& s : sp.index->shards) st.shard_bytes += s.bytes;
     }
-    (void)scan;
     return st;
 }
+
+}  // namespace
 
 std::string human_bytes(int64_t b) {
     const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -358,8 +359,6 @@ std::string human_bytes(int64_t b) {
     }
     return u == 0 ? fmt::format("{} B", b) : fmt::format("{:.1f} {}", v, units[u]);
 }
-
-}  // namespace
 
 // ---- manifests -------------------------------------------------------------------------------
 
@@ -443,7 +442,7 @@ Result<DatasetStats> dataset_stats(const std::string& path, const StatsOptions& 
     DatasetStats out;
     out.path = path;
     out.kind = scan.kind;
-    for (const SplitScan& sp : scan.splits) out.splits.push_back(split_stats(scan, sp));
+    for (const SplitScan& sp : scan.splits) out.splits.push_back(split_stats(sp));
     if (options.hash) out.manifest = manifest_of(scan);
     return out;
 }

@@ -112,4 +112,7 @@ struct VerifyReport {
 Result<VerifyReport> verify_dataset(const std::string& path, const VerifyOptions& options = {});
 nlohmann::json verify_to_json(const VerifyReport& r);
 
+/// "1.5 GiB", "312.0 KiB", "17 B".
+std::string human_bytes(int64_t bytes);
+
 }  // namespace strato::data
