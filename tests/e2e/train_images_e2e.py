@@ -92,6 +92,12 @@ def main():
         acc = accuracy(tmp, "folder")
         check(acc >= 0.8, f"image folder: test accuracy {acc:.3f}, expected >= 0.8 (colours are easy)")
 
+        # The package evaluates on the folder without a config: the image size comes from it.
+        p = run("eval", "--model", os.path.join(tmp, "runs", "folder", "model"), "--dataset", "image-folder",
+                "--data", folder, "--json")
+        if p.returncode == 0:
+            check(json.loads(p.stdout)["accuracy"] >= 0.8, f"strato eval on the folder: {p.stdout}")
+
         # 2. Packed shards on disk: the same data, several shards per split.
         shards = os.path.join(tmp, "shards")
         run("data", "pack", folder, shards, "--shard-size", "48KB", "--workers", "2")

@@ -127,7 +127,12 @@ Result<EvalResult> evaluate(models::NetImpl& net, data::Loader& loader, bool bf1
 Result<PackageEval> evaluate_package(const std::string& package_dir, const data::DataConfig& data, bool bf16) {
     try {
         STRATO_ASSIGN_OR_RETURN(models::LoadedPackage pkg, models::load_package(package_dir));
-        STRATO_ASSIGN_OR_RETURN(data::DataSplits splits, data::open_datasets(data));
+        // Images are brought to the size the model takes unless the config says otherwise.
+        data::DataConfig cfg = data;
+        if (cfg.image_size <= 0 && pkg.info.input_shape.height == pkg.info.input_shape.width)
+            cfg.image_size = pkg.info.input_shape.height;
+        if (cfg.dataset == "image-folder" || cfg.dataset == "shards") cfg.channels = pkg.info.input_shape.channels;
+        STRATO_ASSIGN_OR_RETURN(data::DataSplits splits, data::open_datasets(cfg));
         if (!(splits.test->shape() == pkg.info.input_shape)) {
             const auto& a = splits.test->shape();
             const auto& b = pkg.info.input_shape;
@@ -140,7 +145,7 @@ Result<PackageEval> evaluate_package(const std::string& package_dir, const data:
         }
         splits.mean = pkg.info.mean;
         splits.std = pkg.info.std;
-        STRATO_ASSIGN_OR_RETURN(auto loader, data::Loader::create(splits.test, data::eval_loader_options(data, splits)));
+        STRATO_ASSIGN_OR_RETURN(auto loader, data::Loader::create(splits.test, data::eval_loader_options(cfg, splits)));
         PackageEval out;
         const bool channels_last = models::is_convolutional(pkg.info.model);
         if (channels_last) models::to_channels_last(*pkg.net);
