@@ -1,6 +1,7 @@
 // Decoding (codec.h), transforms (transforms.h) and image datasets through the loader.
 
 #include <gtest/gtest.h>
+#include <png.h>
 #include <turbojpeg.h>
 #include <unistd.h>
 
@@ -303,6 +304,38 @@ TEST(Transforms, FlipMirrorsExactly) {
                           b[static_cast<size_t>((c * s.height + y) * s.width + s.width - 1 - x)]);
 }
 
+TEST(Transforms, EnlargedCropsReachTheEdges) {
+    // 120 px enlarged to 256 then cropped to 224 starts 7.5 source pixels in: the half pixel
+    // must be resampled, not left black.
+    for (int side : {120, 24, 33}) {
+        Pixels white{side, side, 3, std::vector<uint8_t>(static_cast<size_t>(side * side * 3), 255)};
+        const std::string jpg = jpeg_of(white);
+        for (const auto& specs : {std::vector<std::string>{"resize size=256", "center-crop size=224"},
+                                  std::vector<std::string>{"resize size=64", "random-crop size=56"}}) {
+            auto p = pipe(specs);
+            for (uint64_t seed = 0; seed < 6; ++seed) {
+                const auto out = run(*p, jpg, seed);
+                ASSERT_GT(*std::min_element(out.begin(), out.end()), 240) << side << " " << specs[1] << " seed " << seed;
+            }
+        }
+    }
+}
+
+TEST(Codec, PngAlphaIsDroppedNotComposited) {
+    // A fully transparent white pixel is white (Pillow's convert("RGB")), not black.
+    png_image img{};
+    img.version = PNG_IMAGE_VERSION;
+    img.width = 4, img.height = 2, img.format = PNG_FORMAT_RGBA;
+    std::vector<uint8_t> px(4 * 2 * 4, 255);
+    for (size_t i = 3; i < px.size(); i += 4) px[i] = 0;
+    std::vector<uint8_t> mem(4096);
+    png_alloc_size_t size = mem.size();
+    ASSERT_TRUE(png_image_write_to_memory(&img, mem.data(), &size, 0, px.data(), 0, nullptr)) << img.message;
+    auto d = decode_image(std::string(reinterpret_cast<char*>(mem.data()), size), "a.png");
+    ASSERT_TRUE(d.is_ok()) << d.status().message();
+    for (uint8_t v : d->pixels.data) EXPECT_EQ(v, 255);
+}
+
 TEST(Transforms, RandomCropPadsWithZeros) {
     Pixels white{8, 8, 3, std::vector<uint8_t>(8 * 8 * 3, 255)};
     const std::string jpg = jpeg_of(white);
@@ -365,6 +398,7 @@ protected:
     }
     void TearDown() override { stdfs::remove_all(root_); }
     void write(const std::string& rel, const std::string& bytes) {
+        stdfs::create_directories((root_ / "img" / rel).parent_path());
         ASSERT_TRUE(fs::atomic_write(root_ / "img" / rel, bytes).is_ok());
     }
     std::shared_ptr<ImageDataset> open(std::vector<std::string> transforms = {"random-resized-crop size=24", "hflip"},
@@ -420,6 +454,14 @@ TEST_F(Folder, IndexIsCachedAndEmptyClassesReported) {
     auto third = ImageFolderSource::open((root_ / "img").string()).value();
     EXPECT_FALSE(third->index_from_cache());
     EXPECT_EQ(third->size(), 22);
+    // Nested folders: a file added below a class folder is seen too.
+    write("class2/nested/a.jpg", jpeg_of(gradient(20, 20)));
+    EXPECT_EQ(ImageFolderSource::open((root_ / "img").string()).value()->size(), 23);
+    EXPECT_TRUE(ImageFolderSource::open((root_ / "img").string()).value()->index_from_cache());
+    write("class2/nested/b.jpg", jpeg_of(gradient(20, 20)));
+    auto nested = ImageFolderSource::open((root_ / "img").string()).value();
+    EXPECT_FALSE(nested->index_from_cache());
+    EXPECT_EQ(nested->size(), 24);
 }
 
 TEST_F(Folder, SameBatchesWhateverTheThreadCountAndExactResume) {
@@ -470,7 +512,7 @@ TEST_F(Folder, BadSamplesStopTheRunOrAreSkippedAndCounted) {
     Batch b;
     int64_t seen = 0;
     while (l->next(b).value()) seen += b.size;
-    EXPECT_EQ(seen, 21);
+    EXPECT_EQ(seen, 24);  // bad samples replaced by the next good ones: full batches
     const BadSamples bad = l->bad_samples();
     EXPECT_EQ(bad.count, 3);
     ASSERT_EQ(bad.first.size(), 3u);

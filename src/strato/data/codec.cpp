@@ -124,7 +124,8 @@ void read_header(JpegJob* job) {
     job->cmyk = c.jpeg_color_space == JCS_CMYK || c.jpeg_color_space == JCS_YCCK;
     job->adobe = c.saw_Adobe_marker;
     for (jpeg_saved_marker_ptr m = c.marker_list; m; m = m->next) {
-        if (m->marker == JPEG_APP0 + 1) {
+        // APP1 also carries XMP; the first one that is Exif counts.
+        if (m->marker == JPEG_APP0 + 1 && m->data_length >= 6 && std::memcmp(m->data, "Exif\0\0", 6) == 0) {
             job->orientation = exif_orientation(m->data, m->data_length);
             break;
         }
@@ -286,15 +287,23 @@ Result<Decoded> decode_png(std::string_view bytes, const std::string& name, cons
         png_image_free(&image);
         return st;
     }
-    image.format = req.channels == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
-    Pixels full;
-    full.width = image.width, full.height = image.height, full.channels = req.channels;
-    full.data.resize(PNG_IMAGE_SIZE(image));
-    if (!png_image_finish_read(&image, nullptr, full.data.data(), 0, nullptr)) {
+    // Read with alpha and drop it afterwards, as Pillow's convert("RGB") does (libpng would
+    // composite onto black); 16-bit data without colour-space chunks is sRGB, as Pillow takes it
+    // (libpng would take it as linear and brighten it).
+    const int64_t with_alpha = req.channels + 1;
+    image.format = req.channels == 1 ? PNG_FORMAT_GA : PNG_FORMAT_RGBA;
+    image.flags |= PNG_IMAGE_FLAG_16BIT_sRGB;
+    std::vector<uint8_t> buf(PNG_IMAGE_SIZE(image));
+    if (!png_image_finish_read(&image, nullptr, buf.data(), 0, nullptr)) {
         std::string msg = image.message;
         png_image_free(&image);
         return data_loss("{}: corrupt PNG ({})", name, msg);
     }
+    Pixels full;
+    full.width = image.width, full.height = image.height, full.channels = req.channels;
+    full.data.resize(static_cast<size_t>(full.width * full.height * full.channels));
+    for (int64_t i = 0, n = full.width * full.height; i < n; ++i)
+        for (int64_t k = 0; k < req.channels; ++k) full.data[static_cast<size_t>(i * req.channels + k)] = buf[static_cast<size_t>(i * with_alpha + k)];
     Decoded d;
     if (req.w <= 0 || req.h <= 0) {
         d.pixels = std::move(full);

@@ -179,6 +179,8 @@ Result<DataSplits> open_datasets(const DataConfig& cfg) {
     STRATO_RETURN_IF_ERROR(apply_limit(out.train, cfg.limit_train, "limit_train"));
     STRATO_RETURN_IF_ERROR(apply_limit(out.test, cfg.limit_test, "limit_test"));
     const auto channels = static_cast<size_t>(out.train->shape().channels);
+    if (cfg.mean.empty() != cfg.std.empty())
+        return invalid_argument("data.mean and data.std: give both or neither (neither: computed from the training set)");
     if (cfg.mean.empty() || cfg.std.empty()) {
         if (cfg.dataset == "fashion-mnist") {
             out.mean = {0.2860};

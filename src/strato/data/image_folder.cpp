@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <sstream>
 
 #include "strato/core/fs.h"
@@ -36,12 +37,14 @@ stdfs::path index_cache_path(const std::string& root) {
 struct IndexFile {
     std::vector<std::pair<int64_t, std::string>> classes;  // mtime, name
     std::vector<std::pair<int64_t, std::string>> files;    // label, relative path
+    std::vector<std::pair<int64_t, std::string>> dirs;     // mtime, folders below the classes holding files
 };
 
 std::string render(const std::string& root, int64_t root_mtime, const IndexFile& f) {
     std::string s = "strato-image-index 1\n";
     s += fmt::format("root {} {}\n", root_mtime, root);
     for (const auto& [m, n] : f.classes) s += fmt::format("class {} {}\n", m, n);
+    for (const auto& [m, d] : f.dirs) s += fmt::format("dir {} {}\n", m, d);
     for (const auto& [l, p] : f.files) s += fmt::format("file {} {}\n", l, p);
     return s + "sha256 " + fs::sha256_hex(s) + "\n";
 }
@@ -63,6 +66,8 @@ bool parse_index(const std::string& text, const std::string& root, int64_t root_
             if (num != root_mtime || rest != root) return false;
         } else if (tag == "class") {
             out->classes.emplace_back(num, rest);
+        } else if (tag == "dir") {
+            out->dirs.emplace_back(num, rest);
         } else if (tag == "file") {
             if (num < 0 || num >= static_cast<int64_t>(out->classes.size())) return false;
             out->files.emplace_back(num, rest);
@@ -102,18 +107,25 @@ Result<std::shared_ptr<ImageFolderSource>> ImageFolderSource::open(const std::st
             for (size_t c = 0; cached && c < class_names.size(); ++c)
                 cached = index.classes[c].second == class_names[c] &&
                          index.classes[c].first == mtime_ns(stdfs::path(root) / class_names[c]);
+            for (size_t d = 0; cached && d < index.dirs.size(); ++d)
+                cached = index.dirs[d].first == mtime_ns(stdfs::path(root) / index.dirs[d].second);
         }
     }
     if (!cached) {
-        // The listing itself is the packer's (shards.h), so both see the same files.
-        STRATO_ASSIGN_OR_RETURN(FolderIndex listed, index_image_folder(root, class_names));
+        // The listing itself is the packer's (shards.h), so both see the same files. Folder
+        // mtimes are read before it: a file added meanwhile makes the next open list again.
         index = {};
-        bool cacheable = true;
         for (const auto& c : class_names) index.classes.emplace_back(mtime_ns(stdfs::path(root) / c), c);
+        STRATO_ASSIGN_OR_RETURN(FolderIndex listed, index_image_folder(root, class_names));
+        bool cacheable = true;
+        std::set<std::string> nested;  // folders below a class folder that hold files
         for (auto& f : listed.files) {
             if (f.path.find('\n') != std::string::npos) cacheable = false;
+            for (auto d = stdfs::path(f.path).parent_path(); d.has_parent_path(); d = d.parent_path())
+                nested.insert(d.string());
             index.files.emplace_back(f.label, std::move(f.path));
         }
+        for (const auto& d : nested) index.dirs.emplace_back(mtime_ns(stdfs::path(root) / d), d);
         if (!cache.empty() && cacheable) {
             Status st = fs::ensure_dir(cache.parent_path());
             if (st.is_ok()) st = fs::atomic_write(cache, render(root, root_mtime, index));

@@ -4,8 +4,10 @@
 //
 // An image folder has one subfolder per class (`root/<class>/*.jpg|jpeg|png`), as torchvision's
 // ImageFolder. Its index (the sorted file list) is cached under $STRATO_CACHE_DIR (default
-// ~/.cache/strato) and reused while the folders' modification times are unchanged, so opening
-// a folder of a million files does not list it again.
+// ~/.cache/strato) and reused while the modification times of the class folders and of every
+// folder below them that holds images are unchanged, so opening a folder of a million files does
+// not list it again. (A file added to a nested folder that held no images when indexed is missed
+// until its parent changes.)
 
 #include <memory>
 #include <mutex>

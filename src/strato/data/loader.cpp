@@ -150,8 +150,10 @@ Result<bool> Loader::next(Batch& out) {
     for (;;) {  // a batch whose every sample was bad (skip_bad) is passed over
         if (next_deliver_ >= end_) return false;
         if (opts_.workers == 0) {
-            STRATO_ASSIGN_OR_RETURN(out, assemble(next_deliver_));
-            ++next_deliver_;
+            Result<Batch> b = assemble(next_deliver_);
+            ++next_deliver_;  // past a failed batch too, as with workers
+            if (!b.is_ok()) return b.status();
+            out = std::move(b).value();
         } else {
             std::unique_lock lock(mu_);
             cv_ready_.wait(lock, [&] { return ready_.count(next_deliver_) > 0; });
@@ -210,14 +212,31 @@ Result<Batch> Loader::assemble_unchecked(int64_t b) const {
         SampleRng rng{mix64(opts_.seed ^ mix64((static_cast<uint64_t>(epoch_) << 32) ^ pos))};
         float* dst = batch.images.data() + i * s.numel();
         int64_t* label = &batch.labels[static_cast<size_t>(i)];
-        Status st = floats ? dataset_->load_float(idx, dst, label)
-                           : dataset_->load_random(idx, mix64(rng.state ^ 0xda7a), raw.data(), label);
+        const uint64_t sample_seed = mix64(rng.state ^ 0xda7a);
+        auto load = [&](int64_t sample) {
+            return floats ? dataset_->load_float(sample, dst, label) : dataset_->load_random(sample, sample_seed, raw.data(), label);
+        };
+        Status st = load(idx);
         if (!st.is_ok()) {
             const bool bad_data = st.code() == StatusCode::kInvalidArgument || st.code() == StatusCode::kDataLoss;
             if (!opts_.skip_bad || !bad_data) return st.with_context(fmt::format("loading sample {}", idx));
-            std::lock_guard lock(bad_mu_);
-            if (++bad_.count <= 5) bad_.first.push_back(st.message());
-            continue;
+            {
+                std::lock_guard lock(bad_mu_);
+                if (++bad_.count <= 5) bad_.first.push_back(st.message());
+            }
+            // The slot takes the next samples of the epoch's order until one loads, so batches
+            // keep their size (the ranks of a distributed run stay in step) and the choice depends
+            // on the order alone. A run of more bad samples than this is an error.
+            constexpr int64_t kTries = 64;
+            for (int64_t j = 1; j <= kTries && !st.is_ok(); ++j) {
+                st = load(order_[static_cast<size_t>((k + j) % n_total)]);
+                if (!st.is_ok() && st.code() != StatusCode::kInvalidArgument && st.code() != StatusCode::kDataLoss)
+                    return st.with_context(fmt::format("loading a replacement for bad sample {}", idx));
+            }
+            if (!st.is_ok())
+                return invalid_argument("sample {} and the {} after it in the epoch's order are all unreadable (data.on_bad_sample "
+                                        "= \"skip\" replaces bad samples, but this is no longer a few bad files): {}",
+                                        idx, kTries, st.message());
         }
         int64_t dy = 0, dx = 0;
         if (pad > 0) {

@@ -50,7 +50,8 @@ struct LoaderOptions {
     // within each window of this many consecutive groups, so reads stay sequential-ish.
     int64_t group_window = 4;
     // A sample that fails to decode (corrupt, truncated, not an image): false = the error stops
-    // the run; true = it is left out of its batch, counted and reported (bad_samples()).
+    // the run; true = it is counted, reported (bad_samples()) and its slot takes the next sample
+    // of the epoch's order that loads, so every batch keeps its size.
     bool skip_bad = false;
 };
 

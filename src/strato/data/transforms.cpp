@@ -232,6 +232,7 @@ struct Pipeline::Op {
     int64_t padding = 0;
     double brightness = 0, contrast = 0, saturation = 0, hue = 0;
     std::string value = "mean";  // erasing: mean | random | 0..255
+    uint8_t fill = 0;            // erasing with a number
     bool geometric() const { return kind <= OpKind::kHFlip; }
 };
 
@@ -337,6 +338,7 @@ Result<std::shared_ptr<Pipeline::Op>> parse_op(const std::string& spec, const st
                 const double v = num.is_ok() ? *num : -1;
                 if (v < 0 || v > 255 || v != std::floor(v))
                     return invalid_argument("{}: expected mean, random or an integer in [0, 255], got '{}'", what, val);
+                op->fill = static_cast<uint8_t>(v);
             }
             op->value = val;
         } else {
@@ -426,10 +428,16 @@ Pipeline::Plan Pipeline::plan(int64_t width, int64_t height, uint64_t seed) cons
                     g.lw = std::max<int64_t>(1, op.h * g.lw / g.lh), g.lh = op.h;
                 }
                 break;
-            case OpKind::kCenterCrop:
-                g.crop(std::round(static_cast<double>(g.lw - op.w) / 2.0), std::round(static_cast<double>(g.lh - op.h) / 2.0),
-                       op.w, op.h);
+            case OpKind::kCenterCrop: {
+                // torchvision: round-half-to-even of the offset, or pad (d // 2) before when the
+                // crop is larger than the image.
+                auto offset = [](int64_t have, int64_t want) {
+                    return have >= want ? std::nearbyint(static_cast<double>(have - want) / 2.0)
+                                        : -static_cast<double>((want - have) / 2);
+                };
+                g.crop(offset(g.lw, op.w), offset(g.lh, op.h), op.w, op.h);
                 break;
+            }
             case OpKind::kRandomCrop: {
                 const int64_t top = rng.between(0, g.lh + 2 * op.padding - op.h);
                 const int64_t left = rng.between(0, g.lw + 2 * op.padding - op.w);
@@ -488,10 +496,13 @@ struct Window {
 
 Window window_of(double rx, double ry, double rw, double rh, int64_t lw, int64_t lh, int64_t width, int64_t height) {
     Window w{};
-    w.x0 = std::clamp<int64_t>(std::llround(std::max(rx, 0.0)), 0, width);
-    w.y0 = std::clamp<int64_t>(std::llround(std::max(ry, 0.0)), 0, height);
-    w.x1 = std::clamp<int64_t>(std::llround(std::min(rx + rw, static_cast<double>(width))), 0, width);
-    w.y1 = std::clamp<int64_t>(std::llround(std::min(ry + rh, static_cast<double>(height))), 0, height);
+    // The whole source pixels covering the rectangle (floor of the start, ceiling of the end), so
+    // the output is covered to its edges; a fraction of a pixel more of the source is resampled
+    // in, never a black border. (1e-9: 7.0000000001 is 7, not a pixel more.)
+    w.x0 = std::clamp<int64_t>(static_cast<int64_t>(std::floor(std::max(rx, 0.0) + 1e-9)), 0, width);
+    w.y0 = std::clamp<int64_t>(static_cast<int64_t>(std::floor(std::max(ry, 0.0) + 1e-9)), 0, height);
+    w.x1 = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(std::min(rx + rw, static_cast<double>(width)) - 1e-9)), 0, width);
+    w.y1 = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(std::min(ry + rh, static_cast<double>(height)) - 1e-9)), 0, height);
     if (w.x1 <= w.x0 && w.x0 < width) w.x1 = w.x0 + 1;
     if (w.y1 <= w.y0 && w.y0 < height) w.y1 = w.y0 + 1;
     auto map = [](double v, double origin, double extent, int64_t n) {
@@ -671,7 +682,7 @@ Status Pipeline::execute(const Plan& g, int64_t ox0, int64_t oy0, int64_t ox1, i
                 for (int64_t ch = 0; ch < c; ++ch) {
                     const uint8_t fill = op.value == "mean" ? fill_[static_cast<size_t>(ch)]
                                          : noise          ? 0
-                                                          : static_cast<uint8_t>(std::stoi(op.value));
+                                                          : op.fill;
                     for (int64_t y = top; y < top + eh; ++y) {
                         uint8_t* row = dst + ch * plane + y * ow + left;
                         if (noise) {
