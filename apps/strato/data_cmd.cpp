@@ -79,7 +79,7 @@ void add_data_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
     auto o = std::make_shared<Opts>();
     auto* cmd = app.add_subcommand("data",
                                    "Prepare datasets: pack image folders into tar shards, stats, content "
-                                   "manifests, verify");
+                                   "manifests, verify, input pipeline speed");
     cmd->require_subcommand(1);
 
     auto* pack = cmd->add_subcommand("pack",
