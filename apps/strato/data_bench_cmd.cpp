@@ -80,7 +80,7 @@ void add_data_bench_command(CLI::App& data, const GlobalFlags&, int* exit_code) 
         auto fail = [&](const Status& st) { *exit_code = report_error("data bench", st); };
         std::shared_ptr<const data::SampleSource> source;
         std::error_code ec;
-        if (std::filesystem::exists(std::filesystem::path(o->path) / "index.json", ec) || o->path.rfind("http", 0) == 0) {
+        if (std::filesystem::exists(std::filesystem::path(o->path) / "index.json", ec) || data::is_remote_url(o->path)) {
             auto store = data::open_shard_store(o->path, {});
             if (!store) return fail(store.status());
             auto s = data::ShardSource::open(*store);

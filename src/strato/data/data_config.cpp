@@ -68,10 +68,9 @@ Result<std::shared_ptr<ShardStore>> split_store(const DataConfig& cfg, const std
     if (remote) {
         std::string dir = cfg.shard_cache_dir;
         if (dir.empty()) {
-            const char* env = std::getenv("STRATO_CACHE_DIR");
-            const char* home = std::getenv("HOME");
-            std::filesystem::path base = env && *env ? env : home && *home ? std::filesystem::path(home) / ".cache/strato" : "/tmp/strato-cache";
-            dir = (base / "shards" / fs::sha256_hex(cfg.path).substr(0, 16)).string();
+            std::string base = cache_root();
+            if (base.empty()) base = "/tmp/strato-cache";
+            dir = (std::filesystem::path(base) / "shards" / fs::sha256_hex(cfg.path).substr(0, 16)).string();
         }
         o.cache_dir = (std::filesystem::path(dir) / split).string();
         o.cache_bytes_max = cfg.shard_cache_mb << 20;

@@ -1,6 +1,7 @@
 #include "strato/data/dataset.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "strato/core/check.h"
@@ -27,6 +28,17 @@ void InMemoryDataset::truncate(int64_t n) {
     pixels_.resize(static_cast<size_t>(n * shape_.numel()));
 }
 
+bool is_bad_sample(const Status& status) {
+    return status.code() == StatusCode::kInvalidArgument || status.code() == StatusCode::kDataLoss;
+}
+
+std::string cache_root() {
+    if (const char* dir = std::getenv("STRATO_CACHE_DIR"); dir && *dir) return dir;
+    if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/strato";
+    if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/strato";
+    return {};
+}
+
 Status channel_stats(const Dataset& ds, int64_t max_samples, std::vector<double>* mean, std::vector<double>* std) {
     const ImageShape s = ds.shape();
     const int64_t n = std::min(ds.size(), max_samples);
@@ -41,7 +53,7 @@ Status channel_stats(const Dataset& ds, int64_t max_samples, std::vector<double>
         if (Status st = ds.load(idx, buf.data(), &label); !st.is_ok()) {
             // A corrupt image is the loader's business (data.on_bad_sample); the statistics
             // just leave it out.
-            if (st.code() != StatusCode::kInvalidArgument && st.code() != StatusCode::kDataLoss) return st;
+            if (!is_bad_sample(st)) return st;
             --used;
             continue;
         }

@@ -78,6 +78,14 @@ private:
     std::vector<std::string> class_names_;
 };
 
+/// True for a sample that cannot be decoded (corrupt, truncated, not an image): the errors
+/// `data.on_bad_sample = "skip"` passes over. A missing file or an unreachable server is not.
+bool is_bad_sample(const Status& status);
+
+/// Where strato keeps caches (image folder indexes, remote shards): $STRATO_CACHE_DIR, else
+/// $XDG_CACHE_HOME/strato, else ~/.cache/strato; empty when none of them is set.
+std::string cache_root();
+
 /// Per-channel mean and standard deviation of pixel values scaled to [0, 1], over up to
 /// `max_samples` samples spread evenly over the dataset.
 Status channel_stats(const Dataset& ds, int64_t max_samples, std::vector<double>* mean, std::vector<double>* std);

@@ -23,13 +23,9 @@ int64_t mtime_ns(const stdfs::path& p) {
 }
 
 stdfs::path index_cache_path(const std::string& root) {
-    const char* dir = std::getenv("STRATO_CACHE_DIR");
-    stdfs::path base;
-    if (dir && *dir) base = dir;
-    else if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) base = stdfs::path(xdg) / "strato";
-    else if (const char* home = std::getenv("HOME"); home && *home) base = stdfs::path(home) / ".cache" / "strato";
-    else return {};
-    return base / "image-index" / (fs::sha256_hex(root).substr(0, 32) + ".txt");
+    const std::string base = cache_root();
+    if (base.empty()) return {};
+    return stdfs::path(base) / "image-index" / (fs::sha256_hex(root).substr(0, 32) + ".txt");
 }
 
 /// The cached index: a header, the classes with their folder's mtime, the files; the last line

@@ -147,25 +147,23 @@ Result<bool> Loader::next(Batch& out) {
         if (static_cast<int64_t>(spare_.size()) < opts_.prefetch + 1) spare_.push_back(std::move(out.images));
         out.images = {};
     }
-    for (;;) {  // a batch whose every sample was bad (skip_bad) is passed over
-        if (next_deliver_ >= end_) return false;
-        if (opts_.workers == 0) {
-            Result<Batch> b = assemble(next_deliver_);
-            ++next_deliver_;  // past a failed batch too, as with workers
-            if (!b.is_ok()) return b.status();
-            out = std::move(b).value();
-        } else {
-            std::unique_lock lock(mu_);
-            cv_ready_.wait(lock, [&] { return ready_.count(next_deliver_) > 0; });
-            auto node = ready_.extract(next_deliver_);
-            ++next_deliver_;
-            lock.unlock();
-            cv_space_.notify_all();
-            if (!node.mapped().is_ok()) return node.mapped().status();
-            out = std::move(node.mapped()).value();
-        }
-        if (out.size > 0) return true;
+    if (next_deliver_ >= end_) return false;
+    if (opts_.workers == 0) {
+        Result<Batch> b = assemble(next_deliver_);
+        ++next_deliver_;  // past a failed batch too, as with workers
+        if (!b.is_ok()) return b.status();
+        out = std::move(b).value();
+        return true;
     }
+    std::unique_lock lock(mu_);
+    cv_ready_.wait(lock, [&] { return ready_.count(next_deliver_) > 0; });
+    auto node = ready_.extract(next_deliver_);
+    ++next_deliver_;
+    lock.unlock();
+    cv_space_.notify_all();
+    if (!node.mapped().is_ok()) return node.mapped().status();
+    out = std::move(node.mapped()).value();
+    return true;
 }
 
 BadSamples Loader::bad_samples() const {
@@ -200,11 +198,11 @@ Result<Batch> Loader::assemble_unchecked(int64_t b) const {
     }
     batch.images.resize(static_cast<size_t>(batch.size * s.numel()));
     batch.labels.resize(static_cast<size_t>(batch.size));
-    std::vector<uint8_t> raw(dataset_->is_float() ? 0 : static_cast<size_t>(s.numel()));
     const bool floats = dataset_->is_float();
+    std::vector<uint8_t> raw(floats ? 0 : static_cast<size_t>(s.numel()));
     const int64_t plane = s.height * s.width, pad = opts_.crop_padding;
-    int64_t i = 0;  // the slot in the batch (bad samples skipped leave none)
     for (int64_t k = begin; k < end; ++k) {
+        const int64_t i = k - begin;
         const int64_t idx = order_[static_cast<size_t>(k)];
         // Keyed by the position in the whole epoch, so a sharded run augments each sample as
         // an unsharded one does.
@@ -218,8 +216,7 @@ Result<Batch> Loader::assemble_unchecked(int64_t b) const {
         };
         Status st = load(idx);
         if (!st.is_ok()) {
-            const bool bad_data = st.code() == StatusCode::kInvalidArgument || st.code() == StatusCode::kDataLoss;
-            if (!opts_.skip_bad || !bad_data) return st.with_context(fmt::format("loading sample {}", idx));
+            if (!opts_.skip_bad || !is_bad_sample(st)) return st.with_context(fmt::format("loading sample {}", idx));
             {
                 std::lock_guard lock(bad_mu_);
                 if (++bad_.count <= 5) bad_.first.push_back(st.message());
@@ -230,7 +227,7 @@ Result<Batch> Loader::assemble_unchecked(int64_t b) const {
             constexpr int64_t kTries = 64;
             for (int64_t j = 1; j <= kTries && !st.is_ok(); ++j) {
                 st = load(order_[static_cast<size_t>((k + j) % n_total)]);
-                if (!st.is_ok() && st.code() != StatusCode::kInvalidArgument && st.code() != StatusCode::kDataLoss)
+                if (!st.is_ok() && !is_bad_sample(st))
                     return st.with_context(fmt::format("loading a replacement for bad sample {}", idx));
             }
             if (!st.is_ok())
@@ -246,7 +243,6 @@ Result<Batch> Loader::assemble_unchecked(int64_t b) const {
         if (floats) {  // features: standardise in place
             for (int64_t c = 0; c < s.channels; ++c)
                 dst[c] = dst[c] * scale_[static_cast<size_t>(c)] + shift_[static_cast<size_t>(c)];
-            ++i;
             continue;
         }
         const bool flip = opts_.hflip && (rng.next() & 1);
@@ -269,11 +265,7 @@ Result<Batch> Loader::assemble_unchecked(int64_t b) const {
                 }
             }
         }
-        ++i;
     }
-    batch.size = i;
-    batch.images.resize(static_cast<size_t>(i * s.numel()));
-    batch.labels.resize(static_cast<size_t>(i));
     return batch;
 }
 
