@@ -31,7 +31,8 @@ request)
   ;;
 image)
   "$cxx" "${flags[@]}" "$root/tests/fuzz/fuzz_image.cpp" "$root/src/strato/data/codec.cpp" \
-    "$root/src/strato/data/transforms.cpp" "$root/src/strato/data/loader.cpp" "$root/src/strato/core/status.cpp" \
+    "$root/src/strato/data/transforms.cpp" "$root/src/strato/data/loader.cpp" "$root/src/strato/data/dataset.cpp" \
+    "$root/src/strato/core/status.cpp" "$root/src/strato/core/check.cpp" \
     -ljpeg -lpng -lfmt -o "$out/fuzz"
   cp "$root"/tests/fuzz/corpus/image/* "$out/corpus/"
   max_len=16384
