@@ -2,7 +2,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
+#include <thread>
+#include <vector>
 
 #include "strato/core/fs.h"
 
@@ -64,6 +67,26 @@ TEST_F(FsTest, EnsureDirRefusesFileInTheWay) {
     Status st = ensure_dir(dir_ / "f");
     EXPECT_FALSE(st.is_ok());
     EXPECT_NE(st.message().find("not a directory"), std::string::npos);
+}
+
+// Two launchers sharing a log directory create the same path at the same moment; neither may
+// fail because the other won the race (it did, once, in CI: "exists and is not a directory").
+TEST_F(FsTest, EnsureDirRacingCreatorsAllSucceed) {
+    for (int round = 0; round < 50; ++round) {
+        const stdfs::path target = dir_ / std::to_string(round) / "launch" / "1" / "attempt_0";
+        std::atomic<int> failures{0};
+        std::atomic<bool> go{false};
+        std::vector<std::thread> threads;
+        for (int t = 0; t < 8; ++t)
+            threads.emplace_back([&] {
+                while (!go.load()) std::this_thread::yield();
+                if (!ensure_dir(target).is_ok()) ++failures;
+            });
+        go = true;
+        for (auto& th : threads) th.join();
+        ASSERT_EQ(failures.load(), 0) << "round " << round;
+        ASSERT_TRUE(stdfs::is_directory(target));
+    }
 }
 
 TEST(ShellQuote, SurvivesTheShell) {

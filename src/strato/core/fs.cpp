@@ -80,12 +80,14 @@ Result<std::string> read_file(const stdfs::path& path) {
 }
 
 Status ensure_dir(const stdfs::path& dir) {
+    // Create first, then look: another process (a second launcher on a shared log directory)
+    // may create the same path between a check and the mkdir, which is not an error.
     std::error_code ec;
-    if (stdfs::is_directory(dir, ec)) return Status::ok();
-    if (stdfs::exists(dir, ec)) return invalid_argument("{} exists and is not a directory", dir.string());
     stdfs::create_directories(dir, ec);
-    if (ec) return io_error("cannot create directory {}: {}", dir.string(), ec.message());
-    return Status::ok();
+    std::error_code ec2;
+    if (stdfs::is_directory(dir, ec2)) return Status::ok();
+    if (stdfs::exists(dir, ec2)) return invalid_argument("{} exists and is not a directory", dir.string());
+    return io_error("cannot create directory {}: {}", dir.string(), ec ? ec.message() : "unknown error");
 }
 
 Status check_writable_dir(const stdfs::path& dir) {
