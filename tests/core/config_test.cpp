@@ -12,6 +12,7 @@ struct Inner {
     std::string mode = "a";
     std::vector<std::string> tags;
     std::vector<double> betas = {0.9, 0.99};
+    std::vector<int64_t> widths;
     void visit(Visitor& v) {
         v.field("lr", lr, Range::positive());
         v.field("steps", steps, Range::between(1, 100));
@@ -19,6 +20,7 @@ struct Inner {
         v.field("mode", mode, {"a", "b"});
         v.field("tags", tags, {"x", "y"});
         v.field("betas", betas, Range::half_open(0, 1));
+        v.field("widths", widths, Range::between(1, 64));
     }
 };
 
@@ -48,6 +50,21 @@ TEST(Config, OverridesWinAndBareStringsWork) {
     EXPECT_EQ(r->inner.mode, "b");
     EXPECT_EQ(r->name, "run-7");
     EXPECT_EQ(r->inner.betas, (std::vector<double>{0.5, 0.6}));
+}
+
+TEST(Config, IntegerArraysAreCheckedElementByElement) {
+    auto r = load_string<Outer>("[inner]\nwidths = [3, 64, 1]\n");
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_EQ(r->inner.widths, (std::vector<int64_t>{3, 64, 1}));
+    Outer o = *r;
+    auto back = load_string<Outer>(dump(o));
+    ASSERT_TRUE(back.is_ok()) << back.status().message();
+    EXPECT_EQ(back->inner.widths, o.inner.widths);
+    for (const char* bad : {"widths = [3, 65]", "widths = [1.5]", "widths = 3"}) {
+        auto e = load_string<Outer>(std::string("[inner]\n") + bad + "\n");
+        ASSERT_FALSE(e.is_ok()) << bad;
+        EXPECT_NE(e.status().message().find("inner.widths"), std::string::npos) << e.status().message();
+    }
 }
 
 TEST(Config, RoundTripsThroughToml) {

@@ -173,6 +173,22 @@ public:
         }
     }
 
+    void field(std::string_view key, std::vector<int64_t>& value, Range range) override {
+        if (const toml::node* n = lookup(key)) {
+            const auto* arr = n->as_array();
+            if (!arr) return error(*n, join(key), fmt::format("expected an array of integers, got {}", type_name(*n)));
+            std::vector<int64_t> out;
+            for (const auto& e : *arr) {
+                auto v = e.value_exact<int64_t>();
+                if (!v || !range.contains(static_cast<double>(*v)))
+                    return error(e, join(key), fmt::format("expected array elements to be {}, got {}",
+                                                           range.describe(true), render(e)));
+                out.push_back(*v);
+            }
+            value = std::move(out);
+        }
+    }
+
     void finish() { check_unknown(stack_.front()); }
 
     Status status() const {
@@ -267,6 +283,11 @@ public:
     void field(std::string_view key, std::vector<double>& v, Range) override {
         toml::array a;
         for (double d : v) a.push_back(d);
+        stack_.back()->insert_or_assign(key, std::move(a));
+    }
+    void field(std::string_view key, std::vector<int64_t>& v, Range) override {
+        toml::array a;
+        for (int64_t d : v) a.push_back(d);
         stack_.back()->insert_or_assign(key, std::move(a));
     }
 

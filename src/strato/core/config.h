@@ -58,6 +58,7 @@ public:
     virtual void field(std::string_view key, std::string& value, const Choices& choices = {}) = 0;
     virtual void field(std::string_view key, std::vector<std::string>& value, const Choices& choices = {}) = 0;
     virtual void field(std::string_view key, std::vector<double>& value, Range range = {}) = 0;
+    virtual void field(std::string_view key, std::vector<int64_t>& value, Range range = {}) = 0;
 };
 
 using VisitFn = std::function<void(Visitor&)>;
