@@ -124,27 +124,34 @@ Result<EvalResult> evaluate(models::NetImpl& net, data::Loader& loader, bool bf1
     return r;
 }
 
+Result<data::DataSplits> open_package_data(const models::PackageInfo& info, const data::DataConfig& data,
+                                           data::DataConfig* resolved) {
+    // Images are brought to the size the model takes unless the config says otherwise.
+    data::DataConfig cfg = data;
+    if (cfg.image_size <= 0 && info.input_shape.height == info.input_shape.width) cfg.image_size = info.input_shape.height;
+    if (cfg.dataset == "image-folder" || cfg.dataset == "shards") cfg.channels = info.input_shape.channels;
+    STRATO_ASSIGN_OR_RETURN(data::DataSplits splits, data::open_datasets(cfg));
+    if (!(splits.test->shape() == info.input_shape)) {
+        const auto& a = splits.test->shape();
+        const auto& b = info.input_shape;
+        return invalid_argument("the data has {}x{}x{} images but the model expects {}x{}x{}", a.channels, a.height,
+                                a.width, b.channels, b.height, b.width);
+    }
+    if (splits.test->num_classes() > info.num_classes) {
+        return invalid_argument("the data has {} classes but the model predicts {}", splits.test->num_classes(),
+                                info.num_classes);
+    }
+    splits.mean = info.mean;
+    splits.std = info.std;
+    if (resolved) *resolved = cfg;
+    return splits;
+}
+
 Result<PackageEval> evaluate_package(const std::string& package_dir, const data::DataConfig& data, bool bf16) {
     try {
         STRATO_ASSIGN_OR_RETURN(models::LoadedPackage pkg, models::load_package(package_dir));
-        // Images are brought to the size the model takes unless the config says otherwise.
-        data::DataConfig cfg = data;
-        if (cfg.image_size <= 0 && pkg.info.input_shape.height == pkg.info.input_shape.width)
-            cfg.image_size = pkg.info.input_shape.height;
-        if (cfg.dataset == "image-folder" || cfg.dataset == "shards") cfg.channels = pkg.info.input_shape.channels;
-        STRATO_ASSIGN_OR_RETURN(data::DataSplits splits, data::open_datasets(cfg));
-        if (!(splits.test->shape() == pkg.info.input_shape)) {
-            const auto& a = splits.test->shape();
-            const auto& b = pkg.info.input_shape;
-            return invalid_argument("the data has {}x{}x{} images but the model expects {}x{}x{}", a.channels, a.height,
-                                    a.width, b.channels, b.height, b.width);
-        }
-        if (splits.test->num_classes() > pkg.info.num_classes) {
-            return invalid_argument("the data has {} classes but the model predicts {}", splits.test->num_classes(),
-                                    pkg.info.num_classes);
-        }
-        splits.mean = pkg.info.mean;
-        splits.std = pkg.info.std;
+        data::DataConfig cfg;
+        STRATO_ASSIGN_OR_RETURN(data::DataSplits splits, open_package_data(pkg.info, data, &cfg));
         STRATO_ASSIGN_OR_RETURN(auto loader, data::Loader::create(splits.test, data::eval_loader_options(cfg, splits)));
         PackageEval out;
         const bool channels_last = models::is_convolutional(pkg.info.model);
@@ -159,11 +166,23 @@ Result<PackageEval> evaluate_package(const std::string& package_dir, const data:
     }
 }
 
+torch::Tensor distillation_loss(const torch::Tensor& student_logits, const torch::Tensor& teacher_logits,
+                                const torch::Tensor& hard, double temperature, double alpha) {
+    const double t = temperature;
+    // KL(p_t || p_s) = sum p_t * (log p_t - log p_s) over classes, averaged over the batch
+    // ("batchmean"); kl_div takes log p_s and p_t, and counts a p_t that underflows to 0 as 0.
+    auto log_p_s = torch::log_softmax(student_logits / t, 1);  // [B, classes]
+    auto p_t = torch::softmax(teacher_logits / t, 1);          // [B, classes], no gradient
+    auto soft = F::kl_div(log_p_s, p_t, F::KLDivFuncOptions().reduction(torch::kBatchMean));
+    return (1 - alpha) * hard + alpha * t * t * soft;
+}
+
 namespace {
 
 class Trainer {
 public:
-    Trainer(const TrainConfig& cfg, const TrainOptions& opts) : cfg_(cfg), opts_(opts) {}
+    Trainer(const TrainConfig& cfg, const TrainOptions& opts)
+        : cfg_(cfg), opts_(opts), hooks_(opts.hooks ? *opts.hooks : TrainHooks{}) {}
 
     Result<TrainResult> run();
 
@@ -175,6 +194,7 @@ private:
 
     const TrainConfig& cfg_;
     const TrainOptions& opts_;
+    TrainHooks hooks_;
     std::string run_dir_;
     data::DataSplits splits_;
     std::unique_ptr<data::Loader> train_loader_, test_loader_;
@@ -202,6 +222,16 @@ private:
     Result<std::vector<double>> global_sum(std::vector<double> v) {
         if (!ddp_) return v;
         return ddp_->sum(v);
+    }
+    /// The knowledge-distillation loss for a batch (see TrainHooks::teacher).
+    torch::Tensor distillation_loss(const torch::Tensor& logits, const torch::Tensor& x, const torch::Tensor& hard) {
+        torch::Tensor teacher_logits;
+        {
+            torch::NoGradGuard no_grad;
+            compat::AutocastGuard ac(device_.type(), fp16_ ? at::kHalf : at::kBFloat16, bf16_ || fp16_);
+            teacher_logits = hooks_.teacher->forward(x).to(torch::kFloat);
+        }
+        return train::distillation_loss(logits, teacher_logits, hard, hooks_.kd_temperature, hooks_.kd_alpha);
     }
     /// Evaluates this rank's share of the test set and combines the ranks' results.
     Result<EvalResult> evaluate_all();
@@ -265,9 +295,17 @@ Status Trainer::setup() {
 
     torch::manual_seed(seed);
     STRATO_ASSIGN_OR_RETURN(net_, models::create_model(cfg_.model, splits_.train->shape(), splits_.train->num_classes()));
+    if (hooks_.init) STRATO_RETURN_IF_ERROR(hooks_.init(*net_));
     channels_last_ = cfg_.train.channels_last && models::is_convolutional(cfg_.model);
     if (channels_last_) models::to_channels_last(*net_);
     if (!device_.is_cpu()) net_->to(device_);
+    if (hooks_.teacher) {
+        hooks_.teacher->eval();
+        if (channels_last_) models::to_channels_last(*hooks_.teacher);
+        if (!device_.is_cpu()) hooks_.teacher->to(device_);
+        log::info("distilling from a teacher with {} parameters (temperature {}, alpha {})",
+                  models::parameter_count(*hooks_.teacher), hooks_.kd_temperature, hooks_.kd_alpha);
+    }
     optim_ = make_optimizer(cfg_.optim, net_->parameters());
     store_ = std::make_unique<CheckpointStore>(run_dir_, cfg_.checkpoint);
 
@@ -295,6 +333,10 @@ Status Trainer::setup() {
         // The checkpoint holds the epoch's sums over all ranks: rank 0 carries them on.
         if (!rank0_) state_.epoch_loss_sum = 0, state_.epoch_correct = state_.epoch_seen = 0;
         log::info("data parallel: {}; {} gradient buckets", env_.describe(), ddp_->bucket_count());
+    }
+    if (hooks_.after_step) {
+        torch::NoGradGuard no_grad;
+        hooks_.after_step(*net_, state_.step, total_steps_);
     }
     if (fp16_) {
         scaler_.emplace();
@@ -363,6 +405,7 @@ Status Trainer::train_epoch(bool& stop) {
         }
         logits = logits.to(torch::kFloat);
         auto loss = F::cross_entropy(logits, y, F::CrossEntropyFuncOptions().label_smoothing(smoothing));
+        if (hooks_.teacher) loss = distillation_loss(logits, x, loss);
         const bool sync = micro + 1 >= accum || b.index + 1 == batches;  // this micro-step ends an optimizer step
         if (ddp_) ddp_->prepare(sync, signals::stop_requested() ? 1.0 : 0.0);
         auto to_backward = accum > 1 ? loss / static_cast<double>(accum) : loss;
@@ -394,6 +437,10 @@ Status Trainer::train_epoch(bool& stop) {
             torch::nn::utils::clip_grad_norm_(net_->parameters(), cfg_.train.clip_grad_norm);
         if (finite) optim_->step();
         optim_->zero_grad();
+        if (hooks_.after_step) {
+            torch::NoGradGuard no_grad;
+            hooks_.after_step(*net_, state_.step + 1, total_steps_);
+        }
         if (scaler_) {
             scaler_->update(!finite);
             state_.loss_scale = scaler_->current_scale();
@@ -550,6 +597,7 @@ Result<TrainResult> Trainer::finish(bool early_stopped) {
     info.metrics = {{"test_acc", r.test_acc},        {"test_loss", r.test_loss}, {"best_test_acc", r.best_test_acc},
                     {"test_samples", last_eval_.count}, {"epochs", r.epochs},       {"steps", r.steps},
                     {"wall_time_s", r.wall_time_s},   {"precision", cfg_.train.precision}};
+    info.metrics.update(hooks_.package_metrics);
     if (ddp_) {
         const auto& st = ddp_->stats();
         log::info("data parallel: {} synchronised steps, {} buckets; all-reduce {:.2f} s, of which {:.2f} s waited after "

@@ -11,6 +11,10 @@
 
 #include <torch/torch.h>
 
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "strato/core/status.h"
@@ -20,14 +24,36 @@
 
 namespace strato::models {
 class NetImpl;
+struct PackageInfo;
 }
 
 namespace strato::train {
+
+/// What `strato compress` adds to an ordinary training run; every member is optional.
+struct TrainHooks {
+    /// Called once on the freshly built network (before channels-last conversion and before a
+    /// checkpoint is restored): start from given weights, e.g. a pruned package's.
+    std::function<Status(models::NetImpl&)> init;
+    /// Called after every optimizer step with the optimizer steps done so far and the run's total
+    /// (pruning re-applies its masks here, and moves along its sparsity schedule), and once more
+    /// before the first step of this process, after a checkpoint is restored, with the step the
+    /// run starts from (0 when fresh).
+    std::function<void(models::NetImpl&, int64_t step, int64_t total_steps)> after_step;
+    /// Knowledge distillation (Hinton et al. 2015): with a teacher, the loss is
+    ///   (1 - alpha) * CE(student, labels) + alpha * T^2 * KL(softmax(teacher/T) || softmax(student/T)).
+    /// The teacher sees the student's (normalised) inputs and must be in eval mode.
+    std::shared_ptr<models::NetImpl> teacher;
+    double kd_temperature = 4.0;
+    double kd_alpha = 0.9;
+    /// Merged into the package's metrics.json (what the compression did).
+    nlohmann::json package_metrics = nlohmann::json::object();
+};
 
 struct TrainOptions {
     bool resume = false;     // continue from checkpoints/latest when there is one
     bool overwrite = false;  // delete an existing run directory first
     bool quiet = false;      // no progress bars
+    const TrainHooks* hooks = nullptr;
 };
 
 struct TrainResult {
@@ -43,6 +69,14 @@ struct TrainResult {
 };
 
 Result<TrainResult> run_training(const TrainConfig& cfg, const TrainOptions& opts);
+
+/// The loss of a distillation run (TrainHooks::teacher), for logits [B, classes] in float:
+///   (1 - alpha) * hard + alpha * T^2 * KL(softmax(teacher/T) || softmax(student/T)),
+/// the KL divergence summed over classes and averaged over the batch; `hard` is the ordinary
+/// cross-entropy with the labels. The T^2 keeps the soft term's gradients on the scale of the
+/// hard term's as T changes (Hinton et al. 2015, "Distilling the Knowledge in a Neural Network").
+torch::Tensor distillation_loss(const torch::Tensor& student_logits, const torch::Tensor& teacher_logits,
+                                const torch::Tensor& hard, double temperature, double alpha);
 
 struct EvalResult {
     double loss = 0.0;
@@ -63,6 +97,12 @@ struct PackageEval {
     int64_t parameters = 0;
     std::vector<std::string> labels;
 };
+
+/// Opens `data` the way a package needs it: images brought to the package's input size (unless
+/// data.image_size says otherwise), the package's own normalisation; a shape or class-count
+/// mismatch is an error naming both. `resolved` (optional) receives the data config used.
+Result<data::DataSplits> open_package_data(const models::PackageInfo& info, const data::DataConfig& data,
+                                           data::DataConfig* resolved = nullptr);
 
 /// Loads the model package at `package_dir` and evaluates it on the test split of `data`
 /// (normalised with the package's own preprocessing).
