@@ -1,6 +1,7 @@
-// ONNX export checked by a runtime nobody here wrote: every zoo architecture is exported, the file
-// passes libonnx's checker and shape inference, and OpenCV DNN runs it to the same logits as
-// libtorch's eval-mode forward pass (batch 1 and 5, max abs difference <= 1e-4).
+// ONNX export checked by a runtime nobody here wrote: every zoo architecture (also channel-pruned,
+// with uneven widths) is exported, the file passes libonnx's checker and shape inference, and
+// OpenCV DNN runs it to the same logits as libtorch's eval-mode forward pass (batch 1 and 5, max
+// abs difference <= 1e-4).
 
 #include <gtest/gtest.h>
 #include <onnx/checker.h>
@@ -43,6 +44,18 @@ models::ModelConfig config(const std::string& arch, int64_t depth, int64_t width
     c.dropout = dropout;
     c.hidden = hidden;
     return c;
+}
+
+/// A channel-pruned network: `cfg` with explicit, uneven widths of its prunable layers (what
+/// `strato compress prune --method channels` writes into model.channels).
+models::ModelConfig pruned(models::ModelConfig c, std::vector<int64_t> channels) {
+    c.channels = std::move(channels);
+    return c;
+}
+std::vector<int64_t> uneven(size_t n) {
+    std::vector<int64_t> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = static_cast<int64_t>(1 + (i * 7) % 5);
+    return v;
 }
 
 /// Random weights, non-trivial BatchNorm affine parameters and running statistics (training-mode
@@ -154,7 +167,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"cnn_no_bn", config("cnn", 2, 4, false, 0.25), {1, 16, 16}, 4},
                       Case{"resnet8", config("resnet", 8, 4, true, 0.2), {3, 16, 16}, 6},
                       Case{"resnet18_imagenet_stem", config("resnet", 18, 4, true, 0), {3, 72, 72}, 3},
-                      Case{"resnet50_bottleneck", config("resnet", 50, 2, true, 0), {1, 16, 16}, 10}),
+                      Case{"resnet50_bottleneck", config("resnet", 50, 2, true, 0), {1, 16, 16}, 10},
+                      // channel-pruned: uneven widths per layer, the cnn's flatten over fewer channels
+                      Case{"cnn_pruned", pruned(config("cnn", 2, 4, true, 0.25), {3, 4, 5, 2}), {3, 16, 12}, 7},
+                      Case{"cnn_no_bn_pruned", pruned(config("cnn", 2, 4, false, 0), {2, 3, 1, 6}), {1, 16, 16}, 4},
+                      Case{"resnet8_pruned", pruned(config("resnet", 8, 4, true, 0.2), {3, 5, 2}), {3, 16, 16}, 6},
+                      Case{"resnet50_pruned", pruned(config("resnet", 50, 2, true, 0), uneven(32)), {1, 16, 16}, 10},
+                      Case{"mlp_pruned", pruned(config("mlp", 2, 32, false, 0.3), {11, 5}), {1, 8, 8}, 5}),
     [](const auto& p) { return p.param.name; });
 
 class TempDir {

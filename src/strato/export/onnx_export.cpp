@@ -430,6 +430,11 @@ Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxE
         }
     }
     STRATO_ASSIGN_OR_RETURN(models::LoadedPackage pkg, models::load_package(dir));
+    if (pkg.info.quantized()) {
+        return invalid_argument("{} is an INT8 package (strato compress quantize); ONNX export writes float graphs: "
+                                "export its float package ({})",
+                                dir, pkg.info.quantization.value("source", "the --model it was quantized from"));
+    }
 
     OnnxSpec spec;
     spec.arch = pkg.info.model.arch;

@@ -16,6 +16,11 @@ struct ModelConfig {
     int64_t hidden = 128;      // cnn: units of the fully connected layer
     double dropout = 0.0;
     bool batch_norm = true;
+    // Explicit widths of the layers structured pruning may narrow, in order (empty: from width):
+    //   cnn: the output channels of every conv (2 per block); resnet: the inner width of every
+    //   residual block (conv1's outputs; conv1 and conv2's for bottlenecks); mlp: every hidden layer.
+    // Written by `strato compress prune --method channels`; rarely set by hand.
+    std::vector<int64_t> channels;
 
     void visit(config::Visitor& v) {
         using config::Range;
@@ -25,6 +30,7 @@ struct ModelConfig {
         v.field("hidden", hidden, Range::between(1, 1 << 16));
         v.field("dropout", dropout, Range::half_open(0, 1));
         v.field("batch_norm", batch_norm);
+        v.field("channels", channels, Range::between(1, 1 << 16));
     }
 };
 

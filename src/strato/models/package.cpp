@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "strato/core/fs.h"
+#include "strato/models/quantized.h"
 
 namespace strato::models {
 namespace stdfs = std::filesystem;
@@ -84,6 +85,7 @@ Status save_package(const std::string& dir, const PackageInfo& info, NetImpl& ne
         {"model", json::parse(config::to_json([&](config::Visitor& v) { model.visit(v); }))},
         {"num_classes", info.num_classes},
         {"parameters", parameter_count(net)},
+        {"precision", info.quantized() ? "int8" : "fp32"},
         {"labels", info.labels},
         {"preprocessing",
          {{"pixels", "uint8, scaled to [0, 1]"}, {"mean", info.mean}, {"std", info.std}, {"layout", "NCHW"}}},
@@ -91,6 +93,7 @@ Status save_package(const std::string& dir, const PackageInfo& info, NetImpl& ne
          {{kPackageWeights, {{"sha256", fs::sha256_hex(weights)}, {"bytes", weights.size()}}},
           {"metrics.json", {{"sha256", fs::sha256_hex(metrics)}, {"bytes", metrics.size()}}}}},
     };
+    if (info.quantized()) manifest["quantization"] = info.quantization;
     manifest.update(signature(info));
     STRATO_RETURN_IF_ERROR(write_file(tmp / kPackageManifest, manifest.dump(2) + "\n"));
 
@@ -133,6 +136,10 @@ Result<LoadedPackage> load_package(const std::string& dir) {
         return invalid_argument("{}: /inputs/0/shape must be [-1, C, H, W]", manifest_path);
     }
     info.input_shape = {shape[1], shape[2], shape[3]};
+    if (m.contains("quantization")) {
+        if (!m["quantization"].is_object()) return invalid_argument("{}: /quantization must be an object", manifest_path);
+        info.quantization = m["quantization"];
+    }
     STRATO_ASSIGN_OR_RETURN(json pre, get<json>(m, "preprocessing", manifest_path));
     STRATO_ASSIGN_OR_RETURN(info.mean, get<std::vector<double>>(pre, "mean", manifest_path + " /preprocessing"));
     STRATO_ASSIGN_OR_RETURN(info.std, get<std::vector<double>>(pre, "std", manifest_path + " /preprocessing"));
@@ -152,7 +159,16 @@ Result<LoadedPackage> load_package(const std::string& dir) {
         if (name == "metrics.json") info.metrics = json::parse(*bytes, nullptr, false);
         if (name == kPackageWeights) {
             STRATO_ASSIGN_OR_RETURN(out.net, create_model(info.model, info.input_shape, info.num_classes));
-            STRATO_RETURN_IF_ERROR(module_from_bytes(*out.net, *bytes, path));
+            if (info.quantized()) {
+                // The float network only gives the graph its shape; the archive holds the int8 net.
+                auto q = QuantizedNet::lower(info.model, *out.net);
+                if (!q) return Status(q.status().code(), fmt::format("{}: {}", path, q.status().message()));
+                STRATO_RETURN_IF_ERROR(module_from_bytes(**q, *bytes, path));
+                STRATO_RETURN_IF_ERROR((*q)->prepack().with_context(path));
+                out.net = *q;
+            } else {
+                STRATO_RETURN_IF_ERROR(module_from_bytes(*out.net, *bytes, path));
+            }
         }
     }
     out.net->eval();

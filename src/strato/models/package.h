@@ -29,6 +29,10 @@ struct PackageInfo {
     std::vector<double> mean;  // input normalisation on pixels scaled to [0, 1]
     std::vector<double> std;
     nlohmann::json metrics = nlohmann::json::object();  // written to metrics.json
+    // Set (an object) for an INT8 package made by `strato compress quantize`: its weights.pt
+    // holds a models::QuantizedNet, not the float network of `model`.
+    nlohmann::json quantization;
+    bool quantized() const { return quantization.is_object(); }
 };
 
 struct LoadedPackage {

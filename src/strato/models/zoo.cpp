@@ -59,13 +59,12 @@ void to_channels_last(torch::nn::Module& m) {
 namespace {
 
 /// Multi-layer perceptron: flatten -> [Linear -> ReLU -> Dropout] x depth -> Linear.
-/// Hidden widths halve from `width` each layer (784-256-128-10 by default).
+/// `hidden`: the width of each hidden layer (784-256-128-10 by default).
 class MlpImpl final : public NetImpl {
 public:
-    MlpImpl(int64_t in, int64_t width, int64_t depth, double dropout, int64_t classes) {
+    MlpImpl(int64_t in, const std::vector<int64_t>& hidden, double dropout, int64_t classes) {
         int64_t d = in;
-        for (int64_t i = 0; i < depth; ++i) {
-            int64_t h = std::max<int64_t>(8, width >> i);
+        for (int64_t h : hidden) {
             body_->push_back(nn::Linear(d, h));
             body_->push_back(nn::Functional(torch::relu));
             if (dropout > 0) body_->push_back(nn::Dropout(dropout));
@@ -80,24 +79,25 @@ private:
     nn::Sequential body_;
 };
 
-/// Small CNN: [conv3x3 -> BN -> ReLU -> conv3x3 -> BN -> ReLU -> maxpool2] x depth, channels
-/// doubling per block, then Linear(hidden) -> ReLU -> Dropout -> Linear(classes).
+/// Small CNN: [conv3x3 -> BN -> ReLU -> conv3x3 -> BN -> ReLU -> maxpool2] x depth, then
+/// Linear(hidden) -> ReLU -> Dropout -> Linear(classes). `convs`: the output channels of each
+/// convolution, two per block (by default doubling per block).
 class CnnImpl final : public NetImpl {
 public:
-    CnnImpl(const data::ImageShape& s, int64_t width, int64_t depth, int64_t hidden, double dropout, bool bn,
+    CnnImpl(const data::ImageShape& s, const std::vector<int64_t>& convs, int64_t hidden, double dropout, bool bn,
             int64_t classes) {
         int64_t c = s.channels, h = s.height, w = s.width;
-        for (int64_t b = 0; b < depth; ++b) {
-            int64_t out = width << b;
-            for (int rep = 0; rep < 2; ++rep) {
-                features_->push_back(nn::Conv2d(nn::Conv2dOptions(rep ? out : c, out, 3).padding(1).bias(!bn)));
-                if (bn) features_->push_back(nn::BatchNorm2d(out));
-                features_->push_back(nn::Functional(torch::relu));
-            }
-            features_->push_back(nn::MaxPool2d(nn::MaxPool2dOptions(2)));
+        for (size_t i = 0; i < convs.size(); ++i) {
+            const int64_t out = convs[i];
+            features_->push_back(nn::Conv2d(nn::Conv2dOptions(c, out, 3).padding(1).bias(!bn)));
+            if (bn) features_->push_back(nn::BatchNorm2d(out));
+            features_->push_back(nn::Functional(torch::relu));
             c = out;
-            h /= 2;
-            w /= 2;
+            if (i % 2 == 1) {
+                features_->push_back(nn::MaxPool2d(nn::MaxPool2dOptions(2)));
+                h /= 2;
+                w /= 2;
+            }
         }
         classifier_->push_back(nn::Flatten());
         if (dropout > 0) classifier_->push_back(nn::Dropout(dropout));
@@ -120,12 +120,13 @@ nn::Conv2d conv(int64_t in, int64_t out, int64_t k, int64_t stride) {
     return nn::Conv2d(nn::Conv2dOptions(in, out, k).stride(stride).padding(k / 2).bias(false));
 }
 
-/// Two 3x3 convolutions with an identity (or 1x1 projection) shortcut.
+/// Two 3x3 convolutions with an identity (or 1x1 projection) shortcut. `inner`: conv1's outputs
+/// (`planes` unless pruned); the block's output, `planes`, is what the shortcut adds to.
 class BasicBlockImpl : public nn::Module {
 public:
     static constexpr int64_t kExpansion = 1;
-    BasicBlockImpl(int64_t in, int64_t planes, int64_t stride)
-        : conv1_(conv(in, planes, 3, stride)), bn1_(planes), conv2_(conv(planes, planes, 3, 1)), bn2_(planes) {
+    BasicBlockImpl(int64_t in, int64_t inner, int64_t planes, int64_t stride)
+        : conv1_(conv(in, inner, 3, stride)), bn1_(inner), conv2_(conv(inner, planes, 3, 1)), bn2_(planes) {
         register_module("conv1", conv1_);
         register_module("bn1", bn1_);
         register_module("conv2", conv2_);
@@ -151,13 +152,14 @@ private:
 };
 TORCH_MODULE(BasicBlock);
 
-/// 1x1 reduce, 3x3, 1x1 expand (x4), as in ResNet-50.
+/// 1x1 reduce, 3x3, 1x1 expand (x4), as in ResNet-50. `inner1`, `inner2`: conv1's and conv2's
+/// outputs (`planes` unless pruned); the block's output is `planes * 4`.
 class BottleneckImpl : public nn::Module {
 public:
     static constexpr int64_t kExpansion = 4;
-    BottleneckImpl(int64_t in, int64_t planes, int64_t stride)
-        : conv1_(conv(in, planes, 1, 1)), bn1_(planes), conv2_(conv(planes, planes, 3, stride)), bn2_(planes),
-          conv3_(conv(planes, planes * kExpansion, 1, 1)), bn3_(planes * kExpansion) {
+    BottleneckImpl(int64_t in, int64_t inner1, int64_t inner2, int64_t planes, int64_t stride)
+        : conv1_(conv(in, inner1, 1, 1)), bn1_(inner1), conv2_(conv(inner1, inner2, 3, stride)), bn2_(inner2),
+          conv3_(conv(inner2, planes * kExpansion, 1, 1)), bn3_(planes * kExpansion) {
         register_module("conv1", conv1_);
         register_module("bn1", bn1_);
         register_module("conv2", conv2_);
@@ -190,10 +192,12 @@ TORCH_MODULE(Bottleneck);
 
 class ResNetImpl final : public NetImpl {
 public:
-    /// `blocks` per stage; `widths` per stage; `small_stem`: 3x3 stride-1 stem without max-pool
-    /// (CIFAR-style, for inputs up to 64 px), else the 7x7 stride-2 stem + max-pool of ImageNet.
-    ResNetImpl(const data::ImageShape& s, std::vector<int64_t> blocks, std::vector<int64_t> widths, bool bottleneck,
-               bool small_stem, double dropout, int64_t classes) {
+    /// `blocks` per stage; `widths` per stage; `inner`: the inner widths of the blocks in order
+    /// (one per basic block, two per bottleneck; empty: the stage widths); `small_stem`: 3x3
+    /// stride-1 stem without max-pool (CIFAR-style, for inputs up to 64 px), else the 7x7
+    /// stride-2 stem + max-pool of ImageNet.
+    ResNetImpl(const data::ImageShape& s, std::vector<int64_t> blocks, std::vector<int64_t> widths,
+               const std::vector<int64_t>& inner, bool bottleneck, bool small_stem, double dropout, int64_t classes) {
         int64_t in = widths[0];
         if (small_stem) {
             stem_->push_back(conv(s.channels, in, 3, 1));
@@ -203,14 +207,17 @@ public:
         stem_->push_back(nn::BatchNorm2d(in));
         stem_->push_back(nn::Functional(torch::relu));
         if (!small_stem) stem_->push_back(nn::MaxPool2d(nn::MaxPool2dOptions(3).stride(2).padding(1)));
+        size_t next = 0;  // into `inner`
+        auto inner_width = [&](int64_t planes) { return inner.empty() ? planes : inner.at(next++); };
         for (size_t st = 0; st < blocks.size(); ++st) {
             for (int64_t b = 0; b < blocks[st]; ++b) {
                 int64_t stride = (st > 0 && b == 0) ? 2 : 1;
                 if (bottleneck) {
-                    stages_->push_back(Bottleneck(in, widths[st], stride));
+                    const int64_t i1 = inner_width(widths[st]), i2 = inner_width(widths[st]);
+                    stages_->push_back(Bottleneck(in, i1, i2, widths[st], stride));
                     in = widths[st] * BottleneckImpl::kExpansion;
                 } else {
-                    stages_->push_back(BasicBlock(in, widths[st], stride));
+                    stages_->push_back(BasicBlock(in, inner_width(widths[st]), widths[st], stride));
                     in = widths[st];
                 }
             }
@@ -234,10 +241,21 @@ private:
     nn::Sequential stem_, stages_, head_;
 };
 
+/// model.channels, when set, must give exactly `expected` widths; `what` says what each one is.
+Status check_channels(const ModelConfig& c, size_t expected, const std::string& what) {
+    if (c.channels.empty() || c.channels.size() == expected) return Status::ok();
+    return invalid_argument("model.channels: this {} has {} prunable layers, so expected {} entries ({}), got {}",
+                            c.arch, expected, expected, what, c.channels.size());
+}
+
 Result<Net> make_mlp(const ModelConfig& c, const data::ImageShape& s, int64_t classes) {
     int64_t depth = c.depth ? c.depth : 2;
     if (depth > 16) return invalid_argument("model.depth: the mlp supports 1..16 hidden layers, got {}", depth);
-    return Net(std::make_shared<MlpImpl>(s.numel(), c.width ? c.width : 256, depth, c.dropout, classes));
+    STRATO_RETURN_IF_ERROR(check_channels(c, static_cast<size_t>(depth), "the width of each hidden layer"));
+    std::vector<int64_t> hidden = c.channels;
+    const int64_t width = c.width ? c.width : 256;
+    for (int64_t i = 0; hidden.size() < static_cast<size_t>(depth); ++i) hidden.push_back(std::max<int64_t>(8, width >> i));
+    return Net(std::make_shared<MlpImpl>(s.numel(), hidden, c.dropout, classes));
 }
 
 Result<Net> make_cnn(const ModelConfig& c, const data::ImageShape& s, int64_t classes) {
@@ -247,26 +265,44 @@ Result<Net> make_cnn(const ModelConfig& c, const data::ImageShape& s, int64_t cl
         return invalid_argument("model.depth: {} pooling blocks shrink a {}x{} image to nothing; use at most {}", depth,
                                 s.height, s.width, static_cast<int>(std::log2(static_cast<double>(min_side))));
     }
-    return Net(std::make_shared<CnnImpl>(s, c.width ? c.width : 32, depth, c.hidden, c.dropout, c.batch_norm, classes));
+    STRATO_RETURN_IF_ERROR(check_channels(c, static_cast<size_t>(2 * depth),
+                                          "the output channels of every convolution, 2 per block"));
+    std::vector<int64_t> convs = c.channels;
+    const int64_t width = c.width ? c.width : 32;
+    if (convs.empty()) {
+        for (int64_t b = 0; b < depth; ++b) convs.insert(convs.end(), 2, width << b);  // doubling per block
+    }
+    return Net(std::make_shared<CnnImpl>(s, convs, c.hidden, c.dropout, c.batch_norm, classes));
 }
 
 Result<Net> make_resnet(const ModelConfig& c, const data::ImageShape& s, int64_t classes) {
     const int64_t depth = c.depth ? c.depth : 20;
-    const bool small_stem = std::max(s.height, s.width) <= 64;
+    bool small_stem = std::max(s.height, s.width) <= 64;
     static const std::map<int64_t, std::pair<std::vector<int64_t>, bool>> kImagenet = {
         {18, {{2, 2, 2, 2}, false}}, {34, {{3, 4, 6, 3}, false}}, {50, {{3, 4, 6, 3}, true}}};
+    std::vector<int64_t> blocks, widths;
+    bool bottleneck = false;
     if (auto it = kImagenet.find(depth); it != kImagenet.end()) {
         int64_t w = c.width ? c.width : 64;
-        return Net(std::make_shared<ResNetImpl>(s, it->second.first, std::vector<int64_t>{w, 2 * w, 4 * w, 8 * w},
-                                                it->second.second, small_stem, c.dropout, classes));
-    }
-    if (depth >= 8 && (depth - 2) % 6 == 0) {  // CIFAR family: 6n+2 layers, 3 stages of n blocks
+        blocks = it->second.first;
+        widths = {w, 2 * w, 4 * w, 8 * w};
+        bottleneck = it->second.second;
+    } else if (depth >= 8 && (depth - 2) % 6 == 0) {  // CIFAR family: 6n+2 layers, 3 stages of n blocks
         int64_t n = (depth - 2) / 6, w = c.width ? c.width : 16;
-        return Net(std::make_shared<ResNetImpl>(s, std::vector<int64_t>{n, n, n}, std::vector<int64_t>{w, 2 * w, 4 * w},
-                                                false, /*small_stem=*/true, c.dropout, classes));
+        blocks = {n, n, n};
+        widths = {w, 2 * w, 4 * w};
+        small_stem = true;
+    } else {
+        return invalid_argument(
+            "model.depth: resnet depth {} is not supported (expected 18, 34, 50, or 6n+2 such as 20, 32, 56, 110)", depth);
     }
-    return invalid_argument("model.depth: resnet depth {} is not supported (expected 18, 34, 50, or 6n+2 such as 20, 32, 56, 110)",
-                            depth);
+    int64_t n_blocks = 0;
+    for (int64_t b : blocks) n_blocks += b;
+    STRATO_RETURN_IF_ERROR(check_channels(
+        c, static_cast<size_t>(bottleneck ? 2 * n_blocks : n_blocks),
+        bottleneck ? "the outputs of conv1 and of conv2 of every bottleneck block, 2 per block"
+                   : "the inner width of every residual block: conv1's outputs, conv2's inputs"));
+    return Net(std::make_shared<ResNetImpl>(s, blocks, widths, c.channels, bottleneck, small_stem, c.dropout, classes));
 }
 
 using Factory = Result<Net> (*)(const ModelConfig&, const data::ImageShape&, int64_t);

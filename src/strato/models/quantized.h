@@ -1,0 +1,76 @@
+#pragma once
+// INT8 inference for zoo networks through libtorch's quantized engines (oneDNN here: its AMX/VNNI
+// int8 kernels), as PyTorch's static post-training quantization does it:
+//   - BatchNorm folded into the preceding convolution; ReLU fused into conv, linear and the
+//     residual add (quantized::conv2d_relu, linear_relu, add_relu);
+//   - weights: symmetric signed 8 bit, one scale per output channel (or per tensor), zero point 0
+//     (what oneDNN requires);
+//   - activations: unsigned 8 bit per tensor, scale and zero point from a calibration pass with a
+//     min/max, percentile or histogram (minimum-MSE clipping) observer; biases stay FP32.
+//
+//   auto q = QuantizedNet::lower(cfg, *float_net).value();     // float graph, observers attached
+//   q->calibrate([&](auto feed) { for (x : batches) feed(x); return Status::ok(); }, opts);
+//   torch::Tensor logits = q->forward(x);                      // float in, float out, int8 inside
+//
+// A QuantizedNet is a NetImpl: it saves to and loads from a package's weights.pt (int8 weights as
+// parameters, scales and zero points as buffers) and `load_package` rebuilds it for INT8 packages.
+
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strato/models/zoo.h"
+
+namespace strato::models {
+
+struct QuantizeOptions {
+    std::string observer = "histogram";  // minmax | percentile | histogram
+    double percentile = 99.99;           // percentile: clip each activation at this percentile (and 100 - it)
+    bool per_channel = true;             // one weight scale per output channel (else one per tensor)
+};
+
+/// The observer names QuantizeOptions::observer accepts.
+const std::vector<std::string>& observer_names();
+
+namespace qops {
+class Op;
+}
+
+class QuantizedNet final : public NetImpl {
+public:
+    /// Lowers `net` (a zoo network built from `cfg`) to an INT8-ready graph that still runs in
+    /// float: BatchNorm folded, ReLU fused. A layer it cannot lower is an error naming the layer's
+    /// path and type. Selects libtorch's oneDNN quantized engine (or the best one available).
+    static Result<std::shared_ptr<QuantizedNet>> lower(const ModelConfig& cfg, NetImpl& net);
+
+    /// `feed` runs one calibration batch (normalised float images [B, C, H, W]) through the net.
+    using Feed = std::function<void(const torch::Tensor&)>;
+    /// Calls `for_each_batch(feed)` once per observer pass (twice for percentile and histogram:
+    /// ranges first, then histograms over them), then quantizes the weights, fixes every
+    /// activation's scale and zero point, and packs the weights for the engine.
+    Status calibrate(const std::function<Status(const Feed&)>& for_each_batch, const QuantizeOptions& opts);
+
+    /// Packs the int8 weights for the engine after they were loaded from an archive.
+    Status prepack();
+
+    /// Float in ([B, C, H, W], normalised), float logits out; INT8 inside once calibrated.
+    torch::Tensor forward(torch::Tensor x) override;
+
+    bool ready() const { return ready_; }
+    /// The quantized engine in use ("onednn", "fbgemm", "x86" or "qnnpack").
+    static std::string engine();
+    /// Per layer: kind, path, fused ReLU, activation scale/zero point, weight scale range.
+    nlohmann::json describe() const;
+    /// Bytes of the int8 weights plus FP32 biases and scales (what the model needs in memory).
+    int64_t weight_bytes() const;
+
+private:
+    QuantizedNet() = default;
+    std::vector<std::shared_ptr<qops::Op>> ops_;
+    bool ready_ = false;
+};
+
+}  // namespace strato::models
