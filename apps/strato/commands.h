@@ -28,6 +28,11 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code);
 void add_data_bench_command(CLI::App& data, const GlobalFlags& g, int* exit_code);
 void add_launch_command(CLI::App& app, const GlobalFlags& g, int* exit_code);
 void add_data_command(CLI::App& app, const GlobalFlags& g, int* exit_code);
+void add_compress_command(CLI::App& app, const GlobalFlags& g, int* exit_code);
+// The subcommands of `strato compress` (each in its own file).
+void add_compress_prune_command(CLI::App& compress, const GlobalFlags& g, int* exit_code);
+void add_compress_distill_command(CLI::App& compress, const GlobalFlags& g, int* exit_code);
+void add_compress_report_command(CLI::App& compress, const GlobalFlags& g, int* exit_code);
 /// For `strato [-q] launch [OPTIONS] COMMAND [ARGS...]`: keeps COMMAND... for the launch command
 /// and returns how many arguments CLI11 should parse (all of them for other commands).
 int split_launch_command(int argc, char** argv);

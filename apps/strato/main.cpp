@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
     cli::add_tune_command(app, g, &exit_code);
     cli::add_launch_command(app, g, &exit_code);
     cli::add_data_command(app, g, &exit_code);
+    cli::add_compress_command(app, g, &exit_code);
     app.parse_complete_callback([&] {
         log::set_level(g.verbose ? log::Level::kDebug : g.quiet ? log::Level::kWarn : log::Level::kInfo);
     });

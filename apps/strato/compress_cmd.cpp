@@ -1,0 +1,120 @@
+// strato compress quantize|prune|distill|report
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "strato/compress/quantize.h"
+#include "strato/train/train_config.h"
+#include "strato/train/trainer.h"
+
+namespace strato::cli {
+namespace {
+
+void add_quantize_command(CLI::App& compress, const GlobalFlags& g, int* exit_code) {
+    struct Opts {
+        compress::QuantizeRequest r;
+        std::string config, data, dataset;
+        std::vector<std::string> sets;
+        bool per_tensor = false, no_eval = false, json = false;
+        int64_t threads = 0, seed = 0;
+    };
+    auto o = std::make_shared<Opts>();
+    auto* cmd = compress.add_subcommand(
+        "quantize", "INT8 post-training quantization: calibrate on training data, write an INT8 model package");
+    cmd->add_option("--model", o->r.model, "Float model package directory (runs/NAME/model)")->required();
+    cmd->add_option("--output", o->r.output, "Directory of the INT8 package (default: <model>-int8)");
+    cmd->add_option("--calibration-batches", o->r.calibration_batches,
+                    "Batches of training samples the observers see (drawn at random)")
+        ->capture_default_str();
+    cmd->add_option("--batch-size", o->r.calibration_batch_size, "Samples per calibration batch")->capture_default_str();
+    cmd->add_option("--observer", o->r.quant.observer,
+                    "Activation ranges: minmax, percentile (clip at --percentile), or histogram (minimum-MSE clipping)")
+        ->check(CLI::IsMember(models::observer_names()))
+        ->capture_default_str();
+    cmd->add_option("--percentile", o->r.quant.percentile, "Clipping percentile of the percentile observer")
+        ->capture_default_str();
+    cmd->add_flag("--per-tensor-weights", o->per_tensor, "One weight scale per layer instead of per output channel");
+    cmd->add_option("--seed", o->seed, "Seed of the calibration sample")->capture_default_str();
+    cmd->add_option("--config", o->config, "Take the [data] section from this training config");
+    cmd->add_option("--set", o->sets, "Override a config key, e.g. --set data.limit_test=1000");
+    cmd->add_option("--data", o->data, "Dataset directory (default: Debian's Fashion-MNIST)");
+    cmd->add_option("--dataset", o->dataset, "Dataset kind: fashion-mnist, idx, image-folder, shards");
+    cmd->add_option("--threads", o->threads, "Intra-op threads (0 = cores)");
+    cmd->add_flag("--no-eval", o->no_eval, "Skip measuring float and INT8 accuracy on the test split");
+    cmd->add_flag("--json", o->json, "Print the result as JSON");
+    cmd->footer(
+        "Weights: symmetric int8 per output channel; activations: uint8 per tensor; BatchNorm folded and ReLU\n"
+        "fused; run by libtorch's oneDNN quantized engine. The INT8 package loads in strato eval, serve and\n"
+        "compress report like any other.\n"
+        "Examples:\n  strato compress quantize --model runs/fashion_mnist_cnn/model\n"
+        "  strato compress quantize --model runs/x/model --output runs/x/model-int8 --observer percentile "
+        "--percentile 99.9\nSee docs/compress.md.");
+    cmd->callback([o, &g, exit_code] {
+        train::TrainConfig cfg;
+        if (!o->config.empty() || !o->sets.empty()) {
+            auto loaded = o->config.empty() ? config::load_string<train::TrainConfig>("", o->sets)
+                                            : train::load_train_config(o->config, o->sets);
+            if (!loaded) return void(*exit_code = report_error("compress quantize", loaded.status()));
+            cfg = *loaded;
+        }
+        if (!o->data.empty()) cfg.data.path = o->data;
+        if (!o->dataset.empty()) cfg.data.dataset = o->dataset;
+        compress::QuantizeRequest r = o->r;
+        r.data = cfg.data;
+        r.quant.per_channel = !o->per_tensor;
+        r.evaluate = !o->no_eval;
+        r.seed = static_cast<uint64_t>(o->seed);
+        if (r.output.empty()) {
+            std::string m = r.model;
+            while (m.size() > 1 && m.back() == '/') m.pop_back();
+            r.output = m + "-int8";
+        }
+        train::configure_threads(o->threads);
+        auto q = compress::quantize_package(r);
+        if (!q) return void(*exit_code = report_error("compress quantize", q.status()));
+        if (o->json) {
+            nlohmann::json j = {{"model", r.model},
+                                {"output", q->output},
+                                {"engine", q->engine},
+                                {"observer", r.quant.observer},
+                                {"calibration_samples", q->calibration_samples},
+                                {"calibration_s", q->calibration_s},
+                                {"float_weights_bytes", q->float_bytes},
+                                {"int8_weights_bytes", q->int8_bytes},
+                                {"layers", q->layers}};
+            if (q->float_accuracy) {
+                j["float_accuracy"] = *q->float_accuracy;
+                j["int8_accuracy"] = *q->int8_accuracy;
+                j["test_samples"] = q->test_samples;
+            }
+            fmt::print("{}\n", j.dump(2));
+        } else if (!g.quiet) {
+            fmt::print("INT8 package: {} (engine {}, {} observer, {} calibration samples)\n", q->output, q->engine,
+                       r.quant.observer, q->calibration_samples);
+            fmt::print("weights: {:.2f} MB -> {:.2f} MB ({:.1f}x smaller)\n", q->float_bytes / 1e6, q->int8_bytes / 1e6,
+                       static_cast<double>(q->float_bytes) / std::max<int64_t>(1, q->int8_bytes));
+            if (q->float_accuracy)
+                fmt::print("accuracy on {} test samples: float {:.2f}%, int8 {:.2f}% ({:+.2f} pt)\n", q->test_samples,
+                           100 * *q->float_accuracy, 100 * *q->int8_accuracy,
+                           100 * (*q->int8_accuracy - *q->float_accuracy));
+        }
+        *exit_code = 0;
+    });
+}
+
+}  // namespace
+
+void add_compress_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
+    auto* cmd = app.add_subcommand("compress", "Make a model package smaller and faster: INT8 quantization, pruning, "
+                                               "distillation, and a comparison table");
+    cmd->require_subcommand(1);
+    cmd->footer("See docs/compress.md.");
+    add_quantize_command(*cmd, g, exit_code);
+    add_compress_prune_command(*cmd, g, exit_code);
+    add_compress_distill_command(*cmd, g, exit_code);
+    add_compress_report_command(*cmd, g, exit_code);
+}
+
+}  // namespace strato::cli

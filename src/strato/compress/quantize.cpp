@@ -1,0 +1,123 @@
+#include "strato/compress/quantize.h"
+
+#include <chrono>
+#include <filesystem>
+
+#include "strato/core/log.h"
+#include "strato/data/loader.h"
+#include "strato/models/package.h"
+#include "strato/train/trainer.h"
+
+namespace strato::compress {
+namespace stdfs = std::filesystem;
+
+namespace {
+
+int64_t file_bytes(const std::string& dir, const char* name) {
+    std::error_code ec;
+    auto n = stdfs::file_size(stdfs::path(dir) / name, ec);
+    return ec ? 0 : static_cast<int64_t>(n);
+}
+
+torch::Tensor batch_tensor(data::Batch& b, bool channels_last) {
+    auto x = torch::from_blob(b.images.data(), {b.size, b.shape.channels, b.shape.height, b.shape.width}, torch::kFloat);
+    if (!channels_last) return x.clone();
+    return torch::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::ChannelsLast)).copy_(x);
+}
+
+}  // namespace
+
+Result<QuantizeResult> quantize_package(const QuantizeRequest& r) {
+    if (r.calibration_batches < 1 || r.calibration_batch_size < 1)
+        return invalid_argument("calibration needs at least 1 batch of at least 1 sample (got {} x {})",
+                                r.calibration_batches, r.calibration_batch_size);
+    if (r.output.empty()) return invalid_argument("no output directory given for the INT8 package");
+    std::error_code ec;
+    if (stdfs::exists(r.output, ec) && stdfs::equivalent(r.output, r.model, ec))
+        return invalid_argument("the output {} is the source package itself; write the INT8 package next to it", r.output);
+
+    STRATO_ASSIGN_OR_RETURN(models::LoadedPackage pkg, models::load_package(r.model));
+    if (pkg.info.quantized()) {
+        return invalid_argument("{} is already quantized (INT8, {}); quantize its float package instead",
+                                r.model, pkg.info.quantization.value("scheme", "static"));
+    }
+    data::DataConfig cfg;
+    auto splits = train::open_package_data(pkg.info, r.data, &cfg);
+    if (!splits) return Status(splits.status().code(), "calibration data: " + splits.status().message());
+    if (splits->train->size() == 0)
+        return invalid_argument("calibration data: the train split of {} holds no samples", cfg.path);
+
+    QuantizeResult out;
+    out.output = r.output;
+    try {
+        const bool channels_last = models::is_convolutional(pkg.info.model);
+        STRATO_ASSIGN_OR_RETURN(auto qnet, models::QuantizedNet::lower(pkg.info.model, *pkg.net));
+        out.engine = models::QuantizedNet::engine();
+
+        // Calibration: a seeded random sample of the train split, without augmentation.
+        data::LoaderOptions lo = data::eval_loader_options(cfg, *splits);
+        lo.batch_size = r.calibration_batch_size;
+        lo.shuffle = true;
+        lo.seed = r.seed;
+        STRATO_ASSIGN_OR_RETURN(auto calib, data::Loader::create(splits->train, lo));
+        const int64_t batches = std::min(r.calibration_batches, calib->batches_per_epoch());
+        const auto start = std::chrono::steady_clock::now();
+        int64_t samples = 0;
+        auto for_each_batch = [&](const models::QuantizedNet::Feed& feed) -> Status {
+            calib->seek({0, 0});
+            samples = 0;
+            data::Batch b;
+            for (int64_t i = 0; i < batches; ++i) {
+                STRATO_ASSIGN_OR_RETURN(bool more, calib->next(b));
+                if (!more) break;
+                feed(batch_tensor(b, channels_last));
+                samples += b.size;
+            }
+            return Status::ok();
+        };
+        STRATO_RETURN_IF_ERROR(qnet->calibrate(for_each_batch, r.quant));
+        out.calibration_samples = samples;
+        out.calibration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        out.layers = qnet->describe();
+        log::info("calibrated on {} samples ({} batches, {} observer) in {:.1f} s; engine {}", samples, batches,
+                  r.quant.observer, out.calibration_s, out.engine);
+
+        models::PackageInfo info = pkg.info;
+        info.quantization = {
+            {"scheme", "static"},
+            {"weights", r.quant.per_channel ? "int8 symmetric per output channel" : "int8 symmetric per tensor"},
+            {"activations", "uint8 affine per tensor"},
+            {"engine", out.engine},
+            {"observer", r.quant.observer},
+            {"calibration", {{"split", "train"}, {"samples", samples}, {"batches", batches}, {"seed", r.seed}}},
+            {"source", r.model},
+            {"source_parameters", models::parameter_count(*pkg.net)},
+            {"layers", out.layers}};
+        if (r.quant.observer == "percentile") info.quantization["percentile"] = r.quant.percentile;
+
+        if (r.evaluate) {
+            STRATO_ASSIGN_OR_RETURN(auto test, data::Loader::create(splits->test, data::eval_loader_options(cfg, *splits)));
+            if (channels_last) models::to_channels_last(*pkg.net);
+            STRATO_ASSIGN_OR_RETURN(train::EvalResult f, train::evaluate(*pkg.net, *test, false, channels_last));
+            STRATO_ASSIGN_OR_RETURN(train::EvalResult q, train::evaluate(*qnet, *test, false, channels_last));
+            out.float_accuracy = f.accuracy;
+            out.int8_accuracy = q.accuracy;
+            out.test_samples = q.count;
+            info.metrics["test_acc"] = q.accuracy;
+            info.metrics["test_loss"] = q.loss;
+            info.metrics["test_samples"] = q.count;
+            info.metrics["source_test_acc"] = f.accuracy;
+        } else {
+            for (const char* k : {"test_acc", "test_loss", "best_test_acc"}) info.metrics.erase(k);
+        }
+        info.metrics["compression"] = {{"method", "int8"}, {"source", r.model}, {"observer", r.quant.observer}};
+        STRATO_RETURN_IF_ERROR(models::save_package(r.output, info, *qnet));
+    } catch (const c10::Error& e) {
+        return internal_error("libtorch: {}", models::torch_error_message(e));
+    }
+    out.float_bytes = file_bytes(r.model, models::kPackageWeights);
+    out.int8_bytes = file_bytes(r.output, models::kPackageWeights);
+    return out;
+}
+
+}  // namespace strato::compress

@@ -1,0 +1,298 @@
+#include "strato/compress/report.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <set>
+
+#include "strato/core/check.h"
+#include "strato/core/log.h"
+#include "strato/models/package.h"
+#include "strato/models/torch_compat.h"
+#include "strato/train/trainer.h"
+
+namespace strato::compress {
+namespace stdfs = std::filesystem;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr const char* kForm = "LABEL=DIR or LABEL=DIR@bf16, e.g. teacher=runs/fashion_mnist_cnn/model";
+
+struct Timing {
+    double p50_ms = 0, p90_ms = 0;
+    double throughput = 0;  // images/s
+};
+
+/// The median (mean of the two middle values for an even count) and the nearest-rank p90.
+std::pair<double, double> median_p90(std::vector<double> v) {
+    STRATO_ASSERT(!v.empty());
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    const double median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    const size_t rank = static_cast<size_t>(std::ceil(0.9 * static_cast<double>(n)));
+    return {median, v[std::max<size_t>(rank, 1) - 1]};
+}
+
+/// Times `net`'s forward pass as the server runs it (see report.h).
+Timing time_forward(models::NetImpl& net, const data::ImageShape& s, bool channels_last, bool bf16,
+                    const CompareOptions& o) {
+    c10::InferenceMode inference;
+    compat::AutocastGuard autocast(c10::DeviceType::CPU, at::kBFloat16, bf16);
+    // Normalised images look like standard normal noise to the timer; values do not change the time.
+    auto input = [&](int64_t b) {
+        auto x = torch::randn({b, s.channels, s.height, s.width});
+        if (!channels_last) return x;
+        // As the server builds its batch: a fresh channels-last buffer (not x.contiguous(ChannelsLast),
+        // which keeps NCHW strides for a single channel; see the trainer's images_tensor).
+        return torch::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::ChannelsLast)).copy_(x);
+    };
+    auto seconds = [&](const torch::Tensor& x) {
+        const auto t0 = Clock::now();
+        auto y = net.forward(x);
+        (void)y;
+        return std::chrono::duration<double>(Clock::now() - t0).count();
+    };
+    Timing t;
+    const auto one = input(1);
+    for (int64_t i = 0; i < o.warmup_runs; ++i) seconds(one);
+    std::vector<double> ms;
+    ms.reserve(static_cast<size_t>(o.latency_runs));
+    for (int64_t i = 0; i < o.latency_runs; ++i) ms.push_back(1e3 * seconds(one));
+    std::tie(t.p50_ms, t.p90_ms) = median_p90(ms);
+
+    const auto batch = input(o.throughput_batch);
+    for (int64_t i = 0; i < std::max<int64_t>(2, o.warmup_runs / 10); ++i) seconds(batch);
+    std::vector<double> rates;
+    for (int64_t i = 0; i < o.throughput_runs; ++i)
+        rates.push_back(static_cast<double>(o.throughput_batch) / std::max(1e-12, seconds(batch)));
+    t.throughput = median_p90(rates).first;
+    return t;
+}
+
+/// Parameters, and those not exactly zero (int8 parameters by their integer values).
+std::pair<int64_t, int64_t> count_parameters(const torch::nn::Module& m) {
+    int64_t all = 0, nonzero = 0;
+    for (const auto& p : m.parameters()) {
+        all += p.numel();
+        const auto v = p.is_quantized() ? p.int_repr() : p;
+        nonzero += v.count_nonzero().item<int64_t>();
+    }
+    return {all, nonzero};
+}
+
+Result<VariantReport> measure(const Variant& v, const CompareOptions& o) {
+    VariantReport r;
+    r.variant = v;
+    STRATO_ASSIGN_OR_RETURN(models::LoadedPackage pkg, models::load_package(v.dir));
+    r.arch = pkg.info.model.arch;
+    r.quantized = pkg.info.quantized();
+    if (r.quantized && v.bf16)
+        return invalid_argument(
+            "@bf16 asks for bf16 autocast, which applies to float packages; this one is INT8\nhint: "
+            "drop @bf16 for an INT8 package");
+    if (pkg.info.metrics.is_object() && pkg.info.metrics.contains("compression"))
+        r.compression = pkg.info.metrics["compression"];
+
+    // Accuracy exactly as `strato eval` computes it.
+    STRATO_ASSIGN_OR_RETURN(train::PackageEval ev, train::evaluate_package(v.dir, o.data, v.bf16));
+    r.accuracy = ev.result.accuracy;
+    r.loss = ev.result.loss;
+    r.samples = ev.result.count;
+
+    STRATO_ASSIGN_OR_RETURN(std::tie(r.size_bytes, r.files), directory_size(v.dir));
+    std::tie(r.parameters, r.nonzero_parameters) = count_parameters(*pkg.net);
+
+    const bool channels_last = models::is_convolutional(pkg.info.model);  // as serve's PackageModel
+    if (channels_last) models::to_channels_last(*pkg.net);
+    const Timing t = time_forward(*pkg.net, pkg.info.input_shape, channels_last, v.bf16, o);
+    r.latency_ms_p50 = t.p50_ms;
+    r.latency_ms_p90 = t.p90_ms;
+    r.throughput = t.throughput;
+    return r;
+}
+
+std::string thousands(int64_t n) {
+    std::string digits = std::to_string(n < 0 ? -n : n), out;
+    for (size_t i = 0; i < digits.size(); ++i) {
+        if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+        out += digits[i];
+    }
+    return n < 0 ? "-" + out : out;
+}
+
+double megabytes(int64_t bytes) { return static_cast<double>(bytes) / 1e6; }
+
+std::string precision(const VariantReport& r) { return r.quantized ? "int8" : r.variant.bf16 ? "bf16" : "fp32"; }
+
+std::string delta(const CompareReport& rep, size_t i) {
+    return i == 0 ? std::string("—") : fmt::format("{:+.2f}", rep.rows[i].accuracy_delta_pt);
+}
+
+std::string measured_how(const CompareReport& r) {
+    return fmt::format(
+        "accuracy on the {}; latency: median and p90 of {} forward passes at batch 1; throughput: median "
+        "of {} passes at batch {}; {} intra-op thread{}, CPU, InferenceMode, channels-last for "
+        "convolutional nets; size: every file of the package (MB = 10^6 bytes); ratios against the "
+        "first row",
+        r.dataset, r.latency_runs, r.throughput_runs, r.throughput_batch, r.threads, r.threads == 1 ? "" : "s");
+}
+
+}  // namespace
+
+Result<Variant> parse_variant(const std::string& spec) {
+    const auto eq = spec.find('=');
+    if (eq == std::string::npos) return invalid_argument("variant '{}': no '=' (expected {})", spec, kForm);
+    Variant v;
+    v.label = spec.substr(0, eq);
+    std::string rest = spec.substr(eq + 1);
+    if (v.label.empty())
+        return invalid_argument("variant '{}': the label before '=' is empty (expected {})", spec, kForm);
+    const auto at = rest.rfind('@');
+    if (at != std::string::npos && rest.find('/', at) == std::string::npos) {
+        const std::string p = rest.substr(at + 1);
+        if (p == "bf16") {
+            v.bf16 = true;
+        } else if (p != "fp32") {
+            return invalid_argument("variant '{}': unknown precision '@{}' (expected @bf16 or @fp32)", spec, p);
+        }
+        rest.resize(at);
+    }
+    if (rest.empty())
+        return invalid_argument("variant '{}': the package directory after '=' is empty (expected {})", spec, kForm);
+    v.dir = rest;
+    return v;
+}
+
+Result<std::pair<int64_t, int64_t>> directory_size(const std::string& dir) {
+    std::error_code ec;
+    int64_t bytes = 0, files = 0;
+    for (stdfs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        if (!it->is_regular_file(ec)) continue;
+        const auto n = it->file_size(ec);
+        if (ec) break;
+        bytes += static_cast<int64_t>(n);
+        ++files;
+    }
+    if (ec) return io_error("{}: cannot list: {}", dir, ec.message());
+    return std::pair{bytes, files};
+}
+
+Result<CompareReport> compare(const std::vector<Variant>& variants, const CompareOptions& opts) {
+    if (variants.empty()) return invalid_argument("no variants to compare\nhint: --model {} (repeatable)", kForm);
+    std::set<std::string> labels;
+    for (const auto& v : variants) {
+        if (!labels.insert(v.label).second)
+            return invalid_argument("variant label '{}' is given twice; labels name the rows, so each must be unique",
+                                    v.label);
+    }
+    if (opts.latency_runs < 1 || opts.throughput_runs < 1 || opts.throughput_batch < 1 || opts.warmup_runs < 0)
+        return invalid_argument("runs and batch sizes must be positive (latency runs {}, throughput runs {}, batch {})",
+                                opts.latency_runs, opts.throughput_runs, opts.throughput_batch);
+    CompareReport out;
+    out.threads = train::configure_threads(opts.threads);
+    out.latency_runs = opts.latency_runs;
+    out.throughput_runs = opts.throughput_runs;
+    out.throughput_batch = opts.throughput_batch;
+    try {
+        for (const auto& v : variants) {
+            log::info("measuring {} ({}{})", v.label, v.dir, v.bf16 ? ", bf16 autocast" : "");
+            auto r = measure(v, opts);
+            if (!r) return r.status().with_context(fmt::format("{} ({})", v.label, v.dir));
+            out.rows.push_back(std::move(r).value());
+        }
+    } catch (const c10::Error& e) {
+        return internal_error("libtorch: {}", models::torch_error_message(e));
+    }
+    out.dataset = fmt::format("{} test split ({} samples)", opts.data.dataset, out.rows.front().samples);
+    const VariantReport& base = out.rows.front();
+    for (auto& r : out.rows) {
+        r.accuracy_delta_pt = 100 * (r.accuracy - base.accuracy);
+        r.size_ratio = r.size_bytes > 0 ? static_cast<double>(base.size_bytes) / static_cast<double>(r.size_bytes) : 0;
+        r.latency_speedup = r.latency_ms_p50 > 0 ? base.latency_ms_p50 / r.latency_ms_p50 : 0;
+        r.throughput_speedup = base.throughput > 0 ? r.throughput / base.throughput : 0;
+    }
+    return out;
+}
+
+json to_json(const CompareReport& rep) {
+    json rows = json::array();
+    for (const auto& r : rep.rows) {
+        rows.push_back({{"label", r.variant.label},
+                        {"dir", r.variant.dir},
+                        {"precision", precision(r)},
+                        {"arch", r.arch},
+                        {"quantized", r.quantized},
+                        {"compression", r.compression},
+                        {"accuracy", r.accuracy},
+                        {"loss", r.loss},
+                        {"samples", r.samples},
+                        {"size_bytes", r.size_bytes},
+                        {"size_mb", megabytes(r.size_bytes)},
+                        {"files", r.files},
+                        {"parameters", r.parameters},
+                        {"nonzero_parameters", r.nonzero_parameters},
+                        {"latency_ms_p50", r.latency_ms_p50},
+                        {"latency_ms_p90", r.latency_ms_p90},
+                        {"throughput", r.throughput},
+                        {"accuracy_delta_pt", r.accuracy_delta_pt},
+                        {"size_ratio", r.size_ratio},
+                        {"latency_speedup", r.latency_speedup},
+                        {"throughput_speedup", r.throughput_speedup}});
+    }
+    return {{"rows", rows},
+            {"threads", rep.threads},
+            {"latency_runs", rep.latency_runs},
+            {"throughput_runs", rep.throughput_runs},
+            {"throughput_batch", rep.throughput_batch},
+            {"dataset", rep.dataset}};
+}
+
+std::string format_table(const CompareReport& rep) {
+    size_t w = 5;
+    for (const auto& r : rep.rows) w = std::max(w, r.variant.label.size());
+    std::string out =
+        fmt::format("{:<{}}  {:>5}  {:>8}  {:>7}  {:>6}  {:>10}  {:>10}  {:>10}  {:>8}  {:>8}  {:>7}  {:>9}  {:>7}\n",
+                    "model", w, "prec", "acc %", "Δ pt", "MB", "smaller", "params", "non-zero", "p50 ms", "p90 ms",
+                    "faster", "img/s", "faster");
+    for (size_t i = 0; i < rep.rows.size(); ++i) {
+        const auto& r = rep.rows[i];
+        out += fmt::format(
+            "{:<{}}  {:>5}  {:>8.2f}  {:>7}  {:>6.2f}  {:>9.2f}×  {:>10}  {:>10}  {:>8.3f}  {:>8.3f}  "
+            "{:>6.2f}×  {:>9.0f}  {:>6.2f}×\n",
+            r.variant.label, w, precision(r), 100 * r.accuracy, delta(rep, i), megabytes(r.size_bytes), r.size_ratio,
+            thousands(r.parameters), thousands(r.nonzero_parameters), r.latency_ms_p50, r.latency_ms_p90,
+            r.latency_speedup, r.throughput, r.throughput_speedup);
+    }
+    out += "(" + measured_how(rep) + ")\n";
+    return out;
+}
+
+std::string format_markdown(const CompareReport& rep) {
+    std::string out = fmt::format(
+        "| model | precision | accuracy | Δ accuracy | size | smaller | parameters (non-zero) | latency p50 / p90, "
+        "batch 1 "
+        "| faster | throughput, batch {} | faster |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        rep.throughput_batch);
+    for (size_t i = 0; i < rep.rows.size(); ++i) {
+        const auto& r = rep.rows[i];
+        const std::string params =
+            r.nonzero_parameters == r.parameters
+                ? thousands(r.parameters)
+                : fmt::format("{} ({})", thousands(r.parameters), thousands(r.nonzero_parameters));
+        out += fmt::format(
+            "| {} | {} | {:.2f} % | {} | {:.2f} MB | {:.2f}× | {} | {:.3f} / {:.3f} ms | {:.2f}× | {}/s | "
+            "{:.2f}× |\n",
+            r.variant.label, precision(r), 100 * r.accuracy, i == 0 ? "—" : delta(rep, i) + " pt",
+            megabytes(r.size_bytes), r.size_ratio, params, r.latency_ms_p50, r.latency_ms_p90, r.latency_speedup,
+            thousands(std::llround(r.throughput)), r.throughput_speedup);
+    }
+    out += "\n" + measured_how(rep) + ".\n";
+    return out;
+}
+
+}  // namespace strato::compress

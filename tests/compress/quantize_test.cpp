@@ -1,0 +1,305 @@
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "strato/compress/quantize.h"
+#include "strato/core/fs.h"
+#include "strato/models/package.h"
+#include "strato/models/quantized.h"
+
+namespace strato::compress {
+namespace {
+namespace stdfs = std::filesystem;
+using models::ModelConfig;
+using models::QuantizedNet;
+
+/// Random BatchNorm statistics and affine parameters, so folding them is really exercised.
+void randomize_batch_norm(torch::nn::Module& net) {
+    torch::NoGradGuard no_grad;
+    for (auto& m : net.modules(/*include_self=*/false)) {
+        if (auto* bn = m->as<torch::nn::BatchNorm2d>()) {
+            bn->weight.uniform_(0.5, 1.5);
+            bn->bias.uniform_(-0.2, 0.2);
+            bn->running_mean.uniform_(-0.2, 0.2);
+            bn->running_var.uniform_(0.5, 2.0);
+        }
+    }
+}
+
+double cosine(const torch::Tensor& a, const torch::Tensor& b) {
+    return (a.flatten() * b.flatten()).sum().item<double>() / (a.norm().item<double>() * b.norm().item<double>());
+}
+
+struct Built {
+    models::Net net;
+    std::shared_ptr<QuantizedNet> q;
+};
+
+Built build_and_quantize(const ModelConfig& cfg, const data::ImageShape& shape, const torch::Tensor& calib,
+                         const models::QuantizeOptions& opts = {}) {
+    torch::manual_seed(1);
+    Built b;
+    b.net = models::create_model(cfg, shape, 10).value();
+    randomize_batch_norm(*b.net);
+    b.net->eval();
+    auto q = QuantizedNet::lower(cfg, *b.net);
+    EXPECT_TRUE(q.is_ok()) << q.status().message();
+    b.q = *q;
+    Status st = b.q->calibrate(
+        [&](const QuantizedNet::Feed& feed) {
+            for (int64_t i = 0; i < calib.size(0); i += 16) feed(calib.slice(0, i, i + 16));
+            return Status::ok();
+        },
+        opts);
+    EXPECT_TRUE(st.is_ok()) << st.message();
+    return b;
+}
+
+struct Case {
+    const char* arch;
+    int64_t depth, width;
+    data::ImageShape shape;
+};
+
+class QuantizedZoo : public ::testing::TestWithParam<Case> {};
+
+// The INT8 graph (BatchNorm folded, ReLU fused, oneDNN kernels) computes what the float network
+// computes, up to 8-bit rounding: every zoo architecture, including basic and bottleneck blocks.
+TEST_P(QuantizedZoo, Int8OutputsFollowTheFloatNetwork) {
+    const Case c = GetParam();
+    at::set_num_threads(2);
+    ModelConfig cfg;
+    cfg.arch = c.arch;
+    cfg.depth = c.depth;
+    cfg.width = c.width;
+    torch::manual_seed(7);
+    auto calib = torch::randn({64, c.shape.channels, c.shape.height, c.shape.width});
+    auto b = build_and_quantize(cfg, c.shape, calib);
+    ASSERT_TRUE(b.q->ready());
+    torch::NoGradGuard no_grad;
+    auto x = torch::randn({32, c.shape.channels, c.shape.height, c.shape.width});
+    auto ref = b.net->forward(x);
+    auto got = b.q->forward(x);
+    ASSERT_EQ(got.sizes(), ref.sizes());
+    EXPECT_EQ(got.scalar_type(), torch::kFloat);
+    EXPECT_GT(cosine(got, ref), 0.99) << c.arch << c.depth;
+    // Channels-last input (what eval and serve feed convolutional nets) gives the same result.
+    auto got_cl = b.q->forward(x.contiguous(at::MemoryFormat::ChannelsLast));
+    EXPECT_TRUE(torch::allclose(got, got_cl, 1e-4, 1e-4));
+    // The stored weights really are 8-bit.
+    int64_t int8_params = 0;
+    for (const auto& p : b.q->parameters()) {
+        if (p.scalar_type() != torch::kChar) continue;
+        ++int8_params;
+        EXPECT_LE(p.abs().max().item<int>(), 127);
+    }
+    EXPECT_GT(int8_params, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Zoo, QuantizedZoo,
+                         ::testing::Values(Case{"cnn", 2, 16, {1, 28, 28}}, Case{"mlp", 2, 64, {1, 28, 28}},
+                                           Case{"resnet", 8, 8, {3, 32, 32}}, Case{"resnet", 50, 4, {3, 16, 16}},
+                                           Case{"resnet", 18, 8, {3, 72, 72}}),
+                         [](const auto& param_info) {
+                             return std::string(param_info.param.arch) + std::to_string(param_info.param.depth);
+                         });
+
+TEST(Quantize, ObserversClipOutliersDifferently) {
+    ModelConfig cfg;
+    cfg.arch = "mlp";
+    cfg.width = 32;
+    auto scale_of_input = [&](const torch::Tensor& calib, const char* observer) {
+        models::QuantizeOptions o;
+        o.observer = observer;
+        o.percentile = 99.9;
+        auto b = build_and_quantize(cfg, {1, 32, 32}, calib, o);
+        return b.q->describe()[0]["scale"].get<double>();
+    };
+    torch::manual_seed(3);
+    auto calib = torch::randn({256, 1, 32, 32});  // 262144 values, |x| < 5.5
+    auto far = calib.clone();
+    far[0][0][0][0] = 1000.f;  // one wild outlier
+    const double minmax = scale_of_input(far, "minmax"), pct = scale_of_input(far, "percentile");
+    EXPECT_GT(minmax, 1000.0 / 255 * 0.99);  // the range covers the outlier
+    EXPECT_LT(pct, minmax / 50);             // the 99.9th percentile of N(0, 1) is about 3.1
+    // Minimum-MSE clipping: one mild outlier costs less clipped than coarser steps for every value ...
+    auto mild = calib.clone();
+    mild[0][0][0][0] = 9.f;
+    EXPECT_LT(scale_of_input(mild, "histogram"), 0.9 * scale_of_input(mild, "minmax"));
+    // ... while a range without outliers is left (nearly) whole.
+    auto uniform = torch::rand({256, 1, 32, 32}) * 2 - 1;
+    EXPECT_GT(scale_of_input(uniform, "histogram"), 0.95 * scale_of_input(uniform, "minmax"));
+}
+
+TEST(Quantize, PerTensorWeightsShareOneScale) {
+    ModelConfig cfg;
+    cfg.arch = "cnn";
+    cfg.width = 8;
+    models::QuantizeOptions o;
+    o.per_channel = false;
+    auto b = build_and_quantize(cfg, {1, 16, 16}, torch::randn({32, 1, 16, 16}), o);
+    for (const auto& layer : b.q->describe()) {
+        if (!layer.contains("weight_scale_min")) continue;
+        EXPECT_DOUBLE_EQ(layer["weight_scale_min"].get<double>(), layer["weight_scale_max"].get<double>());
+    }
+    auto pc = build_and_quantize(cfg, {1, 16, 16}, torch::randn({32, 1, 16, 16}));
+    EXPECT_LT(pc.q->describe()[1]["weight_scale_min"].get<double>(), pc.q->describe()[1]["weight_scale_max"].get<double>());
+}
+
+/// A net with a layer the lowering does not know (GELU): the error names its path and type.
+class GeluNet final : public models::NetImpl {
+public:
+    GeluNet() {
+        features->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3)));
+        features->push_back(torch::nn::GELU());
+        classifier->push_back(torch::nn::Flatten());
+        classifier->push_back(torch::nn::Linear(4 * 6 * 6, 10));
+        register_module("features", features);
+        register_module("classifier", classifier);
+    }
+    torch::Tensor forward(torch::Tensor x) override { return classifier->forward(features->forward(x)); }
+    torch::nn::Sequential features, classifier;
+};
+
+TEST(Quantize, UnsupportedLayerIsNamed) {
+    ModelConfig cfg;
+    cfg.arch = "cnn";
+    GeluNet net;
+    auto q = QuantizedNet::lower(cfg, net);
+    ASSERT_FALSE(q.is_ok());
+    EXPECT_NE(q.status().message().find("features.1"), std::string::npos) << q.status().message();
+    EXPECT_NE(q.status().message().find("GELU"), std::string::npos) << q.status().message();
+    ModelConfig other;
+    other.arch = "transformer";
+    EXPECT_FALSE(QuantizedNet::lower(other, net).is_ok());
+}
+
+TEST(Quantize, BadObserverOptionsAreRefused) {
+    ModelConfig cfg;
+    cfg.arch = "mlp";
+    auto net = models::create_model(cfg, {1, 8, 8}, 10).value();
+    auto q = QuantizedNet::lower(cfg, *net).value();
+    auto none = [](const QuantizedNet::Feed&) { return Status::ok(); };
+    models::QuantizeOptions o;
+    o.observer = "entropy";
+    EXPECT_NE(q->calibrate(none, o).message().find("entropy"), std::string::npos);
+    o = {};
+    o.percentile = 20;
+    EXPECT_FALSE(q->calibrate(none, o).is_ok());
+    Status empty = q->calibrate(none, {});
+    EXPECT_NE(empty.message().find("no data"), std::string::npos) << empty.message();
+}
+
+// ---- packages ----
+
+class QuantizePackage : public ::testing::Test {
+protected:
+    void SetUp() override {
+        at::set_num_threads(2);
+        dir_ = stdfs::temp_directory_path() / ("strato-quant-" + std::to_string(::getpid()));
+        stdfs::remove_all(dir_);
+        stdfs::create_directories(dir_);
+        data_.dataset = "synthetic";
+        data_.path = "/nonexistent";
+        data_.image_size = 16;
+        data_.channels = 3;
+        data_.classes = 10;
+        data_.limit_train = 256;
+        data_.workers = 0;
+        models::PackageInfo info;
+        info.model.arch = "resnet";
+        info.model.depth = 8;
+        info.model.width = 8;
+        info.input_shape = {3, 16, 16};
+        info.num_classes = 10;
+        for (int i = 0; i < 10; ++i) info.labels.push_back(fmt::format("c{}", i));
+        info.mean = {0.5, 0.5, 0.5};
+        info.std = {0.25, 0.25, 0.25};
+        torch::manual_seed(5);
+        auto net = models::create_model(info.model, info.input_shape, 10).value();
+        randomize_batch_norm(*net);
+        ASSERT_TRUE(models::save_package(float_dir(), info, *net).is_ok());
+    }
+    void TearDown() override { if (!getenv("KEEP")) stdfs::remove_all(dir_); }
+    std::string float_dir() const { return (dir_ / "model").string(); }
+    std::string int8_dir() const { return (dir_ / "model-int8").string(); }
+    QuantizeRequest request() const {
+        QuantizeRequest r;
+        r.model = float_dir();
+        r.output = int8_dir();
+        r.data = data_;
+        r.calibration_batches = 4;
+        r.calibration_batch_size = 32;
+        return r;
+    }
+    stdfs::path dir_;
+    data::DataConfig data_;
+};
+
+TEST_F(QuantizePackage, WritesAnInt8PackageThatLoadsAndMatches) {
+    auto r = quantize_package(request());
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_EQ(r->calibration_samples, 128);
+    ASSERT_TRUE(r->float_accuracy && r->int8_accuracy);
+    // int8 weights; the archive's per-tensor records weigh more in a net this small than in real ones.
+    EXPECT_GT(r->float_bytes, 2 * r->int8_bytes);
+    auto f = models::load_package(float_dir());
+    auto q = models::load_package(int8_dir());
+    ASSERT_TRUE(q.is_ok()) << q.status().message();
+    EXPECT_TRUE(q->info.quantized());
+    EXPECT_EQ(q->info.quantization["observer"], "histogram");
+    EXPECT_EQ(q->info.labels, f->info.labels);
+    EXPECT_DOUBLE_EQ(q->info.metrics["test_acc"].get<double>(), *r->int8_accuracy);
+    torch::NoGradGuard no_grad;
+    auto x = torch::randn({8, 3, 16, 16});
+    auto yf = f->net->forward(x), yq = q->net->forward(x);
+    EXPECT_GT(cosine(yq, yf), 0.99);
+    // Loading twice gives the same int8 network, bit for bit.
+    auto q2 = models::load_package(int8_dir());
+    EXPECT_TRUE(torch::equal(q2->net->forward(x), yq));
+    auto manifest = nlohmann::json::parse(*fs::read_file(int8_dir() + "/strato-model.json"));
+    EXPECT_EQ(manifest["precision"], "int8");
+    EXPECT_EQ(manifest["quantization"]["engine"], QuantizedNet::engine());
+}
+
+TEST_F(QuantizePackage, AnInt8PackageIsNotQuantizedAgain) {
+    ASSERT_TRUE(quantize_package(request()).is_ok());
+    QuantizeRequest again = request();
+    again.model = int8_dir();
+    again.output = (dir_ / "twice").string();
+    auto r = quantize_package(again);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("already quantized"), std::string::npos) << r.status().message();
+    EXPECT_FALSE(stdfs::exists(dir_ / "twice"));
+}
+
+TEST_F(QuantizePackage, MissingCalibrationDataIsAClearError) {
+    QuantizeRequest r = request();
+    r.data.dataset = "image-folder";
+    r.data.path = (dir_ / "no-such-folder").string();
+    auto q = quantize_package(r);
+    ASSERT_FALSE(q.is_ok());
+    EXPECT_NE(q.status().message().find("calibration data"), std::string::npos) << q.status().message();
+    EXPECT_NE(q.status().message().find("no-such-folder"), std::string::npos) << q.status().message();
+    r = request();
+    r.calibration_batches = 0;
+    EXPECT_FALSE(quantize_package(r).is_ok());
+    r = request();
+    r.output = float_dir();
+    EXPECT_NE(quantize_package(r).status().message().find("source package itself"), std::string::npos);
+}
+
+TEST_F(QuantizePackage, CorruptInt8WeightsAreReportedNotLoaded) {
+    ASSERT_TRUE(quantize_package(request()).is_ok());
+    const std::string w = int8_dir() + "/weights.pt";
+    std::string bytes = *fs::read_file(w);
+    bytes[bytes.size() / 2] ^= 0x5a;
+    ASSERT_TRUE(fs::atomic_write(w, bytes).is_ok());
+    auto q = models::load_package(int8_dir());
+    ASSERT_FALSE(q.is_ok());
+    EXPECT_NE(q.status().message().find("corrupt"), std::string::npos) << q.status().message();
+}
+
+}  // namespace
+}  // namespace strato::compress

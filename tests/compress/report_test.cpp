@@ -1,0 +1,238 @@
+// The comparison report: variant specs, and compare() on real packages over a few hundred
+// Fashion-MNIST test samples — accuracy as `strato eval` computes it, size as the files add up,
+// parameters and non-zero parameters, positive timings, the bf16 row, the renderers. No timing
+// assertions beyond "positive" (the machine is shared).
+
+#include "strato/compress/report.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "strato/models/package.h"
+#include "strato/train/trainer.h"
+
+namespace strato::compress {
+namespace {
+namespace stdfs = std::filesystem;
+
+struct SpecCase {
+    const char* name;  // of the ctest entry
+    const char* spec;
+    const char* label;  // nullptr: an error containing `error`
+    const char* dir;
+    bool bf16;
+    const char* error;
+};
+
+class VariantSpecs : public ::testing::TestWithParam<SpecCase> {};
+
+TEST_P(VariantSpecs, Parse) {
+    const SpecCase& c = GetParam();
+    auto v = parse_variant(c.spec);
+    if (c.label) {
+        ASSERT_TRUE(v.is_ok()) << c.spec << ": " << v.status().message();
+        EXPECT_EQ(v->label, c.label);
+        EXPECT_EQ(v->dir, c.dir);
+        EXPECT_EQ(v->bf16, c.bf16);
+    } else {
+        ASSERT_FALSE(v.is_ok()) << c.spec;
+        EXPECT_EQ(v.status().code(), StatusCode::kInvalidArgument);
+        EXPECT_NE(v.status().message().find(c.error), std::string::npos) << v.status().message();
+        EXPECT_NE(v.status().message().find(c.spec), std::string::npos) << v.status().message();
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Report, VariantSpecs,
+    ::testing::Values(
+        SpecCase{"Plain", "teacher=runs/cnn/model", "teacher", "runs/cnn/model", false, ""},
+        SpecCase{"Bf16", "teacher bf16=runs/cnn/model@bf16", "teacher bf16", "runs/cnn/model", true, ""},
+        SpecCase{"Fp32", "t=runs/cnn/model@fp32", "t", "runs/cnn/model", false, ""},
+        SpecCase{"AtInsideThePath", "t=/tmp/a@b/model", "t", "/tmp/a@b/model", false, ""},
+        SpecCase{"EqualsInsideThePath", "t=x=y", "t", "x=y", false, ""},
+        SpecCase{"NoEquals", "runs/cnn/model", nullptr, nullptr, false, "no '='"},
+        SpecCase{"EmptyLabel", "=runs/cnn/model", nullptr, nullptr, false, "label before '=' is empty"},
+        SpecCase{"EmptyDir", "t=", nullptr, nullptr, false, "package directory after '=' is empty"},
+        SpecCase{"OnlyPrecision", "t=@bf16", nullptr, nullptr, false, "package directory after '=' is empty"},
+        SpecCase{"UnknownPrecision", "t=runs/cnn/model@fp16", nullptr, nullptr, false, "unknown precision '@fp16'"}),
+    [](const ::testing::TestParamInfo<SpecCase>& p) { return std::string(p.param.name); });
+
+std::string make_package(const std::string& dir, int64_t width, bool prune_half) {
+    torch::manual_seed(3);
+    models::ModelConfig m;
+    m.arch = "cnn";
+    m.width = width;
+    m.hidden = 16;
+    auto net = models::create_model(m, {1, 28, 28}, 10);
+    EXPECT_TRUE(net.is_ok()) << net.status().message();
+    if (prune_half) {  // every other weight of every layer to 0, as unstructured pruning leaves them
+        torch::NoGradGuard no_grad;
+        for (auto& p : (*net)->parameters()) p.view(-1).slice(0, 0, p.numel(), 2).zero_();
+    }
+    models::PackageInfo info;
+    info.model = m;
+    info.input_shape = {1, 28, 28};
+    info.num_classes = 10;
+    info.mean = {0.2860};
+    info.std = {0.3530};
+    info.metrics = {{"compression", {{"method", "prune"}}}};
+    EXPECT_TRUE(models::save_package(dir, info, **net).is_ok());
+    return dir;
+}
+
+class Compare : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (!stdfs::exists("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz"))
+            GTEST_SKIP() << "needs dataset-fashion-mnist";
+        const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+        dir_ = (stdfs::temp_directory_path() / fmt::format("strato-report-{}-{}", info->name(), ::getpid())).string();
+        stdfs::remove_all(dir_);
+        stdfs::create_directories(dir_);
+        opts_.data.limit_train = 64;
+        opts_.data.limit_test = 300;
+        opts_.threads = 2;
+        opts_.latency_runs = 30;
+        opts_.throughput_runs = 3;
+        opts_.throughput_batch = 16;
+        opts_.warmup_runs = 3;
+    }
+    void TearDown() override {
+        if (!dir_.empty()) stdfs::remove_all(dir_);
+    }
+    std::string dir_;
+    CompareOptions opts_;
+};
+
+TEST_F(Compare, MeasuresEveryRowAsEvalAndTheFilesSay) {
+    const std::string big = make_package(dir_ + "/big", 8, false);
+    const std::string pruned = make_package(dir_ + "/pruned", 8, true);
+    const std::string small = make_package(dir_ + "/small", 4, false);
+    // An extra file in the package directory counts towards its size.
+    { std::ofstream(big + "/model.onnx") << std::string(1000, 'x'); }
+    auto r = compare({{"big", big}, {"big-bf16", big, true}, {"pruned", pruned}, {"small", small}}, opts_);
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    ASSERT_EQ(r->rows.size(), 4u);
+    EXPECT_EQ(r->threads, 2);
+
+    for (const auto& row : r->rows) {
+        SCOPED_TRACE(row.variant.label);
+        auto ev = train::evaluate_package(row.variant.dir, opts_.data, row.variant.bf16);
+        ASSERT_TRUE(ev.is_ok()) << ev.status().message();
+        EXPECT_EQ(row.accuracy, ev->result.accuracy);
+        EXPECT_EQ(row.loss, ev->result.loss);
+        EXPECT_EQ(row.samples, 300);
+        EXPECT_EQ(row.parameters, ev->parameters);
+        int64_t bytes = 0, files = 0;
+        for (const auto& e : stdfs::directory_iterator(row.variant.dir)) {
+            bytes += static_cast<int64_t>(e.file_size());
+            ++files;
+        }
+        EXPECT_EQ(row.size_bytes, bytes);
+        EXPECT_EQ(row.files, files);
+        EXPECT_GT(row.latency_ms_p50, 0);
+        EXPECT_GE(row.latency_ms_p90, row.latency_ms_p50);
+        EXPECT_GT(row.throughput, 0);
+        EXPECT_EQ(row.arch, "cnn");
+        EXPECT_FALSE(row.quantized);
+        EXPECT_EQ(row.compression["method"], "prune");
+    }
+    const auto& base = r->rows[0];
+    EXPECT_EQ(base.accuracy_delta_pt, 0);
+    EXPECT_EQ(base.size_ratio, 1);
+    EXPECT_EQ(base.latency_speedup, 1);
+    EXPECT_EQ(base.throughput_speedup, 1);
+    int64_t nonzero = 0;  // counted here independently (some initial values, e.g. BatchNorm's biases, are 0)
+    {
+        auto pkg = models::load_package(big);
+        ASSERT_TRUE(pkg.is_ok());
+        for (const auto& p : pkg->net->parameters()) nonzero += (p != 0).sum().item<int64_t>();
+    }
+    EXPECT_EQ(base.nonzero_parameters, nonzero);
+    EXPECT_LT(base.nonzero_parameters, base.parameters);
+    // bf16: the same package, the same size, the accuracy of `strato eval --bf16`.
+    EXPECT_TRUE(r->rows[1].variant.bf16);
+    EXPECT_EQ(r->rows[1].size_bytes, base.size_bytes);
+    // Pruned: half of the weights are zero (odd-sized tensors keep one more non-zero).
+    const auto& pr = r->rows[2];
+    EXPECT_EQ(pr.parameters, base.parameters);
+    EXPECT_LE(pr.nonzero_parameters, pr.parameters / 2 + 16);
+    EXPECT_GE(pr.nonzero_parameters, pr.parameters / 2 - 64);
+    // Ratios against the first row.
+    const auto& sm = r->rows[3];
+    EXPECT_LT(sm.parameters, base.parameters);
+    EXPECT_DOUBLE_EQ(sm.size_ratio, static_cast<double>(base.size_bytes) / static_cast<double>(sm.size_bytes));
+    EXPECT_GT(sm.size_ratio, 1);
+    EXPECT_DOUBLE_EQ(sm.accuracy_delta_pt, 100 * (sm.accuracy - base.accuracy));
+    EXPECT_DOUBLE_EQ(sm.latency_speedup, base.latency_ms_p50 / sm.latency_ms_p50);
+    EXPECT_DOUBLE_EQ(sm.throughput_speedup, sm.throughput / base.throughput);
+
+    // The renderers carry every row.
+    const std::string table = format_table(*r), md = format_markdown(*r);
+    const nlohmann::json j = to_json(*r);
+    for (const char* label : {"big", "big-bf16", "pruned", "small"}) {
+        EXPECT_NE(table.find(label), std::string::npos) << table;
+        EXPECT_NE(md.find(std::string("| ") + label + " |"), std::string::npos) << md;
+    }
+    const std::string header = table.substr(0, table.find('\n'));
+    EXPECT_NE(header.find("faster"), header.rfind("faster")) << header;  // latency's and throughput's
+    EXPECT_EQ(md.rfind("| model | precision | accuracy", 0), 0u) << md;
+    EXPECT_NE(md.find("| big-bf16 | bf16 |"), std::string::npos) << md;
+    ASSERT_EQ(j["rows"].size(), 4u);
+    EXPECT_EQ(j["rows"][1]["precision"], "bf16");
+    EXPECT_EQ(j["rows"][2]["nonzero_parameters"], pr.nonzero_parameters);
+    EXPECT_EQ(j["rows"][0]["size_bytes"], base.size_bytes);
+    EXPECT_EQ(j["threads"], 2);
+    EXPECT_NE(j["dataset"].get<std::string>().find("300 samples"), std::string::npos);
+}
+
+TEST_F(Compare, ErrorsNameTheVariant) {
+    const std::string good = make_package(dir_ + "/good", 4, false);
+    auto r = compare({{"good", good}, {"gone", dir_ + "/gone"}}, opts_);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("gone (" + dir_ + "/gone)"), std::string::npos) << r.status().message();
+
+    r = compare({{"a", good}, {"a", good, true}}, opts_);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("'a' is given twice"), std::string::npos) << r.status().message();
+
+    r = compare({}, opts_);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("no variants"), std::string::npos) << r.status().message();
+
+    // A package the data does not fit: the error names the row and both shapes.
+    CompareOptions other = opts_;
+    other.data.dataset = "synthetic";
+    other.data.image_size = 32;
+    other.data.channels = 3;
+    other.data.limit_test = 8;
+    r = compare({{"good", good}}, other);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("good ("), std::string::npos) << r.status().message();
+
+    opts_.latency_runs = 0;
+    r = compare({{"good", good}}, opts_);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("must be positive"), std::string::npos) << r.status().message();
+}
+
+TEST(DirectorySize, CountsEveryFileBelow) {
+    const auto d = stdfs::temp_directory_path() / fmt::format("strato-dirsize-{}", ::getpid());
+    stdfs::remove_all(d);
+    stdfs::create_directories(d / "sub");
+    { std::ofstream(d / "a") << std::string(10, 'a'); }
+    { std::ofstream(d / "sub" / "b") << std::string(32, 'b'); }
+    auto s = directory_size(d.string());
+    ASSERT_TRUE(s.is_ok());
+    EXPECT_EQ(s->first, 42);
+    EXPECT_EQ(s->second, 2);
+    stdfs::remove_all(d);
+    EXPECT_FALSE(directory_size(d.string()).is_ok());
+}
+
+}  // namespace
+}  // namespace strato::compress

@@ -1,0 +1,133 @@
+"""`strato compress` end to end on real Fashion-MNIST data: a tiny CNN is trained, quantized to
+INT8 (then evaluated, served over HTTP and compared with the float model), pruned (global
+magnitude and structured channels, each fine-tuned through the trainer), a smaller student is
+distilled from it, and `strato compress report` compares them all. Bad inputs are refused with
+clear messages.
+
+    compress_e2e.py STRATO
+"""
+import json
+import os
+import re
+import subprocess
+import tempfile
+import urllib.request
+
+from harness import STRATO, check, finish, run, train_tiny
+
+LIMITS = ["--set", "data.limit_train=2000", "--set", "data.limit_test=500"]
+
+
+def served_logits(pkg, images):
+    """The logits `strato serve --model m=PKG` returns for IMAGES (lists of 784 pixels in [0, 1])."""
+    p = subprocess.Popen([STRATO, "serve", "--http-port", "0", "--metrics-port", "0", "--model", f"m={pkg}"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stdout.readline()
+        m = re.search(r"ready http://127\.0\.0\.1:(\d+)", line)
+        if not m:
+            check(False, f"strato serve {pkg} did not start: {line!r}")
+            return None
+        body = {"inputs": [{"name": "input", "shape": [len(images), 1, 28, 28], "datatype": "FP32",
+                            "data": [v for img in images for v in img]}]}
+        req = urllib.request.Request(f"http://127.0.0.1:{m.group(1)}/v2/models/m/infer",
+                                     data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        out = json.load(urllib.request.urlopen(req, timeout=60))["outputs"][0]
+        check(out["name"] == "logits" and out["shape"] == [len(images), 10], out.get("shape"))
+        return [out["data"][i * 10:(i + 1) * 10] for i in range(len(images))]
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+
+
+def test_images(n):
+    import gzip
+    with gzip.open("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz", "rb") as f:
+        data = f.read()
+    return [[b / 255.0 for b in data[16 + i * 784:16 + (i + 1) * 784]] for i in range(n)]
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        base = train_tiny(tmp, "cnn")
+        fp32 = os.path.join(base, "model")
+        int8 = os.path.join(tmp, "cnn-int8")
+
+        # ---- quantize ----
+        p = run("compress", "quantize", "--model", fp32, "--output", int8, "--calibration-batches", "8", "--json",
+                *LIMITS)
+        q = json.loads(p.stdout) if p.returncode == 0 else {}
+        check(q.get("engine") in ("onednn", "fbgemm", "x86", "qnnpack"), q)
+        check(q.get("calibration_samples") == 512, q)
+        check(abs(q.get("int8_accuracy", 0) - q.get("float_accuracy", 1)) <= 0.02,
+              f"int8 accuracy {q.get('int8_accuracy')} vs float {q.get('float_accuracy')}")
+        check(q.get("float_weights_bytes", 0) > 3 * q.get("int8_weights_bytes", 1 << 40), q)
+        man = json.load(open(os.path.join(int8, "strato-model.json")))
+        check(man.get("precision") == "int8" and man["quantization"]["observer"] == "histogram", man.get("quantization"))
+
+        # strato eval loads the INT8 package like any other and agrees with the quantizer.
+        p = run("eval", "--model", int8, "--json", *LIMITS)
+        if p.returncode == 0:
+            e = json.loads(p.stdout)
+            check(abs(e["accuracy"] - q.get("int8_accuracy", -1)) < 1e-9, f"eval {e['accuracy']} vs {q}")
+
+        # strato serve answers with INT8 logits close to the float model's.
+        imgs = test_images(8)
+        lf, lq = served_logits(fp32, imgs), served_logits(int8, imgs)
+        if lf and lq:
+            agree = sum(max(range(10), key=a.__getitem__) == max(range(10), key=b.__getitem__) for a, b in zip(lf, lq))
+            check(agree >= 7, f"float and INT8 agree on {agree}/8 served predictions")
+            worst = max(abs(x - y) for a, b in zip(lf, lq) for x, y in zip(a, b))
+            span = max(abs(x) for a in lf for x in a)
+            check(worst < 0.25 * span, f"INT8 logits differ by {worst} (float logits up to {span})")
+
+        # Bad inputs: clear messages, nothing written.
+        p = run("compress", "quantize", "--model", int8, "--output", f"{tmp}/twice", expect=1)
+        check("already quantized" in p.stderr, p.stderr)
+        check(not os.path.exists(f"{tmp}/twice"), "nothing written for a refused quantization")
+        p = run("compress", "quantize", "--model", fp32, "--output", f"{tmp}/nodata", "--dataset", "image-folder",
+                "--data", f"{tmp}/no-such-folder", expect=1)
+        check("calibration data" in p.stderr and "no-such-folder" in p.stderr, p.stderr)
+        p = run("compress", "quantize", "--model", f"{tmp}/missing", expect=1)
+        check("missing" in p.stderr, p.stderr)
+        p = run("export", "--model", int8, expect=1)
+        check("INT8" in p.stderr, p.stderr)
+
+        # ---- prune: 50 % of the weights (magnitude), 30 % of the channels (structured) ----
+        mag, ch = os.path.join(tmp, "mag"), os.path.join(tmp, "ch")
+        p = run("compress", "prune", "--model", fp32, "--output", mag, "--amount", "0.5", "--epochs", "1", "--json",
+                *LIMITS)
+        if p.returncode == 0:
+            j = json.loads(p.stdout)
+            check(abs(j.get("sparsity", 0) - 0.5) < 0.01, {k: v for k, v in j.items() if k != "layers"})
+        p = run("compress", "prune", "--model", fp32, "--output", ch, "--method", "channels", "--amount", "0.3",
+                "--epochs", "1", *LIMITS)
+        chm = json.load(open(os.path.join(ch, "model", "strato-model.json"))) if p.returncode == 0 else {}
+        check(chm.get("model", {}).get("channels") == [22, 22, 45, 45], chm.get("model"))
+        run("eval", "--model", os.path.join(ch, "model"), *LIMITS)
+        p = run("compress", "prune", "--model", int8, "--output", f"{tmp}/bad", expect=1)
+        check("INT8" in p.stderr or "quantized" in p.stderr, p.stderr)
+
+        # ---- distill a smaller student from the tiny CNN ----
+        p = run("compress", "distill", "--teacher", fp32, "--config", "configs/fashion_mnist_student.toml",
+                "--set", "train.epochs=1", "--set", f"run.dir={tmp}", "--set", "run.name=student", "--no-report",
+                "--json", *LIMITS)
+        student = os.path.join(tmp, "student", "model")
+        metrics = json.load(open(os.path.join(student, "metrics.json"))) if p.returncode == 0 else {}
+        check(metrics.get("compression", {}).get("method") == "distill", metrics)
+
+        # ---- the comparison table over all of them ----
+        p = run("compress", "report", "--model", f"fp32={fp32}", "--model", f"bf16={fp32}@bf16",
+                "--model", f"int8={int8}", "--model", f"magnitude={mag}/model", "--model", f"channels={ch}/model",
+                "--model", f"student={student}", "--runs", "20", "--json", *LIMITS)
+        if p.returncode == 0:
+            rows = json.loads(p.stdout)["rows"]
+            check(len(rows) == 6, rows)
+            sizes = {r["label"]: r["size_bytes"] for r in rows}
+            check(sizes.get("int8", 1 << 40) * 3 < sizes.get("fp32", 0), sizes)
+
+    finish("compress e2e")
+
+
+if __name__ == "__main__":
+    main()
