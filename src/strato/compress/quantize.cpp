@@ -70,7 +70,7 @@ Result<QuantizeResult> quantize_package(const QuantizeRequest& r) {
             for (int64_t i = 0; i < batches; ++i) {
                 STRATO_ASSIGN_OR_RETURN(bool more, calib->next(b));
                 if (!more) break;
-                feed(batch_tensor(b, channels_last));
+                feed(batch_tensor(b, false));  // NCHW: the float calibration graph keeps NCHW weights
                 samples += b.size;
             }
             return Status::ok();
