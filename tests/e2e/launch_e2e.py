@@ -25,6 +25,21 @@ def launch(*args, env=None, timeout=60):
                           env=dict(os.environ, **(env or {})))
 
 
+def wait_for(what, ready, proc=None, timeout=60):
+    """Polls READY() until it is true (no fixed sleeps: a loaded CI machine can take seconds to
+    start a process); False, with a failure recorded, on timeout or when PROC exits first."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if ready():
+            return True
+        if proc is not None and proc.poll() is not None:
+            check(False, f"exited ({proc.returncode}) while waiting for {what}")
+            return False
+        time.sleep(0.02)
+    check(False, f"timed out after {timeout} s waiting for {what}")
+    return False
+
+
 def envs(out):
     return sorted((json.loads(l.split("ENV ", 1)[1]) for l in out.splitlines() if "ENV " in l),
                   key=lambda e: int(e["RANK"]))
@@ -70,8 +85,11 @@ def restarts(tmp):
 
 def sigkill_worker(tmp):
     # Rank 1 of the first attempt is killed from outside; the group restarts and finishes.
+    # Each worker publishes its pid atomically (written, then renamed): the file appearing is the
+    # signal that the worker runs, and it is never read half-written.
     script = ("import os, time; n = os.environ['TORCHELASTIC_RESTART_COUNT'];"
-              "open(os.environ['PIDDIR'] + '/' + os.environ['RANK'] + '.' + n, 'w').write(str(os.getpid()));"
+              "p = os.environ['PIDDIR'] + '/' + os.environ['RANK'] + '.' + n;"
+              "open(p + '.tmp', 'w').write(str(os.getpid())); os.replace(p + '.tmp', p);"
               "time.sleep(30 if n == '0' else 0.2); print('finished', os.environ['RANK'], n)")
     piddir = f"{tmp}/pids"
     os.makedirs(piddir)
@@ -79,14 +97,11 @@ def sigkill_worker(tmp):
                              "--log-dir", f"{tmp}/k", "/usr/bin/python3", "-c", script],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, PIDDIR=piddir))
-    deadline = time.time() + 20
-    while time.time() < deadline and not os.path.exists(f"{piddir}/1.0"):
-        time.sleep(0.05)
-    time.sleep(0.2)
-    try:
-        os.kill(int(open(f"{piddir}/1.0").read()), signal.SIGKILL)
-    except (OSError, ValueError) as e:
-        check(False, f"could not kill the worker: {e}")
+    if wait_for("rank 1 of the first attempt to start", lambda: os.path.exists(f"{piddir}/1.0"), proc):
+        try:
+            os.kill(int(open(f"{piddir}/1.0").read()), signal.SIGKILL)
+        except (OSError, ValueError) as e:
+            check(False, f"could not kill the worker: {e}")
     out, err = proc.communicate(timeout=60)
     check(proc.returncode == 0, f"after SIGKILL: exit {proc.returncode}: {err[-800:]}")
     check("finished 0 1" in out and "finished 1 1" in out, out)
@@ -97,7 +112,13 @@ def sigkill_worker(tmp):
 def sigterm_launcher(tmp):
     proc = subprocess.Popen([STRATO, "launch", "--nproc-per-node", "2", "--log-dir", f"{tmp}/t", "sleep", "30"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.0)
+    # Not a fixed sleep: a SIGTERM that arrives while the process is still loading its libraries
+    # (1-2 s on a loaded machine) meets the default action (exit -15). The launcher installs its
+    # handler before it starts any worker, so both ranks' log files existing means the signal is
+    # handled. The workers may not have exec'd yet: they must stop as promptly (the agent holds
+    # stop signals across fork, or the inherited handler would swallow the worker's SIGTERM).
+    wait_for("the launcher to start its workers",
+             lambda: all(os.path.exists(f"{tmp}/t/attempt_0/rank_{r}.log") for r in (0, 1)), proc)
     t0 = time.time()
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=30)

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,7 +13,10 @@
 #include <cmath>
 #include <filesystem>
 #include <set>
+#include <sstream>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "strato/core/cgroup.h"
 #include "strato/core/fs.h"
@@ -171,6 +175,44 @@ TEST(Store, TrialsResultsRungsAndFingerprint) {
     EXPECT_EQ(*(*st)->journal(), "delete");  // kept in the file
 }
 
+TEST(Store, ExecutorsOpenANewStudyTogether) {
+    // Executors started at once on a new study directory: each opens the same fresh study.db and
+    // switches it to WAL. SQLite fails that switch at once ("database is locked", not waiting on
+    // the busy timeout) while another process reads the file; about 1 round in 50 failed so.
+    const std::string dir = testing::TempDir() + "/tune_store_together";
+    for (int round = 0; round < 40; ++round) {
+        std::filesystem::remove_all(dir);
+        std::filesystem::create_directories(dir);
+        int go[2];
+        ASSERT_EQ(pipe(go), 0);
+        std::vector<pid_t> kids;
+        for (int k = 0; k < 3; ++k) {
+            pid_t pid = fork();
+            ASSERT_GE(pid, 0);
+            if (pid == 0) {
+                char c;
+                if (read(go[0], &c, 1) != 1) _exit(2);
+                auto st = Store::open(dir + "/study.db");
+                Status s = st.is_ok() ? (*st)->bind_study("A") : st.status();
+                if (!s.is_ok()) fmt::print(stderr, "round {}, executor {}: {}\n", round, k, s.message());
+                _exit(s.is_ok() ? 0 : 1);
+            }
+            kids.push_back(pid);
+        }
+        ASSERT_EQ(write(go[1], "abc", 3), 3);  // all at once
+        close(go[0]);
+        close(go[1]);
+        for (pid_t k : kids) {
+            int status = 0;
+            ASSERT_EQ(waitpid(k, &status, 0), k);
+            EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "round " << round;
+        }
+        auto st = Store::open(dir + "/study.db");
+        ASSERT_TRUE(st.is_ok()) << st.status().message();
+        EXPECT_EQ(*(*st)->journal(), "wal");
+    }
+}
+
 // ---- the executor, with fake_train.py as the trainer ----
 
 struct StudyRun {
@@ -220,6 +262,52 @@ void expect_contiguous_results(const StudyRun& r) {
         ASSERT_EQ(static_cast<int>(res.size()), t.epochs) << "trial " << t.id;
         for (size_t i = 0; i < res.size(); ++i) EXPECT_EQ(res[i].first, static_cast<int>(i) + 1);
     }
+}
+
+/// Every trial's metrics.jsonl lists epochs 1..n once each: no trial ran twice at once (two
+/// executors promoting or taking the same trial would both append to it).
+void expect_each_epoch_trained_once(const StudyRun& r) {
+    auto st = open_db(r);
+    auto trials = *st->trials();
+    for (const auto& t : trials) {
+        auto text = fs::read_file(r.dir + fmt::format("/trials/trial-{:04d}/metrics.jsonl", t.id));
+        ASSERT_TRUE(text) << "trial " << t.id;
+        std::vector<int> epochs;
+        std::istringstream in(*text);
+        for (std::string line; std::getline(in, line);) {
+            auto j = nlohmann::json::parse(line, nullptr, false);
+            if (j.is_object() && j.value("kind", "") == "eval") epochs.push_back(j.value("epoch", 0));
+        }
+        std::vector<int> want(static_cast<size_t>(t.epochs));
+        for (int e = 1; e <= t.epochs; ++e) want[static_cast<size_t>(e) - 1] = e;
+        EXPECT_EQ(epochs, want) << "trial " << t.id << ":\n" << *text;
+    }
+}
+
+struct Arrival {
+    int trial = 0;
+    double value = 0;
+    bool promoted = false;
+};
+
+/// Rung `rung` of bracket 0 in the order its entries were committed (SQLite's rowid).
+std::vector<Arrival> rung_in_arrival_order(const StudyRun& r, int rung) {
+    std::vector<Arrival> out;
+    sqlite3* db = nullptr;
+    if (sqlite3_open_v2((r.dir + "/study.db").c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+        ADD_FAILURE() << "cannot open " << r.dir << "/study.db";
+        sqlite3_close(db);
+        return out;
+    }
+    sqlite3_stmt* q = nullptr;
+    sqlite3_prepare_v2(db, "SELECT trial, value, promoted FROM rungs WHERE bracket = 0 AND rung = ? ORDER BY rowid", -1, &q,
+                       nullptr);
+    sqlite3_bind_int(q, 1, rung);
+    while (sqlite3_step(q) == SQLITE_ROW)
+        out.push_back({sqlite3_column_int(q, 0), sqlite3_column_double(q, 1), sqlite3_column_int(q, 2) != 0});
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+    return out;
 }
 
 TEST(Executor, AshaStoppingVariantTrainsEveryTrialTowardsMaxT) {
@@ -309,6 +397,7 @@ TEST(Executor, TwoExecutorsShareOneStudy) {
         ASSERT_GE(pid, 0);
         if (pid == 0) {
             auto s = run_fake(r);
+            if (!s.is_ok()) fmt::print(stderr, "executor {}: {}\n", i, s.status().message());
             _exit(s.is_ok() ? 0 : 1);
         }
         kids.push_back(pid);
@@ -328,11 +417,46 @@ TEST(Executor, TwoExecutorsShareOneStudy) {
         params.insert(t["params"].dump());
     }
     EXPECT_EQ(params.size(), 12u) << "two executors proposed the same trial";
-    // ASHA's arithmetic holds across executors: 12 trials at rung 0 promote 4, rung 1 promotes 1.
     EXPECT_EQ(j["rungs"][0]["entries"], 12);
-    EXPECT_EQ(j["rungs"][0]["promoted"], 4);
-    EXPECT_EQ(j["rungs"][1]["promoted"], 1);
+    // ASHA's arithmetic holds across executors. Not as fixed counts: asynchronous ASHA (Li et al.
+    // 2020, get_job) promotes the not-yet-promoted best floor(n/3) of the n entries a rung has *so
+    // far*, so when a better trial arrives after a promotion, both are promoted, and how many are
+    // depends on the order the trials reach the rung (CI under load saw rung 0 promote 5 of 12 and
+    // rung 1 promote 2 of 4, each a correct decision). What holds in every order, and what a
+    // promotion made on stale state or made twice would break:
+    const auto& ms = r.cfg.milestones();
+    for (int k = 0; k + 1 < static_cast<int>(ms.size()); ++k) {
+        auto rung = rung_in_arrival_order(r, k);
+        const size_t keep = rung.size() / 3;
+        std::set<int> promoted, top;
+        for (size_t i = 0; i < rung.size(); ++i) {
+            if (!rung[i].promoted) continue;
+            promoted.insert(rung[i].trial);
+            // a promotion is made from the rung as it stood at some moment: among the first m
+            // arrivals (m at least this entry's own place), this one was in the best floor(m/3).
+            bool justified = false;
+            for (size_t m = i + 1; m <= rung.size() && !justified; ++m) {
+                size_t better = 0;
+                for (size_t o = 0; o < m; ++o) better += r.cfg.better(rung[o].value, rung[i].value);
+                justified = better < m / 3;
+            }
+            EXPECT_TRUE(justified) << "rung " << k << ": trial " << rung[i].trial
+                                   << " was never in the best third of the rung, yet promoted";
+        }
+        // the best floor(n/3) of the full rung are all promoted in the end ...
+        auto sorted = rung;
+        std::stable_sort(sorted.begin(), sorted.end(),
+                         [&](const Arrival& a, const Arrival& b) { return r.cfg.better(a.value, b.value); });
+        for (size_t i = 0; i < keep; ++i) top.insert(sorted[i].trial);
+        for (int t : top) EXPECT_TRUE(promoted.count(t)) << "rung " << k << ": trial " << t << " is in the top third, not promoted";
+        // ... and exactly the promoted trials reached the next milestone.
+        std::set<int> next;
+        for (const auto& t : j["trials"])
+            if (t["epochs"].get<int>() >= ms[static_cast<size_t>(k) + 1]) next.insert(t["id"].get<int>());
+        EXPECT_EQ(next, promoted) << "rung " << k << ": the trials that went on are not the ones promoted";
+    }
     expect_contiguous_results(r);
+    expect_each_epoch_trained_once(r);
 }
 
 TEST(Executor, MemoryLimitKillsATrialThroughItsCgroup) {

@@ -155,13 +155,28 @@ Status Group::start(const Round& r, const std::string& run_id, const std::string
         int pipefd[2];
         if (pipe2(pipefd, O_CLOEXEC) != 0) return io_error("pipe: {}", strerror(errno));
         const pid_t parent = getpid();
+        // SIGINT/SIGTERM are held from before the fork until the child has dropped the agent's
+        // handlers: a stop sent to a worker that has not exec'd yet would otherwise run the
+        // inherited handler, which only sets a flag in the child's copy of the agent, and be lost
+        // (the worker then ran on until SIGKILL, --stop-timeout later).
+        sigset_t stop_signals, old_mask;
+        sigemptyset(&stop_signals);
+        sigaddset(&stop_signals, SIGINT);
+        sigaddset(&stop_signals, SIGTERM);
+        pthread_sigmask(SIG_BLOCK, &stop_signals, &old_mask);
         pid_t pid = fork();
         if (pid < 0) {
+            pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
             ::close(pipefd[0]);
             ::close(pipefd[1]);
             return io_error("fork: {}", strerror(errno));
         }
         if (pid == 0) {
+            struct sigaction dfl {};
+            dfl.sa_handler = SIG_DFL;
+            sigaction(SIGINT, &dfl, nullptr);
+            sigaction(SIGTERM, &dfl, nullptr);
+            sigprocmask(SIG_SETMASK, &old_mask, nullptr);  // a stop already sent acts now, as on the worker
             prctl(PR_SET_PDEATHSIG, SIGKILL);  // a killed agent takes its workers with it
             if (getppid() != parent) _exit(1);
             setpgid(0, 0);  // the worker and its children are stopped together
@@ -172,6 +187,7 @@ Status Group::start(const Round& r, const std::string& run_id, const std::string
             dprintf(2, "strato launch: cannot run %s: %s\n", argv[0], strerror(errno));
             _exit(127);
         }
+        pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
         ::close(pipefd[1]);
         setpgid(pid, pid);  // also here: a stop right after fork must reach the group
         fcntl(pipefd[0], F_SETFL, O_NONBLOCK);
@@ -432,6 +448,10 @@ Result<int> run_launch(const LaunchOptions& in) {
     if (o.rdzv_id == "none" || o.rdzv_id.empty())
         o.rdzv_id = rendezvous ? "none" : fmt::format("{}-{}", host_name(), getpid());
     if (o.log_dir.empty()) o.log_dir = (stdfs::path("runs") / "launch" / o.rdzv_id).string();
+    // The options are good: from here on SIGINT/SIGTERM ask the job to stop (exit 128 + signal,
+    // workers stopped in order) instead of killing the agent, also while it waits for the
+    // rendezvous and before the first worker starts.
+    signals::install_stop_handlers();
     STRATO_RETURN_IF_ERROR(fs::ensure_dir(o.log_dir));
 
     std::unique_ptr<Coordinator> coord;
@@ -453,13 +473,14 @@ Result<int> run_launch(const LaunchOptions& in) {
         // The agent that can bind the endpoint hosts the rendezvous; the others find it taken.
         std::unique_ptr<RendezvousServer> server;
         if (auto srv = RendezvousServer::start(host, port, s)) server = std::move(*srv);
-        STRATO_ASSIGN_OR_RETURN(auto client, RendezvousClient::connect(host, port, o.join_timeout_s));
-        coord = std::make_unique<RdzvCoordinator>(o, std::move(server), std::move(client));
+        auto client = RendezvousClient::connect(host, port, o.join_timeout_s);
+        if (!client && signals::stop_requested()) return 128 + signals::stop_signal();
+        if (!client) return client.status();
+        coord = std::make_unique<RdzvCoordinator>(o, std::move(server), std::move(*client));
     } else {
         coord = std::make_unique<LocalCoordinator>(o);
     }
 
-    signals::install_stop_handlers();
     int last_code = 1;
     Group group(o);
     Coordinator* c = coord.get();
@@ -479,6 +500,7 @@ Result<int> run_launch(const LaunchOptions& in) {
             }
             return r.status();
         }
+        if (signals::stop_requested()) return 128 + signals::stop_signal();  // asked to stop before any worker ran
         const std::string attempt_dir = (stdfs::path(o.log_dir) / fmt::format("attempt_{}", r->round)).string();
         log::info("launch: attempt {}: ranks {}..{} of {} on node {} of {}, master {}:{}", r->round, r->rank_offset,
                   r->rank_offset + o.nproc_per_node - 1, r->world_size, r->group_rank, r->group_world_size,

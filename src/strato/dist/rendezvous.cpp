@@ -320,6 +320,7 @@ Result<std::unique_ptr<RendezvousClient>> RendezvousClient::connect(const std::s
         }
         last_error = strerror(errno);
         ::close(fd);
+        if (signals::stop_requested()) return Status(StatusCode::kCancelled, "interrupted");
         if (now_s() > deadline)
             return unavailable("cannot reach the rendezvous at {}:{} within {:.0f} s: {}", host, port, timeout_s, last_error);
         std::this_thread::sleep_for(std::chrono::milliseconds(200));

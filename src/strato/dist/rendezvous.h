@@ -56,7 +56,8 @@ private:
 
 class RendezvousClient {
 public:
-    /// Connects, retrying until `timeout_s` (the server may not be up yet).
+    /// Connects, retrying until `timeout_s` (the server may not be up yet); kCancelled once a stop
+    /// signal came (signals::stop_requested).
     static Result<std::unique_ptr<RendezvousClient>> connect(const std::string& host, int port, double timeout_s);
     ~RendezvousClient();
 

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <thread>
 
 namespace strato::tune {
 
@@ -30,6 +31,22 @@ TrialState parse_state(const std::string& s) {
 
 double now_s() {
     return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+constexpr int kBusyTimeoutMs = 30000;
+
+/// PRAGMA journal_mode=MODE, tried again for up to `wait_ms` while the database is busy. Leaving
+/// the rollback journal needs the file to itself, and SQLite does not wait for that through the
+/// busy handler: another connection merely reading the file makes it fail at once with
+/// SQLITE_BUSY ("database is locked").
+int switch_journal(sqlite3* db, const std::string& mode, int wait_ms) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+    const std::string sql = "PRAGMA journal_mode=" + mode;
+    for (;;) {
+        int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr);
+        if ((rc & 0xff) != SQLITE_BUSY || std::chrono::steady_clock::now() >= deadline) return rc;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
 }
 
 /// A prepared statement that finalises itself.
@@ -70,7 +87,7 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& path, bool shared)
         sqlite3_close(db);
         return io_error("cannot open the study store {}: {}", path, msg);
     }
-    sqlite3_busy_timeout(db, 30000);
+    sqlite3_busy_timeout(db, kBusyTimeoutMs);
     std::unique_ptr<Store> s(new Store(db));
     bool fresh = false;
     {
@@ -78,7 +95,15 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& path, bool shared)
         if (q.step() != SQLITE_ROW) return io_error("cannot read the study store {}: {}", path, sqlite3_errmsg(db));
         fresh = q.i64(0) == 0;
     }
-    if (fresh) STRATO_RETURN_IF_ERROR(s->set_journal(shared ? "delete" : "wal"));
+    if (fresh) {
+        // Executors started together on a new study all get here: while one switches the journal
+        // the others' reads make it busy, so wait as for any lock (the last to switch finds it done).
+        const std::string mode = shared ? "delete" : "wal";
+        if (switch_journal(db, mode, kBusyTimeoutMs) != SQLITE_OK)
+            return io_error("cannot set up the study store {}: {}", path, sqlite3_errmsg(db));
+        STRATO_ASSIGN_OR_RETURN(std::string now, s->journal());
+        if (now != mode) return io_error("cannot set up the study store {}: its journal stays {}, not {}", path, now, mode);
+    }
     STRATO_RETURN_IF_ERROR(s->exec(
         "PRAGMA synchronous=FULL;"
         "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);"

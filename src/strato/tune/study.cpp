@@ -178,9 +178,21 @@ Status Executor::launch(const Trial& t) {
     const cgroup::Group* group = r.group.get();
     const std::string env_threads = std::to_string(c_.threads_per_trial);
     const pid_t parent = getpid();
+    // SIGINT/SIGTERM are held from before the fork until the child has dropped the executor's
+    // handlers: the one SIGTERM a trial gets (signal_once) would otherwise, before the exec, run
+    // the inherited handler and be lost, and the executor would wait on that trial for ever.
+    sigset_t stop_signals, old_mask;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, &old_mask);
     pid_t pid = fork();
-    if (pid < 0) return io_error("fork: {}", strerror(errno));
     if (pid == 0) {
+        struct sigaction dfl {};
+        dfl.sa_handler = SIG_DFL;
+        sigaction(SIGINT, &dfl, nullptr);
+        sigaction(SIGTERM, &dfl, nullptr);
+        sigprocmask(SIG_SETMASK, &old_mask, nullptr);  // a stop already sent acts now, as on the trainer
         prctl(PR_SET_PDEATHSIG, SIGKILL);  // a killed executor takes its trials with it
         if (getppid() != parent) _exit(1);
         setpgid(0, 0);  // Ctrl-C reaches the executor only; it stops the trials once, in order
@@ -197,6 +209,9 @@ Status Executor::launch(const Trial& t) {
         execv(argv[0], argv.data());
         _exit(127);
     }
+    const int fork_errno = errno;
+    pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+    if (pid < 0) return io_error("fork: {}", strerror(fork_errno));
     r.pid = pid;
     running_[t.id] = std::move(r);
     if (!o_.quiet)

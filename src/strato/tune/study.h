@@ -5,8 +5,12 @@
 //   fifo   — every trial trains max_t epochs;
 //   asha   — promotion variant: trials pause at each rung (grace x reduction^k epochs) and the best
 //            1/reduction of each rung so far are resumed from their checkpoints to the next one,
-//            deepest rungs first (Li et al. 2020); stopping variant: trials run on and stop at a
-//            rung when worse than its (1 - 1/reduction) quantile so far (Ray Tune's ASHAScheduler);
+//            deepest rungs first (Li et al. 2020). "So far": without a barrier, a trial promoted
+//            early can drop out of its rung's best 1/reduction as better ones arrive, and those are
+//            promoted too, so a rung of n entries may promote more than n/reduction depending on
+//            arrival order (the paper's mispromotions); its final best n/reduction always are.
+//            Stopping variant: trials run on and stop at a rung when worse than its
+//            (1 - 1/reduction) quantile so far (Ray Tune's ASHAScheduler);
 //   median — stop a trial whose value at an epoch is worse than the median of the others there.
 // Everything is recorded in STUDY_DIR/study.db before it is acted on; trial processes die with
 // the executor (PR_SET_PDEATHSIG), and a restarted executor resumes the trials that were running
