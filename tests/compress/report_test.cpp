@@ -3,6 +3,7 @@
 // parameters and non-zero parameters, positive timings, the bf16 row, the renderers. No timing
 // assertions beyond "positive" (the machine is shared).
 
+#include "strato/compress/quantize.h"
 #include "strato/compress/report.h"
 
 #include <gtest/gtest.h>
@@ -218,6 +219,42 @@ TEST_F(Compare, ErrorsNameTheVariant) {
     r = compare({{"good", good}}, opts_);
     ASSERT_FALSE(r.is_ok());
     EXPECT_NE(r.status().message().find("must be positive"), std::string::npos) << r.status().message();
+}
+
+TEST_F(Compare, AnInt8PackageIsARowLikeAnyOther) {
+    const std::string fp32 = make_package(dir_ + "/fp32", 4, false);
+    QuantizeRequest q;
+    q.model = fp32;
+    q.output = dir_ + "/int8";
+    q.data = opts_.data;
+    q.calibration_batches = 2;
+    q.calibration_batch_size = 32;
+    q.evaluate = false;
+    auto made = quantize_package(q);
+    ASSERT_TRUE(made.is_ok()) << made.status().message();
+
+    auto r = compare({{"fp32", fp32}, {"int8", q.output}}, opts_);
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    const auto& row = r->rows[1];
+    EXPECT_TRUE(row.quantized);
+    auto ev = train::evaluate_package(q.output, opts_.data, false);
+    ASSERT_TRUE(ev.is_ok()) << ev.status().message();
+    EXPECT_EQ(row.accuracy, ev->result.accuracy);
+    auto size = directory_size(q.output);
+    ASSERT_TRUE(size.is_ok());
+    EXPECT_EQ(row.size_bytes, size->first);
+    EXPECT_GT(row.size_ratio, 1);  // int8 weights
+    EXPECT_GT(row.parameters, 0);
+    EXPECT_GT(row.nonzero_parameters, 0);
+    EXPECT_LE(row.nonzero_parameters, row.parameters);
+    EXPECT_GT(row.latency_ms_p50, 0);
+    EXPECT_GT(row.throughput, 0);
+    EXPECT_EQ(to_json(*r)["rows"][1]["precision"], "int8");
+
+    // bf16 autocast is for float packages.
+    r = compare({{"int8", q.output, true}}, opts_);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("this one is INT8"), std::string::npos) << r.status().message();
 }
 
 TEST(DirectorySize, CountsEveryFileBelow) {
