@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "strato/core/status.h"
+#include "strato/data/data_config.h"
 
 namespace strato::cli {
 
@@ -39,6 +40,11 @@ int split_launch_command(int argc, char** argv);
 
 /// Prints `strato <cmd>: error: <message>` (further lines as hints) to stderr; returns the exit code
 /// (130 for an interrupted run, 1 otherwise).
+/// The [data] section commands that read a dataset but train nothing take from their flags:
+/// `--config FILE` (its [data]), `--set key=value` overrides, then `--data PATH` / `--dataset KIND`.
+Result<data::DataConfig> data_config_from_flags(const std::string& config, const std::vector<std::string>& sets,
+                                                const std::string& data, const std::string& dataset);
+
 int report_error(const std::string& command, const Status& status);
 
 }  // namespace strato::cli

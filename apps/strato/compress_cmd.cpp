@@ -52,17 +52,10 @@ void add_quantize_command(CLI::App& compress, const GlobalFlags& g, int* exit_co
         "  strato compress quantize --model runs/x/model --output runs/x/model-int8 --observer percentile "
         "--percentile 99.9\nSee docs/compress.md.");
     cmd->callback([o, &g, exit_code] {
-        train::TrainConfig cfg;
-        if (!o->config.empty() || !o->sets.empty()) {
-            auto loaded = o->config.empty() ? config::load_string<train::TrainConfig>("", o->sets)
-                                            : train::load_train_config(o->config, o->sets);
-            if (!loaded) return void(*exit_code = report_error("compress quantize", loaded.status()));
-            cfg = *loaded;
-        }
-        if (!o->data.empty()) cfg.data.path = o->data;
-        if (!o->dataset.empty()) cfg.data.dataset = o->dataset;
+        auto data = data_config_from_flags(o->config, o->sets, o->data, o->dataset);
+        if (!data) return void(*exit_code = report_error("compress quantize", data.status()));
         compress::QuantizeRequest r = o->r;
-        r.data = cfg.data;
+        r.data = *data;
         r.quant.per_channel = !o->per_tensor;
         r.evaluate = !o->no_eval;
         r.seed = static_cast<uint64_t>(o->seed);

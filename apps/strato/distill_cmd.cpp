@@ -130,25 +130,15 @@ void add_compress_report_command(CLI::App& compress, const GlobalFlags&, int* ex
         "      --threads 2 --runs 500 --markdown compress.md\n"
         "  strato compress report --model a=runs/x/model --dataset image-folder --data photos/ --json");
     cmd->callback([o, exit_code] {
-        train::TrainConfig cfg;
-        if (!o->config.empty()) {
-            auto loaded = train::load_train_config(o->config, o->sets);
-            if (!loaded) return void(*exit_code = report_error("compress report", loaded.status()));
-            cfg = *loaded;
-        } else if (!o->sets.empty()) {
-            auto loaded = config::load_string<train::TrainConfig>("", o->sets);
-            if (!loaded) return void(*exit_code = report_error("compress report", loaded.status()));
-            cfg = *loaded;
-        }
-        if (!o->data.empty()) cfg.data.path = o->data;
-        if (!o->dataset.empty()) cfg.data.dataset = o->dataset;
+        auto data = data_config_from_flags(o->config, o->sets, o->data, o->dataset);
+        if (!data) return void(*exit_code = report_error("compress report", data.status()));
         std::vector<compress::Variant> variants;
         for (const auto& spec : o->models) {
             auto v = compress::parse_variant(spec);
             if (!v) return void(*exit_code = report_error("compress report", v.status().with_context("--model")));
             variants.push_back(*v);
         }
-        o->c.data = cfg.data;
+        o->c.data = *data;
         o->c.throughput_runs = std::max<int64_t>(20, o->c.latency_runs / 10);
         auto r = compress::compare(variants, o->c);
         if (!r) return void(*exit_code = report_error("compress report", r.status()));

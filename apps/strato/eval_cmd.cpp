@@ -9,6 +9,19 @@
 
 namespace strato::cli {
 
+Result<data::DataConfig> data_config_from_flags(const std::string& config, const std::vector<std::string>& sets,
+                                                const std::string& data, const std::string& dataset) {
+    train::TrainConfig cfg;
+    if (!config.empty()) {
+        STRATO_ASSIGN_OR_RETURN(cfg, train::load_train_config(config, sets));
+    } else if (!sets.empty()) {
+        STRATO_ASSIGN_OR_RETURN(cfg, config::load_string<train::TrainConfig>("", sets));
+    }
+    if (!data.empty()) cfg.data.path = data;
+    if (!dataset.empty()) cfg.data.dataset = dataset;
+    return cfg.data;
+}
+
 void add_eval_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     struct Opts {
         std::string model;
@@ -31,20 +44,10 @@ void add_eval_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     cmd->footer("Examples:\n  strato eval --model runs/fashion_mnist_cnn/model\n"
                 "  strato eval --model runs/x/model --dataset image-folder --data photos/ --set data.image_size=32");
     cmd->callback([o, exit_code] {
-        train::TrainConfig cfg;
-        if (!o->config.empty()) {
-            auto loaded = train::load_train_config(o->config, o->sets);
-            if (!loaded) return void(*exit_code = report_error("eval", loaded.status()));
-            cfg = *loaded;
-        } else if (!o->sets.empty()) {
-            auto loaded = config::load_string<train::TrainConfig>("", o->sets);
-            if (!loaded) return void(*exit_code = report_error("eval", loaded.status()));
-            cfg = *loaded;
-        }
-        if (!o->data.empty()) cfg.data.path = o->data;
-        if (!o->dataset.empty()) cfg.data.dataset = o->dataset;
+        auto data = data_config_from_flags(o->config, o->sets, o->data, o->dataset);
+        if (!data) return void(*exit_code = report_error("eval", data.status()));
         train::configure_threads(o->threads);
-        auto r = train::evaluate_package(o->model, cfg.data, o->bf16);
+        auto r = train::evaluate_package(o->model, *data, o->bf16);
         if (!r) return void(*exit_code = report_error("eval", r.status()));
         if (o->json) {
             nlohmann::json j = {{"model", o->model},          {"arch", r->arch},

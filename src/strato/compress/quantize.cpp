@@ -19,12 +19,6 @@ int64_t file_bytes(const std::string& dir, const char* name) {
     return ec ? 0 : static_cast<int64_t>(n);
 }
 
-torch::Tensor batch_tensor(data::Batch& b, bool channels_last) {
-    auto x = torch::from_blob(b.images.data(), {b.size, b.shape.channels, b.shape.height, b.shape.width}, torch::kFloat);
-    if (!channels_last) return x.clone();
-    return torch::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::ChannelsLast)).copy_(x);
-}
-
 }  // namespace
 
 Result<QuantizeResult> quantize_package(const QuantizeRequest& r) {
@@ -70,7 +64,7 @@ Result<QuantizeResult> quantize_package(const QuantizeRequest& r) {
             for (int64_t i = 0; i < batches; ++i) {
                 STRATO_ASSIGN_OR_RETURN(bool more, calib->next(b));
                 if (!more) break;
-                feed(batch_tensor(b, false));  // NCHW: the float calibration graph keeps NCHW weights
+                feed(train::images_tensor(b, false));  // NCHW: the folded float graph keeps NCHW weights
                 samples += b.size;
             }
             return Status::ok();

@@ -46,10 +46,7 @@ Timing time_forward(models::NetImpl& net, const data::ImageShape& s, bool channe
     // Normalised images look like standard normal noise to the timer; values do not change the time.
     auto input = [&](int64_t b) {
         auto x = torch::randn({b, s.channels, s.height, s.width});
-        if (!channels_last) return x;
-        // As the server builds its batch: a fresh channels-last buffer (not x.contiguous(ChannelsLast),
-        // which keeps NCHW strides for a single channel; see the trainer's images_tensor).
-        return torch::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::ChannelsLast)).copy_(x);
+        return channels_last ? models::channels_last_copy(x) : x;  // as the server builds its batch
     };
     auto seconds = [&](const torch::Tensor& x) {
         const auto t0 = Clock::now();

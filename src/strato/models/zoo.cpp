@@ -56,6 +56,10 @@ void to_channels_last(torch::nn::Module& m) {
     }
 }
 
+torch::Tensor channels_last_copy(const torch::Tensor& x) {
+    return torch::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::ChannelsLast)).copy_(x);
+}
+
 namespace {
 
 /// Multi-layer perceptron: flatten -> [Linear -> ReLU -> Dropout] x depth -> Linear.

@@ -67,13 +67,6 @@ Status prepare_run_dir(const TrainConfig& cfg, const TrainOptions& opts) {
     return fs::ensure_dir(dir / "checkpoints");
 }
 
-torch::Tensor images_tensor(data::Batch& b, bool channels_last) {
-    auto x = torch::from_blob(b.images.data(), {b.size, b.shape.channels, b.shape.height, b.shape.width}, torch::kFloat);
-    if (!channels_last) return x;
-    // NOTE: not x.contiguous(ChannelsLast): with one channel that returns x with its NCHW strides,
-    // which oneDNN then treats as NCHW and runs the first convolution on its slow path.
-    return torch::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::ChannelsLast)).copy_(x);
-}
 torch::Tensor labels_tensor(data::Batch& b) { return torch::from_blob(b.labels.data(), {b.size}, torch::kLong); }
 
 /// On a GPU: through pinned host memory, copied without blocking the host.
@@ -83,6 +76,11 @@ torch::Tensor on_device(const torch::Tensor& t, const torch::Device& device) {
 }
 
 }  // namespace
+
+torch::Tensor images_tensor(data::Batch& b, bool channels_last) {
+    auto x = torch::from_blob(b.images.data(), {b.size, b.shape.channels, b.shape.height, b.shape.width}, torch::kFloat);
+    return channels_last ? models::channels_last_copy(x) : x;
+}
 
 int configure_threads(int64_t threads) {
     int n = threads > 0 ? static_cast<int>(threads) : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

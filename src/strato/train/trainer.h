@@ -108,6 +108,10 @@ Result<data::DataSplits> open_package_data(const models::PackageInfo& info, cons
 /// (normalised with the package's own preprocessing).
 Result<PackageEval> evaluate_package(const std::string& package_dir, const data::DataConfig& data, bool bf16);
 
+/// A loader batch's images as a [B, C, H, W] tensor: a view of the batch buffer (valid until the
+/// next batch), or a channels-last copy for a net converted with models::to_channels_last.
+torch::Tensor images_tensor(data::Batch& b, bool channels_last);
+
 /// Sets libtorch's intra-op threads (0 = number of cores) and returns the count in use.
 int configure_threads(int64_t threads);
 
