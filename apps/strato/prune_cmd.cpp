@@ -16,6 +16,7 @@ void add_compress_prune_command(CLI::App& compress, const GlobalFlags& g, int* e
         int64_t epochs = 0;
         double ramp = 0.5;
         int64_t ramp_points = 10;
+        int64_t round_to = 8;
         bool resume = false, overwrite = false, json = false;
     };
     auto o = std::make_shared<Opts>();
@@ -33,6 +34,11 @@ void add_compress_prune_command(CLI::App& compress, const GlobalFlags& g, int* e
         cmd->add_option("--amount", o->amount,
                         "Fraction to remove, in (0, 1): of all conv/linear weights (magnitude, default 0.5) or of each "
                         "layer's channels (channels, default 0.3)");
+    cmd->add_option("--round-to", o->round_to,
+                    "channels: round each layer's kept width down to a multiple of this (CPU kernels work on "
+                    "blocks of 8 or 16 channels: 22 channels cost as much as 24); 1 = exactly --amount")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
     cmd->add_option("--schedule", o->schedule,
                     "oneshot: prune once, then fine-tune; gradual (magnitude): raise the sparsity from 0 to --amount "
                     "during fine-tuning on Zhu & Gupta's cubic schedule")
@@ -74,6 +80,7 @@ void add_compress_prune_command(CLI::App& compress, const GlobalFlags& g, int* e
         po.model = o->model;
         po.method = o->method;
         if (amount->count() > 0) po.amount = o->amount;
+        po.round_to = o->round_to;
         po.schedule = o->schedule;
         po.ramp = o->ramp;
         po.ramp_points = o->ramp_points;

@@ -82,8 +82,11 @@ class Block(nn.Module):
             s = 2 if (down and n == strided) else 1
             setattr(self, n, nn.Conv2d(w.shape[1], w.shape[0], k, stride=s, padding=k // 2, bias=False))
             setattr(self, "bn" + n[-1], nn.BatchNorm2d(w.shape[0]))
+        if not self.bottleneck:  # TorchScript compiles both branches of forward
+            self.conv3, self.bn3 = nn.Identity(), nn.Identity()
         self.shortcut = nn.Sequential()
-        if f"{p}.shortcut.0.weight" in sd:
+        self.project = f"{p}.shortcut.0.weight" in sd
+        if self.project:
             w = sd[f"{p}.shortcut.0.weight"]
             self.shortcut = nn.Sequential(nn.Conv2d(w.shape[1], w.shape[0], 1, stride=2 if down else 1, bias=False),
                                           nn.BatchNorm2d(w.shape[0]))
@@ -95,7 +98,7 @@ class Block(nn.Module):
             y = self.bn3(self.conv3(y))
         else:
             y = self.bn2(self.conv2(y))
-        return F.relu(y + (self.shortcut(x) if len(self.shortcut) else x))
+        return F.relu(y + (self.shortcut(x) if self.project else x))
 
 
 class ResNet(nn.Module):

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "strato/core/fs.h"
@@ -350,6 +351,46 @@ INSTANTIATE_TEST_SUITE_P(Zoo, PruneStructuredExact,
                                            ExactCase{"mlp", model_config("mlp", 3, 32), {1, 8, 8}, 0.3}),
                          [](const auto& p) { return p.param.name; });
 
+TEST(PruneStructured, RoundToKeepsWholeChannelBlocksOfTheMostImportantChannels) {
+    torch::manual_seed(2);
+    const data::ImageShape s{1, 12, 12};
+    const ModelConfig cfg = model_config("cnn", 2, 32, {32, 32, 64, 6});
+    auto net = build(cfg, s);
+    ASSERT_TRUE(net);
+    auto widths = [](const ChannelPruneResult& r) { return r.model.channels; };
+    auto exact = prune_channels(*net, cfg, s, 10, 0.3, 1);
+    ASSERT_TRUE(exact.is_ok()) << exact.status().message();
+    EXPECT_EQ(widths(*exact), (std::vector<int64_t>{22, 22, 45, 4}));
+    auto by8 = prune_channels(*net, cfg, s, 10, 0.3, 8);
+    ASSERT_TRUE(by8.is_ok()) << by8.status().message();
+    // Down to a multiple of 8, so at least 30 % go; a layer no wider than 8 keeps the exact count.
+    EXPECT_EQ(widths(*by8), (std::vector<int64_t>{16, 16, 40, 4}));
+    auto by16 = prune_channels(*net, cfg, s, 10, 0.1, 16);
+    ASSERT_TRUE(by16.is_ok()) << by16.status().message();
+    EXPECT_EQ(widths(*by16), (std::vector<int64_t>{16, 16, 48, 5}));  // 29 -> 16, never below one block
+    // The rounded kept set is the most important part of the exact one.
+    auto importance = channel_importance(*net, cfg);
+    ASSERT_TRUE(importance.is_ok());
+    for (size_t i = 0; i < by8->layers.size(); ++i) {
+        const auto& big = exact->layers[i].kept;
+        const torch::Tensor imp = (*importance)[i];
+        double min_kept = 1e30, max_dropped = -1;
+        for (int64_t c = 0; c < imp.size(0); ++c) {
+            const bool kept = std::count(by8->layers[i].kept.begin(), by8->layers[i].kept.end(), c) > 0;
+            if (kept) {
+                EXPECT_TRUE(std::count(big.begin(), big.end(), c) > 0) << "layer " << i << " channel " << c;
+                min_kept = std::min(min_kept, imp[c].item<double>());
+            } else {
+                max_dropped = std::max(max_dropped, imp[c].item<double>());
+            }
+        }
+        EXPECT_GE(min_kept, max_dropped) << "layer " << i;
+    }
+    auto bad = prune_channels(*net, cfg, s, 10, 0.3, 0);
+    ASSERT_FALSE(bad.is_ok());
+    EXPECT_NE(bad.status().message().find("--round-to"), std::string::npos) << bad.status().message();
+}
+
 TEST(PruneStructured, KeepsTheMostImportantChannels) {
     torch::manual_seed(1);
     auto net = build(model_config("mlp", 1, 8), {1, 4, 4}, 3);
@@ -482,6 +523,7 @@ TEST(PrunePackage, ChannelsWithoutFineTuningWritesANarrowerPackage) {
     EXPECT_EQ(pkg->info.model.channels, (std::vector<int64_t>{3, 3, 6, 6}));
     EXPECT_EQ(models::parameter_count(*pkg->net), r->parameters_after);
     EXPECT_EQ(pkg->info.metrics["compression"]["layers"][0]["channels_after"], 3);
+    EXPECT_EQ(pkg->info.metrics["compression"]["round_to"], 8);  // wider than these layers: exact counts
     EXPECT_EQ(pkg->info.metrics["test_samples"], 128);
     EXPECT_NE(format_prune_table(*r).find("features.0"), std::string::npos);
 

@@ -234,8 +234,10 @@ Result<std::vector<torch::Tensor>> channel_importance(models::NetImpl& net, cons
 }
 
 Result<ChannelPruneResult> prune_channels(models::NetImpl& net, const models::ModelConfig& cfg,
-                                          const data::ImageShape& shape, int64_t classes, double amount) {
+                                          const data::ImageShape& shape, int64_t classes, double amount,
+                                          int64_t round_to) {
     if (!(amount > 0 && amount < 1)) return invalid_argument("--amount: expected a fraction in (0, 1), got {}", amount);
+    if (round_to < 1) return invalid_argument("--round-to: expected a channel multiple >= 1, got {}", round_to);
     STRATO_ASSIGN_OR_RETURN(ChannelMap map, channel_map(net, cfg));
     STRATO_ASSIGN_OR_RETURN(std::vector<torch::Tensor> importance, channel_importance(net, cfg));
     ChannelPruneResult out;
@@ -244,7 +246,8 @@ Result<ChannelPruneResult> prune_channels(models::NetImpl& net, const models::Mo
     std::vector<torch::Tensor> kept_idx;
     for (size_t i = 0; i < map.layers.size(); ++i) {
         const int64_t n = importance[i].size(0);
-        const int64_t drop = std::min<int64_t>(n - 1, std::llround(amount * static_cast<double>(n)));
+        int64_t drop = std::min<int64_t>(n - 1, std::llround(amount * static_cast<double>(n)));
+        if (round_to > 1 && n > round_to) drop = n - std::max(round_to, (n - drop) / round_to * round_to);
         // The n - drop most important channels, in their original order (ties: the earlier one).
         torch::Tensor order = std::get<1>(importance[i].sort(/*stable=*/true, 0, /*descending=*/true));
         torch::Tensor kept = std::get<0>(order.narrow(0, 0, n - drop).sort());
@@ -403,6 +406,7 @@ json PruneReport::compression_json() const {
     }
     json j = {{"method", method},
               {"amount", amount},
+              {"round_to", round_to},
               {"schedule", schedule},
               {"source", source},
               {"finetune_epochs", epochs},
@@ -520,6 +524,7 @@ Result<PruneReport> prune_package_impl(const PruneOptions& o) {
     report.method = o.method;
     report.schedule = o.schedule;
     report.amount = amount;
+    report.round_to = o.method == "channels" ? o.round_to : 1;
     report.epochs = epochs;
     report.source = stdfs::absolute(o.model, ec).lexically_normal().string();
     report.parameters_before = models::parameter_count(*src.net);
@@ -571,7 +576,8 @@ Result<PruneReport> prune_package_impl(const PruneOptions& o) {
     } else {
         STRATO_ASSIGN_OR_RETURN(
             ChannelPruneResult pruned,
-            prune_channels(*src.net, src.info.model, src.info.input_shape, src.info.num_classes, amount));
+            prune_channels(*src.net, src.info.model, src.info.input_shape, src.info.num_classes, amount,
+                           o.round_to));
         start = pruned.net;
         cfg.model = pruned.model;
         for (const auto& l : pruned.layers) report.layers.push_back({l.name, {}, 0, 0, l.before, l.after});
