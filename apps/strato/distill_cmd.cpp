@@ -117,11 +117,17 @@ void add_compress_report_command(CLI::App& compress, const GlobalFlags&, int* ex
     cmd->add_option("--threads", o->c.threads, "Intra-op threads (0 = cores)")->capture_default_str();
     cmd->add_option("--runs", o->c.latency_runs, "Timed forward passes at batch 1 (throughput: a tenth, at least 20)")
         ->capture_default_str();
+    cmd->add_option("--rounds", o->c.rounds,
+                    "Interleave the rows' timed passes over this many rounds, so a machine that slows down for a "
+                    "while slows every row alike")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
     cmd->add_option("--markdown", o->markdown, "Also write the table as Markdown to this file (for bench/RESULTS.md)");
     cmd->add_flag("--json", o->json, "Print the report as JSON instead of a table");
     cmd->footer(
         "Accuracy is `strato eval`'s on the test split; latency and throughput time the package's forward pass as\n"
-        "`strato serve` runs it (channels-last for convolutional nets, InferenceMode, CPU), after a warm-up.\n"
+        "`strato serve` runs it (channels-last for convolutional nets, InferenceMode, CPU), after a warm-up, every\n"
+        "row in turn for --rounds rounds.\n"
         "Examples:\n"
         "  strato compress report --model teacher=runs/fashion_mnist_cnn/model \\\n"
         "      --model teacher-bf16=runs/fashion_mnist_cnn/model@bf16 \\\n"

@@ -219,6 +219,11 @@ TEST_F(Compare, ErrorsNameTheVariant) {
     r = compare({{"good", good}}, opts_);
     ASSERT_FALSE(r.is_ok());
     EXPECT_NE(r.status().message().find("must be positive"), std::string::npos) << r.status().message();
+    opts_.latency_runs = 30;
+    opts_.rounds = 0;
+    r = compare({{"good", good}}, opts_);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("rounds 0"), std::string::npos) << r.status().message();
 }
 
 TEST_F(Compare, AnInt8PackageIsARowLikeAnyOther) {

@@ -23,11 +23,6 @@ namespace {
 
 constexpr const char* kForm = "LABEL=DIR or LABEL=DIR@bf16, e.g. teacher=runs/fashion_mnist_cnn/model";
 
-struct Timing {
-    double p50_ms = 0, p90_ms = 0;
-    double throughput = 0;  // images/s
-};
-
 /// The median (mean of the two middle values for an even count) and the nearest-rank p90.
 std::pair<double, double> median_p90(std::vector<double> v) {
     STRATO_ASSERT(!v.empty());
@@ -38,37 +33,68 @@ std::pair<double, double> median_p90(std::vector<double> v) {
     return {median, v[std::max<size_t>(rank, 1) - 1]};
 }
 
-/// Times `net`'s forward pass as the server runs it (see report.h).
-Timing time_forward(models::NetImpl& net, const data::ImageShape& s, bool channels_last, bool bf16,
-                    const CompareOptions& o) {
-    c10::InferenceMode inference;
-    compat::AutocastGuard autocast(c10::DeviceType::CPU, at::kBFloat16, bf16);
-    // Normalised images look like standard normal noise to the timer; values do not change the time.
-    auto input = [&](int64_t b) {
-        auto x = torch::randn({b, s.channels, s.height, s.width});
-        return channels_last ? models::channels_last_copy(x) : x;  // as the server builds its batch
-    };
-    auto seconds = [&](const torch::Tensor& x) {
+/// Times one row's forward pass as the server runs it (see report.h), a slice at a time.
+class ForwardTimer {
+public:
+    ForwardTimer(models::LoadedPackage pkg, bool bf16, int64_t batch) : pkg_(std::move(pkg)), bf16_(bf16) {
+        const bool channels_last = models::is_convolutional(pkg_.info.model);  // as serve's PackageModel
+        if (channels_last) models::to_channels_last(*pkg_.net);
+        // Normalised images look like standard normal noise to the timer; values do not change the time.
+        auto input = [&](int64_t b) {
+            const auto& s = pkg_.info.input_shape;
+            auto x = torch::randn({b, s.channels, s.height, s.width});
+            return channels_last ? models::channels_last_copy(x) : x;  // as the server builds its batch
+        };
+        one_ = input(1);
+        batch_ = input(batch);
+    }
+    /// `n` batch-1 passes (latencies in ms) and `m` batch passes (images/s); untimed when `keep` is false.
+    void run(int64_t n, int64_t m, bool keep) {
+        c10::InferenceMode inference;
+        compat::AutocastGuard autocast(c10::DeviceType::CPU, at::kBFloat16, bf16_);
+        for (int64_t i = 0; i < n; ++i) {
+            const double s = seconds(one_);
+            if (keep) ms_.push_back(1e3 * s);
+        }
+        for (int64_t i = 0; i < m; ++i) {
+            const double s = seconds(batch_);
+            if (keep) rates_.push_back(static_cast<double>(batch_.size(0)) / std::max(1e-12, s));
+        }
+    }
+    const std::vector<double>& latencies_ms() const { return ms_; }
+    const std::vector<double>& rates() const { return rates_; }
+
+private:
+    double seconds(const torch::Tensor& x) {
         const auto t0 = Clock::now();
-        auto y = net.forward(x);
+        auto y = pkg_.net->forward(x);
         (void)y;
         return std::chrono::duration<double>(Clock::now() - t0).count();
-    };
-    Timing t;
-    const auto one = input(1);
-    for (int64_t i = 0; i < o.warmup_runs; ++i) seconds(one);
-    std::vector<double> ms;
-    ms.reserve(static_cast<size_t>(o.latency_runs));
-    for (int64_t i = 0; i < o.latency_runs; ++i) ms.push_back(1e3 * seconds(one));
-    std::tie(t.p50_ms, t.p90_ms) = median_p90(ms);
+    }
+    models::LoadedPackage pkg_;
+    bool bf16_;
+    torch::Tensor one_, batch_;
+    std::vector<double> ms_, rates_;
+};
 
-    const auto batch = input(o.throughput_batch);
-    for (int64_t i = 0; i < std::max<int64_t>(2, o.warmup_runs / 10); ++i) seconds(batch);
-    std::vector<double> rates;
-    for (int64_t i = 0; i < o.throughput_runs; ++i)
-        rates.push_back(static_cast<double>(o.throughput_batch) / std::max(1e-12, seconds(batch)));
-    t.throughput = median_p90(rates).first;
-    return t;
+/// Passes `total` spread over `rounds`: round r's share (the first rounds take the remainder).
+int64_t share(int64_t total, int64_t rounds, int64_t r) { return total / rounds + (r < total % rounds ? 1 : 0); }
+
+/// Times every row, interleaved round by round, and fills their latency and throughput.
+/// Returns the number of rounds.
+int64_t time_rows(std::vector<ForwardTimer>& timers, std::vector<VariantReport>& rows, const CompareOptions& o) {
+    for (auto& t : timers) t.run(o.warmup_runs, std::max<int64_t>(2, o.warmup_runs / 10), /*keep=*/false);
+    const int64_t rounds = std::max<int64_t>(1, std::min(o.rounds, std::min(o.latency_runs, o.throughput_runs)));
+    log::info("timing {} row{} in {} interleaved round{}", rows.size(), rows.size() == 1 ? "" : "s", rounds,
+              rounds == 1 ? "" : "s");
+    for (int64_t r = 0; r < rounds; ++r) {
+        for (auto& t : timers) t.run(share(o.latency_runs, rounds, r), share(o.throughput_runs, rounds, r), true);
+    }
+    for (size_t i = 0; i < timers.size(); ++i) {
+        std::tie(rows[i].latency_ms_p50, rows[i].latency_ms_p90) = median_p90(timers[i].latencies_ms());
+        rows[i].throughput = median_p90(timers[i].rates()).first;
+    }
+    return rounds;
 }
 
 /// Parameters, and those not exactly zero (int8 parameters by their integer values).
@@ -82,7 +108,8 @@ std::pair<int64_t, int64_t> count_parameters(const torch::nn::Module& m) {
     return {all, nonzero};
 }
 
-Result<VariantReport> measure(const Variant& v, const CompareOptions& o) {
+/// Everything but the timing; the loaded package goes to `timers`.
+Result<VariantReport> measure(const Variant& v, const CompareOptions& o, std::vector<ForwardTimer>& timers) {
     VariantReport r;
     r.variant = v;
     STRATO_ASSIGN_OR_RETURN(models::LoadedPackage pkg, models::load_package(v.dir));
@@ -104,12 +131,7 @@ Result<VariantReport> measure(const Variant& v, const CompareOptions& o) {
     STRATO_ASSIGN_OR_RETURN(std::tie(r.size_bytes, r.files), directory_size(v.dir));
     std::tie(r.parameters, r.nonzero_parameters) = count_parameters(*pkg.net);
 
-    const bool channels_last = models::is_convolutional(pkg.info.model);  // as serve's PackageModel
-    if (channels_last) models::to_channels_last(*pkg.net);
-    const Timing t = time_forward(*pkg.net, pkg.info.input_shape, channels_last, v.bf16, o);
-    r.latency_ms_p50 = t.p50_ms;
-    r.latency_ms_p90 = t.p90_ms;
-    r.throughput = t.throughput;
+    timers.emplace_back(std::move(pkg), v.bf16, o.throughput_batch);
     return r;
 }
 
@@ -133,10 +155,11 @@ std::string delta(const CompareReport& rep, size_t i) {
 std::string measured_how(const CompareReport& r) {
     return fmt::format(
         "accuracy on the {}; latency: median and p90 of {} forward passes at batch 1; throughput: median "
-        "of {} passes at batch {}; {} intra-op thread{}, CPU, InferenceMode, channels-last for "
-        "convolutional nets; size: every file of the package (MB = 10^6 bytes); ratios against the "
-        "first row",
-        r.dataset, r.latency_runs, r.throughput_runs, r.throughput_batch, r.threads, r.threads == 1 ? "" : "s");
+        "of {} passes at batch {}; the rows timed in turn over {} round{}; {} intra-op thread{}, CPU, InferenceMode, "
+        "channels-last for convolutional nets; size: every file of the package (MB = 10^6 bytes); ratios against "
+        "the first row",
+        r.dataset, r.latency_runs, r.throughput_runs, r.throughput_batch, r.rounds, r.rounds == 1 ? "" : "s",
+        r.threads, r.threads == 1 ? "" : "s");
 }
 
 }  // namespace
@@ -187,21 +210,25 @@ Result<CompareReport> compare(const std::vector<Variant>& variants, const Compar
             return invalid_argument("variant label '{}' is given twice; labels name the rows, so each must be unique",
                                     v.label);
     }
-    if (opts.latency_runs < 1 || opts.throughput_runs < 1 || opts.throughput_batch < 1 || opts.warmup_runs < 0)
-        return invalid_argument("runs and batch sizes must be positive (latency runs {}, throughput runs {}, batch {})",
-                                opts.latency_runs, opts.throughput_runs, opts.throughput_batch);
+    if (opts.latency_runs < 1 || opts.throughput_runs < 1 || opts.throughput_batch < 1 || opts.warmup_runs < 0 ||
+        opts.rounds < 1)
+        return invalid_argument(
+            "runs, rounds and batch sizes must be positive (latency runs {}, throughput runs {}, batch {}, rounds {})",
+            opts.latency_runs, opts.throughput_runs, opts.throughput_batch, opts.rounds);
     CompareReport out;
     out.threads = train::configure_threads(opts.threads);
     out.latency_runs = opts.latency_runs;
     out.throughput_runs = opts.throughput_runs;
     out.throughput_batch = opts.throughput_batch;
     try {
+        std::vector<ForwardTimer> timers;
         for (const auto& v : variants) {
             log::info("measuring {} ({}{})", v.label, v.dir, v.bf16 ? ", bf16 autocast" : "");
-            auto r = measure(v, opts);
+            auto r = measure(v, opts, timers);
             if (!r) return r.status().with_context(fmt::format("{} ({})", v.label, v.dir));
             out.rows.push_back(std::move(r).value());
         }
+        out.rounds = time_rows(timers, out.rows, opts);
     } catch (const c10::Error& e) {
         return internal_error("libtorch: {}", models::torch_error_message(e));
     }
@@ -246,6 +273,7 @@ json to_json(const CompareReport& rep) {
             {"latency_runs", rep.latency_runs},
             {"throughput_runs", rep.throughput_runs},
             {"throughput_batch", rep.throughput_batch},
+            {"rounds", rep.rounds},
             {"dataset", rep.dataset}};
 }
 
@@ -265,7 +293,7 @@ std::string format_table(const CompareReport& rep) {
             thousands(r.parameters), thousands(r.nonzero_parameters), r.latency_ms_p50, r.latency_ms_p90,
             r.latency_speedup, r.throughput, r.throughput_speedup);
     }
-    out += "(" + measured_how(rep) + ")\n";
+    out += fmt::format("({})\n", measured_how(rep));
     return out;
 }
 
@@ -284,11 +312,11 @@ std::string format_markdown(const CompareReport& rep) {
         out += fmt::format(
             "| {} | {} | {:.2f} % | {} | {:.2f} MB | {:.2f}× | {} | {:.3f} / {:.3f} ms | {:.2f}× | {}/s | "
             "{:.2f}× |\n",
-            r.variant.label, precision(r), 100 * r.accuracy, i == 0 ? "—" : delta(rep, i) + " pt",
+            r.variant.label, precision(r), 100 * r.accuracy, i == 0 ? "—" : fmt::format("{} pt", delta(rep, i)),
             megabytes(r.size_bytes), r.size_ratio, params, r.latency_ms_p50, r.latency_ms_p90, r.latency_speedup,
             thousands(std::llround(r.throughput)), r.throughput_speedup);
     }
-    out += "\n" + measured_how(rep) + ".\n";
+    out += fmt::format("\n{}.\n", measured_how(rep));
     return out;
 }
 

@@ -14,7 +14,9 @@
 // network in the layout serving uses (channels-last weights and inputs for convolutional nets),
 // under c10::InferenceMode, on the CPU, with `threads` intra-op threads; a bf16 variant runs
 // under bf16 autocast like `strato eval --bf16`. Inputs are already normalised (the
-// normalisation and the protocol codec are not timed). Not thread-safe: sets the process's
+// normalisation and the protocol codec are not timed). The rows are timed interleaved: `rounds`
+// rounds each time every row for its share of the passes, so a machine that slows down for a
+// while slows every row alike and the ratios stay fair. Not thread-safe: sets the process's
 // libtorch thread count.
 
 #include <nlohmann/json.hpp>
@@ -44,6 +46,7 @@ struct CompareOptions {
     int64_t throughput_runs = 20;  // timed forward passes at throughput_batch
     int64_t throughput_batch = 64;
     int64_t warmup_runs = 20;  // untimed batch-1 passes first (and a tenth, at least 2, at throughput_batch)
+    int64_t rounds = 10;       // the passes of every row are spread over this many interleaved rounds
 };
 
 struct VariantReport {
@@ -71,6 +74,7 @@ struct CompareReport {
     std::vector<VariantReport> rows;
     int threads = 0;
     int64_t latency_runs = 0, throughput_runs = 0, throughput_batch = 0;
+    int64_t rounds = 0;  // interleaved timing rounds
     std::string dataset;  // what the accuracy was measured on, e.g. "fashion-mnist test (10000 samples)"
 };
 
