@@ -38,10 +38,12 @@ train() {
     --set run.threads="$threads" --no-report --resume "$@" >/dev/null
 }
 
+quantize() { "$bin" --quiet compress quantize --model "$1" --threads "$threads" --no-eval >/dev/null; }
+
 # compress_model NAME: INT8, 50 % magnitude, 30 % channels, the report and the peer for $out/NAME/model.
 compress_model() {
   local name=$1 src=$out/$1/model
-  have "$src-int8" || { log "quantizing $name"; "$bin" --quiet compress quantize --model "$src" --threads "$threads" --no-eval >/dev/null; }
+  have "$src-int8" || { log "quantizing $name"; quantize "$src"; }
   for spec in magnitude:0.5:50 channels:0.3:30; do
     IFS=: read -r method amount pct <<<"$spec"
     local dir=$out/$name-prune-$method-$pct
@@ -51,8 +53,7 @@ compress_model() {
         --output "$dir" --resume --json >"$out/$name-prune-$method-$pct.json"
     fi
   done
-  have "$out/$name-prune-channels-30/model-int8" ||
-    "$bin" --quiet compress quantize --model "$out/$name-prune-channels-30/model" --threads "$threads" --no-eval >/dev/null
+  have "$out/$name-prune-channels-30/model-int8" || quantize "$out/$name-prune-channels-30/model"
   log "report $name (strato)"
   local extra=()
   [[ $name == cnn ]] && extra=(--model "student=$out/student-s0/model" --model "student-kd=$out/student-kd-s0/model")
@@ -105,10 +106,9 @@ for name, title in (("cnn", "Fashion-MNIST CNN"), ("resnet", "ResNet-20")):
     goal(f"{name}: INT8 accuracy drop", f"{drop:+.2f} pt", drop <= 1.0, "<= 1.0 pt")
     goal(f"{name}: INT8 latency b1 vs fp32", f"{i8['latency_speedup']:.2f}x", i8["latency_speedup"] >= 2, ">= 2x")
     goal(f"{name}: INT8 throughput b64 vs fp32", f"{i8['throughput_speedup']:.2f}x", i8["throughput_speedup"] >= 2, ">= 2x")
-    m = load(f"{name}-prune-magnitude-50.json") if os.path.exists(os.path.join(out, f"{name}-prune-magnitude-50.json")) else None
+    sparsity = load(f"{name}-prune-magnitude-50.json")["sparsity"]  # written with the package
     drop = 100 * (fp32["accuracy"] - mag["accuracy"])
-    sparsity = 1 - mag["nonzero_parameters"] / mag["parameters"]
-    goal(f"{name}: magnitude pruning, {100 * (m['sparsity'] if m else sparsity):.0f} % of weights, accuracy drop",
+    goal(f"{name}: magnitude pruning, {100 * sparsity:.0f} % of weights, accuracy drop",
          f"{drop:+.2f} pt", drop <= 1.0, "<= 1.0 pt")
     drop = 100 * (fp32["accuracy"] - ch["accuracy"])
     lower = 100 * (1 - ch["latency_ms_p50"] / fp32["latency_ms_p50"])

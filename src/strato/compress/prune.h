@@ -103,8 +103,9 @@ Result<std::vector<torch::Tensor>> channel_importance(models::NetImpl& net, cons
 /// of smallest channel_importance; with round_to > 1 the kept count of a layer wider than round_to
 /// is then rounded down to a multiple of round_to (at least round_to), since CPU kernels work on
 /// channel blocks of 8 or 16 and a width between two multiples costs as much as the larger one
-/// (measured on the Fashion-MNIST CNN, batch 1: 22/45 channels 1.04x faster than 32/64, 24/48 1.18x); builds the narrower network (model.channels) and copies the kept
-/// weights: the layer's output rows (and bias), its BatchNorm (weight, bias, running statistics),
+/// (measured on the Fashion-MNIST CNN, batch 1: 22/45 channels 1.04x faster than 32/64, 24/48
+/// 1.18x). Then builds the narrower network (model.channels) and copies the kept weights: the
+/// layer's output rows (and bias), its BatchNorm (weight, bias, running statistics),
 /// the next layer's input columns (for the cnn's last convolution: the first Linear's columns
 /// c*H*W .. (c+1)*H*W-1 of each kept channel c, as flatten(1) lays them out). Residual widths
 /// (block outputs, shortcuts, stem) are never pruned. A channel that outputs exactly 0 is removed
