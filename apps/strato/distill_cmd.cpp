@@ -1,5 +1,5 @@
 // strato compress distill --teacher PKG --config STUDENT.toml [--temperature T] [--alpha A] [--set k=v]...
-// strato compress report --model LABEL=DIR[@bf16]... [--data PATH] [--dataset KIND] [--threads N] [--runs N]
+// strato compress report --model LABEL=DIR[@bf16|@eager]... [--data PATH] [--dataset KIND] [--threads N] [--runs N]
 
 #include <fmt/format.h>
 
@@ -107,7 +107,8 @@ void add_compress_report_command(CLI::App& compress, const GlobalFlags&, int* ex
         "report",
         "Compare model packages: accuracy, size on disk, parameters, latency (batch 1), throughput (batch 64)");
     cmd->add_option("--model", o->models,
-                    "A row: LABEL=DIR, or LABEL=DIR@bf16 to run a float package under bf16 autocast (repeatable; the "
+                    "A row: LABEL=DIR, LABEL=DIR@bf16 to run a float package under bf16 autocast, or LABEL=DIR@eager to time its "
+                    "eager network instead of the fused graph the server runs (repeatable; the "
                     "first row is the baseline of the ratios)")
         ->required();
     cmd->add_option("--config", o->config, "Take the [data] section from this training config");

@@ -173,6 +173,11 @@ TEST(Quantize, UnsupportedLayerIsNamed) {
     ModelConfig other;
     other.arch = "transformer";
     EXPECT_FALSE(QuantizedNet::lower(other, net).is_ok());
+    // The FP32 inference lowering walks the same way and names the same layer.
+    auto f = models::FusedNet::lower(cfg, net);
+    ASSERT_FALSE(f.is_ok());
+    EXPECT_NE(f.status().message().find("features.1 ("), std::string::npos) << f.status().message();
+    EXPECT_NE(f.status().message().find("FP32 inference lowering"), std::string::npos) << f.status().message();
 }
 
 TEST(Quantize, BadObserverOptionsAreRefused) {

@@ -39,6 +39,7 @@ TEST_P(VariantSpecs, Parse) {
         EXPECT_EQ(v->label, c.label);
         EXPECT_EQ(v->dir, c.dir);
         EXPECT_EQ(v->bf16, c.bf16);
+        EXPECT_EQ(v->eager, std::string(c.spec).ends_with("@eager"));
     } else {
         ASSERT_FALSE(v.is_ok()) << c.spec;
         EXPECT_EQ(v.status().code(), StatusCode::kInvalidArgument);
@@ -53,6 +54,7 @@ INSTANTIATE_TEST_SUITE_P(
         SpecCase{"Plain", "teacher=runs/cnn/model", "teacher", "runs/cnn/model", false, ""},
         SpecCase{"Bf16", "teacher bf16=runs/cnn/model@bf16", "teacher bf16", "runs/cnn/model", true, ""},
         SpecCase{"Fp32", "t=runs/cnn/model@fp32", "t", "runs/cnn/model", false, ""},
+        SpecCase{"Eager", "t=runs/cnn/model@eager", "t", "runs/cnn/model", false, ""},
         SpecCase{"AtInsideThePath", "t=/tmp/a@b/model", "t", "/tmp/a@b/model", false, ""},
         SpecCase{"EqualsInsideThePath", "t=x=y", "t", "x=y", false, ""},
         SpecCase{"NoEquals", "runs/cnn/model", nullptr, nullptr, false, "no '='"},
@@ -115,14 +117,15 @@ TEST_F(Compare, MeasuresEveryRowAsEvalAndTheFilesSay) {
     const std::string small = make_package(dir_ + "/small", 4, false);
     // An extra file in the package directory counts towards its size.
     { std::ofstream(big + "/model.onnx") << std::string(1000, 'x'); }
-    auto r = compare({{"big", big}, {"big-bf16", big, true}, {"pruned", pruned}, {"small", small}}, opts_);
+    auto r = compare({{"big", big}, {"big-bf16", big, true}, {"pruned", pruned}, {"small", small}, {"big-eager", big, false, true}},
+                     opts_);
     ASSERT_TRUE(r.is_ok()) << r.status().message();
-    ASSERT_EQ(r->rows.size(), 4u);
+    ASSERT_EQ(r->rows.size(), 5u);
     EXPECT_EQ(r->threads, 2);
 
     for (const auto& row : r->rows) {
         SCOPED_TRACE(row.variant.label);
-        auto ev = train::evaluate_package(row.variant.dir, opts_.data, row.variant.bf16);
+        auto ev = train::evaluate_package(row.variant.dir, opts_.data, row.variant.bf16, !row.variant.eager);
         ASSERT_TRUE(ev.is_ok()) << ev.status().message();
         EXPECT_EQ(row.accuracy, ev->result.accuracy);
         EXPECT_EQ(row.loss, ev->result.loss);
@@ -171,11 +174,15 @@ TEST_F(Compare, MeasuresEveryRowAsEvalAndTheFilesSay) {
     EXPECT_DOUBLE_EQ(sm.accuracy_delta_pt, 100 * (sm.accuracy - base.accuracy));
     EXPECT_DOUBLE_EQ(sm.latency_speedup, base.latency_ms_p50 / sm.latency_ms_p50);
     EXPECT_DOUBLE_EQ(sm.throughput_speedup, sm.throughput / base.throughput);
+    // Eager: the same network unfused; the same predictions but for float rounding.
+    EXPECT_TRUE(r->rows[4].variant.eager);
+    EXPECT_NEAR(r->rows[4].accuracy, base.accuracy, 2.0 / 300);
+    EXPECT_NEAR(r->rows[4].loss, base.loss, 1e-4);
 
     // The renderers carry every row.
     const std::string table = format_table(*r), md = format_markdown(*r);
     const nlohmann::json j = to_json(*r);
-    for (const char* label : {"big", "big-bf16", "pruned", "small"}) {
+    for (const char* label : {"big", "big-bf16", "pruned", "small", "big-eager"}) {
         EXPECT_NE(table.find(label), std::string::npos) << table;
         EXPECT_NE(md.find(std::string("| ") + label + " |"), std::string::npos) << md;
     }
@@ -183,8 +190,9 @@ TEST_F(Compare, MeasuresEveryRowAsEvalAndTheFilesSay) {
     EXPECT_NE(header.find("faster"), header.rfind("faster")) << header;  // latency's and throughput's
     EXPECT_EQ(md.rfind("| model | precision | accuracy", 0), 0u) << md;
     EXPECT_NE(md.find("| big-bf16 | bf16 |"), std::string::npos) << md;
-    ASSERT_EQ(j["rows"].size(), 4u);
+    ASSERT_EQ(j["rows"].size(), 5u);
     EXPECT_EQ(j["rows"][1]["precision"], "bf16");
+    EXPECT_EQ(j["rows"][4]["precision"], "fp32 eager");
     EXPECT_EQ(j["rows"][2]["nonzero_parameters"], pr.nonzero_parameters);
     EXPECT_EQ(j["rows"][0]["size_bytes"], base.size_bytes);
     EXPECT_EQ(j["threads"], 2);

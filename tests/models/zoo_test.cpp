@@ -7,6 +7,7 @@
 
 #include "strato/core/fs.h"
 #include "strato/models/package.h"
+#include "strato/models/quantized.h"
 #include "strato/models/zoo.h"
 
 namespace strato::models {
@@ -46,6 +47,53 @@ INSTANTIATE_TEST_SUITE_P(All, Zoo,
                              return param_info.param.arch + std::to_string(param_info.param.depth) + "_" +
                                     std::to_string(param_info.param.shape.height);
                          });
+
+/// Random BatchNorm statistics and affine parameters, so folding them is really exercised.
+void randomize_batch_norm(torch::nn::Module& net) {
+    torch::NoGradGuard no_grad;
+    for (auto& m : net.modules(/*include_self=*/false)) {
+        if (auto* bn = m->as<torch::nn::BatchNorm2d>()) {
+            bn->weight.uniform_(0.5, 1.5);
+            bn->bias.uniform_(-0.2, 0.2);
+            bn->running_mean.uniform_(-0.2, 0.2);
+            bn->running_var.uniform_(0.5, 2.0);
+        }
+    }
+}
+
+// The fused FP32 inference graph (BatchNorm folded, dropout gone, oneDNN-blocked weights and
+// activations) computes what the eager network computes, for every architecture, batch size and
+// input layout; the eager network and the input are left as they were.
+TEST_P(Zoo, FusedNetEqualsTheEagerNetwork) {
+    const auto& c = GetParam();
+    at::set_num_threads(2);
+    ModelConfig cfg;
+    cfg.arch = c.arch;
+    cfg.depth = c.depth;
+    cfg.width = c.arch == "resnet" && c.depth < 60 && c.depth % 6 != 2 ? 8 : 0;
+    cfg.dropout = 0.3;  // at inference dropout is the identity; the lowering drops it
+    torch::manual_seed(5);
+    auto net = create_model(cfg, c.shape, 7).value();
+    randomize_batch_norm(*net);
+    net->eval();
+    auto fused = FusedNet::lower(cfg, *net);
+    ASSERT_TRUE(fused.is_ok()) << fused.status().message();
+    EXPECT_FALSE((*fused)->describe().empty());
+    torch::NoGradGuard ng;
+    for (int64_t batch : {1, 5}) {
+        auto x = torch::randn({batch, c.shape.channels, c.shape.height, c.shape.width});
+        const auto before = x.clone();
+        auto ref = net->forward(x);
+        auto got = (*fused)->forward(x);
+        ASSERT_EQ(got.sizes(), ref.sizes());
+        EXPECT_FALSE(got.is_mkldnn());
+        const double tol = 1e-4 * std::max(1.0, ref.abs().max().item<double>());
+        EXPECT_LE((got - ref).abs().max().item<double>(), tol) << c.arch << c.depth << " batch " << batch;
+        EXPECT_TRUE(torch::equal(x, before));
+        auto got_cl = (*fused)->forward(channels_last_copy(x));
+        EXPECT_LE((got_cl - ref).abs().max().item<double>(), tol);
+    }
+}
 
 TEST(ZooErrors, BadArchitectureOrDepth) {
     ModelConfig cfg;
@@ -104,6 +152,27 @@ TEST_F(Package, RoundTripGivesIdenticalOutputs) {
     int entries = 0;
     for (auto& e : stdfs::directory_iterator(dir_)) entries += 1 + 0 * e.is_directory();
     EXPECT_EQ(entries, 1);
+}
+
+// What serve, eval and report run: the fused graph for a float package, the eager network in
+// channels-last when fusing is off (bf16 autocast); the same logits either way.
+TEST_F(Package, InferenceNetIsTheFusedGraphUnlessTurnedOff) {
+    auto a = load_package((dir_ / "model").string());
+    auto b = load_package((dir_ / "model").string());
+    ASSERT_TRUE(a.is_ok() && b.is_ok());
+    InferenceNet fused = inference_net(*a);
+    InferenceNet eager = inference_net(*b, /*fuse=*/false);
+    EXPECT_TRUE(fused.fused);
+    EXPECT_FALSE(fused.channels_last);
+    EXPECT_NE(dynamic_cast<FusedNet*>(fused.net.get()), nullptr);
+    EXPECT_FALSE(eager.fused);
+    EXPECT_TRUE(eager.channels_last);
+    EXPECT_EQ(eager.net.get(), b->net.get());
+    torch::NoGradGuard ng;
+    auto x = torch::randn({4, 1, 28, 28});
+    auto ref = net_->forward(x);
+    EXPECT_TRUE(torch::allclose(fused.net->forward(x), ref, 1e-4, 1e-5));
+    EXPECT_TRUE(torch::allclose(eager.net->forward(channels_last_copy(x)), ref, 1e-4, 1e-5));
 }
 
 TEST_F(Package, FlippedBitInWeightsIsDetected) {

@@ -21,7 +21,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr const char* kForm = "LABEL=DIR or LABEL=DIR@bf16, e.g. teacher=runs/fashion_mnist_cnn/model";
+constexpr const char* kForm = "LABEL=DIR, LABEL=DIR@bf16 or LABEL=DIR@eager, e.g. teacher=runs/fashion_mnist_cnn/model";
 
 /// The median (mean of the two middle values for an even count) and the nearest-rank p90.
 std::pair<double, double> median_p90(std::vector<double> v) {
@@ -36,9 +36,9 @@ std::pair<double, double> median_p90(std::vector<double> v) {
 /// Times one row's forward pass as the server runs it (see report.h), a slice at a time.
 class ForwardTimer {
 public:
-    ForwardTimer(models::LoadedPackage pkg, bool bf16, int64_t batch) : pkg_(std::move(pkg)), bf16_(bf16) {
-        const bool channels_last = models::is_convolutional(pkg_.info.model);  // as serve's PackageModel
-        if (channels_last) models::to_channels_last(*pkg_.net);
+    ForwardTimer(models::LoadedPackage pkg, bool bf16, bool eager, int64_t batch) : pkg_(std::move(pkg)), bf16_(bf16) {
+        run_ = models::inference_net(pkg_, /*fuse=*/!bf16 && !eager);  // as serve's PackageModel
+        const bool channels_last = run_.channels_last;
         // Normalised images look like standard normal noise to the timer; values do not change the time.
         auto input = [&](int64_t b) {
             const auto& s = pkg_.info.input_shape;
@@ -67,11 +67,12 @@ public:
 private:
     double seconds(const torch::Tensor& x) {
         const auto t0 = Clock::now();
-        auto y = pkg_.net->forward(x);
+        auto y = run_.net->forward(x);
         (void)y;
         return std::chrono::duration<double>(Clock::now() - t0).count();
     }
     models::LoadedPackage pkg_;
+    models::InferenceNet run_;
     bool bf16_;
     torch::Tensor one_, batch_;
     std::vector<double> ms_, rates_;
@@ -115,15 +116,15 @@ Result<VariantReport> measure(const Variant& v, const CompareOptions& o, std::ve
     STRATO_ASSIGN_OR_RETURN(models::LoadedPackage pkg, models::load_package(v.dir));
     r.arch = pkg.info.model.arch;
     r.quantized = pkg.info.quantized();
-    if (r.quantized && v.bf16)
+    if (r.quantized && (v.bf16 || v.eager))
         return invalid_argument(
-            "@bf16 asks for bf16 autocast, which applies to float packages; this one is INT8\nhint: "
-            "drop @bf16 for an INT8 package");
+            "@{0} applies to float packages; this one is INT8\nhint: drop @{0} for an INT8 package",
+            v.bf16 ? "bf16" : "eager");
     if (pkg.info.metrics.is_object() && pkg.info.metrics.contains("compression"))
         r.compression = pkg.info.metrics["compression"];
 
     // Accuracy exactly as `strato eval` computes it.
-    STRATO_ASSIGN_OR_RETURN(train::PackageEval ev, train::evaluate_package(v.dir, o.data, v.bf16));
+    STRATO_ASSIGN_OR_RETURN(train::PackageEval ev, train::evaluate_package(v.dir, o.data, v.bf16, !v.eager));
     r.accuracy = ev.result.accuracy;
     r.loss = ev.result.loss;
     r.samples = ev.result.count;
@@ -131,7 +132,7 @@ Result<VariantReport> measure(const Variant& v, const CompareOptions& o, std::ve
     STRATO_ASSIGN_OR_RETURN(std::tie(r.size_bytes, r.files), directory_size(v.dir));
     std::tie(r.parameters, r.nonzero_parameters) = count_parameters(*pkg.net);
 
-    timers.emplace_back(std::move(pkg), v.bf16, o.throughput_batch);
+    timers.emplace_back(std::move(pkg), v.bf16, v.eager, o.throughput_batch);
     return r;
 }
 
@@ -146,7 +147,9 @@ std::string thousands(int64_t n) {
 
 double megabytes(int64_t bytes) { return static_cast<double>(bytes) / 1e6; }
 
-std::string precision(const VariantReport& r) { return r.quantized ? "int8" : r.variant.bf16 ? "bf16" : "fp32"; }
+std::string precision(const VariantReport& r) {
+    return r.quantized ? "int8" : r.variant.bf16 ? "bf16" : r.variant.eager ? "fp32 eager" : "fp32";
+}
 
 std::string delta(const CompareReport& rep, size_t i) {
     return i == 0 ? std::string("—") : fmt::format("{:+.2f}", rep.rows[i].accuracy_delta_pt);
@@ -156,7 +159,8 @@ std::string measured_how(const CompareReport& r) {
     return fmt::format(
         "accuracy on the {}; latency: median and p90 of {} forward passes at batch 1; throughput: median "
         "of {} passes at batch {}; the rows timed in turn over {} round{}; {} intra-op thread{}, CPU, InferenceMode, "
-        "channels-last for convolutional nets; size: every file of the package (MB = 10^6 bytes); ratios against "
+        "FP32 rows through the fused inference graph (BatchNorm folded, oneDNN-prepacked weights) as the server runs "
+        "them; size: every file of the package (MB = 10^6 bytes); ratios against "
         "the first row",
         r.dataset, r.latency_runs, r.throughput_runs, r.throughput_batch, r.rounds, r.rounds == 1 ? "" : "s",
         r.threads, r.threads == 1 ? "" : "s");
@@ -177,8 +181,10 @@ Result<Variant> parse_variant(const std::string& spec) {
         const std::string p = rest.substr(at + 1);
         if (p == "bf16") {
             v.bf16 = true;
+        } else if (p == "eager") {
+            v.eager = true;
         } else if (p != "fp32") {
-            return invalid_argument("variant '{}': unknown precision '@{}' (expected @bf16 or @fp32)", spec, p);
+            return invalid_argument("variant '{}': unknown precision '@{}' (expected @bf16, @eager or @fp32)", spec, p);
         }
         rest.resize(at);
     }
@@ -223,7 +229,7 @@ Result<CompareReport> compare(const std::vector<Variant>& variants, const Compar
     try {
         std::vector<ForwardTimer> timers;
         for (const auto& v : variants) {
-            log::info("measuring {} ({}{})", v.label, v.dir, v.bf16 ? ", bf16 autocast" : "");
+            log::info("measuring {} ({}{})", v.label, v.dir, v.bf16 ? ", bf16 autocast" : v.eager ? ", eager" : "");
             auto r = measure(v, opts, timers);
             if (!r) return r.status().with_context(fmt::format("{} ({})", v.label, v.dir));
             out.rows.push_back(std::move(r).value());
@@ -278,18 +284,18 @@ json to_json(const CompareReport& rep) {
 }
 
 std::string format_table(const CompareReport& rep) {
-    size_t w = 5;
-    for (const auto& r : rep.rows) w = std::max(w, r.variant.label.size());
+    size_t w = 5, pw = 4;
+    for (const auto& r : rep.rows) w = std::max(w, r.variant.label.size()), pw = std::max(pw, precision(r).size());
     std::string out =
-        fmt::format("{:<{}}  {:>5}  {:>8}  {:>7}  {:>6}  {:>10}  {:>10}  {:>10}  {:>8}  {:>8}  {:>7}  {:>9}  {:>7}\n",
-                    "model", w, "prec", "acc %", "Δ pt", "MB", "smaller", "params", "non-zero", "p50 ms", "p90 ms",
+        fmt::format("{:<{}}  {:>{}}  {:>8}  {:>7}  {:>6}  {:>10}  {:>10}  {:>10}  {:>8}  {:>8}  {:>7}  {:>9}  {:>7}\n",
+                    "model", w, "prec", pw, "acc %", "Δ pt", "MB", "smaller", "params", "non-zero", "p50 ms", "p90 ms",
                     "faster", "img/s", "faster");
     for (size_t i = 0; i < rep.rows.size(); ++i) {
         const auto& r = rep.rows[i];
         out += fmt::format(
-            "{:<{}}  {:>5}  {:>8.2f}  {:>7}  {:>6.2f}  {:>9.2f}×  {:>10}  {:>10}  {:>8.3f}  {:>8.3f}  "
+            "{:<{}}  {:>{}}  {:>8.2f}  {:>7}  {:>6.2f}  {:>9.2f}×  {:>10}  {:>10}  {:>8.3f}  {:>8.3f}  "
             "{:>6.2f}×  {:>9.0f}  {:>6.2f}×\n",
-            r.variant.label, w, precision(r), 100 * r.accuracy, delta(rep, i), megabytes(r.size_bytes), r.size_ratio,
+            r.variant.label, w, precision(r), pw, 100 * r.accuracy, delta(rep, i), megabytes(r.size_bytes), r.size_ratio,
             thousands(r.parameters), thousands(r.nonzero_parameters), r.latency_ms_p50, r.latency_ms_p90,
             r.latency_speedup, r.throughput, r.throughput_speedup);
     }

@@ -11,9 +11,10 @@
 //   fmt::print("{}", format_table(*r));
 //
 // Timing runs the package's forward pass the way `strato serve` does (PackageModel): the
-// network in the layout serving uses (channels-last weights and inputs for convolutional nets),
-// under c10::InferenceMode, on the CPU, with `threads` intra-op threads; a bf16 variant runs
-// under bf16 autocast like `strato eval --bf16`. Inputs are already normalised (the
+// network serving runs (models::inference_net: the fused FP32 graph for a float package, the
+// INT8 graph on channels-last inputs for a quantized one), under c10::InferenceMode, on the CPU,
+// with `threads` intra-op threads; a bf16 variant runs the eager network in channels-last under
+// bf16 autocast like `strato eval --bf16`. Inputs are already normalised (the
 // normalisation and the protocol codec are not timed). The rows are timed interleaved: `rounds`
 // rounds each time every row for its share of the passes, so a machine that slows down for a
 // while slows every row alike and the ratios stay fair. Not thread-safe: sets the process's
@@ -28,14 +29,16 @@
 
 namespace strato::compress {
 
-/// One row: a label and a package directory, optionally run under bf16 autocast.
+/// One row: a label and a package directory, optionally run under bf16 autocast or as the eager
+/// FP32 network (not the fused inference graph the server runs; to show what fusing gains).
 struct Variant {
     std::string label;
     std::string dir;
     bool bf16 = false;
+    bool eager = false;
 };
 
-/// Parses `LABEL=DIR` or `LABEL=DIR@bf16` (also `@fp32`, the default). An `@` followed by a
+/// Parses `LABEL=DIR`, `LABEL=DIR@bf16` or `LABEL=DIR@eager` (also `@fp32`, the default). An `@` followed by a
 /// path (with a `/`) belongs to DIR. Errors name the spec and the expected form.
 Result<Variant> parse_variant(const std::string& spec);
 

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "strato/core/fs.h"
+#include "strato/core/log.h"
 #include "strato/models/quantized.h"
 
 namespace strato::models {
@@ -172,6 +173,23 @@ Result<LoadedPackage> load_package(const std::string& dir) {
         }
     }
     out.net->eval();
+    return out;
+}
+
+InferenceNet inference_net(LoadedPackage& pkg, bool fuse) {
+    InferenceNet out;
+    if (fuse && !pkg.info.quantized()) {
+        auto fused = FusedNet::lower(pkg.info.model, *pkg.net);
+        if (fused) {
+            out.net = *fused;
+            out.fused = true;
+            return out;
+        }
+        log::warn("running the eager network: {}", fused.status().message());
+    }
+    out.net = pkg.net;
+    out.channels_last = is_convolutional(pkg.info.model);
+    if (out.channels_last) to_channels_last(*out.net);
     return out;
 }
 

@@ -46,6 +46,19 @@ Status save_package(const std::string& dir, const PackageInfo& info, NetImpl& ne
 /// is an error naming the file.
 Result<LoadedPackage> load_package(const std::string& dir);
 
+/// The network `strato serve`, `strato eval` and `strato compress report` run for a package, and
+/// the input layout it wants.
+struct InferenceNet {
+    Net net;
+    bool fused = false;          // the FusedNet lowering of a float package
+    bool channels_last = false;  // give it NHWC input (see channels_last_copy)
+};
+/// For a float package, its FusedNet lowering (BatchNorm folded, oneDNN-prepacked weights; what
+/// TorchScript's optimize_for_inference does); with `fuse` false (bf16 autocast wants the eager
+/// network) or a network the lowering does not know, the eager network in channels-last. An INT8
+/// package runs as loaded. Converts `pkg.net` in place where it returns it.
+InferenceNet inference_net(LoadedPackage& pkg, bool fuse = true);
+
 /// Module <-> bytes (a libtorch archive), for packages and checkpoints.
 std::string module_to_bytes(torch::nn::Module& m);
 Status module_from_bytes(torch::nn::Module& m, const std::string& bytes, const std::string& what);

@@ -116,19 +116,26 @@ private:
 }  // namespace
 
 /// One step of the lowered graph. run_float() is the calibration path (observing), run_int8()
-/// the quantized one; the tensors that define it are parameters and buffers, so the module
-/// archive of a QuantizedNet is the INT8 package's weights.pt.
+/// the quantized one, run_fused() FusedNet's FP32 inference; the tensors that define it are
+/// parameters and buffers, so the module archive of a QuantizedNet is the INT8 package's weights.pt.
 class Op : public nn::Module {
 public:
     virtual torch::Tensor run_float(const torch::Tensor& x, int pass) = 0;
     virtual torch::Tensor run_int8(const torch::Tensor& q) = 0;
+    virtual torch::Tensor run_fused(const torch::Tensor& x) = 0;
     virtual void quantize(const QuantizeOptions&) {}
     virtual void pack() {}
+    virtual void pack_fused() {}
     virtual nlohmann::json describe() const = 0;
     std::string path;
 };
 
 namespace {
+
+/// FusedNet keeps activations in oneDNN's blocked layout between convolutions (when libtorch has
+/// oneDNN); ops that need a plain tensor convert back.
+torch::Tensor to_blocked(const torch::Tensor& x) { return x.is_mkldnn() || !at::hasMKLDNN() ? x : x.to_mkldnn(); }
+torch::Tensor to_plain(const torch::Tensor& x) { return x.is_mkldnn() ? x.to_dense() : x; }
 
 /// An op whose output has its own u8 scale and zero point (buffers "scale", "zero_point").
 class Requant : public Op {
@@ -170,6 +177,7 @@ public:
     torch::Tensor run_int8(const torch::Tensor& x) override {
         return at::quantize_per_tensor(x.to(torch::kFloat), scale(), zero_point(), at::kQUInt8);
     }
+    torch::Tensor run_fused(const torch::Tensor& x) override { return x; }
     void quantize(const QuantizeOptions& o) override { set_qparams(o); }
     nlohmann::json describe() const override {
         auto j = qparams();
@@ -178,13 +186,15 @@ public:
     }
 };
 
-/// Conv2d or Linear with folded BatchNorm and an optional fused ReLU.
+/// Conv2d or Linear with folded BatchNorm and an optional fused ReLU. Its "weight" parameter is
+/// the int8 one for QuantizedNet and the folded FP32 one for FusedNet.
 class Weighted final : public Requant {
 public:
     enum Kind { kConv, kLinear };
-    Weighted(Kind kind, torch::Tensor weight, torch::Tensor bias, bool relu) : kind_(kind), relu_(relu) {
+    Weighted(Kind kind, torch::Tensor weight, torch::Tensor bias, bool relu, bool int8) : kind_(kind), relu_(relu) {
         float_weight_ = weight.detach().clone().contiguous();
-        weight_ = register_parameter("weight", torch::zeros(weight.sizes(), torch::kChar), /*requires_grad=*/false);
+        weight_ = register_parameter("weight", int8 ? torch::zeros(weight.sizes(), torch::kChar) : float_weight_,
+                                     /*requires_grad=*/false);
         bias_ = register_parameter("bias", bias.detach().clone().to(torch::kFloat), /*requires_grad=*/false);
         weight_scale_ = register_buffer("weight_scale", torch::ones({weight.size(0)}));
     }
@@ -238,6 +248,25 @@ public:
         return relu_ ? conv_->apply_relu(q, scale(), zero_point()) : conv_->apply(q, scale(), zero_point());
     }
 
+    /// Reorders a convolution's weights once into oneDNN's blocked layout for these strides and
+    /// paddings (what TorchScript's frozen graphs do), instead of on every call.
+    void pack_fused() override {
+        if (kind_ == kConv && at::hasMKLDNN())
+            blocked_weight_ = at::mkldnn_reorder_conv2d_weight(float_weight_.to_mkldnn(), padding, stride, dilation, groups);
+    }
+
+    torch::Tensor run_fused(const torch::Tensor& x) override {
+        torch::Tensor y;
+        if (kind_ == kLinear) {
+            y = torch::linear(to_plain(x), float_weight_, bias_);
+        } else if (blocked_weight_.defined()) {
+            y = at::mkldnn_convolution(to_blocked(x), blocked_weight_, bias_, padding, stride, dilation, groups);
+        } else {
+            y = torch::conv2d(x, float_weight_, bias_, stride, padding, dilation, groups);
+        }
+        return relu_ ? at::relu_(y) : y;
+    }
+
     nlohmann::json describe() const override {
         auto j = qparams();
         j["kind"] = kind_ == kConv ? "conv" : "linear";
@@ -251,7 +280,8 @@ public:
 private:
     Kind kind_;
     bool relu_;
-    torch::Tensor float_weight_;  // folded FP32 weights, for calibration only (not saved)
+    torch::Tensor float_weight_;   // folded FP32 weights (for QuantizedNet: calibration only, not saved)
+    torch::Tensor blocked_weight_;  // FusedNet: float_weight_ in oneDNN's layout
     torch::Tensor weight_, bias_, weight_scale_;
     c10::intrusive_ptr<LinearPackedParamsBase> linear_;
     c10::intrusive_ptr<ConvPackedParamsBase<2>> conv_;
@@ -269,6 +299,7 @@ public:
         ceil_ = o.ceil_mode();
     }
     torch::Tensor run_float(const torch::Tensor& x, int) override { return run_int8(x); }
+    torch::Tensor run_fused(const torch::Tensor& x) override { return run_int8(x); }
     // Every list written out with 2 elements: the quantized kernel does not apply the defaults.
     torch::Tensor run_int8(const torch::Tensor& q) override { return at::max_pool2d(q, kernel_, stride_, padding_, dilation_, ceil_); }
     nlohmann::json describe() const override { return {{"kind", "max_pool"}, {"kernel", kernel_}, {"stride", stride_}}; }
@@ -283,6 +314,7 @@ public:
     torch::Tensor run_float(const torch::Tensor& x, int) override { return run_int8(x); }
     // NCHW order, as the float Linear after it was trained on.
     torch::Tensor run_int8(const torch::Tensor& q) override { return q.contiguous().flatten(1); }
+    torch::Tensor run_fused(const torch::Tensor& x) override { return to_plain(x).flatten(1); }
     nlohmann::json describe() const override { return {{"kind", "flatten"}}; }
 };
 
@@ -290,6 +322,7 @@ class GlobalAvgPool final : public Op {
 public:
     torch::Tensor run_float(const torch::Tensor& x, int) override { return run_int8(x); }
     torch::Tensor run_int8(const torch::Tensor& q) override { return at::adaptive_avg_pool2d(q, {1, 1}).flatten(1); }
+    torch::Tensor run_fused(const torch::Tensor& x) override { return to_plain(at::adaptive_avg_pool2d(x, {1, 1})).flatten(1); }
     nlohmann::json describe() const override { return {{"kind", "global_avg_pool"}}; }
 };
 
@@ -297,6 +330,7 @@ class Relu final : public Op {
 public:
     torch::Tensor run_float(const torch::Tensor& x, int) override { return torch::relu(x); }
     torch::Tensor run_int8(const torch::Tensor& q) override { return at::relu(q); }
+    torch::Tensor run_fused(const torch::Tensor& x) override { return at::relu(x); }
     nlohmann::json describe() const override { return {{"kind", "relu"}}; }
 };
 
@@ -325,6 +359,12 @@ public:
         torch::Tensor s = shortcut_ ? shortcut_->run_int8(q) : q;
         return add_relu.call(y, s, scale(), zero_point());
     }
+    torch::Tensor run_fused(const torch::Tensor& x) override {
+        const torch::Tensor in = to_blocked(x);  // the add wants both sides in one layout
+        torch::Tensor y = in;
+        for (auto& c : main_) y = c->run_fused(y);
+        return at::relu_(y.add_(shortcut_ ? shortcut_->run_fused(in) : in));
+    }
     void quantize(const QuantizeOptions& o) override {
         for (auto& c : main_) c->quantize(o);
         if (shortcut_) shortcut_->quantize(o);
@@ -334,6 +374,10 @@ public:
         Requant::pack();
         for (auto& c : main_) c->pack();
         if (shortcut_) shortcut_->pack();
+    }
+    void pack_fused() override {
+        for (auto& c : main_) c->pack_fused();
+        if (shortcut_) shortcut_->pack_fused();
     }
     nlohmann::json describe() const override {
         auto j = qparams();
@@ -372,28 +416,30 @@ std::pair<torch::Tensor, torch::Tensor> fold(const torch::Tensor& w, const torch
     return {weight * inv.view({-1, 1, 1, 1}), (bias - bn->running_mean.detach()) * inv + bn->bias.detach()};
 }
 
-std::shared_ptr<Weighted> make_conv(nn::Conv2dImpl& c, nn::BatchNorm2dImpl* bn, bool relu, const std::string& path) {
+std::shared_ptr<Weighted> make_conv(nn::Conv2dImpl& c, nn::BatchNorm2dImpl* bn, bool relu, const std::string& path,
+                                    bool int8) {
     auto [w, b] = fold(c.weight, c.options.bias() ? c.bias : torch::Tensor(), bn);
-    auto op = std::make_shared<Weighted>(Weighted::kConv, w, b, relu);
+    auto op = std::make_shared<Weighted>(Weighted::kConv, w, b, relu, int8);
     op->stride = {c.options.stride()->at(0), c.options.stride()->at(1)};
     op->dilation = {c.options.dilation()->at(0), c.options.dilation()->at(1)};
     op->groups = c.options.groups();
     const auto* pad = c10::get_if<torch::ExpandingArray<2>>(&c.options.padding());
-    if (!pad) throw std::invalid_argument(path + ": 'same'/'valid' padding is not supported by the INT8 lowering");
+    if (!pad) throw std::invalid_argument(path + ": 'same'/'valid' padding is not supported by the lowering");
     op->padding = {(*pad)->at(0), (*pad)->at(1)};
     op->path = path;
     return op;
 }
 
-Status unsupported(const std::string& path, const nn::Module& m) {
-    return invalid_argument(
-        "INT8 quantization does not support the layer {} ({}); supported: Conv2d, BatchNorm2d after a Conv2d, ReLU, "
-        "MaxPool2d, Linear, Flatten, Dropout and ResNet basic/bottleneck blocks",
-        path, m.name());
-}
-
 struct Lowering {
+    bool int8 = false;
     std::vector<std::shared_ptr<Op>> ops;
+
+    Status unsupported(const std::string& path, const nn::Module& m) const {
+        return invalid_argument(
+            "{} does not support the layer {} ({}); supported: Conv2d, BatchNorm2d after a Conv2d, ReLU, MaxPool2d, "
+            "Linear, Flatten, Dropout and ResNet basic/bottleneck blocks",
+            int8 ? "INT8 quantization" : "the FP32 inference lowering", path, m.name());
+    }
 
     Status sequence(const std::string& path, nn::Module& seq) {
         auto children = seq.named_children();
@@ -407,13 +453,13 @@ struct Lowering {
                 if (bn) ++i;
                 const bool relu = at(i + 1) && is_relu(*at(i + 1));
                 if (relu) ++i;
-                ops.push_back(make_conv(*conv, bn, relu, p));
+                ops.push_back(make_conv(*conv, bn, relu, p, int8));
             } else if (auto* lin = m.as<nn::Linear>()) {
                 const bool relu = at(i + 1) && is_relu(*at(i + 1));
                 if (relu) ++i;
                 auto op = std::make_shared<Weighted>(Weighted::kLinear, lin->weight.detach(),
                                                      lin->options.bias() ? lin->bias.detach() : torch::zeros({lin->weight.size(0)}),
-                                                     relu);
+                                                     relu, int8);
                 op->path = p;
                 ops.push_back(op);
             } else if (auto* pool = m.as<nn::MaxPool2d>()) {
@@ -454,7 +500,7 @@ struct Lowering {
             auto* conv = get(("conv" + std::to_string(k)).c_str())->as<nn::Conv2d>();
             auto* bn = get(("bn" + std::to_string(k)).c_str())->as<nn::BatchNorm2d>();
             if (!conv || !bn) return unsupported(path, m);
-            main.push_back(make_conv(*conv, bn, /*relu=*/k < convs, path + ".conv" + std::to_string(k)));
+            main.push_back(make_conv(*conv, bn, /*relu=*/k < convs, path + ".conv" + std::to_string(k), int8));
         }
         std::shared_ptr<Weighted> shortcut;
         auto sc = get("shortcut")->named_children();
@@ -462,7 +508,7 @@ struct Lowering {
             auto* conv = sc[0].value()->as<nn::Conv2d>();
             auto* bn = sc[1].value()->as<nn::BatchNorm2d>();
             if (!conv || !bn) return unsupported(path + ".shortcut", *get("shortcut"));
-            shortcut = make_conv(*conv, bn, false, path + ".shortcut");
+            shortcut = make_conv(*conv, bn, false, path + ".shortcut", int8);
         } else if (!sc.is_empty()) {
             return unsupported(path + ".shortcut", *get("shortcut"));
         }
@@ -502,15 +548,18 @@ Status select_engine() {
 
 }  // namespace
 
-Result<std::shared_ptr<QuantizedNet>> QuantizedNet::lower(const ModelConfig& cfg, NetImpl& net) {
-    STRATO_RETURN_IF_ERROR(select_engine());
-    auto q = std::shared_ptr<QuantizedNet>(new QuantizedNet());
+namespace {
+
+/// The lowered graph of `net`: INT8-ready ops (starting with the input quantization) or FusedNet's.
+Result<std::vector<std::shared_ptr<qops::Op>>> lower_ops(const ModelConfig& cfg, NetImpl& net, bool int8) {
+    const char* what = int8 ? "INT8 quantization" : "the FP32 inference lowering";
     qops::Lowering l;
-    l.ops.push_back(std::make_shared<qops::Input>());
+    l.int8 = int8;
+    if (int8) l.ops.push_back(std::make_shared<qops::Input>());
     auto child = [&](const char* name) -> Result<nn::Module*> {
         auto children = net.named_children();
         auto* v = children.find(name);
-        if (!v) return invalid_argument("model.arch {}: the network has no '{}' part to quantize", cfg.arch, name);
+        if (!v) return invalid_argument("model.arch {}: the network has no '{}' part for {}", cfg.arch, name, what);
         return v->get();
     };
     try {
@@ -532,15 +581,60 @@ Result<std::shared_ptr<QuantizedNet>> QuantizedNet::lower(const ModelConfig& cfg
             STRATO_ASSIGN_OR_RETURN(nn::Module * head, child("head"));
             STRATO_RETURN_IF_ERROR(l.sequence("head", *head));
         } else {
-            return invalid_argument("INT8 quantization does not support model.arch '{}'", cfg.arch);
+            return invalid_argument("{} does not support model.arch '{}'", what, cfg.arch);
         }
     } catch (const std::invalid_argument& e) {
         return invalid_argument("{}", e.what());
     }
-    for (size_t i = 0; i < l.ops.size(); ++i) q->register_module("op" + std::to_string(i), l.ops[i]);
-    q->ops_ = std::move(l.ops);
+    return std::move(l.ops);
+}
+
+template <typename T>
+void register_ops(T& net, const std::vector<std::shared_ptr<qops::Op>>& ops) {
+    for (size_t i = 0; i < ops.size(); ++i) net.register_module("op" + std::to_string(i), ops[i]);
+}
+
+}  // namespace
+
+Result<std::shared_ptr<QuantizedNet>> QuantizedNet::lower(const ModelConfig& cfg, NetImpl& net) {
+    STRATO_RETURN_IF_ERROR(select_engine());
+    auto q = std::shared_ptr<QuantizedNet>(new QuantizedNet());
+    STRATO_ASSIGN_OR_RETURN(q->ops_, lower_ops(cfg, net, /*int8=*/true));
+    register_ops(*q, q->ops_);
     q->eval();
     return q;
+}
+
+Result<std::shared_ptr<FusedNet>> FusedNet::lower(const ModelConfig& cfg, NetImpl& net) {
+    auto f = std::shared_ptr<FusedNet>(new FusedNet());
+    STRATO_ASSIGN_OR_RETURN(f->ops_, lower_ops(cfg, net, /*int8=*/false));
+    register_ops(*f, f->ops_);
+    try {
+        torch::NoGradGuard no_grad;
+        for (auto& op : f->ops_) op->pack_fused();
+    } catch (const c10::Error& e) {
+        return internal_error("reordering the FP32 weights for oneDNN: {}", torch_error_message(e));
+    }
+    f->eval();
+    return f;
+}
+
+torch::Tensor FusedNet::forward(torch::Tensor x) {
+    torch::NoGradGuard no_grad;
+    torch::Tensor y = x.to(torch::kFloat);
+    for (auto& op : ops_) y = op->run_fused(y);
+    return qops::to_plain(y);
+}
+
+nlohmann::json FusedNet::describe() const {
+    auto layers = nlohmann::json::array();
+    for (const auto& op : ops_) {
+        auto j = op->describe();
+        for (const char* k : {"scale", "zero_point", "weight_scale_min", "weight_scale_max"}) j.erase(k);
+        if (!op->path.empty()) j["path"] = op->path;
+        layers.push_back(std::move(j));
+    }
+    return layers;
 }
 
 Status QuantizedNet::calibrate(const std::function<Status(const Feed&)>& for_each_batch, const QuantizeOptions& opts) {

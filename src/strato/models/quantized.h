@@ -1,5 +1,17 @@
 #pragma once
-// INT8 inference for zoo networks through libtorch's quantized engines (oneDNN here: its AMX/VNNI
+// Inference graphs lowered from zoo networks: FusedNet (FP32) and QuantizedNet (INT8). Both walk
+// the network the same way and fail the same way on a layer they do not know.
+//
+// FusedNet is what TorchScript's freeze + optimize_for_inference does to a model, without
+// TorchScript: BatchNorm folded into the convolution before it, dropout gone, ReLU applied in
+// place, convolution weights reordered once into oneDNN's blocked layout and the activations kept
+// in that layout from the first convolution to the flatten / global pool (no reorder per op).
+// Inference only (no autograd). Outputs equal the eager network's within float rounding.
+//
+//   auto f = FusedNet::lower(cfg, *float_net).value();
+//   torch::Tensor logits = f->forward(x);                      // x: NCHW float, normalised
+//
+// QuantizedNet: INT8 inference for zoo networks through libtorch's quantized engines (oneDNN here: its AMX/VNNI
 // int8 kernels), as PyTorch's static post-training quantization does it:
 //   - BatchNorm folded into the preceding convolution; ReLU fused into conv, linear and the
 //     residual add (quantized::conv2d_relu, linear_relu, add_relu);
@@ -38,6 +50,22 @@ const std::vector<std::string>& observer_names();
 namespace qops {
 class Op;
 }
+
+class FusedNet final : public NetImpl {
+public:
+    /// Lowers `net` (a zoo network built from `cfg`, eval-mode statistics) for FP32 inference. A
+    /// layer it cannot lower is an error naming the layer's path and type. The result holds its
+    /// own copies of the (folded) weights: later changes to `net` do not reach it.
+    static Result<std::shared_ptr<FusedNet>> lower(const ModelConfig& cfg, NetImpl& net);
+    /// Float in ([B, C, H, W], normalised, any memory format), float logits out (dense).
+    torch::Tensor forward(torch::Tensor x) override;
+    /// Per layer: kind, path, fused ReLU, weight shape.
+    nlohmann::json describe() const;
+
+private:
+    FusedNet() = default;
+    std::vector<std::shared_ptr<qops::Op>> ops_;
+};
 
 class QuantizedNet final : public NetImpl {
 public:

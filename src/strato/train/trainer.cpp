@@ -145,16 +145,16 @@ Result<data::DataSplits> open_package_data(const models::PackageInfo& info, cons
     return splits;
 }
 
-Result<PackageEval> evaluate_package(const std::string& package_dir, const data::DataConfig& data, bool bf16) {
+Result<PackageEval> evaluate_package(const std::string& package_dir, const data::DataConfig& data, bool bf16, bool fuse) {
     try {
         STRATO_ASSIGN_OR_RETURN(models::LoadedPackage pkg, models::load_package(package_dir));
         data::DataConfig cfg;
         STRATO_ASSIGN_OR_RETURN(data::DataSplits splits, open_package_data(pkg.info, data, &cfg));
         STRATO_ASSIGN_OR_RETURN(auto loader, data::Loader::create(splits.test, data::eval_loader_options(cfg, splits)));
         PackageEval out;
-        const bool channels_last = models::is_convolutional(pkg.info.model);
-        if (channels_last) models::to_channels_last(*pkg.net);
-        STRATO_ASSIGN_OR_RETURN(out.result, evaluate(*pkg.net, *loader, bf16, channels_last));
+        // What the server runs: the fused FP32 network (the eager one under bf16 autocast).
+        models::InferenceNet run = models::inference_net(pkg, fuse && !bf16);
+        STRATO_ASSIGN_OR_RETURN(out.result, evaluate(*run.net, *loader, bf16, run.channels_last));
         out.arch = pkg.info.model.arch;
         out.parameters = models::parameter_count(*pkg.net);
         out.labels = pkg.info.labels;

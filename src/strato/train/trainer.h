@@ -106,7 +106,8 @@ Result<data::DataSplits> open_package_data(const models::PackageInfo& info, cons
 
 /// Loads the model package at `package_dir` and evaluates it on the test split of `data`
 /// (normalised with the package's own preprocessing).
-Result<PackageEval> evaluate_package(const std::string& package_dir, const data::DataConfig& data, bool bf16);
+Result<PackageEval> evaluate_package(const std::string& package_dir, const data::DataConfig& data, bool bf16,
+                                     bool fuse = true);
 
 /// A loader batch's images as a [B, C, H, W] tensor: a view of the batch buffer (valid until the
 /// next batch), or a channels-last copy for a net converted with models::to_channels_last.

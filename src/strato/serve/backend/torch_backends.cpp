@@ -60,10 +60,10 @@ std::string model_file(const ModelConfig& c, const std::string& version_dir, con
 
 class PackageModel : public Model {
 public:
-    PackageModel(models::LoadedPackage pkg, bool uint8_input, bool normalize)
+    PackageModel(models::LoadedPackage pkg, bool uint8_input, bool normalize, bool fuse)
         : pkg_(std::move(pkg)), uint8_(uint8_input) {
-        channels_last_ = models::is_convolutional(pkg_.info.model);
-        if (channels_last_) models::to_channels_last(*pkg_.net);
+        run_ = models::inference_net(pkg_, fuse);
+        channels_last_ = run_.channels_last;
         int64_t c = pkg_.info.input_shape.channels;
         std::vector<float> mean(c, 0.f), inv_std(c, 1.f);
         for (int64_t i = 0; i < c; ++i) {
@@ -73,7 +73,7 @@ public:
         }
         mean_ = torch::tensor(mean).view({1, c, 1, 1});
         inv_std_ = torch::tensor(inv_std).view({1, c, 1, 1});
-        bytes_ = parameter_bytes(pkg_.net->parameters());
+        bytes_ = parameter_bytes(run_.net->parameters());
     }
 
     Status execute(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) override {
@@ -85,7 +85,7 @@ public:
         auto fmt = channels_last_ ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
         torch::Tensor y = torch::empty(x.sizes(), x.options().dtype(torch::kFloat).memory_format(fmt));
         torch::sub_out(y, x, mean_).mul_(inv_std_);
-        torch::Tensor logits = pkg_.net->forward(y);
+        torch::Tensor logits = run_.net->forward(y);
         TensorSpec ls{"logits", DataType::kFp32, {}, false, ""};
         TensorSpec ps{"probabilities", DataType::kFp32, {}, false, ""};
         STRATO_ASSIGN_OR_RETURN(Tensor l, from_tensor(logits, ls));
@@ -99,6 +99,7 @@ public:
 
 private:
     models::LoadedPackage pkg_;
+    models::InferenceNet run_;
     bool uint8_;
     bool channels_last_ = false;
     torch::Tensor mean_, inv_std_;
@@ -145,9 +146,12 @@ Result<std::shared_ptr<Model>> package_load(const ModelConfig& c, const std::str
     if (c.inputs[0].dims != std::vector<int64_t>{s.channels, s.height, s.width})
         return invalid_argument("input dims {} do not match the package's input shape [{},{},{}]", shape_string(c.inputs[0].dims),
                                 s.channels, s.height, s.width);
-    bool normalize = true;
-    if (auto it = c.parameters.find("normalize"); it != c.parameters.end()) normalize = it->second != "false";
-    auto model = std::make_shared<PackageModel>(std::move(pkg), c.inputs[0].dtype == DataType::kUint8, normalize);
+    auto flag = [&](const char* key) {
+        auto it = c.parameters.find(key);
+        return it == c.parameters.end() || it->second != "false";
+    };
+    auto model = std::make_shared<PackageModel>(std::move(pkg), c.inputs[0].dtype == DataType::kUint8, flag("normalize"),
+                                                flag("fuse"));
     // Warm-up: oneDNN builds its kernels on the first call (~100 ms); do it before the model is
     // reported ready rather than on a client's first request.
     Tensor in{c.inputs[0].name, c.inputs[0].dtype, {1, s.channels, s.height, s.width}, {}};
