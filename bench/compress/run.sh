@@ -58,7 +58,7 @@ compress_model() {
   local extra=()
   [[ $name == cnn ]] && extra=(--model "student=$out/student-s0/model" --model "student-kd=$out/student-kd-s0/model")
   "$bin" --quiet compress report --threads "$threads" --runs "$runs" --markdown "$out/$name-report.md" --json \
-    --model "fp32=$src" --model "bf16=$src@bf16" --model "int8=$src-int8" \
+    --model "fp32=$src" --model "fp32-eager=$src@eager" --model "bf16=$src@bf16" --model "int8=$src-int8" \
     --model "magnitude-50=$out/$name-prune-magnitude-50/model" \
     --model "channels-30=$out/$name-prune-channels-30/model" \
     --model "channels-30-int8=$out/$name-prune-channels-30/model-int8" "${extra[@]}" >"$out/$name-report.json"
@@ -102,6 +102,9 @@ for name, title in (("cnn", "Fashion-MNIST CNN"), ("resnet", "ResNet-20")):
           f"throughput b64 {i8['throughput'] / peer['int8_b64_per_s']:.2f}x")
     print(f"strato fp32 / PyTorch TorchScript fp32: latency b1 {peer['fp32_ts_b1_ms'] / fp32['latency_ms_p50']:.2f}x, "
           f"throughput b64 {fp32['throughput'] / peer['fp32_ts_b64_per_s']:.2f}x")
+    eager = rows["fp32-eager"]
+    print(f"strato fp32 fused / eager: latency b1 {eager['latency_ms_p50'] / fp32['latency_ms_p50']:.2f}x, "
+          f"throughput b64 {fp32['throughput'] / eager['throughput']:.2f}x")
     drop = 100 * (fp32["accuracy"] - i8["accuracy"])
     goal(f"{name}: INT8 accuracy drop", f"{drop:+.2f} pt", drop <= 1.0, "<= 1.0 pt")
     goal(f"{name}: INT8 latency b1 vs fp32", f"{i8['latency_speedup']:.2f}x", i8["latency_speedup"] >= 2, ">= 2x")

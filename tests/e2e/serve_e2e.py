@@ -1374,8 +1374,9 @@ def request_timeout_503(ctx):
 
 @test
 def repository_explicit_mode(ctx):
+    # fuse "false": this one runs the eager network, not the fused inference graph (same logits).
     cfg = ('name: "fmcfg"\nmax_batch_size: 8\ndynamic_batching { max_queue_delay_microseconds: 1000 }\n'
-           'instance_group [ { count: 2 kind: KIND_CPU } ]\n')
+           'instance_group [ { count: 2 kind: KIND_CPU } ]\nparameters { key: "fuse" value: { string_value: "false" } }\n')
     root = ctx.repo_with("explicit_repo", {MODEL: {"1": "pkg"}, "fmcfg": {"1": "pkg", "config.pbtxt": cfg}, "broken": {}})
     srv = Server("explicit", ["--model-repository", root, "--model-control-mode", "explicit", "--load-model", "fmcfg"], ctx.tmp)
     ref = ctx.reference()
@@ -1407,9 +1408,14 @@ def repository_explicit_mode(ctx):
             check(c["dynamic_batching"]["max_queue_delay_microseconds"] == 1000, f"fmcfg dynamic_batching {c['dynamic_batching']}")
             check(c["instance_group"][0]["count"] == 2, f"fmcfg instance_group {c['instance_group']}")
             _, outs = decode_infer(infer("fmcfg", ctx.images[:8]), "fmcfg batch 8")
-            check(close(outs["logits"].rows()[0], ref[0][0], 1e-4), "fmcfg gives other results")
+            check(close(outs["logits"].rows()[0], ref[0][0], 1e-4), "fmcfg (eager) gives other results than the fused graph")
             expect_error(infer("fmcfg", ctx.images[:9]), 400, [("batch", "8")], "fmcfg batch 9")
-        s.case("config.pbtxt model: max_batch_size 8, 2 instances", config_pbtxt_model)
+            check(c.get("parameters", {}).get("fuse", {}).get("string_value") == "false", f"fmcfg parameters {c.get('parameters')}")
+            # The eager network keeps BatchNorm's parameters; the fused graph folded them away.
+            eager = get_stats(srv, "fmcfg")["memory_usage"][0]["byte_size"]
+            fused = get_stats(ctx.main(), MODEL)["memory_usage"][0]["byte_size"]
+            check(eager > fused > 0, f"memory: eager {eager} bytes, fused {fused} bytes")
+        s.case("config.pbtxt model: max_batch_size 8, 2 instances, fuse false", config_pbtxt_model)
 
         def load_infer():
             r = post(f"/v2/repository/models/{MODEL}/load")
