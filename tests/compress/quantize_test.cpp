@@ -7,25 +7,14 @@
 #include "strato/core/fs.h"
 #include "strato/models/package.h"
 #include "strato/models/quantized.h"
+#include "../models/batch_norm_helpers.h"
 
 namespace strato::compress {
 namespace {
 namespace stdfs = std::filesystem;
+using test_support::randomize_batch_norm;
 using models::ModelConfig;
 using models::QuantizedNet;
-
-/// Random BatchNorm statistics and affine parameters, so folding them is really exercised.
-void randomize_batch_norm(torch::nn::Module& net) {
-    torch::NoGradGuard no_grad;
-    for (auto& m : net.modules(/*include_self=*/false)) {
-        if (auto* bn = m->as<torch::nn::BatchNorm2d>()) {
-            bn->weight.uniform_(0.5, 1.5);
-            bn->bias.uniform_(-0.2, 0.2);
-            bn->running_mean.uniform_(-0.2, 0.2);
-            bn->running_var.uniform_(0.5, 2.0);
-        }
-    }
-}
 
 double cosine(const torch::Tensor& a, const torch::Tensor& b) {
     return (a.flatten() * b.flatten()).sum().item<double>() / (a.norm().item<double>() * b.norm().item<double>());

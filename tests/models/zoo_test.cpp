@@ -9,10 +9,12 @@
 #include "strato/models/package.h"
 #include "strato/models/quantized.h"
 #include "strato/models/zoo.h"
+#include "batch_norm_helpers.h"
 
 namespace strato::models {
 namespace {
 namespace stdfs = std::filesystem;
+using test_support::randomize_batch_norm;
 
 struct ZooCase {
     std::string arch;
@@ -47,19 +49,6 @@ INSTANTIATE_TEST_SUITE_P(All, Zoo,
                              return param_info.param.arch + std::to_string(param_info.param.depth) + "_" +
                                     std::to_string(param_info.param.shape.height);
                          });
-
-/// Random BatchNorm statistics and affine parameters, so folding them is really exercised.
-void randomize_batch_norm(torch::nn::Module& net) {
-    torch::NoGradGuard no_grad;
-    for (auto& m : net.modules(/*include_self=*/false)) {
-        if (auto* bn = m->as<torch::nn::BatchNorm2d>()) {
-            bn->weight.uniform_(0.5, 1.5);
-            bn->bias.uniform_(-0.2, 0.2);
-            bn->running_mean.uniform_(-0.2, 0.2);
-            bn->running_var.uniform_(0.5, 2.0);
-        }
-    }
-}
 
 // The fused FP32 inference graph (BatchNorm folded, dropout gone, oneDNN-blocked weights and
 // activations) computes what the eager network computes, for every architecture, batch size and

@@ -63,7 +63,6 @@ public:
     PackageModel(models::LoadedPackage pkg, bool uint8_input, bool normalize, bool fuse)
         : pkg_(std::move(pkg)), uint8_(uint8_input) {
         run_ = models::inference_net(pkg_, fuse);
-        channels_last_ = run_.channels_last;
         int64_t c = pkg_.info.input_shape.channels;
         std::vector<float> mean(c, 0.f), inv_std(c, 1.f);
         for (int64_t i = 0; i < c; ++i) {
@@ -82,7 +81,7 @@ public:
         torch::Tensor x = as_tensor(in, uint8_ ? torch::kByte : torch::kFloat);
         if (uint8_) x = x.to(torch::kFloat).div_(255.f);
         // (x - mean) / std in one pass into a fresh (channels-last for CNNs) buffer.
-        auto fmt = channels_last_ ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+        auto fmt = run_.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
         torch::Tensor y = torch::empty(x.sizes(), x.options().dtype(torch::kFloat).memory_format(fmt));
         torch::sub_out(y, x, mean_).mul_(inv_std_);
         torch::Tensor logits = run_.net->forward(y);
@@ -101,7 +100,6 @@ private:
     models::LoadedPackage pkg_;
     models::InferenceNet run_;
     bool uint8_;
-    bool channels_last_ = false;
     torch::Tensor mean_, inv_std_;
     int64_t bytes_ = 0;
 };
