@@ -50,9 +50,10 @@ INSTANTIATE_TEST_SUITE_P(All, Zoo,
                                     std::to_string(param_info.param.shape.height);
                          });
 
-// The fused FP32 inference graph (BatchNorm folded, dropout gone, oneDNN-blocked weights and
-// activations) computes what the eager network computes, for every architecture, batch size and
-// input layout; the eager network and the input are left as they were.
+// The fused FP32 inference graph (BatchNorm folded, dropout gone, ReLU and the residual add as
+// convolution post-ops) computes what the eager network computes, for every architecture, batch
+// size and input layout, on oneDNN primitives and through libtorch's oneDNN ops; the eager network
+// and the input are left as they were.
 TEST_P(Zoo, FusedNetEqualsTheEagerNetwork) {
     const auto& c = GetParam();
     at::set_num_threads(2);
@@ -65,22 +66,32 @@ TEST_P(Zoo, FusedNetEqualsTheEagerNetwork) {
     auto net = create_model(cfg, c.shape, 7).value();
     randomize_batch_norm(*net);
     net->eval();
-    auto fused = FusedNet::lower(cfg, *net);
-    ASSERT_TRUE(fused.is_ok()) << fused.status().message();
-    EXPECT_FALSE((*fused)->describe().empty());
-    torch::NoGradGuard ng;
-    for (int64_t batch : {1, 5}) {
-        auto x = torch::randn({batch, c.shape.channels, c.shape.height, c.shape.width});
-        const auto before = x.clone();
-        auto ref = net->forward(x);
-        auto got = (*fused)->forward(x);
-        ASSERT_EQ(got.sizes(), ref.sizes());
-        EXPECT_FALSE(got.is_mkldnn());
-        const double tol = 1e-4 * std::max(1.0, ref.abs().max().item<double>());
-        EXPECT_LE((got - ref).abs().max().item<double>(), tol) << c.arch << c.depth << " batch " << batch;
-        EXPECT_TRUE(torch::equal(x, before));
-        auto got_cl = (*fused)->forward(channels_last_copy(x));
-        EXPECT_LE((got_cl - ref).abs().max().item<double>(), tol);
+    for (bool primitives : {true, false}) {
+        SCOPED_TRACE(primitives ? "oneDNN primitives" : "libtorch oneDNN ops");
+        auto fused = FusedNet::lower(cfg, *net, {.primitives = primitives, .input = {c.shape.channels, c.shape.height, c.shape.width}});
+        ASSERT_TRUE(fused.is_ok()) << fused.status().message();
+        EXPECT_EQ((*fused)->engine(), primitives ? "onednn-primitives" : "aten-onednn");
+        EXPECT_FALSE((*fused)->describe().empty());
+        const auto impls = (*fused)->implementations({1, c.shape.channels, c.shape.height, c.shape.width});
+        EXPECT_EQ(impls.empty(), !primitives);
+        if (__builtin_cpu_supports("avx512f"))
+            for (const auto& impl : impls) EXPECT_EQ(impl.find("ref:"), std::string::npos) << impl << ": oneDNN's slow reference kernel";
+        torch::NoGradGuard ng;
+        for (int64_t batch : {1, 5, 1}) {
+            auto x = torch::randn({batch, c.shape.channels, c.shape.height, c.shape.width});
+            const auto before = x.clone();
+            auto ref = net->forward(x);
+            auto got = (*fused)->forward(x);
+            ASSERT_EQ(got.sizes(), ref.sizes());
+            EXPECT_FALSE(got.is_mkldnn());
+            const double tol = 1e-4 * std::max(1.0, ref.abs().max().item<double>());
+            EXPECT_LE((got - ref).abs().max().item<double>(), tol) << c.arch << c.depth << " batch " << batch;
+            EXPECT_TRUE(torch::equal(x, before));
+            auto got_cl = (*fused)->forward(channels_last_copy(x));
+            EXPECT_LE((got_cl - ref).abs().max().item<double>(), tol);
+            auto got_strided = (*fused)->forward(torch::randn({batch, c.shape.channels, c.shape.height, 2 * c.shape.width}).slice(3, 0, c.shape.width, 1).copy_(x));
+            EXPECT_LE((got_strided - ref).abs().max().item<double>(), tol);
+        }
     }
 }
 

@@ -179,7 +179,8 @@ Result<LoadedPackage> load_package(const std::string& dir) {
 InferenceNet inference_net(LoadedPackage& pkg, bool fuse) {
     InferenceNet out;
     if (fuse && !pkg.info.quantized()) {
-        auto fused = FusedNet::lower(pkg.info.model, *pkg.net);
+        const auto& in = pkg.info.input_shape;
+        auto fused = FusedNet::lower(pkg.info.model, *pkg.net, {.input = {in.channels, in.height, in.width}});
         if (fused) {
             out.net = *fused;
             out.fused = true;

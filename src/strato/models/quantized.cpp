@@ -3,9 +3,13 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/quantized/PackedParams.h>
 
+#include "strato/core/log.h"
+#include "strato/models/dnnl_graph.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <mutex>
 
 namespace strato::models {
 namespace nn = torch::nn;
@@ -126,6 +130,10 @@ public:
     virtual void quantize(const QuantizeOptions&) {}
     virtual void pack() {}
     virtual void pack_fused() {}
+    /// Adds this step to FusedNet's oneDNN graph reading value `x`; returns its output value.
+    virtual int emit(dnnl_graph::Graph&, int) const {
+        throw std::invalid_argument(fmt::format("{}: no oneDNN graph node for {}", path, describe().value("kind", "?")));
+    }
     virtual nlohmann::json describe() const = 0;
     std::string path;
 };
@@ -267,6 +275,24 @@ public:
         return relu_ ? at::relu_(y) : y;
     }
 
+    int emit(dnnl_graph::Graph& g, int x) const override { return emit(g, x, -1, relu_); }
+    /// `accumulate`: the value this convolution's output is added to before `relu`.
+    int emit(dnnl_graph::Graph& g, int x, int accumulate, bool relu) const {
+        auto floats = [](const torch::Tensor& t) {
+            auto c = t.detach().to(torch::kFloat).contiguous();
+            return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+        };
+        if (kind_ == kLinear)
+            return g.linear(x, {floats(float_weight_), float_weight_.size(0), float_weight_.size(1), floats(bias_), relu});
+        dnnl_graph::ConvSpec c{floats(float_weight_), float_weight_.sizes().vec(), floats(bias_)};
+        c.stride = {stride[0], stride[1]};
+        c.padding = {padding[0], padding[1]};
+        c.dilation = {dilation[0], dilation[1]};
+        c.groups = groups;
+        c.relu = relu;
+        return g.conv(x, std::move(c), accumulate);
+    }
+
     nlohmann::json describe() const override {
         auto j = qparams();
         j["kind"] = kind_ == kConv ? "conv" : "linear";
@@ -302,6 +328,10 @@ public:
     torch::Tensor run_fused(const torch::Tensor& x) override { return run_int8(x); }
     // Every list written out with 2 elements: the quantized kernel does not apply the defaults.
     torch::Tensor run_int8(const torch::Tensor& q) override { return at::max_pool2d(q, kernel_, stride_, padding_, dilation_, ceil_); }
+    int emit(dnnl_graph::Graph& g, int x) const override {
+        if (dilation_ != std::vector<int64_t>{1, 1}) throw std::invalid_argument(path + ": dilated max-pooling has no oneDNN graph node");
+        return g.max_pool(x, {{kernel_[0], kernel_[1]}, {stride_[0], stride_[1]}, {padding_[0], padding_[1]}, ceil_});
+    }
     nlohmann::json describe() const override { return {{"kind", "max_pool"}, {"kernel", kernel_}, {"stride", stride_}}; }
 
 private:
@@ -315,6 +345,7 @@ public:
     // NCHW order, as the float Linear after it was trained on.
     torch::Tensor run_int8(const torch::Tensor& q) override { return q.contiguous().flatten(1); }
     torch::Tensor run_fused(const torch::Tensor& x) override { return to_plain(x).flatten(1); }
+    int emit(dnnl_graph::Graph& g, int x) const override { return g.flatten(x); }
     nlohmann::json describe() const override { return {{"kind", "flatten"}}; }
 };
 
@@ -323,6 +354,7 @@ public:
     torch::Tensor run_float(const torch::Tensor& x, int) override { return run_int8(x); }
     torch::Tensor run_int8(const torch::Tensor& q) override { return at::adaptive_avg_pool2d(q, {1, 1}).flatten(1); }
     torch::Tensor run_fused(const torch::Tensor& x) override { return to_plain(at::adaptive_avg_pool2d(x, {1, 1})).flatten(1); }
+    int emit(dnnl_graph::Graph& g, int x) const override { return g.flatten(g.global_avg_pool(x)); }
     nlohmann::json describe() const override { return {{"kind", "global_avg_pool"}}; }
 };
 
@@ -331,6 +363,7 @@ public:
     torch::Tensor run_float(const torch::Tensor& x, int) override { return torch::relu(x); }
     torch::Tensor run_int8(const torch::Tensor& q) override { return at::relu(q); }
     torch::Tensor run_fused(const torch::Tensor& x) override { return at::relu(x); }
+    int emit(dnnl_graph::Graph& g, int x) const override { return g.relu(x); }
     nlohmann::json describe() const override { return {{"kind", "relu"}}; }
 };
 
@@ -378,6 +411,14 @@ public:
     void pack_fused() override {
         for (auto& c : main_) c->pack_fused();
         if (shortcut_) shortcut_->pack_fused();
+    }
+    /// The last convolution adds its output into the shortcut's and applies the ReLU (oneDNN
+    /// sum + eltwise post-ops), so the add and the ReLU cost no pass of their own.
+    int emit(dnnl_graph::Graph& g, int x) const override {
+        int y = x;
+        for (size_t i = 0; i + 1 < main_.size(); ++i) y = main_[i]->emit(g, y);
+        const int sc = shortcut_ ? shortcut_->emit(g, x) : x;
+        return main_.back()->emit(g, y, sc, /*relu=*/true);
     }
     nlohmann::json describe() const override {
         auto j = qparams();
@@ -605,7 +646,7 @@ Result<std::shared_ptr<QuantizedNet>> QuantizedNet::lower(const ModelConfig& cfg
     return q;
 }
 
-Result<std::shared_ptr<FusedNet>> FusedNet::lower(const ModelConfig& cfg, NetImpl& net) {
+Result<std::shared_ptr<FusedNet>> FusedNet::lower(const ModelConfig& cfg, NetImpl& net, const FusedOptions& opts) {
     auto f = std::shared_ptr<FusedNet>(new FusedNet());
     STRATO_ASSIGN_OR_RETURN(f->ops_, lower_ops(cfg, net, /*int8=*/false));
     register_ops(*f, f->ops_);
@@ -615,13 +656,45 @@ Result<std::shared_ptr<FusedNet>> FusedNet::lower(const ModelConfig& cfg, NetImp
     } catch (const c10::Error& e) {
         return internal_error("reordering the FP32 weights for oneDNN: {}", torch_error_message(e));
     }
+    if (opts.primitives && at::hasMKLDNN()) {
+        try {
+            auto g = std::make_shared<dnnl_graph::Graph>();
+            int v = dnnl_graph::Graph::kInput;
+            for (const auto& op : f->ops_) v = op->emit(*g, v);
+            g->set_output(v);
+            if (opts.input.size() == 3) g->prepare({1, opts.input[0], opts.input[1], opts.input[2]});
+            f->graph_ = std::move(g);
+        } catch (const std::exception& e) {
+            log::warn("FP32 graph on oneDNN primitives: {}; using libtorch's oneDNN ops instead", e.what());
+        }
+    }
     f->eval();
     return f;
+}
+
+std::string FusedNet::engine() const { return graph_ ? "onednn-primitives" : "aten-onednn"; }
+
+std::vector<std::string> FusedNet::implementations(const std::vector<int64_t>& dims) const {
+    return graph_ ? graph_->implementations(dims) : std::vector<std::string>{};
 }
 
 torch::Tensor FusedNet::forward(torch::Tensor x) {
     torch::NoGradGuard no_grad;
     torch::Tensor y = x.to(torch::kFloat);
+    if (graph_ && y.dim() == 4 && y.device().is_cpu()) {
+        if (!y.is_contiguous() && !y.is_contiguous(at::MemoryFormat::ChannelsLast)) y = y.contiguous();
+        try {
+            torch::Tensor out;
+            graph_->run(y.data_ptr<float>(), y.sizes().vec(), y.strides().vec(), [&](const std::vector<int64_t>& dims) {
+                out = torch::empty(dims, torch::kFloat);
+                return out.data_ptr<float>();
+            });
+            return out.dim() == 4 ? out.flatten(1) : out;
+        } catch (const std::runtime_error& e) {
+            static std::once_flag once;
+            std::call_once(once, [&] { log::warn("{}; this input runs through libtorch's oneDNN ops", e.what()); });
+        }
+    }
     for (auto& op : ops_) y = op->run_fused(y);
     return qops::to_plain(y);
 }

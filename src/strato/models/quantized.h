@@ -50,21 +50,40 @@ const std::vector<std::string>& observer_names();
 namespace qops {
 class Op;
 }
+namespace dnnl_graph {
+class Graph;
+}
+
+struct FusedOptions {
+    /// Run on oneDNN primitives directly (models/dnnl_graph.h: conv + ReLU and conv + add + ReLU
+    /// as one primitive each, NHWC activations); false: through libtorch's oneDNN ops
+    /// (at::mkldnn_convolution on blocked tensors, one dispatch per op).
+    bool primitives = true;
+    /// [C, H, W]: build the batch-1 plan while lowering, so a graph oneDNN cannot run is found
+    /// (and the libtorch ops used instead) before the first request.
+    std::vector<int64_t> input;
+};
 
 class FusedNet final : public NetImpl {
 public:
     /// Lowers `net` (a zoo network built from `cfg`, eval-mode statistics) for FP32 inference. A
     /// layer it cannot lower is an error naming the layer's path and type. The result holds its
     /// own copies of the (folded) weights: later changes to `net` do not reach it.
-    static Result<std::shared_ptr<FusedNet>> lower(const ModelConfig& cfg, NetImpl& net);
+    static Result<std::shared_ptr<FusedNet>> lower(const ModelConfig& cfg, NetImpl& net, const FusedOptions& opts = {});
     /// Float in ([B, C, H, W], normalised, any memory format), float logits out (dense).
     torch::Tensor forward(torch::Tensor x) override;
     /// Per layer: kind, path, fused ReLU, weight shape.
     nlohmann::json describe() const;
+    /// "onednn-primitives" or "aten-onednn" (see FusedOptions::primitives).
+    std::string engine() const;
+    /// The oneDNN implementation of every primitive for input dims [N, C, H, W] (empty on the
+    /// libtorch path), e.g. "conv: brgconv:avx512_core".
+    std::vector<std::string> implementations(const std::vector<int64_t>& dims) const;
 
 private:
     FusedNet() = default;
     std::vector<std::shared_ptr<qops::Op>> ops_;
+    std::shared_ptr<dnnl_graph::Graph> graph_;
 };
 
 class QuantizedNet final : public NetImpl {

@@ -1,0 +1,417 @@
+#include "strato/models/dnnl_graph.h"
+
+#include <dnnl.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <unordered_map>
+
+namespace strato::models::dnnl_graph {
+namespace {
+
+using dnnl::memory;
+using tag = memory::format_tag;
+using dt = memory::data_type;
+using Dims = std::vector<int64_t>;
+
+enum class Kind { kConv, kLinear, kMaxPool, kAvgPool, kRelu, kFlatten };
+
+const char* kind_name(Kind k) {
+    switch (k) {
+        case Kind::kConv: return "conv";
+        case Kind::kLinear: return "linear";
+        case Kind::kMaxPool: return "max_pool";
+        case Kind::kAvgPool: return "global_avg_pool";
+        case Kind::kRelu: return "relu";
+        case Kind::kFlatten: return "flatten";
+    }
+    return "?";
+}
+
+dnnl::engine& cpu_engine() {
+    static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+    return e;
+}
+
+memory::desc activation_desc(const Dims& d) {
+    return d.size() == 4 ? memory::desc(d, dt::f32, tag::nhwc) : memory::desc(d, dt::f32, tag::nc);
+}
+
+/// One buffer per live activation, 64-byte aligned; freed with the plan.
+struct Buffer {
+    explicit Buffer(size_t n) : bytes(n), ptr(std::aligned_alloc(64, (std::max<size_t>(n, 64) + 63) / 64 * 64)) {
+        if (!ptr) throw std::bad_alloc();
+    }
+    ~Buffer() { std::free(ptr); }
+    Buffer(const Buffer&) = delete;
+    Buffer& operator=(const Buffer&) = delete;
+    size_t bytes;
+    void* ptr;
+};
+
+}  // namespace
+
+struct Node {
+    Kind kind;
+    int src;
+    int accumulate = -1;
+    ConvSpec conv;
+    LinearSpec lin;
+    PoolSpec pool;
+    // Weights reordered into the layouts primitives asked for (shared by every plan).
+    std::vector<std::pair<memory::desc, memory>> packed;
+    memory bias;
+};
+
+struct Plan {
+    Dims dims, strides;
+    dnnl::stream stream{cpu_engine()};
+    struct Step {
+        dnnl::primitive prim;
+        std::unordered_map<int, memory> args;
+    };
+    std::vector<Step> steps;
+    memory in_user, out_user;
+    Dims out_dims;
+    std::vector<std::unique_ptr<Buffer>> buffers;
+    std::vector<std::string> impl;
+    uint64_t last_used = 0;
+
+    void run(const float* input, float* out) {
+        in_user.set_data_handle(const_cast<float*>(input));
+        out_user.set_data_handle(out);
+        for (auto& s : steps) s.prim.execute(stream, s.args);
+        stream.wait();
+    }
+};
+
+struct Graph::Impl {
+    std::vector<Node> nodes;
+    int output = kInput;
+    std::mutex mu;  // plans and packed weights
+    std::map<std::pair<Dims, Dims>, std::vector<std::unique_ptr<Plan>>> free_plans;
+    std::map<std::pair<Dims, Dims>, uint64_t> key_used;
+    uint64_t clock = 0;
+    static constexpr size_t kMaxShapes = 16;
+
+    int add(Node n) {
+        if (n.src < 0 || n.src > static_cast<int>(nodes.size()))
+            throw std::invalid_argument(fmt::format("dnnl_graph: node {} reads value {} that does not exist", nodes.size(), n.src));
+        nodes.push_back(std::move(n));
+        return static_cast<int>(nodes.size());
+    }
+
+    memory packed_weights(Node& n, const memory::desc& want, const memory::desc& user, dnnl::stream& s) {
+        for (auto& [d, m] : n.packed)
+            if (d == want) return m;
+        float* src = n.kind == Kind::kConv ? n.conv.weight.data() : n.lin.weight.data();
+        memory u(user, cpu_engine(), src), w(want, cpu_engine());
+        dnnl::reorder(u, w).execute(s, u, w);
+        s.wait();
+        n.packed.emplace_back(want, w);
+        return w;
+    }
+
+    memory bias_of(Node& n) {
+        if (!n.bias) {
+            auto& b = n.kind == Kind::kConv ? n.conv.bias : n.lin.bias;
+            n.bias = memory(memory::desc({static_cast<int64_t>(b.size())}, dt::f32, tag::a), cpu_engine());
+            std::memcpy(n.bias.get_data_handle(), b.data(), b.size() * sizeof(float));
+        }
+        return n.bias;
+    }
+
+    static dnnl::primitive_attr attr(bool sum, bool relu) {
+        dnnl::post_ops po;
+        if (sum) po.append_sum(1.0f);
+        if (relu) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+        dnnl::primitive_attr a;
+        a.set_post_ops(po);
+        return a;
+    }
+
+    std::unique_ptr<Plan> build(const Dims& dims, const Dims& strides);
+};
+
+std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides) {
+    if (dims.size() != 4 || strides.size() != 4)
+        throw std::runtime_error(fmt::format("the oneDNN graph takes [N, C, H, W] inputs, not {} dimensions", dims.size()));
+    auto plan = std::make_unique<Plan>();
+    plan->dims = dims;
+    plan->strides = strides;
+    const int values = static_cast<int>(nodes.size()) + 1;
+
+    // Liveness: the last node reading each value; values that share a buffer (flatten, in-place
+    // ReLU, the convolution accumulating into its shortcut) share a root.
+    std::vector<int> last_use(values, -1), root(values);
+    for (int v = 0; v < values; ++v) root[v] = v;
+    for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
+        last_use[nodes[i].src] = i;
+        if (nodes[i].accumulate >= 0) last_use[nodes[i].accumulate] = std::max(last_use[nodes[i].accumulate], i);
+    }
+    last_use[output] = std::numeric_limits<int>::max();
+
+    std::vector<memory::desc> desc(values);
+    std::vector<memory> mem(values);
+    desc[0] = activation_desc(dims);
+    std::vector<std::pair<size_t, Buffer*>> free_buffers;  // (bytes, buffer)
+    std::vector<Buffer*> buffer_of(values, nullptr);
+    std::vector<int> root_last(values, -1);
+    auto allocate = [&](const memory::desc& d) {
+        const size_t bytes = d.get_size();
+        auto best = free_buffers.end();
+        for (auto it = free_buffers.begin(); it != free_buffers.end(); ++it)
+            if (it->first >= bytes && (best == free_buffers.end() || it->first < best->first)) best = it;
+        if (best != free_buffers.end()) {
+            Buffer* b = best->second;
+            free_buffers.erase(best);
+            return b;
+        }
+        plan->buffers.push_back(std::make_unique<Buffer>(bytes));
+        return plan->buffers.back().get();
+    };
+    auto bind = [&](int v, Buffer* b, int r) {
+        buffer_of[v] = b;
+        root[v] = r;
+        root_last[r] = std::max(root_last[r], last_use[v]);
+        mem[v] = memory(desc[v], cpu_engine(), b->ptr);
+    };
+    bind(0, allocate(desc[0]), 0);
+
+    plan->in_user = memory(memory::desc(dims, dt::f32, strides), cpu_engine(), nullptr);
+    plan->steps.push_back({dnnl::reorder(plan->in_user, mem[0]), {{DNNL_ARG_FROM, plan->in_user}, {DNNL_ARG_TO, mem[0]}}});
+
+    for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
+        Node& n = nodes[i];
+        const int out = i + 1;
+        const memory::desc& sd = desc[n.src];
+        const Dims sdims = sd.dims();
+        auto where = [&](const std::string& what) {
+            return fmt::format("oneDNN graph node {} ({}) on input [{}]: {}", i, kind_name(n.kind), fmt::join(dims, ", "), what);
+        };
+        try {
+            switch (n.kind) {
+                case Kind::kConv: {
+                    const ConvSpec& c = n.conv;
+                    if (sdims.size() != 4 || sdims[1] != c.dims[1] * c.groups)
+                        throw std::runtime_error(where(fmt::format("expects {} input channels", c.dims[1] * c.groups)));
+                    Dims od = sdims;
+                    od[1] = c.dims[0];
+                    for (int k = 0; k < 2; ++k) {
+                        const int64_t ext = (c.dims[2 + k] - 1) * c.dilation[k] + 1;
+                        od[2 + k] = (sdims[2 + k] + 2 * c.padding[k] - ext) / c.stride[k] + 1;
+                        if (od[2 + k] < 1) throw std::runtime_error(where("the input is smaller than the kernel"));
+                    }
+                    desc[out] = activation_desc(od);
+                    Dims wdims = c.dims;
+                    tag wtag = tag::oihw;
+                    if (c.groups > 1) {
+                        wdims = {c.groups, c.dims[0] / c.groups, c.dims[1], c.dims[2], c.dims[3]};
+                        wtag = tag::goihw;
+                    }
+                    const memory::desc bd({c.dims[0]}, dt::f32, tag::a);
+                    dnnl::convolution_forward::desc cd(
+                        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, sd,
+                        memory::desc(wdims, dt::f32, tag::any), bd, desc[out], {c.stride[0], c.stride[1]},
+                        {c.dilation[0] - 1, c.dilation[1] - 1}, {c.padding[0], c.padding[1]}, {c.padding[0], c.padding[1]});
+                    dnnl::convolution_forward::primitive_desc pd(cd, attr(n.accumulate >= 0, c.relu), cpu_engine());
+                    memory w = packed_weights(n, pd.weights_desc(), memory::desc(wdims, dt::f32, wtag), plan->stream);
+                    if (n.accumulate >= 0) {
+                        const int acc = n.accumulate;
+                        if (desc[acc] != desc[out]) throw std::runtime_error(where("the accumulated value has another shape"));
+                        if (last_use[acc] > i) {  // someone reads the shortcut later: add into a copy
+                            bind(out, allocate(desc[out]), out);
+                            plan->steps.push_back({dnnl::reorder(mem[acc], mem[out]), {{DNNL_ARG_FROM, mem[acc]}, {DNNL_ARG_TO, mem[out]}}});
+                        } else {
+                            bind(out, buffer_of[acc], root[acc]);
+                        }
+                    } else {
+                        bind(out, allocate(desc[out]), out);
+                    }
+                    plan->steps.push_back({dnnl::convolution_forward(pd),
+                                           {{DNNL_ARG_SRC, mem[n.src]}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, bias_of(n)}, {DNNL_ARG_DST, mem[out]}}});
+                    plan->impl.push_back(fmt::format("conv: {}", pd.impl_info_str()));
+                    break;
+                }
+                case Kind::kLinear: {
+                    const LinearSpec& l = n.lin;
+                    Dims wdims{l.out, l.in};
+                    tag wtag = tag::oi;
+                    if (sdims.size() == 4) {
+                        if (sdims[1] * sdims[2] * sdims[3] != l.in)
+                            throw std::runtime_error(where(fmt::format("expects {} input features, the input has {}", l.in, sdims[1] * sdims[2] * sdims[3])));
+                        wdims = {l.out, sdims[1], sdims[2], sdims[3]};
+                        wtag = tag::oihw;  // [out, C*H*W] in NCHW flatten order
+                    } else if (sdims[1] != l.in) {
+                        throw std::runtime_error(where(fmt::format("expects {} input features, the input has {}", l.in, sdims[1])));
+                    }
+                    desc[out] = memory::desc({sdims[0], l.out}, dt::f32, tag::nc);
+                    const memory::desc bd({l.out}, dt::f32, tag::a);
+                    dnnl::inner_product_forward::desc ld(dnnl::prop_kind::forward_inference, sd, memory::desc(wdims, dt::f32, tag::any), bd,
+                                                         desc[out]);
+                    dnnl::inner_product_forward::primitive_desc pd(ld, attr(false, l.relu), cpu_engine());
+                    memory w = packed_weights(n, pd.weights_desc(), memory::desc(wdims, dt::f32, wtag), plan->stream);
+                    bind(out, allocate(desc[out]), out);
+                    plan->steps.push_back({dnnl::inner_product_forward(pd),
+                                           {{DNNL_ARG_SRC, mem[n.src]}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, bias_of(n)}, {DNNL_ARG_DST, mem[out]}}});
+                    plan->impl.push_back(fmt::format("linear: {}", pd.impl_info_str()));
+                    break;
+                }
+                case Kind::kMaxPool:
+                case Kind::kAvgPool: {
+                    if (sdims.size() != 4) throw std::runtime_error(where("expects a 4-D input"));
+                    PoolSpec p = n.pool;
+                    if (n.kind == Kind::kAvgPool) p = PoolSpec{{sdims[2], sdims[3]}, {1, 1}, {0, 0}, false};
+                    Dims od = sdims;
+                    memory::dims pad_r(2);
+                    for (int k = 0; k < 2; ++k) {
+                        const int64_t span = sdims[2 + k] + 2 * p.padding[k] - p.kernel[k];
+                        if (span < 0) throw std::runtime_error(where("the input is smaller than the pooling window"));
+                        int64_t o = (p.ceil_mode ? (span + p.stride[k] - 1) / p.stride[k] : span / p.stride[k]) + 1;
+                        // PyTorch's rule: the last window must start inside the input or its left padding.
+                        if (p.ceil_mode && (o - 1) * p.stride[k] >= sdims[2 + k] + p.padding[k]) --o;
+                        od[2 + k] = o;
+                        pad_r[k] = (o - 1) * p.stride[k] + p.kernel[k] - sdims[2 + k] - p.padding[k];
+                    }
+                    desc[out] = activation_desc(od);
+                    const auto alg = n.kind == Kind::kMaxPool ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_exclude_padding;
+                    dnnl::pooling_forward::desc qd(dnnl::prop_kind::forward_inference, alg, sd, desc[out], {p.stride[0], p.stride[1]},
+                                                   {p.kernel[0], p.kernel[1]}, {p.padding[0], p.padding[1]}, pad_r);
+                    dnnl::pooling_forward::primitive_desc pd(qd, cpu_engine());
+                    bind(out, allocate(desc[out]), out);
+                    plan->steps.push_back({dnnl::pooling_forward(pd), {{DNNL_ARG_SRC, mem[n.src]}, {DNNL_ARG_DST, mem[out]}}});
+                    plan->impl.push_back(fmt::format("{}: {}", kind_name(n.kind), pd.impl_info_str()));
+                    break;
+                }
+                case Kind::kRelu: {
+                    desc[out] = sd;
+                    dnnl::eltwise_forward::desc ed(dnnl::prop_kind::forward_inference, dnnl::algorithm::eltwise_relu, sd, 0.0f, 0.0f);
+                    dnnl::eltwise_forward::primitive_desc pd(ed, cpu_engine());
+                    if (last_use[n.src] == i) {
+                        bind(out, buffer_of[n.src], root[n.src]);  // in place
+                    } else {
+                        bind(out, allocate(desc[out]), out);
+                    }
+                    plan->steps.push_back({dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, mem[n.src]}, {DNNL_ARG_DST, mem[out]}}});
+                    plan->impl.push_back(fmt::format("relu: {}", pd.impl_info_str()));
+                    break;
+                }
+                case Kind::kFlatten:
+                    desc[out] = sd;  // a following linear reads the 4-D layout as NCHW-flattened
+                    bind(out, buffer_of[n.src], root[n.src]);
+                    plan->impl.push_back("flatten: view");
+                    break;
+            }
+        } catch (const dnnl::error& e) {
+            throw std::runtime_error(where(e.what()));
+        }
+        // Buffers whose every reader has run go back to the pool.
+        for (int v = 0; v <= out; ++v)
+            if (buffer_of[v] && root[v] == v && root_last[v] == i) free_buffers.emplace_back(buffer_of[v]->bytes, buffer_of[v]);
+    }
+
+    const memory::desc& od = desc[output];
+    plan->out_dims = od.dims();
+    const tag plain = plan->out_dims.size() == 4 ? tag::nchw : tag::nc;
+    plan->out_user = memory(memory::desc(plan->out_dims, dt::f32, plain), cpu_engine(), nullptr);
+    plan->steps.push_back({dnnl::reorder(mem[output], plan->out_user), {{DNNL_ARG_FROM, mem[output]}, {DNNL_ARG_TO, plan->out_user}}});
+    return plan;
+}
+
+Graph::Graph() : impl_(std::make_unique<Impl>()) {}
+Graph::~Graph() = default;
+
+int Graph::conv(int src, ConvSpec spec, int accumulate) {
+    if (spec.dims.size() != 4 || spec.groups < 1 || spec.dims[0] % spec.groups != 0)
+        throw std::invalid_argument("dnnl_graph::conv: weights must be [out, in / groups, kh, kw]");
+    if (static_cast<int64_t>(spec.weight.size()) != spec.dims[0] * spec.dims[1] * spec.dims[2] * spec.dims[3] ||
+        static_cast<int64_t>(spec.bias.size()) != spec.dims[0])
+        throw std::invalid_argument("dnnl_graph::conv: weight or bias size does not match the dims");
+    if (accumulate > static_cast<int>(impl_->nodes.size())) throw std::invalid_argument("dnnl_graph::conv: accumulate into an unknown value");
+    Node n{Kind::kConv, src};
+    n.accumulate = accumulate;
+    n.conv = std::move(spec);
+    return impl_->add(std::move(n));
+}
+
+int Graph::linear(int src, LinearSpec spec) {
+    if (static_cast<int64_t>(spec.weight.size()) != spec.out * spec.in || static_cast<int64_t>(spec.bias.size()) != spec.out)
+        throw std::invalid_argument("dnnl_graph::linear: weight or bias size does not match [out, in]");
+    Node n{Kind::kLinear, src};
+    n.lin = std::move(spec);
+    return impl_->add(std::move(n));
+}
+
+int Graph::max_pool(int src, PoolSpec spec) {
+    Node n{Kind::kMaxPool, src};
+    n.pool = spec;
+    return impl_->add(std::move(n));
+}
+
+int Graph::global_avg_pool(int src) { return impl_->add(Node{Kind::kAvgPool, src}); }
+int Graph::relu(int src) { return impl_->add(Node{Kind::kRelu, src}); }
+int Graph::flatten(int src) { return impl_->add(Node{Kind::kFlatten, src}); }
+
+void Graph::set_output(int value) {
+    if (value < 0 || value > static_cast<int>(impl_->nodes.size())) throw std::invalid_argument("dnnl_graph: unknown output value");
+    impl_->output = value;
+}
+
+namespace {
+
+Dims dense_strides(const Dims& dims) {
+    Dims s(dims.size(), 1);
+    for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * dims[i + 1];
+    return s;
+}
+
+}  // namespace
+
+void Graph::run(const float* input, const Dims& dims, const Dims& strides, const std::function<float*(const Dims&)>& output) {
+    const auto key = std::make_pair(dims, strides);
+    std::unique_ptr<Plan> plan;
+    {
+        std::lock_guard lock(impl_->mu);
+        impl_->key_used[key] = ++impl_->clock;
+        auto it = impl_->free_plans.find(key);
+        if (it != impl_->free_plans.end() && !it->second.empty()) {
+            plan = std::move(it->second.back());
+            it->second.pop_back();
+        } else {
+            plan = impl_->build(dims, strides);
+        }
+    }
+    plan->run(input, output(plan->out_dims));
+    std::lock_guard lock(impl_->mu);
+    impl_->free_plans[key].push_back(std::move(plan));
+    // Keep the plans of the most recently used shapes only (a server sees every batch size).
+    while (impl_->free_plans.size() > Impl::kMaxShapes) {
+        auto oldest = impl_->free_plans.begin();
+        for (auto it = impl_->free_plans.begin(); it != impl_->free_plans.end(); ++it)
+            if (impl_->key_used[it->first] < impl_->key_used[oldest->first]) oldest = it;
+        impl_->key_used.erase(oldest->first);
+        impl_->free_plans.erase(oldest);
+    }
+}
+
+void Graph::prepare(const Dims& dims) {
+    std::lock_guard lock(impl_->mu);
+    const auto key = std::make_pair(dims, dense_strides(dims));
+    impl_->key_used[key] = ++impl_->clock;
+    auto& plans = impl_->free_plans[key];
+    if (plans.empty()) plans.push_back(impl_->build(key.first, key.second));
+}
+
+std::vector<std::string> Graph::implementations(const Dims& dims) {
+    std::lock_guard lock(impl_->mu);
+    return impl_->build(dims, dense_strides(dims))->impl;
+}
+
+}  // namespace strato::models::dnnl_graph
