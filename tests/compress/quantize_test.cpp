@@ -76,6 +76,17 @@ TEST_P(QuantizedZoo, Int8OutputsFollowTheFloatNetwork) {
     // Channels-last input (what eval and serve feed convolutional nets) gives the same result.
     auto got_cl = b.q->forward(x.contiguous(at::MemoryFormat::ChannelsLast));
     EXPECT_TRUE(torch::allclose(got, got_cl, 1e-4, 1e-4));
+    // The INT8 graph on oneDNN primitives (symmetric activations, post-op fusion) and libtorch's
+    // quantized ops both follow the float network and each other.
+    EXPECT_EQ(b.q->runtime(), "onednn-primitives");
+    ASSERT_TRUE(b.q->prepack(/*primitives=*/false).is_ok());
+    EXPECT_EQ(b.q->runtime(), "libtorch-quantized");
+    auto lib = b.q->forward(x);
+    EXPECT_GT(cosine(lib, ref), 0.99) << c.arch << c.depth;
+    EXPECT_GT(cosine(got, lib), 0.995) << c.arch << c.depth;
+    EXPECT_GT((got.argmax(1) == lib.argmax(1)).to(torch::kFloat).mean().item<double>(), 0.8);
+    ASSERT_TRUE(b.q->prepack().is_ok());
+    EXPECT_TRUE(torch::allclose(b.q->forward(x), got, 1e-5, 1e-5));
     // The stored weights really are 8-bit.
     int64_t int8_params = 0;
     for (const auto& p : b.q->parameters()) {

@@ -40,8 +40,14 @@ dnnl::engine& cpu_engine() {
     return e;
 }
 
-memory::desc activation_desc(const Dims& d) {
-    return d.size() == 4 ? memory::desc(d, dt::f32, tag::nhwc) : memory::desc(d, dt::f32, tag::nc);
+memory::desc activation_desc(const Dims& d, dt type = dt::f32) {
+    return d.size() == 4 ? memory::desc(d, type, tag::nhwc) : memory::desc(d, type, tag::nc);
+}
+
+/// What an INT8 node writes: FP32 when it has no output scale, unsigned after a ReLU.
+dt output_type(const Int8Weights& q, bool relu) {
+    if (q.weight.empty() || q.out_scale == 0.0f) return dt::f32;
+    return relu ? dt::u8 : dt::s8;
 }
 
 /// One buffer per live activation, 64-byte aligned; freed with the plan.
@@ -95,6 +101,7 @@ struct Plan {
 struct Graph::Impl {
     std::vector<Node> nodes;
     int output = kInput;
+    float input_scale = 0.0f;  // INT8 graphs: the input's s8 scale
     std::mutex mu;  // plans and packed weights
     std::map<std::pair<Dims, Dims>, std::vector<std::unique_ptr<Plan>>> free_plans;
     std::map<std::pair<Dims, Dims>, uint64_t> key_used;
@@ -111,7 +118,9 @@ struct Graph::Impl {
     memory packed_weights(Node& n, const memory::desc& want, const memory::desc& user, dnnl::stream& s) {
         for (auto& [d, m] : n.packed)
             if (d == want) return m;
-        float* src = n.kind == Kind::kConv ? n.conv.weight.data() : n.lin.weight.data();
+        Int8Weights& q = n.kind == Kind::kConv ? n.conv.int8 : n.lin.int8;
+        void* src = q.weight.empty() ? static_cast<void*>(n.kind == Kind::kConv ? n.conv.weight.data() : n.lin.weight.data())
+                                     : static_cast<void*>(q.weight.data());
         memory u(user, cpu_engine(), src), w(want, cpu_engine());
         dnnl::reorder(u, w).execute(s, u, w);
         s.wait();
@@ -119,21 +128,40 @@ struct Graph::Impl {
         return w;
     }
 
-    memory bias_of(Node& n) {
+    /// FP32 bias; for an INT8 node in the accumulator's units (oneDNN adds it before the output
+    /// scale): bias / (input scale * weight scale).
+    memory bias_of(Node& n, float in_scale) {
         if (!n.bias) {
             auto& b = n.kind == Kind::kConv ? n.conv.bias : n.lin.bias;
+            const Int8Weights& q = n.kind == Kind::kConv ? n.conv.int8 : n.lin.int8;
             n.bias = memory(memory::desc({static_cast<int64_t>(b.size())}, dt::f32, tag::a), cpu_engine());
-            std::memcpy(n.bias.get_data_handle(), b.data(), b.size() * sizeof(float));
+            auto* p = static_cast<float*>(n.bias.get_data_handle());
+            for (size_t i = 0; i < b.size(); ++i) p[i] = q.weight.empty() ? b[i] : b[i] / (in_scale * q.scales[i]);
         }
         return n.bias;
     }
 
-    static dnnl::primitive_attr attr(bool sum, bool relu) {
+    /// Post-ops (the residual sum, then ReLU) and, for INT8, the per-channel output scales
+    /// in_scale * weight_scale / out_scale and the sum's scale acc_scale / out_scale.
+    static dnnl::primitive_attr attr(const Int8Weights& q, float in_scale, bool sum, float acc_scale, dt acc_type, bool relu) {
+        const bool int8 = !q.weight.empty();
+        const float out = int8 && q.out_scale != 0.0f ? q.out_scale : 1.0f;
         dnnl::post_ops po;
-        if (sum) po.append_sum(1.0f);
+        if (sum) {
+            if (int8) {
+                po.append_sum(acc_scale / out, acc_type);
+            } else {
+                po.append_sum(1.0f);
+            }
+        }
         if (relu) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
         dnnl::primitive_attr a;
         a.set_post_ops(po);
+        if (int8) {
+            std::vector<float> scales(q.scales.size());
+            for (size_t i = 0; i < scales.size(); ++i) scales[i] = in_scale * q.scales[i] / out;
+            a.set_output_scales(1 << 1, scales);
+        }
         return a;
     }
 
@@ -160,7 +188,9 @@ std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides) 
 
     std::vector<memory::desc> desc(values);
     std::vector<memory> mem(values);
-    desc[0] = activation_desc(dims);
+    std::vector<float> scale(values, 0.0f);  // INT8 values: their scale; FP32: 0
+    scale[0] = input_scale;
+    desc[0] = activation_desc(dims, input_scale != 0.0f ? dt::s8 : dt::f32);
     std::vector<std::pair<size_t, Buffer*>> free_buffers;  // (bytes, buffer)
     std::vector<Buffer*> buffer_of(values, nullptr);
     std::vector<int> root_last(values, -1);
@@ -185,8 +215,16 @@ std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides) 
     };
     bind(0, allocate(desc[0]), 0);
 
+    // The input (and, at the end, the output) crosses between the caller's FP32 and the graph's
+    // layout and type in one reorder, quantizing or dequantizing on the way.
+    auto scaled = [](float s) {
+        dnnl::primitive_attr a;
+        a.set_output_scales(0, {s});
+        return a;
+    };
     plan->in_user = memory(memory::desc(dims, dt::f32, strides), cpu_engine(), nullptr);
-    plan->steps.push_back({dnnl::reorder(plan->in_user, mem[0]), {{DNNL_ARG_FROM, plan->in_user}, {DNNL_ARG_TO, mem[0]}}});
+    plan->steps.push_back({dnnl::reorder(plan->in_user, mem[0], scaled(input_scale != 0.0f ? 1.0f / input_scale : 1.0f)),
+                           {{DNNL_ARG_FROM, plan->in_user}, {DNNL_ARG_TO, mem[0]}}});
 
     for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
         Node& n = nodes[i];
@@ -209,7 +247,10 @@ std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides) 
                         od[2 + k] = (sdims[2 + k] + 2 * c.padding[k] - ext) / c.stride[k] + 1;
                         if (od[2 + k] < 1) throw std::runtime_error(where("the input is smaller than the kernel"));
                     }
-                    desc[out] = activation_desc(od);
+                    const bool int8 = !c.int8.weight.empty();
+                    if (int8 != (scale[n.src] != 0.0f)) throw std::runtime_error(where("INT8 and FP32 values mixed"));
+                    desc[out] = activation_desc(od, output_type(c.int8, c.relu));
+                    scale[out] = int8 ? c.int8.out_scale : 0.0f;
                     Dims wdims = c.dims;
                     tag wtag = tag::oihw;
                     if (c.groups > 1) {
@@ -219,16 +260,22 @@ std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides) 
                     const memory::desc bd({c.dims[0]}, dt::f32, tag::a);
                     dnnl::convolution_forward::desc cd(
                         dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, sd,
-                        memory::desc(wdims, dt::f32, tag::any), bd, desc[out], {c.stride[0], c.stride[1]},
+                        memory::desc(wdims, int8 ? dt::s8 : dt::f32, tag::any), bd, desc[out], {c.stride[0], c.stride[1]},
                         {c.dilation[0] - 1, c.dilation[1] - 1}, {c.padding[0], c.padding[1]}, {c.padding[0], c.padding[1]});
-                    dnnl::convolution_forward::primitive_desc pd(cd, attr(n.accumulate >= 0, c.relu), cpu_engine());
-                    memory w = packed_weights(n, pd.weights_desc(), memory::desc(wdims, dt::f32, wtag), plan->stream);
-                    if (n.accumulate >= 0) {
-                        const int acc = n.accumulate;
-                        if (desc[acc] != desc[out]) throw std::runtime_error(where("the accumulated value has another shape"));
+                    const int acc = n.accumulate;
+                    const dt acc_type = acc >= 0 ? desc[acc].data_type() : dt::f32;
+                    dnnl::convolution_forward::primitive_desc pd(
+                        cd, attr(c.int8, scale[n.src], acc >= 0, acc >= 0 ? scale[acc] : 0.0f, acc_type, c.relu), cpu_engine());
+                    memory w = packed_weights(n, pd.weights_desc(), memory::desc(wdims, int8 ? dt::s8 : dt::f32, wtag), plan->stream);
+                    if (acc >= 0) {
+                        // The output overwrites the shortcut in place: same shape and element size.
+                        if (desc[acc].dims() != desc[out].dims() || desc[acc].get_size() != desc[out].get_size() ||
+                            (scale[acc] != 0.0f) != int8)
+                            throw std::runtime_error(where("the accumulated value has another shape or type"));
                         if (last_use[acc] > i) {  // someone reads the shortcut later: add into a copy
                             bind(out, allocate(desc[out]), out);
-                            plan->steps.push_back({dnnl::reorder(mem[acc], mem[out]), {{DNNL_ARG_FROM, mem[acc]}, {DNNL_ARG_TO, mem[out]}}});
+                            memory copy(desc[acc], cpu_engine(), buffer_of[out]->ptr);
+                            plan->steps.push_back({dnnl::reorder(mem[acc], copy), {{DNNL_ARG_FROM, mem[acc]}, {DNNL_ARG_TO, copy}}});
                         } else {
                             bind(out, buffer_of[acc], root[acc]);
                         }
@@ -236,7 +283,7 @@ std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides) 
                         bind(out, allocate(desc[out]), out);
                     }
                     plan->steps.push_back({dnnl::convolution_forward(pd),
-                                           {{DNNL_ARG_SRC, mem[n.src]}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, bias_of(n)}, {DNNL_ARG_DST, mem[out]}}});
+                                           {{DNNL_ARG_SRC, mem[n.src]}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, bias_of(n, scale[n.src])}, {DNNL_ARG_DST, mem[out]}}});
                     plan->impl.push_back(fmt::format("conv: {}", pd.impl_info_str()));
                     break;
                 }
@@ -252,15 +299,19 @@ std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides) 
                     } else if (sdims[1] != l.in) {
                         throw std::runtime_error(where(fmt::format("expects {} input features, the input has {}", l.in, sdims[1])));
                     }
-                    desc[out] = memory::desc({sdims[0], l.out}, dt::f32, tag::nc);
+                    const bool int8 = !l.int8.weight.empty();
+                    if (int8 != (scale[n.src] != 0.0f)) throw std::runtime_error(where("INT8 and FP32 values mixed"));
+                    desc[out] = memory::desc({sdims[0], l.out}, output_type(l.int8, l.relu), tag::nc);
+                    scale[out] = int8 ? l.int8.out_scale : 0.0f;
                     const memory::desc bd({l.out}, dt::f32, tag::a);
-                    dnnl::inner_product_forward::desc ld(dnnl::prop_kind::forward_inference, sd, memory::desc(wdims, dt::f32, tag::any), bd,
+                    const dt wtype = int8 ? dt::s8 : dt::f32;
+                    dnnl::inner_product_forward::desc ld(dnnl::prop_kind::forward_inference, sd, memory::desc(wdims, wtype, tag::any), bd,
                                                          desc[out]);
-                    dnnl::inner_product_forward::primitive_desc pd(ld, attr(false, l.relu), cpu_engine());
-                    memory w = packed_weights(n, pd.weights_desc(), memory::desc(wdims, dt::f32, wtag), plan->stream);
+                    dnnl::inner_product_forward::primitive_desc pd(ld, attr(l.int8, scale[n.src], false, 0.0f, dt::f32, l.relu), cpu_engine());
+                    memory w = packed_weights(n, pd.weights_desc(), memory::desc(wdims, wtype, wtag), plan->stream);
                     bind(out, allocate(desc[out]), out);
                     plan->steps.push_back({dnnl::inner_product_forward(pd),
-                                           {{DNNL_ARG_SRC, mem[n.src]}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, bias_of(n)}, {DNNL_ARG_DST, mem[out]}}});
+                                           {{DNNL_ARG_SRC, mem[n.src]}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, bias_of(n, scale[n.src])}, {DNNL_ARG_DST, mem[out]}}});
                     plan->impl.push_back(fmt::format("linear: {}", pd.impl_info_str()));
                     break;
                 }
@@ -280,7 +331,8 @@ std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides) 
                         od[2 + k] = o;
                         pad_r[k] = (o - 1) * p.stride[k] + p.kernel[k] - sdims[2 + k] - p.padding[k];
                     }
-                    desc[out] = activation_desc(od);
+                    desc[out] = activation_desc(od, sd.data_type());
+                    scale[out] = scale[n.src];
                     const auto alg = n.kind == Kind::kMaxPool ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_exclude_padding;
                     dnnl::pooling_forward::desc qd(dnnl::prop_kind::forward_inference, alg, sd, desc[out], {p.stride[0], p.stride[1]},
                                                    {p.kernel[0], p.kernel[1]}, {p.padding[0], p.padding[1]}, pad_r);
@@ -292,6 +344,7 @@ std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides) 
                 }
                 case Kind::kRelu: {
                     desc[out] = sd;
+                    scale[out] = scale[n.src];
                     dnnl::eltwise_forward::desc ed(dnnl::prop_kind::forward_inference, dnnl::algorithm::eltwise_relu, sd, 0.0f, 0.0f);
                     dnnl::eltwise_forward::primitive_desc pd(ed, cpu_engine());
                     if (last_use[n.src] == i) {
@@ -305,6 +358,7 @@ std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides) 
                 }
                 case Kind::kFlatten:
                     desc[out] = sd;  // a following linear reads the 4-D layout as NCHW-flattened
+                    scale[out] = scale[n.src];
                     bind(out, buffer_of[n.src], root[n.src]);
                     plan->impl.push_back("flatten: view");
                     break;
@@ -321,7 +375,8 @@ std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides) 
     plan->out_dims = od.dims();
     const tag plain = plan->out_dims.size() == 4 ? tag::nchw : tag::nc;
     plan->out_user = memory(memory::desc(plan->out_dims, dt::f32, plain), cpu_engine(), nullptr);
-    plan->steps.push_back({dnnl::reorder(mem[output], plan->out_user), {{DNNL_ARG_FROM, mem[output]}, {DNNL_ARG_TO, plan->out_user}}});
+    plan->steps.push_back({dnnl::reorder(mem[output], plan->out_user, scaled(scale[output] != 0.0f ? scale[output] : 1.0f)),
+                           {{DNNL_ARG_FROM, mem[output]}, {DNNL_ARG_TO, plan->out_user}}});
     return plan;
 }
 
@@ -331,9 +386,11 @@ Graph::~Graph() = default;
 int Graph::conv(int src, ConvSpec spec, int accumulate) {
     if (spec.dims.size() != 4 || spec.groups < 1 || spec.dims[0] % spec.groups != 0)
         throw std::invalid_argument("dnnl_graph::conv: weights must be [out, in / groups, kh, kw]");
-    if (static_cast<int64_t>(spec.weight.size()) != spec.dims[0] * spec.dims[1] * spec.dims[2] * spec.dims[3] ||
-        static_cast<int64_t>(spec.bias.size()) != spec.dims[0])
-        throw std::invalid_argument("dnnl_graph::conv: weight or bias size does not match the dims");
+    const bool int8 = !spec.int8.weight.empty();
+    const size_t weights = int8 ? spec.int8.weight.size() : spec.weight.size();
+    if (static_cast<int64_t>(weights) != spec.dims[0] * spec.dims[1] * spec.dims[2] * spec.dims[3] ||
+        static_cast<int64_t>(spec.bias.size()) != spec.dims[0] || (int8 && spec.int8.scales.size() != spec.bias.size()))
+        throw std::invalid_argument("dnnl_graph::conv: weight, scale or bias size does not match the dims");
     if (accumulate > static_cast<int>(impl_->nodes.size())) throw std::invalid_argument("dnnl_graph::conv: accumulate into an unknown value");
     Node n{Kind::kConv, src};
     n.accumulate = accumulate;
@@ -342,8 +399,11 @@ int Graph::conv(int src, ConvSpec spec, int accumulate) {
 }
 
 int Graph::linear(int src, LinearSpec spec) {
-    if (static_cast<int64_t>(spec.weight.size()) != spec.out * spec.in || static_cast<int64_t>(spec.bias.size()) != spec.out)
-        throw std::invalid_argument("dnnl_graph::linear: weight or bias size does not match [out, in]");
+    const bool int8 = !spec.int8.weight.empty();
+    const size_t weights = int8 ? spec.int8.weight.size() : spec.weight.size();
+    if (static_cast<int64_t>(weights) != spec.out * spec.in || static_cast<int64_t>(spec.bias.size()) != spec.out ||
+        (int8 && spec.int8.scales.size() != spec.bias.size()))
+        throw std::invalid_argument("dnnl_graph::linear: weight, scale or bias size does not match [out, in]");
     Node n{Kind::kLinear, src};
     n.lin = std::move(spec);
     return impl_->add(std::move(n));
@@ -358,6 +418,11 @@ int Graph::max_pool(int src, PoolSpec spec) {
 int Graph::global_avg_pool(int src) { return impl_->add(Node{Kind::kAvgPool, src}); }
 int Graph::relu(int src) { return impl_->add(Node{Kind::kRelu, src}); }
 int Graph::flatten(int src) { return impl_->add(Node{Kind::kFlatten, src}); }
+
+void Graph::quantize_input(float scale) {
+    if (!(scale > 0.0f)) throw std::invalid_argument("dnnl_graph::quantize_input: the scale must be positive");
+    impl_->input_scale = scale;
+}
 
 void Graph::set_output(int value) {
     if (value < 0 || value > static_cast<int>(impl_->nodes.size())) throw std::invalid_argument("dnnl_graph: unknown output value");

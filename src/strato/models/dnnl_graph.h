@@ -26,6 +26,15 @@
 
 namespace strato::models::dnnl_graph {
 
+/// INT8 convolution / linear: symmetric int8 weights with one scale per output channel, FP32
+/// bias; the input's scale is its value's. Output: unsigned 8 bit after a ReLU, signed otherwise,
+/// with `out_scale`; out_scale 0 gives FP32 output.
+struct Int8Weights {
+    std::vector<int8_t> weight;  // same layout as the float weights; empty: an FP32 node
+    std::vector<float> scales;   // [out]
+    float out_scale = 0.0f;
+};
+
 struct ConvSpec {
     std::vector<float> weight;  // PyTorch layout: [out, in / groups, kh, kw]
     std::vector<int64_t> dims;  // that shape
@@ -33,6 +42,7 @@ struct ConvSpec {
     std::array<int64_t, 2> stride{1, 1}, padding{0, 0}, dilation{1, 1};
     int64_t groups = 1;
     bool relu = false;
+    Int8Weights int8;
 };
 
 struct LinearSpec {
@@ -40,6 +50,7 @@ struct LinearSpec {
     int64_t out = 0, in = 0;
     std::vector<float> bias;  // [out]
     bool relu = false;
+    Int8Weights int8;
 };
 
 struct PoolSpec {
@@ -64,6 +75,9 @@ public:
     int relu(int src);
     /// [N, C, H, W] seen as [N, C*H*W] in NCHW order (a following linear takes it as it is).
     int flatten(int src);
+    /// INT8 graphs: the input is quantized to signed 8 bit with this scale (symmetric).
+    void quantize_input(float scale);
+    /// The graph's result; an INT8 value is dequantized into the FP32 output.
     void set_output(int value);
 
     /// Runs the graph on a float input of shape `dims` (N, C, H, W) with element `strides`;

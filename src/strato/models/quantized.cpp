@@ -10,6 +10,7 @@
 #include <cmath>
 #include <limits>
 #include <mutex>
+#include <optional>
 
 namespace strato::models {
 namespace nn = torch::nn;
@@ -134,6 +135,8 @@ public:
     virtual int emit(dnnl_graph::Graph&, int) const {
         throw std::invalid_argument(fmt::format("{}: no oneDNN graph node for {}", path, describe().value("kind", "?")));
     }
+    /// The same for QuantizedNet's INT8 graph (`last`: the op whose output is the net's).
+    virtual int emit_int8(dnnl_graph::Graph& g, int x, bool /*last*/) const { return emit(g, x); }
     virtual nlohmann::json describe() const = 0;
     std::string path;
 };
@@ -170,6 +173,15 @@ protected:
     nlohmann::json qparams() const {
         return {{"scale", scale_.item<float>()}, {"zero_point", zero_point_.item<int64_t>()}};
     }
+    // The oneDNN INT8 graph has no zero points: the calibrated range [a, b] becomes a signed
+    // symmetric scale, or an unsigned one from 0 after a ReLU (where a is 0 and nothing changes).
+    float signed_scale() const {
+        const double a = -static_cast<double>(cached_zero_point_) * cached_scale_, b = (255.0 - cached_zero_point_) * cached_scale_;
+        return static_cast<float>(std::max({-a, b, 1e-12}) / 127.0);
+    }
+    float unsigned_scale() const {
+        return static_cast<float>(std::max((255.0 - cached_zero_point_) * cached_scale_, 1e-12) / 255.0);
+    }
     Observer observer_;
     torch::Tensor scale_, zero_point_;
     double cached_scale_ = 1.0;
@@ -186,6 +198,10 @@ public:
         return at::quantize_per_tensor(x.to(torch::kFloat), scale(), zero_point(), at::kQUInt8);
     }
     torch::Tensor run_fused(const torch::Tensor& x) override { return x; }
+    int emit_int8(dnnl_graph::Graph& g, int x, bool) const override {
+        g.quantize_input(signed_scale());
+        return x;
+    }
     void quantize(const QuantizeOptions& o) override { set_qparams(o); }
     nlohmann::json describe() const override {
         auto j = qparams();
@@ -276,15 +292,27 @@ public:
     }
 
     int emit(dnnl_graph::Graph& g, int x) const override { return emit(g, x, -1, relu_); }
-    /// `accumulate`: the value this convolution's output is added to before `relu`.
-    int emit(dnnl_graph::Graph& g, int x, int accumulate, bool relu) const {
+    int emit_int8(dnnl_graph::Graph& g, int x, bool last) const override {
+        return emit(g, x, -1, relu_, last && !relu_ ? 0.0f : relu_ ? unsigned_scale() : signed_scale());
+    }
+    /// `accumulate`: the value this convolution's output is added to before `relu`. With an
+    /// `out_scale` (INT8: > 0, or 0 for FP32 output) the node runs on the int8 weights.
+    int emit(dnnl_graph::Graph& g, int x, int accumulate, bool relu, std::optional<float> out_scale = {}) const {
         auto floats = [](const torch::Tensor& t) {
             auto c = t.detach().to(torch::kFloat).contiguous();
             return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
         };
-        if (kind_ == kLinear)
-            return g.linear(x, {floats(float_weight_), float_weight_.size(0), float_weight_.size(1), floats(bias_), relu});
-        dnnl_graph::ConvSpec c{floats(float_weight_), float_weight_.sizes().vec(), floats(bias_)};
+        dnnl_graph::Int8Weights q;
+        if (out_scale) {
+            auto w = weight_.contiguous();
+            q.weight.assign(w.data_ptr<int8_t>(), w.data_ptr<int8_t>() + w.numel());
+            q.scales = floats(weight_scale_);
+            q.out_scale = *out_scale;
+        }
+        std::vector<float> w = out_scale ? std::vector<float>{} : floats(float_weight_);
+        if (kind_ == kLinear) return g.linear(x, {std::move(w), weight_.size(0), weight_.size(1), floats(bias_), relu, std::move(q)});
+        dnnl_graph::ConvSpec c{std::move(w), weight_.sizes().vec(), floats(bias_)};
+        c.int8 = std::move(q);
         c.stride = {stride[0], stride[1]};
         c.padding = {padding[0], padding[1]};
         c.dilation = {dilation[0], dilation[1]};
@@ -419,6 +447,12 @@ public:
         for (size_t i = 0; i + 1 < main_.size(); ++i) y = main_[i]->emit(g, y);
         const int sc = shortcut_ ? shortcut_->emit(g, x) : x;
         return main_.back()->emit(g, y, sc, /*relu=*/true);
+    }
+    int emit_int8(dnnl_graph::Graph& g, int x, bool) const override {
+        int y = x;
+        for (size_t i = 0; i + 1 < main_.size(); ++i) y = main_[i]->emit_int8(g, y, false);
+        const int sc = shortcut_ ? shortcut_->emit_int8(g, x, false) : x;
+        return main_.back()->emit(g, y, sc, /*relu=*/true, unsigned_scale());
     }
     nlohmann::json describe() const override {
         auto j = qparams();
@@ -678,23 +712,35 @@ std::vector<std::string> FusedNet::implementations(const std::vector<int64_t>& d
     return graph_ ? graph_->implementations(dims) : std::vector<std::string>{};
 }
 
+namespace {
+
+/// Runs `x` through a oneDNN graph; nullopt (after one warning) when the graph cannot take it,
+/// and the caller runs its libtorch ops instead.
+std::optional<torch::Tensor> run_graph(dnnl_graph::Graph& g, const torch::Tensor& x) {
+    torch::Tensor y = x.to(torch::kFloat);
+    if (y.dim() != 4 || !y.device().is_cpu()) return std::nullopt;
+    if (!y.is_contiguous() && !y.is_contiguous(at::MemoryFormat::ChannelsLast)) y = y.contiguous();
+    try {
+        torch::Tensor out;
+        g.run(y.data_ptr<float>(), y.sizes().vec(), y.strides().vec(), [&](const std::vector<int64_t>& dims) {
+            out = torch::empty(dims, torch::kFloat);
+            return out.data_ptr<float>();
+        });
+        return out.dim() == 4 ? out.flatten(1) : out;
+    } catch (const std::runtime_error& e) {
+        static std::once_flag once;
+        std::call_once(once, [&] { log::warn("{}; this input runs through libtorch's ops", e.what()); });
+        return std::nullopt;
+    }
+}
+
+}  // namespace
+
 torch::Tensor FusedNet::forward(torch::Tensor x) {
     torch::NoGradGuard no_grad;
+    if (graph_)
+        if (auto y = run_graph(*graph_, x)) return *y;
     torch::Tensor y = x.to(torch::kFloat);
-    if (graph_ && y.dim() == 4 && y.device().is_cpu()) {
-        if (!y.is_contiguous() && !y.is_contiguous(at::MemoryFormat::ChannelsLast)) y = y.contiguous();
-        try {
-            torch::Tensor out;
-            graph_->run(y.data_ptr<float>(), y.sizes().vec(), y.strides().vec(), [&](const std::vector<int64_t>& dims) {
-                out = torch::empty(dims, torch::kFloat);
-                return out.data_ptr<float>();
-            });
-            return out.dim() == 4 ? out.flatten(1) : out;
-        } catch (const std::runtime_error& e) {
-            static std::once_flag once;
-            std::call_once(once, [&] { log::warn("{}; this input runs through libtorch's oneDNN ops", e.what()); });
-        }
-    }
     for (auto& op : ops_) y = op->run_fused(y);
     return qops::to_plain(y);
 }
@@ -735,7 +781,7 @@ Status QuantizedNet::calibrate(const std::function<Status(const Feed&)>& for_eac
     return prepack();
 }
 
-Status QuantizedNet::prepack() {
+Status QuantizedNet::prepack(bool primitives) {
     STRATO_RETURN_IF_ERROR(select_engine());
     try {
         torch::NoGradGuard no_grad;
@@ -743,12 +789,28 @@ Status QuantizedNet::prepack() {
     } catch (const c10::Error& e) {
         return internal_error("packing the int8 weights for {}: {}", engine(), torch_error_message(e));
     }
+    graph_.reset();
+    if (primitives && at::hasMKLDNN()) {
+        try {
+            auto g = std::make_shared<dnnl_graph::Graph>();
+            int v = dnnl_graph::Graph::kInput;
+            for (size_t i = 0; i < ops_.size(); ++i) v = ops_[i]->emit_int8(*g, v, i + 1 == ops_.size());
+            g->set_output(v);
+            graph_ = std::move(g);
+        } catch (const std::exception& e) {
+            log::warn("INT8 graph on oneDNN primitives: {}; using libtorch's quantized ops instead", e.what());
+        }
+    }
     ready_ = true;
     return Status::ok();
 }
 
+std::string QuantizedNet::runtime() const { return graph_ ? "onednn-primitives" : "libtorch-quantized"; }
+
 torch::Tensor QuantizedNet::forward(torch::Tensor x) {
     TORCH_CHECK(ready_, "QuantizedNet::forward before calibrate() or prepack()");
+    if (graph_)
+        if (auto y = run_graph(*graph_, x)) return *y;
     torch::Tensor q = x;
     for (auto& op : ops_) q = op->run_int8(q);
     return q.dequantize();

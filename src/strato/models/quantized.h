@@ -100,13 +100,18 @@ public:
     /// activation's scale and zero point, and packs the weights for the engine.
     Status calibrate(const std::function<Status(const Feed&)>& for_each_batch, const QuantizeOptions& opts);
 
-    /// Packs the int8 weights for the engine after they were loaded from an archive.
-    Status prepack();
+    /// Packs the int8 weights for the engine after they were loaded from an archive, and builds
+    /// the oneDNN INT8 graph forward() runs (`primitives` false: libtorch's quantized ops only).
+    Status prepack(bool primitives = true);
 
     /// Float in ([B, C, H, W], normalised), float logits out; INT8 inside once calibrated.
     torch::Tensor forward(torch::Tensor x) override;
 
     bool ready() const { return ready_; }
+    /// "onednn-primitives" (the INT8 graph on oneDNN primitives: conv + ReLU and conv + add + ReLU
+    /// as one primitive each, symmetric activations) or "libtorch-quantized" (quantized::conv2d
+    /// and friends, one dispatch per op).
+    std::string runtime() const;
     /// The quantized engine in use ("onednn", "fbgemm", "x86" or "qnnpack").
     static std::string engine();
     /// Per layer: kind, path, fused ReLU, activation scale/zero point, weight scale range.
@@ -117,6 +122,7 @@ public:
 private:
     QuantizedNet() = default;
     std::vector<std::shared_ptr<qops::Op>> ops_;
+    std::shared_ptr<dnnl_graph::Graph> graph_;
     bool ready_ = false;
 };
 
