@@ -85,6 +85,8 @@ struct Plan {
     };
     std::vector<Step> steps;
     memory in_user, out_user;
+    const void* out_plain = nullptr;  // set when the result is already dense FP32: copied, not reordered
+    size_t out_bytes = 0;
     Dims out_dims;
     std::vector<std::unique_ptr<Buffer>> buffers;
     std::vector<std::string> impl;
@@ -92,9 +94,10 @@ struct Plan {
 
     void run(const float* input, float* out) {
         in_user.set_data_handle(const_cast<float*>(input));
-        out_user.set_data_handle(out);
+        if (!out_plain) out_user.set_data_handle(out);
         for (auto& s : steps) s.prim.execute(stream, s.args);
         stream.wait();
+        if (out_plain) std::memcpy(out, out_plain, out_bytes);
     }
 };
 
@@ -272,7 +275,8 @@ std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides) 
                         if (desc[acc].dims() != desc[out].dims() || desc[acc].get_size() != desc[out].get_size() ||
                             (scale[acc] != 0.0f) != int8)
                             throw std::runtime_error(where("the accumulated value has another shape or type"));
-                        if (last_use[acc] > i) {  // someone reads the shortcut later: add into a copy
+                        // Someone reads the shortcut (or its buffer) later, or it is the input itself: add into a copy.
+                        if (root_last[root[acc]] > i || root[acc] == root[n.src]) {
                             bind(out, allocate(desc[out]), out);
                             memory copy(desc[acc], cpu_engine(), buffer_of[out]->ptr);
                             plan->steps.push_back({dnnl::reorder(mem[acc], copy), {{DNNL_ARG_FROM, mem[acc]}, {DNNL_ARG_TO, copy}}});
@@ -347,8 +351,8 @@ std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides) 
                     scale[out] = scale[n.src];
                     dnnl::eltwise_forward::desc ed(dnnl::prop_kind::forward_inference, dnnl::algorithm::eltwise_relu, sd, 0.0f, 0.0f);
                     dnnl::eltwise_forward::primitive_desc pd(ed, cpu_engine());
-                    if (last_use[n.src] == i) {
-                        bind(out, buffer_of[n.src], root[n.src]);  // in place
+                    if (root_last[root[n.src]] <= i) {
+                        bind(out, buffer_of[n.src], root[n.src]);  // in place: nothing reads the input later
                     } else {
                         bind(out, allocate(desc[out]), out);
                     }
@@ -375,6 +379,12 @@ std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides) 
     plan->out_dims = od.dims();
     const tag plain = plan->out_dims.size() == 4 ? tag::nchw : tag::nc;
     plan->out_user = memory(memory::desc(plan->out_dims, dt::f32, plain), cpu_engine(), nullptr);
+    if (scale[output] == 0.0f && mem[output].get_desc() == plan->out_user.get_desc()) {
+        // A 10-float reorder still costs a parallel region; a copy does not.
+        plan->out_plain = mem[output].get_data_handle();
+        plan->out_bytes = plan->out_user.get_desc().get_size();
+        return plan;
+    }
     plan->steps.push_back({dnnl::reorder(mem[output], plan->out_user, scaled(scale[output] != 0.0f ? scale[output] : 1.0f)),
                            {{DNNL_ARG_FROM, mem[output]}, {DNNL_ARG_TO, plan->out_user}}});
     return plan;
