@@ -2,8 +2,10 @@
 
 #include <dnnl.hpp>
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -50,6 +52,23 @@ dt output_type(const Int8Weights& q, bool relu) {
     return relu ? dt::u8 : dt::s8;
 }
 
+/// oneDNN (OpenMP runtime) sizes its parallel regions from the calling thread's OpenMP thread
+/// count, at primitive creation and at execution; this sets it for a scope.
+class OmpThreads {
+public:
+    explicit OmpThreads(int n) : saved_(omp_get_max_threads()) {
+        if (n != saved_) omp_set_num_threads(n);
+    }
+    ~OmpThreads() {
+        if (omp_get_max_threads() != saved_) omp_set_num_threads(saved_);
+    }
+    OmpThreads(const OmpThreads&) = delete;
+    OmpThreads& operator=(const OmpThreads&) = delete;
+
+private:
+    int saved_;
+};
+
 /// One buffer per live activation, 64-byte aligned; freed with the plan.
 struct Buffer {
     explicit Buffer(size_t n) : bytes(n), ptr(std::aligned_alloc(64, (std::max<size_t>(n, 64) + 63) / 64 * 64)) {
@@ -90,9 +109,10 @@ struct Plan {
     Dims out_dims;
     std::vector<std::unique_ptr<Buffer>> buffers;
     std::vector<std::string> impl;
-    uint64_t last_used = 0;
+    int threads = 1;  // the OpenMP threads its primitives were created for and run with
 
     void run(const float* input, float* out) {
+        OmpThreads scope(threads);
         in_user.set_data_handle(const_cast<float*>(input));
         if (!out_plain) out_user.set_data_handle(out);
         for (auto& s : steps) s.prim.execute(stream, s.args);
@@ -168,13 +188,50 @@ struct Graph::Impl {
         return a;
     }
 
-    std::unique_ptr<Plan> build(const Dims& dims, const Dims& strides);
+    std::map<std::pair<Dims, Dims>, int> key_threads;  // per shape: the faster thread count
+
+    std::unique_ptr<Plan> build(const Dims& dims, const Dims& strides, int threads);
+    std::unique_ptr<Plan> build_tuned(const Dims& dims, const Dims& strides);
 };
 
-std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides) {
+/// The first plan of a shape also picks its thread count: small work (batch 1 of a small net) is
+/// often faster on one thread than split across all of them, where every primitive pays the
+/// threads' synchronisation. Both plans are timed on a zero input (a few ms, once per shape).
+std::unique_ptr<Plan> Graph::Impl::build_tuned(const Dims& dims, const Dims& strides) {
+    const auto key = std::make_pair(dims, strides);
+    if (auto it = key_threads.find(key); it != key_threads.end()) return build(dims, strides, it->second);
+    const int all = std::max(1, omp_get_max_threads());
+    auto plan = build(dims, strides, all);
+    key_threads[key] = all;
+    if (all == 1) return plan;
+    int64_t span = 1;
+    for (size_t i = 0; i < dims.size(); ++i) span += (dims[i] - 1) * strides[i];
+    std::vector<float> in(static_cast<size_t>(span), 0.0f), out(static_cast<size_t>(plan->out_user.get_desc().get_size() / sizeof(float)));
+    auto seconds = [&](Plan& p) {
+        const auto t0 = std::chrono::steady_clock::now();
+        p.run(in.data(), out.data());
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    if (seconds(*plan) > 0.005) return plan;  // big work: all threads
+    auto one = build(dims, strides, 1);
+    std::vector<double> t_all, t_one;
+    for (int i = 0; i < 12; ++i) {  // alternating, after two warm-up rounds
+        const double a = seconds(*plan), b = seconds(*one);
+        if (i >= 2) t_all.push_back(a), t_one.push_back(b);
+    }
+    std::sort(t_all.begin(), t_all.end());
+    std::sort(t_one.begin(), t_one.end());
+    if (t_one[t_one.size() / 2] >= t_all[t_all.size() / 2]) return plan;
+    key_threads[key] = 1;
+    return one;
+}
+
+std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides, int threads) {
     if (dims.size() != 4 || strides.size() != 4)
         throw std::runtime_error(fmt::format("the oneDNN graph takes [N, C, H, W] inputs, not {} dimensions", dims.size()));
+    OmpThreads scope(threads);
     auto plan = std::make_unique<Plan>();
+    plan->threads = threads;
     plan->dims = dims;
     plan->strides = strides;
     const int values = static_cast<int>(nodes.size()) + 1;
@@ -460,7 +517,7 @@ void Graph::run(const float* input, const Dims& dims, const Dims& strides, const
             plan = std::move(it->second.back());
             it->second.pop_back();
         } else {
-            plan = impl_->build(dims, strides);
+            plan = impl_->build_tuned(dims, strides);
         }
     }
     plan->run(input, output(plan->out_dims));
@@ -481,12 +538,18 @@ void Graph::prepare(const Dims& dims) {
     const auto key = std::make_pair(dims, dense_strides(dims));
     impl_->key_used[key] = ++impl_->clock;
     auto& plans = impl_->free_plans[key];
-    if (plans.empty()) plans.push_back(impl_->build(key.first, key.second));
+    if (plans.empty()) plans.push_back(impl_->build_tuned(key.first, key.second));
+}
+
+int Graph::threads(const Dims& dims) {
+    prepare(dims);
+    std::lock_guard lock(impl_->mu);
+    return impl_->key_threads.at(std::make_pair(dims, dense_strides(dims)));
 }
 
 std::vector<std::string> Graph::implementations(const Dims& dims) {
     std::lock_guard lock(impl_->mu);
-    return impl_->build(dims, dense_strides(dims))->impl;
+    return impl_->build(dims, dense_strides(dims), std::max(1, omp_get_max_threads()))->impl;
 }
 
 }  // namespace strato::models::dnnl_graph

@@ -4,7 +4,8 @@
 // once; each distinct input shape then gets a plan: one primitive per node, created once, with
 // ReLU and the residual add + ReLU as convolution post-ops, activations channels-last (NHWC, where
 // oneDNN's brgemm convolutions handle any channel count without padding to a block of 16),
-// weights reordered once into the layout each primitive wants, and buffers reused by liveness.
+// weights reordered once into the layout each primitive wants, and buffers reused by liveness;
+// a shape's first plan is timed on all threads and on one, and the faster count kept.
 // At batch 1 that is about 4x less time than the same net through at::mkldnn_convolution
 // (bench/compress, docs/compress.md).
 //
@@ -89,6 +90,9 @@ public:
 
     /// Builds (and caches) the plan for `dims` now: the check that every node has a primitive.
     void prepare(const std::vector<int64_t>& dims);
+    /// The OpenMP threads the plans for `dims` run on: the caller's count, or 1 where one thread
+    /// was measured faster when the shape's first plan was built.
+    int threads(const std::vector<int64_t>& dims);
     /// The oneDNN implementation chosen per node for `dims`, e.g. "conv: brgconv:avx512_core".
     std::vector<std::string> implementations(const std::vector<int64_t>& dims);
 
