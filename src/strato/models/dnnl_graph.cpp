@@ -93,10 +93,17 @@ struct Node {
     // Weights reordered into the layouts primitives asked for (shared by every plan).
     std::vector<std::pair<memory::desc, memory>> packed;
     memory bias;
+
+    // A convolution's or a linear node's parameters.
+    const Int8Weights& int8() const { return kind == Kind::kConv ? conv.int8 : lin.int8; }
+    const std::vector<float>& float_bias() const { return kind == Kind::kConv ? conv.bias : lin.bias; }
+    void* user_weights() {
+        if (!int8().weight.empty()) return kind == Kind::kConv ? conv.int8.weight.data() : lin.int8.weight.data();
+        return kind == Kind::kConv ? conv.weight.data() : lin.weight.data();
+    }
 };
 
 struct Plan {
-    Dims dims, strides;
     dnnl::stream stream{cpu_engine()};
     struct Step {
         dnnl::primitive prim;
@@ -126,10 +133,41 @@ struct Graph::Impl {
     int output = kInput;
     float input_scale = 0.0f;  // INT8 graphs: the input's s8 scale
     std::mutex mu;  // plans and packed weights
-    std::map<std::pair<Dims, Dims>, std::vector<std::unique_ptr<Plan>>> free_plans;
-    std::map<std::pair<Dims, Dims>, uint64_t> key_used;
+    // Per input shape (dims, strides): its idle plans, when it was last used, and the thread
+    // count its first plan measured faster (0: not yet measured).
+    using Key = std::pair<Dims, Dims>;
+    struct Shape {
+        std::vector<std::unique_ptr<Plan>> idle;
+        uint64_t used = 0;
+        int threads = 0;
+    };
+    std::map<Key, Shape> shapes;
     uint64_t clock = 0;
     static constexpr size_t kMaxShapes = 16;
+
+    /// An idle plan for `key`, or a new one (caller holds `mu`).
+    std::unique_ptr<Plan> take(const Key& key) {
+        Shape& sh = shapes[key];
+        sh.used = ++clock;
+        if (sh.idle.empty()) return build_tuned(key, sh);
+        auto plan = std::move(sh.idle.back());
+        sh.idle.pop_back();
+        return plan;
+    }
+
+    /// Returns a plan after use; keeps the plans of the most recently used shapes only (a server
+    /// sees every batch size). Caller holds `mu`.
+    void give_back(const Key& key, std::unique_ptr<Plan> plan) {
+        Shape& sh = shapes[key];
+        if (sh.threads == 0) sh.threads = plan->threads;  // the shape was evicted while this plan ran
+        sh.idle.push_back(std::move(plan));
+        while (shapes.size() > kMaxShapes) {
+            auto oldest = shapes.begin();
+            for (auto it = shapes.begin(); it != shapes.end(); ++it)
+                if (it->second.used < oldest->second.used) oldest = it;
+            shapes.erase(oldest);
+        }
+    }
 
     int add(Node n) {
         if (n.src < 0 || n.src > static_cast<int>(nodes.size()))
@@ -141,10 +179,7 @@ struct Graph::Impl {
     memory packed_weights(Node& n, const memory::desc& want, const memory::desc& user, dnnl::stream& s) {
         for (auto& [d, m] : n.packed)
             if (d == want) return m;
-        Int8Weights& q = n.kind == Kind::kConv ? n.conv.int8 : n.lin.int8;
-        void* src = q.weight.empty() ? static_cast<void*>(n.kind == Kind::kConv ? n.conv.weight.data() : n.lin.weight.data())
-                                     : static_cast<void*>(q.weight.data());
-        memory u(user, cpu_engine(), src), w(want, cpu_engine());
+        memory u(user, cpu_engine(), n.user_weights()), w(want, cpu_engine());
         dnnl::reorder(u, w).execute(s, u, w);
         s.wait();
         n.packed.emplace_back(want, w);
@@ -155,8 +190,8 @@ struct Graph::Impl {
     /// scale): bias / (input scale * weight scale).
     memory bias_of(Node& n, float in_scale) {
         if (!n.bias) {
-            auto& b = n.kind == Kind::kConv ? n.conv.bias : n.lin.bias;
-            const Int8Weights& q = n.kind == Kind::kConv ? n.conv.int8 : n.lin.int8;
+            const auto& b = n.float_bias();
+            const Int8Weights& q = n.int8();
             n.bias = memory(memory::desc({static_cast<int64_t>(b.size())}, dt::f32, tag::a), cpu_engine());
             auto* p = static_cast<float*>(n.bias.get_data_handle());
             for (size_t i = 0; i < b.size(); ++i) p[i] = q.weight.empty() ? b[i] : b[i] / (in_scale * q.scales[i]);
@@ -188,21 +223,19 @@ struct Graph::Impl {
         return a;
     }
 
-    std::map<std::pair<Dims, Dims>, int> key_threads;  // per shape: the faster thread count
-
     std::unique_ptr<Plan> build(const Dims& dims, const Dims& strides, int threads);
-    std::unique_ptr<Plan> build_tuned(const Dims& dims, const Dims& strides);
+    std::unique_ptr<Plan> build_tuned(const Key& key, Shape& shape);
 };
 
 /// The first plan of a shape also picks its thread count: small work (batch 1 of a small net) is
 /// often faster on one thread than split across all of them, where every primitive pays the
 /// threads' synchronisation. Both plans are timed on a zero input (a few ms, once per shape).
-std::unique_ptr<Plan> Graph::Impl::build_tuned(const Dims& dims, const Dims& strides) {
-    const auto key = std::make_pair(dims, strides);
-    if (auto it = key_threads.find(key); it != key_threads.end()) return build(dims, strides, it->second);
+std::unique_ptr<Plan> Graph::Impl::build_tuned(const Key& key, Shape& shape) {
+    const auto& [dims, strides] = key;
+    if (shape.threads > 0) return build(dims, strides, shape.threads);
     const int all = std::max(1, omp_get_max_threads());
     auto plan = build(dims, strides, all);
-    key_threads[key] = all;
+    shape.threads = all;
     if (all == 1) return plan;
     int64_t span = 1;
     for (size_t i = 0; i < dims.size(); ++i) span += (dims[i] - 1) * strides[i];
@@ -222,7 +255,7 @@ std::unique_ptr<Plan> Graph::Impl::build_tuned(const Dims& dims, const Dims& str
     std::sort(t_all.begin(), t_all.end());
     std::sort(t_one.begin(), t_one.end());
     if (t_one[t_one.size() / 2] >= t_all[t_all.size() / 2]) return plan;
-    key_threads[key] = 1;
+    shape.threads = 1;
     return one;
 }
 
@@ -232,8 +265,6 @@ std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides, 
     OmpThreads scope(threads);
     auto plan = std::make_unique<Plan>();
     plan->threads = threads;
-    plan->dims = dims;
-    plan->strides = strides;
     const int values = static_cast<int>(nodes.size()) + 1;
 
     // Liveness: the last node reading each value; values that share a buffer (flatten, in-place
@@ -511,40 +542,24 @@ void Graph::run(const float* input, const Dims& dims, const Dims& strides, const
     std::unique_ptr<Plan> plan;
     {
         std::lock_guard lock(impl_->mu);
-        impl_->key_used[key] = ++impl_->clock;
-        auto it = impl_->free_plans.find(key);
-        if (it != impl_->free_plans.end() && !it->second.empty()) {
-            plan = std::move(it->second.back());
-            it->second.pop_back();
-        } else {
-            plan = impl_->build_tuned(dims, strides);
-        }
+        plan = impl_->take(key);
     }
     plan->run(input, output(plan->out_dims));
     std::lock_guard lock(impl_->mu);
-    impl_->free_plans[key].push_back(std::move(plan));
-    // Keep the plans of the most recently used shapes only (a server sees every batch size).
-    while (impl_->free_plans.size() > Impl::kMaxShapes) {
-        auto oldest = impl_->free_plans.begin();
-        for (auto it = impl_->free_plans.begin(); it != impl_->free_plans.end(); ++it)
-            if (impl_->key_used[it->first] < impl_->key_used[oldest->first]) oldest = it;
-        impl_->key_used.erase(oldest->first);
-        impl_->free_plans.erase(oldest);
-    }
+    impl_->give_back(key, std::move(plan));
 }
 
 void Graph::prepare(const Dims& dims) {
     std::lock_guard lock(impl_->mu);
     const auto key = std::make_pair(dims, dense_strides(dims));
-    impl_->key_used[key] = ++impl_->clock;
-    auto& plans = impl_->free_plans[key];
-    if (plans.empty()) plans.push_back(impl_->build_tuned(key.first, key.second));
+    impl_->give_back(key, impl_->take(key));
 }
 
 int Graph::threads(const Dims& dims) {
-    prepare(dims);
     std::lock_guard lock(impl_->mu);
-    return impl_->key_threads.at(std::make_pair(dims, dense_strides(dims)));
+    const auto key = std::make_pair(dims, dense_strides(dims));
+    impl_->give_back(key, impl_->take(key));
+    return impl_->shapes.at(key).threads;
 }
 
 std::vector<std::string> Graph::implementations(const Dims& dims) {
