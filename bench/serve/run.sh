@@ -4,6 +4,7 @@
 # batching, against the same backend's in-process batched forward pass (the limit). Prints the
 # table and the three ratios the serving issue asks for.
 #   bench/serve/run.sh [PACKAGE_DIR]     env: DUR=5 (s per point) THREADS=1 (intra-op) HTTP_THREADS=2
+#   Each point runs 1 s of unmeasured warm-up first.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 scripts/setup --bench
@@ -61,6 +62,9 @@ for mode in batched unbatched; do
   echo "== strato serve, $mode, port $port"
   for c in 1 2 4 8 16 32 64; do
     t=$((c < 2 ? 1 : 2))
+    # Warm-up, not measured: the first request of each batch size builds (and times) its plan.
+    STRATO_BODY=$tmp/body.bin STRATO_HL=$(cat "$tmp/hl") wrk -t$t -c$c -d1s -s bench/serve/post.lua \
+      "http://127.0.0.1:$port/v2/models/cnn/infer" >/dev/null
     STRATO_BODY=$tmp/body.bin STRATO_HL=$(cat "$tmp/hl") wrk -t$t -c$c -d"${dur}s" --latency -s bench/serve/post.lua \
       "http://127.0.0.1:$port/v2/models/cnn/infer" >"$tmp/wrk.$mode.$c"
     /usr/bin/python3 - "$tmp/wrk.$mode.$c" "$mode" "$c" <<'PY' | tee -a "$tmp/serve.jsonl"

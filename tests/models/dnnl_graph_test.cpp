@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <atomic>
+#include <thread>
+
 #include "strato/models/dnnl_graph.h"
 
 namespace strato::models::dnnl_graph {
@@ -60,6 +63,44 @@ TEST(DnnlGraph, BuffersReadLaterAreNotOverwritten) {
         const int threads = g.threads({batch, 3, 9, 7});  // measured on the first plan: 1 or all
         EXPECT_TRUE(threads == 1 || threads == at::get_num_threads()) << threads;
     }
+}
+
+// A dynamic batcher sends every batch size up to its maximum, from several threads at once: more
+// shapes than plans cached once, scratch arenas lent across shapes of different sizes, and a
+// caller whose output callback throws still hands its plan and arena back.
+TEST(DnnlGraph, ManyShapesFromManyThreads) {
+    torch::manual_seed(5);
+    const auto c1 = make_conv(16, 3), c2 = make_conv(16, 16);
+    const auto lw = torch::randn({4, 16}) * 0.3, lb = torch::randn({4});
+    Graph g;
+    const int a = g.conv(Graph::kInput, c1.spec(true));
+    const int b = g.conv(a, c2.spec(true), a);
+    g.set_output(g.linear(g.flatten(g.global_avg_pool(b)), {floats(lw), 4, 16, floats(lb), false}));
+    std::vector<torch::Tensor> xs, refs;
+    for (int64_t batch = 1; batch <= 40; ++batch) {
+        xs.push_back(torch::randn({batch, 3, 6, 5}));
+        auto ra = torch::relu(c1(xs.back()));
+        refs.push_back(torch::linear(torch::relu(c2(ra) + ra).mean({2, 3}), lw, lb));
+    }
+    std::atomic<int> bad{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+        threads.emplace_back([&, t] {
+            for (int round = 0; round < 2; ++round)
+                for (size_t k = 0; k < xs.size(); ++k) {
+                    const size_t i = (k * 7 + static_cast<size_t>(t) * 11) % xs.size();  // each thread its own order
+                    auto got = run(g, xs[i]);
+                    if (got.sizes() != refs[i].sizes() || (got - refs[i]).abs().max().item<double>() > 1e-4) ++bad;
+                }
+        });
+    for (auto& th : threads) th.join();
+    EXPECT_EQ(bad.load(), 0);
+
+    const auto& x = xs[2];
+    EXPECT_THROW(g.run(x.data_ptr<float>(), x.sizes().vec(), x.strides().vec(),
+                       [](const std::vector<int64_t>&) -> float* { throw std::runtime_error("no room"); }),
+                 std::runtime_error);
+    EXPECT_LE((run(g, x) - refs[2]).abs().max().item<double>(), 1e-4);
 }
 
 TEST(DnnlGraph, Int8NodesFollowTheFloatComputation) {

@@ -69,7 +69,7 @@ private:
     int saved_;
 };
 
-/// One buffer per live activation, 64-byte aligned; freed with the plan.
+/// A 64-byte aligned allocation: the scratch arena a plan's activations live in while it runs.
 struct Buffer {
     explicit Buffer(size_t n) : bytes(n), ptr(std::aligned_alloc(64, (std::max<size_t>(n, 64) + 63) / 64 * 64)) {
         if (!ptr) throw std::bad_alloc();
@@ -103,6 +103,9 @@ struct Node {
     }
 };
 
+/// The primitives for one input shape. Its activations own no memory: they are slots at fixed
+/// offsets of a scratch arena lent for each run, so a cached plan costs its primitives only and
+/// a server can keep one per batch size.
 struct Plan {
     dnnl::stream stream{cpu_engine()};
     struct Step {
@@ -111,20 +114,38 @@ struct Plan {
     };
     std::vector<Step> steps;
     memory in_user, out_user;
-    const void* out_plain = nullptr;  // set when the result is already dense FP32: copied, not reordered
+    std::vector<std::pair<memory, int>> bound;  // activation memories and their slots
+    std::vector<size_t> slot_bytes, slot_offset;
+    const char* bound_base = nullptr;  // the arena `bound` points into now
+    size_t arena_bytes = 0;
+    int out_slot = -1;  // set when the result is already dense FP32: copied, not reordered
     size_t out_bytes = 0;
     Dims out_dims;
-    std::vector<std::unique_ptr<Buffer>> buffers;
     std::vector<std::string> impl;
     int threads = 1;  // the OpenMP threads its primitives were created for and run with
 
-    void run(const float* input, float* out) {
+    /// Places the slots in the arena, 64-byte aligned (after the build, once their sizes are known).
+    void lay_out() {
+        slot_offset.resize(slot_bytes.size());
+        arena_bytes = 0;
+        for (size_t i = 0; i < slot_bytes.size(); ++i) {
+            slot_offset[i] = arena_bytes;
+            arena_bytes += (std::max<size_t>(slot_bytes[i], 1) + 63) / 64 * 64;
+        }
+    }
+
+    void run(const float* input, float* out, Buffer& arena) {
         OmpThreads scope(threads);
+        auto* base = static_cast<char*>(arena.ptr);
+        if (base != bound_base) {  // set_data_handle costs ~1 us a memory: only on a new arena
+            for (auto& [m, slot] : bound) m.set_data_handle(base + slot_offset[slot]);
+            bound_base = base;
+        }
         in_user.set_data_handle(const_cast<float*>(input));
-        if (!out_plain) out_user.set_data_handle(out);
+        if (out_slot < 0) out_user.set_data_handle(out);
         for (auto& s : steps) s.prim.execute(stream, s.args);
         stream.wait();
-        if (out_plain) std::memcpy(out, out_plain, out_bytes);
+        if (out_slot >= 0) std::memcpy(out, base + slot_offset[out_slot], out_bytes);
     }
 };
 
@@ -132,34 +153,93 @@ struct Graph::Impl {
     std::vector<Node> nodes;
     int output = kInput;
     float input_scale = 0.0f;  // INT8 graphs: the input's s8 scale
-    std::mutex mu;  // plans and packed weights
-    // Per input shape (dims, strides): its idle plans, when it was last used, and the thread
-    // count its first plan measured faster (0: not yet measured).
+    std::mutex weights_mu;  // packed weights and biases (plans are built outside `mu`)
+    std::mutex mu;          // everything below
+    // Per input shape (dims, strides): its idle plans and when it was last used. A dynamic
+    // batcher sends every batch size up to its maximum, so this keeps more shapes than that.
     using Key = std::pair<Dims, Dims>;
     struct Shape {
         std::vector<std::unique_ptr<Plan>> idle;
         uint64_t used = 0;
-        int threads = 0;
     };
     std::map<Key, Shape> shapes;
     uint64_t clock = 0;
-    static constexpr size_t kMaxShapes = 16;
+    static constexpr size_t kMaxShapes = 160;
+    // The thread count a shape's first plan measured faster; outlives the shape's plans so that
+    // an evicted shape is not timed again (bounded: cleared when it grows past kMaxChoices).
+    std::map<Key, int> chosen;
+    std::map<Key, int> tuning;  // shapes whose first plan is being timed now (count of builders)
+    static constexpr size_t kMaxChoices = 4096;
+    // Idle scratch arenas, lent to one run at a time; at most kMaxArenas kept (the largest).
+    std::vector<std::unique_ptr<Buffer>> arenas;
+    static constexpr size_t kMaxArenas = 8;
 
-    /// An idle plan for `key`, or a new one (caller holds `mu`).
-    std::unique_ptr<Plan> take(const Key& key) {
-        Shape& sh = shapes[key];
-        sh.used = ++clock;
-        if (sh.idle.empty()) return build_tuned(key, sh);
-        auto plan = std::move(sh.idle.back());
-        sh.idle.pop_back();
-        return plan;
+    /// A plan and an arena for one run of `key`; builds the plan (outside `mu`) when no idle one
+    /// is cached.
+    std::pair<std::unique_ptr<Plan>, std::unique_ptr<Buffer>> take(const Key& key) {
+        std::unique_ptr<Plan> plan;
+        int threads = 0;
+        bool tune = false;
+        {
+            std::lock_guard lock(mu);
+            Shape& sh = shapes[key];
+            sh.used = ++clock;
+            if (!sh.idle.empty()) {
+                plan = std::move(sh.idle.back());
+                sh.idle.pop_back();
+                auto arena = take_arena(plan->arena_bytes);
+                return {std::move(plan), std::move(arena)};
+            }
+            if (auto it = chosen.find(key); it != chosen.end()) {
+                threads = it->second;
+            } else {
+                tune = tuning[key]++ == 0;  // one caller times; the others use all threads meanwhile
+            }
+        }
+        try {
+            plan = tune ? build_tuned(key) : build(key.first, key.second, threads > 0 ? threads : all_threads());
+        } catch (...) {
+            if (threads == 0) end_tuning(key, 0);
+            throw;
+        }
+        if (threads == 0) end_tuning(key, tune ? plan->threads : 0);
+        std::lock_guard lock(mu);
+        auto arena = take_arena(plan->arena_bytes);
+        return {std::move(plan), std::move(arena)};
     }
 
-    /// Returns a plan after use; keeps the plans of the most recently used shapes only (a server
-    /// sees every batch size). Caller holds `mu`.
-    void give_back(const Key& key, std::unique_ptr<Plan> plan) {
+    void end_tuning(const Key& key, int threads) {
+        std::lock_guard lock(mu);
+        if (--tuning[key] == 0) tuning.erase(key);
+        if (threads == 0) return;
+        if (chosen.size() >= kMaxChoices) chosen.clear();
+        chosen[key] = threads;
+    }
+
+    /// The smallest idle arena that holds `bytes`, or a new one (caller holds `mu`).
+    std::unique_ptr<Buffer> take_arena(size_t bytes) {
+        auto best = arenas.end();
+        for (auto it = arenas.begin(); it != arenas.end(); ++it)
+            if ((*it)->bytes >= bytes && (best == arenas.end() || (*it)->bytes < (*best)->bytes)) best = it;
+        if (best == arenas.end()) return std::make_unique<Buffer>(bytes);
+        auto a = std::move(*best);
+        arenas.erase(best);
+        return a;
+    }
+
+    /// Returns a plan and its arena after a run; keeps the plans of the most recently used shapes.
+    void give_back(const Key& key, std::unique_ptr<Plan> plan, std::unique_ptr<Buffer> arena) {
+        std::lock_guard lock(mu);
+        arenas.push_back(std::move(arena));
+        if (arenas.size() > kMaxArenas) {
+            auto smallest = std::min_element(arenas.begin(), arenas.end(), [](auto& a, auto& b) { return a->bytes < b->bytes; });
+            arenas.erase(smallest);
+        }
+        // A plan built on all threads while another caller was timing the shape is not kept
+        // when one thread won.
+        if (auto it = chosen.find(key); it != chosen.end() && it->second != plan->threads) return;
         Shape& sh = shapes[key];
-        if (sh.threads == 0) sh.threads = plan->threads;  // the shape was evicted while this plan ran
+        sh.used = ++clock;
         sh.idle.push_back(std::move(plan));
         while (shapes.size() > kMaxShapes) {
             auto oldest = shapes.begin();
@@ -169,6 +249,8 @@ struct Graph::Impl {
         }
     }
 
+    static int all_threads() { return std::max(1, omp_get_max_threads()); }
+
     int add(Node n) {
         if (n.src < 0 || n.src > static_cast<int>(nodes.size()))
             throw std::invalid_argument(fmt::format("dnnl_graph: node {} reads value {} that does not exist", nodes.size(), n.src));
@@ -177,6 +259,7 @@ struct Graph::Impl {
     }
 
     memory packed_weights(Node& n, const memory::desc& want, const memory::desc& user, dnnl::stream& s) {
+        std::lock_guard lock(weights_mu);
         for (auto& [d, m] : n.packed)
             if (d == want) return m;
         memory u(user, cpu_engine(), n.user_weights()), w(want, cpu_engine());
@@ -189,6 +272,7 @@ struct Graph::Impl {
     /// FP32 bias; for an INT8 node in the accumulator's units (oneDNN adds it before the output
     /// scale): bias / (input scale * weight scale).
     memory bias_of(Node& n, float in_scale) {
+        std::lock_guard lock(weights_mu);
         if (!n.bias) {
             const auto& b = n.float_bias();
             const Int8Weights& q = n.int8();
@@ -224,38 +308,43 @@ struct Graph::Impl {
     }
 
     std::unique_ptr<Plan> build(const Dims& dims, const Dims& strides, int threads);
-    std::unique_ptr<Plan> build_tuned(const Key& key, Shape& shape);
+    std::unique_ptr<Plan> build_tuned(const Key& key);
 };
 
 /// The first plan of a shape also picks its thread count: small work (batch 1 of a small net) is
 /// often faster on one thread than split across all of them, where every primitive pays the
-/// threads' synchronisation. Both plans are timed on a zero input (a few ms, once per shape).
-std::unique_ptr<Plan> Graph::Impl::build_tuned(const Key& key, Shape& shape) {
+/// threads' synchronisation. Both plans are timed on a zero input (under ~20 ms, once per shape, on
+/// the caller's thread and an arena of its own; other shapes run meanwhile).
+std::unique_ptr<Plan> Graph::Impl::build_tuned(const Key& key) {
     const auto& [dims, strides] = key;
-    if (shape.threads > 0) return build(dims, strides, shape.threads);
-    const int all = std::max(1, omp_get_max_threads());
+    const int all = all_threads();
     auto plan = build(dims, strides, all);
-    shape.threads = all;
     if (all == 1) return plan;
     int64_t span = 1;
     for (size_t i = 0; i < dims.size(); ++i) span += (dims[i] - 1) * strides[i];
     std::vector<float> in(static_cast<size_t>(span), 0.0f), out(static_cast<size_t>(plan->out_user.get_desc().get_size() / sizeof(float)));
+    Buffer arena(plan->arena_bytes);
     auto seconds = [&](Plan& p) {
         const auto t0 = std::chrono::steady_clock::now();
-        p.run(in.data(), out.data());
+        p.run(in.data(), out.data(), arena);
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     };
-    if (seconds(*plan) > 0.005) return plan;  // big work: all threads
+    // Work above a millisecond goes to all threads without a measurement, and the rounds are
+    // sized so that timing costs under ~20 ms: a server meets each new batch size under
+    // load, and its requests wait meanwhile.
+    const double first = seconds(*plan);
+    if (first > 0.001) return plan;
+    const int rounds = std::clamp(static_cast<int>(0.005 / std::max(first, 1e-6)), 4, 10);
     auto one = build(dims, strides, 1);
+    if (one->arena_bytes > arena.bytes) return plan;  // not expected: the same nodes, the same slots
     std::vector<double> t_all, t_one;
-    for (int i = 0; i < 12; ++i) {  // alternating, after two warm-up rounds
+    for (int i = 0; i < rounds + 2; ++i) {  // alternating, after two warm-up rounds
         const double a = seconds(*plan), b = seconds(*one);
         if (i >= 2) t_all.push_back(a), t_one.push_back(b);
     }
     std::sort(t_all.begin(), t_all.end());
     std::sort(t_one.begin(), t_one.end());
     if (t_one[t_one.size() / 2] >= t_all[t_all.size() / 2]) return plan;
-    shape.threads = 1;
     return one;
 }
 
@@ -282,27 +371,33 @@ std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides, 
     std::vector<float> scale(values, 0.0f);  // INT8 values: their scale; FP32: 0
     scale[0] = input_scale;
     desc[0] = activation_desc(dims, input_scale != 0.0f ? dt::s8 : dt::f32);
-    std::vector<std::pair<size_t, Buffer*>> free_buffers;  // (bytes, buffer)
-    std::vector<Buffer*> buffer_of(values, nullptr);
+    std::vector<int> free_slots;
+    std::vector<int> slot_of(values, -1);
     std::vector<int> root_last(values, -1);
-    auto allocate = [&](const memory::desc& d) {
+    auto& slot_bytes = plan->slot_bytes;
+    auto allocate = [&](const memory::desc& d) {  // the smallest free slot that fits, or a new one
         const size_t bytes = d.get_size();
-        auto best = free_buffers.end();
-        for (auto it = free_buffers.begin(); it != free_buffers.end(); ++it)
-            if (it->first >= bytes && (best == free_buffers.end() || it->first < best->first)) best = it;
-        if (best != free_buffers.end()) {
-            Buffer* b = best->second;
-            free_buffers.erase(best);
-            return b;
+        auto best = free_slots.end();
+        for (auto it = free_slots.begin(); it != free_slots.end(); ++it)
+            if (slot_bytes[*it] >= bytes && (best == free_slots.end() || slot_bytes[*it] < slot_bytes[*best])) best = it;
+        if (best != free_slots.end()) {
+            const int slot = *best;
+            free_slots.erase(best);
+            return slot;
         }
-        plan->buffers.push_back(std::make_unique<Buffer>(bytes));
-        return plan->buffers.back().get();
+        slot_bytes.push_back(bytes);
+        return static_cast<int>(slot_bytes.size()) - 1;
     };
-    auto bind = [&](int v, Buffer* b, int r) {
-        buffer_of[v] = b;
+    auto slot_memory = [&](const memory::desc& d, int slot) {  // its address is set at each run
+        memory m(d, cpu_engine(), DNNL_MEMORY_NONE);
+        plan->bound.emplace_back(m, slot);
+        return m;
+    };
+    auto bind = [&](int v, int slot, int r) {
+        slot_of[v] = slot;
         root[v] = r;
         root_last[r] = std::max(root_last[r], last_use[v]);
-        mem[v] = memory(desc[v], cpu_engine(), b->ptr);
+        mem[v] = slot_memory(desc[v], slot);
     };
     bind(0, allocate(desc[0]), 0);
 
@@ -366,10 +461,10 @@ std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides, 
                         // Someone reads the shortcut (or its buffer) later, or it is the input itself: add into a copy.
                         if (root_last[root[acc]] > i || root[acc] == root[n.src]) {
                             bind(out, allocate(desc[out]), out);
-                            memory copy(desc[acc], cpu_engine(), buffer_of[out]->ptr);
+                            memory copy = slot_memory(desc[acc], slot_of[out]);
                             plan->steps.push_back({dnnl::reorder(mem[acc], copy), {{DNNL_ARG_FROM, mem[acc]}, {DNNL_ARG_TO, copy}}});
                         } else {
-                            bind(out, buffer_of[acc], root[acc]);
+                            bind(out, slot_of[acc], root[acc]);
                         }
                     } else {
                         bind(out, allocate(desc[out]), out);
@@ -440,7 +535,7 @@ std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides, 
                     dnnl::eltwise_forward::desc ed(dnnl::prop_kind::forward_inference, dnnl::algorithm::eltwise_relu, sd, 0.0f, 0.0f);
                     dnnl::eltwise_forward::primitive_desc pd(ed, cpu_engine());
                     if (root_last[root[n.src]] <= i) {
-                        bind(out, buffer_of[n.src], root[n.src]);  // in place: nothing reads the input later
+                        bind(out, slot_of[n.src], root[n.src]);  // in place: nothing reads the input later
                     } else {
                         bind(out, allocate(desc[out]), out);
                     }
@@ -451,16 +546,16 @@ std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides, 
                 case Kind::kFlatten:
                     desc[out] = sd;  // a following linear reads the 4-D layout as NCHW-flattened
                     scale[out] = scale[n.src];
-                    bind(out, buffer_of[n.src], root[n.src]);
+                    bind(out, slot_of[n.src], root[n.src]);
                     plan->impl.push_back("flatten: view");
                     break;
             }
         } catch (const dnnl::error& e) {
             throw std::runtime_error(where(e.what()));
         }
-        // Buffers whose every reader has run go back to the pool.
+        // Slots whose every reader has run are free again.
         for (int v = 0; v <= out; ++v)
-            if (buffer_of[v] && root[v] == v && root_last[v] == i) free_buffers.emplace_back(buffer_of[v]->bytes, buffer_of[v]);
+            if (slot_of[v] >= 0 && root[v] == v && root_last[v] == i) free_slots.push_back(slot_of[v]);
     }
 
     const memory::desc& od = desc[output];
@@ -469,12 +564,14 @@ std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides, 
     plan->out_user = memory(memory::desc(plan->out_dims, dt::f32, plain), cpu_engine(), nullptr);
     if (scale[output] == 0.0f && mem[output].get_desc() == plan->out_user.get_desc()) {
         // A 10-float reorder still costs a parallel region; a copy does not.
-        plan->out_plain = mem[output].get_data_handle();
+        plan->out_slot = slot_of[output];
         plan->out_bytes = plan->out_user.get_desc().get_size();
+        plan->lay_out();
         return plan;
     }
     plan->steps.push_back({dnnl::reorder(mem[output], plan->out_user, scaled(scale[output] != 0.0f ? scale[output] : 1.0f)),
                            {{DNNL_ARG_FROM, mem[output]}, {DNNL_ARG_TO, plan->out_user}}});
+    plan->lay_out();
     return plan;
 }
 
@@ -539,32 +636,33 @@ Dims dense_strides(const Dims& dims) {
 
 void Graph::run(const float* input, const Dims& dims, const Dims& strides, const std::function<float*(const Dims&)>& output) {
     const auto key = std::make_pair(dims, strides);
-    std::unique_ptr<Plan> plan;
-    {
-        std::lock_guard lock(impl_->mu);
-        plan = impl_->take(key);
-    }
-    plan->run(input, output(plan->out_dims));
-    std::lock_guard lock(impl_->mu);
-    impl_->give_back(key, std::move(plan));
+    auto [plan, arena] = impl_->take(key);
+    struct Return {  // the plan and arena go back even when the output callback throws
+        Impl& impl;
+        const Impl::Key& key;
+        std::unique_ptr<Plan>& plan;
+        std::unique_ptr<Buffer>& arena;
+        ~Return() { impl.give_back(key, std::move(plan), std::move(arena)); }
+    } give_back{*impl_, key, plan, arena};
+    plan->run(input, output(plan->out_dims), *arena);
 }
 
 void Graph::prepare(const Dims& dims) {
-    std::lock_guard lock(impl_->mu);
     const auto key = std::make_pair(dims, dense_strides(dims));
-    impl_->give_back(key, impl_->take(key));
+    auto [plan, arena] = impl_->take(key);
+    impl_->give_back(key, std::move(plan), std::move(arena));
 }
 
 int Graph::threads(const Dims& dims) {
-    std::lock_guard lock(impl_->mu);
     const auto key = std::make_pair(dims, dense_strides(dims));
-    impl_->give_back(key, impl_->take(key));
-    return impl_->shapes.at(key).threads;
+    auto [plan, arena] = impl_->take(key);
+    const int n = plan->threads;
+    impl_->give_back(key, std::move(plan), std::move(arena));
+    return n;
 }
 
 std::vector<std::string> Graph::implementations(const Dims& dims) {
-    std::lock_guard lock(impl_->mu);
-    return impl_->build(dims, dense_strides(dims), std::max(1, omp_get_max_threads()))->impl;
+    return impl_->build(dims, dense_strides(dims), Impl::all_threads())->impl;
 }
 
 }  // namespace strato::models::dnnl_graph

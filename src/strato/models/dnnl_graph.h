@@ -4,8 +4,10 @@
 // once; each distinct input shape then gets a plan: one primitive per node, created once, with
 // ReLU and the residual add + ReLU as convolution post-ops, activations channels-last (NHWC, where
 // oneDNN's brgemm convolutions handle any channel count without padding to a block of 16),
-// weights reordered once into the layout each primitive wants, and buffers reused by liveness;
-// a shape's first plan is timed on all threads and on one, and the faster count kept.
+// weights reordered once into the layout each primitive wants, and activation slots reused by
+// liveness in a scratch arena each run borrows (cached plans hold no activation memory); a
+// shape's first plan, when under a millisecond, is timed on all threads and on one, and the
+// faster count kept.
 // At batch 1 that is about 4x less time than the same net through at::mkldnn_convolution
 // (bench/compress, docs/compress.md).
 //
