@@ -21,7 +21,7 @@ struct LoadtestFlags {
     int concurrency = 0, users = 0, threads = 0, max_connections = 256, max_trials = 10;
     double rate = 0, spawn_rate = 0, stability = 0;
     std::string concurrency_range, rate_range, distribution = "constant";
-    std::string duration = "10s", warmup = "1s", window = "5s", timeout = "30s", grace = "2s", slo, max_rate = "1000000";
+    std::string duration = "10s", warmup = "1s", window = "5s", timeout = "30s", grace = "2s", slo, max_rate = "1000000", busy_poll = "0";
     std::string csv, json_out, report_out;
     uint64_t seed = 1;
     bool allow_remote = false;
@@ -116,6 +116,9 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
     ro.load.threads = f.threads > 0 ? f.threads : static_cast<int>(std::max(1u, cores / 2));
     ro.load.seed = f.seed;
     STRATO_ASSIGN_OR_RETURN(ro.load.timeout_ns, parse_duration_ns(f.timeout));
+    STRATO_ASSIGN_OR_RETURN(ro.load.busy_poll_ns, parse_duration_ns(f.busy_poll, "us"));
+    if (ro.load.busy_poll_ns < 0 || ro.load.busy_poll_ns > 10'000'000)
+        return invalid_argument("--busy-poll must be between 0 and 10ms, not '{}'", f.busy_poll);
     STRATO_ASSIGN_OR_RETURN(int64_t dur, parse_duration_ns(f.duration));
     STRATO_ASSIGN_OR_RETURN(int64_t warm, parse_duration_ns(f.warmup));
     STRATO_ASSIGN_OR_RETURN(int64_t window, parse_duration_ns(f.window, "ms"));
@@ -206,6 +209,7 @@ void add_loadtest_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
     cmd->add_option("--threads", f->threads, "Client threads (default: half the cores)")->check(CLI::Range(0, 1024))->group(load);
     cmd->add_option("--timeout", f->timeout, "Per-request timeout (counted as an error)")->group(load);
     cmd->add_option("--seed", f->seed, "Seed for random inputs and Poisson gaps")->group(load);
+    cmd->add_option("--busy-poll", f->busy_poll, "Poll for responses this long before sleeping (bare numbers are us; 0: off). Against a fast local server: fewer wake-ups on both sides, higher max req/s, more client CPU")->group(load);
     auto* meas = "Measurement";
     cmd->add_option("-d,--duration", f->duration, "Measured time per level (after the warm-up)")->group(meas);
     cmd->add_option("-n,--requests", f->requests, "Measure this many requests per level instead of a duration")->check(CLI::Range(int64_t{1}, int64_t{1} << 40))->group(meas);

@@ -270,6 +270,50 @@ TEST(LoadNet, RequestCountStopsTheRun) {
     EXPECT_EQ(server.requests(), 300);
 }
 
+// --busy-poll: the threads poll before sleeping; what they measure, the open-loop schedule, the
+// stop at the deadline and the timeouts are the same as without it.
+TEST(LoadNet, BusyPollingMeasuresTheSameAndKeepsTheSchedule) {
+    TestServer server([](int64_t i, int64_t) { return Action{.delay_ns = i % 10 == 9 ? 20'000'000 : 2'000'000}; });
+    RunOptions c;
+    c.load.concurrency = 4;
+    c.load.threads = 2;
+    c.load.busy_poll_ns = 200'000;
+    c.warmup_s = 0.1;
+    c.duration_s = 1.5;
+    auto p = run_point(target_for(server.port()), c, 4);
+    ASSERT_TRUE(p.is_ok()) << p.status().message();
+    EXPECT_EQ(p->m.errors(), 0);
+    EXPECT_LT(rel(static_cast<double>(p->m.latency.percentile(50)), 2e6), 0.05) << p->m.latency.percentile(50);
+    EXPECT_LT(rel(static_cast<double>(p->m.latency.percentile(99)), 20e6), 0.05) << p->m.latency.percentile(99);
+
+    RunOptions o;
+    o.load.mode = LoadOptions::Mode::kOpen;
+    o.load.threads = 1;
+    o.load.busy_poll_ns = 1'000'000;  // a fifth of the 5 ms gap: the next send is due while spinning
+    o.warmup_s = 0;
+    o.duration_s = 2;
+    const int64_t t0 = now_ns();
+    auto q = run_point(target_for(server.port()), o, 200);
+    ASSERT_TRUE(q.is_ok()) << q.status().message();
+    EXPECT_LT(static_cast<double>(now_ns() - t0) / 1e9, o.duration_s + o.grace_s + 1.0);
+    EXPECT_LT(rel(q->m.throughput(), 200), 0.05) << q->m.throughput();
+    EXPECT_LE(q->m.delayed, 2) << "requests sent over 1 ms after their intended time (spinning past a timer)";
+
+    TestServer silent([](int64_t, int64_t) { return Action{.never = true}; });
+    RunOptions t;
+    t.load.concurrency = 2;
+    t.load.busy_poll_ns = 500'000;
+    t.load.timeout_ns = 200'000'000;
+    t.warmup_s = 0;
+    t.duration_s = 1;
+    t.grace_s = 0.5;
+    const int64_t t1 = now_ns();
+    auto r = run_point(target_for(silent.port()), t, 2);
+    ASSERT_TRUE(r.is_ok());
+    EXPECT_LT(static_cast<double>(now_ns() - t1) / 1e9, 2.5);
+    EXPECT_GT(r->m.timeouts, 2);
+}
+
 TEST(LoadNet, StabilityWindowsStopWhenThreeAgree) {
     TestServer server([](int64_t, int64_t) { return Action{.delay_ns = 2'000'000}; });
     RunOptions o;

@@ -240,9 +240,19 @@ void Worker::run() {
 
 // One wait for socket events, commands or the next timer, and the handling of what it returned.
 void Worker::wait(int64_t deadline) {
-    int64_t left = deadline == kNever ? 1'000'000'000 : std::max<int64_t>(0, deadline - now_ns());
+    auto time_left = [&] { return deadline == kNever ? 1'000'000'000 : std::max<int64_t>(0, deadline - now_ns()); };
+    int64_t left = time_left();
+    int n = 0;
+    if (const int64_t spin = owner->options.busy_poll_ns; spin > 0 && left > 0) {
+        timespec zero{0, 0};
+        const int64_t until = std::min(now_ns() + spin, deadline);
+        do {
+            n = ::epoll_pwait2(epoll_fd, events.data(), static_cast<int>(events.size()), &zero, nullptr);
+        } while (n == 0 && now_ns() < until);
+        left = time_left();
+    }
     timespec ts{static_cast<time_t>(left / 1'000'000'000), static_cast<long>(left % 1'000'000'000)};
-    int n = ::epoll_pwait2(epoll_fd, events.data(), static_cast<int>(events.size()), &ts, nullptr);
+    if (n == 0) n = ::epoll_pwait2(epoll_fd, events.data(), static_cast<int>(events.size()), &ts, nullptr);
     if (n < 0 && errno == ENOSYS)  // kernels before 5.11: millisecond timeouts, rounded up
         n = ::epoll_wait(epoll_fd, events.data(), static_cast<int>(events.size()),
                          static_cast<int>((left + 999'999) / 1'000'000));
