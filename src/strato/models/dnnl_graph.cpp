@@ -200,6 +200,8 @@ struct Graph::Impl {
             plan = tune ? build_tuned(key) : build(key.first, key.second, threads > 0 ? threads : all_threads());
         } catch (...) {
             if (threads == 0) end_tuning(key, 0);
+            std::lock_guard lock(mu);  // a shape the graph cannot take leaves no entry behind
+            if (auto it = shapes.find(key); it != shapes.end() && it->second.idle.empty()) shapes.erase(it);
             throw;
         }
         if (threads == 0) end_tuning(key, tune ? plan->threads : 0);
