@@ -283,13 +283,19 @@ TEST(LoadNet, BusyPollingMeasuresTheSameAndKeepsTheSchedule) {
     auto p = run_point(target_for(server.port()), c, 4);
     ASSERT_TRUE(p.is_ok()) << p.status().message();
     EXPECT_EQ(p->m.errors(), 0);
-    EXPECT_LT(rel(static_cast<double>(p->m.latency.percentile(50)), 2e6), 0.05) << p->m.latency.percentile(50);
-    EXPECT_LT(rel(static_cast<double>(p->m.latency.percentile(99)), 20e6), 0.05) << p->m.latency.percentile(99);
+    // Spinning threads compete for the cores with the server here, so the bounds are looser than
+    // the 5 % of KnownLatencyDistributionIsReportedWithinFivePercent: they catch a wrong clock,
+    // not scheduling noise.
+    EXPECT_LT(rel(static_cast<double>(p->m.latency.percentile(50)), 2e6), 0.25) << p->m.latency.percentile(50);
+    EXPECT_LT(rel(static_cast<double>(p->m.latency.percentile(99)), 20e6), 0.25) << p->m.latency.percentile(99);
 
     RunOptions o;
     o.load.mode = LoadOptions::Mode::kOpen;
     o.load.threads = 1;
-    o.load.busy_poll_ns = 1'000'000;  // a fifth of the 5 ms gap: the next send is due while spinning
+    // A 10 ms spin, longer than the 5 ms gap: every send falls due while spinning. A spin that ran
+    // past the timer sends nearly all requests over 1 ms late (measured: 351 of 400); with both
+    // cores busy elsewhere about a quarter are.
+    o.load.busy_poll_ns = 10'000'000;
     o.warmup_s = 0;
     o.duration_s = 2;
     const int64_t t0 = now_ns();
@@ -297,7 +303,7 @@ TEST(LoadNet, BusyPollingMeasuresTheSameAndKeepsTheSchedule) {
     ASSERT_TRUE(q.is_ok()) << q.status().message();
     EXPECT_LT(static_cast<double>(now_ns() - t0) / 1e9, o.duration_s + o.grace_s + 1.0);
     EXPECT_LT(rel(q->m.throughput(), 200), 0.05) << q->m.throughput();
-    EXPECT_LE(q->m.delayed, 2) << "requests sent over 1 ms after their intended time (spinning past a timer)";
+    EXPECT_LT(q->m.delayed, q->m.ok / 2) << "requests sent over 1 ms after their intended time (spinning past a timer)";
 
     TestServer silent([](int64_t, int64_t) { return Action{.never = true}; });
     RunOptions t;
