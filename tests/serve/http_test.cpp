@@ -7,6 +7,9 @@
 #include <unistd.h>
 
 #include <future>
+#include <map>
+#include <mutex>
+#include <set>
 #include <thread>
 
 namespace strato::serve::http {
@@ -93,6 +96,48 @@ TEST(Http, KeepAliveServesSeveralRequestsOnOneConnection) {
     EXPECT_NE(r1.find("GET /a "), std::string::npos);
     EXPECT_NE(r2.find("POST /b xyz"), std::string::npos) << r2;
     EXPECT_EQ(s.connections_accepted(), 1u);
+}
+
+// Each connection lives on one I/O thread (no strand, no cross-thread hand-offs); connections are
+// dealt to the threads in turn; replies made on another thread, as the batcher's workers do, reach
+// their own connection.
+TEST(Http, ConnectionsAreSpreadOverTheIoThreadsAndEachStaysOnOne) {
+    std::mutex mu;
+    std::map<std::string, std::set<std::thread::id>> threads_of;  // target -> I/O threads it ran on
+    ServerOptions o = opts();
+    o.threads = 3;
+    Server s(o, [&](Request&& r, Reply reply) {
+        {
+            std::lock_guard lock(mu);
+            threads_of[r.target].insert(std::this_thread::get_id());
+        }
+        std::thread([reply, target = r.target] {  // answered from elsewhere
+            Response resp;
+            resp.body = target;
+            reply(std::move(resp));
+        }).detach();
+    });
+    ASSERT_TRUE(s.start().is_ok());
+    std::vector<std::unique_ptr<Conn>> conns;
+    for (int i = 0; i < 6; ++i) {
+        conns.push_back(std::make_unique<Conn>(s.port()));
+        ASSERT_TRUE(conns.back()->ok());
+    }
+    for (int round = 0; round < 4; ++round)
+        for (size_t i = 0; i < conns.size(); ++i) {
+            std::string target = "/c" + std::to_string(i);
+            conns[i]->send("GET " + target + " HTTP/1.1\r\nHost: x\r\n\r\n");
+            std::string r = conns[i]->response();
+            ASSERT_NE(r.find("200 OK"), std::string::npos) << r;
+            EXPECT_EQ(r.substr(r.size() - target.size()), target);
+        }
+    std::set<std::thread::id> all;
+    for (const auto& [target, ids] : threads_of) {
+        EXPECT_EQ(ids.size(), 1u) << target << " moved between I/O threads";
+        all.insert(ids.begin(), ids.end());
+    }
+    EXPECT_EQ(threads_of.size(), 6u);
+    EXPECT_EQ(all.size(), 3u) << "six connections should be dealt to all three I/O threads";
 }
 
 TEST(Http, OversizedBodyIs413BeforeReadingIt) {

@@ -4,7 +4,12 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include <condition_variable>
+#include <deque>
 #include <fstream>
+#include <functional>
+#include <mutex>
+#include <thread>
 
 #include <zlib.h>
 
@@ -224,6 +229,56 @@ Status bind_inputs(const ModelVersion& mv, InferRequest& req, std::vector<Tensor
     return Status::ok();
 }
 
+// Runs jobs one at a time on a thread of its own. Repository changes (a load can take seconds)
+// run here: each HTTP connection lives on one I/O thread, whose other connections would wait.
+class SerialWorker {
+public:
+    /// `job(true)` runs it; `job(false)` is called instead for jobs still queued at stop().
+    using Job = std::function<void(bool run)>;
+    SerialWorker() : thread_([this] { loop(); }) {}
+    ~SerialWorker() { stop(); }
+    void submit(Job job) {
+        {
+            std::lock_guard lock(mu_);
+            if (!stopping_) {
+                jobs_.push_back(std::move(job));
+                cv_.notify_one();
+                return;
+            }
+        }
+        job(false);
+    }
+    /// Finishes the running job, refuses the queued ones, joins. Idempotent.
+    void stop() {
+        {
+            std::lock_guard lock(mu_);
+            stopping_ = true;
+        }
+        cv_.notify_one();
+        if (thread_.joinable()) thread_.join();
+    }
+
+private:
+    void loop() {
+        std::unique_lock lock(mu_);
+        while (true) {
+            cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+            if (jobs_.empty()) return;
+            Job job = std::move(jobs_.front());
+            jobs_.pop_front();
+            bool run = !stopping_;
+            lock.unlock();
+            job(run);
+            lock.lock();
+        }
+    }
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<Job> jobs_;
+    bool stopping_ = false;
+    std::thread thread_;
+};
+
 }  // namespace
 
 struct InferenceServer::Impl {
@@ -234,6 +289,7 @@ struct InferenceServer::Impl {
     std::unique_ptr<http::Server> metrics_http;
     metrics::Counter* http_requests = nullptr;
     std::atomic<bool> live{false};
+    SerialWorker manager;  // repository load/unload
 
     bool authorized(const http::Request& r, const std::string& token) const {
         if (token.empty()) return true;
@@ -350,9 +406,8 @@ struct InferenceServer::Impl {
         if (seg.size() == 5 && seg[2] == "models" && (seg[4] == "load" || seg[4] == "unload")) {
             const std::string& model = seg[3];
             if (!valid_model_name(model)) return reply(error_response(400, fmt::format("invalid model name '{}'", model)));
-            Status st;
+            std::optional<json> config;
             if (seg[4] == "load") {
-                std::optional<json> config;
                 if (auto p = body.find("parameters"); p != body.end() && p->is_object()) {
                     for (auto it = p->begin(); it != p->end(); ++it)
                         if (it.key().rfind("file:", 0) == 0)
@@ -365,12 +420,13 @@ struct InferenceServer::Impl {
                         config = std::move(cj);
                     }
                 }
-                st = repo->load(model, config);
-            } else {
-                st = repo->unload(model);
             }
-            if (!st.is_ok()) return reply(status_response(st));
-            return reply(json_response(200, ""));
+            manager.submit([this, model, config = std::move(config), load = seg[4] == "load", reply](bool run) {
+                if (!run) return reply(error_response(503, "the server is shutting down"));
+                Status st = load ? repo->load(model, config) : repo->unload(model);
+                reply(st.is_ok() ? json_response(200, "") : status_response(st));
+            });
+            return;
         }
         reply(error_response(404, "Not Found"));
     }
@@ -613,6 +669,7 @@ int64_t InferenceServer::shutdown(std::chrono::milliseconds timeout) {
     Impl& s = *impl_;
     int64_t left = 0;
     if (s.http) left = s.http->drain(timeout);
+    s.manager.stop();
     if (s.repo) s.repo->stop();  // runs what is queued
     if (s.http) s.http->drain(std::chrono::milliseconds(1000));
     if (s.metrics_http) s.metrics_http->stop();

