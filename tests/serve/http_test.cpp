@@ -170,6 +170,43 @@ TEST(Http, SlowHeadersAreCutOffAtTheHeaderDeadline) {
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
 }
 
+// Deadlines hold per phase: a body that stops short is cut at the body deadline, a keep-alive
+// connection with no next request at the idle one; a header sent in pieces inside its deadline is
+// served.
+TEST(Http, BodyAndIdleDeadlinesCloseTheConnection) {
+    ServerOptions o = opts();
+    o.idle_timeout = std::chrono::milliseconds(400);
+    Server s(o, echo());
+    ASSERT_TRUE(s.start().is_ok());
+    {
+        Conn c(s.port());
+        c.send("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc");
+        auto t0 = std::chrono::steady_clock::now();
+        EXPECT_EQ(c.response(), "");
+        auto waited = std::chrono::steady_clock::now() - t0;
+        EXPECT_GE(waited, std::chrono::milliseconds(250));
+        EXPECT_LT(waited, std::chrono::seconds(3));
+    }
+    {
+        Conn c(s.port());
+        c.send("GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
+        EXPECT_NE(c.response().find("GET /a"), std::string::npos);
+        auto t0 = std::chrono::steady_clock::now();
+        EXPECT_TRUE(c.closed_by_peer());
+        auto waited = std::chrono::steady_clock::now() - t0;
+        EXPECT_GE(waited, std::chrono::milliseconds(350));
+        EXPECT_LT(waited, std::chrono::seconds(3));
+    }
+    {
+        Conn c(s.port());  // the header in pieces, all inside the 300 ms header deadline
+        for (const char* part : {"GET /slow HT", "TP/1.1\r\nHo", "st: x\r\n\r\n"}) {
+            c.send(part);
+            std::this_thread::sleep_for(std::chrono::milliseconds(60));
+        }
+        EXPECT_NE(c.response().find("GET /slow"), std::string::npos);
+    }
+}
+
 TEST(Http, GarbageIsA400AndTheServerLivesOn) {
     Server s(opts(), echo());
     ASSERT_TRUE(s.start().is_ok());

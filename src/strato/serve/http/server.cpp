@@ -7,10 +7,12 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <future>
 #include <mutex>
@@ -38,6 +40,15 @@ namespace {
 
 class Session;
 
+// One event loop: an io_context run by one I/O thread, and the sessions living on it. Deadlines
+// are checked by a periodic sweep rather than a timer per read and write: a request then costs no
+// timer system calls (with beast's per-operation expiry, two timerfd_settime per request).
+struct Loop {
+    net::io_context ctx{1};
+    net::steady_timer sweep{ctx};
+    std::vector<std::weak_ptr<Session>> sessions;  // touched on this loop's thread only
+};
+
 struct Shared {
     ServerOptions opts;
     Handler handler;
@@ -52,7 +63,10 @@ std::string error_json(std::string_view msg) { return fmt::format(R"({{"error":"
 
 class Session : public std::enable_shared_from_this<Session> {
 public:
-    Session(tcp::socket&& socket, std::shared_ptr<Shared> shared) : stream_(std::move(socket)), shared_(std::move(shared)) {}
+    using Clock = std::chrono::steady_clock;
+
+    Session(tcp::socket&& socket, std::shared_ptr<Shared> shared, Loop* loop)
+        : stream_(std::move(socket)), shared_(std::move(shared)), loop_(loop) {}
     ~Session() {
         std::lock_guard lock(shared_->mu);
         shared_->sessions.erase(this);
@@ -63,7 +77,10 @@ public:
             std::lock_guard lock(shared_->mu);
             shared_->sessions[this] = weak_from_this();
         }
-        net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->wait_request(); });
+        net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+            self->loop_->sessions.push_back(self);
+            self->wait_request();
+        });
     }
 
     /// Called on drain: an idle connection closes now, a busy one after its response.
@@ -73,76 +90,97 @@ public:
         });
     }
 
-private:
-    // Waits for the first byte of the next request (idle deadline), then reads the header.
-    void wait_request() {
-        if (shared_->draining) return close();
-        if (buffer_.size() > 0) return read_header();
-        stream_.expires_after(first_ ? shared_->opts.header_timeout : shared_->opts.idle_timeout);
-        stream_.async_read_some(buffer_.prepare(16384), [self = shared_from_this()](beast::error_code ec, size_t n) {
-            if (ec) return self->close();
-            self->buffer_.commit(n);
-            self->read_header();
-        });
+    /// From the loop's sweep: a read or write past its deadline closes the connection, as nginx's
+    /// client_header_timeout / client_body_timeout / send_timeout do.
+    void check_deadline(Clock::time_point now) {
+        if (now >= deadline_) close();
     }
 
-    void read_header() {
-        first_ = false;
+private:
+    void set_deadline(std::chrono::milliseconds d) { deadline_ = Clock::now() + d; }
+
+    // Waits for the next request: the idle deadline until its first byte, then the header deadline
+    // until its end of headers, then the body deadline.
+    void wait_request() {
+        if (shared_->draining) return close();
         parser_.emplace();
         parser_->body_limit(shared_->opts.body_limit);
         parser_->header_limit(64 * 1024);
-        stream_.expires_after(shared_->opts.header_timeout);
-        bhttp::async_read_header(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
-            self->on_header(ec);
+        parser_->eager(true);
+        header_seen_ = false;
+        started_ = buffer_.size() > 0;  // pipelined bytes of the next request
+        set_deadline(first_ || started_ ? shared_->opts.header_timeout : shared_->opts.idle_timeout);
+        first_ = false;
+        parse();
+    }
+
+    // Feeds what is buffered to the parser, synchronously (a request that arrived whole costs no
+    // further trip through the event loop), then reads more or handles the request.
+    void parse() {
+        beast::error_code ec;
+        while (buffer_.size() > 0 && !parser_->is_done()) {
+            size_t n = parser_->put(buffer_.data(), ec);
+            buffer_.consume(n);
+            if (ec == bhttp::error::need_more) {
+                ec = {};
+                break;
+            }
+            if (ec) return on_error(ec);
+            if (n == 0) break;
+        }
+        if (parser_->is_header_done() && !header_seen_) {
+            header_seen_ = true;
+            if (!on_header()) return;
+        }
+        if (parser_->is_done()) return on_request();
+        read_more();
+    }
+
+    void read_more() {
+        stream_.async_read_some(buffer_.prepare(16384), [self = shared_from_this()](beast::error_code ec, size_t n) {
+            if (ec) return self->close();  // EOF, reset, or closed at a deadline
+            self->buffer_.commit(n);
+            if (!self->started_) {
+                self->started_ = true;
+                self->set_deadline(self->shared_->opts.header_timeout);
+            }
+            self->parse();
         });
     }
 
-    void on_header(beast::error_code ec) {
-        // A deadline closes the socket (beast::tcp_stream), so a slow client just loses the
-        // connection, as with nginx's client_header_timeout.
+    void on_error(beast::error_code ec) {
         if (ec == bhttp::error::body_limit)
             return fail(413, fmt::format("request body exceeds the limit of {} bytes (--http-max-input-size)",
                                          shared_->opts.body_limit));
         if (ec == bhttp::error::header_limit) return fail(431, "request header is larger than 65536 bytes");
-        if (ec == bhttp::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
-            ec == net::error::operation_aborted || ec == beast::error::timeout)
-            return close();
-        if (ec) return fail(400, fmt::format("malformed HTTP request: {}", ec.message()));
+        fail(400, fmt::format("malformed HTTP request: {}", ec.message()));
+    }
+
+    // The header is complete: refuse an oversized body before reading it, answer
+    // `Expect: 100-continue`, and start the body deadline. False when the request ends here.
+    bool on_header() {
         auto cl = parser_->content_length();
-        if (cl && *cl > shared_->opts.body_limit)
-            return fail(413, fmt::format("request body of {} bytes exceeds the limit of {} bytes (--http-max-input-size)", *cl,
-                                         shared_->opts.body_limit));
-        const auto& req = parser_->get();
-        auto expect = req[bhttp::field::expect];
+        if (cl && *cl > shared_->opts.body_limit) {
+            fail(413, fmt::format("request body of {} bytes exceeds the limit of {} bytes (--http-max-input-size)", *cl,
+                                  shared_->opts.body_limit));
+            return false;
+        }
+        set_deadline(shared_->opts.body_timeout);
+        if (parser_->is_done()) return true;
+        auto expect = parser_->get()[bhttp::field::expect];
         if (!expect.empty() && beast::iequals(expect, "100-continue")) {
             auto cont = std::make_shared<bhttp::response<bhttp::empty_body>>(bhttp::status::continue_, 11);
-            stream_.expires_after(shared_->opts.body_timeout);
             bhttp::async_write(stream_, *cont, [self = shared_from_this(), cont](beast::error_code wec, size_t) {
                 if (wec) return self->close();
-                self->read_body();
+                self->read_more();
             });
-            return;
+            return false;
         }
-        read_body();
+        return true;
     }
 
-    void read_body() {
-        stream_.expires_after(shared_->opts.body_timeout);
-        bhttp::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
-            self->on_body(ec);
-        });
-    }
-
-    void on_body(beast::error_code ec) {
-        if (ec == bhttp::error::body_limit)
-            return fail(413, fmt::format("request body exceeds the limit of {} bytes (--http-max-input-size)",
-                                         shared_->opts.body_limit));
-        if (ec == bhttp::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
-            ec == net::error::operation_aborted || ec == beast::error::timeout)
-            return close();
-        if (ec) return fail(400, fmt::format("malformed HTTP request: {}", ec.message()));
-        stream_.expires_never();
-
+    void on_request() {
+        deadline_ = Clock::time_point::max();
         auto msg = parser_->release();
         parser_.reset();
         keep_alive_ = msg.keep_alive();
@@ -152,12 +190,12 @@ private:
         r.headers.reserve(8);
         for (const auto& f : msg) r.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
         r.body = std::move(msg.body());
-        r.received = std::chrono::steady_clock::now();
+        r.received = Clock::now();
         cancelled_ = std::make_shared<std::atomic<bool>>(false);
         r.cancelled = cancelled_;
         busy_ = true;
+        replied_ = false;
         shared_->in_flight.fetch_add(1);
-        watch_client();
 
         auto once = std::make_shared<std::atomic<bool>>(false);
         Reply reply = [self = shared_from_this(), once](Response resp) {
@@ -176,12 +214,16 @@ private:
             resp.body = error_json("internal error");
             reply(std::move(resp));
         }
+        // A request answered inside the handler needs no watch: this thread ran it to the end.
+        if (!replied_) watch_client();
     }
 
     // While a request is in flight, notices the client hanging up (EOF or reset) so the work
     // for it can be dropped. Pipelined bytes end the watch without consuming them.
     void watch_client() {
+        watching_ = true;
         stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
+            self->watching_ = false;
             if (ec || !self->busy_) return;
             char c;
             ssize_t n = ::recv(self->stream_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
@@ -190,8 +232,11 @@ private:
     }
 
     void write(Response resp) {
-        beast::error_code ignored;
-        stream_.socket().cancel(ignored);  // ends watch_client()
+        replied_ = true;
+        if (watching_) {
+            beast::error_code ignored;
+            stream_.socket().cancel(ignored);  // ends watch_client()
+        }
         auto res = std::make_shared<bhttp::response<bhttp::string_body>>(static_cast<bhttp::status>(resp.status), 11);
         res->set(bhttp::field::server, shared_->opts.server_name);
         if (!resp.content_type.empty()) res->set(bhttp::field::content_type, resp.content_type);
@@ -200,7 +245,7 @@ private:
         bool keep = keep_alive_ && !resp.close && !shared_->draining;
         res->keep_alive(keep);
         res->prepare_payload();
-        stream_.expires_after(shared_->opts.body_timeout);
+        set_deadline(shared_->opts.body_timeout);
         bhttp::async_write(stream_, *res, [self = shared_from_this(), res, keep](beast::error_code ec, size_t) {
             self->busy_ = false;
             self->shared_->in_flight.fetch_sub(1);
@@ -217,7 +262,7 @@ private:
         res->body() = fmt::format("{{\"error\":{}}}", nlohmann_quote(message));
         res->keep_alive(false);
         res->prepare_payload();
-        stream_.expires_after(std::chrono::seconds(5));
+        set_deadline(std::chrono::seconds(5));
         bhttp::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code, size_t) { self->close(); });
     }
 
@@ -242,11 +287,17 @@ private:
         stream_.close();
     }
 
-    beast::tcp_stream stream_;
+    beast::tcp_stream stream_;  // no expiry set: deadlines are swept (Loop)
     beast::flat_buffer buffer_;
     std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
     std::shared_ptr<Shared> shared_;
+    Loop* loop_;
     std::shared_ptr<std::atomic<bool>> cancelled_;
+    Clock::time_point deadline_ = Clock::time_point::max();
+    bool header_seen_ = false;
+    bool started_ = false;   // a byte of the current request has arrived
+    bool replied_ = false;   // the current request's response has been started
+    bool watching_ = false;  // watch_client() is pending
     bool busy_ = false;
     bool keep_alive_ = true;
     bool first_ = true;
@@ -260,28 +311,48 @@ private:
 // check round trip vs 50 µs, `wrk -c1`). Connections are dealt to the threads round-robin.
 struct Server::Impl {
     std::shared_ptr<Shared> shared = std::make_shared<Shared>();
-    std::vector<std::unique_ptr<net::io_context>> contexts;
+    std::vector<std::unique_ptr<Loop>> loops;
     std::vector<net::executor_work_guard<net::io_context::executor_type>> work;
+    std::chrono::milliseconds tick{1000};  // how often each loop checks its sessions' deadlines
     std::optional<tcp::acceptor> acceptor;
     std::vector<std::thread> threads;
-    size_t next = 0;  // the context the next connection goes to (used on the acceptor's thread only)
+    size_t next = 0;  // the loop the next connection goes to (used on the acceptor's thread only)
     uint16_t port = 0;
     bool stopped = false;
 
     void accept() {
-        net::io_context& target = *contexts[next++ % contexts.size()];
-        acceptor->async_accept(target, [this](beast::error_code ec, tcp::socket socket) {
+        Loop* target = loops[next++ % loops.size()].get();
+        acceptor->async_accept(target->ctx, [this, target](beast::error_code ec, tcp::socket socket) {
             if (ec == net::error::operation_aborted || !acceptor->is_open()) return;
             if (!ec) {
                 shared->accepted.fetch_add(1);
                 beast::error_code ignored;
                 socket.set_option(tcp::no_delay(true), ignored);
-                std::make_shared<Session>(std::move(socket), shared)->start();
+                std::make_shared<Session>(std::move(socket), shared, target)->start();
             } else if (ec == net::error::no_descriptors) {
                 log::warn("http: out of file descriptors; pausing accept for 50 ms");
                 std::this_thread::sleep_for(std::chrono::milliseconds(50));
             }
             accept();
+        });
+    }
+
+    void sweep(Loop* loop) {
+        loop->sweep.expires_after(tick);
+        loop->sweep.async_wait([this, loop](beast::error_code ec) {
+            if (ec) return;
+            auto now = Session::Clock::now();
+            auto& v = loop->sessions;
+            for (size_t i = 0; i < v.size();) {
+                if (auto s = v[i].lock()) {
+                    s->check_deadline(now);
+                    ++i;
+                } else {
+                    v[i] = std::move(v.back());
+                    v.pop_back();
+                }
+            }
+            sweep(loop);
         });
     }
 };
@@ -301,10 +372,13 @@ Status Server::start() {
     tcp::endpoint ep(addr, o.port);
     const int n = std::max(1, o.threads);
     for (int i = 0; i < n; ++i) {
-        impl_->contexts.push_back(std::make_unique<net::io_context>(1));
-        impl_->work.push_back(net::make_work_guard(*impl_->contexts.back()));
+        impl_->loops.push_back(std::make_unique<Loop>());
+        impl_->work.push_back(net::make_work_guard(impl_->loops.back()->ctx));
     }
-    impl_->acceptor.emplace(*impl_->contexts[0]);
+    // Deadlines are enforced to within an eighth of the shortest one (at most 1 s late).
+    auto shortest = std::min({o.header_timeout, o.body_timeout, o.idle_timeout});
+    impl_->tick = std::clamp(shortest / 8, std::chrono::milliseconds(5), std::chrono::milliseconds(1000));
+    impl_->acceptor.emplace(impl_->loops[0]->ctx);
     auto& acc = *impl_->acceptor;
     std::string where = fmt::format("{}:{}", o.address, o.port);
     if (acc.open(ep.protocol(), ec); ec) return Status{StatusCode::kUnavailable, fmt::format("cannot open a socket for {}: {}", where, ec.message())};
@@ -315,7 +389,10 @@ Status Server::start() {
         return Status{StatusCode::kUnavailable, fmt::format("cannot listen on {}: {}", where, ec.message())};
     impl_->port = acc.local_endpoint().port();
     impl_->accept();
-    for (auto& c : impl_->contexts) impl_->threads.emplace_back([ctx = c.get()] { ctx->run(); });
+    for (auto& l : impl_->loops) {
+        impl_->sweep(l.get());
+        impl_->threads.emplace_back([loop = l.get()] { loop->ctx.run(); });
+    }
     return Status::ok();
 }
 
@@ -351,7 +428,7 @@ void Server::stop() {
     if (impl_->stopped) return;
     impl_->stopped = true;
     for (auto& w : impl_->work) w.reset();
-    for (auto& c : impl_->contexts) c->stop();
+    for (auto& l : impl_->loops) l->ctx.stop();
     for (auto& t : impl_->threads) t.join();
     impl_->threads.clear();
 }
