@@ -1,13 +1,15 @@
 // The limit for `strato serve`: the same backend's execute() called in-process, no HTTP, no
 // queue. Prints one JSON line per batch size: median batch time and samples/s.
-//   forward_bench PACKAGE_DIR [THREADS] [SECONDS_PER_SIZE]
+//   forward_bench PACKAGE_DIR [THREADS] [SECONDS_PER_SIZE] [BATCH_SIZES, e.g. 1,8; default 1..64]
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
+#include <vector>
 
 #include "strato/core/memory.h"
 #include "strato/serve/backend/backend.h"
@@ -17,12 +19,23 @@ using namespace strato::serve;
 
 int main(int argc, char** argv) {
     if (argc < 2) {
-        fmt::print(stderr, "usage: forward_bench PACKAGE_DIR [THREADS] [SECONDS_PER_SIZE]\n");
+        fmt::print(stderr, "usage: forward_bench PACKAGE_DIR [THREADS] [SECONDS_PER_SIZE] [BATCH_SIZES]\n");
         return 2;
     }
     std::string dir = argv[1];
     int threads = argc > 2 ? std::atoi(argv[2]) : 0;
     double seconds = argc > 3 ? std::atof(argv[3]) : 2.0;
+    std::vector<int64_t> sizes{1, 2, 4, 8, 16, 32, 64};
+    if (argc > 4) {
+        sizes.clear();
+        for (const char* p = argv[4]; *p;) {
+            char* end;
+            long v = std::strtol(p, &end, 10);
+            if (end == p || v < 1) return fmt::print(stderr, "bad batch size list '{}'\n", argv[4]), 2;
+            sizes.push_back(v);
+            p = *end == ',' ? end + 1 : end;
+        }
+    }
     strato::configure_allocator();  // as the strato binary does
     register_torch_backends(threads);
     const Backend* b = detect_backend(dir);
@@ -34,7 +47,7 @@ int main(int argc, char** argv) {
     if (!model) return fmt::print(stderr, "{}\n", model.status().message()), 1;
     std::mt19937 rng(0);
     std::uniform_real_distribution<float> u(0, 1);
-    for (int64_t batch : {1, 2, 4, 8, 16, 32, 64}) {
+    for (int64_t batch : sizes) {
         Tensor in;
         in.name = cfg.inputs[0].name;
         in.dtype = DataType::kFp32;
