@@ -63,7 +63,7 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     cmd->add_option("--load-model", o->load_models, "Model to load at start in explicit mode ('*' = all; repeatable)");
     cmd->add_option("--repository-poll-secs", o->poll_secs, "Rescan interval in poll mode")->check(CLI::Range(1, 86400));
     cmd->add_option("--strict-readiness", o->strict_readiness, "Ready only when every model is ready (true|false)");
-    cmd->add_option("--http-thread-count", o->threads, "HTTP I/O threads (default: one per core; a lone request runs its model on one)")->check(CLI::Range(0, 256));
+    cmd->add_option("--http-thread-count", o->threads, "HTTP I/O threads, each an event loop that keeps the connections dealt to it (default: one per core; a lone request runs its model on one)")->check(CLI::Range(0, 256));
     cmd->add_option("--http-max-input-size", o->max_input, "Largest request body in bytes (larger: 413)")->check(CLI::Range(int64_t{1024}, int64_t{1} << 34));
     cmd->add_option("--http-header-timeout-secs", o->header_timeout, "Deadline for a request's headers (a slower client is disconnected)")->check(CLI::Range(1, 3600));
     cmd->add_option("--http-body-timeout-secs", o->body_timeout, "Deadline for a request's body")->check(CLI::Range(1, 3600));
