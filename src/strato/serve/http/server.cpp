@@ -15,11 +15,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <future>
-#include <mutex>
 #include <optional>
 #include <strings.h>
 #include <thread>
-#include <unordered_map>
 
 #include "strato/core/log.h"
 
@@ -55,8 +53,6 @@ struct Shared {
     std::atomic<int64_t> in_flight{0};
     std::atomic<uint64_t> accepted{0};
     std::atomic<bool> draining{false};
-    std::mutex mu;
-    std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
 };
 
 std::string error_json(std::string_view msg) { return fmt::format(R"({{"error":"{}"}})", msg); }
@@ -67,27 +63,18 @@ public:
 
     Session(tcp::socket&& socket, std::shared_ptr<Shared> shared, Loop* loop)
         : stream_(std::move(socket)), shared_(std::move(shared)), loop_(loop) {}
-    ~Session() {
-        std::lock_guard lock(shared_->mu);
-        shared_->sessions.erase(this);
-    }
 
     void start() {
-        {
-            std::lock_guard lock(shared_->mu);
-            shared_->sessions[this] = weak_from_this();
-        }
         net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
             self->loop_->sessions.push_back(self);
             self->wait_request();
         });
     }
 
-    /// Called on drain: an idle connection closes now, a busy one after its response.
+    /// On drain, from the loop's thread: an idle connection closes now, a busy one after its
+    /// response (write() sees `draining`); one not started yet closes in wait_request().
     void close_if_idle() {
-        net::post(stream_.get_executor(), [self = shared_from_this()] {
-            if (!self->busy_) self->close();
-        });
+        if (!busy_) close();
     }
 
     /// From the loop's sweep: a read or write past its deadline closes the connection, as nginx's
@@ -410,14 +397,11 @@ int64_t Server::drain(std::chrono::milliseconds timeout) {
         });
         if (!impl_->threads.empty()) closed.get_future().wait();
     }
-    std::vector<std::shared_ptr<Session>> sessions;
-    {
-        std::lock_guard lock(s.mu);
-        for (auto& [p, w] : s.sessions)
-            if (auto sp = w.lock()) sessions.push_back(std::move(sp));
-    }
-    for (auto& sp : sessions) sp->close_if_idle();
-    sessions.clear();
+    for (auto& l : impl_->loops)
+        net::post(l->ctx, [loop = l.get()] {
+            for (auto& w : loop->sessions)
+                if (auto sp = w.lock()) sp->close_if_idle();
+        });
     auto deadline = std::chrono::steady_clock::now() + timeout;
     while (s.in_flight.load() > 0 && std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
