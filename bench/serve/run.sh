@@ -53,21 +53,31 @@ open(f"{tmp}/body.bin", "wb").write(hdr + body)
 open(f"{tmp}/hl", "w").write(str(len(hdr)))
 PY
 
-for mode in batched unbatched; do
-  "$bin" -q serve --model-repository "$tmp/$mode" --http-port 0 --metrics-port 0 --intra-op-threads "$threads" \
+# Starts `strato serve` on the repository $tmp/$1; sets $server and $port.
+start_server() {
+  "$bin" -q serve --model-repository "$tmp/$1" --http-port 0 --metrics-port 0 --intra-op-threads "$threads" \
     --http-thread-count "$http_threads" >"$tmp/serve.out" 2>&1 &
   server=$!
   for _ in $(seq 100); do grep -q 'ready http' "$tmp/serve.out" && break; sleep 0.1; done
   port=$(sed -n 's/.*ready http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$tmp/serve.out")
   [ -n "$port" ] || { cat "$tmp/serve.out"; exit 1; }
+}
+# wrk WRK_ARGS...: POSTs the image to the served model.
+infer_wrk() {
+  STRATO_BODY=$tmp/body.bin STRATO_HL=$(cat "$tmp/hl") wrk "$@" -s bench/serve/post.lua \
+    "http://127.0.0.1:$port/v2/models/cnn/infer"
+}
+# The p50 of `wrk --latency` output on stdin, as "VALUE UNIT".
+p50() { sed -n 's/^ *50% *\([0-9.]*\)\(us\|ms\).*/\1 \2/p'; }
+
+for mode in batched unbatched; do
+  start_server $mode
   echo "== strato serve, $mode, port $port"
   for c in 1 2 4 8 16 32 64; do
     t=$((c < 2 ? 1 : 2))
     # Warm-up, not measured: the first request of each batch size builds (and times) its plan.
-    STRATO_BODY=$tmp/body.bin STRATO_HL=$(cat "$tmp/hl") wrk -t$t -c$c -d1s -s bench/serve/post.lua \
-      "http://127.0.0.1:$port/v2/models/cnn/infer" >/dev/null
-    STRATO_BODY=$tmp/body.bin STRATO_HL=$(cat "$tmp/hl") wrk -t$t -c$c -d"${dur}s" --latency -s bench/serve/post.lua \
-      "http://127.0.0.1:$port/v2/models/cnn/infer" >"$tmp/wrk.$mode.$c"
+    infer_wrk -t$t -c$c -d1s >/dev/null
+    infer_wrk -t$t -c$c -d"${dur}s" --latency >"$tmp/wrk.$mode.$c"
     /usr/bin/python3 - "$tmp/wrk.$mode.$c" "$mode" "$c" <<'PY' | tee -a "$tmp/serve.jsonl"
 import json, re, sys
 text = open(sys.argv[1]).read()
@@ -92,7 +102,7 @@ print(json.dumps({"request_us": per("success"), "compute_us": per("compute_infer
                   "overhead_us": per("success") - per("compute_infer") - per("compute_input") - per("compute_output")}))
 PY
       # The HTTP round-trip floor of this machine: the cheapest endpoint, same client, concurrency 1.
-      wrk -t1 -c1 -d"${dur}s" --latency "http://127.0.0.1:$port/v2/health/live" | sed -n 's/^ *50% *\([0-9.]*\)\(us\|ms\).*/\1 \2/p' >"$tmp/floor"
+      wrk -t1 -c1 -d"${dur}s" --latency "http://127.0.0.1:$port/v2/health/live" | p50 >"$tmp/floor"
     fi
   done
   kill "$server"; wait "$server" || true; server=
@@ -101,17 +111,11 @@ done
 # Concurrency 1 against the forward pass, interleaved: the machine's speed drifts by tens of µs
 # between minutes (shared VM), so each round measures the in-process batch-1 forward pass, then
 # the batched server's c = 1 p50, and the overhead is the median of the per-round differences.
-"$bin" -q serve --model-repository "$tmp/batched" --http-port 0 --metrics-port 0 --intra-op-threads "$threads" \
-  --http-thread-count "$http_threads" >"$tmp/serve.out" 2>&1 &
-server=$!
-for _ in $(seq 100); do grep -q 'ready http' "$tmp/serve.out" && break; sleep 0.1; done
-port=$(sed -n 's/.*ready http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$tmp/serve.out")
-STRATO_BODY=$tmp/body.bin STRATO_HL=$(cat "$tmp/hl") wrk -t1 -c1 -d1s -s bench/serve/post.lua \
-  "http://127.0.0.1:$port/v2/models/cnn/infer" >/dev/null
+start_server batched
+infer_wrk -t1 -c1 -d1s >/dev/null
 for r in $(seq "${C1_ROUNDS:-5}"); do
   f=$(build/release/bench/serve_forward_bench "$pkg" "$threads" 1 1)
-  w=$(STRATO_BODY=$tmp/body.bin STRATO_HL=$(cat "$tmp/hl") wrk -t1 -c1 -d2s --latency -s bench/serve/post.lua \
-    "http://127.0.0.1:$port/v2/models/cnn/infer" | sed -n 's/^ *50% *\([0-9.]*\)\(us\|ms\).*/\1 \2/p')
+  w=$(infer_wrk -t1 -c1 -d2s --latency | p50)
   echo "$f|$w" >>"$tmp/c1_rounds"
 done
 kill "$server"; wait "$server" || true; server=
