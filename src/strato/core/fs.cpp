@@ -4,6 +4,7 @@
 #include <openssl/evp.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -52,7 +53,10 @@ Status fsync_file(const stdfs::path& path) {
 Status atomic_write(const stdfs::path& path, std::string_view data) {
     stdfs::path dir = path.parent_path();
     stdfs::path tmp = path;
-    tmp += ".tmp." + std::to_string(::getpid());
+    // Unique per call, not only per process: two writers of one path in one process (two data
+    // stores sharing a cache) must not rename each other's file away.
+    static std::atomic<uint64_t> counter{0};
+    tmp += ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
     int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return io_error("cannot create {}: {}", tmp.string(), os_error());
     Status st = write_all(fd, data, tmp);
