@@ -1,6 +1,7 @@
 // strato plan [--workload NAME | --run DIR] [--deadline 8h] [--budget 500] [--objective cost|time] ...
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>

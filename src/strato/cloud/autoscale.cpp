@@ -1,6 +1,7 @@
 #include "strato/cloud/autoscale.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>

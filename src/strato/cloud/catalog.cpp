@@ -1,6 +1,7 @@
 #include "strato/cloud/catalog.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <toml++/toml.h>

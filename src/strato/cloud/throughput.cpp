@@ -1,6 +1,7 @@
 #include "strato/cloud/throughput.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 

@@ -1,10 +1,11 @@
 #include "strato/core/log.h"
 
-#include <spdlog/sinks/basic_file_sink.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
+#include <ctime>
 #include <mutex>
 
 namespace strato::log {
@@ -13,32 +14,53 @@ namespace {
 std::atomic<Level> g_level{Level::kInfo};
 std::atomic<bool> g_file_open{false};
 
-spdlog::level::level_enum to_spdlog(Level l) {
+std::string_view name(Level l) {
     switch (l) {
-        case Level::kDebug: return spdlog::level::debug;
-        case Level::kInfo: return spdlog::level::info;
-        case Level::kWarn: return spdlog::level::warn;
-        case Level::kError: return spdlog::level::err;
-        case Level::kOff: return spdlog::level::off;
+        case Level::kDebug: return "debug";
+        case Level::kInfo: return "info";
+        case Level::kWarn: return "warning";
+        case Level::kError: return "error";
+        case Level::kOff: return "off";
     }
-    return spdlog::level::info;
+    return "info";
 }
 
-struct Loggers {
-    std::mutex mu;
-    std::shared_ptr<spdlog::logger> console;
-    std::shared_ptr<spdlog::logger> file;
+/// ANSI colour of a level's name on a terminal.
+std::string_view colour(Level l) {
+    switch (l) {
+        case Level::kDebug: return "\033[36m";        // cyan
+        case Level::kInfo: return "\033[32m";         // green
+        case Level::kWarn: return "\033[33m\033[1m";  // bold yellow
+        case Level::kError: return "\033[31m\033[1m"; // bold red
+        case Level::kOff: return "";
+    }
+    return "";
+}
 
-    Loggers() {
-        console = std::make_shared<spdlog::logger>("strato", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
-        console->set_pattern("%^%l%$: %v");
-        console->set_level(spdlog::level::trace);
+/// Console lines are "LEVEL: message" on stderr (the level coloured on a terminal); the file
+/// sink's lines are "2026-12-04T17:13:19.123 LEVEL message", flushed one by one.
+struct Sinks {
+    std::mutex mu;
+    bool tty = isatty(STDERR_FILENO) == 1;
+    std::FILE* file = nullptr;
+    ~Sinks() {
+        if (file) std::fclose(file);
     }
 };
 
-Loggers& loggers() {
-    static Loggers l;
-    return l;
+Sinks& sinks() {
+    static Sinks s;
+    return s;
+}
+
+std::string timestamp() {
+    timeval tv{};
+    gettimeofday(&tv, nullptr);
+    std::tm tm{};
+    localtime_r(&tv.tv_sec, &tm);
+    char buf[32];
+    const size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+    return fmt::format("{}.{:03d}", std::string_view(buf, n), static_cast<int>(tv.tv_usec / 1000));
 }
 
 }  // namespace
@@ -47,35 +69,40 @@ void set_level(Level level) { g_level = level; }
 Level level() { return g_level; }
 
 bool add_file_sink(const std::string& path) {
-    auto& l = loggers();
-    std::lock_guard lock(l.mu);
-    try {
-        auto sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path, /*truncate=*/false);
-        l.file = std::make_shared<spdlog::logger>("strato-file", sink);
-        l.file->set_pattern("%Y-%m-%dT%H:%M:%S.%e %l %v");
-        l.file->set_level(spdlog::level::trace);
-        l.file->flush_on(spdlog::level::trace);
-        g_file_open = true;
-        return true;
-    } catch (const spdlog::spdlog_ex&) {
-        return false;
-    }
+    auto& s = sinks();
+    std::lock_guard lock(s.mu);
+    std::FILE* f = std::fopen(path.c_str(), "a");
+    if (!f) return false;
+    if (s.file) std::fclose(s.file);
+    s.file = f;
+    g_file_open = true;
+    return true;
 }
 
 void remove_file_sinks() {
-    auto& l = loggers();
-    std::lock_guard lock(l.mu);
-    l.file.reset();
+    auto& s = sinks();
+    std::lock_guard lock(s.mu);
+    if (s.file) std::fclose(s.file);
+    s.file = nullptr;
     g_file_open = false;
 }
 
 bool enabled(Level level) { return level >= g_level.load() || (g_file_open && level >= Level::kInfo); }
 
 void write(Level level, std::string_view message) {
-    auto& l = loggers();
-    std::lock_guard lock(l.mu);
-    if (level >= g_level.load()) l.console->log(to_spdlog(level), message);
-    if (l.file && level >= Level::kInfo) l.file->log(to_spdlog(level), message);
+    auto& s = sinks();
+    std::lock_guard lock(s.mu);
+    if (level >= g_level.load()) {
+        const std::string line = s.tty ? fmt::format("{}{}\033[m: {}\n", colour(level), name(level), message)
+                                       : fmt::format("{}: {}\n", name(level), message);
+        std::fwrite(line.data(), 1, line.size(), stderr);
+        std::fflush(stderr);
+    }
+    if (s.file && level >= Level::kInfo) {
+        const std::string line = fmt::format("{} {} {}\n", timestamp(), name(level), message);
+        std::fwrite(line.data(), 1, line.size(), s.file);
+        std::fflush(s.file);
+    }
 }
 
 }  // namespace strato::log

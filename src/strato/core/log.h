@@ -1,5 +1,5 @@
 #pragma once
-// Logging facade: strato code logs through these calls, never through spdlog directly, so the
+// Logging facade: strato code logs through these calls, never by writing to stderr itself, so the
 // sink (stderr, a run's events.log) and the format are decided in one place. Thread-safe.
 
 #include <fmt/format.h>

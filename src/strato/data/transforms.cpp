@@ -1,6 +1,7 @@
 #include "strato/data/transforms.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>

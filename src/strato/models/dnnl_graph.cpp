@@ -2,6 +2,7 @@
 
 #include <dnnl.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <omp.h>
 
 #include <algorithm>

@@ -1,6 +1,7 @@
 #include "strato/serve/backend/backend.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <filesystem>
 #include <mutex>

@@ -1,6 +1,7 @@
 #include "strato/serve/protocol/types.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <array>
 #include <cstring>

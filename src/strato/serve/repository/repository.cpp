@@ -1,6 +1,7 @@
 #include "strato/serve/repository/repository.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <charconv>
