@@ -89,6 +89,32 @@ TEST_F(FsTest, EnsureDirRacingCreatorsAllSucceed) {
     }
 }
 
+TEST_F(FsTest, RemoveTreeDeletesEverythingButWhatLinksPointTo) {
+    const auto outside = dir_ / "outside";
+    stdfs::create_directories(outside);
+    ASSERT_TRUE(atomic_write(outside / "keep.txt", "kept").is_ok());
+    const auto tree = dir_ / "tree";
+    stdfs::create_directories(tree / "a" / "b" / "c");
+    ASSERT_TRUE(atomic_write(tree / "a" / "x.bin", "x").is_ok());
+    ASSERT_TRUE(atomic_write(tree / "a" / "b" / "c" / "y.bin", "y").is_ok());
+    stdfs::create_directory_symlink(outside, tree / "a" / "link");
+    ASSERT_TRUE(remove_tree(tree).is_ok());
+    EXPECT_FALSE(stdfs::exists(tree));
+    EXPECT_TRUE(stdfs::exists(outside / "keep.txt"));  // the link went, not its target
+    EXPECT_TRUE(remove_tree(tree).is_ok());             // already gone: no error
+    ASSERT_TRUE(atomic_write(dir_ / "file", "f").is_ok());
+    EXPECT_TRUE(remove_tree(dir_ / "file").is_ok());    // a plain file
+    EXPECT_FALSE(stdfs::exists(dir_ / "file"));
+    if (::geteuid() != 0) {  // root may delete anyway
+        stdfs::create_directories(dir_ / "locked" / "inner");
+        ::chmod((dir_ / "locked").c_str(), 0555);
+        auto st = remove_tree(dir_ / "locked");
+        EXPECT_FALSE(st.is_ok());
+        EXPECT_NE(st.message().find("locked"), std::string::npos) << st.message();
+        ::chmod((dir_ / "locked").c_str(), 0755);
+    }
+}
+
 TEST(ShellQuote, SurvivesTheShell) {
     EXPECT_EQ(shell_quote("plain"), "'plain'");
     EXPECT_EQ(shell_quote("it's $HOME `x`"), "'it'\\''s $HOME `x`'");

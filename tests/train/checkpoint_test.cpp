@@ -16,13 +16,13 @@ class Checkpoints : public ::testing::Test {
 protected:
     void SetUp() override {
         dir_ = stdfs::temp_directory_path() / ("strato-ckpt-" + std::to_string(::getpid()));
-        stdfs::remove_all(dir_);
+        (void)fs::remove_tree(dir_);
         stdfs::create_directories(dir_);
         torch::manual_seed(0);
         net_ = torch::nn::Linear(4, 3);
         opt_ = std::make_unique<torch::optim::SGD>(net_->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
     }
-    void TearDown() override { stdfs::remove_all(dir_); }
+    void TearDown() override { (void)fs::remove_tree(dir_); }
 
     void train_step() {
         auto loss = net_->forward(torch::randn({8, 4})).pow(2).mean();

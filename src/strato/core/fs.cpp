@@ -1,6 +1,8 @@
 #include "strato/core/fs.h"
 
 #include <fcntl.h>
+#include <ftw.h>
+#include <sys/stat.h>
 #include <openssl/evp.h>
 #include <unistd.h>
 
@@ -127,6 +129,22 @@ std::string shell_quote(std::string_view s) {
     std::string out = "'";
     for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
     return out + "'";
+}
+
+namespace {
+int remove_entry(const char* path, const struct stat*, int, struct FTW*) { return ::remove(path) == 0 ? 0 : errno; }
+}  // namespace
+
+Status remove_tree(const stdfs::path& path) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) {
+        if (errno == ENOENT) return Status::ok();
+        return io_error("cannot delete {}: {}", path.string(), std::strerror(errno));
+    }
+    // Depth first (contents before their directory), not following links, staying on this file system.
+    const int rc = ::nftw(path.c_str(), remove_entry, 32, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+    if (rc != 0) return io_error("cannot delete {}: {}", path.string(), std::strerror(rc > 0 ? rc : errno));
+    return Status::ok();
 }
 
 }  // namespace strato::fs

@@ -29,6 +29,12 @@ Status fsync_file(const stdfs::path& path);
 std::string sha256_hex(std::string_view data);
 Result<std::string> sha256_file(const stdfs::path& path);
 
+/// Deletes `path` and, for a directory, everything under it (symbolic links themselves, never
+/// what they point to); a missing path is no error. What std::filesystem::remove_all does, on
+/// POSIX calls: a pip-installed libtorch exports its own copy of remove_all, which crashes when
+/// it is the one a call binds to (seen with torch 2.11; docs/gpu.md).
+Status remove_tree(const stdfs::path& path);
+
 /// `s` single-quoted for a POSIX shell (scripts we write, commands we hand to popen).
 std::string shell_quote(std::string_view s);
 

@@ -89,7 +89,7 @@ Status CheckpointStore::save(const TrainState& state, torch::nn::Module& model, 
     const stdfs::path final_dir = stdfs::path(dir_) / name;
     const stdfs::path tmp = stdfs::path(dir_) / (".tmp-" + name + "." + std::to_string(::getpid()));
     std::error_code ec;
-    stdfs::remove_all(tmp, ec);
+    (void)fs::remove_tree(tmp);
     STRATO_RETURN_IF_ERROR(fs::ensure_dir(tmp));
 
     const std::pair<const char*, std::string> files[] = {
@@ -115,7 +115,7 @@ Status CheckpointStore::save(const TrainState& state, torch::nn::Module& model, 
     stdfs::rename(tmp, final_dir, ec);
     if (ec) return io_error("cannot move checkpoint into {}: {}", final_dir.string(), ec.message());
     STRATO_RETURN_IF_ERROR(fs::fsync_dir(dir_));
-    if (replacing) stdfs::remove_all(aside, ec);
+    if (replacing) (void)fs::remove_tree(aside);
     STRATO_RETURN_IF_ERROR(fs::atomic_write(stdfs::path(dir_) / "latest", name + "\n"));
     prune(state);
     return Status::ok();
@@ -130,7 +130,7 @@ void CheckpointStore::prune(const TrainState& state) {
     for (const auto& e : stdfs::directory_iterator(dir_, list_ec)) {
         const std::string n = e.path().filename().string();
         std::error_code ec;
-        if (n.rfind(".tmp-step-", 0) == 0 || n.rfind(".old-step-", 0) == 0) stdfs::remove_all(e.path(), ec);
+        if (n.rfind(".tmp-step-", 0) == 0 || n.rfind(".old-step-", 0) == 0) (void)fs::remove_tree(e.path());
     }
     int64_t kept = 0;
     for (const auto& n : names) {
@@ -140,7 +140,7 @@ void CheckpointStore::prune(const TrainState& state) {
         if (keep) ++kept;
         if (!keep && !(cfg_.keep_best && n == best && n <= current)) {
             std::error_code ec;
-            stdfs::remove_all(stdfs::path(dir_) / n, ec);
+            (void)fs::remove_tree(stdfs::path(dir_) / n);
         }
     }
 }
