@@ -49,18 +49,20 @@ int main(int argc, char** argv) {
     int exit_code = 0;
     cli::add_train_command(app, g, &exit_code);
     cli::add_eval_command(app, g, &exit_code);
-    cli::add_export_command(app, g, &exit_code);
     cli::add_report_command(app, g, &exit_code);
     cli::add_doctor_command(app, g, &exit_code);
+    cli::add_monitor_command(app, g, &exit_code);
+    cli::add_launch_command(app, g, &exit_code);
+#ifndef STRATO_TRAIN_ONLY  // the training subset (-DSTRATO_TRAIN_ONLY=ON, docs/gpu.md) has the commands above
+    cli::add_export_command(app, g, &exit_code);
     cli::add_serve_command(app, g, &exit_code);
     cli::add_loadtest_command(app, g, &exit_code);
     cli::add_plan_command(app, g, &exit_code);
-    cli::add_monitor_command(app, g, &exit_code);
     cli::add_autoscale_command(app, g, &exit_code);
     cli::add_tune_command(app, g, &exit_code);
-    cli::add_launch_command(app, g, &exit_code);
     cli::add_data_command(app, g, &exit_code);
     cli::add_compress_command(app, g, &exit_code);
+#endif
     app.parse_complete_callback([&] {
         log::set_level(g.verbose ? log::Level::kDebug : g.quiet ? log::Level::kWarn : log::Level::kInfo);
     });

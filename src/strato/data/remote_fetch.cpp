@@ -1,6 +1,8 @@
 #include "strato/data/remote_fetch.h"
 
+#ifdef STRATO_WITH_CURL
 #include <curl/curl.h>
+#endif
 #include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -62,6 +64,7 @@ Status hash_prefix(EVP_MD_CTX* ctx, int fd, int64_t bytes, const std::string& wh
     return Status::ok();
 }
 
+#ifdef STRATO_WITH_CURL
 /// "Connection refused" -> "connection refused"; "SSL certificate problem" stays.
 std::string lower_first(std::string s) {
     if (s.size() >= 2 && std::isupper(static_cast<unsigned char>(s[0])) &&
@@ -83,8 +86,11 @@ struct Outcome {
 };
 
 std::once_flag g_curl_init;
+#endif  // STRATO_WITH_CURL
 
 }  // namespace
+
+#ifdef STRATO_WITH_CURL
 
 /// The state the libcurl callbacks of one request see.
 struct HttpClient::Attempt {
@@ -468,6 +474,26 @@ Result<std::string> HttpClient::get_file(const std::string& url, int fd, const s
     if (!st.is_ok()) return st;
     return hex_digest(sha.get());
 }
+
+#else  // built without libcurl (-DSTRATO_WITH_CURL=OFF, as the training subset is)
+
+namespace {
+Status no_curl(const std::string& url) {
+    return Status(StatusCode::kUnimplemented,
+                  fmt::format("fetching {}: this strato was built without libcurl (-DSTRATO_WITH_CURL=OFF), so it "
+                              "cannot read remote datasets\nhint: copy the shards to a local directory, or use a full build",
+                              url));
+}
+}  // namespace
+
+HttpClient::HttpClient(const RemoteOptions& options, FetchCounters* counters) : options_(options), counters_(counters) {}
+HttpClient::~HttpClient() = default;
+void HttpClient::stop() { stop_ = true; }
+bool HttpClient::sleep_for(double) { return !stop_; }
+Result<std::string> HttpClient::get(const std::string& url, int64_t) { return no_curl(url); }
+Result<std::string> HttpClient::get_file(const std::string& url, int, const std::string&, int64_t) { return no_curl(url); }
+
+#endif  // STRATO_WITH_CURL
 
 Result<std::string> sha256_fd(int fd, int64_t bytes, const std::string& what) {
     Sha256 sha = new_sha256();

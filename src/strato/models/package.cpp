@@ -7,7 +7,9 @@
 
 #include "strato/core/fs.h"
 #include "strato/core/log.h"
+#ifdef STRATO_WITH_INT8
 #include "strato/models/quantized.h"
+#endif
 
 namespace strato::models {
 namespace stdfs = std::filesystem;
@@ -70,7 +72,7 @@ Status save_package(const std::string& dir, const PackageInfo& info, NetImpl& ne
     STRATO_RETURN_IF_ERROR(fs::ensure_dir(parent));
     stdfs::path tmp = parent / (final_dir.filename().string() + ".tmp." + std::to_string(::getpid()));
     std::error_code ec;
-    stdfs::remove_all(tmp, ec);
+    (void)fs::remove_tree(tmp);
     STRATO_RETURN_IF_ERROR(fs::ensure_dir(tmp));
 
     std::string weights = module_to_bytes(net);
@@ -107,7 +109,7 @@ Status save_package(const std::string& dir, const PackageInfo& info, NetImpl& ne
     stdfs::rename(tmp, final_dir, ec);
     if (ec) return io_error("cannot move the new package to {}: {}", final_dir.string(), ec.message());
     STRATO_RETURN_IF_ERROR(fs::fsync_dir(parent));
-    stdfs::remove_all(old, ec);
+    (void)fs::remove_tree(old);
     return Status::ok();
 }
 
@@ -161,12 +163,19 @@ Result<LoadedPackage> load_package(const std::string& dir) {
         if (name == kPackageWeights) {
             STRATO_ASSIGN_OR_RETURN(out.net, create_model(info.model, info.input_shape, info.num_classes));
             if (info.quantized()) {
+#ifdef STRATO_WITH_INT8
                 // The float network only gives the graph its shape; the archive holds the int8 net.
                 auto q = QuantizedNet::lower(info.model, *out.net);
                 if (!q) return Status(q.status().code(), fmt::format("{}: {}", path, q.status().message()));
                 STRATO_RETURN_IF_ERROR(module_from_bytes(**q, *bytes, path));
                 STRATO_RETURN_IF_ERROR((*q)->prepack().with_context(path));
                 out.net = *q;
+#else
+                return Status(StatusCode::kUnimplemented,
+                              fmt::format("model package {}: an int8 package, and this strato was built without INT8 "
+                                          "support (-DSTRATO_WITH_INT8=OFF)",
+                                          dir));
+#endif
             } else {
                 STRATO_RETURN_IF_ERROR(module_from_bytes(*out.net, *bytes, path));
             }
@@ -178,7 +187,11 @@ Result<LoadedPackage> load_package(const std::string& dir) {
 
 InferenceNet inference_net(LoadedPackage& pkg, bool fuse) {
     InferenceNet out;
+#ifndef STRATO_WITH_INT8
+    fuse = false;  // the fused lowering runs on oneDNN directly, built with STRATO_WITH_INT8
+#endif
     if (fuse && !pkg.info.quantized()) {
+#ifdef STRATO_WITH_INT8
         const auto& in = pkg.info.input_shape;
         auto fused = FusedNet::lower(pkg.info.model, *pkg.net, {.input = {in.channels, in.height, in.width}});
         if (fused) {
@@ -187,6 +200,7 @@ InferenceNet inference_net(LoadedPackage& pkg, bool fuse) {
             return out;
         }
         log::warn("running the eager network: {}", fused.status().message());
+#endif
     }
     out.net = pkg.net;
     out.channels_last = is_convolutional(pkg.info.model);

@@ -1,6 +1,8 @@
 #include "strato/models/zoo.h"
 
+#ifndef STRATO_TRAIN_ONLY  // strato plan's FLOP count; the training subset leaves it out
 #include <torch/csrc/autograd/profiler_legacy.h>
+#endif
 
 #include <map>
 
@@ -19,6 +21,7 @@ std::string torch_error_message(const c10::Error& e) {
     return msg;
 }
 
+#ifndef STRATO_TRAIN_ONLY
 ForwardCost count_forward(NetImpl& net, const data::ImageShape& shape) {
     namespace prof = torch::autograd::profiler;
     using torch::profiler::impl::ProfilerConfig;
@@ -43,6 +46,7 @@ ForwardCost count_forward(NetImpl& net, const data::ImageShape& shape) {
     cost.activation_elements = bytes / 4;
     return cost;
 }
+#endif
 
 bool is_convolutional(const ModelConfig& cfg) { return cfg.arch == "cnn" || cfg.arch == "resnet"; }
 
