@@ -51,6 +51,11 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{{"run.name=a/b"}, "run.name: expected a plain directory name"},
                       BadCase{{"train.precision=\"fp16\""}, "train.precision = \"fp16\" needs run.device = \"cuda\""},
                       BadCase{{"run.device=\"tpu\""}, "run.device: expected one of cpu, cuda"},
+                      BadCase{{"train.cuda_graph=true"}, "train.cuda_graph = true needs run.device = \"cuda\""},
+                      BadCase{{"train.cuda_graph=true", "run.device=\"cuda\"", "train.grad_accum=2"},
+                              "train.cuda_graph = true needs train.grad_accum = 1"},
+                      BadCase{{"dist.backend=\"nccl\""}, "dist.backend = \"nccl\" needs run.device = \"cuda\""},
+                      BadCase{{"dist.backend=\"mpi\""}, "dist.backend: expected one of auto, gloo, nccl"},
                       BadCase{{"trian.epochs=3"}, "unknown key 'trian' (did you mean 'train'?)"}));
 
 }  // namespace

@@ -5,12 +5,19 @@
 #ifndef USE_DISTRIBUTED
 #define USE_DISTRIBUTED
 #endif
+#if defined(STRATO_WITH_CUDA) && defined(STRATO_NCCL) && !defined(USE_C10D_NCCL)
+#define USE_C10D_NCCL
+#endif
 #include "strato/dist/ddp.h"
 
 #include <fmt/format.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#if defined(STRATO_WITH_CUDA) && defined(USE_C10D_NCCL)
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#define STRATO_HAVE_NCCL 1
+#endif
 
 #include <chrono>
 #include <cstdlib>
@@ -47,6 +54,8 @@ struct DataParallel::Impl {
     double flag = 0;
     double timeout_s = 300;
     int rank = 0;
+    torch::Device device{torch::kCPU};  // where the buckets live: the parameters' device under NCCL
+    std::string backend;
     std::vector<char> reported;  // per param, this step
 
     /// Parameter i's place in its bucket.
@@ -132,8 +141,36 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(const DistEnv& env, s
         return Status(StatusCode::kUnavailable, fmt::format("rank {}: the store at {}:{} failed: {}", env.rank,
                                                             env.master_addr, env.master_port, first_line(e.what())));
     }
-    // 3. The Gloo process group.
-    try {
+    // 3. The process group: NCCL for CUDA parameters where built in, else Gloo (which reduces
+    // CUDA tensors through host copies).
+    const bool on_cuda = !params.empty() && params.front().is_cuda();
+    if (o.backend != "auto" && o.backend != "gloo" && o.backend != "nccl")
+        return invalid_argument("dist.backend: expected auto, gloo or nccl, got \"{}\"", o.backend);
+#ifdef STRATO_HAVE_NCCL
+    const bool nccl = o.backend == "nccl" || (o.backend == "auto" && on_cuda);
+    if (nccl && !on_cuda)
+        return invalid_argument("dist.backend = \"nccl\": the parameters are not CUDA tensors (run.device = \"cuda\")");
+#else
+    const bool nccl = false;
+    if (o.backend == "nccl")
+        return invalid_argument("dist.backend = \"nccl\": this strato is built without NCCL (a CUDA libtorch and "
+                                "-DSTRATO_WITH_CUDA=ON; docs/gpu.md)");
+#endif
+    im.device = on_cuda ? params.front().device() : torch::Device(torch::kCPU);
+    im.backend = nccl ? "nccl" : "gloo";
+#ifdef STRATO_HAVE_NCCL
+    if (nccl) {
+        try {
+            auto no = c10d::ProcessGroupNCCL::Options::create();
+            no->timeout = timeout;
+            im.pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world_size, no);
+        } catch (const std::exception& e) {
+            return Status(StatusCode::kUnavailable, fmt::format("rank {}: cannot set up NCCL with the other ranks: {}",
+                                                                env.rank, first_line(e.what())));
+        }
+    }
+#endif
+    if (!nccl) try {
         auto go = c10d::ProcessGroupGloo::Options::create(timeout);
         if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
             go->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
@@ -174,7 +211,8 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(const DistEnv& env, s
     }
     if (im.members.empty()) return invalid_argument("data parallel: the model has no parameters");
     for (size_t b = 0; b < im.members.size(); ++b)
-        im.flat.push_back(torch::zeros({sizes[b] + (b + 1 == im.members.size() ? 1 : 0)}, torch::kFloat));
+        im.flat.push_back(torch::zeros({sizes[b] + (b + 1 == im.members.size() ? 1 : 0)},
+                                       torch::TensorOptions().dtype(torch::kFloat).device(im.backend == "nccl" ? im.device : torch::Device(torch::kCPU))));
     im.works.resize(im.flat.size());
     im.launched_at.resize(im.flat.size());
     im.pending.assign(im.flat.size(), 0);
@@ -190,6 +228,8 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(const DistEnv& env, s
 DataParallel::~DataParallel() = default;
 
 int64_t DataParallel::bucket_count() const { return static_cast<int64_t>(impl_->flat.size()); }
+
+const std::string& DataParallel::backend() const { return impl_->backend; }
 
 namespace {
 
@@ -283,8 +323,10 @@ Result<std::vector<double>> DataParallel::sum(const std::vector<double>& values)
     auto& im = *impl_;
     try {
         auto t = torch::tensor(values, torch::kDouble);
+        if (im.backend == "nccl") t = t.to(im.device);
         std::vector<at::Tensor> v{t};
         im.pg->allreduce(v)->wait();
+        t = t.cpu();
         std::vector<double> out(values.size());
         auto a = t.accessor<double, 1>();
         for (size_t i = 0; i < out.size(); ++i) out[i] = a[static_cast<int64_t>(i)];

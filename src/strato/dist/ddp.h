@@ -28,6 +28,9 @@ namespace strato::dist {
 struct DdpOptions {
     double timeout_s = 300;
     int64_t bucket_bytes = 25ll << 20, first_bucket_bytes = 1ll << 20;
+    /// "auto": NCCL when the parameters are CUDA tensors and this build has NCCL
+    /// (STRATO_WITH_CUDA), else Gloo; "gloo"; "nccl" (an error where NCCL is not built in).
+    std::string backend = "auto";
 };
 
 struct DdpStats {
@@ -62,6 +65,8 @@ public:
     int world() const { return world_; }
     const DdpStats& stats() const { return stats_; }
     int64_t bucket_count() const;
+    /// "gloo" or "nccl".
+    const std::string& backend() const;
 
     struct Impl;
 

@@ -45,6 +45,7 @@ void LoopConfig::visit(config::Visitor& v) {
     v.field("label_smoothing", label_smoothing, Range::half_open(0, 1));
     v.field("precision", precision, {"fp32", "bf16", "fp16"});
     v.field("channels_last", channels_last);
+    v.field("cuda_graph", cuda_graph);
     v.field("log_every", log_every, Range::at_least(1));
     v.field("monitor_every", monitor_every, Range::non_negative());
     v.field("eval_every", eval_every, Range::at_least(1));
@@ -62,6 +63,7 @@ void DistConfig::visit(config::Visitor& v) {
     v.field("timeout_s", timeout_s, Range::positive());
     v.field("bucket_mb", bucket_mb, Range::positive());
     v.field("first_bucket_mb", first_bucket_mb, Range::positive());
+    v.field("backend", backend, {"auto", "gloo", "nccl"});
 }
 
 void TrainConfig::visit(config::Visitor& v) {
@@ -84,6 +86,15 @@ Status TrainConfig::validate() const {
     if (train.precision == "fp16" && run.device != "cuda")
         return invalid_argument("train.precision = \"fp16\" needs run.device = \"cuda\" (fp16 autocast with loss scaling is "
                                 "for GPUs); on CPU use \"bf16\", which needs no loss scaling");
+    if (train.cuda_graph && run.device != "cuda")
+        return invalid_argument("train.cuda_graph = true needs run.device = \"cuda\" (CUDA graphs replay GPU work)");
+    if (train.cuda_graph && train.grad_accum > 1)
+        return invalid_argument("train.cuda_graph = true needs train.grad_accum = 1 (a graph replays one whole step's "
+                                "forward and backward), got {}",
+                                train.grad_accum);
+    if (dist.backend == "nccl" && run.device != "cuda")
+        return invalid_argument("dist.backend = \"nccl\" needs run.device = \"cuda\" (NCCL reduces GPU tensors); on CPU "
+                                "use \"gloo\" or \"auto\"");
     if (optim.betas.size() != 2) return invalid_argument("optim.betas: expected 2 values, got {}", optim.betas.size());
     if ((data.dataset == "image-folder" || data.dataset == "shards") && data.image_size <= 0 &&
         (data.train_transforms.empty() || data.test_transforms.empty())) {

@@ -55,6 +55,7 @@ struct LoopConfig {
     double label_smoothing = 0.0;
     std::string precision = "fp32";  // fp32 | bf16 (autocast) | fp16 (autocast + dynamic loss scaling; cuda)
     bool channels_last = true;       // NHWC layout for convolutional models (faster with oneDNN)
+    bool cuda_graph = false;         // cuda: replay forward + backward as one captured CUDA graph (static shapes)
     int64_t log_every = 50;          // optimizer steps between train metrics lines
     int64_t monitor_every = 0;       // optimizer steps between host/GPU samples ("monitor" lines); 0 = off
     int64_t eval_every = 1;          // epochs between evaluations
@@ -76,6 +77,7 @@ struct DistConfig {
     double timeout_s = 300;       // a collective or the rendezvous of ranks that takes longer fails
     double bucket_mb = 25;        // gradient bucket size (DDP's bucket_cap_mb)
     double first_bucket_mb = 1;   // the first, smaller bucket, so communication starts early
+    std::string backend = "auto";  // auto (NCCL for CUDA parameters where built, else Gloo) | gloo | nccl
     void visit(config::Visitor& v);
 };
 
