@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "strato/models/torch_compat.h"
+#include "strato/train/trainer.h"
 
 namespace strato::train {
 namespace {
@@ -96,6 +97,38 @@ TEST(Compat, AutocastGuardRestoresTheState) {
         compat::AutocastGuard off(c10::DeviceType::CPU, at::kBFloat16, false);
         EXPECT_EQ(torch::mm(torch::ones({2, 2}), torch::ones({2, 2})).scalar_type(), at::kFloat);
     }
+}
+
+// The multi-tensor SGD the trainer runs on GPUs is torch::optim::SGD's step, value for value
+// (here on CPU, where _foreach falls back to one operation per tensor), and keeps its state.
+TEST(ForeachSgd, MatchesTorchSgdStepForStep) {
+    for (bool nesterov : {true, false}) {
+        for (double wd : {0.0, 5e-4}) {
+            torch::manual_seed(7);
+            std::vector<torch::Tensor> a, b;
+            for (auto shape : std::vector<std::vector<int64_t>>{{4, 3}, {5}, {2, 2, 3, 3}}) {
+                auto t = torch::randn(shape);
+                a.push_back(t.clone().requires_grad_());
+                b.push_back(t.clone().requires_grad_());
+            }
+            auto opts = torch::optim::SGDOptions(0.1).momentum(0.9).nesterov(nesterov).weight_decay(wd);
+            torch::optim::SGD ref(a, opts), ours(b, opts);
+            for (int step = 0; step < 4; ++step) {
+                for (size_t i = 0; i < a.size(); ++i) {
+                    auto g = torch::randn(a[i].sizes());
+                    a[i].mutable_grad() = g.clone();
+                    b[i].mutable_grad() = g.clone();
+                }
+                ref.step();
+                ASSERT_TRUE(foreach_sgd_step(ours));
+                for (size_t i = 0; i < a.size(); ++i)
+                    EXPECT_TRUE(torch::equal(a[i], b[i])) << "nesterov " << nesterov << " wd " << wd << " step " << step;
+            }
+            EXPECT_EQ(ours.state().size(), ref.state().size());  // one momentum buffer per parameter
+        }
+    }
+    torch::optim::AdamW adam(std::vector<torch::Tensor>{torch::zeros({2}, torch::requires_grad())});
+    EXPECT_FALSE(foreach_sgd_step(adam));
 }
 
 }  // namespace

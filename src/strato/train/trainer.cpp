@@ -3,8 +3,13 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
+#include <sstream>
 #include <thread>
+#include <tuple>
+#include <type_traits>
+#include <utility>
 
 #include "strato/core/check.h"
 #include "strato/core/fs.h"
@@ -17,6 +22,7 @@
 #include "strato/models/torch_compat.h"
 #include "strato/models/zoo.h"
 #include "strato/train/checkpoint.h"
+#include "strato/train/cuda_graph.h"
 #include "strato/train/loss_scaler.h"
 #include "strato/monitor/monitor.h"
 #include "strato/train/metrics_log.h"
@@ -42,6 +48,68 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimConfig& o, st
         params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).nesterov(o.nesterov && o.momentum > 0).weight_decay(o.weight_decay));
 }
 
+}  // namespace
+
+namespace {
+/// The key of a parameter's optimizer state: its TensorImpl's address, printed in libtorch 1.x
+/// (c10::guts::to_string), the address itself where the map is keyed by void*.
+template <typename Map>
+typename Map::key_type state_key(const Map&, void* impl) {
+    if constexpr (std::is_same_v<typename Map::key_type, std::string>) {
+        std::ostringstream os;
+        os << impl;
+        return os.str();
+    } else {
+        return impl;
+    }
+}
+}  // namespace
+
+bool foreach_sgd_step(torch::optim::Optimizer& optimizer) {
+    auto* sgd = dynamic_cast<torch::optim::SGD*>(&optimizer);
+    if (!sgd) return false;
+    torch::NoGradGuard ng;
+    auto& state = sgd->state();
+    for (auto& group : sgd->param_groups()) {
+        const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
+        std::vector<torch::Tensor> params, grads;
+        for (auto& p : group.params()) {
+            if (!p.grad().defined()) continue;
+            params.push_back(p);
+            grads.push_back(p.grad());
+        }
+        if (params.empty()) continue;
+        // d = grad + weight_decay * param
+        std::vector<torch::Tensor> d = o.weight_decay() != 0 ? at::_foreach_add(grads, params, o.weight_decay()) : grads;
+        if (o.momentum() != 0) {
+            std::vector<torch::Tensor> bufs(params.size()), old_bufs, old_d;
+            for (size_t i = 0; i < params.size(); ++i) {
+                auto key = state_key(state, params[i].unsafeGetTensorImpl());
+                auto it = state.find(key);
+                if (it == state.end()) {  // first step: the buffer starts as d
+                    auto st = std::make_unique<torch::optim::SGDParamState>();
+                    st->momentum_buffer(torch::clone(d[i]).detach());
+                    bufs[i] = st->momentum_buffer();
+                    state[key] = std::move(st);
+                } else {
+                    bufs[i] = static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer();
+                    old_bufs.push_back(bufs[i]);
+                    old_d.push_back(d[i]);
+                }
+            }
+            if (!old_bufs.empty()) {  // buf = momentum * buf + (1 - dampening) * d
+                at::_foreach_mul_(old_bufs, o.momentum());
+                at::_foreach_add_(old_bufs, old_d, 1 - o.dampening());
+            }
+            d = o.nesterov() ? at::_foreach_add(d, bufs, o.momentum()) : bufs;
+        }
+        at::_foreach_add_(params, d, -o.lr());
+    }
+    return true;
+}
+
+namespace {
+
 void set_lr(torch::optim::Optimizer& opt, double lr) {
     for (auto& g : opt.param_groups()) g.options().set_lr(lr);
 }
@@ -54,8 +122,7 @@ Status prepare_run_dir(const TrainConfig& cfg, const TrainOptions& opts) {
     std::error_code ec;
     const bool exists = stdfs::exists(dir / "metrics.jsonl", ec) || stdfs::exists(dir / "checkpoints", ec);
     if (exists && opts.overwrite) {
-        stdfs::remove_all(dir, ec);
-        if (ec) return io_error("cannot delete {}: {}", dir.string(), ec.message());
+        STRATO_RETURN_IF_ERROR(fs::remove_tree(dir));
     } else if (exists && !opts.resume) {
         return {StatusCode::kAlreadyExists,
                 fmt::format("run directory {} already holds a run\nhint: pass --resume to continue it, --overwrite to "
@@ -73,6 +140,21 @@ torch::Tensor labels_tensor(data::Batch& b) { return torch::from_blob(b.labels.d
 torch::Tensor on_device(const torch::Tensor& t, const torch::Device& device) {
     if (device.is_cpu()) return t;
     return t.pin_memory().to(device, /*non_blocking=*/true);
+}
+
+/// A batch's images where the net runs. On a GPU the NCHW batch is copied first (on `copier`'s
+/// stream where given) and made channels-last there (a fraction of a millisecond, where the host
+/// transpose takes tens).
+torch::Tensor input_batch(data::Batch& b, bool channels_last, const torch::Device& device, CopyStream* copier = nullptr) {
+    if (device.is_cpu()) return images_tensor(b, channels_last);
+    torch::Tensor x;
+#ifdef STRATO_WITH_CUDA
+    if (copier) x = copier->to_device(images_tensor(b, false).pin_memory());
+#else
+    (void)copier;
+#endif
+    if (!x.defined()) x = on_device(images_tensor(b, false), device);
+    return channels_last ? x.contiguous(at::MemoryFormat::ChannelsLast) : x;
 }
 
 }  // namespace
@@ -105,7 +187,7 @@ Result<EvalResult> evaluate(models::NetImpl& net, data::Loader& loader, bool bf1
         torch::Tensor logits;
         {
             compat::AutocastGuard ac(device.type(), fp16 ? at::kHalf : at::kBFloat16, bf16 || fp16);
-            logits = net.forward(on_device(images_tensor(b, channels_last), device));
+            logits = net.forward(input_batch(b, channels_last, device));
         }
         logits = logits.to(torch::kFloat);
         auto y = on_device(labels_tensor(b), device);
@@ -210,6 +292,21 @@ private:
     bool channels_last_ = false;
     torch::Device device_{torch::kCPU};
     std::optional<DynamicLossScaler> scaler_;  // fp16
+    torch::Tensor pending_;                    // [loss sum, correct] of steps not read back yet (GPU)
+    // train.cuda_graph: the captured step, and the loss scale as a GPU tensor the graph reads.
+#ifdef STRATO_WITH_CUDA
+    std::unique_ptr<GraphedStep> graph_;
+    std::unique_ptr<CopyStream> copier_;  // training batches' host-to-device copies
+    CopyStream* copier() { return copier_.get(); }
+#else
+    CopyStream* copier() { return nullptr; }
+#endif
+    bool graphed_ = false;  // a graph was captured: its gradients must stay put
+    torch::Tensor scale_t_;
+    /// One micro-step's forward and backward through `step`: replayed from the CUDA graph when
+    /// train.cuda_graph is on and the batch has the captured shape, else run eagerly.
+    Result<std::pair<torch::Tensor, torch::Tensor>> run_step(const StepFn& step, const torch::Tensor& x,
+                                                             const torch::Tensor& y);
     // Data parallelism (WORLD_SIZE > 1): rank 0 writes the run directory; all ranks stop together.
     dist::DistEnv env_;
     std::unique_ptr<dist::DataParallel> ddp_;
@@ -234,6 +331,33 @@ private:
     /// Evaluates this rank's share of the test set and combines the ranks' results.
     Result<EvalResult> evaluate_all();
 };
+
+Result<std::pair<torch::Tensor, torch::Tensor>> Trainer::run_step(const StepFn& step, const torch::Tensor& x,
+                                                                  const torch::Tensor& y) {
+#ifdef STRATO_WITH_CUDA
+    if (cfg_.train.cuda_graph) {
+        if (scaler_) {
+            const auto scale = static_cast<float>(scaler_->current_scale());
+            if (!scale_t_.defined())
+                scale_t_ = torch::full({}, scale, torch::TensorOptions().dtype(torch::kFloat).device(device_));
+            else
+                scale_t_.fill_(scale);
+        }
+        if (!graph_ && x.size(0) == cfg_.data.batch_size) {
+            STRATO_ASSIGN_OR_RETURN(graph_, GraphedStep::capture(step, x, y, net_->parameters(), net_->buffers()));
+            graphed_ = true;
+            log::info("training step captured as a CUDA graph (batch {}); replaying it", x.size(0));
+        }
+        if (graph_ && graph_->fits(x, y)) return graph_->replay(x, y);
+        if (graph_) {  // another batch size: eagerly, into the graph's gradients
+            torch::NoGradGuard ng;
+            for (auto& p : net_->parameters())
+                if (p.grad().defined()) p.mutable_grad().zero_();
+        }
+    }
+#endif
+    return step(x, y);
+}
 
 Result<EvalResult> Trainer::evaluate_all() {
     if (ddp_) STRATO_RETURN_IF_ERROR(ddp_->broadcast_buffers());  // rank 0's BatchNorm statistics, as DDP
@@ -261,6 +385,9 @@ Status Trainer::setup() {
         // One GPU per process is often all a process sees (CUDA_VISIBLE_DEVICES per task or pod).
         const int64_t gpus = std::max<int64_t>(1, static_cast<int64_t>(torch::cuda::device_count()));
         device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env_.local_rank % gpus));
+#ifdef STRATO_WITH_CUDA
+        copier_ = std::make_unique<CopyStream>(device_);
+#endif
     }
     if (rank0_) {
         STRATO_RETURN_IF_ERROR(prepare_run_dir(cfg_, opts_));
@@ -326,15 +453,26 @@ Status Trainer::setup() {
         d.timeout_s = cfg_.dist.timeout_s;
         d.bucket_bytes = static_cast<int64_t>(cfg_.dist.bucket_mb * (1 << 20));
         d.first_bucket_bytes = static_cast<int64_t>(cfg_.dist.first_bucket_mb * (1 << 20));
+        d.backend = cfg_.dist.backend;
         STRATO_ASSIGN_OR_RETURN(ddp_, dist::DataParallel::create(env_, net_->parameters(), net_->buffers(), d));
         STRATO_RETURN_IF_ERROR(ddp_->broadcast_state());
         // The checkpoint holds the epoch's sums over all ranks: rank 0 carries them on.
         if (!rank0_) state_.epoch_loss_sum = 0, state_.epoch_correct = state_.epoch_seen = 0;
-        log::info("data parallel: {}; {} gradient buckets", env_.describe(), ddp_->bucket_count());
+        log::info("data parallel: {}; {} gradient buckets over {}", env_.describe(), ddp_->bucket_count(),
+                  ddp_->backend());
     }
     if (hooks_.after_step) {
         torch::NoGradGuard no_grad;
         hooks_.after_step(*net_, state_.step, total_steps_);
+    }
+    if (cfg_.train.cuda_graph) {
+#ifndef STRATO_WITH_CUDA
+        return invalid_argument("train.cuda_graph = true: this strato is built without CUDA (-DSTRATO_WITH_CUDA=ON "
+                                "against a CUDA libtorch; docs/gpu.md)");
+#endif
+        if (ddp_ || hooks_.teacher)
+            return invalid_argument("train.cuda_graph = true works for single-process training without a teacher "
+                                    "(data parallelism and distillation run hooks the graph cannot hold); set it to false");
     }
     if (fp16_) {
         scaler_.emplace();
@@ -390,38 +528,85 @@ Status Trainer::train_epoch(bool& stop) {
     double window_loss = 0;
     int64_t window_correct = 0, window_seen = 0, micro = 0;
     const auto smoothing = cfg_.train.label_smoothing;
-    data::Batch b;
+    // Loss and accuracy sums still on the GPU (pending_), moved into the window and epoch sums.
+    int64_t pending_seen = 0;
+    double bar_loss = 0;  // the mean loss of the last samples read back
+    auto flush = [&] {
+        if (!pending_.defined()) return;
+        const auto v = pending_.cpu();
+        pending_ = torch::Tensor();
+        const double l = v[0].item<double>();
+        const auto c = static_cast<int64_t>(std::llround(v[1].item<double>()));
+        window_loss += l, window_correct += c;
+        state_.epoch_loss_sum += l, state_.epoch_correct += c;
+        bar_loss = l / static_cast<double>(std::max<int64_t>(1, pending_seen));
+        pending_seen = 0;
+    };
+    // On a GPU the next batch is fetched and its copy queued while this step's kernels run, so a
+    // step that waits for the GPU (fp16's overflow check) is not followed by an idle GPU.
+    data::Batch b, ahead;
+    torch::Tensor ahead_x, ahead_y;
+    bool have_ahead = false, end_ahead = false;
     for (;;) {
-        STRATO_ASSIGN_OR_RETURN(bool more, train_loader_->next(b));
-        if (!more) break;
-        auto x = on_device(images_tensor(b, channels_last_), device_);
-        auto y = on_device(labels_tensor(b), device_);
-        torch::Tensor logits;
-        {
-            compat::AutocastGuard ac(device_.type(), fp16_ ? at::kHalf : at::kBFloat16, bf16_ || fp16_);
-            logits = net_->forward(x);
+        torch::Tensor x, y;
+        if (have_ahead) {
+            std::swap(b, ahead);
+            x = std::move(ahead_x), y = std::move(ahead_y);
+            have_ahead = false;
+        } else {
+            if (end_ahead) break;
+            STRATO_ASSIGN_OR_RETURN(bool more, train_loader_->next(b));
+            if (!more) break;
+            x = input_batch(b, channels_last_, device_, copier());
+            y = on_device(labels_tensor(b), device_);
         }
-        logits = logits.to(torch::kFloat);
-        auto loss = F::cross_entropy(logits, y, F::CrossEntropyFuncOptions().label_smoothing(smoothing));
-        if (hooks_.teacher) loss = distillation_loss(logits, x, loss);
         const bool sync = micro + 1 >= accum || b.index + 1 == batches;  // this micro-step ends an optimizer step
         if (ddp_) ddp_->prepare(sync, signals::stop_requested() ? 1.0 : 0.0);
-        auto to_backward = accum > 1 ? loss / static_cast<double>(accum) : loss;
-        (scaler_ ? scaler_->scale(to_backward) : to_backward).backward();
+        // Forward, loss and (scaled) backward: run eagerly, or replayed from a CUDA graph.
+        auto step = [&](const torch::Tensor& xs, const torch::Tensor& ys) {
+            torch::Tensor out;
+            {
+                compat::AutocastGuard ac(device_.type(), fp16_ ? at::kHalf : at::kBFloat16, bf16_ || fp16_);
+                out = net_->forward(xs);
+            }
+            out = out.to(torch::kFloat);
+            auto l = F::cross_entropy(out, ys, F::CrossEntropyFuncOptions().label_smoothing(smoothing));
+            if (hooks_.teacher) l = distillation_loss(out, xs, l);
+            auto to_backward = accum > 1 ? l / static_cast<double>(accum) : l;
+            if (scaler_) to_backward = scale_t_.defined() ? to_backward * scale_t_ : scaler_->scale(to_backward);
+            to_backward.backward();
+            return std::make_pair(l, out);
+        };
+        torch::Tensor loss, logits;
+        STRATO_ASSIGN_OR_RETURN(std::tie(loss, logits), run_step(step, x, y));
         if (ddp_ && sync) {
             STRATO_ASSIGN_OR_RETURN(double stop_votes, ddp_->finish());
             if (stop_votes > 0) stopping_ = true;
         }
         ++micro;
+        if (!device_.is_cpu()) {
+            STRATO_ASSIGN_OR_RETURN(bool more, train_loader_->next(ahead));
+            if (more) {
+                ahead_x = input_batch(ahead, channels_last_, device_, copier());
+                ahead_y = on_device(labels_tensor(ahead), device_);
+                have_ahead = true;
+            } else {
+                end_ahead = true;
+            }
+        }
 
-        const double l = loss.item<double>();
-        const int64_t correct = logits.argmax(1).eq(y).sum().item<int64_t>();
-        window_loss += l * static_cast<double>(b.size);
-        window_correct += correct;
+        // Loss and accuracy: read back every step on CPU; on a GPU summed there and read when
+        // needed (a read per step would stall the GPU while the host prepares the next batch).
+        {
+            torch::NoGradGuard ng;
+            auto sums = torch::stack({loss.detach().to(torch::kDouble) * static_cast<double>(b.size),
+                                      logits.detach().argmax(1).eq(y).sum().to(torch::kDouble)});
+            pending_ = pending_.defined() ? pending_ + sums : sums;
+        }
         window_seen += b.size;
-        state_.epoch_loss_sum += l * static_cast<double>(b.size);
-        state_.epoch_correct += correct;
         state_.epoch_seen += b.size;
+        pending_seen += b.size;
+        if (device_.is_cpu()) flush();
 
         const bool last_batch = b.index + 1 == batches;
         if (micro < accum && !last_batch) continue;
@@ -433,8 +618,8 @@ Status Trainer::train_epoch(bool& stop) {
         const bool finite = !scaler_ || scaler_->unscale(net_->parameters());
         if (cfg_.train.clip_grad_norm > 0 && finite)
             torch::nn::utils::clip_grad_norm_(net_->parameters(), cfg_.train.clip_grad_norm);
-        if (finite) optim_->step();
-        optim_->zero_grad();
+        if (finite && !(device_.is_cuda() && foreach_sgd_step(*optim_))) optim_->step();
+        if (!graphed_) optim_->zero_grad();  // a captured step's gradients stay put (its replays overwrite them)
         if (hooks_.after_step) {
             torch::NoGradGuard no_grad;
             hooks_.after_step(*net_, state_.step + 1, total_steps_);
@@ -448,9 +633,12 @@ Status Trainer::train_epoch(bool& stop) {
         state_.next_batch = b.index + 1;
 
         const double secs = seconds_since(window_start);
-        bar.update(b.index + 1, fmt::format("loss {:.4f}  {:.0f} samples/s", window_loss / std::max<int64_t>(1, window_seen),
+        bar.update(b.index + 1, fmt::format("loss {:.4f}  {:.0f} samples/s",
+                                            device_.is_cpu() ? window_loss / static_cast<double>(std::max<int64_t>(1, window_seen)) : bar_loss,
                                             static_cast<double>(window_seen) / std::max(1e-9, secs)));
         if (state_.step % cfg_.train.log_every == 0) {
+            flush();  // on a GPU this waits for the window's work, so the rate below counts it
+            const double window_s = seconds_since(window_start);
             STRATO_ASSIGN_OR_RETURN(auto w, global_sum({window_loss, static_cast<double>(window_correct),
                                                         static_cast<double>(window_seen)}));
             if (metrics_)
@@ -460,7 +648,7 @@ Status Trainer::train_epoch(bool& stop) {
                                                          {"loss", w[0] / w[2]},
                                                          {"acc", w[1] / w[2]},
                                                          {"lr", lr},
-                                                         {"samples_per_s", w[2] / std::max(1e-9, secs)}}));
+                                                         {"samples_per_s", w[2] / std::max(1e-9, window_s)}}));
             window_start = Clock::now();
             window_loss = 0;
             window_correct = window_seen = 0;
@@ -474,12 +662,15 @@ Status Trainer::train_epoch(bool& stop) {
         const bool max_reached = cfg_.train.max_steps > 0 && state_.step >= cfg_.train.max_steps;
         if (stop_now() || max_reached) {
             stop = true;
+            flush();
             break;
         }
         if (cfg_.checkpoint.every_steps > 0 && state_.step % cfg_.checkpoint.every_steps == 0 && !last_batch) {
+            flush();
             STRATO_RETURN_IF_ERROR(checkpoint());
         }
     }
+    flush();  // the epoch's last micro-steps
     bar.finish();
     return Status::ok();
 }

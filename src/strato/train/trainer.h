@@ -116,4 +116,10 @@ torch::Tensor images_tensor(data::Batch& b, bool channels_last);
 /// Sets libtorch's intra-op threads (0 = number of cores) and returns the count in use.
 int configure_threads(int64_t threads);
 
+/// torch::optim::SGD's step (weight decay, momentum, dampening, Nesterov; the same momentum
+/// buffers, so checkpoints are unchanged) done with multi-tensor `_foreach` operations: a few
+/// launches per step on a GPU instead of several per parameter. Returns false, doing nothing,
+/// for another optimizer.
+bool foreach_sgd_step(torch::optim::Optimizer& optimizer);
+
 }  // namespace strato::train
