@@ -32,6 +32,7 @@ void add_train_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         "  strato train configs/fashion_mnist_cnn.toml\n"
         "  strato train configs/fashion_mnist_cnn.toml --set train.epochs=3 --set train.precision=bf16\n"
         "  strato train configs/fashion_mnist_resnet.toml --resume     # after Ctrl-C or a crash\n"
+        "  strato train bench/gpu/resnet50_synthetic.toml --set train.precision=fp16 --set train.cuda_graph=true  # GPU build (docs/gpu.md)\n"
         "Ctrl-C (SIGINT) or SIGTERM finishes the current step, writes a checkpoint and exits with 130.");
     cmd->callback([o, &g, exit_code] {
         auto cfg = train::load_train_config(o->config, o->sets);
