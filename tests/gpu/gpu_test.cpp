@@ -42,6 +42,17 @@ models::Net small_cnn() {
     return models::create_model(cfg, {1, 28, 28}, 10).value();
 }
 
+/// A process group of one rank (a store on a free loopback port) over `net`'s parameters.
+Result<std::unique_ptr<dist::DataParallel>> data_parallel_of_one(models::NetImpl& net, const std::string& backend) {
+    dist::DistEnv env;
+    env.world_size = 1;
+    env.master_port = free_port();
+    dist::DdpOptions o;
+    o.backend = backend;
+    o.timeout_s = 60;
+    return dist::DataParallel::create(env, net.parameters(), net.buffers(), o);
+}
+
 TEST(Gpu, FusedUnscaleMatchesTheCpuPathAndSeesAnOverflow) {
     REQUIRE_GPU();
     auto make = [](torch::Device d) {
@@ -118,13 +129,7 @@ TEST(Gpu, NcclProcessGroupOfOneReducesAndBroadcasts) {
     REQUIRE_GPU();
     auto net = small_cnn();
     net->to(gpu());
-    dist::DistEnv env;
-    env.world_size = 1;
-    env.master_port = free_port();
-    dist::DdpOptions o;
-    o.backend = "nccl";
-    o.timeout_s = 60;
-    auto dp = dist::DataParallel::create(env, net->parameters(), net->buffers(), o);
+    auto dp = data_parallel_of_one(*net, "nccl");
     ASSERT_TRUE(dp.is_ok()) << dp.status().message();
     EXPECT_EQ((*dp)->backend(), "nccl");
     ASSERT_TRUE((*dp)->broadcast_state().is_ok());
@@ -136,7 +141,6 @@ TEST(Gpu, NcclProcessGroupOfOneReducesAndBroadcasts) {
     auto x = torch::randn({4, 1, 28, 28}, gpu());
     auto loss = net->forward(x).sum();
     loss.backward();
-    std::vector<torch::Tensor> local;
     auto flag = (*dp)->finish();
     ASSERT_TRUE(flag.is_ok()) << flag.status().message();
     EXPECT_EQ(*flag, 1.0);
@@ -151,12 +155,7 @@ TEST(Gpu, GlooIsStillThereForCudaParametersWhenAsked) {
     REQUIRE_GPU();
     auto net = small_cnn();
     net->to(gpu());
-    dist::DistEnv env;
-    env.world_size = 1;
-    env.master_port = free_port();
-    dist::DdpOptions o;
-    o.backend = "gloo";
-    auto dp = dist::DataParallel::create(env, net->parameters(), net->buffers(), o);
+    auto dp = data_parallel_of_one(*net, "gloo");
     ASSERT_TRUE(dp.is_ok()) << dp.status().message();
     EXPECT_EQ((*dp)->backend(), "gloo");
 }
