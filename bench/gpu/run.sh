@@ -95,29 +95,35 @@ strato() {  # label, precision, cuda_graph
   [ $rc -eq 0 ] || tail -5 "$dir/err" | tee -a "$out"
   grep -i "graph\|nccl" "$dir/err" | head -3 | tee -a "$out"
 }
-# A short run with checkpoints under the debugger, where the training runs above exited abnormally.
-debug_crash() {
-  if [ -x "$bin" ] && grep -q "^strato .*exit [1-9]" "$out" && command -v cuda-gdb >/dev/null && [ "$(left)" -gt 40 ]; then
-  dir=$(mktemp -d)
-  say "-- strato train under cuda-gdb (small resnet, checkpoints every 5 steps):"
-  timeout 60 cuda-gdb -q -batch -ex run -ex "bt 25" --args "$bin" -q train bench/gpu/resnet50_synthetic.toml \
-    --set run.dir="\"$dir\"" --set model.depth=18 --set data.image_size=64 --set data.batch_size=32 \
-    --set data.limit_train=256 --set train.max_steps=20 --set checkpoint.every_steps=5 --no-report 2>&1 |
-    grep -E "^#|signal|exited|error" | head -40 | tee -a "$out"
-fi
+# A short run across epoch ends with checkpoints pruned (keep_last 1), the path that crashed in
+# libtorch.so's own std::filesystem::remove_all before fs::remove_tree; under cuda-gdb if it fails.
+epochs_and_checkpoints() {
+  [ -x "$bin" ] && [ "$(left)" -gt 40 ] || return
+  local dir; dir=$(mktemp -d)
+  local args=(-q train bench/gpu/resnet50_synthetic.toml --set run.dir="\"$dir\"" --set model.depth=18
+    --set data.image_size=64 --set data.batch_size=32 --set data.limit_train=256 --set train.max_steps=20
+    --set checkpoint.every_steps=5 --set checkpoint.keep_last=1 --set train.eval_every=1 --no-report)
+  timeout 60 "$bin" "${args[@]}" >/dev/null 2>"$dir/err"
+  local rc=$?
+  say "strato epochs+checkpoints (resnet-18, 64 px, 20 steps over 3 epochs): exit $rc, checkpoints left: $(ls "$dir/resnet50/checkpoints" 2>/dev/null | tr '\n' ' ')"
+  if [ $rc -ne 0 ] && command -v cuda-gdb >/dev/null; then
+    tail -3 "$dir/err" | tee -a "$out"
+    timeout 60 cuda-gdb -q -batch -ex run -ex "bt 25" --args "$bin" "${args[@]}" 2>&1 |
+      grep -E "^#|signal|exited|error" | head -40 | tee -a "$out"
+  fi
 }
 if [ ! -x "$bin" ] && [ "${PEER_WITHOUT_STRATO:-0}" != 1 ]; then
   say "no strato binary: measurements skipped (PEER_WITHOUT_STRATO=1 measures PyTorch alone)"
 else
   # strato trains channels-last by default: its peer is PyTorch eager channels-last, the faster
   # of PyTorch's two eager layouts; the NCHW default and torch.compile follow as time allows.
+  epochs_and_checkpoints
   strato "bf16" bf16 false
   peer "eager bf16 channels-last" --precision bf16 --channels-last
   strato "fp16" fp16 false
   peer "eager fp16 channels-last" --precision fp16 --channels-last
   strato "bf16 cuda-graph" bf16 true
   strato "fp16 cuda-graph" fp16 true
-  debug_crash
   peer "eager bf16" --precision bf16
   peer "eager fp16" --precision fp16
   peer "compile bf16" --precision bf16 --compile
