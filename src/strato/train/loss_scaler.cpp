@@ -19,9 +19,7 @@ bool DynamicLossScaler::unscale(const std::vector<torch::Tensor>& params) {
     }
     torch::Tensor bad;  // accumulated on the gradients' device: no synchronisation per tensor
     const double inv = 1.0 / scale_;
-    for (const auto& p : params) {
-        const auto& g = p.grad();
-        if (!g.defined()) continue;
+    for (const auto& g : grads) {
         auto nonfinite = torch::logical_not(torch::isfinite(g)).any();
         bad = bad.defined() ? torch::logical_or(bad, nonfinite) : nonfinite;
         g.mul_(inv);

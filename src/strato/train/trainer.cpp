@@ -48,9 +48,6 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimConfig& o, st
         params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).nesterov(o.nesterov && o.momentum > 0).weight_decay(o.weight_decay));
 }
 
-}  // namespace
-
-namespace {
 /// The key of a parameter's optimizer state: its TensorImpl's address, printed in libtorch 1.x
 /// (c10::guts::to_string), the address itself where the map is keyed by void*.
 template <typename Map>
