@@ -1,6 +1,8 @@
 // The limit for `strato serve`: the same backend's execute() called in-process, no HTTP, no
 // queue. Prints one JSON line per batch size: median batch time and samples/s.
-//   forward_bench PACKAGE_DIR [THREADS] [SECONDS_PER_SIZE] [BATCH_SIZES, e.g. 1,8; default 1..64]
+//   forward_bench PACKAGE_DIR [THREADS] [SECONDS_PER_SIZE] [BATCH_SIZES, e.g. 1,8; default 1..64] [GPU]
+// GPU: a CUDA device number, to time the model's copy on that GPU (inputs from host memory and
+// outputs back, as the server runs it).
 
 #include <fmt/format.h>
 
@@ -9,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string_view>
 #include <vector>
 
 #include "strato/core/memory.h"
@@ -19,14 +22,16 @@ using namespace strato::serve;
 
 int main(int argc, char** argv) {
     if (argc < 2) {
-        fmt::print(stderr, "usage: forward_bench PACKAGE_DIR [THREADS] [SECONDS_PER_SIZE] [BATCH_SIZES]\n");
+        fmt::print(stderr, "usage: forward_bench PACKAGE_DIR [THREADS] [SECONDS_PER_SIZE] [BATCH_SIZES] [GPU]\n");
         return 2;
     }
     std::string dir = argv[1];
     int threads = argc > 2 ? std::atoi(argv[2]) : 0;
     double seconds = argc > 3 ? std::atof(argv[3]) : 2.0;
     std::vector<int64_t> sizes{1, 2, 4, 8, 16, 32, 64};
-    if (argc > 4) {
+    Device device;
+    if (argc > 5) device.gpu = std::atoi(argv[5]);
+    if (argc > 4 && std::string_view(argv[4]) != "default") {
         sizes.clear();
         for (const char* p = argv[4]; *p;) {
             char* end;
@@ -43,7 +48,7 @@ int main(int argc, char** argv) {
     ModelConfig cfg;
     cfg.name = "m";
     if (auto st = b->autocomplete(&cfg, dir); !st.is_ok()) return fmt::print(stderr, "{}\n", st.message()), 1;
-    auto model = b->load(cfg, dir);
+    auto model = b->load(cfg, dir, device);
     if (!model) return fmt::print(stderr, "{}\n", model.status().message()), 1;
     std::mt19937 rng(0);
     std::uniform_real_distribution<float> u(0, 1);

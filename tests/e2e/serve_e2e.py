@@ -1513,6 +1513,9 @@ def readiness_with_broken_models(ctx):
         "badcfg": {"1": "pkg", "config.pbtxt": "max_batch_size: [[[ this is not protobuf text\n"},
         "emptyver": {"1": None},
         "corrupt": {"1/strato-model.json": "{ not json", "1/weights.pt": b"\0" * 16},
+        # No GPU here (CI, a CPU-only libtorch): KIND_GPU cannot be placed; KIND_AUTO falls back.
+        "gpuonly": {"1": "pkg", "config.pbtxt": "instance_group [ { kind: KIND_GPU gpus: [ 0 ] } ]\n"},
+        "auto2": {"1": "pkg", "config.pbtxt": "instance_group [ { count: 2 kind: KIND_AUTO } ]\n"},
     })
     srv = Server("strict", ["--model-repository", root], ctx.tmp)
     try:
@@ -1528,9 +1531,19 @@ def readiness_with_broken_models(ctx):
         def index():
             idx = {e["name"]: e for e in request(p, "POST", "/v2/repository/index").json()}
             check(idx.get("good", {}).get("state") == "READY", f"index good: {idx.get('good')}")
-            for m in ("badcfg", "emptyver", "corrupt"):
+            for m in ("badcfg", "emptyver", "corrupt", "gpuonly"):
                 check(idx.get(m, {}).get("state") == "UNAVAILABLE" and idx[m].get("reason"), f"index {m}: {idx.get(m)}")
+            check("no CUDA GPU is visible" in idx["gpuonly"]["reason"], f"index gpuonly reason: {idx['gpuonly']}")
         s.case("index: good READY, the others UNAVAILABLE with a reason", index)
+
+        def auto_on_cpu():
+            g = request(p, "GET", "/v2/models/auto2/config").json()["instance_group"]
+            check(len(g) == 1 and g[0]["kind"] == "KIND_CPU" and g[0]["count"] == 2 and g[0]["gpus"] == [],
+                  f"auto2 instance_group {g}")
+            mem = get_stats(srv, "auto2")["memory_usage"]
+            check(len(mem) == 1 and mem[0]["type"] == "CPU" and mem[0]["byte_size"] > 0, f"auto2 memory_usage {mem}")
+            decode_infer(request(p, "POST", "/v2/models/auto2/infer", json_infer_body([ctx.images[0]])), "auto2")
+        s.case("KIND_AUTO without a GPU: 2 CPU instances in /config, CPU memory in /stats, serves", auto_on_cpu)
         s.case("good model serves", lambda: decode_infer(request(
             p, "POST", "/v2/models/good/infer", json_infer_body([ctx.images[0]])), "good"))
         for m in ("badcfg", "emptyver", "corrupt"):
@@ -1546,7 +1559,8 @@ def readiness_with_broken_models(ctx):
         check(r.status == 200, f"--strict-readiness false: ready -> {r!r}")
     finally:
         srv.kill()
-    return "ready 400 (strict) / 200 (--strict-readiness false) with a bad config.pbtxt, an empty version and a corrupt package"
+    return ("ready 400 (strict) / 200 (--strict-readiness false) with a bad config.pbtxt, an empty version, a corrupt "
+            "package and KIND_GPU without a GPU; KIND_AUTO falls back to the CPU")
 
 
 def load_loop(port, path, body, headers, stop, stats, lock, stop_on_refused=None):

@@ -203,5 +203,39 @@ TEST(Batcher, RunsInlineOnlyWhenAllowedAndIdle) {
     EXPECT_NE(ran_on, std::this_thread::get_id());  // an instance thread ran it
 }
 
+// Instances with a model each (copies on different devices): two batches held at once run on
+// both, each on a free one, and an instance is free again once its batch is done.
+TEST(Batcher, EachInstanceRunsOnItsOwnModel) {
+    auto a = std::make_shared<Doubler>(), b2 = std::make_shared<Doubler>();
+    a->set_open(false);
+    b2->set_open(false);
+    BatcherOptions opt;
+    opt.batches = true;
+    opt.max_batch_size = 4;
+    opt.instances = 7;  // ignored: one instance per model given
+    Batcher b({a, b2}, opt);
+    std::vector<std::promise<Outcome>> ps(4);
+    ASSERT_TRUE(b.submit(make_job(1, 1, &ps[0])).is_ok());
+    ASSERT_TRUE(b.submit(make_job(2, 1, &ps[1])).is_ok());
+    auto t0 = Clock::now();
+    while ((a->seen().empty() || b2->seen().empty()) && Clock::now() - t0 < std::chrono::seconds(5))
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_EQ(a->seen().size(), 1u);  // both held, one on each instance
+    EXPECT_EQ(b2->seen().size(), 1u);
+    ASSERT_TRUE(b.submit(make_job(3, 1, &ps[2])).is_ok());  // waits: no instance is free
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_EQ(a->seen().size() + b2->seen().size(), 2u);
+    b2->set_open(true);  // the second instance finishes and takes the third request
+    EXPECT_TRUE(ps[1].get_future().get().status.is_ok());
+    EXPECT_TRUE(ps[2].get_future().get().status.is_ok());
+    EXPECT_EQ(b2->seen().size(), 2u);
+    EXPECT_EQ(a->seen().size(), 1u);
+    a->set_open(true);
+    EXPECT_TRUE(ps[0].get_future().get().status.is_ok());
+    ASSERT_TRUE(b.submit(make_job(4, 1, &ps[3]), /*may_run_inline=*/true).is_ok());
+    EXPECT_TRUE(ps[3].get_future().get().status.is_ok());
+    EXPECT_EQ(a->seen().size() + b2->seen().size(), 4u);
+}
+
 }  // namespace
 }  // namespace strato::serve

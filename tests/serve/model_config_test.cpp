@@ -100,6 +100,27 @@ TEST(ModelConfig, ErrorsNameFileLineAndField) {
     EXPECT_NE(open.status().message().find("unexpected end of file"), std::string::npos);
     auto seq = parse_model_config_pbtxt("sequence_batching { }", "c");
     EXPECT_EQ(seq.status().code(), StatusCode::kUnimplemented);
+    auto kind = parse_model_config_pbtxt("instance_group [ { kind: KIND_TPU } ]", "c");
+    EXPECT_NE(kind.status().message().find("c:1: unknown instance_group kind 'KIND_TPU' (expected KIND_CPU, KIND_GPU"),
+              std::string::npos) << kind.status().message();
+    auto gpu = parse_model_config_pbtxt("instance_group [ { kind: KIND_GPU gpus: [ -1 ] } ]", "c");
+    EXPECT_NE(gpu.status().message().find("gpus must be CUDA device numbers"), std::string::npos) << gpu.status().message();
+}
+
+TEST(ModelConfig, GpuInstanceGroupsInAllThreeForms) {
+    auto p = parse_model_config_pbtxt("instance_group [ { count: 2 kind: KIND_GPU gpus: [ 0, 1 ] }, { kind: KIND_CPU } ]", "c");
+    ASSERT_TRUE(p.is_ok()) << p.status().message();
+    ASSERT_EQ(p->instance_group.size(), 2u);
+    EXPECT_EQ(p->instance_group[0].kind, "KIND_GPU");
+    EXPECT_EQ(p->instance_group[0].gpus, (std::vector<int64_t>{0, 1}));
+    EXPECT_EQ(p->instance_count(), 5);  // two on each of two GPUs, one on the CPU
+    auto j = parse_model_config_json(model_config_to_json(*p), "json");
+    ASSERT_TRUE(j.is_ok()) << j.status().message();
+    EXPECT_EQ(j->instance_group[0].gpus, p->instance_group[0].gpus);
+    auto t = parse_model_config_toml("[[instance_group]]\nkind = \"KIND_GPU\"\ncount = 2\ngpus = [0, 1]\n", "config.toml");
+    ASSERT_TRUE(t.is_ok()) << t.status().message();
+    EXPECT_EQ(t->instance_group[0].gpus, p->instance_group[0].gpus);
+    EXPECT_EQ(t->instance_count(), 4);
 }
 
 TEST(ModelConfig, ValidationCatchesInconsistentConfigs) {

@@ -35,7 +35,7 @@ void register_fake() {
                           if (c->max_batch_size == 0) c->max_batch_size = 8;
                           return Status::ok();
                       },
-                      [](const ModelConfig&, const std::string& dir) -> Result<std::shared_ptr<Model>> {
+                      [](const ModelConfig&, const std::string& dir, Device) -> Result<std::shared_ptr<Model>> {
                           std::ifstream f(fs::path(dir) / "model.fake");
                           float v = 0;
                           if (!(f >> v)) return data_loss("{}/model.fake: not a number", dir);
@@ -151,6 +151,115 @@ TEST_F(RepositoryTest, LoadAndUnloadAreRefusedOutsideExplicitMode) {
 TEST(ModelName, RejectsPathsAndControlCharacters) {
     EXPECT_TRUE(valid_model_name("resnet-18_v2.onnx"));
     for (const char* bad : {"", "..", ".hidden", "a/b", "a\\b", "x\ny"}) EXPECT_FALSE(valid_model_name(bad)) << bad;
+}
+
+// ---- instance placement (Triton's instance_group kinds) ----
+
+ModelConfig with_groups(std::vector<InstanceGroup> groups) {
+    ModelConfig c;
+    c.name = "m";
+    c.backend = "fake";
+    c.instance_group = std::move(groups);
+    return c;
+}
+
+TEST(PlaceInstances, NoGroupIsOneInstancePerGpuOrOneOnTheCpu) {
+    ModelConfig c = with_groups({});
+    auto d = place_instances(&c, /*backend_gpu=*/true, /*gpus_visible=*/0);
+    ASSERT_TRUE(d.is_ok()) << d.status().message();
+    EXPECT_EQ(*d, (std::vector<Device>{{}}));
+    ASSERT_EQ(c.instance_group.size(), 1u);
+    EXPECT_EQ(c.instance_group[0].kind, "KIND_CPU");
+
+    c = with_groups({});
+    d = place_instances(&c, true, 2);
+    ASSERT_TRUE(d.is_ok());
+    EXPECT_EQ(*d, (std::vector<Device>{{0}, {1}}));
+    EXPECT_EQ(c.instance_group[0].kind, "KIND_GPU");
+    EXPECT_EQ(c.instance_group[0].gpus, (std::vector<int64_t>{0, 1}));
+    EXPECT_EQ(c.instance_count(), 2);
+
+    c = with_groups({});  // a CPU-only backend stays on the CPU even where there are GPUs
+    d = place_instances(&c, false, 2);
+    ASSERT_TRUE(d.is_ok());
+    EXPECT_EQ(*d, (std::vector<Device>{{}}));
+}
+
+TEST(PlaceInstances, CountIsPerListedGpuAndGroupsAddUp) {
+    ModelConfig c = with_groups({{.count = 2, .kind = "KIND_GPU", .gpus = {1}},
+                                 {.count = 1, .kind = "KIND_CPU"},
+                                 {.count = 1, .kind = "KIND_GPU", .gpus = {0, 1}}});
+    auto d = place_instances(&c, true, 2);
+    ASSERT_TRUE(d.is_ok()) << d.status().message();
+    EXPECT_EQ(*d, (std::vector<Device>{{1}, {1}, {}, {0}, {1}}));
+    EXPECT_EQ(c.instance_count(), 5);
+    EXPECT_EQ(Device{1}.name(), "cuda:1");
+    EXPECT_EQ(Device{}.name(), "cpu");
+}
+
+TEST(PlaceInstances, ImpossiblePlacementsAreClearErrors) {
+    auto fails = [](std::vector<InstanceGroup> g, bool backend_gpu, int visible, StatusCode code, const std::string& text) {
+        ModelConfig c = with_groups(std::move(g));
+        auto d = place_instances(&c, backend_gpu, visible);
+        ASSERT_FALSE(d.is_ok());
+        EXPECT_EQ(d.status().code(), code) << d.status().message();
+        EXPECT_NE(d.status().message().find(text), std::string::npos) << d.status().message();
+    };
+    fails({{.kind = "KIND_GPU"}}, true, 0, StatusCode::kUnavailable, "no CUDA GPU is visible");
+    fails({{.kind = "KIND_GPU"}}, false, 1, StatusCode::kUnimplemented, "the fake backend runs on the CPU only");
+    fails({{.kind = "KIND_GPU", .gpus = {2}}}, true, 2, StatusCode::kInvalidArgument, "GPU 2 does not exist (strato sees 2 GPUs: 0..1)");
+    fails({{.name = "g", .kind = "KIND_CPU", .gpus = {0}}}, true, 1, StatusCode::kInvalidArgument,
+          "instance_group 0 ('g'): 'gpus' 0 is for kind KIND_GPU, not KIND_CPU");
+}
+
+// A backend that runs on (pretend) GPUs: its load records the device, so the repository's copies
+// per device can be seen without a GPU.
+TEST_F(RepositoryTest, GpuInstancesGetACopyPerDeviceAndConfigShowsWhere) {
+    register_backend({"fakegpu", {"fakegpu_platform"}, "model.fakegpu",
+                      [](ModelConfig* c, const std::string&) {
+                          c->inputs = {{"x", DataType::kFp32, {1}, false, ""}};
+                          c->outputs = {{"y", DataType::kFp32, {1}, false, ""}};
+                          c->max_batch_size = 8;
+                          return Status::ok();
+                      },
+                      [](const ModelConfig&, const std::string&, Device d) -> Result<std::shared_ptr<Model>> {
+                          return std::shared_ptr<Model>(std::make_shared<Echo>(static_cast<float>(d.gpu)));
+                      },
+                      /*gpu=*/true});
+    set_gpu_probe([] { return 2; });
+    fs::create_directories(root / "g" / "1");
+    std::ofstream(root / "g" / "1" / "model.fakegpu") << "";
+    config("g", "backend: \"fakegpu\"\ninstance_group [ { count: 2 kind: KIND_GPU gpus: [ 0, 1 ] } ]");
+    version("c", 1, "5");  // the CPU-only fake backend: KIND_AUTO stays on the CPU
+    Repository repo(options(ControlMode::kNone), &registry);
+    ASSERT_TRUE(repo.start().is_ok());
+    set_gpu_probe(nullptr);
+    auto g = repo.get("g", "");
+    ASSERT_TRUE(g.is_ok()) << g.status().message();
+    EXPECT_EQ((*g)->instances.size(), 4u);
+    ASSERT_EQ((*g)->copies.size(), 2u);
+    EXPECT_TRUE((*g)->copies.count(Device{0}) && (*g)->copies.count(Device{1}));
+    EXPECT_EQ((*g)->instances[0], (*g)->instances[1]);  // two instances on cuda:0 share its copy
+    EXPECT_NE((*g)->instances[0], (*g)->instances[2]);
+    auto j = model_config_to_json((*g)->config);
+    EXPECT_EQ(j["instance_group"][0]["kind"], "KIND_GPU");
+    EXPECT_EQ(j["instance_group"][0]["gpus"], nlohmann::json::array({0, 1}));
+    EXPECT_EQ(j["instance_group"][0]["count"], 2);
+    auto c = repo.get("c", "");
+    ASSERT_TRUE(c.is_ok()) << c.status().message();
+    EXPECT_EQ((*c)->copies.size(), 1u);
+    EXPECT_TRUE((*c)->copies.count(Device{}));
+    EXPECT_EQ(model_config_to_json((*c)->config)["instance_group"][0]["kind"], "KIND_CPU");
+}
+
+TEST_F(RepositoryTest, KindGpuWithoutAGpuLeavesTheModelUnavailableWithTheReason) {
+    version("m", 1, "1");
+    config("m", "instance_group [ { kind: KIND_GPU } ]");
+    Repository repo(options(ControlMode::kNone), &registry);
+    ASSERT_TRUE(repo.start().is_ok());
+    EXPECT_FALSE(repo.get("m", "").is_ok());
+    for (const auto& e : repo.index(false))
+        if (e.name == "m") EXPECT_NE(e.reason.find("runs on the CPU only"), std::string::npos) << e.reason;
 }
 
 }  // namespace

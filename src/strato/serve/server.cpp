@@ -459,6 +459,9 @@ struct InferenceServer::Impl {
                                      {"compute_infer", {{"count", b.count}, {"ns", b.infer_ns}}},
                                      {"compute_output", {{"count", b.count}, {"ns", b.output_ns}}}});
             }
+            json memory = json::array();
+            for (const auto& [d, m] : mv->copies)
+                memory.push_back({{"type", d.is_gpu() ? "GPU" : "CPU"}, {"id", std::max(d.gpu, 0)}, {"byte_size", m->memory_bytes()}});
             a.push_back({{"name", mv->name},
                          {"version", std::to_string(mv->version)},
                          {"last_inference", s.last_inference_ms.load()},
@@ -475,7 +478,7 @@ struct InferenceServer::Impl {
                            {"cache_miss", {{"count", 0}, {"ns", 0}}}}},
                          {"response_stats", json::object()},
                          {"batch_stats", batch},
-                         {"memory_usage", json::array({{{"type", "CPU"}, {"id", 0}, {"byte_size", mv->model->memory_bytes()}}})}});
+                         {"memory_usage", memory}});
         }
         return json_response(200, json{{"model_stats", a}}.dump());
     }

@@ -27,6 +27,15 @@ public:
     virtual int64_t memory_bytes() const { return 0; }
 };
 
+/// Where a model instance runs: the CPU, or CUDA device `gpu`.
+struct Device {
+    int gpu = -1;  // -1: the CPU
+    bool is_gpu() const { return gpu >= 0; }
+    std::string name() const;  // "cpu", "cuda:0"
+    bool operator==(const Device&) const = default;
+    auto operator<=>(const Device&) const = default;
+};
+
 struct Backend {
     std::string name;                    // config "backend"
     std::vector<std::string> platforms;  // config "platform" values it serves (the first is reported)
@@ -34,7 +43,9 @@ struct Backend {
     /// Fills what the config leaves out (inputs, outputs, max_batch_size) from the model itself;
     /// an error when the backend cannot know and the config must say.
     std::function<Status(ModelConfig*, const std::string& version_dir)> autocomplete;
-    std::function<Result<std::shared_ptr<Model>>(const ModelConfig&, const std::string& version_dir)> load;
+    /// Loads one copy of the model on `device` (the repository loads one per device its instances use).
+    std::function<Result<std::shared_ptr<Model>>(const ModelConfig&, const std::string& version_dir, Device)> load;
+    bool gpu = false;  // can run on GPUs (instance_group KIND_GPU)
 };
 
 void register_backend(Backend backend);
@@ -44,5 +55,18 @@ const Backend* find_backend(const ModelConfig& config);
 const Backend* detect_backend(const std::string& version_dir);
 /// "pytorch (pytorch_libtorch), strato (strato_package), ..." for messages.
 std::string backend_list();
+
+/// The GPUs this process can use: what the probe set by the torch backends reports (CUDA's
+/// device count), 0 without one.
+void set_gpu_probe(std::function<int()> probe);
+int visible_gpus();
+
+/// Resolves `c`'s instance groups as Triton does and returns the device of every instance, in
+/// order. No instance_group means one group of kind KIND_AUTO. KIND_GPU places `count` instances on
+/// each GPU in `gpus` (all visible GPUs when empty); KIND_AUTO is KIND_GPU when the backend runs on
+/// GPUs and `gpus_visible` > 0, else KIND_CPU; KIND_CPU and KIND_MODEL place `count` instances on
+/// the CPU. Rewrites every group to the kind it resolved to, with its GPU list filled in, so that
+/// /config shows where the instances are. Errors name the group and what was expected.
+Result<std::vector<Device>> place_instances(ModelConfig* c, bool backend_gpu, int gpus_visible);
 
 }  // namespace strato::serve

@@ -90,7 +90,7 @@ Status onnx_autocomplete(ModelConfig* c, const std::string&) {
     return Status::ok();
 }
 
-Result<std::shared_ptr<Model>> onnx_load(const ModelConfig& c, const std::string& version_dir) {
+Result<std::shared_ptr<Model>> onnx_load(const ModelConfig& c, const std::string& version_dir, Device) {
     for (const auto* list : {&c.inputs, &c.outputs})
         for (const auto& t : *list)
             if (t.dtype != DataType::kFp32)

@@ -35,6 +35,8 @@ torch::Tensor as_tensor(const Tensor& t, c10::ScalarType st) {
     return torch::from_blob(const_cast<char*>(t.data.data()), t.shape, torch::TensorOptions().dtype(st));
 }
 
+torch::Device torch_device(Device d) { return d.is_gpu() ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(d.gpu)) : torch::kCPU; }
+
 Result<Tensor> from_tensor(torch::Tensor x, const TensorSpec& spec) {
     STRATO_ASSIGN_OR_RETURN(c10::ScalarType st, to_scalar(spec.dtype));
     x = x.to(torch::kCPU, st).contiguous();
@@ -60,9 +62,11 @@ std::string model_file(const ModelConfig& c, const std::string& version_dir, con
 
 class PackageModel : public Model {
 public:
-    PackageModel(models::LoadedPackage pkg, bool uint8_input, bool normalize, bool fuse)
-        : pkg_(std::move(pkg)), uint8_(uint8_input) {
-        run_ = models::inference_net(pkg_, fuse);
+    PackageModel(models::LoadedPackage pkg, bool uint8_input, bool normalize, bool fuse, Device device)
+        : pkg_(std::move(pkg)), uint8_(uint8_input), device_(torch_device(device)) {
+        // The fused graph runs on oneDNN (CPU); a GPU copy is the eager network, channels-last.
+        run_ = models::inference_net(pkg_, fuse && !device.is_gpu());
+        if (device.is_gpu()) run_.net->to(device_);
         int64_t c = pkg_.info.input_shape.channels;
         std::vector<float> mean(c, 0.f), inv_std(c, 1.f);
         for (int64_t i = 0; i < c; ++i) {
@@ -70,8 +74,8 @@ public:
             if (normalize && i < static_cast<int64_t>(pkg_.info.std.size()) && pkg_.info.std[i] != 0)
                 inv_std[i] = static_cast<float>(1.0 / pkg_.info.std[i]);
         }
-        mean_ = torch::tensor(mean).view({1, c, 1, 1});
-        inv_std_ = torch::tensor(inv_std).view({1, c, 1, 1});
+        mean_ = torch::tensor(mean).view({1, c, 1, 1}).to(device_);
+        inv_std_ = torch::tensor(inv_std).view({1, c, 1, 1}).to(device_);
         bytes_ = parameter_bytes(run_.net->parameters());
     }
 
@@ -79,6 +83,7 @@ public:
         c10::InferenceMode guard;
         const Tensor& in = inputs.at(0);
         torch::Tensor x = as_tensor(in, uint8_ ? torch::kByte : torch::kFloat);
+        if (device_.is_cuda()) x = x.to(device_);  // one copy of the batch; the rest runs there
         if (uint8_) x = x.to(torch::kFloat).div_(255.f);
         // (x - mean) / std in one pass into a fresh (channels-last for CNNs) buffer.
         auto fmt = run_.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
@@ -100,6 +105,7 @@ private:
     models::LoadedPackage pkg_;
     models::InferenceNet run_;
     bool uint8_;
+    torch::Device device_;
     torch::Tensor mean_, inv_std_;
     int64_t bytes_ = 0;
 };
@@ -131,7 +137,7 @@ Status package_autocomplete(ModelConfig* c, const std::string& version_dir) {
     return Status::ok();
 }
 
-Result<std::shared_ptr<Model>> package_load(const ModelConfig& c, const std::string& version_dir) {
+Result<std::shared_ptr<Model>> package_load(const ModelConfig& c, const std::string& version_dir, Device device) {
     if (c.inputs.size() != 1 || (c.inputs[0].dtype != DataType::kFp32 && c.inputs[0].dtype != DataType::kUint8))
         return invalid_argument("a strato package takes one input of TYPE_FP32 (pixels in [0,1]) or TYPE_UINT8 (0..255)");
     for (size_t i = 0; i < c.outputs.size(); ++i) {
@@ -148,8 +154,13 @@ Result<std::shared_ptr<Model>> package_load(const ModelConfig& c, const std::str
         auto it = c.parameters.find(key);
         return it == c.parameters.end() || it->second != "false";
     };
-    auto model = std::make_shared<PackageModel>(std::move(pkg), c.inputs[0].dtype == DataType::kUint8, flag("normalize"),
-                                                flag("fuse"));
+    std::shared_ptr<PackageModel> model;
+    try {
+        model = std::make_shared<PackageModel>(std::move(pkg), c.inputs[0].dtype == DataType::kUint8, flag("normalize"),
+                                               flag("fuse"), device);
+    } catch (const c10::Error& e) {
+        return internal_error("moving the network to {} failed: {}", device.name(), models::torch_error_message(e));
+    }
     // Warm-up: oneDNN builds its kernels on the first call (~100 ms); do it before the model is
     // reported ready rather than on a client's first request.
     Tensor in{c.inputs[0].name, c.inputs[0].dtype, {1, s.channels, s.height, s.width}, {}};
@@ -163,7 +174,8 @@ Result<std::shared_ptr<Model>> package_load(const ModelConfig& c, const std::str
 
 class TorchScriptModel : public Model {
 public:
-    TorchScriptModel(torch::jit::Module m, ModelConfig c) : module_(std::move(m)), config_(std::move(c)) {
+    TorchScriptModel(torch::jit::Module m, ModelConfig c, Device device)
+        : module_(std::move(m)), config_(std::move(c)), device_(torch_device(device)) {
         std::vector<torch::Tensor> ps;
         for (const auto& p : module_.parameters()) ps.push_back(p);
         for (const auto& b : module_.buffers()) ps.push_back(b);
@@ -176,7 +188,8 @@ public:
         args.reserve(inputs.size());
         for (const auto& t : inputs) {
             STRATO_ASSIGN_OR_RETURN(c10::ScalarType st, to_scalar(t.dtype));
-            args.emplace_back(as_tensor(t, st));
+            torch::Tensor x = as_tensor(t, st);
+            args.emplace_back(device_.is_cuda() ? x.to(device_) : x);
         }
         c10::IValue result;
         try {
@@ -210,6 +223,7 @@ public:
 private:
     torch::jit::Module module_;
     ModelConfig config_;
+    torch::Device device_;
     int64_t bytes_ = 0;
 };
 
@@ -221,14 +235,14 @@ Status torchscript_autocomplete(ModelConfig* c, const std::string&) {
     return Status::ok();
 }
 
-Result<std::shared_ptr<Model>> torchscript_load(const ModelConfig& c, const std::string& version_dir) {
+Result<std::shared_ptr<Model>> torchscript_load(const ModelConfig& c, const std::string& version_dir, Device device) {
     std::string path = model_file(c, version_dir, "model.pt");
     for (const auto& t : c.inputs) STRATO_RETURN_IF_ERROR(to_scalar(t.dtype).status().with_context("input '" + t.name + "'"));
     for (const auto& t : c.outputs) STRATO_RETURN_IF_ERROR(to_scalar(t.dtype).status().with_context("output '" + t.name + "'"));
     try {
-        torch::jit::Module m = torch::jit::load(path, torch::kCPU);
+        torch::jit::Module m = torch::jit::load(path, torch_device(device));
         m.eval();
-        return std::shared_ptr<Model>(std::make_shared<TorchScriptModel>(std::move(m), c));
+        return std::shared_ptr<Model>(std::make_shared<TorchScriptModel>(std::move(m), c, device));
     } catch (const c10::Error& e) {
         return data_loss("{}: not a loadable TorchScript file: {}", path, models::torch_error_message(e));
     } catch (const std::exception& e) {
@@ -241,8 +255,9 @@ Result<std::shared_ptr<Model>> torchscript_load(const ModelConfig& c, const std:
 void register_torch_backends(int intra_op_threads) {
     int n = intra_op_threads > 0 ? intra_op_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     at::set_num_threads(n);
-    register_backend({"strato", {"strato_package"}, models::kPackageManifest, package_autocomplete, package_load});
-    register_backend({"pytorch", {"pytorch_libtorch"}, "model.pt", torchscript_autocomplete, torchscript_load});
+    register_backend({"strato", {"strato_package"}, models::kPackageManifest, package_autocomplete, package_load, /*gpu=*/true});
+    register_backend({"pytorch", {"pytorch_libtorch"}, "model.pt", torchscript_autocomplete, torchscript_load, /*gpu=*/true});
+    set_gpu_probe([] { return torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0; });
 }
 
 }  // namespace strato::serve

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "strato/core/log.h"
 
@@ -22,15 +23,31 @@ bool same_inner_dims(const Tensor& a, const Tensor& b) {
 
 Batcher::Batcher(std::shared_ptr<Model> model, BatcherOptions options,
                  std::function<void(int64_t, const Timing&, bool)> on_batch)
-    : model_(std::move(model)), opt_(std::move(options)), on_batch_(std::move(on_batch)) {
+    : Batcher(std::vector<std::shared_ptr<Model>>(static_cast<size_t>(std::max(1, options.instances)), model), options,
+              std::move(on_batch)) {}
+
+Batcher::Batcher(std::vector<std::shared_ptr<Model>> instances, BatcherOptions options,
+                 std::function<void(int64_t, const Timing&, bool)> on_batch)
+    : instances_(std::move(instances)), opt_(std::move(options)), on_batch_(std::move(on_batch)) {
     std::sort(opt_.preferred.begin(), opt_.preferred.end());
-    int n = std::max(1, opt_.instances);
-    for (int i = 0; i < n; ++i) threads_.emplace_back([this] { worker(); });
+    if (instances_.empty()) throw std::invalid_argument("Batcher: no model instance");
+    opt_.instances = static_cast<int>(instances_.size());
+    busy_.assign(instances_.size(), 0);
+    for (size_t i = 0; i < instances_.size(); ++i) threads_.emplace_back([this] { worker(); });
+}
+
+size_t Batcher::take_instance() {
+    size_t i = 0;
+    while (busy_[i]) ++i;  // running_ < instances: one is free
+    busy_[i] = 1;
+    ++running_;
+    return i;
 }
 
 Batcher::~Batcher() { stop(); }
 
 Status Batcher::submit(Job&& job, bool may_run_inline) {
+    size_t slot;
     {
         std::lock_guard lock(mu_);
         if (stopping_) return Status{StatusCode::kUnavailable, "the model is being unloaded"};
@@ -38,26 +55,24 @@ Status Batcher::submit(Job&& job, bool may_run_inline) {
             return Status{StatusCode::kUnavailable,
                     fmt::format("Exceeds maximum queue size ({} requests waiting); retry later or raise "
                                 "dynamic_batching.default_queue_policy.max_queue_size", queue_.size())};
-        bool inline_run = may_run_inline && queue_.empty() && !forming_ && running_ < std::max(1, opt_.instances) &&
+        bool inline_run = may_run_inline && queue_.empty() && !forming_ && running_ < opt_.instances &&
                           (!opt_.dynamic || opt_.max_delay.count() == 0);
         if (!inline_run) {
             queue_.push_back(std::move(job));
             pending_.store(static_cast<int64_t>(queue_.size()));
-        } else {
-            ++running_;
-        }
-        if (!inline_run) {
             cv_.notify_all();
             return Status::ok();
         }
+        slot = take_instance();
     }
     std::vector<Job> batch;
     batch.push_back(std::move(job));
     int64_t rows = batch.front().rows;
-    run(batch, rows);
+    run(batch, rows, *instances_[slot]);
     bool waiting;  // only a queued job waits for a free instance; waking idle workers costs futex calls
     {
         std::lock_guard lock(mu_);
+        busy_[slot] = 0;
         --running_;
         waiting = !queue_.empty();
     }
@@ -91,11 +106,12 @@ void Batcher::worker() {
         batch.clear();
         dropped.clear();
         int64_t rows = 0;
+        size_t slot = 0;
         {
             std::unique_lock lock(mu_);
             cv_.wait(lock, [&] {
                 return (stopping_ && queue_.empty()) ||
-                       (!forming_ && !queue_.empty() && running_ < std::max(1, opt_.instances));
+                       (!forming_ && !queue_.empty() && running_ < opt_.instances);
             });
             if (queue_.empty()) return;  // stopping
             forming_ = true;
@@ -139,7 +155,7 @@ void Batcher::worker() {
                 }
             }
             forming_ = false;
-            if (!batch.empty()) ++running_;
+            if (!batch.empty()) slot = take_instance();
             pending_.store(static_cast<int64_t>(queue_.size()));
         }
         cv_.notify_all();
@@ -152,14 +168,15 @@ void Batcher::worker() {
                 j.done({StatusCode::kUnavailable, "Request timeout expired"}, {}, t);
         }
         if (!batch.empty()) {
-            run(batch, rows);
+            run(batch, rows, *instances_[slot]);
             std::lock_guard lock(mu_);
+            busy_[slot] = 0;
             --running_;
         }
     }
 }
 
-void Batcher::run(std::vector<Job>& batch, int64_t rows) {
+void Batcher::run(std::vector<Job>& batch, int64_t rows, Model& model) {
     Timing t;
     t.batch_rows = rows;
     auto start = Clock::now();
@@ -185,7 +202,7 @@ void Batcher::run(std::vector<Job>& batch, int64_t rows) {
     std::vector<Tensor> outputs;
     Status st;
     try {
-        st = model_->execute(inputs, &outputs);
+        st = model.execute(inputs, &outputs);
     } catch (const std::exception& e) {
         st = internal_error("the backend failed: {}", e.what());
     }

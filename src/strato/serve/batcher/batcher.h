@@ -51,8 +51,13 @@ struct BatcherOptions {
 
 class Batcher {
 public:
-    /// `on_batch(rows, timing)` is called once per executed batch (for statistics).
+    /// `options.instances` instances of one model (all on one device). `on_batch(rows, timing)`
+    /// is called once per executed batch (for statistics).
     Batcher(std::shared_ptr<Model> model, BatcherOptions options,
+            std::function<void(int64_t, const Timing&, bool ok)> on_batch = {});
+    /// One instance per entry (options.instances is ignored): entries may be copies of the model
+    /// on different devices, or the same model more than once. A batch runs on a free instance.
+    Batcher(std::vector<std::shared_ptr<Model>> instances, BatcherOptions options,
             std::function<void(int64_t, const Timing&, bool ok)> on_batch = {});
     ~Batcher();  // stop()
     Batcher(const Batcher&) = delete;
@@ -76,9 +81,11 @@ public:
 private:
     void worker();
     bool fits(const Job& first, const Job& next, int64_t rows) const;
-    void run(std::vector<Job>& batch, int64_t rows);
+    void run(std::vector<Job>& batch, int64_t rows, Model& model);
+    size_t take_instance();  // a free instance, marked busy; under mu_, with running_ < instances
 
-    std::shared_ptr<Model> model_;
+    std::vector<std::shared_ptr<Model>> instances_;
+    std::vector<char> busy_;  // per instance
     BatcherOptions opt_;
     std::function<void(int64_t, const Timing&, bool)> on_batch_;
     mutable std::mutex mu_;
@@ -86,7 +93,7 @@ private:
     std::deque<Job> queue_;
     std::atomic<int64_t> pending_{0};
     bool forming_ = false;
-    int running_ = 0;  // batches executing (instance threads and inline runs)
+    int running_ = 0;  // batches executing (instance threads and inline runs): the busy instances
     bool stopping_ = false;
     std::vector<std::thread> threads_;
 };

@@ -388,15 +388,16 @@ public:
                 STRATO_ASSIGN_OR_RETURN(g.count, to_int(v, k));
             } else if (k == "kind") {
                 STRATO_ASSIGN_OR_RETURN(g.kind, to_string(v, k));
-                if (g.kind == "KIND_GPU")
-                    return Status{StatusCode::kUnimplemented,
-                            fmt::format("{}:{}: instance_group kind KIND_GPU needs a CUDA build of strato", source_, v.line)};
-                if (g.kind != "KIND_CPU" && g.kind != "KIND_AUTO" && g.kind != "KIND_MODEL")
-                    return error(v, fmt::format("unknown instance_group kind '{}' (expected KIND_CPU, KIND_AUTO or KIND_MODEL)", g.kind));
-            } else if (k == "gpus" || k == "host_policy" || k == "rate_limiter" || k == "profile" || k == "passive" ||
-                       k == "secondary_devices") {
+                if (g.kind != "KIND_CPU" && g.kind != "KIND_GPU" && g.kind != "KIND_AUTO" && g.kind != "KIND_MODEL")
+                    return error(v, fmt::format("unknown instance_group kind '{}' (expected KIND_CPU, KIND_GPU, KIND_AUTO or KIND_MODEL)",
+                                                g.kind));
+            } else if (k == "gpus") {
+                STRATO_ASSIGN_OR_RETURN(int64_t gpu, to_int(v, k));
+                if (gpu < 0) return error(v, fmt::format("instance_group gpus must be CUDA device numbers (0, 1, ...), got {}", gpu));
+                g.gpus.push_back(gpu);
+            } else if (k == "host_policy" || k == "rate_limiter" || k == "profile" || k == "passive" || k == "secondary_devices") {
             } else {
-                return unknown(v, "instance_group", k, {"name", "count", "kind"});
+                return unknown(v, "instance_group", k, {"name", "count", "kind", "gpus"});
             }
         }
         return g;
@@ -474,7 +475,7 @@ bool valid_tensor_name(const std::string& n) { return !n.empty() && n.size() <= 
 
 int64_t ModelConfig::instance_count() const {
     int64_t n = 0;
-    for (const auto& g : instance_group) n += g.count;
+    for (const auto& g : instance_group) n += g.count * std::max<int64_t>(1, static_cast<int64_t>(g.gpus.size()));
     return std::max<int64_t>(n, 1);
 }
 
@@ -606,7 +607,7 @@ json model_config_to_json(const ModelConfig& c) {
         j["instance_group"].push_back({{"name", g.name.empty() ? fmt::format("{}_{}", c.name, i) : g.name},
                                        {"kind", g.kind == "KIND_AUTO" ? "KIND_CPU" : g.kind},
                                        {"count", g.count},
-                                       {"gpus", json::array()},
+                                       {"gpus", g.gpus},
                                        {"secondary_devices", json::array()},
                                        {"profile", json::array()},
                                        {"passive", false},

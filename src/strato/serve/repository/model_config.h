@@ -36,8 +36,9 @@ struct DynamicBatching {
 
 struct InstanceGroup {
     std::string name;
-    int64_t count = 1;
-    std::string kind = "KIND_CPU";
+    int64_t count = 1;                // instances (per GPU for KIND_GPU)
+    std::string kind = "KIND_CPU";    // KIND_CPU, KIND_GPU, KIND_AUTO (GPU when there is one), KIND_MODEL
+    std::vector<int64_t> gpus;        // KIND_GPU: the CUDA devices; empty: all visible ones
 };
 
 struct VersionPolicy {
@@ -60,6 +61,7 @@ struct ModelConfig {
     std::string default_model_filename;
     std::map<std::string, std::string> parameters;  // parameters { key: "x" value: { string_value: "y" } }
 
+    /// Instances over all groups: count, times the GPUs of a KIND_GPU group that lists them.
     int64_t instance_count() const;
     /// The shape a client sees: [-1] + dims when the model batches.
     std::vector<int64_t> full_shape(const TensorSpec& t) const;

@@ -191,16 +191,25 @@ Result<std::map<int64_t, std::shared_ptr<ModelVersion>>> Repository::build(const
         std::string what = fmt::format("model '{}' version {}", name, ver);
         if (b->autocomplete) STRATO_RETURN_IF_ERROR(b->autocomplete(&cfg, vdir).with_context(what));
         STRATO_RETURN_IF_ERROR(validate_model_config(cfg, source));
+        STRATO_ASSIGN_OR_RETURN(std::vector<Device> devices, place_instances(&cfg, b->gpu, b->gpu ? visible_gpus() : 0));
         auto t0 = Clock::now();
-        auto loaded = b->load(cfg, vdir);
-        if (!loaded) return loaded.status().with_context(what);
         auto mv = std::make_shared<ModelVersion>();
+        auto& per_device = mv->copies;  // instances on one device share a copy
+        for (const Device& d : devices) {
+            auto& m = per_device[d];
+            if (!m) {
+                auto loaded = b->load(cfg, vdir, d);
+                if (!loaded) return loaded.status().with_context(d.is_gpu() ? fmt::format("{} on {}", what, d.name()) : what);
+                m = std::move(loaded).value();
+            }
+            mv->instances.push_back(m);
+        }
         mv->name = name;
         mv->version = ver;
         mv->dir = vdir;
         mv->config = cfg;
         mv->platform = cfg.platform;
-        mv->model = std::move(loaded).value();
+        mv->model = mv->instances.front();
         mv->labels = mv->model->labels();
         for (const auto& o : cfg.outputs) {
             if (o.label_filename.empty() || !mv->labels.empty()) continue;
@@ -219,7 +228,7 @@ Result<std::map<int64_t, std::shared_ptr<ModelVersion>>> Repository::build(const
         bo.batches = cfg.max_batch_size > 0;
         bo.dynamic = cfg.dynamic_batching.has_value();
         bo.max_batch_size = cfg.max_batch_size;
-        bo.instances = static_cast<int>(cfg.instance_count());
+        bo.instances = static_cast<int>(mv->instances.size());
         bo.max_queue_size = opt_.default_max_queue_size;
         if (cfg.dynamic_batching) {
             bo.preferred = cfg.dynamic_batching->preferred_batch_size;
@@ -227,7 +236,7 @@ Result<std::map<int64_t, std::shared_ptr<ModelVersion>>> Repository::build(const
             if (cfg.dynamic_batching->max_queue_size > 0) bo.max_queue_size = cfg.dynamic_batching->max_queue_size;
         }
         ModelVersion* raw = mv.get();
-        mv->batcher = std::make_unique<Batcher>(mv->model, bo, [raw](int64_t rows, const Timing& t, bool ok) {
+        mv->batcher = std::make_unique<Batcher>(mv->instances, bo, [raw](int64_t rows, const Timing& t, bool ok) {
             if (!ok) return;
             raw->stats.execution_count.fetch_add(1);
             raw->metrics.exec_count->add();
@@ -240,8 +249,10 @@ Result<std::map<int64_t, std::shared_ptr<ModelVersion>>> Repository::build(const
             bs.infer_ns += t.compute_infer_ns;
             bs.output_ns += t.compute_output_ns;
         });
-        log::info("serve: loaded model '{}' version {} ({}, max_batch_size {}, {}{} instance(s)) in {:.0f} ms", name, ver,
-                  cfg.platform, cfg.max_batch_size, bo.dynamic ? "dynamic batching, " : "", bo.instances,
+        std::string where;
+        for (const auto& [d, m] : per_device) where += fmt::format("{}{}", where.empty() ? "" : ", ", d.name());
+        log::info("serve: loaded model '{}' version {} ({}, max_batch_size {}, {}{} instance(s) on {}) in {:.0f} ms", name, ver,
+                  cfg.platform, cfg.max_batch_size, bo.dynamic ? "dynamic batching, " : "", bo.instances, where,
                   std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
         out[ver] = std::move(mv);
     }
