@@ -53,10 +53,10 @@ int main(int argc, char** argv) {
     cli::add_doctor_command(app, g, &exit_code);
     cli::add_monitor_command(app, g, &exit_code);
     cli::add_launch_command(app, g, &exit_code);
-#ifndef STRATO_TRAIN_ONLY  // the training subset (-DSTRATO_TRAIN_ONLY=ON, docs/gpu.md) has the commands above
-    cli::add_export_command(app, g, &exit_code);
     cli::add_serve_command(app, g, &exit_code);
     cli::add_loadtest_command(app, g, &exit_code);
+#ifndef STRATO_MINIMAL  // the minimal subset (-DSTRATO_MINIMAL=ON, docs/gpu.md) has the commands above
+    cli::add_export_command(app, g, &exit_code);
     cli::add_plan_command(app, g, &exit_code);
     cli::add_autoscale_command(app, g, &exit_code);
     cli::add_tune_command(app, g, &exit_code);

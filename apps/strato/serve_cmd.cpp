@@ -10,7 +10,9 @@
 #include "strato/core/fs.h"
 #include "strato/core/log.h"
 #include "strato/core/signals.h"
+#ifndef STRATO_MINIMAL  // ONNX through OpenCV DNN: not in the minimal subset (a GPU node)
 #include "strato/serve/backend/onnx_backend.h"
+#endif
 #include "strato/serve/backend/torch_backends.h"
 #include "strato/serve/server.h"
 
@@ -110,7 +112,9 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         so.repository_token = *rt;
 
         register_torch_backends(o->intra_threads);
+#ifndef STRATO_MINIMAL
         register_onnx_backend(o->intra_threads);
+#endif
         signals::install_stop_handlers();
         InferenceServer server(so);
         Status st = server.start();

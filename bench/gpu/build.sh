@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds strato's training subset (-DSTRATO_TRAIN_ONLY=ON -DSTRATO_WITH_CUDA=ON) against the CUDA
+# Builds strato's minimal subset (-DSTRATO_MINIMAL=ON -DSTRATO_WITH_CUDA=ON: training and serving) against the CUDA
 # libtorch of this machine's python3, on a GPU machine that has CMake, ninja, g++ and PyTorch but
 # not the Debian libraries strato builds on, and no network: those travel as .deb files
 # (bench/gpu/fetch-debs.sh) and are unpacked into a private prefix.
@@ -28,7 +28,7 @@ grep -rl '"/usr/' "$prefix"/usr/lib/x86_64-linux-gnu/cmake "$prefix"/usr/share/c
   xargs -r sed -i -e "s#\"/usr/#\"$prefix/usr/#g" -e "s#\"/usr\"#\"$prefix/usr\"#g"
 find "$prefix" -type l -lname '/*' | while read -r l; do ln -sfn "$prefix$(readlink "$l")" "$l"; done
 libs="$prefix/usr/lib/x86_64-linux-gnu;$prefix/lib/x86_64-linux-gnu"
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATO_TRAIN_ONLY=ON -DSTRATO_WITH_CUDA=ON \
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATO_MINIMAL=ON -DSTRATO_WITH_CUDA=ON -DSTRATO_BUILD_BENCHMARKS=ON \
   -DCMAKE_PREFIX_PATH="$prefix/usr;$torch_cmake" -DOPENSSL_ROOT_DIR="$prefix/usr" \
   -DCMAKE_BUILD_RPATH="$libs" -DCMAKE_CXX_FLAGS="-include cstdint"
-ninja -C "$build" -k 0 strato gpu_test train_test dist_test
+ninja -C "$build" -k 0 strato gpu_test train_test dist_test serve_test serve_forward_bench

@@ -7,8 +7,10 @@
 #   2. strato built against that torch (bench/gpu/build.sh: the training subset with CUDA, Debian
 #      libraries carried as .deb files in .debs/ from bench/gpu/fetch-debs.sh), unless
 #      STRATO_GPU_BIN names a built strato;
-#   3. the unit tests labelled gpu (tests/gpu), and the train and dist unit tests on this libtorch;
-#   4. ResNet-50 training on synthetic 224x224 images, batch 256, images/s and peak GPU memory
+#   3. the unit tests labelled gpu (tests/gpu), and the train, dist and serve unit tests on this
+#      libtorch; strato doctor / monitor; a short training across epoch ends with checkpoints;
+#   4. strato serve on the GPU (bench/gpu/serve.sh: batched vs unbatched vs the in-process limit);
+#   5. ResNet-50 training on synthetic 224x224 images, batch 256, images/s and peak GPU memory
 #      (nvidia-smi, the same way for both): strato (bench/gpu/resnet50_synthetic.toml) and PyTorch
 #      eager (bench/gpu/resnet50_peer.py) alternating, bf16 then fp16 AMP; then strato with its
 #      CUDA graph and PyTorch with channels-last and torch.compile as time allows.
@@ -45,7 +47,7 @@ if [ -z "${STRATO_GPU_BIN:-}" ]; then
 fi
 
 # 3. tests
-for t in gpu/gpu_test train/train_test dist/dist_test; do
+for t in gpu/gpu_test train/train_test dist/dist_test serve/serve_test; do
   exe=build/gpu/tests/$t
   if [ -x "$exe" ]; then
     say "== $t"
@@ -118,6 +120,7 @@ else
   # strato trains channels-last by default: its peer is PyTorch eager channels-last, the faster
   # of PyTorch's two eager layouts; the NCHW default and torch.compile follow as time allows.
   epochs_and_checkpoints
+  [ "$(left)" -gt 200 ] && BUDGET_S=$(($(left) > 330 ? 150 : $(left) - 180)) STRATO_GPU_BIN=$bin bench/gpu/serve.sh
   strato "bf16" bf16 false
   peer "eager bf16 channels-last" --precision bf16 --channels-last
   strato "fp16" fp16 false

@@ -6,10 +6,15 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <limits>
 
+#include "strato/core/fs.h"
 #include "strato/dist/ddp.h"
+#include "strato/models/package.h"
 #include "strato/models/zoo.h"
+#include "strato/serve/backend/backend.h"
+#include "strato/serve/backend/torch_backends.h"
 #include "strato/train/cuda_graph.h"
 #include "strato/train/loss_scaler.h"
 
@@ -158,6 +163,63 @@ TEST(Gpu, GlooIsStillThereForCudaParametersWhenAsked) {
     auto dp = data_parallel_of_one(*net, "gloo");
     ASSERT_TRUE(dp.is_ok()) << dp.status().message();
     EXPECT_EQ((*dp)->backend(), "gloo");
+}
+
+// strato serve's package backend on a GPU: instance placement as Triton does it, one copy on
+// cuda:0, the same answers as the CPU copy (fused oneDNN graph) for a batch.
+TEST(Gpu, ServedPackageOnTheGpuAnswersAsOnTheCpu) {
+    REQUIRE_GPU();
+    namespace stdfs = std::filesystem;
+    auto dir = stdfs::temp_directory_path() / ("strato-gpu-serve-" + std::to_string(::getpid()));
+    auto net = small_cnn();
+    net->eval();
+    models::PackageInfo info;
+    info.model.arch = "cnn";
+    info.model.width = 8;
+    info.model.hidden = 32;
+    info.input_shape = {1, 28, 28};
+    info.num_classes = 10;
+    info.mean = {0.25};
+    info.std = {0.5};
+    ASSERT_TRUE(models::save_package(dir.string(), info, *net).is_ok());
+
+    serve::register_torch_backends(1);
+    ASSERT_GE(serve::visible_gpus(), 1);
+    serve::ModelConfig cfg;
+    cfg.name = "cnn";
+    cfg.backend = "strato";
+    const serve::Backend* b = serve::find_backend(cfg);
+    ASSERT_NE(b, nullptr);
+    ASSERT_TRUE(b->gpu);
+    ASSERT_TRUE(b->autocomplete(&cfg, dir.string()).is_ok());
+    cfg.instance_group = {{.count = 2, .kind = "KIND_GPU", .gpus = {0}}};
+    auto devices = serve::place_instances(&cfg, true, serve::visible_gpus());
+    ASSERT_TRUE(devices.is_ok()) << devices.status().message();
+    EXPECT_EQ(*devices, (std::vector<serve::Device>{{0}, {0}}));
+
+    auto on_gpu = b->load(cfg, dir.string(), serve::Device{0});
+    ASSERT_TRUE(on_gpu.is_ok()) << on_gpu.status().message();
+    auto on_cpu = b->load(cfg, dir.string(), serve::Device{});
+    ASSERT_TRUE(on_cpu.is_ok()) << on_cpu.status().message();
+
+    torch::manual_seed(5);
+    auto x = torch::rand({5, 1, 28, 28});
+    serve::Tensor in{"input", serve::DataType::kFp32, {5, 1, 28, 28}, {}};
+    in.data.assign(static_cast<const char*>(x.data_ptr()), static_cast<size_t>(x.numel()) * sizeof(float));
+    std::vector<serve::Tensor> g, c;
+    ASSERT_TRUE((*on_gpu)->execute({in}, &g).is_ok());
+    ASSERT_TRUE((*on_cpu)->execute({in}, &c).is_ok());
+    ASSERT_EQ(g.size(), 2u);
+    ASSERT_EQ(c.size(), 2u);
+    for (size_t k = 0; k < 2; ++k) {
+        EXPECT_EQ(g[k].shape, (std::vector<int64_t>{5, 10}));
+        auto tg = torch::from_blob(g[k].data.data(), {5, 10});
+        auto tc = torch::from_blob(c[k].data.data(), {5, 10});
+        // cuDNN convolutions use TF32 by default on this GPU (as PyTorch's do): not bit for bit.
+        EXPECT_TRUE(torch::allclose(tg, tc, 1e-2, 1e-2)) << (tg - tc).abs().max().item<float>();
+        EXPECT_TRUE(torch::equal(tg.argmax(1), tc.argmax(1)));
+    }
+    (void)fs::remove_tree(dir);  // not std::filesystem::remove_all: see core/fs.h
 }
 
 }  // namespace

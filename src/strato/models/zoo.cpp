@@ -1,6 +1,6 @@
 #include "strato/models/zoo.h"
 
-#ifndef STRATO_TRAIN_ONLY  // strato plan's FLOP count; the training subset leaves it out
+#ifndef STRATO_MINIMAL  // strato plan's FLOP count; the training subset leaves it out
 #include <torch/csrc/autograd/profiler_legacy.h>
 #endif
 
@@ -21,7 +21,7 @@ std::string torch_error_message(const c10::Error& e) {
     return msg;
 }
 
-#ifndef STRATO_TRAIN_ONLY
+#ifndef STRATO_MINIMAL
 ForwardCost count_forward(NetImpl& net, const data::ImageShape& shape) {
     namespace prof = torch::autograd::profiler;
     using torch::profiler::impl::ProfilerConfig;
