@@ -80,6 +80,8 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         "  strato serve --model-repository models/ --http-port 8000 --metrics-port 8002\n"
         "  strato serve --model-repository models/ --model-control-mode=explicit --load-model resnet18\n"
         "Then: curl localhost:8000/v2/models/fashion_mnist_cnn ; curl localhost:8002/metrics\n"
+        "Where a model runs: its config's instance_group, as in Triton — KIND_CPU, KIND_GPU (gpus: [0, 1]; a CUDA\n"
+        "build), KIND_AUTO or none: one instance per visible GPU, else one on the CPU (--model packages: KIND_AUTO).\n"
         "Protocol, repository layout and config fields: docs/serve.md");
     cmd->callback([o, exit_code] {
         using namespace serve;

@@ -7,6 +7,8 @@
 #include "strato/core/fs.h"
 #include "strato/models/package.h"
 #include "strato/models/quantized.h"
+#include "strato/serve/backend/backend.h"
+#include "strato/serve/backend/torch_backends.h"
 #include "../models/batch_norm_helpers.h"
 
 namespace strato::compress {
@@ -277,6 +279,27 @@ TEST_F(QuantizePackage, AnInt8PackageIsNotQuantizedAgain) {
     ASSERT_FALSE(r.is_ok());
     EXPECT_NE(r.status().message().find("already quantized"), std::string::npos) << r.status().message();
     EXPECT_FALSE(stdfs::exists(dir_ / "twice"));
+}
+
+// strato serve keeps an INT8 package on the CPU (oneDNN) even where GPUs are visible: KIND_AUTO
+// resolves to KIND_CPU, and a KIND_GPU instance is refused with the reason.
+TEST_F(QuantizePackage, ServeKeepsAnInt8PackageOnTheCpu) {
+    ASSERT_TRUE(quantize_package(request()).is_ok());
+    serve::register_torch_backends(1);
+    serve::ModelConfig cfg;
+    cfg.name = "q";
+    cfg.backend = "strato";
+    const serve::Backend* b = serve::find_backend(cfg);
+    ASSERT_NE(b, nullptr);
+    ASSERT_TRUE(b->autocomplete(&cfg, int8_dir()).is_ok());
+    auto devices = serve::place_instances(&cfg, b->gpu, /*gpus_visible=*/2);
+    ASSERT_TRUE(devices.is_ok()) << devices.status().message();
+    EXPECT_EQ(*devices, (std::vector<serve::Device>{{}}));
+    auto on_gpu = b->load(cfg, int8_dir(), serve::Device{0});
+    ASSERT_FALSE(on_gpu.is_ok());
+    EXPECT_EQ(on_gpu.status().code(), StatusCode::kUnimplemented);
+    EXPECT_NE(on_gpu.status().message().find("an INT8 package runs on the CPU"), std::string::npos) << on_gpu.status().message();
+    EXPECT_TRUE(b->load(cfg, int8_dir(), serve::Device{}).is_ok());
 }
 
 TEST_F(QuantizePackage, MissingCalibrationDataIsAClearError) {

@@ -130,6 +130,12 @@ Status package_autocomplete(ModelConfig* c, const std::string& version_dir) {
         c->outputs.push_back({"logits", DataType::kFp32, {k}, false, ""});
         c->outputs.push_back({"probabilities", DataType::kFp32, {k}, false, ""});
     }
+    // An INT8 package runs on oneDNN: KIND_AUTO (and no instance_group) keeps it on the CPU.
+    if (j.contains("quantization")) {
+        if (c->instance_group.empty()) c->instance_group.push_back({});
+        for (auto& g : c->instance_group)
+            if (g.kind == "KIND_AUTO") g.kind = "KIND_CPU";
+    }
     if (filled && c->max_batch_size == 0) {
         c->max_batch_size = 64;
         if (!c->dynamic_batching) c->dynamic_batching = DynamicBatching{};
@@ -146,6 +152,10 @@ Result<std::shared_ptr<Model>> package_load(const ModelConfig& c, const std::str
             return invalid_argument("a strato package has the outputs 'logits' and 'probabilities' (TYPE_FP32), in that order");
     }
     STRATO_ASSIGN_OR_RETURN(models::LoadedPackage pkg, models::load_package(version_dir));
+    if (pkg.info.quantized() && device.is_gpu())
+        return Status{StatusCode::kUnimplemented,
+                fmt::format("{}: an INT8 package runs on the CPU (oneDNN); serve it with instance_group kind KIND_CPU, or serve "
+                            "the float package on {}", version_dir, device.name())};
     const auto& s = pkg.info.input_shape;
     if (c.inputs[0].dims != std::vector<int64_t>{s.channels, s.height, s.width})
         return invalid_argument("input dims {} do not match the package's input shape [{},{},{}]", shape_string(c.inputs[0].dims),
