@@ -4,9 +4,9 @@
 # (and the build log beside it), and keeps to BUDGET_S seconds (default 450: under 8 minutes):
 #
 #   1. the machine: GPU, driver, torch/CUDA, compiler;
-#   2. strato built against that torch (bench/gpu/build.sh: the training subset with CUDA, Debian
-#      libraries carried as .deb files in .debs/ from bench/gpu/fetch-debs.sh), unless
-#      STRATO_GPU_BIN names a built strato;
+#   2. strato built against that torch (bench/gpu/build.sh: the minimal subset — training and
+#      serving — with CUDA, Debian libraries carried as .deb files in .debs/ from
+#      bench/gpu/fetch-debs.sh), unless STRATO_GPU_BIN names a built strato;
 #   3. the unit tests labelled gpu (tests/gpu), and the train, dist and serve unit tests on this
 #      libtorch; strato doctor / monitor; a short training across epoch ends with checkpoints;
 #   4. strato serve on the GPU (bench/gpu/serve.sh: batched vs unbatched vs the in-process limit);

@@ -23,8 +23,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
 struct EvpFree {
     void operator()(EVP_MD_CTX* ctx) const { EVP_MD_CTX_free(ctx); }
 };
@@ -65,6 +63,8 @@ Status hash_prefix(EVP_MD_CTX* ctx, int fd, int64_t bytes, const std::string& wh
 }
 
 #ifdef STRATO_WITH_CURL
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
 /// "Connection refused" -> "connection refused"; "SSL certificate problem" stays.
 std::string lower_first(std::string s) {
     if (s.size() >= 2 && std::isupper(static_cast<unsigned char>(s[0])) &&
@@ -475,7 +475,7 @@ Result<std::string> HttpClient::get_file(const std::string& url, int fd, const s
     return hex_digest(sha.get());
 }
 
-#else  // built without libcurl (-DSTRATO_WITH_CURL=OFF, as the training subset is)
+#else  // built without libcurl (-DSTRATO_WITH_CURL=OFF, as the minimal subset is)
 
 namespace {
 Status no_curl(const std::string& url) {

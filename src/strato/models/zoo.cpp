@@ -1,6 +1,6 @@
 #include "strato/models/zoo.h"
 
-#ifndef STRATO_MINIMAL  // strato plan's FLOP count; the training subset leaves it out
+#ifndef STRATO_MINIMAL  // strato plan's FLOP count; the minimal subset leaves it out
 #include <torch/csrc/autograd/profiler_legacy.h>
 #endif
 
