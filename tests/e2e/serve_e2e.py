@@ -1709,6 +1709,8 @@ def cli_errors(ctx):
         ([], "nothing to serve"),
         (["--model", f"{MODEL}={PKG}", "--http-max-input-size", "100"], "http-max-input-size"),
         (["--model", f"bad/name={PKG}"], "bad/name"),
+        (["--model", f"{MODEL}={PKG}", "--busy-poll", "20ms"], "--busy-poll must be between 0 and 10ms"),
+        (["--model", f"{MODEL}={PKG}", "--busy-poll", "soon"], "--busy-poll"),
     ]
     s = Soft()
     for args, needle in cases:

@@ -98,6 +98,42 @@ TEST(Http, KeepAliveServesSeveralRequestsOnOneConnection) {
     EXPECT_EQ(s.connections_accepted(), 1u);
 }
 
+// With busy polling the I/O threads poll instead of sleeping between requests: the same answers,
+// replies from other threads still arrive, and stop() ends the polling loops.
+TEST(Http, BusyPollingServesTheSameAndStops) {
+    ServerOptions o = opts();
+    o.threads = 2;
+    o.busy_poll = std::chrono::microseconds(2000);
+    auto s = std::make_unique<Server>(o, [](Request&& r, Reply reply) {
+        if (r.target == "/later") {
+            std::thread([reply] {
+                std::this_thread::sleep_for(std::chrono::milliseconds(5));  // past the polling window
+                Response resp;
+                resp.body = "late";
+                reply(std::move(resp));
+            }).detach();
+            return;
+        }
+        Response resp;
+        resp.body = r.target;
+        reply(std::move(resp));
+    });
+    ASSERT_TRUE(s->start().is_ok());
+    Conn c(s->port());
+    ASSERT_TRUE(c.ok());
+    for (int i = 0; i < 50; ++i) {
+        c.send("GET /x" + std::to_string(i) + " HTTP/1.1\r\nHost: x\r\n\r\n");
+        std::string r = c.response();
+        ASSERT_NE(r.find("/x" + std::to_string(i)), std::string::npos) << r;
+    }
+    c.send("GET /later HTTP/1.1\r\nHost: x\r\n\r\n");
+    EXPECT_NE(c.response().find("late"), std::string::npos);
+    auto t0 = std::chrono::steady_clock::now();
+    s->stop();
+    s.reset();
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+}
+
 // Each connection lives on one I/O thread (no strand, no cross-thread hand-offs); connections are
 // dealt to the threads in turn; replies made on another thread, as the batcher's workers do, reach
 // their own connection.

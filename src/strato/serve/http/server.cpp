@@ -45,6 +45,21 @@ struct Loop {
     net::io_context ctx{1};
     net::steady_timer sweep{ctx};
     std::vector<std::weak_ptr<Session>> sessions;  // touched on this loop's thread only
+
+    /// The I/O thread's body: io_context::run(), or with `busy` > 0 a run that, after each piece
+    /// of work, keeps polling (epoll with a zero timeout) until `busy` passes with nothing to do.
+    void run(std::chrono::microseconds busy) {
+        if (busy.count() <= 0) {
+            ctx.run();
+            return;
+        }
+        using Clock = std::chrono::steady_clock;
+        while (ctx.run_one() > 0) {
+            auto until = Clock::now() + busy;
+            while (!ctx.stopped() && Clock::now() < until)
+                if (ctx.poll() > 0) until = Clock::now() + busy;
+        }
+    }
 };
 
 struct Shared {
@@ -378,7 +393,7 @@ Status Server::start() {
     impl_->accept();
     for (auto& l : impl_->loops) {
         impl_->sweep(l.get());
-        impl_->threads.emplace_back([loop = l.get()] { loop->ctx.run(); });
+        impl_->threads.emplace_back([loop = l.get(), busy = o.busy_poll] { loop->run(busy); });
     }
     return Status::ok();
 }
