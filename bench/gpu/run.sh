@@ -121,6 +121,7 @@ else
   # of PyTorch's two eager layouts; the NCHW default and torch.compile follow as time allows.
   epochs_and_checkpoints
   [ "$(left)" -gt 200 ] && BUDGET_S=$(($(left) > 330 ? 150 : $(left) - 180)) STRATO_GPU_BIN=$bin bench/gpu/serve.sh
+  [ "$(left)" -gt 330 ] && PRECISION=fp16 BUDGET_S=130 STRATO_GPU_BIN=$bin bench/gpu/serve.sh
   strato "bf16" bf16 false
   peer "eager bf16 channels-last" --precision bf16 --channels-last
   strato "fp16" fp16 false

@@ -8,6 +8,7 @@
 #   bench/gpu/serve.sh            env: STRATO_GPU_BIN (default build/gpu/apps/strato/strato),
 #                                      FORWARD_BENCH (default build/gpu/bench/serve_forward_bench),
 #                                      DUR=4 (s per point), LOADGEN_THREADS=4, BUDGET_S=240,
+#                                      PRECISION=fp32 (the strato backend's parameter: bf16, fp16),
 #                                      SERVE_DEVICE=gpu (cpu: the same run on the CPU, to try the
 #                                      script on a machine without a GPU before spending GPU time)
 set -uo pipefail
@@ -50,7 +51,8 @@ pkg=$tmp/run/fashion_mnist_cnn/model
 
 if [ -x "$fwd" ]; then
   say "-- in-process forward on ${fwd_gpu:+cuda:}${fwd_gpu:-cpu} (the limit): batch, median ms, samples/s"
-  "$fwd" "$pkg" "${FORWARD_THREADS:-4}" 1 1,2,4,8,16,32,64 $fwd_gpu | tee "$tmp/forward.jsonl" | tee -a "$out"
+  "$fwd" "$pkg" "${FORWARD_THREADS:-4}" 1 1,2,4,8,16,32,64 "${fwd_gpu:--1}" "${PRECISION:-fp32}" |
+    tee "$tmp/forward.jsonl" | tee -a "$out"
 else
   say "no $fwd: the limit is not measured"
 fi
@@ -62,6 +64,7 @@ for mode in batched unbatched; do
     echo 'input [ { name: "input" data_type: TYPE_FP32 dims: [ 1, 28, 28 ] } ]'
     echo 'output [ { name: "logits" data_type: TYPE_FP32 dims: [ 10 ] }, { name: "probabilities" data_type: TYPE_FP32 dims: [ 10 ] } ]'
     echo "instance_group [ { count: 1 kind: $kind } ]"
+    echo "parameters { key: \"precision\" value: { string_value: \"${PRECISION:-fp32}\" } }"
     [ $mode = batched ] && echo 'dynamic_batching { }'
   } >"$tmp/$mode/cnn/config.pbtxt"
 done

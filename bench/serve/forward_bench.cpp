@@ -1,8 +1,10 @@
 // The limit for `strato serve`: the same backend's execute() called in-process, no HTTP, no
 // queue. Prints one JSON line per batch size: median batch time and samples/s.
-//   forward_bench PACKAGE_DIR [THREADS] [SECONDS_PER_SIZE] [BATCH_SIZES, e.g. 1,8; default 1..64] [GPU]
+//   forward_bench PACKAGE_DIR [THREADS] [SECONDS_PER_SIZE] [BATCH_SIZES, e.g. 1,8; "default": 1..64]
+//                 [GPU] [PRECISION]
 // GPU: a CUDA device number, to time the model's copy on that GPU (inputs from host memory and
-// outputs back, as the server runs it).
+// outputs back, as the server runs it); -1: the CPU. PRECISION: the strato backend's parameter
+// (fp32, bf16, fp16).
 
 #include <fmt/format.h>
 
@@ -22,7 +24,7 @@ using namespace strato::serve;
 
 int main(int argc, char** argv) {
     if (argc < 2) {
-        fmt::print(stderr, "usage: forward_bench PACKAGE_DIR [THREADS] [SECONDS_PER_SIZE] [BATCH_SIZES] [GPU]\n");
+        fmt::print(stderr, "usage: forward_bench PACKAGE_DIR [THREADS] [SECONDS_PER_SIZE] [BATCH_SIZES] [GPU] [PRECISION]\n");
         return 2;
     }
     std::string dir = argv[1];
@@ -47,6 +49,7 @@ int main(int argc, char** argv) {
     if (!b) return fmt::print(stderr, "no model in {}\n", dir), 1;
     ModelConfig cfg;
     cfg.name = "m";
+    if (argc > 6) cfg.parameters["precision"] = argv[6];
     if (auto st = b->autocomplete(&cfg, dir); !st.is_ok()) return fmt::print(stderr, "{}\n", st.message()), 1;
     auto model = b->load(cfg, dir, device);
     if (!model) return fmt::print(stderr, "{}\n", model.status().message()), 1;

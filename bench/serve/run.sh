@@ -5,6 +5,8 @@
 # table and the three ratios the serving issue asks for.
 #   bench/serve/run.sh [PACKAGE_DIR]     env: DUR=5 (s per point) THREADS=1 (intra-op) HTTP_THREADS=2
 #                                             C1_ROUNDS=5 (interleaved forward / c = 1 rounds)
+#                                             PRECISION=fp32 (bf16: the package's network under bf16
+#                                             autocast on AMX, for server and limit alike)
 # Concurrency 1 is also measured with strato loadtest --busy-poll (a client that stays awake
 # between requests, so its own wake-ups are not counted as server time) and against a second
 # server started with --busy-poll.
@@ -19,6 +21,9 @@ bin=build/release/apps/strato/strato
 dur=${DUR:-5}
 threads=${THREADS:-1}
 http_threads=${HTTP_THREADS:-2}
+precision=${PRECISION:-fp32}
+# serve_forward_bench PKG THREADS SECONDS [SIZES]: the limit, with the same precision as the server.
+forward() { build/release/bench/serve_forward_bench "$1" "$2" "$3" "${4:-default}" -1 "$precision"; }
 tmp=$(mktemp -d)
 server=
 server2=
@@ -36,8 +41,8 @@ if [ -z "$pkg" ]; then  # the default CNN's architecture; accuracy does not matt
   pkg=$tmp/run/fashion_mnist_cnn/model
 fi
 
-echo "== in-process forward (the limit), $threads intra-op thread(s)"
-build/release/bench/serve_forward_bench "$pkg" "$threads" 2 | tee "$tmp/forward.jsonl"
+echo "== in-process forward (the limit), $threads intra-op thread(s), $precision"
+forward "$pkg" "$threads" 2 | tee "$tmp/forward.jsonl"
 
 for mode in batched unbatched; do
   mkdir -p "$tmp/$mode/cnn/1" && cp "$pkg"/* "$tmp/$mode/cnn/1/"
@@ -45,6 +50,7 @@ for mode in batched unbatched; do
     echo 'max_batch_size: 64'
     echo 'input [ { name: "input" data_type: TYPE_FP32 dims: [ 1, 28, 28 ] } ]'
     echo 'output [ { name: "logits" data_type: TYPE_FP32 dims: [ 10 ] }, { name: "probabilities" data_type: TYPE_FP32 dims: [ 10 ] } ]'
+    echo "parameters { key: \"precision\" value: { string_value: \"$precision\" } }"
     [ $mode = batched ] && echo 'dynamic_batching { }'
   } >"$tmp/$mode/cnn/config.pbtxt"
 done
@@ -136,7 +142,7 @@ lt_p50() {
     /usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["points"][0]["latency_us"]["p50"])' "$tmp/lt.json"
 }
 for r in $(seq "${C1_ROUNDS:-5}"); do
-  f=$(build/release/bench/serve_forward_bench "$pkg" "$threads" 1 1)
+  f=$(forward "$pkg" "$threads" 1 1)
   w=$(infer_wrk -t1 -c1 -d2s --latency | p50)
   l=$(lt_p50 "$port" --busy-poll 1ms)
   b=$(lt_p50 "$port2" --busy-poll 1ms)

@@ -302,6 +302,47 @@ TEST_F(QuantizePackage, ServeKeepsAnInt8PackageOnTheCpu) {
     EXPECT_TRUE(b->load(cfg, int8_dir(), serve::Device{}).is_ok());
 }
 
+// The strato backend's precision parameter: bf16 runs the float package's network under CPU
+// autocast (AMX here) and answers close to FP32; fp16 is for GPUs; INT8 packages take none.
+TEST_F(QuantizePackage, ServePrecisionParameter) {
+    ASSERT_TRUE(quantize_package(request()).is_ok());
+    serve::register_torch_backends(1);
+    auto load = [](const std::string& dir, const char* precision) {
+        serve::ModelConfig cfg;
+        cfg.name = "m";
+        cfg.backend = "strato";
+        if (precision) cfg.parameters["precision"] = precision;
+        const serve::Backend* b = serve::find_backend(cfg);
+        EXPECT_TRUE(b->autocomplete(&cfg, dir).is_ok());
+        return b->load(cfg, dir, serve::Device{});
+    };
+    auto run = [](serve::Model& m, const torch::Tensor& x) {
+        serve::Tensor in{"input", serve::DataType::kFp32, {x.size(0), 3, 16, 16}, {}};
+        in.data.assign(static_cast<const char*>(x.data_ptr()), static_cast<size_t>(x.numel()) * sizeof(float));
+        std::vector<serve::Tensor> out;
+        EXPECT_TRUE(m.execute({in}, &out).is_ok());
+        return torch::from_blob(out.at(0).data.data(), {x.size(0), 10}).clone();
+    };
+    auto fp32 = load(float_dir(), nullptr);
+    auto bf16 = load(float_dir(), "bf16");
+    ASSERT_TRUE(fp32.is_ok()) << fp32.status().message();
+    ASSERT_TRUE(bf16.is_ok()) << bf16.status().message();
+    torch::manual_seed(9);
+    auto x = torch::rand({8, 3, 16, 16});
+    auto a = run(**fp32, x), b = run(**bf16, x);
+    EXPECT_FALSE(torch::equal(a, b));  // bf16 really ran
+    EXPECT_LT((a - b).abs().max().item<float>(), 0.1f * std::max(1.0f, a.abs().max().item<float>()));
+    auto fp16 = load(float_dir(), "fp16");
+    ASSERT_FALSE(fp16.is_ok());
+    EXPECT_NE(fp16.status().message().find("for GPU instances"), std::string::npos) << fp16.status().message();
+    auto odd = load(float_dir(), "fp8");
+    ASSERT_FALSE(odd.is_ok());
+    EXPECT_NE(odd.status().message().find("not one of"), std::string::npos) << odd.status().message();
+    auto q = load(int8_dir(), "bf16");
+    ASSERT_FALSE(q.is_ok());
+    EXPECT_NE(q.status().message().find("is for float packages"), std::string::npos) << q.status().message();
+}
+
 TEST_F(QuantizePackage, MissingCalibrationDataIsAClearError) {
     QuantizeRequest r = request();
     r.data.dataset = "image-folder";

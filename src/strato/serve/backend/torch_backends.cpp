@@ -7,6 +7,7 @@
 
 #include "strato/core/fs.h"
 #include "strato/models/package.h"
+#include "strato/models/torch_compat.h"
 #include "strato/serve/backend/backend.h"
 
 namespace strato::serve {
@@ -62,10 +63,12 @@ std::string model_file(const ModelConfig& c, const std::string& version_dir, con
 
 class PackageModel : public Model {
 public:
-    PackageModel(models::LoadedPackage pkg, bool uint8_input, bool normalize, bool fuse, Device device)
-        : pkg_(std::move(pkg)), uint8_(uint8_input), device_(torch_device(device)) {
-        // The fused graph runs on oneDNN (CPU); a GPU copy is the eager network, channels-last.
-        run_ = models::inference_net(pkg_, fuse && !device.is_gpu());
+    /// `autocast`: kFloat (none), kBFloat16 or kHalf (GPU) — the eager network under autocast.
+    PackageModel(models::LoadedPackage pkg, bool uint8_input, bool normalize, bool fuse, Device device, at::ScalarType autocast)
+        : pkg_(std::move(pkg)), uint8_(uint8_input), device_(torch_device(device)), autocast_(autocast) {
+        // The fused graph runs on oneDNN (CPU) in FP32; a GPU copy, or one under autocast, is the
+        // eager network, channels-last.
+        run_ = models::inference_net(pkg_, fuse && !device.is_gpu() && autocast == at::kFloat);
         if (device.is_gpu()) run_.net->to(device_);
         int64_t c = pkg_.info.input_shape.channels;
         std::vector<float> mean(c, 0.f), inv_std(c, 1.f);
@@ -89,7 +92,12 @@ public:
         auto fmt = run_.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
         torch::Tensor y = torch::empty(x.sizes(), x.options().dtype(torch::kFloat).memory_format(fmt));
         torch::sub_out(y, x, mean_).mul_(inv_std_);
-        torch::Tensor logits = run_.net->forward(y);
+        torch::Tensor logits;
+        {
+            compat::AutocastGuard cast(device_.type(), autocast_, autocast_ != at::kFloat);
+            logits = run_.net->forward(y);
+        }
+        logits = logits.to(torch::kFloat);
         TensorSpec ls{"logits", DataType::kFp32, {}, false, ""};
         TensorSpec ps{"probabilities", DataType::kFp32, {}, false, ""};
         STRATO_ASSIGN_OR_RETURN(Tensor l, from_tensor(logits, ls));
@@ -106,6 +114,7 @@ private:
     models::InferenceNet run_;
     bool uint8_;
     torch::Device device_;
+    at::ScalarType autocast_;
     torch::Tensor mean_, inv_std_;
     int64_t bytes_ = 0;
 };
@@ -164,10 +173,26 @@ Result<std::shared_ptr<Model>> package_load(const ModelConfig& c, const std::str
         auto it = c.parameters.find(key);
         return it == c.parameters.end() || it->second != "false";
     };
+    // parameters { key: "precision" value: { string_value: "bf16" } }: the network under autocast.
+    at::ScalarType autocast = at::kFloat;
+    if (auto it = c.parameters.find("precision"); it != c.parameters.end() && it->second != "fp32") {
+        if (it->second == "bf16") {
+            autocast = at::kBFloat16;
+        } else if (it->second == "fp16") {
+            if (!device.is_gpu())
+                return invalid_argument("parameter precision \"fp16\" is for GPU instances (KIND_GPU); on the CPU use \"bf16\"");
+            autocast = at::kHalf;
+        } else {
+            return invalid_argument("parameter precision \"{}\" is not one of \"fp32\", \"bf16\", \"fp16\"", it->second);
+        }
+        if (pkg.info.quantized())
+            return invalid_argument("{}: an INT8 package runs as quantized; parameter precision \"{}\" is for float packages",
+                                    version_dir, it->second);
+    }
     std::shared_ptr<PackageModel> model;
     try {
         model = std::make_shared<PackageModel>(std::move(pkg), c.inputs[0].dtype == DataType::kUint8, flag("normalize"),
-                                               flag("fuse"), device);
+                                               flag("fuse"), device, autocast);
     } catch (const c10::Error& e) {
         return internal_error("moving the network to {} failed: {}", device.name(), models::torch_error_message(e));
     }
