@@ -1,9 +1,12 @@
 #include "strato/serve/backend/torch_backends.h"
 
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/script.h>
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <optional>
 
 #include "strato/core/fs.h"
 #include "strato/models/package.h"
@@ -37,6 +40,30 @@ torch::Tensor as_tensor(const Tensor& t, c10::ScalarType st) {
 }
 
 torch::Device torch_device(Device d) { return d.is_gpu() ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(d.gpu)) : torch::kCPU; }
+
+/// On a GPU, makes one execution's copies and kernels run on a stream of their own from libtorch's
+/// pool (round robin), as Triton gives each instance a stream: executions on one GPU overlap
+/// instead of queueing on the default stream. The device-to-host copy of the outputs waits for
+/// that stream. Nothing on the CPU. Through c10's device-generic interface, so the CPU build compiles it.
+class ExecutionStream {
+public:
+    explicit ExecutionStream(const torch::Device& d) {
+        if (!d.is_cuda()) return;
+        try {
+            guard_.emplace(c10::impl::VirtualGuardImpl(d.type()).getStreamFromGlobalPool(d));
+        } catch (const c10::Error&) {  // a libtorch without a stream pool: the default stream, in order
+        }
+    }
+
+private:
+    std::optional<c10::StreamGuard> guard_;
+};
+
+/// Waits for what loading put on `d`'s default stream (weights copied over), which the pool's
+/// streams do not wait for by themselves: a device-to-host copy there returns when it is done.
+void wait_for_loading(const torch::Device& d) {
+    if (d.is_cuda()) (void)torch::zeros({1}, torch::TensorOptions().device(d)).to(torch::kCPU);
+}
 
 Result<Tensor> from_tensor(torch::Tensor x, const TensorSpec& spec) {
     STRATO_ASSIGN_OR_RETURN(c10::ScalarType st, to_scalar(spec.dtype));
@@ -80,10 +107,12 @@ public:
         mean_ = torch::tensor(mean).view({1, c, 1, 1}).to(device_);
         inv_std_ = torch::tensor(inv_std).view({1, c, 1, 1}).to(device_);
         bytes_ = parameter_bytes(run_.net->parameters());
+        wait_for_loading(device_);
     }
 
     Status execute(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) override {
         c10::InferenceMode guard;
+        ExecutionStream stream(device_);
         const Tensor& in = inputs.at(0);
         torch::Tensor x = as_tensor(in, uint8_ ? torch::kByte : torch::kFloat);
         if (device_.is_cuda()) x = x.to(device_);  // one copy of the batch; the rest runs there
@@ -215,10 +244,12 @@ public:
         for (const auto& p : module_.parameters()) ps.push_back(p);
         for (const auto& b : module_.buffers()) ps.push_back(b);
         bytes_ = parameter_bytes(ps);
+        wait_for_loading(device_);
     }
 
     Status execute(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) override {
         c10::InferenceMode guard;
+        ExecutionStream stream(device_);
         std::vector<c10::IValue> args;
         args.reserve(inputs.size());
         for (const auto& t : inputs) {
