@@ -57,16 +57,10 @@ else
   say "no $fwd: the limit is not measured"
 fi
 
+source bench/serve/common.sh
 for mode in batched unbatched; do
-  mkdir -p "$tmp/$mode/cnn/1" && cp "$pkg"/* "$tmp/$mode/cnn/1/"
-  {
-    echo 'max_batch_size: 64'
-    echo 'input [ { name: "input" data_type: TYPE_FP32 dims: [ 1, 28, 28 ] } ]'
-    echo 'output [ { name: "logits" data_type: TYPE_FP32 dims: [ 10 ] }, { name: "probabilities" data_type: TYPE_FP32 dims: [ 10 ] } ]'
-    echo "instance_group [ { count: 1 kind: $kind } ]"
-    echo "parameters { key: \"precision\" value: { string_value: \"${PRECISION:-fp32}\" } }"
-    [ $mode = batched ] && echo 'dynamic_batching { }'
-  } >"$tmp/$mode/cnn/config.pbtxt"
+  write_cnn_repo "$tmp/$mode" "$([ $mode = batched ] && echo yes || echo no)" "instance_group [ { count: 1 kind: $kind } ]" \
+    "parameters { key: \"precision\" value: { string_value: \"${PRECISION:-fp32}\" } }"
 done
 
 # A PyTorch user's TorchScript model on the same device (the pytorch backend): a small CNN traced

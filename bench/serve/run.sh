@@ -34,38 +34,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
-pkg=${1:-}
-if [ -z "$pkg" ]; then  # the default CNN's architecture; accuracy does not matter for speed
-  "$bin" -q train configs/fashion_mnist_cnn.toml --set run.dir="$tmp/run" --set train.epochs=1 \
-    --set data.limit_train=2000 --set data.limit_test=500 --no-report >/dev/null
-  pkg=$tmp/run/fashion_mnist_cnn/model
-fi
+source bench/serve/common.sh
+ensure_package "${1:-}"
 
 echo "== in-process forward (the limit), $threads intra-op thread(s), $precision"
 forward "$pkg" "$threads" 2 | tee "$tmp/forward.jsonl"
 
-for mode in batched unbatched; do
-  mkdir -p "$tmp/$mode/cnn/1" && cp "$pkg"/* "$tmp/$mode/cnn/1/"
-  {
-    echo 'max_batch_size: 64'
-    echo 'input [ { name: "input" data_type: TYPE_FP32 dims: [ 1, 28, 28 ] } ]'
-    echo 'output [ { name: "logits" data_type: TYPE_FP32 dims: [ 10 ] }, { name: "probabilities" data_type: TYPE_FP32 dims: [ 10 ] } ]'
-    echo "parameters { key: \"precision\" value: { string_value: \"$precision\" } }"
-    [ $mode = batched ] && echo 'dynamic_batching { }'
-  } >"$tmp/$mode/cnn/config.pbtxt"
-done
-
-/usr/bin/python3 - "$tmp" <<'PY'
-import gzip, json, struct, sys
-tmp = sys.argv[1]
-img = gzip.open('/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz').read()[16:16 + 784]
-body = struct.pack('<784f', *[b / 255.0 for b in img])
-hdr = json.dumps({"inputs": [{"name": "input", "shape": [1, 1, 28, 28], "datatype": "FP32",
-                              "parameters": {"binary_data_size": len(body)}}],
-                  "outputs": [{"name": "logits", "parameters": {"binary_data": True}}]}).encode()
-open(f"{tmp}/body.bin", "wb").write(hdr + body)
-open(f"{tmp}/hl", "w").write(str(len(hdr)))
-PY
+precision_line="parameters { key: \"precision\" value: { string_value: \"$precision\" } }"
+write_cnn_repo "$tmp/batched" yes "$precision_line"
+write_cnn_repo "$tmp/unbatched" no "$precision_line"
+write_infer_body "$LOGITS_BINARY"
 
 # Starts `strato serve` on the repository $tmp/$1 (more serve flags may follow); sets $server and $port.
 start_server() {

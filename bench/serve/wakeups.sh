@@ -15,27 +15,10 @@ tmp=$(mktemp -d)
 server= spin=
 cleanup() { for p in $server $spin; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT
-pkg=${1:-}
-if [ -z "$pkg" ]; then
-  "$bin" -q train configs/fashion_mnist_cnn.toml --set run.dir="$tmp/run" --set train.epochs=1 \
-    --set data.limit_train=2000 --set data.limit_test=500 --no-report >/dev/null
-  pkg=$tmp/run/fashion_mnist_cnn/model
-fi
-mkdir -p "$tmp/repo/cnn/1" && cp "$pkg"/* "$tmp/repo/cnn/1/"
-printf '%s\n' 'max_batch_size: 64' 'input [ { name: "input" data_type: TYPE_FP32 dims: [ 1, 28, 28 ] } ]' \
-  'output [ { name: "logits" data_type: TYPE_FP32 dims: [ 10 ] }, { name: "probabilities" data_type: TYPE_FP32 dims: [ 10 ] } ]' \
-  'dynamic_batching { }' >"$tmp/repo/cnn/config.pbtxt"
-/usr/bin/python3 - "$tmp" <<'PY'
-import gzip, json, struct, sys
-tmp = sys.argv[1]
-img = gzip.open('/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz').read()[16:16 + 784]
-body = struct.pack('<784f', *[b / 255.0 for b in img])
-hdr = json.dumps({"inputs": [{"name": "input", "shape": [1, 1, 28, 28], "datatype": "FP32",
-                              "parameters": {"binary_data_size": len(body)}}],
-                  "outputs": [{"name": "logits", "parameters": {"binary_data": True}}]}).encode()
-open(f"{tmp}/body.bin", "wb").write(hdr + body)
-open(f"{tmp}/hl", "w").write(str(len(hdr)))
-PY
+source bench/serve/common.sh
+ensure_package "${1:-}"
+write_cnn_repo "$tmp/repo" yes
+write_infer_body "$LOGITS_BINARY"
 "$bin" -q serve --model-repository "$tmp/repo" --http-port 0 --metrics-port 0 --intra-op-threads 1 \
   --http-thread-count 2 >"$tmp/serve.out" 2>&1 &
 server=$!
