@@ -1,5 +1,14 @@
-# Shared by the serve benchmarks (sourced): the CNN package, its repository config and the request
-# body. Expects $bin (a strato binary) and $tmp (a scratch directory).
+# Shared by the serve benchmarks (sourced from the project root): the tools, the CNN package, its
+# repository config and the request body. The helpers below the first expect $bin (a strato
+# binary) and $tmp (a scratch directory).
+
+# Installs what the benchmarks need and builds strato and serve_forward_bench (release).
+build_bench_tools() {
+  scripts/setup --bench
+  [ -f build/release/build.ninja ] || cmake --preset release >/dev/null
+  cmake -S . -B build/release -DSTRATO_BUILD_BENCHMARKS=ON >/dev/null
+  cmake --build build/release --target strato serve_forward_bench >/dev/null
+}
 
 # Sets $pkg to $1, or to a package of the default CNN's architecture trained briefly into $tmp
 # (accuracy does not matter for speed). Extra arguments are passed to strato train.

@@ -13,10 +13,8 @@
 #   Each point runs 1 s of unmeasured warm-up first.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-scripts/setup --bench
-[ -f build/release/build.ninja ] || cmake --preset release >/dev/null
-cmake -S . -B build/release -DSTRATO_BUILD_BENCHMARKS=ON >/dev/null
-cmake --build build/release --target strato serve_forward_bench >/dev/null
+source bench/serve/common.sh
+build_bench_tools
 bin=build/release/apps/strato/strato
 dur=${DUR:-5}
 threads=${THREADS:-1}
@@ -34,7 +32,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-source bench/serve/common.sh
 ensure_package "${1:-}"
 
 echo "== in-process forward (the limit), $threads intra-op thread(s), $precision"

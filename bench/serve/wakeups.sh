@@ -6,16 +6,13 @@
 #   bench/serve/wakeups.sh [PACKAGE_DIR]      env: ROUNDS=3
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-scripts/setup --bench
-[ -f build/release/build.ninja ] || cmake --preset release >/dev/null
-cmake -S . -B build/release -DSTRATO_BUILD_BENCHMARKS=ON >/dev/null
-cmake --build build/release --target strato serve_forward_bench >/dev/null
+source bench/serve/common.sh
+build_bench_tools
 bin=build/release/apps/strato/strato
 tmp=$(mktemp -d)
 server= spin=
 cleanup() { for p in $server $spin; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT
-source bench/serve/common.sh
 ensure_package "${1:-}"
 write_cnn_repo "$tmp/repo" yes
 write_infer_body "$LOGITS_BINARY"
