@@ -44,6 +44,11 @@ size_t Batcher::take_instance() {
     return i;
 }
 
+void Batcher::release_instance(size_t i) {
+    busy_[i] = 0;
+    --running_;
+}
+
 Batcher::~Batcher() { stop(); }
 
 Status Batcher::submit(Job&& job, bool may_run_inline) {
@@ -72,8 +77,7 @@ Status Batcher::submit(Job&& job, bool may_run_inline) {
     bool waiting;  // only a queued job waits for a free instance; waking idle workers costs futex calls
     {
         std::lock_guard lock(mu_);
-        busy_[slot] = 0;
-        --running_;
+        release_instance(slot);
         waiting = !queue_.empty();
     }
     if (waiting) cv_.notify_all();
@@ -170,8 +174,7 @@ void Batcher::worker() {
         if (!batch.empty()) {
             run(batch, rows, *instances_[slot]);
             std::lock_guard lock(mu_);
-            busy_[slot] = 0;
-            --running_;
+            release_instance(slot);
         }
     }
 }

@@ -82,7 +82,8 @@ private:
     void worker();
     bool fits(const Job& first, const Job& next, int64_t rows) const;
     void run(std::vector<Job>& batch, int64_t rows, Model& model);
-    size_t take_instance();  // a free instance, marked busy; under mu_, with running_ < instances
+    size_t take_instance();            // a free instance, marked busy; under mu_, with running_ < instances
+    void release_instance(size_t i);  // under mu_
 
     std::vector<std::shared_ptr<Model>> instances_;
     std::vector<char> busy_;  // per instance

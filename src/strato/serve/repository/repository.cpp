@@ -209,8 +209,7 @@ Result<std::map<int64_t, std::shared_ptr<ModelVersion>>> Repository::build(const
         mv->dir = vdir;
         mv->config = cfg;
         mv->platform = cfg.platform;
-        mv->model = mv->instances.front();
-        mv->labels = mv->model->labels();
+        mv->labels = mv->instances.front()->labels();
         for (const auto& o : cfg.outputs) {
             if (o.label_filename.empty() || !mv->labels.empty()) continue;
             auto text = strato::fs::read_file((fs::path(e.dir) / o.label_filename).string());

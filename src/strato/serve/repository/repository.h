@@ -76,7 +76,6 @@ struct ModelVersion {
     ModelConfig config;
     std::string platform;  // reported in metadata
     std::vector<std::string> labels;
-    std::shared_ptr<Model> model;                 // the first instance's
     std::vector<std::shared_ptr<Model>> instances;  // one per instance (a copy per device)
     std::map<Device, std::shared_ptr<Model>> copies;  // the copy on each device the instances use
     std::unique_ptr<Batcher> batcher;
