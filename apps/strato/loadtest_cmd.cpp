@@ -116,9 +116,7 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
     ro.load.threads = f.threads > 0 ? f.threads : static_cast<int>(std::max(1u, cores / 2));
     ro.load.seed = f.seed;
     STRATO_ASSIGN_OR_RETURN(ro.load.timeout_ns, parse_duration_ns(f.timeout));
-    STRATO_ASSIGN_OR_RETURN(ro.load.busy_poll_ns, parse_duration_ns(f.busy_poll, "us"));
-    if (ro.load.busy_poll_ns < 0 || ro.load.busy_poll_ns > 10'000'000)
-        return invalid_argument("--busy-poll must be between 0 and 10ms, not '{}'", f.busy_poll);
+    STRATO_ASSIGN_OR_RETURN(ro.load.busy_poll_ns, parse_busy_poll_ns(f.busy_poll));
     STRATO_ASSIGN_OR_RETURN(int64_t dur, parse_duration_ns(f.duration));
     STRATO_ASSIGN_OR_RETURN(int64_t warm, parse_duration_ns(f.warmup));
     STRATO_ASSIGN_OR_RETURN(int64_t window, parse_duration_ns(f.window, "ms"));

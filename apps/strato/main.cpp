@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "strato/core/duration.h"
 #include "strato/core/log.h"
 #include "strato/core/memory.h"
 
@@ -16,6 +17,13 @@ int report_error(const std::string& command, const Status& status) {
     fmt::print(stderr, "strato {}: error: {}\n", command, msg.substr(0, nl));
     if (nl != std::string::npos) fmt::print(stderr, "{}\n", msg.substr(nl + 1));
     return status.code() == StatusCode::kCancelled ? 130 : 1;
+}
+
+Result<int64_t> parse_busy_poll_ns(const std::string& text) {
+    auto ns = parse_duration_ns(text, "us");
+    if (!ns) return ns.status().with_context("--busy-poll");
+    if (*ns < 0 || *ns > 10'000'000) return invalid_argument("--busy-poll must be between 0 and 10ms, not '{}'", text);
+    return *ns;
 }
 
 }  // namespace strato::cli

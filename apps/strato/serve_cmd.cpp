@@ -7,7 +7,6 @@
 #include <thread>
 
 #include "commands.h"
-#include "strato/core/duration.h"
 #include "strato/core/fs.h"
 #include "strato/core/log.h"
 #include "strato/core/signals.h"
@@ -101,10 +100,8 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         so.metrics_http.body_limit = 1 << 16;
         so.http.header_timeout = so.metrics_http.header_timeout = std::chrono::seconds(o->header_timeout);
         so.http.body_timeout = so.metrics_http.body_timeout = std::chrono::seconds(o->body_timeout);
-        auto busy = parse_duration_ns(o->busy_poll, "us");
-        if (!busy) return fail(busy.status().with_context("--busy-poll"));
-        if (*busy < 0 || *busy > 10'000'000)
-            return fail(invalid_argument("--busy-poll must be between 0 and 10ms, not '{}'", o->busy_poll));
+        auto busy = parse_busy_poll_ns(o->busy_poll);
+        if (!busy) return fail(busy.status());
         so.http.busy_poll = std::chrono::microseconds(*busy / 1000);
         so.allow_metrics = o->allow_metrics;
         so.repository.paths = o->repos;
