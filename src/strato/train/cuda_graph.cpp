@@ -46,10 +46,10 @@ Result<std::unique_ptr<GraphedStep>> GraphedStep::capture(const StepFn& fn, cons
         {
             c10::cuda::CUDAStreamGuard stream_guard(side);
             for (int i = 0; i < warmup; ++i) {
-                for (const auto& p : params) const_cast<torch::Tensor&>(p).mutable_grad() = torch::Tensor();
+                for (const auto& p : params) p.mutable_grad() = torch::Tensor();
                 fn(im.x, im.y);
             }
-            for (const auto& p : params) const_cast<torch::Tensor&>(p).mutable_grad() = torch::Tensor();
+            for (const auto& p : params) p.mutable_grad() = torch::Tensor();
             im.graph.capture_begin();
             auto out = fn(im.x, im.y);
             im.graph.capture_end();
