@@ -39,23 +39,35 @@ torch::Tensor run(Graph& g, const torch::Tensor& x) {
     return out;
 }
 
-TEST(DnnlGraph, BuffersReadLaterAreNotOverwritten) {
-    torch::manual_seed(3);
-    const auto c1 = make_conv(8, 3), c2 = make_conv(8, 8), c3 = make_conv(8, 8);
-    const auto lw = torch::randn({5, 8}) * 0.3, lb = torch::randn({5});
-    Graph g;
-    const int a = g.conv(Graph::kInput, c1.spec(true));  // a = relu(c1(x))
-    const int r = g.relu(a);                              // r = relu(a): a is read again below
-    const int s = g.conv(r, c2.spec(true), a);            // s = relu(c2(r) + a), in a's buffer
-    const int t = g.conv(s, c3.spec(false), s);           // t = c3(s) + s: adds into its own input
-    const int p = g.flatten(g.global_avg_pool(t));
-    g.set_output(g.linear(p, {floats(lw), 5, 8, floats(lb), false}));
-    for (int64_t batch : {1, 3}) {
-        auto x = torch::randn({batch, 3, 9, 7});
+/// A graph whose buffers cannot all be reused in place, and its reference in libtorch's ops.
+struct Tangled {
+    Conv c1 = make_conv(8, 3), c2 = make_conv(8, 8), c3 = make_conv(8, 8);
+    torch::Tensor lw = torch::randn({5, 8}) * 0.3, lb = torch::randn({5});
+
+    void build(Graph& g) const {
+        const int a = g.conv(Graph::kInput, c1.spec(true));  // a = relu(c1(x))
+        const int r = g.relu(a);                              // r = relu(a): a is read again below
+        const int s = g.conv(r, c2.spec(true), a);            // s = relu(c2(r) + a), in a's buffer
+        const int t = g.conv(s, c3.spec(false), s);           // t = c3(s) + s: adds into its own input
+        const int p = g.flatten(g.global_avg_pool(t));
+        g.set_output(g.linear(p, {floats(lw), 5, 8, floats(lb), false}));
+    }
+    torch::Tensor reference(const torch::Tensor& x) const {
         auto ra = torch::relu(c1(x));
         auto rs = torch::relu(c2(torch::relu(ra)) + ra);
         auto rt = c3(rs) + rs;
-        auto ref = torch::linear(rt.mean({2, 3}), lw, lb);
+        return torch::linear(rt.mean({2, 3}), lw, lb);
+    }
+};
+
+TEST(DnnlGraph, BuffersReadLaterAreNotOverwritten) {
+    torch::manual_seed(3);
+    const Tangled net;
+    Graph g;
+    net.build(g);
+    for (int64_t batch : {1, 3}) {
+        auto x = torch::randn({batch, 3, 9, 7});
+        auto ref = net.reference(x);
         auto got = run(g, x);
         ASSERT_EQ(got.sizes(), ref.sizes());
         EXPECT_LE((got - ref).abs().max().item<double>(), 1e-4) << "batch " << batch;
@@ -63,6 +75,36 @@ TEST(DnnlGraph, BuffersReadLaterAreNotOverwritten) {
         const int threads = g.threads({batch, 3, 9, 7});  // measured on the first plan: 1 or all
         EXPECT_TRUE(threads == 1 || threads == at::get_num_threads()) << threads;
     }
+}
+
+// The same graph in bf16: FP32 in and out, bf16 inside (its rounding shows, within bf16's
+// precision of the FP32 result); a bf16 graph takes no INT8 input and an INT8 one no bf16.
+TEST(DnnlGraph, Bf16GraphRoundsLikeBf16) {
+    torch::manual_seed(3);
+    const Tangled net;
+    Graph fp32, bf16;
+    net.build(fp32);
+    bf16.use_bf16();
+    net.build(bf16);
+    for (int64_t batch : {1, 3}) {
+        auto x = torch::randn({batch, 3, 9, 7});
+        auto ref = net.reference(x);
+        torch::Tensor got;
+        try {
+            got = run(bf16, x);
+        } catch (const std::runtime_error& e) {  // a CPU without oneDNN bf16 kernels
+            GTEST_SKIP() << e.what();
+        }
+        ASSERT_EQ(got.sizes(), ref.sizes());
+        const double err = (got - ref).abs().max().item<double>(), fp32_err = (run(fp32, x) - ref).abs().max().item<double>();
+        EXPECT_LE(err, 2e-2 * std::max(1.0, ref.abs().max().item<double>())) << "batch " << batch;
+        EXPECT_GT(err, 10 * fp32_err) << "batch " << batch << ": no bf16 rounding";
+        EXPECT_TRUE(torch::equal(run(bf16, x), got));
+    }
+    EXPECT_THROW(bf16.quantize_input(0.1f), std::invalid_argument);
+    Graph int8;
+    int8.quantize_input(0.1f);
+    EXPECT_THROW(int8.use_bf16(), std::invalid_argument);
 }
 
 // A dynamic batcher sends every batch size up to its maximum, from several threads at once: more

@@ -8,6 +8,7 @@
 #include "strato/core/fs.h"
 #include "strato/models/package.h"
 #include "strato/models/quantized.h"
+#include "strato/models/torch_compat.h"
 #include "strato/models/zoo.h"
 #include "batch_norm_helpers.h"
 
@@ -91,6 +92,68 @@ TEST_P(Zoo, FusedNetEqualsTheEagerNetwork) {
             EXPECT_LE((got_cl - ref).abs().max().item<double>(), tol);
             auto got_strided = (*fused)->forward(torch::randn({batch, c.shape.channels, c.shape.height, 2 * c.shape.width}).slice(3, 0, c.shape.width, 1).copy_(x));
             EXPECT_LE((got_strided - ref).abs().max().item<double>(), tol);
+        }
+    }
+}
+
+/// The CPU flags of /proc/cpuinfo include `flag` (a whole word).
+bool cpu_has(const std::string& flag) {
+    std::ifstream in("/proc/cpuinfo");
+    for (std::string line; std::getline(in, line);)
+        if (line.rfind("flags", 0) == 0) return (line + " ").find(" " + flag + " ") != std::string::npos;
+    return false;
+}
+
+// The bf16 graph (weights and activations bfloat16, FP32 accumulation) is as close to the FP32
+// network as PyTorch's bf16 autocast of the eager network is, for every architecture, batch size
+// and input layout; on a CPU with bf16 instructions it runs oneDNN's bf16 kernels.
+TEST_P(Zoo, Bf16GraphIsAsCloseToFp32AsAutocast) {
+    const auto& c = GetParam();
+    at::set_num_threads(2);
+    ModelConfig cfg;
+    cfg.arch = c.arch;
+    cfg.depth = c.depth;
+    cfg.width = c.arch == "resnet" && c.depth < 60 && c.depth % 6 != 2 ? 8 : 0;
+    torch::manual_seed(5);
+    auto net = create_model(cfg, c.shape, 7).value();
+    randomize_batch_norm(*net);
+    net->eval();
+    auto fused = FusedNet::lower(cfg, *net, {.input = {c.shape.channels, c.shape.height, c.shape.width}, .bf16 = true});
+    const bool native = cpu_has("avx512_bf16") || cpu_has("amx_bf16");
+    if (!fused.is_ok()) {
+        ASSERT_FALSE(native) << "this CPU has bf16 instructions: " << fused.status().message();
+        EXPECT_EQ(fused.status().code(), StatusCode::kUnimplemented);
+        EXPECT_NE(fused.status().message().find("bf16"), std::string::npos) << fused.status().message();
+        GTEST_SKIP() << "no oneDNN bf16 kernels on this CPU: " << fused.status().message();
+    }
+    EXPECT_EQ((*fused)->engine(), "onednn-primitives-bf16");
+    auto fp32 = FusedNet::lower(cfg, *net, {.input = {c.shape.channels, c.shape.height, c.shape.width}});
+    ASSERT_TRUE(fp32.is_ok()) << fp32.status().message();
+    if (native)  // (oneDNN may emulate bf16 elsewhere, slowly)
+        for (const auto& impl : (*fused)->implementations({1, c.shape.channels, c.shape.height, c.shape.width})) {
+            EXPECT_EQ(impl.find("ref:"), std::string::npos) << impl << ": oneDNN's slow reference kernel";
+            if (impl.rfind("conv", 0) == 0) EXPECT_NE(impl.find("bf16"), std::string::npos) << impl;
+        }
+    torch::NoGradGuard ng;
+    for (int64_t batch : {1, 5}) {
+        auto x = torch::randn({batch, c.shape.channels, c.shape.height, c.shape.width});
+        auto ref = net->forward(x);
+        torch::Tensor autocast;
+        {
+            compat::AutocastGuard guard(c10::DeviceType::CPU, at::kBFloat16, true);
+            autocast = net->forward(x).to(torch::kFloat);
+        }
+        const double scale = std::max(1.0, ref.abs().max().item<double>());
+        const double autocast_err = (autocast - ref).abs().max().item<double>();
+        const double fp32_err = ((*fp32)->forward(x) - ref).abs().max().item<double>();
+        for (const auto& in : {x, channels_last_copy(x)}) {
+            auto got = (*fused)->forward(in);
+            ASSERT_EQ(got.sizes(), ref.sizes());
+            ASSERT_EQ(got.scalar_type(), torch::kFloat);
+            const double err = (got - ref).abs().max().item<double>();
+            EXPECT_GT(err, 5 * fp32_err) << "no more than the FP32 graph's rounding: did the graph run in FP32?";
+            EXPECT_LE(err, std::max(2.0 * autocast_err, 1e-2 * scale))
+                << c.arch << c.depth << " batch " << batch << ": autocast's error " << autocast_err;
         }
     }
 }

@@ -47,9 +47,11 @@ memory::desc activation_desc(const Dims& d, dt type = dt::f32) {
     return d.size() == 4 ? memory::desc(d, type, tag::nhwc) : memory::desc(d, type, tag::nc);
 }
 
-/// What an INT8 node writes: FP32 when it has no output scale, unsigned after a ReLU.
-dt output_type(const Int8Weights& q, bool relu) {
-    if (q.weight.empty() || q.out_scale == 0.0f) return dt::f32;
+/// What a convolution or linear node writes: INT8 nodes unsigned after a ReLU, signed otherwise,
+/// or FP32 without an output scale; float nodes the graph's float type.
+dt output_type(const Int8Weights& q, bool relu, dt float_type) {
+    if (q.weight.empty()) return float_type;
+    if (q.out_scale == 0.0f) return dt::f32;
     return relu ? dt::u8 : dt::s8;
 }
 
@@ -154,6 +156,7 @@ struct Graph::Impl {
     std::vector<Node> nodes;
     int output = kInput;
     float input_scale = 0.0f;  // INT8 graphs: the input's s8 scale
+    dt float_type = dt::f32;   // float nodes' weights and activations: f32, or bf16 (use_bf16)
     std::mutex weights_mu;  // packed weights and biases (plans are built outside `mu`)
     std::mutex mu;          // everything below
     // Per input shape (dims, strides): its idle plans and when it was last used. A dynamic
@@ -373,7 +376,9 @@ std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides, 
     std::vector<memory> mem(values);
     std::vector<float> scale(values, 0.0f);  // INT8 values: their scale; FP32: 0
     scale[0] = input_scale;
-    desc[0] = activation_desc(dims, input_scale != 0.0f ? dt::s8 : dt::f32);
+    desc[0] = activation_desc(dims, input_scale != 0.0f ? dt::s8 : float_type);
+    // The node whose output is the graph's writes FP32 itself (oneDNN converts on the way out).
+    auto float_out = [&](int v) { return v == output ? dt::f32 : float_type; };
     std::vector<int> free_slots;
     std::vector<int> slot_of(values, -1);
     std::vector<int> root_last(values, -1);
@@ -438,7 +443,7 @@ std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides, 
                     }
                     const bool int8 = !c.int8.weight.empty();
                     if (int8 != (scale[n.src] != 0.0f)) throw std::runtime_error(where("INT8 and FP32 values mixed"));
-                    desc[out] = activation_desc(od, output_type(c.int8, c.relu));
+                    desc[out] = activation_desc(od, output_type(c.int8, c.relu, n.accumulate >= 0 ? float_type : float_out(out)));
                     scale[out] = int8 ? c.int8.out_scale : 0.0f;
                     Dims wdims = c.dims;
                     tag wtag = tag::oihw;
@@ -449,7 +454,7 @@ std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides, 
                     const memory::desc bd({c.dims[0]}, dt::f32, tag::a);
                     dnnl::convolution_forward::desc cd(
                         dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, sd,
-                        memory::desc(wdims, int8 ? dt::s8 : dt::f32, tag::any), bd, desc[out], {c.stride[0], c.stride[1]},
+                        memory::desc(wdims, int8 ? dt::s8 : float_type, tag::any), bd, desc[out], {c.stride[0], c.stride[1]},
                         {c.dilation[0] - 1, c.dilation[1] - 1}, {c.padding[0], c.padding[1]}, {c.padding[0], c.padding[1]});
                     const int acc = n.accumulate;
                     const dt acc_type = acc >= 0 ? desc[acc].data_type() : dt::f32;
@@ -491,14 +496,13 @@ std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides, 
                     }
                     const bool int8 = !l.int8.weight.empty();
                     if (int8 != (scale[n.src] != 0.0f)) throw std::runtime_error(where("INT8 and FP32 values mixed"));
-                    desc[out] = memory::desc({sdims[0], l.out}, output_type(l.int8, l.relu), tag::nc);
+                    desc[out] = memory::desc({sdims[0], l.out}, output_type(l.int8, l.relu, float_out(out)), tag::nc);
                     scale[out] = int8 ? l.int8.out_scale : 0.0f;
                     const memory::desc bd({l.out}, dt::f32, tag::a);
-                    const dt wtype = int8 ? dt::s8 : dt::f32;
-                    dnnl::inner_product_forward::desc ld(dnnl::prop_kind::forward_inference, sd, memory::desc(wdims, wtype, tag::any), bd,
-                                                         desc[out]);
+                    dnnl::inner_product_forward::desc ld(dnnl::prop_kind::forward_inference, sd,
+                                                         memory::desc(wdims, int8 ? dt::s8 : float_type, tag::any), bd, desc[out]);
                     dnnl::inner_product_forward::primitive_desc pd(ld, attr(l.int8, scale[n.src], false, 0.0f, dt::f32, l.relu), cpu_engine());
-                    memory w = packed_weights(n, pd.weights_desc(), memory::desc(wdims, wtype, wtag), plan->stream);
+                    memory w = packed_weights(n, pd.weights_desc(), memory::desc(wdims, int8 ? dt::s8 : dt::f32, wtag), plan->stream);
                     bind(out, allocate(desc[out]), out);
                     plan->steps.push_back({dnnl::inner_product_forward(pd),
                                            {{DNNL_ARG_SRC, mem[n.src]}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, bias_of(n, scale[n.src])}, {DNNL_ARG_DST, mem[out]}}});
@@ -619,7 +623,13 @@ int Graph::flatten(int src) { return impl_->add(Node{Kind::kFlatten, src}); }
 
 void Graph::quantize_input(float scale) {
     if (!(scale > 0.0f)) throw std::invalid_argument("dnnl_graph::quantize_input: the scale must be positive");
+    if (impl_->float_type != dt::f32) throw std::invalid_argument("dnnl_graph::quantize_input: the graph runs in bf16");
     impl_->input_scale = scale;
+}
+
+void Graph::use_bf16() {
+    if (impl_->input_scale != 0.0f) throw std::invalid_argument("dnnl_graph::use_bf16: an INT8 graph has no float nodes to run in bf16");
+    impl_->float_type = dt::bf16;
 }
 
 void Graph::set_output(int value) {

@@ -1,6 +1,6 @@
 #pragma once
-// An FP32 inference graph run on oneDNN primitives directly (the libdnnl.so.2 libtorch itself
-// links), without libtorch's per-op dispatch in between. FusedNet describes its lowered ops here
+// An FP32 (or bf16, or INT8) inference graph run on oneDNN primitives directly (the libdnnl.so.2
+// libtorch itself links), without libtorch's per-op dispatch in between. FusedNet describes its lowered ops here
 // once; each distinct input shape then gets a plan: one primitive per node, created once, with
 // ReLU and the residual add + ReLU as convolution post-ops, activations channels-last (NHWC, where
 // oneDNN's brgemm convolutions handle any channel count without padding to a block of 16),
@@ -80,6 +80,10 @@ public:
     int flatten(int src);
     /// INT8 graphs: the input is quantized to signed 8 bit with this scale (symmetric).
     void quantize_input(float scale);
+    /// Float graphs: weights and activations in bfloat16 (accumulation, biases, input and output
+    /// stay FP32) — oneDNN's AMX or AVX512-BF16 kernels. Plans for a CPU without bf16 support
+    /// fail to build (a std::runtime_error from run/prepare). Call before the first run.
+    void use_bf16();
     /// The graph's result; an INT8 value is dequantized into the FP32 output.
     void set_output(int value);
 

@@ -185,7 +185,7 @@ Result<LoadedPackage> load_package(const std::string& dir) {
     return out;
 }
 
-InferenceNet inference_net(LoadedPackage& pkg, bool fuse) {
+InferenceNet inference_net(LoadedPackage& pkg, bool fuse, bool bf16) {
     InferenceNet out;
 #ifndef STRATO_WITH_INT8
     fuse = false;  // the fused lowering runs on oneDNN directly, built with STRATO_WITH_INT8
@@ -193,13 +193,14 @@ InferenceNet inference_net(LoadedPackage& pkg, bool fuse) {
     if (fuse && !pkg.info.quantized()) {
 #ifdef STRATO_WITH_INT8
         const auto& in = pkg.info.input_shape;
-        auto fused = FusedNet::lower(pkg.info.model, *pkg.net, {.input = {in.channels, in.height, in.width}});
+        auto fused = FusedNet::lower(pkg.info.model, *pkg.net, {.input = {in.channels, in.height, in.width}, .bf16 = bf16});
         if (fused) {
             out.net = *fused;
             out.fused = true;
+            out.bf16 = bf16;
             return out;
         }
-        log::warn("running the eager network: {}", fused.status().message());
+        log::warn("running the eager network{}: {}", bf16 ? " under bf16 autocast" : "", fused.status().message());
 #endif
     }
     out.net = pkg.net;

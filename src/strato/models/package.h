@@ -51,13 +51,15 @@ Result<LoadedPackage> load_package(const std::string& dir);
 struct InferenceNet {
     Net net;
     bool fused = false;          // the FusedNet lowering of a float package
+    bool bf16 = false;           // that lowering runs in bf16 (no autocast needed)
     bool channels_last = false;  // give it NHWC input (see channels_last_copy)
 };
 /// For a float package, its FusedNet lowering (BatchNorm folded, oneDNN-prepacked weights; what
-/// TorchScript's optimize_for_inference does); with `fuse` false (bf16 autocast wants the eager
-/// network) or a network the lowering does not know, the eager network in channels-last. An INT8
-/// package runs as loaded. Converts `pkg.net` in place where it returns it.
-InferenceNet inference_net(LoadedPackage& pkg, bool fuse = true);
+/// TorchScript's optimize_for_inference does), in bf16 when `bf16` is set; with `fuse` false, a
+/// network the lowering does not know or (bf16) a CPU without bf16 kernels, the eager network in
+/// channels-last (to run under autocast where bf16 is wanted). An INT8 package runs as loaded.
+/// Converts `pkg.net` in place where it returns it.
+InferenceNet inference_net(LoadedPackage& pkg, bool fuse = true, bool bf16 = false);
 
 /// Module <-> bytes (a libtorch archive), for packages and checkpoints.
 std::string module_to_bytes(torch::nn::Module& m);

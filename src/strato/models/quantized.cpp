@@ -690,15 +690,20 @@ Result<std::shared_ptr<FusedNet>> FusedNet::lower(const ModelConfig& cfg, NetImp
     } catch (const c10::Error& e) {
         return internal_error("reordering the FP32 weights for oneDNN: {}", torch_error_message(e));
     }
+    if (opts.bf16 && !(opts.primitives && at::hasMKLDNN()))
+        return Status{StatusCode::kUnimplemented, "the bf16 graph runs on oneDNN primitives, which this libtorch lacks"};
     if (opts.primitives && at::hasMKLDNN()) {
         try {
             auto g = std::make_shared<dnnl_graph::Graph>();
+            if (opts.bf16) g->use_bf16();
             int v = dnnl_graph::Graph::kInput;
             for (const auto& op : f->ops_) v = op->emit(*g, v);
             g->set_output(v);
             if (opts.input.size() == 3) g->prepare({1, opts.input[0], opts.input[1], opts.input[2]});
             f->graph_ = std::move(g);
+            f->bf16_ = opts.bf16;
         } catch (const std::exception& e) {
+            if (opts.bf16) return Status{StatusCode::kUnimplemented, fmt::format("bf16 graph on oneDNN primitives: {}", e.what())};
             log::warn("FP32 graph on oneDNN primitives: {}; using libtorch's oneDNN ops instead", e.what());
         }
     }
@@ -706,7 +711,7 @@ Result<std::shared_ptr<FusedNet>> FusedNet::lower(const ModelConfig& cfg, NetImp
     return f;
 }
 
-std::string FusedNet::engine() const { return graph_ ? "onednn-primitives" : "aten-onednn"; }
+std::string FusedNet::engine() const { return !graph_ ? "aten-onednn" : bf16_ ? "onednn-primitives-bf16" : "onednn-primitives"; }
 
 std::vector<std::string> FusedNet::implementations(const std::vector<int64_t>& dims) const {
     return graph_ ? graph_->implementations(dims) : std::vector<std::string>{};

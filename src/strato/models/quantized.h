@@ -62,6 +62,9 @@ struct FusedOptions {
     /// [C, H, W]: build the batch-1 plan while lowering, so a graph oneDNN cannot run is found
     /// (and the libtorch ops used instead) before the first request.
     std::vector<int64_t> input;
+    /// The graph in bfloat16 (dnnl_graph::Graph::use_bf16; needs `primitives`). On a CPU without
+    /// oneDNN bf16 kernels lower() fails (found on the batch-1 plan of `input`): no FP32 fallback.
+    bool bf16 = false;
 };
 
 class FusedNet final : public NetImpl {
@@ -74,7 +77,7 @@ public:
     torch::Tensor forward(torch::Tensor x) override;
     /// Per layer: kind, path, fused ReLU, weight shape.
     nlohmann::json describe() const;
-    /// "onednn-primitives" or "aten-onednn" (see FusedOptions::primitives).
+    /// "onednn-primitives", "onednn-primitives-bf16" or "aten-onednn" (see FusedOptions).
     std::string engine() const;
     /// The oneDNN implementation of every primitive for input dims [N, C, H, W] (empty on the
     /// libtorch path), e.g. "conv: brgconv:avx512_core".
@@ -84,6 +87,7 @@ private:
     FusedNet() = default;
     std::vector<std::shared_ptr<qops::Op>> ops_;
     std::shared_ptr<dnnl_graph::Graph> graph_;
+    bool bf16_ = false;
 };
 
 class QuantizedNet final : public NetImpl {
