@@ -107,9 +107,10 @@ void add_compress_report_command(CLI::App& compress, const GlobalFlags&, int* ex
         "report",
         "Compare model packages: accuracy, size on disk, parameters, latency (batch 1), throughput (batch 64)");
     cmd->add_option("--model", o->models,
-                    "A row: LABEL=DIR, LABEL=DIR@bf16 to run a float package under bf16 autocast, or LABEL=DIR@eager to time its "
-                    "eager network instead of the fused graph the server runs (repeatable; the "
-                    "first row is the baseline of the ratios)")
+                    "A row: LABEL=DIR, LABEL=DIR@bf16 to run a float package's graph in bf16 (as serve's precision "
+                    "\"bf16\"), LABEL=DIR@eager to time its eager network instead of the fused graph the server runs, or "
+                    "LABEL=DIR@bf16-eager for the eager network under bf16 autocast (repeatable; the first row is the "
+                    "baseline of the ratios)")
         ->required();
     cmd->add_option("--config", o->config, "Take the [data] section from this training config");
     cmd->add_option("--set", o->sets, "Override a config key, e.g. --set data.limit_test=2000");

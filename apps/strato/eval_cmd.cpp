@@ -39,7 +39,9 @@ void add_eval_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     cmd->add_option("--data", o->data, "Dataset directory (default: Debian's Fashion-MNIST)");
     cmd->add_option("--dataset", o->dataset, "Dataset kind: fashion-mnist, idx, image-folder");
     cmd->add_option("--threads", o->threads, "Intra-op threads (0 = cores)");
-    cmd->add_flag("--bf16", o->bf16, "Run the forward pass under bf16 autocast");
+    cmd->add_flag("--bf16", o->bf16,
+                  "Run the forward pass in bf16 as `strato serve` does with precision \"bf16\" (the inference graph on "
+                  "oneDNN's bf16 kernels; the eager network under autocast where the CPU has none)");
     cmd->add_flag("--json", o->json, "Print the result as JSON");
     cmd->footer("Examples:\n  strato eval --model runs/fashion_mnist_cnn/model\n"
                 "  strato eval --model runs/x/model --dataset image-folder --data photos/ --set data.image_size=32");

@@ -1,8 +1,9 @@
 """The peer of `strato compress quantize`: PyTorch's own static INT8 post-training quantization (FX
 graph mode, qconfig "onednn" — HistogramObserver u8 activations, per-channel symmetric s8 weights)
 of the same trained weights, plus PyTorch's best FP32 inference path (TorchScript frozen +
-optimize_for_inference). Prints one JSON object: accuracy, latency at batch 1 and throughput at
-batch 64 for each.
+optimize_for_inference) and its two bf16 paths (the channels-last eager network under
+torch.autocast, and the whole network cast to bfloat16). Prints one JSON object: accuracy, latency
+at batch 1 and throughput at batch 64 for each.
 
     /usr/bin/python3 bench/compress/peer.py PACKAGE_DIR [--threads 2] [--calibration 2048] [--runs 300]
 
@@ -176,9 +177,17 @@ def main():
         out["fp32_eager_accuracy"] = accuracy(cl, xt.contiguous(memory_format=torch.channels_last), yt)
         ts = torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.script(copy.deepcopy(net))))
         out["fp32_ts_accuracy"] = accuracy(ts, xt, yt)
-        for name, fn, xx1, xx64 in (("fp32_eager", cl, x1.contiguous(memory_format=torch.channels_last),
-                                     x64.contiguous(memory_format=torch.channels_last)),
-                                    ("fp32_ts", ts, x1, x64)):
+        def autocast(x):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return cl(x).float()
+        cast = copy.deepcopy(net).to(torch.bfloat16).to(memory_format=torch.channels_last)
+        bf16 = lambda x: cast(x.to(torch.bfloat16)).float()
+        cl_in = lambda x: x.contiguous(memory_format=torch.channels_last)
+        out["bf16_autocast_accuracy"] = accuracy(autocast, cl_in(xt), yt)
+        out["bf16_cast_accuracy"] = accuracy(bf16, cl_in(xt), yt)
+        for name, fn, xx1, xx64 in (("fp32_eager", cl, cl_in(x1), cl_in(x64)), ("fp32_ts", ts, x1, x64),
+                                    ("bf16_autocast", autocast, cl_in(x1), cl_in(x64)),
+                                    ("bf16_cast", bf16, cl_in(x1), cl_in(x64))):
             out[f"{name}_b1_ms"] = median_ms(fn, xx1, a.runs)
             out[f"{name}_b64_per_s"] = 64e3 / median_ms(fn, xx64, max(20, a.runs // 10))
         start = time.perf_counter()

@@ -5,8 +5,8 @@
 # table and the three ratios the serving issue asks for.
 #   bench/serve/run.sh [PACKAGE_DIR]     env: DUR=5 (s per point) THREADS=1 (intra-op) HTTP_THREADS=2
 #                                             C1_ROUNDS=5 (interleaved forward / c = 1 rounds)
-#                                             PRECISION=fp32 (bf16: the package's network under bf16
-#                                             autocast on AMX, for server and limit alike)
+#                                             PRECISION=fp32 (bf16: the package's graph in bf16 on
+#                                             oneDNN's bf16 kernels, for server and limit alike)
 # Concurrency 1 is also measured with strato loadtest --busy-poll (a client that stays awake
 # between requests, so its own wake-ups are not counted as server time) and against a second
 # server started with --busy-poll.

@@ -307,11 +307,12 @@ TEST_F(QuantizePackage, ServeKeepsAnInt8PackageOnTheCpu) {
 TEST_F(QuantizePackage, ServePrecisionParameter) {
     ASSERT_TRUE(quantize_package(request()).is_ok());
     serve::register_torch_backends(1);
-    auto load = [](const std::string& dir, const char* precision) {
+    auto load = [](const std::string& dir, const char* precision, bool fuse = true) {
         serve::ModelConfig cfg;
         cfg.name = "m";
         cfg.backend = "strato";
         if (precision) cfg.parameters["precision"] = precision;
+        if (!fuse) cfg.parameters["fuse"] = "false";
         const serve::Backend* b = serve::find_backend(cfg);
         EXPECT_TRUE(b->autocomplete(&cfg, dir).is_ok());
         return b->load(cfg, dir, serve::Device{});
@@ -332,6 +333,12 @@ TEST_F(QuantizePackage, ServePrecisionParameter) {
     auto a = run(**fp32, x), b = run(**bf16, x);
     EXPECT_FALSE(torch::equal(a, b));  // bf16 really ran
     EXPECT_LT((a - b).abs().max().item<float>(), 0.1f * std::max(1.0f, a.abs().max().item<float>()));
+    // fuse "false": the eager network under bf16 autocast, as close.
+    auto eager = load(float_dir(), "bf16", /*fuse=*/false);
+    ASSERT_TRUE(eager.is_ok()) << eager.status().message();
+    auto e = run(**eager, x);
+    EXPECT_FALSE(torch::equal(a, e));
+    EXPECT_LT((a - e).abs().max().item<float>(), 0.1f * std::max(1.0f, a.abs().max().item<float>()));
     auto fp16 = load(float_dir(), "fp16");
     ASSERT_FALSE(fp16.is_ok());
     EXPECT_NE(fp16.status().message().find("for GPU instances"), std::string::npos) << fp16.status().message();

@@ -39,7 +39,7 @@ TEST_P(VariantSpecs, Parse) {
         EXPECT_EQ(v->label, c.label);
         EXPECT_EQ(v->dir, c.dir);
         EXPECT_EQ(v->bf16, c.bf16);
-        EXPECT_EQ(v->eager, std::string(c.spec).ends_with("@eager"));
+        EXPECT_EQ(v->eager, std::string(c.spec).ends_with("eager"));
     } else {
         ASSERT_FALSE(v.is_ok()) << c.spec;
         EXPECT_EQ(v.status().code(), StatusCode::kInvalidArgument);
@@ -55,6 +55,7 @@ INSTANTIATE_TEST_SUITE_P(
         SpecCase{"Bf16", "teacher bf16=runs/cnn/model@bf16", "teacher bf16", "runs/cnn/model", true, ""},
         SpecCase{"Fp32", "t=runs/cnn/model@fp32", "t", "runs/cnn/model", false, ""},
         SpecCase{"Eager", "t=runs/cnn/model@eager", "t", "runs/cnn/model", false, ""},
+        SpecCase{"Bf16Eager", "t=runs/cnn/model@bf16-eager", "t", "runs/cnn/model", true, ""},
         SpecCase{"AtInsideThePath", "t=/tmp/a@b/model", "t", "/tmp/a@b/model", false, ""},
         SpecCase{"EqualsInsideThePath", "t=x=y", "t", "x=y", false, ""},
         SpecCase{"NoEquals", "runs/cnn/model", nullptr, nullptr, false, "no '='"},
@@ -117,10 +118,11 @@ TEST_F(Compare, MeasuresEveryRowAsEvalAndTheFilesSay) {
     const std::string small = make_package(dir_ + "/small", 4, false);
     // An extra file in the package directory counts towards its size.
     { std::ofstream(big + "/model.onnx") << std::string(1000, 'x'); }
-    auto r = compare({{"big", big}, {"big-bf16", big, true}, {"pruned", pruned}, {"small", small}, {"big-eager", big, false, true}},
+    auto r = compare({{"big", big}, {"big-bf16", big, true}, {"pruned", pruned}, {"small", small}, {"big-eager", big, false, true},
+                      {"big-bf16-eager", big, true, true}},
                      opts_);
     ASSERT_TRUE(r.is_ok()) << r.status().message();
-    ASSERT_EQ(r->rows.size(), 5u);
+    ASSERT_EQ(r->rows.size(), 6u);
     EXPECT_EQ(r->threads, 2);
 
     for (const auto& row : r->rows) {
@@ -158,9 +160,14 @@ TEST_F(Compare, MeasuresEveryRowAsEvalAndTheFilesSay) {
     }
     EXPECT_EQ(base.nonzero_parameters, nonzero);
     EXPECT_LT(base.nonzero_parameters, base.parameters);
-    // bf16: the same package, the same size, the accuracy of `strato eval --bf16`.
-    EXPECT_TRUE(r->rows[1].variant.bf16);
-    EXPECT_EQ(r->rows[1].size_bytes, base.size_bytes);
+    // bf16 (the graph, and the eager network under autocast): the same package, the same size,
+    // the accuracy of `strato eval --bf16`, predictions within bf16 rounding of FP32's.
+    for (int i : {1, 5}) {
+        EXPECT_TRUE(r->rows[i].variant.bf16);
+        EXPECT_EQ(r->rows[i].size_bytes, base.size_bytes);
+        EXPECT_NEAR(r->rows[i].accuracy, base.accuracy, 3.0 / 300);
+        EXPECT_NEAR(r->rows[i].loss, base.loss, 0.02 * std::max(1.0, base.loss));
+    }
     // Pruned: half of the weights are zero (odd-sized tensors keep one more non-zero).
     const auto& pr = r->rows[2];
     EXPECT_EQ(pr.parameters, base.parameters);
@@ -182,7 +189,7 @@ TEST_F(Compare, MeasuresEveryRowAsEvalAndTheFilesSay) {
     // The renderers carry every row.
     const std::string table = format_table(*r), md = format_markdown(*r);
     const nlohmann::json j = to_json(*r);
-    for (const char* label : {"big", "big-bf16", "pruned", "small", "big-eager"}) {
+    for (const char* label : {"big", "big-bf16", "pruned", "small", "big-eager", "big-bf16-eager"}) {
         EXPECT_NE(table.find(label), std::string::npos) << table;
         EXPECT_NE(md.find(std::string("| ") + label + " |"), std::string::npos) << md;
     }
@@ -190,9 +197,10 @@ TEST_F(Compare, MeasuresEveryRowAsEvalAndTheFilesSay) {
     EXPECT_NE(header.find("faster"), header.rfind("faster")) << header;  // latency's and throughput's
     EXPECT_EQ(md.rfind("| model | precision | accuracy", 0), 0u) << md;
     EXPECT_NE(md.find("| big-bf16 | bf16 |"), std::string::npos) << md;
-    ASSERT_EQ(j["rows"].size(), 5u);
+    ASSERT_EQ(j["rows"].size(), 6u);
     EXPECT_EQ(j["rows"][1]["precision"], "bf16");
     EXPECT_EQ(j["rows"][4]["precision"], "fp32 eager");
+    EXPECT_EQ(j["rows"][5]["precision"], "bf16 eager");
     EXPECT_EQ(j["rows"][2]["nonzero_parameters"], pr.nonzero_parameters);
     EXPECT_EQ(j["rows"][0]["size_bytes"], base.size_bytes);
     EXPECT_EQ(j["threads"], 2);

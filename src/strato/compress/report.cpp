@@ -21,7 +21,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr const char* kForm = "LABEL=DIR, LABEL=DIR@bf16 or LABEL=DIR@eager, e.g. teacher=runs/fashion_mnist_cnn/model";
+constexpr const char* kForm = "LABEL=DIR, LABEL=DIR@bf16, LABEL=DIR@eager or LABEL=DIR@bf16-eager, e.g. teacher=runs/fashion_mnist_cnn/model";
 
 /// The median (mean of the two middle values for an even count) and the nearest-rank p90.
 std::pair<double, double> median_p90(std::vector<double> v) {
@@ -36,8 +36,9 @@ std::pair<double, double> median_p90(std::vector<double> v) {
 /// Times one row's forward pass as the server runs it (see report.h), a slice at a time.
 class ForwardTimer {
 public:
-    ForwardTimer(models::LoadedPackage pkg, bool bf16, bool eager, int64_t batch) : pkg_(std::move(pkg)), bf16_(bf16) {
-        run_ = models::inference_net(pkg_, /*fuse=*/!bf16 && !eager);  // as serve's PackageModel
+    ForwardTimer(models::LoadedPackage pkg, bool bf16, bool eager, int64_t batch) : pkg_(std::move(pkg)) {
+        run_ = models::inference_net(pkg_, /*fuse=*/!eager, bf16);  // as serve's PackageModel
+        bf16_ = bf16 && !run_.bf16;  // the eager network under autocast
         const bool channels_last = run_.channels_last;
         // Normalised images look like standard normal noise to the timer; values do not change the time.
         auto input = [&](int64_t b) {
@@ -73,7 +74,7 @@ private:
     }
     models::LoadedPackage pkg_;
     models::InferenceNet run_;
-    bool bf16_;
+    bool bf16_ = false;
     torch::Tensor one_, batch_;
     std::vector<double> ms_, rates_;
 };
@@ -148,7 +149,8 @@ std::string thousands(int64_t n) {
 double megabytes(int64_t bytes) { return static_cast<double>(bytes) / 1e6; }
 
 std::string precision(const VariantReport& r) {
-    return r.quantized ? "int8" : r.variant.bf16 ? "bf16" : r.variant.eager ? "fp32 eager" : "fp32";
+    if (r.quantized) return "int8";
+    return fmt::format("{}{}", r.variant.bf16 ? "bf16" : "fp32", r.variant.eager ? " eager" : "");
 }
 
 std::string delta(const CompareReport& rep, size_t i) {
@@ -159,8 +161,8 @@ std::string measured_how(const CompareReport& r) {
     return fmt::format(
         "accuracy on the {}; latency: median and p90 of {} forward passes at batch 1; throughput: median "
         "of {} passes at batch {}; the rows timed in turn over {} round{}; {} intra-op thread{}, CPU, InferenceMode, "
-        "FP32 and INT8 rows through their inference graphs on oneDNN primitives (BatchNorm folded, ReLU and residual adds fused) as the server runs "
-        "them; size: every file of the package (MB = 10^6 bytes); ratios against "
+        "FP32, bf16 and INT8 rows through their inference graphs on oneDNN primitives (BatchNorm folded, ReLU and residual adds "
+        "fused) as the server runs them, eager rows through the eager network (under bf16 autocast for bf16); size: every file of the package (MB = 10^6 bytes); ratios against "
         "the first row",
         r.dataset, r.latency_runs, r.throughput_runs, r.throughput_batch, r.rounds, r.rounds == 1 ? "" : "s",
         r.threads, r.threads == 1 ? "" : "s");
@@ -179,12 +181,13 @@ Result<Variant> parse_variant(const std::string& spec) {
     const auto at = rest.rfind('@');
     if (at != std::string::npos && rest.find('/', at) == std::string::npos) {
         const std::string p = rest.substr(at + 1);
-        if (p == "bf16") {
+        if (p == "bf16" || p == "bf16-eager") {
             v.bf16 = true;
+            v.eager = p == "bf16-eager";
         } else if (p == "eager") {
             v.eager = true;
         } else if (p != "fp32") {
-            return invalid_argument("variant '{}': unknown precision '@{}' (expected @bf16, @eager or @fp32)", spec, p);
+            return invalid_argument("variant '{}': unknown precision '@{}' (expected @bf16, @bf16-eager, @eager or @fp32)", spec, p);
         }
         rest.resize(at);
     }
@@ -229,7 +232,7 @@ Result<CompareReport> compare(const std::vector<Variant>& variants, const Compar
     try {
         std::vector<ForwardTimer> timers;
         for (const auto& v : variants) {
-            log::info("measuring {} ({}{})", v.label, v.dir, v.bf16 ? ", bf16 autocast" : v.eager ? ", eager" : "");
+            log::info("measuring {} ({}{}{})", v.label, v.dir, v.bf16 ? ", bf16" : "", v.eager ? ", eager" : "");
             auto r = measure(v, opts, timers);
             if (!r) return r.status().with_context(fmt::format("{} ({})", v.label, v.dir));
             out.rows.push_back(std::move(r).value());

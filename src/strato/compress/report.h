@@ -13,8 +13,9 @@
 // Timing runs the package's forward pass the way `strato serve` does (PackageModel): the
 // network serving runs (models::inference_net: the fused FP32 graph for a float package, the
 // INT8 graph on channels-last inputs for a quantized one), under c10::InferenceMode, on the CPU,
-// with `threads` intra-op threads; a bf16 variant runs the eager network in channels-last under
-// bf16 autocast like `strato eval --bf16`. Inputs are already normalised (the
+// with `threads` intra-op threads; a bf16 variant runs the fused graph in bf16 like `strato eval
+// --bf16` and serve's precision "bf16" (the eager network under bf16 autocast where the CPU has no
+// oneDNN bf16 kernels, or for @bf16-eager). Inputs are already normalised (the
 // normalisation and the protocol codec are not timed). The rows are timed interleaved: `rounds`
 // rounds each time every row for its share of the passes, so a machine that slows down for a
 // while slows every row alike and the ratios stay fair. Not thread-safe: sets the process's
@@ -29,8 +30,8 @@
 
 namespace strato::compress {
 
-/// One row: a label and a package directory, optionally run under bf16 autocast or as the eager
-/// FP32 network (not the fused inference graph the server runs; to show what fusing gains).
+/// One row: a label and a package directory, optionally in bf16 and/or as the eager network (not
+/// the fused inference graph the server runs; to show what fusing gains; under autocast in bf16).
 struct Variant {
     std::string label;
     std::string dir;
@@ -38,7 +39,7 @@ struct Variant {
     bool eager = false;
 };
 
-/// Parses `LABEL=DIR`, `LABEL=DIR@bf16` or `LABEL=DIR@eager` (also `@fp32`, the default). An `@` followed by a
+/// Parses `LABEL=DIR`, `LABEL=DIR@bf16`, `LABEL=DIR@eager` or `LABEL=DIR@bf16-eager` (also `@fp32`, the default). An `@` followed by a
 /// path (with a `/`) belongs to DIR. Errors name the spec and the expected form.
 Result<Variant> parse_variant(const std::string& spec);
 

@@ -90,12 +90,14 @@ std::string model_file(const ModelConfig& c, const std::string& version_dir, con
 
 class PackageModel : public Model {
 public:
-    /// `autocast`: kFloat (none), kBFloat16 or kHalf (GPU) — the eager network under autocast.
-    PackageModel(models::LoadedPackage pkg, bool uint8_input, bool normalize, bool fuse, Device device, at::ScalarType autocast)
-        : pkg_(std::move(pkg)), uint8_(uint8_input), device_(torch_device(device)), autocast_(autocast) {
-        // The fused graph runs on oneDNN (CPU) in FP32; a GPU copy, or one under autocast, is the
-        // eager network, channels-last.
-        run_ = models::inference_net(pkg_, fuse && !device.is_gpu() && autocast == at::kFloat);
+    /// `precision`: kFloat, kBFloat16 or kHalf (GPU).
+    PackageModel(models::LoadedPackage pkg, bool uint8_input, bool normalize, bool fuse, Device device, at::ScalarType precision)
+        : pkg_(std::move(pkg)), uint8_(uint8_input), device_(torch_device(device)), autocast_(precision) {
+        // On the CPU the fused graph runs on oneDNN in FP32 or bf16; a GPU copy, fp16, or a CPU
+        // without bf16 kernels get the eager network, channels-last, under autocast.
+        const bool bf16 = precision == at::kBFloat16;
+        run_ = models::inference_net(pkg_, fuse && !device.is_gpu() && (precision == at::kFloat || bf16), bf16);
+        if (run_.bf16) autocast_ = at::kFloat;  // the graph is bf16 itself
         if (device.is_gpu()) run_.net->to(device_);
         int64_t c = pkg_.info.input_shape.channels;
         std::vector<float> mean(c, 0.f), inv_std(c, 1.f);
