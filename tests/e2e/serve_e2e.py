@@ -1506,6 +1506,58 @@ def repository_explicit_mode(ctx):
     return "index, load, config override, bad overrides, unload, reload, failed load; none mode refuses with 503"
 
 
+def process_usage(pid):
+    """(resident KiB, threads, open file descriptors) of a process, from /proc."""
+    status = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status"))
+    return int(status["VmRSS"].split()[0]), int(status["Threads"]), len(os.listdir(f"/proc/{pid}/fd"))
+
+
+@test
+def load_unload_cycles_return_memory(ctx):
+    # Triton users see memory grow with every load/unload (a TorchScript model ~20 MB a cycle):
+    # here 40 cycles of load, a batch of 8 (its plan built and cached), unload may not keep more
+    # than a quarter of the weights' size each, nor a thread or a descriptor.
+    root = ctx.repo_with("cycle_repo", {MODEL: {"1": "pkg"}})
+    srv = Server("cycles", ["--model-repository", root, "--model-control-mode", "explicit"], ctx.tmp)
+    weights = os.path.getsize(os.path.join(PKG, "weights.pt"))
+    try:
+        p = srv.port
+        body, headers = binary_infer_body(ctx.images[:8])
+
+        def cycle(i):
+            check(request(p, "POST", f"/v2/repository/models/{MODEL}/load").status == 200, f"load, cycle {i}")
+            decode_infer(request(p, "POST", f"/v2/models/{MODEL}/infer", body, headers), f"infer, cycle {i}")
+            check(request(p, "POST", f"/v2/repository/models/{MODEL}/unload").status == 200, f"unload, cycle {i}")
+            # Unloading is asynchronous in Triton's API; here the index says when it is done.
+            deadline = time.time() + 10
+            while time.time() < deadline:
+                idx = request(p, "POST", "/v2/repository/index").json()
+                if all(e.get("state") != "READY" for e in idx):
+                    return
+                time.sleep(0.01)
+            raise Failure(f"cycle {i}: the model is still READY 10 s after its unload")
+
+        for i in range(10):  # warm-up: allocator pools, oneDNN's primitive cache, I/O threads
+            cycle(i)
+        rss0, threads0, fds0 = process_usage(srv.proc.pid)
+        n = 40
+        for i in range(n):
+            cycle(10 + i)
+        rss1, threads1, fds1 = process_usage(srv.proc.pid)
+        srv.assert_alive("load/unload cycles")
+        grown = (rss1 - rss0) * 1024
+        check(grown < n * weights / 4,
+              f"{n} load/unload cycles grew the resident memory by {grown / 2**20:.1f} MiB ({rss0} -> {rss1} KiB): "
+              f"{grown / n / 1024:.0f} KiB a cycle, a model's weights are {weights / 1024:.0f} KiB")
+        # (a loader thread may come and go; a leaked one per cycle would add 40)
+        check(threads1 <= threads0 + 2, f"threads {threads0} -> {threads1} after {n} load/unload cycles")
+        check(fds1 <= fds0, f"open descriptors {fds0} -> {fds1} after {n} load/unload cycles")
+    finally:
+        srv.kill()
+    return (f"{n} cycles: resident {rss0 // 1024} -> {rss1 // 1024} MiB ({(rss1 - rss0) / n:+.0f} KiB a cycle, "
+            f"weights {weights // 1024} KiB), threads {threads0} -> {threads1}, descriptors {fds0} -> {fds1}")
+
+
 @test
 def readiness_with_broken_models(ctx):
     root = ctx.repo_with("broken_repo", {
