@@ -128,7 +128,8 @@ std::vector<Check> run_checks(const std::string& disk_path) {
     out.push_back({"cpu features", feats.empty() ? "none of avx2/avx512/amx" : feats, Level::kOk,
                    bf16_fast ? "" : "no bf16 instructions: train.precision = \"bf16\" will not speed up training"});
     if (bf16_fast) out.back().hint = "";
-    out.push_back({"bf16 autocast", bf16_fast ? "fast (AMX/AVX512-BF16): use train.precision = \"bf16\"" : "emulated (slow)",
+    out.push_back({"bf16", bf16_fast ? "fast (AMX/AVX512-BF16): train with train.precision = \"bf16\", serve with parameter precision \"bf16\""
+                                     : "emulated (slow)",
                    bf16_fast ? Level::kOk : Level::kWarn, ""});
 
     const bool cuda = torch::cuda::is_available();
