@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 
 #include "proc.h"
 #include "strato/core/fs.h"
@@ -38,6 +41,31 @@ TEST_F(Cli, HelpListsCommands) {
     EXPECT_EQ(o.code, 0);
     EXPECT_NE(o.out.find("--resume"), std::string::npos);
     EXPECT_NE(run_strato("frobnicate", dir_).code, 0);
+}
+
+// `strato doctor --json` describes this machine: every check named, the CPU's bf16 instructions
+// as /proc/cpuinfo lists them (and what to do with them), the Fashion-MNIST package found.
+TEST_F(Cli, DoctorDescribesThisMachine) {
+    auto o = run_strato("doctor --json --dir " + dir_, dir_);
+    ASSERT_EQ(o.code, 0) << o.err;
+    auto checks = nlohmann::json::parse(o.out, nullptr, false);
+    ASSERT_TRUE(checks.is_array()) << o.out;
+    std::map<std::string, nlohmann::json> by_name;
+    for (const auto& c : checks) {
+        ASSERT_TRUE(c.contains("name") && c.contains("level") && c.contains("value")) << c.dump();
+        by_name[c["name"].get<std::string>()] = c;
+    }
+    for (const char* name : {"libtorch", "cpu", "blas", "cpu features", "bf16", "cuda", "memory available", "disk free"})
+        EXPECT_TRUE(by_name.count(name)) << name << " missing from " << o.out;
+    std::ifstream in("/proc/cpuinfo");
+    const std::string cpuinfo{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    const bool bf16 = cpuinfo.find(" avx512_bf16") != std::string::npos || cpuinfo.find(" amx_bf16") != std::string::npos;
+    const std::string value = by_name["bf16"].value("value", "");
+    EXPECT_EQ(by_name["bf16"]["level"], bf16 ? "ok" : "warn") << value;
+    if (bf16) {
+        EXPECT_NE(value.find("train.precision"), std::string::npos) << value;
+        EXPECT_NE(value.find("serve with parameter precision"), std::string::npos) << value;
+    }
 }
 
 TEST_F(Cli, UnknownKeyNamesFileLineAndKey) {
