@@ -2,6 +2,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <thread>
 
 #include "strato/compress/quantize.h"
 #include "strato/core/fs.h"
@@ -300,6 +302,43 @@ TEST_F(QuantizePackage, ServeKeepsAnInt8PackageOnTheCpu) {
     EXPECT_EQ(on_gpu.status().code(), StatusCode::kUnimplemented);
     EXPECT_NE(on_gpu.status().message().find("an INT8 package runs on the CPU"), std::string::npos) << on_gpu.status().message();
     EXPECT_TRUE(b->load(cfg, int8_dir(), serve::Device{}).is_ok());
+}
+
+int process_threads() {
+    std::ifstream in("/proc/self/status");
+    for (std::string line; std::getline(in, line);)
+        if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+    return -1;
+}
+
+// A model loaded on a thread that ran OpenMP work leaves no OpenMP pool on it: the loading
+// thread does not run the model again, and idle pools that outnumber the cores make libgomp stop
+// spinning in every other team (Model::intra_op_threads). The model reports its intra-op threads.
+TEST_F(QuantizePackage, ServeLoadFreesTheLoadingThreadsOpenMpPool) {
+    serve::register_torch_backends(2);
+    serve::ModelConfig cfg;
+    cfg.name = "m";
+    cfg.backend = "strato";
+    const serve::Backend* b = serve::find_backend(cfg);
+    ASSERT_TRUE(b->autocomplete(&cfg, float_dir()).is_ok());
+    const int base = process_threads();
+    int with_pool = 0, after = 0;
+    std::thread loader([&] {
+        // A parallel region (inside libtorch) as a warm-up may run one: this thread now keeps a
+        // pool of workers.
+        (void)torch::ones({1 << 22}).mul_(2.0f);
+        with_pool = process_threads();
+        auto m = b->load(cfg, float_dir(), serve::Device{});
+        ASSERT_TRUE(m.is_ok()) << m.status().message();
+        EXPECT_EQ((*m)->intra_op_threads(), 2);
+        for (int i = 0; i < 200 && (after = process_threads()) > base + 1; ++i)  // workers exit on their own
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    });
+    loader.join();
+    ASSERT_GT(with_pool, base + 1) << "the parallel region started no worker: nothing to check";
+    EXPECT_EQ(after, base + 1) << "threads: " << base << " before, " << with_pool << " with the loader's pool, " << after
+                               << " after the load (the loader is one)";
+    serve::register_torch_backends(1);
 }
 
 // The strato backend's precision parameter: bf16 runs the float package's network under CPU

@@ -182,8 +182,8 @@ def main():
                   f"descriptors {fd0} -> {fd1}")
             # Less than a twelfth of the model kept per cycle: a leak of its weights shows at once.
             assert rss1 - rss0 < size, f"{model}: resident memory grew by {rss1 - rss0:.0f} MiB over 12 cycles"
-            # (a loader thread may come and go; a leaked one per cycle would add 12)
-            assert thr1 <= thr0 + 2 and fd1 <= fd0, f"{model}: threads {thr0} -> {thr1}, descriptors {fd0} -> {fd1}"
+            # (a loader thread or a closing connection may come and go; a leak per cycle would add 12)
+            assert thr1 <= thr0 + 2 and fd1 <= fd0 + 2, f"{model}: threads {thr0} -> {thr1}, descriptors {fd0} -> {fd1}"
         print("ok: load/unload cycles keep memory, threads and descriptors flat")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0, "serve did not exit 0 on SIGTERM"

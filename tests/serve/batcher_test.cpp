@@ -203,6 +203,27 @@ TEST(Batcher, RunsInlineOnlyWhenAllowedAndIdle) {
     EXPECT_NE(ran_on, std::this_thread::get_id());  // an instance thread ran it
 }
 
+// A model that runs on several OpenMP threads never runs on the caller's (an HTTP) thread, even
+// when allowed and idle: each such thread would keep an OpenMP pool (Model::intra_op_threads).
+TEST(Batcher, AMultiThreadedModelRunsOnlyOnInstanceThreads) {
+    struct Parallel : Doubler {
+        int intra_op_threads() const override { return 2; }
+    };
+    Batcher b(std::make_shared<Parallel>(), dynamic(8, 0));
+    for (int i = 0; i < 3; ++i) {
+        std::promise<Outcome> p;
+        std::thread::id ran_on;
+        Job j = make_job(1, 1, &p);
+        j.done = [&, inner = j.done](Status s, std::vector<Tensor> o, const Timing& t) {
+            ran_on = std::this_thread::get_id();
+            inner(s, std::move(o), t);
+        };
+        ASSERT_TRUE(b.submit(std::move(j), /*may_run_inline=*/true).is_ok());
+        EXPECT_TRUE(p.get_future().get().status.is_ok());
+        EXPECT_NE(ran_on, std::this_thread::get_id()) << "submission " << i << " ran inline";
+    }
+}
+
 // Instances with a model each (copies on different devices): two batches held at once run on
 // both, each on a free one, and an instance is free again once its batch is done.
 TEST(Batcher, EachInstanceRunsOnItsOwnModel) {

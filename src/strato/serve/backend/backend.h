@@ -25,6 +25,12 @@ public:
     virtual std::vector<std::string> labels() const { return {}; }
     /// Bytes of weights held (for /stats memory_usage).
     virtual int64_t memory_bytes() const { return 0; }
+    /// The CPU threads one execution runs on (OpenMP's intra-op team). Above 1 the batcher runs
+    /// it only on its instance threads, never inline on an HTTP thread: every thread that starts
+    /// OpenMP work keeps a pool of workers for its lifetime, and once the pools hold more threads
+    /// than there are cores, libgomp stops spinning between parallel regions and every region
+    /// waits on a futex (a batch-1 forward pass 2.6x slower on a 2-core VM).
+    virtual int intra_op_threads() const { return 1; }
 };
 
 /// Where a model instance runs: the CPU, or CUDA device `gpu`.

@@ -3,6 +3,7 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/script.h>
+#include <dlfcn.h>
 #include <torch/torch.h>
 
 #include <filesystem>
@@ -65,6 +66,18 @@ void wait_for_loading(const torch::Device& d) {
     if (d.is_cuda()) (void)torch::zeros({1}, torch::TensorOptions().device(d)).to(torch::kCPU);
 }
 
+/// Frees the calling thread's OpenMP worker pool, which its first parallel region started and which
+/// otherwise lives as long as the thread: for a loading thread after the warm-up run, which will not
+/// run the model again (see Model::intra_op_threads). OpenMP 5's omp_pause_resource, looked up in
+/// the process so that the runtime freed is the one libtorch and oneDNN run on.
+void release_openmp_pool() {
+    using Pause = int (*)(int kind, int device);
+    using Device = int (*)();
+    static const auto pause = reinterpret_cast<Pause>(dlsym(RTLD_DEFAULT, "omp_pause_resource"));
+    static const auto host = reinterpret_cast<Device>(dlsym(RTLD_DEFAULT, "omp_get_initial_device"));
+    if (pause && host) (void)pause(/*omp_pause_soft=*/1, host());
+}
+
 Result<Tensor> from_tensor(torch::Tensor x, const TensorSpec& spec) {
     STRATO_ASSIGN_OR_RETURN(c10::ScalarType st, to_scalar(spec.dtype));
     x = x.to(torch::kCPU, st).contiguous();
@@ -109,6 +122,7 @@ public:
         mean_ = torch::tensor(mean).view({1, c, 1, 1}).to(device_);
         inv_std_ = torch::tensor(inv_std).view({1, c, 1, 1}).to(device_);
         bytes_ = parameter_bytes(run_.net->parameters());
+        threads_ = device.is_gpu() ? 1 : at::get_num_threads();
         wait_for_loading(device_);
     }
 
@@ -139,6 +153,7 @@ public:
     }
     std::vector<std::string> labels() const override { return pkg_.info.labels; }
     int64_t memory_bytes() const override { return bytes_; }
+    int intra_op_threads() const override { return threads_; }
 
 private:
     models::LoadedPackage pkg_;
@@ -148,6 +163,7 @@ private:
     at::ScalarType autocast_;
     torch::Tensor mean_, inv_std_;
     int64_t bytes_ = 0;
+    int threads_ = 1;
 };
 
 Status package_autocomplete(ModelConfig* c, const std::string& version_dir) {
@@ -233,6 +249,7 @@ Result<std::shared_ptr<Model>> package_load(const ModelConfig& c, const std::str
     in.data.assign(static_cast<size_t>(in.numel() * static_cast<int64_t>(datatype_size(in.dtype))), '\0');
     std::vector<Tensor> out;
     STRATO_RETURN_IF_ERROR(model->execute({in}, &out).with_context("warm-up run"));
+    release_openmp_pool();
     return std::shared_ptr<Model>(std::move(model));
 }
 
@@ -246,6 +263,7 @@ public:
         for (const auto& p : module_.parameters()) ps.push_back(p);
         for (const auto& b : module_.buffers()) ps.push_back(b);
         bytes_ = parameter_bytes(ps);
+        threads_ = device.is_gpu() ? 1 : at::get_num_threads();
         wait_for_loading(device_);
     }
 
@@ -287,12 +305,14 @@ public:
         return Status::ok();
     }
     int64_t memory_bytes() const override { return bytes_; }
+    int intra_op_threads() const override { return threads_; }
 
 private:
     torch::jit::Module module_;
     ModelConfig config_;
     torch::Device device_;
     int64_t bytes_ = 0;
+    int threads_ = 1;
 };
 
 Status torchscript_autocomplete(ModelConfig* c, const std::string&) {
@@ -310,7 +330,9 @@ Result<std::shared_ptr<Model>> torchscript_load(const ModelConfig& c, const std:
     try {
         torch::jit::Module m = torch::jit::load(path, torch_device(device));
         m.eval();
-        return std::shared_ptr<Model>(std::make_shared<TorchScriptModel>(std::move(m), c, device));
+        auto model = std::make_shared<TorchScriptModel>(std::move(m), c, device);
+        release_openmp_pool();
+        return std::shared_ptr<Model>(std::move(model));
     } catch (const c10::Error& e) {
         return data_loss("{}: not a loadable TorchScript file: {}", path, models::torch_error_message(e));
     } catch (const std::exception& e) {

@@ -33,6 +33,7 @@ Batcher::Batcher(std::vector<std::shared_ptr<Model>> instances, BatcherOptions o
     if (instances_.empty()) throw std::invalid_argument("Batcher: no model instance");
     opt_.instances = static_cast<int>(instances_.size());
     busy_.assign(instances_.size(), 0);
+    for (const auto& m : instances_) may_inline_ = may_inline_ && (!m || m->intra_op_threads() <= 1);
     for (size_t i = 0; i < instances_.size(); ++i) threads_.emplace_back([this] { worker(); });
 }
 
@@ -60,7 +61,7 @@ Status Batcher::submit(Job&& job, bool may_run_inline) {
             return Status{StatusCode::kUnavailable,
                     fmt::format("Exceeds maximum queue size ({} requests waiting); retry later or raise "
                                 "dynamic_batching.default_queue_policy.max_queue_size", queue_.size())};
-        bool inline_run = may_run_inline && queue_.empty() && !forming_ && running_ < opt_.instances &&
+        bool inline_run = may_run_inline && may_inline_ && queue_.empty() && !forming_ && running_ < opt_.instances &&
                           (!opt_.dynamic || opt_.max_delay.count() == 0);
         if (!inline_run) {
             queue_.push_back(std::move(job));

@@ -67,7 +67,8 @@ public:
     /// done callback is not called then). With `may_run_inline` (the caller knows no other
     /// request is in flight), an idle instance, an empty queue and no batching delay to wait for,
     /// the job runs at once on the caller's thread: that saves two thread hand-offs per request
-    /// at low load, and never costs a batch.
+    /// at low load, and never costs a batch. Not for models that run on several threads
+    /// (Model::intra_op_threads).
     Status submit(Job&& job, bool may_run_inline = false);  // `job` is moved from only when accepted
     bool stopping() const {
         std::lock_guard lock(mu_);
@@ -87,6 +88,7 @@ private:
 
     std::vector<std::shared_ptr<Model>> instances_;
     std::vector<char> busy_;  // per instance
+    bool may_inline_ = true;  // every instance runs single-threaded
     BatcherOptions opt_;
     std::function<void(int64_t, const Timing&, bool)> on_batch_;
     mutable std::mutex mu_;
