@@ -75,7 +75,7 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     cmd->add_option("--infer-token-file", o->infer_token_file, "File holding a bearer token required on /v2 (health probes stay open)");
     cmd->add_option("--repository-token-file", o->repo_token_file, "File holding a bearer token required on /v2/repository/*");
     cmd->add_option("--intra-op-threads", o->intra_threads, "libtorch threads per model execution (0 = cores)");
-    cmd->add_option("--busy-poll", o->busy_poll, "HTTP I/O threads poll for the next request this long before sleeping (bare numbers are us; 0: off). Lower latency at low load, most of all in VMs whose idle vCPUs wake slowly; costs that much CPU per idle gap");
+    cmd->add_option("--busy-poll", o->busy_poll, "HTTP I/O threads poll for the next request this long before sleeping (bare numbers are us; 0: off). Lower latency at low load, most of all in VMs whose idle vCPUs wake slowly; costs that much CPU per idle gap, and wants a core the intra-op threads do not use");
     cmd->footer(
         "Examples:\n"
         "  strato serve --model runs/fashion_mnist_cnn/model\n"
