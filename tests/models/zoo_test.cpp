@@ -25,12 +25,18 @@ struct ZooCase {
 
 class Zoo : public ::testing::TestWithParam<ZooCase> {};
 
-TEST_P(Zoo, ForwardGivesLogitsPerClass) {
-    const auto& c = GetParam();
+/// The case's network config: slim ImageNet-style ResNets (width 8) for speed.
+ModelConfig zoo_config(const ZooCase& c) {
     ModelConfig cfg;
     cfg.arch = c.arch;
     cfg.depth = c.depth;
-    cfg.width = c.arch == "resnet" && c.depth < 60 && c.depth % 6 != 2 ? 8 : 0;  // slim ImageNet-style nets for speed
+    cfg.width = c.arch == "resnet" && c.depth < 60 && c.depth % 6 != 2 ? 8 : 0;
+    return cfg;
+}
+
+TEST_P(Zoo, ForwardGivesLogitsPerClass) {
+    const auto& c = GetParam();
+    ModelConfig cfg = zoo_config(c);
     auto net = create_model(cfg, c.shape, 7);
     ASSERT_TRUE(net.is_ok()) << net.status().message();
     (*net)->eval();
@@ -58,10 +64,7 @@ INSTANTIATE_TEST_SUITE_P(All, Zoo,
 TEST_P(Zoo, FusedNetEqualsTheEagerNetwork) {
     const auto& c = GetParam();
     at::set_num_threads(2);
-    ModelConfig cfg;
-    cfg.arch = c.arch;
-    cfg.depth = c.depth;
-    cfg.width = c.arch == "resnet" && c.depth < 60 && c.depth % 6 != 2 ? 8 : 0;
+    ModelConfig cfg = zoo_config(c);
     cfg.dropout = 0.3;  // at inference dropout is the identity; the lowering drops it
     torch::manual_seed(5);
     auto net = create_model(cfg, c.shape, 7).value();
@@ -110,10 +113,7 @@ bool cpu_has(const std::string& flag) {
 TEST_P(Zoo, Bf16GraphIsAsCloseToFp32AsAutocast) {
     const auto& c = GetParam();
     at::set_num_threads(2);
-    ModelConfig cfg;
-    cfg.arch = c.arch;
-    cfg.depth = c.depth;
-    cfg.width = c.arch == "resnet" && c.depth < 60 && c.depth % 6 != 2 ? 8 : 0;
+    ModelConfig cfg = zoo_config(c);
     torch::manual_seed(5);
     auto net = create_model(cfg, c.shape, 7).value();
     randomize_batch_norm(*net);
