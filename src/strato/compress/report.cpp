@@ -162,8 +162,8 @@ std::string measured_how(const CompareReport& r) {
         "accuracy on the {}; latency: median and p90 of {} forward passes at batch 1; throughput: median "
         "of {} passes at batch {}; the rows timed in turn over {} round{}; {} intra-op thread{}, CPU, InferenceMode, "
         "FP32, bf16 and INT8 rows through their inference graphs on oneDNN primitives (BatchNorm folded, ReLU and residual adds "
-        "fused) as the server runs them, eager rows through the eager network (under bf16 autocast for bf16); size: every file of the package (MB = 10^6 bytes); ratios against "
-        "the first row",
+        "fused) as the server runs them, eager rows through the eager network (under bf16 autocast for bf16); size: every "
+        "file of the package (MB = 10^6 bytes); ratios against the first row",
         r.dataset, r.latency_runs, r.throughput_runs, r.throughput_batch, r.rounds, r.rounds == 1 ? "" : "s",
         r.threads, r.threads == 1 ? "" : "s");
 }

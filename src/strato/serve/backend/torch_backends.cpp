@@ -2,8 +2,8 @@
 
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
-#include <torch/script.h>
 #include <dlfcn.h>
+#include <torch/script.h>
 #include <torch/torch.h>
 
 #include <filesystem>
