@@ -96,6 +96,7 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         so.metrics_http.port = static_cast<uint16_t>(o->metrics_port);
         so.http.threads = o->threads > 0 ? o->threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
         so.metrics_http.threads = 1;
+        so.metrics_http.thread_name = "metrics";
         so.http.body_limit = static_cast<uint64_t>(o->max_input);
         so.metrics_http.body_limit = 1 << 16;
         so.http.header_timeout = so.metrics_http.header_timeout = std::chrono::seconds(o->header_timeout);

@@ -1559,6 +1559,17 @@ def load_unload_cycles_return_memory(ctx):
 
 
 @test
+def thread_names(ctx):
+    # What `top -H`, `ps -L`, perf and gdb show: every thread of the server says what it is.
+    srv = ctx.main()
+    decode_infer(request(srv.port, "POST", f"/v2/models/{MODEL}/infer", json_infer_body([ctx.images[0]])), "infer")
+    names = sorted(open(f"/proc/{srv.proc.pid}/task/{t}/comm").read().strip() for t in os.listdir(f"/proc/{srv.proc.pid}/task"))
+    for want in ("http-0", "metrics-0", f"run-{MODEL}", "repo-manager"):
+        check(want in names, f"no thread named {want!r} among {names}")
+    return ", ".join(names)
+
+
+@test
 def readiness_with_broken_models(ctx):
     root = ctx.repo_with("broken_repo", {
         "good": {"1": "pkg"},

@@ -54,7 +54,7 @@ Job make_job(float value, int64_t rows, std::promise<Outcome>* p) {
     for (int64_t i = 0; i < rows * 2; ++i) f[i] = value;
     j.inputs.push_back(std::move(t));
     j.rows = rows;
-    j.done = [p](Status s, std::vector<Tensor> o, const Timing& t) { p->set_value({s, std::move(o), t}); };
+    j.done = [p](Status s, std::vector<Tensor> o, const Timing& timing) { p->set_value({s, std::move(o), timing}); };
     return j;
 }
 

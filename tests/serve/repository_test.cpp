@@ -258,8 +258,11 @@ TEST_F(RepositoryTest, KindGpuWithoutAGpuLeavesTheModelUnavailableWithTheReason)
     Repository repo(options(ControlMode::kNone), &registry);
     ASSERT_TRUE(repo.start().is_ok());
     EXPECT_FALSE(repo.get("m", "").is_ok());
-    for (const auto& e : repo.index(false))
-        if (e.name == "m") EXPECT_NE(e.reason.find("runs on the CPU only"), std::string::npos) << e.reason;
+    for (const auto& e : repo.index(false)) {
+        if (e.name == "m") {
+            EXPECT_NE(e.reason.find("runs on the CPU only"), std::string::npos) << e.reason;
+        }
+    }
 }
 
 }  // namespace

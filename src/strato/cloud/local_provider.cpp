@@ -375,6 +375,7 @@ Status LocalProvider::start() {
     so.port = static_cast<uint16_t>(m.o.port);
     so.threads = 2;
     so.server_name = "strato-autoscale";
+    so.thread_name = "autoscale-http";
     m.front = std::make_unique<serve::http::Server>(
         so, [this](serve::http::Request&& req, serve::http::Reply reply) { impl_->handle(std::move(req), std::move(reply)); });
     return m.front->start().with_context(fmt::format("front end on {}:{}", m.o.address, m.o.port));

@@ -1,6 +1,7 @@
 #include "strato/dist/rendezvous.h"
 
 #include "strato/core/signals.h"
+#include "strato/core/thread_name.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -288,7 +289,10 @@ Result<std::unique_ptr<RendezvousServer>> RendezvousServer::start(const std::str
     srv->impl_->s = s;
     srv->impl_->listen_fd = fd;
     srv->impl_->port = ntohs(addr.sin_port);
-    srv->impl_->thread = std::thread([impl = srv->impl_.get()] { impl->serve(); });
+    srv->impl_->thread = std::thread([impl = srv->impl_.get()] {
+        set_thread_name("rendezvous");
+        impl->serve();
+    });
     return srv;
 }
 

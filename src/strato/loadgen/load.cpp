@@ -21,6 +21,8 @@
 #include <random>
 #include <thread>
 
+#include "strato/core/thread_name.h"
+
 namespace strato::loadgen {
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
@@ -572,7 +574,11 @@ Result<std::unique_ptr<LoadSession>> LoadSession::start(const Target& target, co
         if (w.epoll_fd < 0 || w.wake_fd < 0) return io_error("epoll/eventfd: {}", std::strerror(errno));
     }
     impl->window_start = now_ns();
-    for (auto& w : impl->workers) w->thread = std::thread([w = w.get()] { w->run(); });
+    for (auto& w : impl->workers)
+        w->thread = std::thread([w = w.get()] {
+            set_thread_name(fmt::format("loadgen-{}", w->id));
+            w->run();
+        });
     return std::unique_ptr<LoadSession>(new LoadSession(std::move(impl)));
 }
 

@@ -70,6 +70,7 @@ Result<std::unique_ptr<Monitor>> Monitor::create(MonitorOptions options) {
         so.port = static_cast<uint16_t>(options.port);
         so.threads = 1;
         so.server_name = "strato-monitor";
+        so.thread_name = "monitor-http";
         Monitor* self = m.get();
         m->exporter_->server = std::make_unique<serve::http::Server>(so, [self](serve::http::Request&& req,
                                                                                 serve::http::Reply reply) {

@@ -14,6 +14,7 @@
 #include <zlib.h>
 
 #include "strato/core/log.h"
+#include "strato/core/thread_name.h"
 #include "strato/serve/protocol/codec.h"
 
 namespace strato::serve {
@@ -235,7 +236,11 @@ class SerialWorker {
 public:
     /// `job(true)` runs it; `job(false)` is called instead for jobs still queued at stop().
     using Job = std::function<void(bool run)>;
-    SerialWorker() : thread_([this] { loop(); }) {}
+    SerialWorker()
+        : thread_([this] {
+              set_thread_name("repo-manager");
+              loop();
+          }) {}
     ~SerialWorker() { stop(); }
     void submit(Job job) {
         {

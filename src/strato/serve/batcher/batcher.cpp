@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "strato/core/log.h"
+#include "strato/core/thread_name.h"
 
 namespace strato::serve {
 namespace {
@@ -34,7 +35,11 @@ Batcher::Batcher(std::vector<std::shared_ptr<Model>> instances, BatcherOptions o
     opt_.instances = static_cast<int>(instances_.size());
     busy_.assign(instances_.size(), 0);
     for (const auto& m : instances_) may_inline_ = may_inline_ && (!m || m->intra_op_threads() <= 1);
-    for (size_t i = 0; i < instances_.size(); ++i) threads_.emplace_back([this] { worker(); });
+    for (size_t i = 0; i < instances_.size(); ++i)
+        threads_.emplace_back([this] {
+            set_thread_name("run-" + opt_.name);
+            worker();
+        });
 }
 
 size_t Batcher::take_instance() {

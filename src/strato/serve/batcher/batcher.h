@@ -47,6 +47,7 @@ struct BatcherOptions {
     std::chrono::microseconds max_delay{0};
     int64_t max_queue_size = 0;  // requests; 0 = unbounded
     int instances = 1;
+    std::string name;  // the instance threads are named "run-<name>" (the model's name)
 };
 
 class Batcher {

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "strato/core/log.h"
+#include "strato/core/thread_name.h"
 
 namespace strato::serve::http {
 
@@ -393,7 +394,10 @@ Status Server::start() {
     impl_->accept();
     for (auto& l : impl_->loops) {
         impl_->sweep(l.get());
-        impl_->threads.emplace_back([loop = l.get(), busy = o.busy_poll] { loop->run(busy); });
+        impl_->threads.emplace_back([loop = l.get(), busy = o.busy_poll, name = fmt::format("{}-{}", o.thread_name, impl_->threads.size())] {
+            set_thread_name(name);
+            loop->run(busy);
+        });
     }
     return Status::ok();
 }

@@ -56,6 +56,7 @@ struct ServerOptions {
     // back-to-back requests at the price of that much CPU per idle gap.
     std::chrono::microseconds busy_poll{0};
     std::string server_name = "strato";
+    std::string thread_name = "http";  // I/O thread i is named "<thread_name>-<i>"
 };
 
 class Server {

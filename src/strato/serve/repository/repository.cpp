@@ -10,6 +10,7 @@
 
 #include "strato/core/fs.h"
 #include "strato/core/log.h"
+#include "strato/core/thread_name.h"
 
 namespace strato::serve {
 namespace fs = std::filesystem;
@@ -224,6 +225,7 @@ Result<std::map<int64_t, std::shared_ptr<ModelVersion>>> Repository::build(const
         }
         mv->metrics = make_metrics(*registry_, name, ver, cfg.max_batch_size);
         BatcherOptions bo;
+        bo.name = name;
         bo.batches = cfg.max_batch_size > 0;
         bo.dynamic = cfg.dynamic_batching.has_value();
         bo.max_batch_size = cfg.max_batch_size;
@@ -273,6 +275,7 @@ void Repository::retire(std::map<int64_t, std::shared_ptr<ModelVersion>> old) {
     }
     auto done = std::make_shared<std::atomic<bool>>(false);
     retirees_.push_back({std::thread([old = std::move(old), done]() mutable {
+                             set_thread_name("repo-unload");
                              for (auto& [v, mv] : old) mv->batcher->stop();
                              old.clear();
                              done->store(true);
@@ -352,7 +355,11 @@ Status Repository::start() {
     }
     std::lock_guard lock(load_mu_);
     for (const auto& name : to_load) (void)load_locked(name, std::nullopt);  // failures stay UNAVAILABLE, as in tritonserver
-    if (opt_.mode == ControlMode::kPoll) poller_ = std::thread([this] { poll_loop(); });
+    if (opt_.mode == ControlMode::kPoll)
+        poller_ = std::thread([this] {
+            set_thread_name("repo-poll");
+            poll_loop();
+        });
     return Status::ok();
 }
 
