@@ -1,13 +1,13 @@
 #pragma once
 // An FP32 (or bf16, or INT8) inference graph run on oneDNN primitives directly (the libdnnl.so.2
-// libtorch itself links), without libtorch's per-op dispatch in between. FusedNet describes its lowered ops here
-// once; each distinct input shape then gets a plan: one primitive per node, created once, with
-// ReLU and the residual add + ReLU as convolution post-ops, activations channels-last (NHWC, where
-// oneDNN's brgemm convolutions handle any channel count without padding to a block of 16),
-// weights reordered once into the layout each primitive wants, and activation slots reused by
-// liveness in a scratch arena each run borrows (cached plans hold no activation memory); a
-// shape's first plan, when under a millisecond, is timed on all threads and on one, and the
-// faster count kept.
+// libtorch itself links), without libtorch's per-op dispatch in between. FusedNet describes its
+// lowered ops here once; each distinct input shape then gets a plan: one primitive per node,
+// created once, with ReLU and the residual add + ReLU as convolution post-ops, activations
+// channels-last (NHWC, where oneDNN's brgemm convolutions handle any channel count without padding
+// to a block of 16), weights reordered once into the layout each primitive wants, and activation
+// slots reused by liveness in a scratch arena each run borrows (cached plans hold no activation
+// memory); a shape's first plan, when under a millisecond, is timed on all threads and on one, and
+// the faster count kept.
 // At batch 1 that is about 4x less time than the same net through at::mkldnn_convolution
 // (bench/compress, docs/compress.md).
 //
