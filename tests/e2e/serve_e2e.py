@@ -1570,6 +1570,17 @@ def thread_names(ctx):
 
 
 @test
+def load_log_says_how_a_model_runs(ctx):
+    # The load line names the device and how the model runs there (the fused graph here), so a
+    # silent fallback (say, no bf16 kernels on this CPU) shows in the log.
+    srv = ctx.main()
+    lines = [l for l in srv.stderr_text().splitlines() if f"loaded model '{MODEL}' version 1" in l]
+    check(lines, f"no load line for {MODEL} in:\n{srv.stderr_tail()}")
+    check(re.search(r"on cpu: (oneDNN graph, fp32|eager, fp32), \d+ threads?\)", lines[0]), f"load line: {lines[0]}")
+    return lines[0]
+
+
+@test
 def readiness_with_broken_models(ctx):
     root = ctx.repo_with("broken_repo", {
         "good": {"1": "pkg"},

@@ -31,6 +31,8 @@ public:
     /// than there are cores, libgomp stops spinning between parallel regions and every region
     /// waits on a futex (a batch-1 forward pass 2.6x slower on a 2-core VM).
     virtual int intra_op_threads() const { return 1; }
+    /// How it runs, for the load log line, e.g. "oneDNN graph, bf16, 2 threads" (may be empty).
+    virtual std::string describe() const { return {}; }
 };
 
 /// Where a model instance runs: the CPU, or CUDA device `gpu`.

@@ -154,6 +154,14 @@ public:
     std::vector<std::string> labels() const override { return pkg_.info.labels; }
     int64_t memory_bytes() const override { return bytes_; }
     int intra_op_threads() const override { return threads_; }
+    std::string describe() const override {
+        const char* how = pkg_.info.quantized() ? "INT8"
+                          : run_.fused          ? (run_.bf16 ? "oneDNN graph, bf16" : "oneDNN graph, fp32")
+                          : autocast_ == at::kBFloat16 ? "eager, bf16 autocast"
+                          : autocast_ == at::kHalf     ? "eager, fp16 autocast"
+                                                       : "eager, fp32";
+        return fmt::format("{}, {} thread{}", how, threads_, threads_ == 1 ? "" : "s");
+    }
 
 private:
     models::LoadedPackage pkg_;
@@ -306,6 +314,7 @@ public:
     }
     int64_t memory_bytes() const override { return bytes_; }
     int intra_op_threads() const override { return threads_; }
+    std::string describe() const override { return fmt::format("TorchScript, {} thread{}", threads_, threads_ == 1 ? "" : "s"); }
 
 private:
     torch::jit::Module module_;

@@ -251,7 +251,10 @@ Result<std::map<int64_t, std::shared_ptr<ModelVersion>>> Repository::build(const
             bs.output_ns += t.compute_output_ns;
         });
         std::string where;
-        for (const auto& [d, m] : per_device) where += fmt::format("{}{}", where.empty() ? "" : ", ", d.name());
+        for (const auto& [d, m] : per_device) {
+            const std::string how = m->describe();
+            where += fmt::format("{}{}{}", where.empty() ? "" : ", ", d.name(), how.empty() ? "" : ": " + how);
+        }
         log::info("serve: loaded model '{}' version {} ({}, max_batch_size {}, {}{} instance(s) on {}) in {:.0f} ms", name, ver,
                   cfg.platform, cfg.max_batch_size, bo.dynamic ? "dynamic batching, " : "", bo.instances, where,
                   std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
