@@ -1570,6 +1570,43 @@ def thread_names(ctx):
 
 
 @test
+def model_warmup(ctx):
+    # Triton's model_warmup on a real package: the samples run before the model is ready, /config
+    # prints them, and a failing sample keeps the model UNAVAILABLE with its name in the reason.
+    warm = ('max_batch_size: 16\ndynamic_batching { }\n'
+            'model_warmup [ { name: "b16" batch_size: 16 count: 2 inputs { key: "input" value: '
+            '{ data_type: TYPE_FP32 dims: [ 1, 28, 28 ] random_data: true } } } ]\n')
+    bad = ('max_batch_size: 16\n'
+           'model_warmup [ { name: "from file" batch_size: 2 inputs { key: "input" value: '
+           '{ data_type: TYPE_FP32 dims: [ 1, 28, 28 ] input_data_file: "missing.raw" } } } ]\n')
+    root = ctx.repo_with("warmup_repo", {"warm": {"1": "pkg", "config.pbtxt": warm}, "bad": {"1": "pkg", "config.pbtxt": bad}})
+    srv = Server("warmup", ["--model-repository", root], ctx.tmp)
+    try:
+        p = srv.port
+        s = Soft(srv)
+
+        def config_and_infer():
+            c = request(p, "GET", "/v2/models/warm/config").json()
+            w = c.get("model_warmup") or []
+            check(len(w) == 1 and w[0]["name"] == "b16" and w[0]["batch_size"] == 16 and w[0]["count"] == 2
+                  and w[0]["inputs"]["input"].get("random_data") is True, f"/config model_warmup: {w}")
+            body, headers = binary_infer_body(ctx.images[:16])
+            decode_infer(request(p, "POST", "/v2/models/warm/infer", body, headers), "batch 16 after warm-up")
+        s.case("warmed model: /config prints model_warmup, serves", config_and_infer)
+
+        def failed():
+            idx = {e["name"]: e for e in request(p, "POST", "/v2/repository/index").json()}
+            reason = idx["bad"].get("reason", "")
+            check(idx["bad"].get("state") == "UNAVAILABLE" and "model_warmup 'from file'" in reason and "missing.raw" in reason,
+                  f"index entry of the model whose warm-up failed: {idx['bad']}")
+        s.case("a failing warm-up sample: UNAVAILABLE, reason names it", failed)
+        s.done()
+    finally:
+        srv.kill()
+    return "samples run before ready; failures named"
+
+
+@test
 def load_log_says_how_a_model_runs(ctx):
     # The load line names the device and how the model runs there (the fused graph here), so a
     # silent fallback (say, no bf16 kernels on this CPU) shows in the log.

@@ -123,6 +123,87 @@ TEST(ModelConfig, GpuInstanceGroupsInAllThreeForms) {
     EXPECT_EQ(t->instance_count(), 4);
 }
 
+// model_warmup in Triton's pbtxt form (inputs as key/value map entries), in the JSON /config
+// prints (and the load API takes), and in TOML: the same samples; validation names the sample.
+TEST(ModelConfig, ModelWarmupInAllThreeFormsAndItsErrors) {
+    const std::string io = R"(max_batch_size: 8
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 1, 28, 28 ] }, { name: "k" data_type: TYPE_INT64 dims: [ 1 ] } ]
+output [ { name: "y" data_type: TYPE_FP32 dims: [ 10 ] } ]
+)";
+    auto p = parse_model_config_pbtxt(io + R"(model_warmup [
+  { name: "b8" batch_size: 8 count: 3
+    inputs { key: "x" value: { data_type: TYPE_FP32 dims: [ 1, 28, 28 ] random_data: true } }
+    inputs { key: "k" value: { data_type: TYPE_INT64 dims: [ 1 ] input_data_file: "k.raw" } } }
+])", "c");
+    ASSERT_TRUE(p.is_ok()) << p.status().message();
+    ASSERT_TRUE(validate_model_config(*p, "c").is_ok()) << validate_model_config(*p, "c").message();
+    ASSERT_EQ(p->model_warmup.size(), 1u);
+    const WarmupSample& w = p->model_warmup[0];
+    EXPECT_EQ(w.name, "b8");
+    EXPECT_EQ(w.batch_size, 8);
+    EXPECT_EQ(w.count, 3);
+    ASSERT_EQ(w.inputs.size(), 2u);
+    EXPECT_EQ(w.inputs.at("x").fill, WarmupInput::Fill::kRandom);
+    EXPECT_EQ(w.inputs.at("x").dims, (std::vector<int64_t>{1, 28, 28}));
+    EXPECT_EQ(w.inputs.at("k").fill, WarmupInput::Fill::kFile);
+    EXPECT_EQ(w.inputs.at("k").input_data_file, "k.raw");
+    EXPECT_EQ(w.inputs.at("k").dtype, DataType::kInt64);
+    const auto printed = model_config_to_json(*p);
+    EXPECT_EQ(printed["model_warmup"][0]["inputs"]["x"]["random_data"], true) << printed.dump();
+    auto j = parse_model_config_json(printed, "json");
+    ASSERT_TRUE(j.is_ok()) << j.status().message();
+    ASSERT_EQ(j->model_warmup.size(), 1u);
+    EXPECT_EQ(model_config_to_json(*j)["model_warmup"], printed["model_warmup"]);
+    auto t = parse_model_config_toml(R"(
+[[model_warmup]]
+name = "b8"
+batch_size = 8
+count = 3
+[model_warmup.inputs.x]
+data_type = "TYPE_FP32"
+dims = [1, 28, 28]
+random_data = true
+[model_warmup.inputs.k]
+data_type = "TYPE_INT64"
+dims = [1]
+input_data_file = "k.raw"
+)", "config.toml");
+    ASSERT_TRUE(t.is_ok()) << t.status().message();
+    EXPECT_EQ(model_config_to_json(*t)["model_warmup"], printed["model_warmup"]);
+
+    auto error = [&](const std::string& sample) {
+        auto c = parse_model_config_pbtxt(io + "model_warmup [ " + sample + " ]", "c");
+        if (!c) return c.status().message();
+        return validate_model_config(*c, "c").message();
+    };
+    const std::string x = R"(inputs { key: "x" value: { data_type: TYPE_FP32 dims: [ 1, 28, 28 ] zero_data: true } })";
+    const std::string k = R"(inputs { key: "k" value: { data_type: TYPE_INT64 dims: [ 1 ] zero_data: true } })";
+    EXPECT_NE(error("{ name: \"a\" batch_size: 9 " + x + k + " }").find("model_warmup 'a': batch_size 9 must be between 1 and max_batch_size 8"),
+              std::string::npos);
+    EXPECT_NE(error("{ name: \"a\" batch_size: 1 " + x + " }").find("model_warmup 'a': no data for input 'k'"), std::string::npos);
+    EXPECT_NE(error("{ name: \"a\" batch_size: 1 " + x + k +
+                    R"( inputs { key: "z" value: { data_type: TYPE_FP32 dims: [ 1 ] zero_data: true } } })")
+                  .find("the model has no input 'z'"),
+              std::string::npos);
+    EXPECT_NE(error(R"({ name: "a" batch_size: 1 inputs { key: "x" value: { data_type: TYPE_FP32 dims: [ 28, 28 ] zero_data: true } } )" + k + " }")
+                  .find("input 'x' dims [28,28] do not match the input's [1,28,28]"),
+              std::string::npos);
+    EXPECT_NE(error(R"({ name: "a" batch_size: 1 inputs { key: "x" value: { data_type: TYPE_INT32 dims: [ 1, 28, 28 ] zero_data: true } } )" + k + " }")
+                  .find("input 'x' is TYPE_FP32, not TYPE_INT32"),
+              std::string::npos);
+    EXPECT_NE(error(R"({ name: "a" batch_size: 1 inputs { key: "x" value: { data_type: TYPE_FP32 dims: [ 1, 28, 28 ] zero_data: true random_data: true } } )" + k + " }")
+                  .find("exactly one of zero_data"),
+              std::string::npos);
+    EXPECT_NE(error(R"({ name: "a" batch_size: 1 inputs { key: "x" value: { data_type: TYPE_FP32 dims: [ 1, 28, 28 ] } } )" + k + " }")
+                  .find("exactly one of zero_data"),
+              std::string::npos);
+    EXPECT_NE(error(R"({ name: "a" batch_size: 1 inputs { key: "x" value: { data_type: TYPE_FP32 dims: [ 1, 28, 28 ] input_data_file: "../../etc/passwd" } } )" + k + " }")
+                  .find("must name a file inside the model's warmup/ directory"),
+              std::string::npos);
+    EXPECT_NE(error("{ name: \"a\" batch_size: 1 shape: 3 " + x + k + " }").find("unknown field 'shape' in model_warmup"), std::string::npos);
+    EXPECT_NE(error("{ batch_size: 1 " + x + k + " }").find("needs a name"), std::string::npos);
+}
+
 TEST(ModelConfig, ValidationCatchesInconsistentConfigs) {
     ModelConfig c;
     c.name = "m";

@@ -119,6 +119,73 @@ TEST_F(RepositoryTest, PollPicksUpNewVersionsAndKeepsServingWhenAReloadFails) {
     EXPECT_FALSE(repo.get("m", "").is_ok());
 }
 
+// Records every batch it runs (input x as floats); fails on a batch whose first value is 13.
+class Recorder : public Model {
+public:
+    static std::vector<std::vector<float>>& seen() {
+        static std::vector<std::vector<float>> s;
+        return s;
+    }
+    Status execute(const std::vector<Tensor>& in, std::vector<Tensor>* out) override {
+        const auto* f = reinterpret_cast<const float*>(in[0].data.data());
+        seen().emplace_back(f, f + in[0].data.size() / 4);
+        if (!seen().back().empty() && seen().back()[0] == 13.0f) return invalid_argument("unlucky input");
+        out->push_back({"y", DataType::kFp32, {in[0].shape[0], 1}, std::string(static_cast<size_t>(in[0].shape[0]) * 4, '\0')});
+        return Status::ok();
+    }
+};
+
+// model_warmup (Triton's config field): each sample runs `count` times on the model before it is
+// served, with the data asked for — zeros, random numbers, one sample from a file in warmup/
+// repeated per row; a failing warm-up fails the load, naming the sample.
+TEST_F(RepositoryTest, ModelWarmupRunsBeforeTheModelIsServed) {
+    register_backend({"recorder", {"recorder_platform"}, "model.rec", nullptr,
+                      [](const ModelConfig&, const std::string&, Device) -> Result<std::shared_ptr<Model>> {
+                          return std::shared_ptr<Model>(std::make_shared<Recorder>());
+                      }});
+    auto model = [&](const std::string& name, const std::vector<float>& file) {
+        fs::create_directories(root / name / "1");
+        std::ofstream(root / name / "1" / "model.rec") << "";
+        fs::create_directories(root / name / "warmup");
+        std::ofstream(root / name / "warmup" / "x.raw", std::ios::binary)
+            .write(reinterpret_cast<const char*>(file.data()), static_cast<std::streamsize>(file.size() * 4));
+        config(name, R"(backend: "recorder"
+max_batch_size: 8
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 2 ] } ]
+output [ { name: "y" data_type: TYPE_FP32 dims: [ 1 ] } ]
+model_warmup [
+  { name: "zeros" batch_size: 4 count: 2 inputs { key: "x" value: { data_type: TYPE_FP32 dims: [ 2 ] zero_data: true } } },
+  { name: "random" batch_size: 1 inputs { key: "x" value: { data_type: TYPE_FP32 dims: [ 2 ] random_data: true } } },
+  { name: "file" batch_size: 3 inputs { key: "x" value: { data_type: TYPE_FP32 dims: [ 2 ] input_data_file: "x.raw" } } }
+])");
+    };
+    model("w", {0.25f, 0.75f});
+    model("unlucky", {13.0f, 1.0f});
+    model("short", {1.0f});
+    Recorder::seen().clear();
+    Repository repo(options(ControlMode::kExplicit), &registry);
+    ASSERT_TRUE(repo.start().is_ok());
+    ASSERT_TRUE(repo.load("w").is_ok());
+    ASSERT_TRUE(repo.get("w", "").is_ok());
+    const auto seen = Recorder::seen();
+    ASSERT_EQ(seen.size(), 4u);
+    EXPECT_EQ(seen[0], std::vector<float>(8, 0.0f));
+    EXPECT_EQ(seen[1], std::vector<float>(8, 0.0f));
+    ASSERT_EQ(seen[2].size(), 2u);
+    for (float v : seen[2]) EXPECT_TRUE(v >= 0.0f && v < 1.0f) << v;
+    EXPECT_NE(seen[2], std::vector<float>(2, 0.0f));
+    EXPECT_EQ(seen[3], (std::vector<float>{0.25f, 0.75f, 0.25f, 0.75f, 0.25f, 0.75f}));
+    auto unlucky = repo.load("unlucky");
+    ASSERT_FALSE(unlucky.is_ok());
+    EXPECT_NE(unlucky.message().find("model_warmup 'file'"), std::string::npos) << unlucky.message();
+    EXPECT_NE(unlucky.message().find("unlucky input"), std::string::npos) << unlucky.message();
+    EXPECT_FALSE(repo.get("unlucky", "").is_ok());
+    auto short_file = repo.load("short");
+    ASSERT_FALSE(short_file.is_ok());
+    EXPECT_NE(short_file.message().find("x.raw: 4 bytes; one sample of [2] FP32 is 8 bytes"), std::string::npos)
+        << short_file.message();
+}
+
 TEST_F(RepositoryTest, ExplicitModeLoadsAndUnloadsOnRequest) {
     version("a", 1, "1");
     version("b", 1, "2");

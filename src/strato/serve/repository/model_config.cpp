@@ -403,6 +403,74 @@ public:
         return g;
     }
 
+    Result<WarmupInput> warmup_input(const Node& n) const {
+        STRATO_RETURN_IF_ERROR(want_message(n, "model_warmup input"));
+        WarmupInput in;
+        int fills = 0;
+        for (const auto& [k, v] : n.fields) {
+            if (k == "data_type") {
+                STRATO_ASSIGN_OR_RETURN(std::string s, to_string(v, k));
+                in.dtype = parse_config_datatype(s);
+                if (in.dtype == DataType::kInvalid) in.dtype = parse_datatype(s);
+                if (in.dtype == DataType::kInvalid) return error(v, fmt::format("unknown data_type '{}' (expected TYPE_FP32, ...)", s));
+            } else if (k == "dims") {
+                STRATO_ASSIGN_OR_RETURN(int64_t d, to_int(v, k));
+                in.dims.push_back(d);
+            } else if (k == "zero_data" || k == "random_data") {
+                STRATO_ASSIGN_OR_RETURN(bool on, to_bool(v, k));
+                if (on) {
+                    in.fill = k == "zero_data" ? WarmupInput::Fill::kZero : WarmupInput::Fill::kRandom;
+                    ++fills;
+                }
+            } else if (k == "input_data_file") {
+                STRATO_ASSIGN_OR_RETURN(in.input_data_file, to_string(v, k));
+                in.fill = WarmupInput::Fill::kFile;
+                ++fills;
+            } else {
+                return unknown(v, "model_warmup input", k, {"data_type", "dims", "zero_data", "random_data", "input_data_file"});
+            }
+        }
+        if (fills != 1) return error(n, "a model_warmup input needs exactly one of zero_data: true, random_data: true, input_data_file");
+        return in;
+    }
+
+    Result<WarmupSample> warmup(const Node& n) const {
+        STRATO_RETURN_IF_ERROR(want_message(n, "model_warmup"));
+        WarmupSample w;
+        for (const auto& [k, v] : n.fields) {
+            if (k == "name") {
+                STRATO_ASSIGN_OR_RETURN(w.name, to_string(v, k));
+            } else if (k == "batch_size") {
+                STRATO_ASSIGN_OR_RETURN(w.batch_size, to_int(v, k));
+            } else if (k == "count") {
+                STRATO_ASSIGN_OR_RETURN(w.count, to_int(v, k));
+                if (w.count == 0) w.count = 1;  // Triton: 0 means once
+            } else if (k == "inputs") {
+                // pbtxt: inputs { key: "x" value: { ... } } (repeated); JSON/TOML: inputs { x: { ... } }
+                STRATO_RETURN_IF_ERROR(want_message(v, k));
+                const Node* key = nullptr;
+                const Node* value = nullptr;
+                for (const auto& [ik, iv] : v.fields) {
+                    if (ik == "key") {
+                        key = &iv;
+                    } else if (ik == "value") {
+                        value = &iv;
+                    } else {
+                        STRATO_ASSIGN_OR_RETURN(w.inputs[ik], warmup_input(iv));
+                    }
+                }
+                if (key || value) {
+                    if (!key || !value) return error(v, "model_warmup inputs needs both key and value");
+                    STRATO_ASSIGN_OR_RETURN(std::string name, to_string(*key, "key"));
+                    STRATO_ASSIGN_OR_RETURN(w.inputs[name], warmup_input(*value));
+                }
+            } else {
+                return unknown(v, "model_warmup", k, {"name", "batch_size", "inputs", "count"});
+            }
+        }
+        return w;
+    }
+
     Result<ModelConfig> config(const Node& root) const {
         ModelConfig c;
         for (const auto& [k, v] : root.fields) {
@@ -427,6 +495,9 @@ public:
                 c.instance_group.push_back(std::move(g));
             } else if (k == "version_policy") {
                 STRATO_ASSIGN_OR_RETURN(c.version_policy, version_policy(v));
+            } else if (k == "model_warmup") {
+                STRATO_ASSIGN_OR_RETURN(WarmupSample w, warmup(v));
+                c.model_warmup.push_back(std::move(w));
             } else if (k == "default_model_filename") {
                 STRATO_ASSIGN_OR_RETURN(c.default_model_filename, to_string(v, k));
             } else if (k == "parameters") {
@@ -451,7 +522,7 @@ public:
                 if (pbtxt_form) c.parameters[key] = value;
             } else if (k == "sequence_batching" || k == "ensemble_scheduling") {
                 return Status{StatusCode::kUnimplemented, fmt::format("{}:{}: '{}' is not supported by strato serve", source_, v.line, k)};
-            } else if (k == "optimization" || k == "model_warmup" || k == "response_cache" || k == "model_transaction_policy" ||
+            } else if (k == "optimization" || k == "response_cache" || k == "model_transaction_policy" ||
                        k == "cc_model_filenames" || k == "metric_tags" || k == "model_operations" ||
                        k == "model_repository_agents" || k == "batch_input" || k == "batch_output" || k == "runtime" ||
                        k == "model_metrics" || k == "version" || k == "state") {
@@ -459,7 +530,7 @@ public:
             } else {
                 return unknown(v, "the model config", k,
                                {"name", "platform", "backend", "max_batch_size", "input", "output", "dynamic_batching",
-                                "instance_group", "version_policy", "default_model_filename", "parameters"});
+                                "instance_group", "version_policy", "default_model_filename", "parameters", "model_warmup"});
             }
         }
         return c;
@@ -543,6 +614,31 @@ Status validate_model_config(const ModelConfig& c, const std::string& source) {
         if (g.count < 1 || g.count > 256) return err(fmt::format("instance_group count must be 1..256, got {}", g.count));
     if (c.version_policy.kind == VersionPolicy::Kind::kLatest && c.version_policy.num_versions < 1)
         return err("version_policy latest num_versions must be >= 1");
+    for (const auto& w : c.model_warmup) {
+        const std::string what = fmt::format("model_warmup '{}'", w.name);
+        if (w.name.empty()) return err("every model_warmup entry needs a name");
+        if (c.max_batch_size > 0 ? (w.batch_size < 1 || w.batch_size > c.max_batch_size) : w.batch_size > 1)
+            return err(fmt::format("{}: batch_size {} must be {}", what, w.batch_size,
+                                   c.max_batch_size > 0 ? fmt::format("between 1 and max_batch_size {}", c.max_batch_size) : std::string("0 or 1 (the model does not batch)")));
+        if (w.count < 1 || w.count > 1000) return err(fmt::format("{}: count must be 1..1000, got {}", what, w.count));
+        for (const auto& [name, in] : w.inputs) {
+            auto spec = std::find_if(c.inputs.begin(), c.inputs.end(), [&](const TensorSpec& t) { return t.name == name; });
+            if (spec == c.inputs.end()) return err(fmt::format("{}: the model has no input '{}'", what, name));
+            if (in.dtype != spec->dtype)
+                return err(fmt::format("{}: input '{}' is {}, not {}", what, name, datatype_config_name(spec->dtype), datatype_config_name(in.dtype)));
+            bool fits = in.dims.size() == spec->dims.size();
+            for (size_t i = 0; fits && i < in.dims.size(); ++i) fits = in.dims[i] > 0 && (spec->dims[i] == -1 || spec->dims[i] == in.dims[i]);
+            if (!fits)
+                return err(fmt::format("{}: input '{}' dims {} do not match the input's {}", what, name, shape_string(in.dims), shape_string(spec->dims)));
+            if (in.fill == WarmupInput::Fill::kRandom && in.dtype == DataType::kBytes)
+                return err(fmt::format("{}: input '{}': random_data is for numeric inputs (use zero_data or input_data_file)", what, name));
+            if (in.fill == WarmupInput::Fill::kFile &&
+                (in.input_data_file.empty() || in.input_data_file.find("..") != std::string::npos || in.input_data_file[0] == '/'))
+                return err(fmt::format("{}: input_data_file '{}' must name a file inside the model's warmup/ directory", what, in.input_data_file));
+        }
+        for (const auto& t : c.inputs)
+            if (!t.optional && !w.inputs.count(t.name)) return err(fmt::format("{}: no data for input '{}'", what, t.name));
+    }
     return Status::ok();
 }
 
@@ -614,6 +710,17 @@ json model_config_to_json(const ModelConfig& c) {
                                        {"host_policy", ""}});
     }
     for (const auto& [k, v] : c.parameters) j["parameters"][k] = {{"string_value", v}};
+    for (const auto& w : c.model_warmup) {
+        json inputs = json::object();
+        for (const auto& [name, in] : w.inputs) {
+            json o = {{"data_type", std::string(datatype_config_name(in.dtype))}, {"dims", in.dims}};
+            if (in.fill == WarmupInput::Fill::kZero) o["zero_data"] = true;
+            if (in.fill == WarmupInput::Fill::kRandom) o["random_data"] = true;
+            if (in.fill == WarmupInput::Fill::kFile) o["input_data_file"] = in.input_data_file;
+            inputs[name] = std::move(o);
+        }
+        j["model_warmup"].push_back({{"name", w.name}, {"batch_size", w.batch_size}, {"inputs", inputs}, {"count", w.count}});
+    }
     return j;
 }
 

@@ -48,6 +48,23 @@ struct VersionPolicy {
     std::vector<int64_t> versions;
 };
 
+/// One input of a model_warmup sample (Triton's ModelWarmup.Input).
+struct WarmupInput {
+    DataType dtype = DataType::kInvalid;
+    std::vector<int64_t> dims;  // one sample's shape (no batch dimension)
+    enum class Fill { kNone, kZero, kRandom, kFile } fill = Fill::kNone;
+    std::string input_data_file;  // kFile: one sample's raw bytes, in <model>/warmup/
+};
+
+/// A model_warmup entry: `count` requests of `batch_size` samples run on every copy of the model
+/// before it is reported ready, so their first-time costs (plans, kernels) are not a client's.
+struct WarmupSample {
+    std::string name;
+    int64_t batch_size = 0;
+    std::map<std::string, WarmupInput> inputs;
+    int64_t count = 1;
+};
+
 struct ModelConfig {
     std::string name;
     std::string platform;
@@ -60,6 +77,7 @@ struct ModelConfig {
     VersionPolicy version_policy;
     std::string default_model_filename;
     std::map<std::string, std::string> parameters;  // parameters { key: "x" value: { string_value: "y" } }
+    std::vector<WarmupSample> model_warmup;
 
     /// Instances over all groups: count, times the GPUs of a KIND_GPU group that lists them.
     int64_t instance_count() const;

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
 #include <filesystem>
+#include <random>
 #include <set>
 
 #include "strato/core/fs.h"
@@ -33,6 +35,73 @@ bool valid_model_name(std::string_view name) {
 }
 
 namespace {
+
+/// One sample of a model_warmup input, as raw little-endian bytes (BYTES: length-prefixed).
+Result<std::string> warmup_sample(const WarmupInput& in, const std::string& model_dir, std::mt19937& rng) {
+    int64_t elements = 1;
+    for (int64_t d : in.dims) elements *= d;
+    const size_t n = static_cast<size_t>(elements);
+    const size_t width = in.dtype == DataType::kBytes ? 4 : datatype_size(in.dtype);
+    switch (in.fill) {
+        case WarmupInput::Fill::kFile: {
+            const auto path = (std::filesystem::path(model_dir) / "warmup" / in.input_data_file).string();
+            STRATO_ASSIGN_OR_RETURN(std::string bytes, strato::fs::read_file(path));
+            if (in.dtype != DataType::kBytes && bytes.size() != n * width)
+                return invalid_argument("{}: {} bytes; one sample of {} {} is {} bytes", path, bytes.size(), shape_string(in.dims),
+                                        datatype_name(in.dtype), n * width);
+            return bytes;
+        }
+        case WarmupInput::Fill::kRandom: {
+            std::string out(n * width, '\0');
+            std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+            for (size_t i = 0; i < n; ++i) {
+                char* p = out.data() + i * width;
+                const auto r = static_cast<uint32_t>(rng());
+                switch (in.dtype) {
+                    case DataType::kFp32: { const float v = unit(rng); std::memcpy(p, &v, 4); break; }
+                    case DataType::kFp64: { const double v = unit(rng); std::memcpy(p, &v, 8); break; }
+                    case DataType::kFp16: { const uint16_t v = 0x3800 | (r & 0x3ff); std::memcpy(p, &v, 2); break; }  // [0.5, 1)
+                    case DataType::kBf16: { const uint16_t v = 0x3f00 | (r & 0x7f); std::memcpy(p, &v, 2); break; }   // [0.5, 1)
+                    case DataType::kBool: *p = static_cast<char>(r & 1); break;
+                    default: std::memcpy(p, &r, std::min<size_t>(width, 1)); break;  // integers: 0..255 in the low byte
+                }
+            }
+            return out;
+        }
+        default:
+            return std::string(n * width, '\0');  // zero_data (BYTES: empty strings)
+    }
+}
+
+/// Runs the config's model_warmup requests on `m`, as Triton runs them on each instance before the
+/// model is ready; a failure fails the load.
+Status run_warmup(const ModelConfig& cfg, const std::string& model_dir, Model& m) {
+    std::mt19937 rng(0);
+    for (const auto& w : cfg.model_warmup) {
+        const std::string what = fmt::format("model_warmup '{}'", w.name);
+        const int64_t rows = cfg.max_batch_size > 0 ? w.batch_size : 1;
+        std::vector<Tensor> inputs;
+        for (const auto& spec : cfg.inputs) {
+            auto it = w.inputs.find(spec.name);
+            if (it == w.inputs.end()) continue;  // an optional input left out
+            auto sample = warmup_sample(it->second, model_dir, rng);
+            if (!sample) return sample.status().with_context(what);
+            Tensor t;
+            t.name = spec.name;
+            t.dtype = it->second.dtype;
+            if (cfg.max_batch_size > 0) t.shape.push_back(rows);
+            t.shape.insert(t.shape.end(), it->second.dims.begin(), it->second.dims.end());
+            t.data.reserve(sample->size() * static_cast<size_t>(rows));
+            for (int64_t r = 0; r < rows; ++r) t.data += *sample;
+            inputs.push_back(std::move(t));
+        }
+        for (int64_t i = 0; i < w.count; ++i) {
+            std::vector<Tensor> out;
+            STRATO_RETURN_IF_ERROR(m.execute(inputs, &out).with_context(what));
+        }
+    }
+    return Status::ok();
+}
 
 bool is_version_dir_name(const std::string& s) {
     if (s.empty() || s.size() > 18 || s[0] == '0') return false;
@@ -199,9 +268,11 @@ Result<std::map<int64_t, std::shared_ptr<ModelVersion>>> Repository::build(const
         for (const Device& d : devices) {
             auto& m = per_device[d];
             if (!m) {
+                const std::string where = d.is_gpu() ? fmt::format("{} on {}", what, d.name()) : what;
                 auto loaded = b->load(cfg, vdir, d);
-                if (!loaded) return loaded.status().with_context(d.is_gpu() ? fmt::format("{} on {}", what, d.name()) : what);
+                if (!loaded) return loaded.status().with_context(where);
                 m = std::move(loaded).value();
+                STRATO_RETURN_IF_ERROR(run_warmup(cfg, e.dir, *m).with_context(where));
             }
             mv->instances.push_back(m);
         }
