@@ -78,8 +78,9 @@ TEST_P(Zoo, FusedNetEqualsTheEagerNetwork) {
         EXPECT_FALSE((*fused)->describe().empty());
         const auto impls = (*fused)->implementations({1, c.shape.channels, c.shape.height, c.shape.width});
         EXPECT_EQ(impls.empty(), !primitives);
-        if (__builtin_cpu_supports("avx512f"))
+        if (__builtin_cpu_supports("avx512f")) {
             for (const auto& impl : impls) EXPECT_EQ(impl.find("ref:"), std::string::npos) << impl << ": oneDNN's slow reference kernel";
+        }
         torch::NoGradGuard ng;
         for (int64_t batch : {1, 5, 1}) {
             auto x = torch::randn({batch, c.shape.channels, c.shape.height, c.shape.width});
@@ -129,11 +130,14 @@ TEST_P(Zoo, Bf16GraphIsAsCloseToFp32AsAutocast) {
     EXPECT_EQ((*fused)->engine(), "onednn-primitives-bf16");
     auto fp32 = FusedNet::lower(cfg, *net, {.input = {c.shape.channels, c.shape.height, c.shape.width}});
     ASSERT_TRUE(fp32.is_ok()) << fp32.status().message();
-    if (native)  // (oneDNN may emulate bf16 elsewhere, slowly)
+    if (native) {  // (oneDNN may emulate bf16 elsewhere, slowly)
         for (const auto& impl : (*fused)->implementations({1, c.shape.channels, c.shape.height, c.shape.width})) {
             EXPECT_EQ(impl.find("ref:"), std::string::npos) << impl << ": oneDNN's slow reference kernel";
-            if (impl.rfind("conv", 0) == 0) EXPECT_NE(impl.find("bf16"), std::string::npos) << impl;
+            if (impl.rfind("conv", 0) == 0) {
+                EXPECT_NE(impl.find("bf16"), std::string::npos) << impl;
+            }
         }
+    }
     torch::NoGradGuard ng;
     for (int64_t batch : {1, 5}) {
         auto x = torch::randn({batch, c.shape.channels, c.shape.height, c.shape.width});

@@ -71,7 +71,8 @@ Result<Url> parse_url(std::string_view url) {
         out.port = static_cast<uint16_t>(port);
     }
     out.host_header = out.host.find(':') != std::string::npos ? "[" + out.host + "]" : out.host;
-    out.host_header += ":" + std::to_string(out.port);
+    out.host_header += ':';  // (appending ":" + to_string() trips g++ 12's -Wrestrict false positive)
+    out.host_header += std::to_string(out.port);
     return out;
 }
 

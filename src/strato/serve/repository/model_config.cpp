@@ -621,7 +621,9 @@ Status validate_model_config(const ModelConfig& c, const std::string& source) {
             return err(fmt::format("{}: batch_size {} must be {}", what, w.batch_size,
                                    c.max_batch_size > 0 ? fmt::format("between 1 and max_batch_size {}", c.max_batch_size) : std::string("0 or 1 (the model does not batch)")));
         if (w.count < 1 || w.count > 1000) return err(fmt::format("{}: count must be 1..1000, got {}", what, w.count));
-        for (const auto& [name, in] : w.inputs) {
+        for (const auto& entry : w.inputs) {
+            const std::string& name = entry.first;  // (clang 14 cannot capture a structured binding)
+            const WarmupInput& in = entry.second;
             auto spec = std::find_if(c.inputs.begin(), c.inputs.end(), [&](const TensorSpec& t) { return t.name == name; });
             if (spec == c.inputs.end()) return err(fmt::format("{}: the model has no input '{}'", what, name));
             if (in.dtype != spec->dtype)
