@@ -171,37 +171,31 @@ input_data_file = "k.raw"
     ASSERT_TRUE(t.is_ok()) << t.status().message();
     EXPECT_EQ(model_config_to_json(*t)["model_warmup"], printed["model_warmup"]);
 
-    auto error = [&](const std::string& sample) {
+    // One model_warmup entry (its fields); the parse or validation error must contain `needle`.
+    auto expect_error = [&](const std::string& fields, const std::string& needle) {
+        const std::string sample = "{ " + fields + " }";
         auto c = parse_model_config_pbtxt(io + "model_warmup [ " + sample + " ]", "c");
-        if (!c) return c.status().message();
-        return validate_model_config(*c, "c").message();
+        const std::string message = c ? validate_model_config(*c, "c").message() : c.status().message();
+        EXPECT_NE(message.find(needle), std::string::npos) << sample << "\n-> " << message;
     };
     const std::string x = R"(inputs { key: "x" value: { data_type: TYPE_FP32 dims: [ 1, 28, 28 ] zero_data: true } })";
     const std::string k = R"(inputs { key: "k" value: { data_type: TYPE_INT64 dims: [ 1 ] zero_data: true } })";
-    EXPECT_NE(error("{ name: \"a\" batch_size: 9 " + x + k + " }").find("model_warmup 'a': batch_size 9 must be between 1 and max_batch_size 8"),
-              std::string::npos);
-    EXPECT_NE(error("{ name: \"a\" batch_size: 1 " + x + " }").find("model_warmup 'a': no data for input 'k'"), std::string::npos);
-    EXPECT_NE(error("{ name: \"a\" batch_size: 1 " + x + k +
-                    R"( inputs { key: "z" value: { data_type: TYPE_FP32 dims: [ 1 ] zero_data: true } } })")
-                  .find("the model has no input 'z'"),
-              std::string::npos);
-    EXPECT_NE(error(R"({ name: "a" batch_size: 1 inputs { key: "x" value: { data_type: TYPE_FP32 dims: [ 28, 28 ] zero_data: true } } )" + k + " }")
-                  .find("input 'x' dims [28,28] do not match the input's [1,28,28]"),
-              std::string::npos);
-    EXPECT_NE(error(R"({ name: "a" batch_size: 1 inputs { key: "x" value: { data_type: TYPE_INT32 dims: [ 1, 28, 28 ] zero_data: true } } )" + k + " }")
-                  .find("input 'x' is TYPE_FP32, not TYPE_INT32"),
-              std::string::npos);
-    EXPECT_NE(error(R"({ name: "a" batch_size: 1 inputs { key: "x" value: { data_type: TYPE_FP32 dims: [ 1, 28, 28 ] zero_data: true random_data: true } } )" + k + " }")
-                  .find("exactly one of zero_data"),
-              std::string::npos);
-    EXPECT_NE(error(R"({ name: "a" batch_size: 1 inputs { key: "x" value: { data_type: TYPE_FP32 dims: [ 1, 28, 28 ] } } )" + k + " }")
-                  .find("exactly one of zero_data"),
-              std::string::npos);
-    EXPECT_NE(error(R"({ name: "a" batch_size: 1 inputs { key: "x" value: { data_type: TYPE_FP32 dims: [ 1, 28, 28 ] input_data_file: "../../etc/passwd" } } )" + k + " }")
-                  .find("must name a file inside the model's warmup/ directory"),
-              std::string::npos);
-    EXPECT_NE(error("{ name: \"a\" batch_size: 1 shape: 3 " + x + k + " }").find("unknown field 'shape' in model_warmup"), std::string::npos);
-    EXPECT_NE(error("{ batch_size: 1 " + x + k + " }").find("needs a name"), std::string::npos);
+    // Sample "a" of batch 1: input x with the fields `value` holds, and k as it should be.
+    auto with_x = [&](const std::string& value) {
+        return R"(name: "a" batch_size: 1 inputs { key: "x" value: { )" + value + " } } " + k;
+    };
+    expect_error("name: \"a\" batch_size: 9 " + x + k, "model_warmup 'a': batch_size 9 must be between 1 and max_batch_size 8");
+    expect_error("name: \"a\" batch_size: 1 " + x, "model_warmup 'a': no data for input 'k'");
+    expect_error("name: \"a\" batch_size: 1 " + x + k + R"( inputs { key: "z" value: { data_type: TYPE_FP32 dims: [ 1 ] zero_data: true } })",
+                 "the model has no input 'z'");
+    expect_error(with_x("data_type: TYPE_FP32 dims: [ 28, 28 ] zero_data: true"), "input 'x' dims [28,28] do not match the input's [1,28,28]");
+    expect_error(with_x("data_type: TYPE_INT32 dims: [ 1, 28, 28 ] zero_data: true"), "input 'x' is TYPE_FP32, not TYPE_INT32");
+    expect_error(with_x("data_type: TYPE_FP32 dims: [ 1, 28, 28 ] zero_data: true random_data: true"), "exactly one of zero_data");
+    expect_error(with_x("data_type: TYPE_FP32 dims: [ 1, 28, 28 ]"), "exactly one of zero_data");
+    expect_error(with_x(R"(data_type: TYPE_FP32 dims: [ 1, 28, 28 ] input_data_file: "../../etc/passwd")"),
+                 "must name a file inside the model's warmup/ directory");
+    expect_error("name: \"a\" batch_size: 1 shape: 3 " + x + k, "unknown field 'shape' in model_warmup");
+    expect_error("batch_size: 1 " + x + k, "needs a name");
 }
 
 TEST(ModelConfig, ValidationCatchesInconsistentConfigs) {

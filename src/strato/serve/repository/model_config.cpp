@@ -281,6 +281,16 @@ public:
         return error(n, fmt::format("unknown field '{}' in {} (expected one of: {})", key, where, list));
     }
 
+    /// A data_type value: TYPE_FP32 (config form) or FP32 (protocol form).
+    Result<DataType> data_type(const Node& v) const {
+        STRATO_ASSIGN_OR_RETURN(std::string s, to_string(v, "data_type"));
+        DataType t = parse_config_datatype(s);
+        if (t == DataType::kInvalid) t = parse_datatype(s);
+        if (t == DataType::kInvalid)
+            return error(v, fmt::format("unknown data_type '{}' (expected TYPE_FP32, TYPE_INT64, TYPE_STRING, ...)", s));
+        return t;
+    }
+
     Result<TensorSpec> tensor(const Node& n, const std::string& kind) const {
         STRATO_RETURN_IF_ERROR(want_message(n, kind));
         TensorSpec t;
@@ -288,11 +298,7 @@ public:
             if (k == "name") {
                 STRATO_ASSIGN_OR_RETURN(t.name, to_string(v, k));
             } else if (k == "data_type") {
-                STRATO_ASSIGN_OR_RETURN(std::string s, to_string(v, k));
-                t.dtype = parse_config_datatype(s);
-                if (t.dtype == DataType::kInvalid) t.dtype = parse_datatype(s);  // accept "FP32" too
-                if (t.dtype == DataType::kInvalid)
-                    return error(v, fmt::format("unknown data_type '{}' (expected TYPE_FP32, TYPE_INT64, TYPE_STRING, ...)", s));
+                STRATO_ASSIGN_OR_RETURN(t.dtype, data_type(v));
             } else if (k == "dims") {
                 STRATO_ASSIGN_OR_RETURN(int64_t d, to_int(v, k));
                 t.dims.push_back(d);
@@ -409,10 +415,7 @@ public:
         int fills = 0;
         for (const auto& [k, v] : n.fields) {
             if (k == "data_type") {
-                STRATO_ASSIGN_OR_RETURN(std::string s, to_string(v, k));
-                in.dtype = parse_config_datatype(s);
-                if (in.dtype == DataType::kInvalid) in.dtype = parse_datatype(s);
-                if (in.dtype == DataType::kInvalid) return error(v, fmt::format("unknown data_type '{}' (expected TYPE_FP32, ...)", s));
+                STRATO_ASSIGN_OR_RETURN(in.dtype, data_type(v));
             } else if (k == "dims") {
                 STRATO_ASSIGN_OR_RETURN(int64_t d, to_int(v, k));
                 in.dims.push_back(d);
