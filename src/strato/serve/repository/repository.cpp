@@ -73,19 +73,26 @@ Result<std::string> warmup_sample(const WarmupInput& in, const std::string& mode
     }
 }
 
-/// Runs the config's model_warmup requests on `m`, as Triton runs them on each instance before the
-/// model is ready; a failure fails the load.
-Status run_warmup(const ModelConfig& cfg, const std::string& model_dir, Model& m) {
+/// One model_warmup sample, ready to run: its inputs in config order and how often.
+struct WarmupRequest {
+    std::string what;  // "model_warmup 'NAME'", for errors
+    int64_t count = 1;
+    std::vector<Tensor> inputs;
+};
+
+/// The config's model_warmup samples as requests (files read, random data drawn once per model
+/// version; every copy of the model then runs the same ones).
+Result<std::vector<WarmupRequest>> warmup_requests(const ModelConfig& cfg, const std::string& model_dir) {
+    std::vector<WarmupRequest> out;
     std::mt19937 rng(0);
     for (const auto& w : cfg.model_warmup) {
-        const std::string what = fmt::format("model_warmup '{}'", w.name);
+        WarmupRequest req{fmt::format("model_warmup '{}'", w.name), w.count, {}};
         const int64_t rows = cfg.max_batch_size > 0 ? w.batch_size : 1;
-        std::vector<Tensor> inputs;
         for (const auto& spec : cfg.inputs) {
             auto it = w.inputs.find(spec.name);
             if (it == w.inputs.end()) continue;  // an optional input left out
             auto sample = warmup_sample(it->second, model_dir, rng);
-            if (!sample) return sample.status().with_context(what);
+            if (!sample) return sample.status().with_context(req.what);
             Tensor t;
             t.name = spec.name;
             t.dtype = it->second.dtype;
@@ -93,11 +100,20 @@ Status run_warmup(const ModelConfig& cfg, const std::string& model_dir, Model& m
             t.shape.insert(t.shape.end(), it->second.dims.begin(), it->second.dims.end());
             t.data.reserve(sample->size() * static_cast<size_t>(rows));
             for (int64_t r = 0; r < rows; ++r) t.data += *sample;
-            inputs.push_back(std::move(t));
+            req.inputs.push_back(std::move(t));
         }
-        for (int64_t i = 0; i < w.count; ++i) {
+        out.push_back(std::move(req));
+    }
+    return out;
+}
+
+/// Runs the warm-up requests on `m`, as Triton runs them on each instance before the model is
+/// ready; a failure fails the load.
+Status run_warmup(const std::vector<WarmupRequest>& requests, Model& m) {
+    for (const auto& req : requests) {
+        for (int64_t i = 0; i < req.count; ++i) {
             std::vector<Tensor> out;
-            STRATO_RETURN_IF_ERROR(m.execute(inputs, &out).with_context(what));
+            STRATO_RETURN_IF_ERROR(m.execute(req.inputs, &out).with_context(req.what));
         }
     }
     return Status::ok();
@@ -263,6 +279,8 @@ Result<std::map<int64_t, std::shared_ptr<ModelVersion>>> Repository::build(const
         STRATO_RETURN_IF_ERROR(validate_model_config(cfg, source));
         STRATO_ASSIGN_OR_RETURN(std::vector<Device> devices, place_instances(&cfg, b->gpu, b->gpu ? visible_gpus() : 0));
         auto t0 = Clock::now();
+        auto warmup = warmup_requests(cfg, e.dir);
+        if (!warmup) return warmup.status().with_context(what);
         auto mv = std::make_shared<ModelVersion>();
         auto& per_device = mv->copies;  // instances on one device share a copy
         for (const Device& d : devices) {
@@ -272,7 +290,7 @@ Result<std::map<int64_t, std::shared_ptr<ModelVersion>>> Repository::build(const
                 auto loaded = b->load(cfg, vdir, d);
                 if (!loaded) return loaded.status().with_context(where);
                 m = std::move(loaded).value();
-                STRATO_RETURN_IF_ERROR(run_warmup(cfg, e.dir, *m).with_context(where));
+                STRATO_RETURN_IF_ERROR(run_warmup(*warmup, *m).with_context(where));
             }
             mv->instances.push_back(m);
         }
