@@ -38,7 +38,6 @@ class ForwardTimer {
 public:
     ForwardTimer(models::LoadedPackage pkg, bool bf16, bool eager, int64_t batch) : pkg_(std::move(pkg)) {
         run_ = models::inference_net(pkg_, /*fuse=*/!eager, bf16);  // as serve's PackageModel
-        bf16_ = bf16 && !run_.bf16;  // the eager network under autocast
         const bool channels_last = run_.channels_last;
         // Normalised images look like standard normal noise to the timer; values do not change the time.
         auto input = [&](int64_t b) {
@@ -52,7 +51,7 @@ public:
     /// `n` batch-1 passes (latencies in ms) and `m` batch passes (images/s); untimed when `keep` is false.
     void run(int64_t n, int64_t m, bool keep) {
         c10::InferenceMode inference;
-        compat::AutocastGuard autocast(c10::DeviceType::CPU, at::kBFloat16, bf16_);
+        compat::AutocastGuard autocast(c10::DeviceType::CPU, at::kBFloat16, run_.bf16_autocast);
         for (int64_t i = 0; i < n; ++i) {
             const double s = seconds(one_);
             if (keep) ms_.push_back(1e3 * s);
@@ -74,7 +73,6 @@ private:
     }
     models::LoadedPackage pkg_;
     models::InferenceNet run_;
-    bool bf16_ = false;
     torch::Tensor one_, batch_;
     std::vector<double> ms_, rates_;
 };

@@ -204,6 +204,7 @@ InferenceNet inference_net(LoadedPackage& pkg, bool fuse, bool bf16) {
 #endif
     }
     out.net = pkg.net;
+    out.bf16_autocast = bf16;
     out.channels_last = is_convolutional(pkg.info.model);
     if (out.channels_last) to_channels_last(*out.net);
     return out;

@@ -52,6 +52,7 @@ struct InferenceNet {
     Net net;
     bool fused = false;          // the FusedNet lowering of a float package
     bool bf16 = false;           // that lowering runs in bf16 (no autocast needed)
+    bool bf16_autocast = false;  // bf16 was asked and this is the eager network: run it under bf16 autocast
     bool channels_last = false;  // give it NHWC input (see channels_last_copy)
 };
 /// For a float package, its FusedNet lowering (BatchNorm folded, oneDNN-prepacked weights; what

@@ -234,7 +234,7 @@ Result<PackageEval> evaluate_package(const std::string& package_dir, const data:
         // What the server runs: the fused network in FP32 or bf16 (the eager one under bf16
         // autocast where the CPU has no oneDNN bf16 kernels, or with `fuse` false).
         models::InferenceNet run = models::inference_net(pkg, fuse, bf16);
-        STRATO_ASSIGN_OR_RETURN(out.result, evaluate(*run.net, *loader, bf16 && !run.bf16, run.channels_last));
+        STRATO_ASSIGN_OR_RETURN(out.result, evaluate(*run.net, *loader, run.bf16_autocast, run.channels_last));
         out.arch = pkg.info.model.arch;
         out.parameters = models::parameter_count(*pkg.net);
         out.labels = pkg.info.labels;

@@ -78,6 +78,10 @@ void release_openmp_pool() {
     if (pause && host) (void)pause(/*omp_pause_soft=*/1, host());
 }
 
+/// Model::intra_op_threads of a copy on `d`: libtorch's intra-op threads on the CPU; a GPU copy's
+/// host side runs on the calling thread.
+int execution_threads(Device d) { return d.is_gpu() ? 1 : at::get_num_threads(); }
+
 Result<Tensor> from_tensor(torch::Tensor x, const TensorSpec& spec) {
     STRATO_ASSIGN_OR_RETURN(c10::ScalarType st, to_scalar(spec.dtype));
     x = x.to(torch::kCPU, st).contiguous();
@@ -110,7 +114,7 @@ public:
         // without bf16 kernels get the eager network, channels-last, under autocast.
         const bool bf16 = precision == at::kBFloat16;
         run_ = models::inference_net(pkg_, fuse && !device.is_gpu() && (precision == at::kFloat || bf16), bf16);
-        if (run_.bf16) autocast_ = at::kFloat;  // the graph is bf16 itself
+        if (bf16 && !run_.bf16_autocast) autocast_ = at::kFloat;  // the graph is bf16 itself
         if (device.is_gpu()) run_.net->to(device_);
         int64_t c = pkg_.info.input_shape.channels;
         std::vector<float> mean(c, 0.f), inv_std(c, 1.f);
@@ -122,7 +126,7 @@ public:
         mean_ = torch::tensor(mean).view({1, c, 1, 1}).to(device_);
         inv_std_ = torch::tensor(inv_std).view({1, c, 1, 1}).to(device_);
         bytes_ = parameter_bytes(run_.net->parameters());
-        threads_ = device.is_gpu() ? 1 : at::get_num_threads();
+        threads_ = execution_threads(device);
         wait_for_loading(device_);
     }
 
@@ -271,7 +275,7 @@ public:
         for (const auto& p : module_.parameters()) ps.push_back(p);
         for (const auto& b : module_.buffers()) ps.push_back(b);
         bytes_ = parameter_bytes(ps);
-        threads_ = device.is_gpu() ? 1 : at::get_num_threads();
+        threads_ = execution_threads(device);
         wait_for_loading(device_);
     }
 
