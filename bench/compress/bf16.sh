@@ -19,24 +19,13 @@ threads=${THREADS:-$(nproc)}
 out=${OUT:-runs/bench_compress}
 runs=${RUNS:-300}
 mkdir -p "$out"
-log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-
-# train NAME CONFIG EPOCHS [--set ...]: a float package at $out/NAME/model (kept between runs).
-train() {
-  local name=$1 config=$2 epochs=$3
-  shift 3
-  [[ -f $out/$name/model/strato-model.json ]] && { log "reusing $out/$name/model"; return; }
-  log "training $name ($epochs epochs)"
-  "$bin" --quiet train "$config" --set run.dir="$out" --set run.name="$name" --set train.epochs="$epochs" \
-    --set run.threads="$threads" --no-report --resume "$@" >/dev/null
-}
+source bench/compress/common.sh
 
 train cnn configs/fashion_mnist_cnn.toml "${CNN_EPOCHS:-2}"
 train resnet configs/fashion_mnist_resnet.toml "${RESNET_EPOCHS:-1}" --set train.precision=fp32
 for name in cnn resnet; do
   src=$out/$name/model
-  [[ -f $src-int8/strato-model.json ]] ||
-    { log "quantizing $name"; "$bin" --quiet compress quantize --model "$src" --threads "$threads" --no-eval >/dev/null; }
+  have "$src-int8" || { log "quantizing $name"; quantize "$src"; }
   log "report $name (strato: fp32, bf16 graph, bf16 autocast, int8)"
   "$bin" --quiet compress report --threads "$threads" --runs "$runs" --markdown "$out/$name-bf16.md" --json \
     --model "fp32=$src" --model "bf16=$src@bf16" --model "bf16-eager=$src@bf16-eager" --model "int8=$src-int8" \

@@ -32,19 +32,7 @@ ft_epochs=${FT_EPOCHS:-2}
 runs=${RUNS:-300}
 ((fresh)) && rm -rf "$out"
 mkdir -p "$out"
-log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-have() { [[ -f $1/strato-model.json ]]; }
-
-# train NAME CONFIG EPOCHS [--set ...]: a float package at $out/NAME/model (kept between runs).
-train() {
-  local name=$1 config=$2 epochs=$3; shift 3
-  have "$out/$name/model" && { log "reusing $out/$name/model"; return; }
-  log "training $name ($epochs epochs)"
-  "$bin" --quiet train "$config" --set run.dir="$out" --set run.name="$name" --set train.epochs="$epochs" \
-    --set run.threads="$threads" --no-report --resume "$@" >/dev/null
-}
-
-quantize() { "$bin" --quiet compress quantize --model "$1" --threads "$threads" --no-eval >/dev/null; }
+source bench/compress/common.sh
 
 # compress_model NAME ROUND_TO: INT8, 50 % magnitude, 30 % channels (kept widths rounded down to a
 # multiple of ROUND_TO), the report and the peer for $out/NAME/model.
