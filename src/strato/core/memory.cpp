@@ -11,4 +11,6 @@ void configure_allocator() {
     if (!std::getenv("MALLOC_TRIM_THRESHOLD_")) mallopt(M_TRIM_THRESHOLD, 256 << 20);
 }
 
+void release_free_memory() { (void)malloc_trim(0); }
+
 }  // namespace strato

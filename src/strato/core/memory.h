@@ -11,4 +11,9 @@ namespace strato {
 /// MALLOC_TRIM_THRESHOLD_ (their choice wins). Call once, early in main().
 void configure_allocator();
 
+/// Hands the free memory of every malloc arena back to the OS (malloc_trim): after a large,
+/// rare free — a model unloaded — that the trim threshold above would otherwise keep, in whichever
+/// thread's arena it was allocated.
+void release_free_memory();
+
 }  // namespace strato

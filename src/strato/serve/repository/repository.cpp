@@ -12,6 +12,7 @@
 
 #include "strato/core/fs.h"
 #include "strato/core/log.h"
+#include "strato/core/memory.h"
 #include "strato/core/thread_name.h"
 
 namespace strato::serve {
@@ -370,6 +371,7 @@ void Repository::retire(std::map<int64_t, std::shared_ptr<ModelVersion>> old) {
                              set_thread_name("repo-unload");
                              for (auto& [v, mv] : old) mv->batcher->stop();
                              old.clear();
+                             release_free_memory();  // the unloaded weights, not kept in an arena
                              done->store(true);
                          }),
                          done});
