@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "strato/cloud/local_provider.h"
+#include "strato/core/fs.h"
 #include "strato/loadgen/http_parse.h"
 #include "strato/loadgen/oip_target.h"
 
@@ -84,7 +85,14 @@ TEST(LocalProvider, RetriesOnAnotherReplicaWhenOneDied) {
     auto rs = f.provider->replicas();
     // The proxy picks the first of the replicas with the fewest requests in flight: the dead one.
     ASSERT_EQ(kill(rs[0].pid, SIGKILL), 0);
-    std::this_thread::sleep_for(200ms);
+    // Until the kernel has torn it down, a killed process still holds its listening socket; wait
+    // for that (a zombie or gone) rather than a fixed time a loaded machine may not honour.
+    auto dead = [pid = rs[0].pid] {
+        auto stat = strato::fs::read_file(fmt::format("/proc/{}/stat", pid));
+        return !stat || stat->find(") Z ") != std::string::npos;
+    };
+    for (int i = 0; i < 2000 && !dead(); ++i) std::this_thread::sleep_for(5ms);
+    ASSERT_TRUE(dead());
     for (int i = 0; i < 3; ++i) {
         auto r = f.get("/whoami");
         ASSERT_TRUE(r.is_ok()) << r.status().message();

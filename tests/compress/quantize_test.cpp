@@ -331,7 +331,7 @@ TEST_F(QuantizePackage, ServeLoadFreesTheLoadingThreadsOpenMpPool) {
         auto m = b->load(cfg, float_dir(), serve::Device{});
         ASSERT_TRUE(m.is_ok()) << m.status().message();
         EXPECT_EQ((*m)->intra_op_threads(), 2);
-        for (int i = 0; i < 200 && (after = process_threads()) > base + 1; ++i)  // workers exit on their own
+        for (int i = 0; i < 2000 && (after = process_threads()) > base + 1; ++i)  // workers exit on their own
             std::this_thread::sleep_for(std::chrono::milliseconds(10));
     });
     loader.join();

@@ -474,7 +474,7 @@ TEST_F(RemoteTest, AServerGoneForGoodFailsWithinTheRetryPolicy) {
               std::string::npos)
         << msg;
     EXPECT_NE(msg.find("(the server went away?)"), std::string::npos) << msg;
-    EXPECT_LT(took, 5.0);
+    EXPECT_LT(took, 10.0);  // bounded retries, not a hang (a loaded machine adds seconds)
     EXPECT_EQ(store->stats().retries, 2);
     EXPECT_EQ(store->stats().cache_misses, 1);
 
@@ -497,7 +497,7 @@ TEST_F(RemoteTest, TheDestructorAbortsATransferInFlight) {
         10'000ms));
     auto t0 = Clock::now();
     store.reset();
-    EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 3.0);
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 10.0);  // the transfer needs 20 s
     EXPECT_TRUE(stdfs::exists(part));  // kept, to be resumed
 }
 

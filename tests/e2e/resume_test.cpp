@@ -135,7 +135,8 @@ TEST_F(Resume, SigtermCheckpointsAndExits130ThenCorruptLatestFallsBack) {
     pid_t pid = spawn_strato(train_args(runs_, "term"), dir_ + "/term.log");
     // Wait for the first checkpoint, then ask politely.
     const std::string latest = runs_ + "/term/checkpoints/latest";
-    for (int i = 0; i < 3000 && !stdfs::exists(latest); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    for (int i = 0; i < 60000 && !stdfs::exists(latest); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_TRUE(stdfs::exists(latest)) << slurp(dir_ + "/term.log");
     ::kill(pid, SIGTERM);
     ASSERT_EQ(wait_for(pid), 130) << slurp(dir_ + "/term.log");
     EXPECT_NE(slurp(dir_ + "/term.log").find("checkpoint saved"), std::string::npos);

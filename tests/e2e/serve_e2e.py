@@ -1178,7 +1178,7 @@ def limits_and_slow_clients(ctx):
                 sock.close()
             dt = time.time() - t0
             check(closed or got.startswith(b"HTTP/1.1 408"), f"a client dripping its headers was not cut off in {dt:.1f}s")
-            check(dt <= header_to + 2.5, f"slow headers cut off after {dt:.1f}s (--http-header-timeout-secs {header_to})")
+            check(dt <= header_to + 5, f"slow headers cut off after {dt:.1f}s (--http-header-timeout-secs {header_to})")
             if got:
                 check(got.startswith(b"HTTP/1.1 408"), f"slow headers answered {got[:100]!r}, expected 408 or a close")
             return dt
@@ -1195,7 +1195,7 @@ def limits_and_slow_clients(ctx):
                 sock.close()
             dt = time.time() - t0
             check(d is not None and (d == b"" or d.startswith(b"HTTP/1.1 408")), f"silent connection: {d!r} after {dt:.1f}s")
-            check(dt <= header_to + 2.5, f"silent connection closed after {dt:.1f}s")
+            check(dt <= header_to + 5, f"silent connection closed after {dt:.1f}s")
         s.case("connection that sends nothing -> closed within the header timeout", silent_connection)
 
         def slow_body():
@@ -1211,7 +1211,7 @@ def limits_and_slow_clients(ctx):
                 sock.close()
             dt = time.time() - t0
             check(d is not None and (d == b"" or d.startswith(b"HTTP/1.1 408")), f"slow body: {d!r} after {dt:.1f}s")
-            check(dt <= body_to + 2.5, f"slow body cut off after {dt:.1f}s (--http-body-timeout-secs {body_to})")
+            check(dt <= body_to + 5, f"slow body cut off after {dt:.1f}s (--http-body-timeout-secs {body_to})")
         s.case("body that never completes -> 408/closed within the body timeout", slow_body)
 
         def slowloris_crowd():
@@ -1714,10 +1714,19 @@ def sigterm_under_load(ctx):
     body, hdr = binary_infer_body([ctx.images[0]])
     threads = [threading.Thread(target=load_loop, args=(srv.port, f"/v2/models/{MODEL}/infer", body, hdr, stop, stats, lock, term),
                                 daemon=True) for _ in range(8)]
+    def answered():
+        with lock:
+            return stats["status"][200]
+
     try:
         for t in threads:
             t.start()
-        time.sleep(1.5)
+        # SIGTERM once requests flow (and a little longer, so several are in flight), not after a
+        # fixed time that a loaded machine may spend connecting.
+        end = time.time() + 30
+        while answered() < 8 and time.time() < end:
+            time.sleep(0.05)
+        time.sleep(0.5)
         with lock:
             before = stats["status"][200]
             early_errors = list(stats["errors"])
@@ -1737,7 +1746,7 @@ def sigterm_under_load(ctx):
     why = (" (128+SIGTERM: a second SIGTERM arrived while draining - sent from outside this test?)" if rc == 143
            else f" (killed by signal {-rc})" if rc is not None and rc < 0 else " (no exit within 20 s)" if rc is None else "")
     check(rc == 0, f"strato serve exited {rc}{why} after SIGTERM (want 0); stderr:\n{srv.stderr_tail()}")
-    check(dt <= 8, f"strato serve took {dt:.1f}s to exit after SIGTERM")
+    check(dt <= 9.5, f"strato serve took {dt:.1f}s to exit after SIGTERM (its --exit-timeout-secs is 10)")
     return (f"{stats['status'][200]} x 200 ({before} before SIGTERM), {len(stats['errors'])} connection errors after it, "
             f"exit 0 in {dt:.2f}s")
 
@@ -1768,20 +1777,30 @@ def reload_under_load(ctx):
             time.sleep(0.2)
         raise Failure(f"reload: {what} did not happen within {timeout}s; stderr:\n{srv.stderr_tail()}")
 
+    def loads():
+        return srv.stderr_text().count(f"loaded model '{MODEL}' version 2")
+
+    def answered():
+        with lock:
+            return stats["status"][200]
+
     try:
         for t in threads:
             t.start()
-        time.sleep(1.5)
+        wait_for(lambda: answered() > 0, "version 1 answering")
         shutil.copytree(PKG, os.path.join(mdir, "2"))  # not atomic on purpose: a poll may see half a version
         wait_for(lambda: versions() == ["2"], "version 2 served")
-        time.sleep(1.5)
+        # Each change waits for its reload rather than for a fixed time, so two edits never fall
+        # into one poll on a slow machine.
+        n = loads()
         for f in os.listdir(os.path.join(mdir, "2")):
             os.utime(os.path.join(mdir, "2", f))
-        time.sleep(2.5)
+        wait_for(lambda: loads() > n, "touched files reloaded")
+        n = loads()
         tmpw = os.path.join(ctx.tmp, "weights.pt.new")
         shutil.copyfile(os.path.join(PKG, "weights.pt"), tmpw)
         os.replace(tmpw, os.path.join(mdir, "2", "weights.pt"))
-        time.sleep(2.5)
+        wait_for(lambda: loads() > n, "replaced weights reloaded")
         tmpc = os.path.join(ctx.tmp, "config.pbtxt.new")
         with open(tmpc, "w") as f:
             f.write("max_batch_size: 32\ndynamic_batching { max_queue_delay_microseconds: 100 }\n")
@@ -1795,7 +1814,7 @@ def reload_under_load(ctx):
         check(not any(t.is_alive() for t in threads), "load threads hung")
         srv.assert_alive("reloads under load")
         v2 = get_stats(srv, MODEL, "2")
-        loads = srv.stderr_text().count(f"loaded model '{MODEL}' version 2")
+        loaded = loads()
     finally:
         stop.set()
         srv.kill()
@@ -1804,8 +1823,8 @@ def reload_under_load(ctx):
           f"requests failed during reloads: {len(stats['bad'])} non-200 {stats['bad'][:3]}, {len(stats['errors'])} errors {stats['errors'][:3]}")
     check(ok > 20, f"only {ok} requests got through")
     check(v2["inference_stats"]["success"]["count"] > 0, "version 2 served nothing")
-    check(loads >= 3, f"version 2 was loaded {loads} times; expected the copy, the touch, the weights replace and the config to reload it")
-    return f"{ok} requests, 0 failures; {'; '.join(steps)}; version 2 loaded {loads} times"
+    check(loaded >= 3, f"version 2 was loaded {loaded} times; expected the copy, the touch, the weights replace and the config to reload it")
+    return f"{ok} requests, 0 failures; {'; '.join(steps)}; version 2 loaded {loaded} times"
 
 
 @test

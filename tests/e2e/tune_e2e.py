@@ -74,7 +74,11 @@ def killed_and_resumed(tmp):
             p.send_signal(signal.SIGKILL)
             p.wait()
             kills += 1
-            time.sleep(0.3)  # PR_SET_PDEATHSIG delivers SIGKILL to the trials
+            # PR_SET_PDEATHSIG delivers SIGKILL to the trials; a loaded machine may take a while
+            # to tear them down.
+            end = time.time() + 30
+            while trial_processes(sdir) and time.time() < end:
+                time.sleep(0.1)
             left = trial_processes(sdir)
             check(not left, f"trial processes outlived the killed executor: {left}")
     check(kills == 3, f"killed {kills} times")

@@ -353,12 +353,24 @@ TEST(Executor, BracketsHaveTheirOwnRungs) {
 }
 
 TEST(Executor, ShutdownStopsTrialsOnceAndTheNextRunFinishes) {
-    setenv("FAKE_TRAIN_EPOCH_S", "0.15", 1);
+    setenv("FAKE_TRAIN_EPOCH_S", "0.3", 1);
     auto r = fake_study("shutdown", "grace = 1\nmax_t = 6\nreduction = 2", "trials = 4\nparallel = 2\nscheduler = \"fifo\"");
     signals::install_stop_handlers();
     signals::reset();
-    std::thread stopper([] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    // The signal comes once both running trials have finished an epoch (so they have installed
+    // their handlers and have 5 epochs, 1.5 s, left), not after a fixed time that a loaded
+    // machine may spend starting them.
+    std::thread stopper([dir = r.dir] {
+        auto running = [&] {
+            int n = 0;
+            std::error_code ec;
+            for (const auto& e : std::filesystem::directory_iterator(dir + "/trials", ec)) {
+                auto m = fs::read_file(e.path().string() + "/metrics.jsonl");
+                n += m && m->find("\"eval\"") != std::string::npos;
+            }
+            return n;
+        };
+        for (int i = 0; i < 12000 && running() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
         kill(getpid(), SIGTERM);
     });
     auto first = run_fake(r);
@@ -368,7 +380,7 @@ TEST(Executor, ShutdownStopsTrialsOnceAndTheNextRunFinishes) {
     {
         auto st = open_db(r);
         auto trials = *st->trials();
-    for (const auto& t : trials) {
+        for (const auto& t : trials) {
             EXPECT_EQ(t.state, TrialState::kRunning) << "trial " << t.id << ": " << t.error;
             EXPECT_EQ(t.owner, "") << "an interrupted trial is given up for the next executor";
             EXPECT_LT(t.epochs, 6);
