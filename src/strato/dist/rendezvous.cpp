@@ -96,12 +96,14 @@ struct RendezvousServer::Impl {
     int round = 0, failures = 0;
     bool running = false;       // the round formed and its workers run
     double first_join = 0, min_reached = 0;
+    std::string last_word;  // EXIT or ABORT <why>, once the job has ended
 
     void broadcast(const std::string& line) {
         for (auto& [fd, p] : peers) send_all(fd, line + "\n");
     }
     void abort_all(const std::string& why) {
-        broadcast("ABORT " + why);
+        last_word = "ABORT " + why;
+        broadcast(last_word);
         stop = true;
     }
     int joined() const {
@@ -185,7 +187,8 @@ struct RendezvousServer::Impl {
             for (auto& [f, q] : peers)
                 if (q.member && !q.done) all = false;
             if (all) {
-                broadcast("EXIT");
+                last_word = "EXIT";
+                broadcast(last_word);
                 stop = true;
             }
         }
@@ -262,6 +265,15 @@ struct RendezvousServer::Impl {
                 broadcast("PING");
                 last_ping = now_s();
             }
+        }
+        // A node that connected as the job ended (still in the accept queue) hears the end too,
+        // rather than a reset.
+        pollfd pending{listen_fd, POLLIN, 0};
+        while (!last_word.empty() && ::poll(&pending, 1, 0) == 1 && (pending.revents & POLLIN)) {
+            int c = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+            if (c < 0) break;
+            peers[c].fd = c;
+            send_all(c, last_word + "\n");
         }
         // Let the last words (EXIT, ABORT) reach the clients before closing.
         for (auto& [fd, p] : peers) ::shutdown(fd, SHUT_WR);
