@@ -1,5 +1,5 @@
 // A stand-in for `strato serve` in the local provider's tests (this tests the provider, not the
-// server): listens on --http-port and answers every request with what the process inherited,
+// server): listens on --http-port (0: one the kernel picks), prints serve's ready line naming it, and answers every request with what the process inherited,
 // "pid=P pgid=G fds=3,4" (descriptors above stderr open at start). /sleep answers after 500 ms.
 // SIGTERM stops it at once. With FAKE_REPLICA_LAZY=DIR, only the first replica (the one that
 // creates DIR/first) is ready at once; the others answer 503 on /v2/health/ready until SIGTERM,
@@ -76,10 +76,14 @@ int main(int argc, char** argv) {
     a.sin_family = AF_INET;
     a.sin_port = htons(static_cast<uint16_t>(port));
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (port == 0 || bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(ls, 64) != 0) {
+    if (bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(ls, 64) != 0) {
         std::fprintf(stderr, "fake_replica: cannot listen on port %d\n", port);
         return 1;
     }
+    socklen_t len = sizeof a;
+    getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len);
+    std::printf("strato serve: ready http://127.0.0.1:%d metrics=off models: fake\n", ntohs(a.sin_port));
+    std::fflush(stdout);
     auto stop_at = std::chrono::steady_clock::time_point::max();
     for (;;) {
         if (g_stop && stop_at == std::chrono::steady_clock::time_point::max())

@@ -78,6 +78,26 @@ TEST(LocalProvider, ReplicasInheritNoDescriptorsAndHaveTheirOwnProcessGroup) {
     EXPECT_EQ(r->body, fmt::format("pid={} pgid={} fds=", pid, pid));
 }
 
+// Replicas bind port 0; each one's port comes from its own ready line, never from an older run's
+// log of the same name in --log-dir.
+TEST(LocalProvider, ReplicaPortsComeFromTheirReadyLines) {
+    Fixture f("ports", "[autoscale]\nmin_nodes = 2\nmax_nodes = 2\n[[policy]]\nkind = \"backlog\"\nper_node = 1\n");
+    ASSERT_TRUE(strato::fs::atomic_write(f.dir + "/logs/replica-1.log",
+                                         "strato serve: ready http://127.0.0.1:1 metrics=off models: old\n")
+                    .is_ok());
+    ASSERT_TRUE(f.provider->start().is_ok());
+    ASSERT_TRUE(f.ready(2));
+    auto rs = f.provider->replicas();
+    EXPECT_NE(rs[0].port, rs[1].port);
+    for (const auto& r : rs) {
+        EXPECT_GT(r.port, 1);
+        auto url = loadgen::parse_url("http://127.0.0.1:" + std::to_string(r.port));
+        auto reply = loadgen::http_request(*url, "GET", "/whoami", {}, 5000);
+        ASSERT_TRUE(reply.is_ok()) << reply.status().message();
+        EXPECT_EQ(reply->body.substr(0, reply->body.find(' ')), fmt::format("pid={}", r.pid));
+    }
+}
+
 TEST(LocalProvider, RetriesOnAnotherReplicaWhenOneDied) {
     Fixture f("retry", "[autoscale]\nmin_nodes = 2\nmax_nodes = 2\n[[policy]]\nkind = \"backlog\"\nper_node = 1\n");
     ASSERT_TRUE(f.provider->start().is_ok());

@@ -1,11 +1,8 @@
 #include "strato/cloud/local_provider.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "strato/core/fs.h"
 #include "strato/core/log.h"
 #include "strato/core/signals.h"
 #include "strato/loadgen/http_parse.h"
@@ -32,21 +30,12 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-Result<int> free_port(const std::string& address) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return io_error("socket: {}", strerror(errno));
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = 0;
-    inet_pton(AF_INET, address.c_str(), &a.sin_addr);
-    if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-        close(fd);
-        return io_error("bind {}: {}", address, strerror(errno));
-    }
-    socklen_t len = sizeof a;
-    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    close(fd);
-    return static_cast<int>(ntohs(a.sin_port));
+/// The port in a replica's "strato serve: ready http://127.0.0.1:PORT" line, once it is there.
+int ready_port(const std::string& log_path) {
+    static const std::string kReady = "strato serve: ready http://127.0.0.1:";
+    auto text = fs::read_file(log_path);
+    size_t at = text ? text->find(kReady) : std::string::npos;
+    return at == std::string::npos ? 0 : std::atoi(text->c_str() + at + kReady.size());
 }
 
 /// Hours since Monday 00:00 local time: the schedule policy's clock.
@@ -68,8 +57,8 @@ bool forwarded(const std::string& name) {
 
 struct Replica {
     pid_t pid = 0;
-    int port = 0;
-    loadgen::Url url;
+    std::atomic<int> port{0};  // 0 until the replica says which port the kernel gave it
+    loadgen::Url url;          // set before the replica turns ready; read only after
     std::atomic<int> state{0};        // 0 starting, 1 ready, 2 draining, 3 gone
     std::atomic<bool> reaped{false};  // the process is (being) stopped and reaped: only one caller does it
     std::atomic<int64_t> in_flight{0};
@@ -83,6 +72,7 @@ struct LocalProvider::Impl {
     std::unique_ptr<serve::http::Server> front;
     std::unique_ptr<boost::asio::thread_pool> pool;
     mutable std::mutex mu;
+    std::atomic<int> spawned{0};  // numbers the replicas' log files
     std::vector<std::shared_ptr<Replica>> replicas;
     std::vector<std::pair<double, std::string>> actions;
     struct Helper {
@@ -180,7 +170,7 @@ struct LocalProvider::Impl {
         std::lock_guard<std::mutex> lock(mu);
         for (const auto& r : replicas) {
             static const char* kStates[] = {"starting", "ready", "draining", "gone"};
-            reps.push_back({{"pid", r->pid}, {"port", r->port}, {"state", kStates[r->state]},
+            reps.push_back({{"pid", r->pid}, {"port", r->port.load()}, {"state", kStates[r->state]},
                             {"in_flight", r->in_flight.load()}, {"served", r->served.load()}});
         }
         for (const auto& [t, what] : actions) acts.push_back({{"t_s", t}, {"what", what}});
@@ -188,12 +178,12 @@ struct LocalProvider::Impl {
     }
 
     Result<std::shared_ptr<Replica>> spawn() {
-        STRATO_ASSIGN_OR_RETURN(int port, free_port("127.0.0.1"));
+        // Port 0: the kernel picks a free port as the replica binds it, so no other process can
+        // take it between choosing and binding; the replica's ready line says which.
         std::vector<std::string> args = {o.strato_binary, "serve"};
         args.insert(args.end(), o.serve_args.begin(), o.serve_args.end());
-        for (const char* a : {"--http-address", "127.0.0.1", "--metrics-port", "0", "--http-port"}) args.emplace_back(a);
-        args.push_back(std::to_string(port));
-        std::string log_path = fmt::format("{}/replica-{}.log", o.log_dir, port);
+        for (const char* a : {"--http-address", "127.0.0.1", "--metrics-port", "0", "--http-port", "0"}) args.emplace_back(a);
+        std::string log_path = fmt::format("{}/replica-{}.log", o.log_dir, ++spawned);
         std::vector<char*> argv;
         for (auto& a : args) argv.push_back(a.data());
         argv.push_back(nullptr);
@@ -201,7 +191,8 @@ struct LocalProvider::Impl {
         pid_t pid = fork();
         if (pid < 0) return io_error("fork: {}", strerror(errno));
         if (pid == 0) {
-            int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+            // Truncated: an older run's ready line in the same --log-dir must not name the port.
+            int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
             if (fd >= 0) {
                 dup2(fd, 1);
                 dup2(fd, 2);
@@ -216,8 +207,6 @@ struct LocalProvider::Impl {
         }
         auto r = std::make_shared<Replica>();
         r->pid = pid;
-        r->port = port;
-        r->url = *loadgen::parse_url(fmt::format("http://127.0.0.1:{}", port));
         {
             std::lock_guard<std::mutex> lock(mu);
             replicas.push_back(r);
@@ -227,8 +216,17 @@ struct LocalProvider::Impl {
             while (!stopping && r->state == 0 && seconds_since(start) < o.ready_timeout_s) {
                 if (exited(*r)) {
                     r->state = 3;
-                    note(fmt::format("replica on port {} exited while starting; see {}", r->port, log_path));
+                    note(fmt::format("replica pid {} exited while starting; see {}", r->pid, log_path));
                     return;
+                }
+                if (r->port == 0) {
+                    int port = ready_port(log_path);
+                    if (port == 0) {
+                        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+                        continue;
+                    }
+                    r->url = *loadgen::parse_url(fmt::format("http://127.0.0.1:{}", port));
+                    r->port = port;
                 }
                 auto h = loadgen::http_request(r->url, "GET", "/v2/health/ready", {}, 1000);
                 int starting = 0;  // a replica drained or stopped meanwhile stays so
@@ -240,7 +238,8 @@ struct LocalProvider::Impl {
                 std::this_thread::sleep_for(std::chrono::milliseconds(100));
             }
             if (r->state == 0) {
-                note(fmt::format("replica on port {} not ready within {:g} s; stopping it", r->port, o.ready_timeout_s));
+                note(fmt::format("replica pid {} not ready within {:g} s; stopping it (see {})", r->pid, o.ready_timeout_s,
+                                 log_path));
                 terminate(r);
             }
         });
@@ -443,7 +442,7 @@ std::vector<ReplicaStatus> LocalProvider::replicas() const {
     std::lock_guard<std::mutex> lock(impl_->mu);
     static const char* kStates[] = {"starting", "ready", "draining", "gone"};
     for (const auto& r : impl_->replicas)
-        out.push_back({r->pid, r->port, kStates[r->state], r->in_flight.load(), r->served.load()});
+        out.push_back({r->pid, r->port.load(), kStates[r->state], r->in_flight.load(), r->served.load()});
     return out;
 }
 
