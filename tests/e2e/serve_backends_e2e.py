@@ -4,7 +4,8 @@ through the TorchScript backend returns the same outputs as PyTorch in Python, w
 same network exported to ONNX (opset 13, dynamic batch axis) and served through the ONNX backend
 (OpenCV DNN) returns them within 1e-4. Then both are loaded, run and unloaded again and again
 (explicit model control): the server's resident memory, threads and descriptors stay flat, where
-Triton users report TorchScript models growing it by ~20 MB a cycle (server #5841).
+Triton users report TorchScript models growing it by ~20 MB a cycle (server #5841). Damaged
+TorchScript and ONNX files (cut in half, or junk) fail their load with a 400 naming the file.
 
 usage: serve_backends_e2e.py STRATO_BINARY
 Exit 77 (skipped) when torch/torchvision are not installed.
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 try:
@@ -172,7 +174,35 @@ def main():
         assert proc.wait(timeout=30) == 0, "serve did not exit 0 on SIGTERM"
         proc = None
 
+        # Damaged model files (an upload cut short, a file that is not a model at all) beside
+        # the good ones: loading one fails with a 400 naming the file, and the server lives on.
+        damaged = []
+        for model, file in (("resnet18", "model.pt"), ("resnet18_onnx", "model.onnx")):
+            for how, cut in (("cut", lambda b: b[: len(b) // 2]), ("junk", lambda b: b"\x08\x07 not a model " * 64)):
+                bad = f"{model}_{how}"
+                shutil.copytree(f"{tmp}/repo/{model}", f"{tmp}/repo/{bad}")
+                path = f"{tmp}/repo/{bad}/1/{file}"
+                with open(path, "rb") as f:
+                    data = f.read()
+                with open(path, "wb") as f:
+                    f.write(cut(data))
+                with open(f"{tmp}/repo/{bad}/config.pbtxt") as f:
+                    text = f.read().replace('name: "resnet18"', f'name: "{bad}"')
+                with open(f"{tmp}/repo/{bad}/config.pbtxt", "w") as f:
+                    f.write(text)
+                damaged.append((bad, file))
+
         proc, port = start_server(strato, f"{tmp}/repo", "--model-control-mode", "explicit")
+        for bad, file in damaged:
+            try:
+                status, body = post(port, f"/v2/repository/models/{bad}/load")
+            except urllib.error.HTTPError as e:
+                status, body = e.code, e.read()
+            error = json.loads(body).get("error", "")
+            assert status == 400 and file in error, f"loading {bad}: {status} {body[:500]!r}"
+            assert proc.poll() is None, f"the server died loading {bad}"
+            print(f"ok: {bad}: 400 {error[:160]}")
+        # (the good models load and run next, again and again)
         for model, inp, out, file in (("resnet18", "INPUT__0", "OUTPUT__0", "model.pt"),
                                       ("resnet18_onnx", "input", "logits", "model.onnx")):
             size = os.path.getsize(f"{tmp}/repo/{model}/1/{file}") / 2**20
