@@ -188,15 +188,19 @@ struct LocalProvider::Impl {
         for (auto& a : args) argv.push_back(a.data());
         argv.push_back(nullptr);
         const int fd_max = static_cast<int>(std::min(sysconf(_SC_OPEN_MAX), 65536L));
+        // Opened (and truncated) here, before the readiness check can read it: an older run's
+        // ready line in the same --log-dir must never name the port.
+        const int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (log_fd < 0) return io_error("cannot write the replica log {}: {}", log_path, strerror(errno));
         pid_t pid = fork();
-        if (pid < 0) return io_error("fork: {}", strerror(errno));
+        if (pid < 0) {
+            int err = errno;
+            ::close(log_fd);
+            return io_error("fork: {}", strerror(err));
+        }
         if (pid == 0) {
-            // Truncated: an older run's ready line in the same --log-dir must not name the port.
-            int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-            if (fd >= 0) {
-                dup2(fd, 1);
-                dup2(fd, 2);
-            }
+            dup2(log_fd, 1);
+            dup2(log_fd, 2);
             // Nothing of this process (the front end's sockets, other replicas' logs) leaks into the
             // replica, and a terminal's Ctrl-C reaches the provider only, which drains the replicas.
             if (close_range(3, ~0U, 0) != 0)
@@ -205,6 +209,7 @@ struct LocalProvider::Impl {
             execv(argv[0], argv.data());
             _exit(127);
         }
+        ::close(log_fd);
         auto r = std::make_shared<Replica>();
         r->pid = pid;
         {
@@ -349,6 +354,9 @@ Result<std::unique_ptr<LocalProvider>> LocalProvider::create(LocalOptions o) {
         if (!mkdtemp(tmpl)) return io_error("mkdtemp: {}", strerror(errno));
         o.log_dir = tmpl;
     }
+    std::error_code ec;
+    std::filesystem::create_directories(o.log_dir, ec);
+    if (ec) return io_error("--log-dir {}: {}", o.log_dir, ec.message());
     return std::unique_ptr<LocalProvider>(new LocalProvider(std::make_unique<Impl>(std::move(o))));
 }
 
