@@ -1488,6 +1488,16 @@ def repository_explicit_mode(ctx):
             check(request(p, "GET", "/v2/health/ready").status == 200,
                   f"ready after unloading the failed model -> {request(p, 'GET', '/v2/health/ready')!r} (reason is 'unloaded')")
         s.case("failed load -> not ready; unloading it -> ready", broken)
+
+        def gpu_without_gpu():
+            if os.path.exists("/dev/nvidia0"):
+                return "skipped: a GPU is visible here"
+            cfg = json.dumps({"instance_group": [{"kind": "KIND_GPU", "gpus": [0]}]})
+            expect_error(post(f"/v2/repository/models/{MODEL}/load", {"parameters": {"config": cfg}}), 400,
+                         ["GPU"], "reload asking for a GPU where there is none")
+            decode_infer(infer(MODEL, ctx.images[:1]), f"{MODEL} after its failed reload")
+        s.case("reload with a KIND_GPU config and no GPU -> 400 (as every failed load), the old version serves on",
+               gpu_without_gpu)
         s.case("unload fmcfg, fm still serves", lambda: (check(post("/v2/repository/models/fmcfg/unload").status == 200, "unload fmcfg"),
                                                           decode_infer(infer(MODEL, ctx.images[:1]), "fm after fmcfg unload")))
         s.done()
