@@ -56,27 +56,29 @@ def local_provider(tmp, model):
 
         def load_until(concurrency, seconds, done, rounds=6):
             for _ in range(rounds):
-                loads.append(os.path.join(tmp, f"lt{len(loads) + 1}.json"))
+                loads.append((os.path.join(tmp, f"lt{len(loads) + 1}.json"), seconds))
                 run("loadtest", f"http://127.0.0.1:{port}", "--model", "fm", "--concurrency", str(concurrency), "-d",
-                    f"{seconds}s", "--json", loads[-1])
+                    f"{seconds}s", "--json", loads[-1][0])
                 if done(status(port)):
                     return True
             return False
 
         scaled = load_until(12, 6, lambda st: sum(r["state"] == "ready" for r in st["replicas"]) >= 2)
         check(scaled, f"scaled up to 2 or more replicas under load: {status(port)}")
-        lt1 = loads[-1]
+        lt1 = loads[-1][0]
         shrunk = load_until(1, 5, lambda st: len(st["replicas"]) == 1)
         st = status(port)
         check(shrunk, f"back to one replica: {st}")
         drained = [a for a in st["actions"] if "drained and stopped" in a["what"]]
         check(len(drained) >= 1, f"replicas drained: {st['actions']}")
-        for path in loads:
+        for path, seconds in loads:
             with open(path) as f:
                 pts = json.load(f)["points"]
             errors = sum(p["errors"]["total"] for p in pts)
             done = sum(p["ok"] for p in pts)
-            check(errors == 0 and done > 0, f"{os.path.basename(path)}: {errors} errors in {done} requests")
+            # Requests flow all along (hundreds a second here): a front end that stalls while
+            # replicas start or drain falls below 10 a second.
+            check(errors == 0 and done >= 10 * seconds, f"{os.path.basename(path)}: {errors} errors in {done} requests")
         # Every replica process is gone after SIGTERM.
         pids = [r["pid"] for r in status(port)["replicas"]]
         proc.send_signal(signal.SIGTERM)

@@ -108,7 +108,7 @@ def main():
                          "--json", f"{tmp}/o.json"])
         p = json.load(open(f"{tmp}/o.json"))["points"][0]
         # Never above the schedule; below it only by what a loaded CI machine can stall.
-        check(75 <= p["throughput"] <= 150 * 1.05, f"open loop delivered {p['throughput']:.1f} of 150 req/s")
+        check(150 * 0.7 <= p["throughput"] <= 150 * 1.05, f"open loop delivered {p['throughput']:.1f} of 150 req/s")
 
         print("== SLO search")
         # An SLO this tiny CNN always meets, even when CI stalls a window: the search must climb to the top.

@@ -204,7 +204,8 @@ PointResult run_bounded(uint16_t port, double seconds, int64_t timeout_ns = 30'0
     auto p = run_point(target_for(port), o, concurrency);
     double took = static_cast<double>(now_ns() - t0) / 1e9;
     EXPECT_TRUE(p.is_ok()) << p.status().message();
-    EXPECT_LT(took, seconds + o.grace_s + 5.0) << "the run must end by its deadline plus the grace period";
+    // 3 s of slack for a loaded machine, below the 5 s a test server holds its replies.
+    EXPECT_LT(took, seconds + o.grace_s + 3.0) << "the run must end by its deadline plus the grace period";
     return p.is_ok() ? *p : PointResult{};
 }
 
