@@ -77,7 +77,10 @@ int main(int argc, char** argv) {
     try {
         app.parse(cli::split_launch_command(argc, argv), argv);
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        // --help and --version are 0; every usage error (unknown command or flag, a value the
+        // parser refuses) is 2, as argparse and getopt tools (torchrun among them) exit, rather
+        // than CLI11's 105-114.
+        return app.exit(e) == 0 ? 0 : 2;
     } catch (const std::exception& e) {
         fmt::print(stderr, "strato: error: {}\n", e.what());
         return 1;

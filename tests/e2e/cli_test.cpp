@@ -40,7 +40,15 @@ TEST_F(Cli, HelpListsCommands) {
     o = run_strato("train --help", dir_);
     EXPECT_EQ(o.code, 0);
     EXPECT_NE(o.out.find("--resume"), std::string::npos);
-    EXPECT_NE(run_strato("frobnicate", dir_).code, 0);
+    // Usage errors exit 2 (as argparse tools do), whatever CLI11 calls them; errors strato finds
+    // in a value it checks itself exit 1.
+    for (const char* bad : {"frobnicate", "train --no-such-flag", "loadtest http://127.0.0.1:1/ --concurrency 0",
+                            "loadtest http://127.0.0.1:1/ --tensor-format xml", "train"}) {
+        auto u = run_strato(bad, dir_);
+        EXPECT_EQ(u.code, 2) << bad << ": " << u.err;
+        EXPECT_FALSE(u.err.empty()) << bad;
+    }
+    EXPECT_EQ(run_strato("train no-such-config.toml", dir_).code, 1);
 }
 
 // `strato doctor --json` describes this machine: every check named, the CPU's bf16 instructions
