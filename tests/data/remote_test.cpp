@@ -56,19 +56,23 @@ std::string random_bytes(size_t n, uint64_t seed) {
     return s;
 }
 
+// A port for nginx to bind later, taken below the kernel's ephemeral range (32768-60999): the
+// kernel hands those to the port-0 binds and outgoing connections of the tests running beside
+// this one, which could take a port chosen there before nginx binds it.
 int free_port() {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(a);
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    static std::mt19937 rng(std::random_device{}());
+    for (int attempt = 0; attempt < 1000; ++attempt) {
+        const int port = std::uniform_int_distribution<int>(20000, 32767)(rng);
+        int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(static_cast<uint16_t>(port));
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
         ::close(fd);
-        return -1;
+        if (ok) return port;
     }
-    ::close(fd);
-    return ntohs(a.sin_port);
+    return -1;
 }
 
 bool port_accepts(int port) {

@@ -1,6 +1,7 @@
 """Shared by the e2e scripts of plan, monitor, autoscale and tune: the binary under test
 (argv[1]), the repository, failures collected as checks run, and a tiny trained run."""
 import os
+import random
 import shutil
 import signal
 import socket
@@ -27,10 +28,27 @@ def run(*args, expect=0, timeout=300):
     return p
 
 
+_HANDED_OUT = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on, for a process that binds it later. Taken below the kernel's
+    ephemeral range (32768-60999), from which the kernel hands ports to every port-0 bind and
+    outgoing connection of the tests running beside this one, so none of those can take it in
+    between; never the same one twice in a process."""
+    rng = random.SystemRandom()
+    for _ in range(1000):
+        port = rng.randrange(20000, 32768)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise RuntimeError("no free port in 20000-32767")
 
 
 def train_tiny(runs_dir, name, *sets):
