@@ -1,6 +1,21 @@
-# Shared by the serve benchmarks (sourced from the project root): the tools, the CNN package, its
-# repository config and the request body. The helpers below the first expect $bin (a strato
-# binary) and $tmp (a scratch directory).
+# Shared by the serve benchmarks (sourced from the project root): the scratch directory and its
+# cleanup, the tools, the CNN package, its repository config and the request body. The helpers
+# after build_bench_tools expect $bin (a strato binary) and $tmp (a scratch directory), which
+# bench_scratch sets.
+
+# bench_scratch: $bin (the release strato), $tmp (a scratch directory) and an EXIT trap that stops
+# the processes a script started ($server, $server2, $spin; empty when none runs) and removes $tmp.
+bench_scratch() {
+  bin=build/release/apps/strato/strato
+  tmp=$(mktemp -d)
+  server= server2= spin=
+  trap bench_cleanup EXIT
+}
+bench_cleanup() {
+  for p in ${server:-} ${server2:-} ${spin:-}; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$tmp"
+}
 
 # Installs what the benchmarks need and builds strato and serve_forward_bench (release).
 build_bench_tools() {

@@ -15,23 +15,13 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 source bench/serve/common.sh
 build_bench_tools
-bin=build/release/apps/strato/strato
+bench_scratch
 dur=${DUR:-5}
 threads=${THREADS:-1}
 http_threads=${HTTP_THREADS:-2}
 precision=${PRECISION:-fp32}
 # serve_forward_bench PKG THREADS SECONDS [SIZES]: the limit, with the same precision as the server.
 forward() { build/release/bench/serve_forward_bench "$1" "$2" "$3" "${4:-default}" -1 "$precision"; }
-tmp=$(mktemp -d)
-server=
-server2=
-cleanup() {
-  for p in $server $server2; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-
 ensure_package "${1:-}"
 
 echo "== in-process forward (the limit), $threads intra-op thread(s), $precision"

@@ -8,13 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 scripts/setup --bench
 scripts/build release --target strato >/dev/null
-bin=build/release/apps/strato/strato
-secs=${2:-300}
-tmp=$(mktemp -d)
-server=
-cleanup() { [ -n "$server" ] && kill "$server" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$tmp"; }
-trap cleanup EXIT
 source bench/serve/common.sh
+bench_scratch
+secs=${2:-300}
 ensure_package "${1:-}"
 write_infer_body  # every output, as JSON
 "$bin" -q serve --model "cnn=$pkg" --http-port 0 --metrics-port 0 --intra-op-threads 1 >"$tmp/serve.out" 2>&1 &

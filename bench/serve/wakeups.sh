@@ -8,11 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 source bench/serve/common.sh
 build_bench_tools
-bin=build/release/apps/strato/strato
-tmp=$(mktemp -d)
-server= spin=
-cleanup() { for p in $server $spin; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$tmp"; }
-trap cleanup EXIT
+bench_scratch
 ensure_package "${1:-}"
 write_cnn_repo "$tmp/repo" yes
 write_infer_body "$LOGITS_BINARY"

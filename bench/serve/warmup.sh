@@ -10,16 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 source bench/serve/common.sh
 build_bench_tools
-bin=build/release/apps/strato/strato
+bench_scratch
 threads=${THREADS:-2}
-tmp=$(mktemp -d)
-server=
-cleanup() {
-  [ -n "$server" ] && kill "$server" 2>/dev/null || true
-  wait 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
 ensure_package "${1:-}"
 
 sizes="1 2 3 4 6 8 12 16 24 32 48 64"
