@@ -1684,6 +1684,12 @@ def readiness_with_broken_models(ctx):
             "package and KIND_GPU without a GPU; KIND_AUTO falls back to the CPU")
 
 
+def answered(stats, lock):
+    """How many 200s the load_loop threads sharing `stats` have had so far."""
+    with lock:
+        return stats["status"][200]
+
+
 def load_loop(port, path, body, headers, stop, stats, lock, stop_on_refused=None):
     """Sends the same request in a loop on a keep-alive connection; records statuses and errors."""
     conn = None
@@ -1724,17 +1730,13 @@ def sigterm_under_load(ctx):
     body, hdr = binary_infer_body([ctx.images[0]])
     threads = [threading.Thread(target=load_loop, args=(srv.port, f"/v2/models/{MODEL}/infer", body, hdr, stop, stats, lock, term),
                                 daemon=True) for _ in range(8)]
-    def answered():
-        with lock:
-            return stats["status"][200]
-
     try:
         for t in threads:
             t.start()
         # SIGTERM once requests flow (and a little longer, so several are in flight), not after a
         # fixed time that a loaded machine may spend connecting.
         end = time.time() + 30
-        while answered() < 8 and time.time() < end:
+        while answered(stats, lock) < 8 and time.time() < end:
             time.sleep(0.05)
         time.sleep(0.5)
         with lock:
@@ -1790,14 +1792,10 @@ def reload_under_load(ctx):
     def loads():
         return srv.stderr_text().count(f"loaded model '{MODEL}' version 2")
 
-    def answered():
-        with lock:
-            return stats["status"][200]
-
     try:
         for t in threads:
             t.start()
-        wait_for(lambda: answered() > 0, "version 1 answering")
+        wait_for(lambda: answered(stats, lock) > 0, "version 1 answering")
         shutil.copytree(PKG, os.path.join(mdir, "2"))  # not atomic on purpose: a poll may see half a version
         wait_for(lambda: versions() == ["2"], "version 2 served")
         # Each change waits for its reload rather than for a fixed time, so two edits never fall
