@@ -177,6 +177,7 @@ model_warmup [
     EXPECT_EQ(seen[3], (std::vector<float>{0.25f, 0.75f, 0.25f, 0.75f, 0.25f, 0.75f}));
     auto unlucky = repo.load("unlucky");
     ASSERT_FALSE(unlucky.is_ok());
+    EXPECT_EQ(unlucky.code(), StatusCode::kInvalidArgument);  // every failed load, as Triton
     EXPECT_NE(unlucky.message().find("model_warmup 'file'"), std::string::npos) << unlucky.message();
     EXPECT_NE(unlucky.message().find("unlucky input"), std::string::npos) << unlucky.message();
     EXPECT_FALSE(repo.get("unlucky", "").is_ok());

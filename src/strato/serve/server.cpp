@@ -429,11 +429,6 @@ struct InferenceServer::Impl {
             manager.submit([this, model, config = std::move(config), load = seg[4] == "load", reply](bool run) {
                 if (!run) return reply(error_response(503, "the server is shutting down"));
                 Status st = load ? repo->load(model, config) : repo->unload(model);
-                // Triton answers every failed load (unknown model, bad config, a model file its
-                // backend cannot read, a GPU instance group without a GPU) with INVALID_ARG, 400;
-                // only "not in this control mode" is 503.
-                if (load && !st.is_ok() && repo->mode() == ControlMode::kExplicit)
-                    st = Status(StatusCode::kInvalidArgument, st.message());
                 reply(st.is_ok() ? json_response(200, "") : status_response(st));
             });
             return;

@@ -562,7 +562,11 @@ Status Repository::load(const std::string& name, const std::optional<nlohmann::j
     if (opt_.mode == ControlMode::kPoll)
         return Status{StatusCode::kUnavailable, "explicit model load / unload is not allowed if polling is enabled"};
     std::lock_guard lock(load_mu_);
-    return load_locked(name, config_json);
+    // Triton answers every failed load (unknown model, bad config, a model file its backend cannot
+    // read, a GPU instance group without a GPU) with INVALID_ARG, an HTTP 400; only the control-mode
+    // refusals above are UNAVAILABLE (503).
+    Status st = load_locked(name, config_json);
+    return st.is_ok() ? st : Status(StatusCode::kInvalidArgument, st.message());
 }
 
 Status Repository::unload(const std::string& name) {

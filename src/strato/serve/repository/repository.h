@@ -126,7 +126,8 @@ public:
     /// True when every model that should be loaded is ready (strict) or always (not strict).
     bool ready() const;
 
-    /// Loads or reloads a model. `config_json` overrides its config file (the load API).
+    /// Loads or reloads a model. `config_json` overrides its config file (the load API). Any failure
+    /// is kInvalidArgument (Triton's answer), except kUnavailable outside explicit mode.
     Status load(const std::string& name, const std::optional<nlohmann::json>& config_json = std::nullopt);
     Status unload(const std::string& name);
     ControlMode mode() const { return opt_.mode; }
