@@ -101,11 +101,14 @@ struct RendezvousServer::Impl {
     void broadcast(const std::string& line) {
         for (auto& [fd, p] : peers) send_all(fd, line + "\n");
     }
-    void abort_all(const std::string& why) {
-        last_word = "ABORT " + why;
+    /// The job is over: everyone connected (and, as the server stops, anyone still connecting)
+    /// hears `word`, EXIT or ABORT <why>.
+    void end_job(std::string word) {
+        last_word = std::move(word);
         broadcast(last_word);
         stop = true;
     }
+    void abort_all(const std::string& why) { end_job("ABORT " + why); }
     int joined() const {
         return static_cast<int>(std::count_if(peers.begin(), peers.end(), [](const auto& kv) { return kv.second.joined; }));
     }
@@ -186,11 +189,7 @@ struct RendezvousServer::Impl {
             bool all = true;
             for (auto& [f, q] : peers)
                 if (q.member && !q.done) all = false;
-            if (all) {
-                last_word = "EXIT";
-                broadcast(last_word);
-                stop = true;
-            }
+            if (all) end_job("EXIT");
         }
     }
     void drop(int fd) {
