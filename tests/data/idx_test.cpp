@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -124,6 +125,19 @@ TEST_F(IdxFiles, HugeDimensionsAreRejectedBeforeAllocating) {
     r = read_idx(write("long.idx", header(0x08, {2}) + std::string(5, '\0')));
     ASSERT_FALSE(r.is_ok());
     EXPECT_NE(r.status().message().find("and more"), std::string::npos) << r.status().message();
+}
+
+TEST_F(IdxFiles, CorruptHeaderOnShortFileDoesNotAllocateWhatItPromises) {
+    // 14.6 GiB promised (under the 16 GiB cap), 10 bytes present: found by the inputs fuzzer.
+    // The buffer must grow with the data, not with the header.
+    struct rusage before {};
+    ::getrusage(RUSAGE_SELF, &before);
+    auto r = read_idx(write("liar.idx", header(0x08, {15000, 1024, 1024}) + std::string(10, '\0')));
+    struct rusage after {};
+    ::getrusage(RUSAGE_SELF, &after);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("truncated"), std::string::npos) << r.status().message();
+    EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 512 * 1024) << "peak RSS grew by " << (after.ru_maxrss - before.ru_maxrss) << " KiB";
 }
 
 TEST_F(IdxFiles, LabelCountMismatch) {

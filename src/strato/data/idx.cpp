@@ -78,10 +78,20 @@ Result<IdxArray> read_idx(const std::string& path) {
         }
     }
     // Read exactly what the header promises (so a corrupt header cannot make us swallow a huge
-    // stream), then make sure nothing follows.
-    out.data.resize(total);
-    n = read(out.data.data(), total);
-    if (n < 0) return corrupt();
+    // stream), then make sure nothing follows. The buffer grows with what arrives, so a corrupt
+    // header on a short file fails with a clear message instead of allocating gigabytes first.
+    constexpr uint64_t kStep = uint64_t{64} << 20;
+    uint64_t got = 0;
+    while (got < total) {
+        const uint64_t step = std::min(total - got, kStep);
+        out.data.resize(got + step);
+        const int64_t r = read(out.data.data() + got, step);
+        if (r < 0) return corrupt();
+        got += static_cast<uint64_t>(r);
+        if (static_cast<uint64_t>(r) < step) break;
+    }
+    out.data.resize(got);
+    n = static_cast<int64_t>(got);
     uint8_t extra;
     const int64_t more = static_cast<uint64_t>(n) == total ? read(&extra, 1) : 0;
     if (more < 0) return corrupt();
