@@ -575,6 +575,10 @@ TEST(ShardIndex, EveryBadFieldIsNamed) {
         << dup.status().message();
     auto not_json = parse_shard_index("{\"format\": ", "i.json");
     EXPECT_NE(not_json.status().message().find("i.json: not valid JSON"), std::string::npos);
+    // A number JSON cannot hold is nlohmann's out_of_range, not its parse_error (found by the
+    // inputs fuzzer): still an error, not a crash.
+    auto overflow = parse_shard_index("{\"format\": \"strato-shards\", \"samples\": 1e99999}", "i.json");
+    EXPECT_NE(overflow.status().message().find("i.json: not valid JSON"), std::string::npos) << overflow.status().message();
 }
 
 // ---- stats, manifests, verify ----------------------------------------------------------------
@@ -671,6 +675,8 @@ TEST_F(Stats, ManifestFindsChangedMissingAndExtraFiles) {
     EXPECT_NE(
         read_manifest((root_ / "m3.json").string()).status().message().find("format: expected \"strato-manifest\""),
         std::string::npos);
+    put(root_ / "m4.json", "{\"format\": \"strato-manifest\", \"bytes\": 345e516}");
+    EXPECT_NE(read_manifest((root_ / "m4.json").string()).status().message().find("not valid JSON"), std::string::npos);
 }
 
 TEST_F(Stats, VerifyChecksShardsAndDecodesWhenAsked) {

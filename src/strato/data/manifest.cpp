@@ -385,7 +385,7 @@ Result<Manifest> manifest_from_json(const std::string& text, const std::string& 
     nlohmann::json j;
     try {
         j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e99999
         return invalid_argument("{}: not valid JSON ({})", what, e.what());
     }
     auto bad = [&](const std::string& field, const std::string& expected) {

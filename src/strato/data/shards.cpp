@@ -119,7 +119,7 @@ Result<ShardIndex> parse_shard_index(std::string_view text, const std::string& w
     json j;
     try {
         j = json::parse(text);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e99999
         return data_loss("{}: not valid JSON ({})", what, e.what());
     }
     auto bad = [&](const std::string& path, const std::string& expected) {
