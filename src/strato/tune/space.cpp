@@ -140,12 +140,13 @@ Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string&
     if (auto* set = (*st)["set"].as_array())
         for (auto& v : *set)
             if (auto str = v.value<std::string>()) s.fixed.push_back(*str);
-    for (auto&& [k, v] : *st) {
+    for (const auto& entry : *st) {
+        std::string_view k = entry.first.str();
         static const char* kKeys[] = {"name",    "base",    "metric",    "mode", "trials",          "parallel",
                                       "threads_per_trial", "sampler", "scheduler", "seed", "memory_limit_gb", "cpus_per_trial",
                                       "set"};
-        if (std::none_of(std::begin(kKeys), std::end(kKeys), [&](const char* x) { return k.str() == x; }))
-            return invalid_argument("{} [study]: unknown key '{}'", source, k.str());
+        if (std::none_of(std::begin(kKeys), std::end(kKeys), [&](const char* x) { return k == x; }))
+            return invalid_argument("{} [study]: unknown key '{}'", source, k);
     }
     if (s.trials < 1 || s.parallel < 1 || s.threads_per_trial < 1)
         return invalid_argument("{} [study]: trials, parallel and threads_per_trial must be >= 1", source);
