@@ -2,7 +2,11 @@
 // node agents over real TCP on 127.0.0.1. The agent itself (worker processes, restarts, error
 // files, two launchers as two nodes) is tested end to end by tests/e2e/launch_e2e.py.
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -296,6 +300,71 @@ TEST(Rendezvous, WrongRunIdIsRefused) {
     auto r = a->join(j, 5);
     ASSERT_FALSE(r.is_ok());
     EXPECT_NE(r.status().message().find("not 'other'"), std::string::npos) << r.status().message();
+}
+
+// A raw TCP peer of the rendezvous server: sends `bytes`, returns what the server says until
+// an ABORT line, the server closes the connection, or 3 s pass.
+std::string raw_exchange(int port, const std::string& bytes, bool* closed = nullptr) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    timeval tv{0, 500000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    size_t sent = 0;
+    while (sent < bytes.size()) {
+        ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+        if (n <= 0) break;  // the server closed on us
+        sent += static_cast<size_t>(n);
+    }
+    std::string got;
+    char buf[4096];
+    while (std::chrono::steady_clock::now() < deadline) {  // (the server PINGs every 2 s)
+        ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+            if (closed) *closed = true;
+            break;
+        }
+        if (n < 0) continue;
+        got.append(buf, static_cast<size_t>(n));
+        if (got.find("ABORT") != std::string::npos && got.back() == '\n') break;
+    }
+    ::close(fd);
+    return got;
+}
+
+TEST(Rendezvous, MalformedJoinsAndEndlessLinesAreRefusedAndTheJobGoesOn) {
+    RdzvSettings s;
+    s.run_id = "job";
+    auto srv = RendezvousServer::start("127.0.0.1", 0, s);
+    ASSERT_TRUE(srv.is_ok());
+    const int port = (*srv)->port();
+    // Numbers out of range or not numbers: an ABORT naming the problem to that peer only.
+    for (const char* join : {"JOIN job x 0 99999999999 127.0.0.1 80\n", "JOIN job x 0 0 127.0.0.1 80\n",
+                             "JOIN job x zero 1 127.0.0.1 80\n", "JOIN job x 0 1 127.0.0.1 65536\n",
+                             "JOIN job x 0 1 127.0.0.1 8o\n", "JOIN job x -2 1 127.0.0.1 80\n"}) {
+        std::string reply = raw_exchange(port, join);
+        EXPECT_NE(reply.find("ABORT malformed JOIN from x"), std::string::npos) << join << " -> " << reply;
+    }
+    // 1 MiB without a newline: the server drops the peer (no ABORT; the connection just ends).
+    bool closed = false;
+    EXPECT_EQ(raw_exchange(port, std::string(1 << 20, 'J'), &closed).find("ROUND"), std::string::npos);
+    EXPECT_TRUE(closed);
+    // Garbage commands and bad round numbers are ignored.
+    raw_exchange(port, "FAIL\nFAIL notanumber oops\nDONE 99999999999999\nHELLO\n\n");
+    // The real node still gets its round and the job ends normally.
+    auto a = client(port);
+    ASSERT_TRUE(a);
+    auto ra = a->join(join_as("a", 2), 10);
+    ASSERT_TRUE(ra.is_ok()) << ra.status().message();
+    EXPECT_EQ(ra->world_size, 2);
+    EXPECT_EQ(ra->master_port, 1111);
+    ASSERT_TRUE(a->done(ra->round).is_ok());
+    std::string msg;
+    EXPECT_EQ(wait_event(*a, &msg), RendezvousClient::Event::kExit) << msg;
 }
 
 TEST(Emit, SlurmScriptRunsOneLauncherPerNode) {

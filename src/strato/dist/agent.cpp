@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <chrono>
 #include <deque>
 #include <functional>
@@ -459,7 +460,9 @@ Result<int> run_launch(const LaunchOptions& in) {
         std::string host = o.rdzv_endpoint;
         int port = 29400;
         if (size_t c = host.rfind(':'); c != std::string::npos) {
-            port = std::atoi(host.c_str() + c + 1);
+            const char* first = host.c_str() + c + 1;
+            const char* last = host.c_str() + host.size();
+            if (auto [end, ec] = std::from_chars(first, last, port); ec != std::errc() || end != last) port = 0;
             host = host.substr(0, c);
         }
         if (port < 1 || port > 65535) return invalid_argument("launch: --rdzv-endpoint '{}': bad port", o.rdzv_endpoint);

@@ -15,7 +15,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -44,6 +46,17 @@ std::vector<std::string> words(const std::string& line, size_t max_words = 64) {
     if (size_t p = rest.find_first_not_of(' '); p != std::string::npos) out.push_back(rest.substr(p));
     return out;
 }
+
+/// `text` as an integer in [lo, hi], all of it; nullopt otherwise.
+std::optional<int> int_in(const std::string& text, int lo, int hi) {
+    int v = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || end != text.data() + text.size() || v < lo || v > hi) return std::nullopt;
+    return v;
+}
+
+/// Protocol lines are short; a peer that sends more than this without a newline is dropped.
+constexpr size_t kMaxLine = 64 * 1024;
 
 Result<sockaddr_in> resolve(const std::string& host, int port) {
     addrinfo hints{}, *res = nullptr;
@@ -159,11 +172,21 @@ struct RendezvousServer::Impl {
                 send_all(fd, fmt::format("ABORT this rendezvous serves run '{}', not '{}'\n", s.run_id, w[1]));
                 return;
             }
+            // Numbers are checked, not atoi'd: a peer's typo or garbage must not become a world
+            // size or a port.
+            auto node_rank = int_in(w[3], -1, 1 << 20), local_world = int_in(w[4], 1, 1 << 16),
+                 master_port = int_in(w[6], 1, 65535);
+            if (!node_rank || !local_world || !master_port) {
+                send_all(fd, fmt::format("ABORT malformed JOIN from {} (expected JOIN <run_id> <node_id> <node_rank "
+                                         "-1..{}> <local_world_size 1..{}> <addr> <master_port 1..65535>)\n",
+                                         w[2], 1 << 20, 1 << 16));
+                return;
+            }
             p.node_id = w[2];
-            p.node_rank = std::atoi(w[3].c_str());
-            p.local_world = std::max(1, std::atoi(w[4].c_str()));
+            p.node_rank = *node_rank;
+            p.local_world = *local_world;
             p.addr = w[5];
-            p.master_port = std::atoi(w[6].c_str());
+            p.master_port = *master_port;
             if (running) {
                 // A node arriving while a round runs: grow the group at the next round if there
                 // is room (scale-up, not a failure), else it waits.
@@ -179,12 +202,12 @@ struct RendezvousServer::Impl {
         }
         if (w[0] == "FAIL" && w.size() >= 2) {
             auto f = words(line, 3);  // FAIL <round> <message with spaces>
-            if (running && std::atoi(f[1].c_str()) == round)
+            if (running && int_in(f[1], 0, INT32_MAX) == round)
                 restart(fmt::format("node {} failed: {}", p.node_id, f.size() > 2 ? f[2] : "?"), true);
             return;
         }
         if (w[0] == "DONE" && w.size() >= 2) {
-            if (!running || std::atoi(w[1].c_str()) != round) return;
+            if (!running || int_in(w[1], 0, INT32_MAX) != round) return;
             p.done = true;
             bool all = true;
             for (auto& [f, q] : peers)
@@ -258,6 +281,7 @@ struct RendezvousServer::Impl {
                     peers[fd].buffer.erase(0, nl + 1);
                     on_line(fd, peers[fd], line);
                 }
+                if (peers.count(fd) && peers[fd].buffer.size() > kMaxLine) drop(fd);
             }
             tick();
             if (now_s() - last_ping > 2) {
@@ -359,6 +383,9 @@ Result<std::optional<std::string>> RendezvousClient::read_line(double timeout_s)
             buffer_.erase(0, nl + 1);
             return std::optional<std::string>(line);
         }
+        if (buffer_.size() > kMaxLine)
+            return data_loss("the rendezvous server sent {} bytes without a newline (not a strato rendezvous?)",
+                             buffer_.size());
         if (signals::stop_requested()) return Status(StatusCode::kCancelled, "interrupted");
         if (now_s() - last_heard_ > 30)
             return unavailable("the rendezvous host has been silent for 30 s (it lost power or the network?)");
@@ -394,14 +421,20 @@ Result<RoundAssignment> RendezvousClient::join(const Join& j, double timeout_s) 
         if (w[0] == "ABORT") return Status(StatusCode::kCancelled, line->size() > 6 ? line->substr(6) : "aborted");
         if (w[0] == "EXIT") return Status(StatusCode::kCancelled, "EXIT");
         if (w[0] == "ROUND" && w.size() >= 8) {
+            auto round = int_in(w[1], 0, INT32_MAX), group_rank = int_in(w[2], 0, INT32_MAX),
+                 group_world = int_in(w[3], 1, INT32_MAX), world = int_in(w[4], 1, INT32_MAX),
+                 offset = int_in(w[5], 0, INT32_MAX), port = int_in(w[7], 1, 65535);
+            if (!round || !group_rank || !group_world || !world || !offset || !port || *group_rank >= *group_world ||
+                *offset >= *world)
+                return data_loss("malformed ROUND from the rendezvous server: '{}'", *line);
             RoundAssignment a;
-            a.round = std::atoi(w[1].c_str());
-            a.group_rank = std::atoi(w[2].c_str());
-            a.group_world_size = std::atoi(w[3].c_str());
-            a.world_size = std::atoi(w[4].c_str());
-            a.rank_offset = std::atoi(w[5].c_str());
+            a.round = *round;
+            a.group_rank = *group_rank;
+            a.group_world_size = *group_world;
+            a.world_size = *world;
+            a.rank_offset = *offset;
             a.master_addr = w[6];
-            a.master_port = std::atoi(w[7].c_str());
+            a.master_port = *port;
             return a;
         }
     }
