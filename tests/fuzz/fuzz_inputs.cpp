@@ -1,7 +1,7 @@
 // libFuzzer target for the files and byte streams strato reads that a user, a dataset or a remote
 // server controls, apart from inference requests and images (fuzz_request, fuzz_image):
-// training and study configs with --set overrides, alert rules, the cloud catalog and traffic
-// traces, tabular CSV datasets, tar shards with their index and content manifests, IDX arrays,
+// training and study configs with --set overrides, alert rules, autoscaling policies, serve's
+// config.toml, the cloud catalog and traffic traces, tabular CSV datasets, tar shards with their index and content manifests, IDX arrays,
 // and the load generator's HTTP response parser fed in random pieces.
 //   tests/fuzz/run.sh SECONDS inputs   (builds with clang -fsanitize=fuzzer,address,undefined)
 //
@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "strato/cloud/autoscale.h"
 #include "strato/cloud/catalog.h"
 #include "strato/cloud/simulator.h"
 #include "strato/data/csv.h"
@@ -28,6 +29,7 @@
 #include "strato/data/tar.h"
 #include "strato/loadgen/http_parse.h"
 #include "strato/monitor/alerts.h"
+#include "strato/serve/repository/model_config.h"
 #include "strato/train/train_config.h"
 #include "strato/tune/space.h"
 
@@ -127,7 +129,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* raw, size_t size) {
     if (size < 1) return 0;
     uint8_t mode = raw[0];
     std::string_view rest(reinterpret_cast<const char*>(raw) + 1, size - 1);
-    switch (mode % 10) {
+    switch (mode % 12) {
         case 0:
             train_config(rest);
             break;
@@ -173,6 +175,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* raw, size_t size) {
             break;
         case 8:
             (void)data::manifest_from_json(std::string(rest), "fuzz-manifest.json");
+            break;
+        case 10:
+            (void)cloud::AutoscaleConfig::parse(rest, "fuzz-policy.toml");
+            break;
+        case 11:
+            (void)serve::parse_model_config_toml(rest, "fuzz/config.toml");
             break;
         default:
             if (mode & 0x80)

@@ -4,7 +4,8 @@
 #   tests/fuzz/run.sh [SECONDS] [request|image|inputs]
 #     request: the inference request decoder and the model config parsers
 #     image:   the JPEG/PNG decode wrapper and the transform pipeline
-#     inputs:  training/study configs with --set overrides, alert rules, cloud catalog and traces,
+#     inputs:  training/study configs with --set overrides, alert rules, autoscaling policies,
+#              serve's config.toml, cloud catalog and traces,
 #              CSV datasets, tar shards, shard indexes, manifests, IDX files, HTTP responses
 set -euo pipefail
 seconds=${1:-30}
@@ -66,7 +67,7 @@ inputs)
     "$s"/core/{status,check,config,fs,duration,log}.cpp "$s"/train/train_config.cpp "$s"/data/data_config.cpp \
     "$s"/tune/space.cpp "$s"/monitor/{alerts,snapshot}.cpp "$s"/cloud/{autoscale,catalog,csv,simulator,spot}.cpp \
     "$s"/data/{csv,dataset,idx,manifest,codec,mapped_file,shards,tar,image_folder,remote,remote_fetch,loader,transforms}.cpp \
-    "$s"/loadgen/http_parse.cpp -- -lturbojpeg -ljpeg -lpng -ltomlplusplus -lfmt -lcrypto -lz
+    "$s"/loadgen/http_parse.cpp "$s"/serve/repository/model_config.cpp "$s"/serve/protocol/types.cpp -- -lturbojpeg -ljpeg -lpng -ltomlplusplus -lfmt -lcrypto -lz
   cp "$root"/tests/fuzz/corpus/inputs/* "$out/corpus/"
   max_len=16384
   ;;
