@@ -200,6 +200,14 @@ TEST_F(Tar, CorruptAndTruncatedArchivesAreErrorsWithTheOffset) {
     std::string pax = typed_header("pax", 5 << 20, 'x') + std::string(5 << 20, 'x');
     st = list_tar_bytes(pax, "p.tar").status();
     EXPECT_NE(st.message().find("more than the 1 MiB allowed"), std::string::npos) << st.message();
+    // A pax size of 25 digits (found by the inputs fuzzer: the sum overflowed before the check).
+    std::string big = " size=3256289496059432549123456\n";
+    big = std::to_string(big.size() + 2) + big;
+    std::string pax_big = typed_header("pax", static_cast<int64_t>(big.size()), 'x') + padded(big) +
+                          tar_header("x", 1).value() + padded("x") + std::string(1024, '\0');
+    st = list_tar_bytes(pax_big, "b.tar").status();
+    EXPECT_NE(st.message().find("has size '3256289496059432549123456', expected a number"), std::string::npos)
+        << st.message();
     // Not a tar file at all.
     st = list_tar_bytes(std::string(2048, 'j'), "j.tar").status();
     EXPECT_NE(st.message().find("not a number"), std::string::npos) << st.message();

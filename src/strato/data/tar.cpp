@@ -91,14 +91,12 @@ Status parse_pax(std::string_view data, const std::string& what, int64_t offset,
             std::string_view key = rec.substr(0, eq), value = rec.substr(eq + 1);
             if (key == "path") *path = std::string(value);
             if (key == "size") {
+                // At most 18 digits (< 10^18 fits int64_t); nothing else, and no sum before that is known.
                 int64_t v = 0;
-                bool digits = !value.empty() && value.size() < 19;
-                for (char c : value) {
-                    if (c < '0' || c > '9')
-                        digits = false;
-                    else
-                        v = v * 10 + (c - '0');
-                }
+                const bool digits = !value.empty() && value.size() < 19 &&
+                                    std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; });
+                if (digits)
+                    for (char c : value) v = v * 10 + (c - '0');
                 if (!digits)
                     return data_loss("{}: pax header at offset {} has size '{}', expected a number", what, offset,
                                      value);
