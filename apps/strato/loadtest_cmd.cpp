@@ -23,8 +23,11 @@ struct LoadtestFlags {
     std::string concurrency_range, rate_range, distribution = "constant";
     std::string duration = "10s", warmup = "1s", window = "5s", timeout = "30s", grace = "2s", slo, max_rate = "1000000", busy_poll = "0";
     std::string csv, json_out, report_out;
+    std::string trace, intervals;
+    double trace_speedup = 1, trace_rate_scale = 1;
     uint64_t seed = 1;
     bool allow_remote = false;
+    bool duration_set = false, warmup_set = false, window_set = false;  // given on the command line
 };
 
 Result<std::map<std::string, std::vector<int64_t>>> parse_shapes(const std::vector<std::string>& flags) {
@@ -93,13 +96,31 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
     // the plan
     RunOptions ro;
     std::vector<double> levels;
-    int modes = (f.concurrency > 0) + !f.concurrency_range.empty() + (f.rate > 0) + !f.rate_range.empty() + (f.users > 0);
-    if (modes > 1) return invalid_argument("choose one of --concurrency, --concurrency-range, --request-rate, --request-rate-range, --users");
+    int modes = (f.concurrency > 0) + !f.concurrency_range.empty() + (f.rate > 0) + !f.rate_range.empty() + (f.users > 0) +
+                !f.trace.empty() + !f.intervals.empty();
+    if (modes > 1)
+        return invalid_argument("choose one of --concurrency, --concurrency-range, --request-rate, --request-rate-range, "
+                                "--users, --trace, --request-intervals");
+    if (!f.trace.empty() || !f.intervals.empty()) {
+        // Open loop on a recording: its clock starts with the load, so no warm-up unless asked;
+        // a rate trace is measured for one pass unless -d says otherwise.
+        if (!f.slo.empty()) return invalid_argument("--slo-p99 searches over request rates; drop --trace/--request-intervals");
+        const std::string& path = f.trace.empty() ? f.intervals : f.trace;
+        STRATO_ASSIGN_OR_RETURN(std::string text, fs::read_file(path));
+        STRATO_ASSIGN_OR_RETURN(Schedule sched, f.trace.empty() ? Schedule::from_intervals(text, path)
+                                                                : Schedule::from_rate_trace(text, path, f.trace_speedup,
+                                                                                            f.trace_rate_scale));
+        ro.load.schedule = std::make_shared<const Schedule>(sched);
+        ro.load.mode = LoadOptions::Mode::kOpen;
+        levels = {sched.mean_rate()};
+    }
     if (!f.rate_range.empty() || f.rate > 0 || !f.slo.empty()) ro.load.mode = LoadOptions::Mode::kOpen;
     if (!f.slo.empty() && (f.concurrency > 0 || !f.concurrency_range.empty() || f.users > 0))
         return invalid_argument("--slo-p99 searches over request rates; drop --concurrency/--users");
     if (!f.concurrency_range.empty()) {
         STRATO_ASSIGN_OR_RETURN(levels, parse_range(f.concurrency_range, true));
+    } else if (ro.load.schedule) {
+        // levels set above
     } else if (!f.rate_range.empty()) {
         STRATO_ASSIGN_OR_RETURN(levels, parse_range(f.rate_range, false));
     } else if (f.rate > 0) {
@@ -125,6 +146,12 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
     if (window <= 0) return invalid_argument("--measurement-interval must be > 0");
     ro.duration_s = static_cast<double>(dur) / 1e9;
     ro.warmup_s = static_cast<double>(warm) / 1e9;
+    if (ro.load.schedule) {
+        if (!f.warmup_set) ro.warmup_s = 0;
+        if (!f.duration_set && !f.trace.empty()) ro.duration_s = ro.load.schedule->period_s() - ro.warmup_s;
+        if (ro.duration_s <= 0) return invalid_argument("--warmup {} leaves nothing of the {:.1f} s trace to measure", f.warmup, ro.load.schedule->period_s());
+        if (!f.window_set) window = std::max<int64_t>(window, static_cast<int64_t>(ro.duration_s / 100 * 1e9));
+    }
     // With --users the ramp is part of the warm-up: measure once everyone has spawned.
     if (f.users > 0 && f.spawn_rate > 0) ro.warmup_s += f.users / f.spawn_rate;
     ro.window_s = static_cast<double>(window) / 1e9;
@@ -208,12 +235,16 @@ void add_loadtest_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
     cmd->add_option("--timeout", f->timeout, "Per-request timeout (counted as an error)")->group(load);
     cmd->add_option("--seed", f->seed, "Seed for random inputs and Poisson gaps")->group(load);
     cmd->add_option("--busy-poll", f->busy_poll, "Poll for responses this long before sleeping (bare numbers are us; 0: off). Against a fast local server: fewer wake-ups on both sides, higher max req/s, more client CPU")->group(load);
+    cmd->add_option("--trace", f->trace, "Open loop replaying a rate trace: CSV with time_s and rate columns (requests/s from that time on; the format of `strato autoscale simulate --trace`); measured for one pass in --measurement-interval windows")->group(load);
+    cmd->add_option("--trace-speedup", f->trace_speedup, "Replay the trace this many times faster (rates kept): 24 plays a day in an hour")->check(CLI::PositiveNumber)->group(load);
+    cmd->add_option("--trace-rate-scale", f->trace_rate_scale, "Multiply the trace's rates by this")->check(CLI::PositiveNumber)->group(load);
+    cmd->add_option("--request-intervals", f->intervals, "Open loop with perf_analyzer's intervals file: one gap in microseconds per line, cycled")->group(load);
     auto* meas = "Measurement";
     cmd->add_option("-d,--duration", f->duration, "Measured time per level (after the warm-up)")->group(meas);
     cmd->add_option("-n,--requests", f->requests, "Measure this many requests per level instead of a duration")->check(CLI::Range(int64_t{1}, int64_t{1} << 40))->group(meas);
     cmd->add_option("--warmup", f->warmup, "Load before measuring (not counted)")->group(meas);
     cmd->add_option("--stability-percentage", f->stability, "perf_analyzer's rule: measure windows until 3 agree within this % (0: off)")->check(CLI::Range(0.0, 100.0))->group(meas);
-    cmd->add_option("-p,--measurement-interval", f->window, "Stability window length (bare numbers are ms)")->group(meas);
+    cmd->add_option("-p,--measurement-interval", f->window, "Stability window length; with --trace/--request-intervals, the timeline's (default: 5s or 1/100 of the run) (bare numbers are ms)")->group(meas);
     cmd->add_option("--max-trials", f->max_trials, "Stability windows at most")->check(CLI::Range(3, 1000))->group(meas);
     cmd->add_option("--grace", f->grace, "After the deadline, wait this long for outstanding requests")->group(meas);
     cmd->add_option("--slo-p99", f->slo, "Find the highest request rate with p99 at most this (e.g. 50ms); starts at --request-rate or 10")->group(meas);
@@ -230,8 +261,12 @@ void add_loadtest_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         "  strato loadtest --model fashion_mnist_cnn --slo-p99 20ms --report slo.html\n"
         "  strato loadtest http://127.0.0.1:8080/index.html --concurrency 64 --threads 2\n"
         "  strato loadtest http://127.0.0.1:8089/api -X POST --body-file req.json -u 100 -r 10 -d 1m\n"
+        "  strato loadtest --model fashion_mnist_cnn --trace bench/cloud/week_trace.csv --trace-speedup 1008 -p 10s --json week.json\n"
         "Latency is from the intended send time in open loop (no coordinated omission). Details: docs/loadtest.md");
-    cmd->callback([f, &g, exit_code] {
+    cmd->callback([f, &g, exit_code, cmd] {
+        f->duration_set = cmd->count("--duration") > 0;
+        f->warmup_set = cmd->count("--warmup") > 0;
+        f->window_set = cmd->count("--measurement-interval") > 0;
         signals::install_stop_handlers();
         bool all_failed = false;
         Status st = run_loadtest(*f, g, &all_failed);

@@ -110,6 +110,35 @@ def main():
         # Never above the schedule; below it only by what a loaded CI machine can stall.
         check(150 * 0.7 <= p["throughput"] <= 150 * 1.05, f"open loop delivered {p['throughput']:.1f} of 150 req/s")
 
+        print("== trace replay, cross-checked with the server's statistics")
+        # 40 req/s for 1 s, 120 for 1 s, 0 for 1 s: one pass is 160 requests, all of them sent.
+        open(f"{tmp}/trace.csv", "w").write("time_s,rate,preempt\n0,40,0\n1,120,0\n2,0,0\n")
+        before = stats(port, "cnn")
+        out, err, _ = run([url, "--model", "cnn", "--trace", f"{tmp}/trace.csv", "-p", "1s", "--json", f"{tmp}/tr.json",
+                           "--report", f"{tmp}/tr.html"])
+        p = json.load(open(f"{tmp}/tr.json"))["points"][0]
+        check(p["ok"] == 160 and stats(port, "cnn") - before == 160, f"trace: client ok {p['ok']}, server +{stats(port, 'cnn') - before}")
+        tl = p["timeline"]
+        check(len(tl) == 3 and abs(tl[0]["asked"] - 40) < 8 and abs(tl[1]["asked"] - 120) < 15 and tl[2]["asked"] < 8,
+              f"trace timeline {tl}")
+        check("Rate over time" in open(f"{tmp}/tr.html").read(), "trace report without its timeline chart")
+        check(re.search(r"t = 2 s: asked 1[0-9][0-9]\.\d req/s, answered", err) is not None, f"trace progress lines: {err[-600:]}")
+        # The same trace 10 times faster at twice the rates: 32 requests in 0.3 s.
+        out, _, _ = run([url, "--model", "cnn", "--trace", f"{tmp}/trace.csv", "--trace-speedup", "10", "--trace-rate-scale",
+                         "2", "--json", f"{tmp}/tr2.json"])
+        p = json.load(open(f"{tmp}/tr2.json"))["points"][0]
+        check(p["ok"] == 32 and abs(p["seconds"] - 0.3) < 0.1, f"fast trace: ok {p['ok']} in {p['seconds']} s")
+        # perf_analyzer's intervals file, cycled for -d.
+        open(f"{tmp}/intervals.txt", "w").write("5000\n15000\n")
+        out, _, _ = run([url, "--model", "cnn", "--request-intervals", f"{tmp}/intervals.txt", "-d", "1s",
+                         "--json", f"{tmp}/iv.json"])
+        p = json.load(open(f"{tmp}/iv.json"))["points"][0]
+        check(p["ok"] == 100 and abs(p["request_rate"] - 100) < 0.01, f"intervals: ok {p['ok']} at {p['request_rate']} req/s")
+        _, err, _ = run([url, "--model", "cnn", "--trace", f"{tmp}/intervals.txt"], expect=1)
+        check("intervals.txt:1: expected a header naming the columns time_s and rate" in err, f"bad trace: {err}")
+        _, err, _ = run([url, "--model", "cnn", "--trace", f"{tmp}/trace.csv", "--request-rate", "5"], expect=1)
+        check("choose one of" in err, f"trace and rate: {err}")
+
         print("== SLO search")
         # An SLO this tiny CNN always meets, even when CI stalls a window: the search must climb to the top.
         out, _, _ = run([url, "--model", "cnn", "--slo-p99", "3s", "--request-rate", "50", "--max-rate", "200",

@@ -7,11 +7,13 @@
 
 #include <boost/asio.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include "strato/loadgen/load.h"
@@ -356,6 +358,78 @@ TEST(LoadNet, SloSearchFindsTheKnee) {
     EXPECT_GE(r->best_rate, 200);
     EXPECT_LE(r->best_rate, 420);
     EXPECT_TRUE(slo_miss_reason(*r->best, 20'000'000).empty());
+}
+
+// --trace: the server sees the recording's rates second by second, every request of one pass
+// arrives, and the timeline reports what was asked and answered per window.
+TEST(LoadNet, RateTraceIsReplayedSecondBySecond) {
+    std::mutex mu;
+    std::vector<int64_t> arrivals;
+    TestServer server([&](int64_t, int64_t at) {
+        std::lock_guard lock(mu);
+        arrivals.push_back(at);
+        return Action{.delay_ns = 1'000'000};
+    });
+    auto sched = Schedule::from_rate_trace("time_s,rate\n0,100\n1,400\n2,0\n", "t.csv");
+    ASSERT_TRUE(sched.is_ok()) << sched.status().message();
+    EXPECT_DOUBLE_EQ(sched->requests_per_period(), 500);
+    RunOptions o;
+    o.load.mode = LoadOptions::Mode::kOpen;
+    o.load.threads = 2;
+    o.load.schedule = std::make_shared<const Schedule>(*sched);
+    o.warmup_s = 0;
+    o.duration_s = sched->period_s();
+    o.window_s = 1;
+    const int64_t start = now_ns();
+    auto p = run_point(target_for(server.port()), o, sched->mean_rate());
+    ASSERT_TRUE(p.is_ok()) << p.status().message();
+    EXPECT_EQ(p->m.ok, 500);
+    EXPECT_EQ(p->m.errors(), 0);
+    EXPECT_EQ(server.requests(), 500);
+    std::lock_guard lock(mu);
+    int per_second[4] = {0, 0, 0, 0};
+    for (int64_t at : arrivals) ++per_second[std::clamp<int64_t>((at - start) / 1'000'000'000, 0, 3)];
+    // Sends are on schedule unless this machine stalls; a stall moves a few across a boundary.
+    EXPECT_NEAR(per_second[0], 100, 25);
+    EXPECT_NEAR(per_second[1], 400, 25);
+    EXPECT_EQ(per_second[2] + per_second[3], 500 - per_second[0] - per_second[1]);
+    EXPECT_LE(per_second[2] + per_second[3], 25);
+    ASSERT_EQ(p->timeline.size(), 3u);
+    EXPECT_NEAR(p->timeline[0].asked, 100, 10);
+    EXPECT_NEAR(p->timeline[1].asked, 400, 40);
+    EXPECT_NEAR(p->timeline[2].asked, 0, 10);
+    EXPECT_GT(p->timeline[1].throughput, 2 * p->timeline[0].throughput);
+}
+
+// --request-intervals: perf_analyzer's file, cycled; the gaps alternate as written.
+TEST(LoadNet, RequestIntervalsAreSentAsWrittenAndCycled) {
+    std::mutex mu;
+    std::vector<int64_t> arrivals;
+    TestServer server([&](int64_t, int64_t at) {
+        std::lock_guard lock(mu);
+        arrivals.push_back(at);
+        return Action{};
+    });
+    auto sched = Schedule::from_intervals("2000\n8000\n", "iv.txt");  // 2 requests per 10 ms
+    ASSERT_TRUE(sched.is_ok());
+    RunOptions o;
+    o.load.mode = LoadOptions::Mode::kOpen;
+    o.load.threads = 2;
+    o.load.schedule = std::make_shared<const Schedule>(*sched);
+    o.warmup_s = 0;
+    o.duration_s = 1;
+    auto p = run_point(target_for(server.port()), o, sched->mean_rate());
+    ASSERT_TRUE(p.is_ok()) << p.status().message();
+    EXPECT_NEAR(static_cast<double>(p->m.ok), 200, 3);  // 100 passes of the file in 1 s
+    std::lock_guard lock(mu);
+    std::sort(arrivals.begin(), arrivals.end());
+    std::vector<int64_t> gaps;
+    for (size_t i = 1; i < arrivals.size(); ++i) gaps.push_back(arrivals[i] - arrivals[i - 1]);
+    std::sort(gaps.begin(), gaps.end());
+    ASSERT_GE(gaps.size(), 100u);
+    // A quarter of the way up the sorted gaps lies among the 2 ms ones, three quarters among the 8 ms.
+    EXPECT_NEAR(static_cast<double>(gaps[gaps.size() / 4]), 2e6, 0.5e6);
+    EXPECT_NEAR(static_cast<double>(gaps[gaps.size() * 3 / 4]), 8e6, 0.5e6);
 }
 
 TEST(LoadNet, LoopbackCheck) {

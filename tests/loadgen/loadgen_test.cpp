@@ -11,6 +11,7 @@
 #include "strato/loadgen/histogram.h"
 #include "strato/loadgen/http_parse.h"
 #include "strato/loadgen/runner.h"
+#include "strato/loadgen/schedule.h"
 #include "strato/report/loadtest_report.h"
 
 namespace strato::loadgen {
@@ -214,12 +215,84 @@ TEST(Outputs, CsvUsesPerfAnalyzerColumnsAndJsonRendersAsAReport) {
     EXPECT_NE(html->find("Latency distribution"), std::string::npos);
     EXPECT_NE(html->find("<svg"), std::string::npos);
     EXPECT_EQ(html->find("<script"), std::string::npos);
+    EXPECT_EQ(html->find("Rate over time"), std::string::npos);  // no timeline without a trace
+    // A trace run's timeline: in the JSON and as two charts.
+    a.timeline = {{5, 100, 99.5, 400'000, 2'000'000, 0}, {10, 300, 280, 600'000, 9'000'000, 3}};
+    j = to_json({a}, "http://127.0.0.1:1/x", ro, std::nullopt);
+    ASSERT_EQ(j["points"][0]["timeline"].size(), 2u);
+    EXPECT_DOUBLE_EQ(j["points"][0]["timeline"][1]["asked"].get<double>(), 300);
+    EXPECT_DOUBLE_EQ(j["points"][0]["timeline"][1]["p99_us"].get<double>(), 9000);
+    EXPECT_EQ(j["points"][0]["timeline"][1]["errors"], 3);
+    html = report::render_loadtest_report(j);
+    ASSERT_TRUE(html.is_ok());
+    EXPECT_NE(html->find("Rate over time"), std::string::npos);
+    EXPECT_NE(html->find("Latency over time"), std::string::npos);
     EXPECT_FALSE(report::render_loadtest_report(nlohmann::json{{"kind", "other"}}).is_ok());
     EXPECT_FALSE(report::render_loadtest_report(nlohmann::json::array()).is_ok());
 
     std::string table = format_table({a, b});
     EXPECT_NE(table.find("2 HTTP 503"), std::string::npos) << table;
     EXPECT_NE(table.find("server: request 1500 us"), std::string::npos) << table;
+}
+
+TEST(Schedule, IntervalsGiveEachRequestItsTimeAndCycle) {
+    auto s = Schedule::from_intervals("# perf_analyzer intervals, us\n1000\n\n3000\n  500.5 \r\n", "iv.txt");
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    EXPECT_TRUE(s->exact());
+    EXPECT_DOUBLE_EQ(s->requests_per_period(), 3);
+    EXPECT_NEAR(s->period_s(), 4.5005e-3, 1e-12);
+    // Request k goes out after the first k gaps; the fourth starts the next pass.
+    EXPECT_EQ(s->offset_ns(0), 0);
+    EXPECT_EQ(s->offset_ns(1), 1'000'000);
+    EXPECT_EQ(s->offset_ns(2), 4'000'000);
+    EXPECT_EQ(s->offset_ns(3), 4'500'500);
+    EXPECT_EQ(s->offset_ns(5), 4'500'500 + 4'000'000);
+    EXPECT_DOUBLE_EQ(s->count_at(0), 0);
+    EXPECT_DOUBLE_EQ(s->count_at(1), 1);  // request 0 is due at once
+    EXPECT_DOUBLE_EQ(s->count_at(1'000'001), 2);
+    EXPECT_DOUBLE_EQ(s->count_at(4'500'500 + 1), 4);
+
+    auto bad = Schedule::from_intervals("1000\nfast\n", "iv.txt");
+    EXPECT_NE(bad.status().message().find("iv.txt:2: expected a gap in microseconds"), std::string::npos)
+        << bad.status().message();
+    EXPECT_FALSE(Schedule::from_intervals("-5\n", "iv.txt").is_ok());
+    EXPECT_FALSE(Schedule::from_intervals("1e400\n", "iv.txt").is_ok());
+    EXPECT_NE(Schedule::from_intervals("# nothing\n", "iv.txt").status().message().find("no intervals"), std::string::npos);
+}
+
+TEST(Schedule, RateTracesArePiecewiseConstantRatesWithSpeedupAndScale) {
+    // 100 req/s for 10 s, nothing for 10 s, 400 req/s for 10 s (the last row lasts a step).
+    const char* csv = "time_s,rate,preempt\n100,100,0\n110,0,1\n120,400,0\n";
+    auto s = Schedule::from_rate_trace(csv, "t.csv");
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    EXPECT_FALSE(s->exact());
+    EXPECT_DOUBLE_EQ(s->period_s(), 30);
+    EXPECT_DOUBLE_EQ(s->requests_per_period(), 5000);
+    EXPECT_EQ(s->offset_ns(0), 0);
+    EXPECT_EQ(s->offset_ns(50), 500'000'000);
+    EXPECT_EQ(s->offset_ns(1000), 20'000'000'000);  // the quiet 10 s are skipped
+    EXPECT_EQ(s->offset_ns(1400), 21'000'000'000);
+    EXPECT_EQ(s->offset_ns(5000), 30'000'000'000);  // the next pass
+    for (double u : {0.0, 17.0, 999.0, 1000.0, 3210.0, 4999.0, 7777.0})
+        EXPECT_NEAR(s->count_at(s->offset_ns(u)), u, 1e-3) << u;
+    EXPECT_NEAR(s->count_at(15'000'000'000), 1000, 1e-9);
+
+    // 10 times faster, rates kept (so a tenth of the requests), then doubled.
+    auto fast = Schedule::from_rate_trace(csv, "t.csv", 10, 2);
+    ASSERT_TRUE(fast.is_ok());
+    EXPECT_DOUBLE_EQ(fast->period_s(), 3);
+    EXPECT_NEAR(fast->requests_per_period(), 1000, 1e-9);
+    EXPECT_EQ(fast->offset_ns(100), 500'000'000);
+    EXPECT_EQ(fast->offset_ns(200), 2'000'000'000);  // the first request after the quiet second
+
+    auto err = [](const char* text) { return Schedule::from_rate_trace(text, "t.csv").status().message(); };
+    EXPECT_NE(err("t,r\n0,1\n").find("t.csv:1: expected a header naming the columns time_s and rate"), std::string::npos);
+    EXPECT_NE(err("time_s,rate\n0,1\n").find("at least two rows"), std::string::npos);
+    EXPECT_NE(err("time_s,rate\n0,1\n5,x\n").find("t.csv:3: rate: expected requests per second"), std::string::npos);
+    EXPECT_NE(err("time_s,rate\n5,1\n5,2\n").find("t.csv:3: time_s 5 does not come after 5"), std::string::npos);
+    EXPECT_NE(err("time_s,rate\n0,0\n5,0\n").find("fewer than one request"), std::string::npos);
+    EXPECT_NE(err("rate,time_s\n1\n").find("t.csv:2: 1 fields"), std::string::npos);
+    EXPECT_FALSE(Schedule::from_rate_trace(csv, "t.csv", 0).is_ok());
 }
 
 TEST(BuildRequest, HeadersAndContentLength) {

@@ -147,6 +147,7 @@ struct Worker {
     int64_t next_sweep = kNever;
     int64_t next_backoff = kNever;
     double gap_ns = 0;
+    double schedule_u = 0;          // with a schedule: the count coordinate of the next request
     std::mt19937_64 rng;
     size_t next_request = 0;
     int max_conns = 0;
@@ -198,6 +199,7 @@ struct LoadSession::Impl {
     std::atomic<int64_t> budget{-1};  // requests that may still be sent; < 0 without a limit
     std::atomic<int64_t> done{0};
     int64_t window_start = 0;
+    int64_t start_ns = 0;             // a schedule's time zero
     bool stopped = false;
 
     bool take_budget() {
@@ -222,8 +224,15 @@ void Worker::run() {
         }
     } else {
         max_conns = std::max(1, (o.max_connections + n_threads - 1 - id) / n_threads);
-        gap_ns = 1e9 * n_threads / o.rate;
-        next_intended = now + static_cast<int64_t>(1e9 * id / o.rate);  // threads interleave
+        if (o.schedule) {
+            // Threads take the recording's requests in turn: this one k = id, id + n, ... (or
+            // Poisson arrivals of 1/n of its intensity each).
+            schedule_u = o.poisson ? std::exponential_distribution<double>(1.0 / n_threads)(rng) : id;
+            next_intended = owner->start_ns + o.schedule->offset_ns(schedule_u);
+        } else {
+            gap_ns = 1e9 * n_threads / o.rate;
+            next_intended = now + static_cast<int64_t>(1e9 * id / o.rate);  // threads interleave
+        }
         start_conn(add_conn(), 0);
     }
     int64_t sweep_period = std::clamp<int64_t>(o.timeout_ns / 8, 1'000'000, 50'000'000);
@@ -474,9 +483,16 @@ void Worker::after_failure(Conn& c) {
 }
 
 void Worker::tick(int64_t now) {
+    const auto& o = owner->options;
     while (next_intended <= now) {
         pending.push_back(next_intended);
-        double gap = owner->options.poisson ? std::exponential_distribution<double>(1.0 / gap_ns)(rng) : gap_ns;
+        if (o.schedule) {
+            const double n = static_cast<double>(owner->workers.size());
+            schedule_u += o.poisson ? std::exponential_distribution<double>(1.0 / n)(rng) : n;
+            next_intended = std::max(next_intended + 1, owner->start_ns + o.schedule->offset_ns(schedule_u));
+            continue;
+        }
+        double gap = o.poisson ? std::exponential_distribution<double>(1.0 / gap_ns)(rng) : gap_ns;
         next_intended += std::max<int64_t>(1, static_cast<int64_t>(gap));
     }
     dispatch();
@@ -548,7 +564,9 @@ Result<std::unique_ptr<LoadSession>> LoadSession::start(const Target& target, co
     if (options.threads < 1) return invalid_argument("threads must be >= 1, got {}", options.threads);
     if (options.mode == LoadOptions::Mode::kClosed && options.concurrency < 1)
         return invalid_argument("concurrency must be >= 1, got {}", options.concurrency);
-    if (options.mode == LoadOptions::Mode::kOpen && !(options.rate > 0))
+    if (options.schedule && options.poisson && options.schedule->exact())
+        return invalid_argument("an intervals file gives every request its time: drop the Poisson distribution");
+    if (options.mode == LoadOptions::Mode::kOpen && !options.schedule && !(options.rate > 0))
         return invalid_argument("request rate must be > 0, got {}", options.rate);
     if (options.timeout_ns <= 0) return invalid_argument("timeout must be > 0");
     auto impl = std::make_unique<Impl>();
@@ -573,7 +591,7 @@ Result<std::unique_ptr<LoadSession>> LoadSession::start(const Target& target, co
         const Worker& w = *impl->workers.back();
         if (w.epoll_fd < 0 || w.wake_fd < 0) return io_error("epoll/eventfd: {}", std::strerror(errno));
     }
-    impl->window_start = now_ns();
+    impl->window_start = impl->start_ns = now_ns();
     for (auto& w : impl->workers)
         w->thread = std::thread([w = w.get()] {
             set_thread_name(fmt::format("loadgen-{}", w->id));

@@ -13,6 +13,7 @@
 #include "strato/core/status.h"
 #include "strato/loadgen/histogram.h"
 #include "strato/loadgen/http_parse.h"
+#include "strato/loadgen/schedule.h"
 
 namespace strato::loadgen {
 
@@ -57,6 +58,9 @@ struct LoadOptions {
     int concurrency = 1;            // closed loop: connections, one request outstanding on each
     double rate = 0;                // open loop: requests per second, all threads together
     bool poisson = false;           // open loop: exponential gaps instead of constant ones
+    // Open loop: send times from a recording (intervals file, rate trace) instead of `rate`,
+    // which then only labels the level. Threads take its requests in turn.
+    std::shared_ptr<const Schedule> schedule;
     int max_connections = 256;      // open loop: connections opened as needed up to this
     int threads = 1;                // event-loop threads; connections are spread over them
     double spawn_rate = 0;          // closed loop: connections started per second (0: all at once)

@@ -46,11 +46,15 @@ Result<PointResult> run_point(const Target& target, const RunOptions& o, double 
     out.level = level;
     LoadOptions lo = o.load;
     if (out.rate_mode) {
-        lo.rate = level;
+        lo.rate = level;  // with a schedule, only its label
     } else {
         lo.concurrency = static_cast<int>(level);
     }
     if (o.requests > 0 && o.warmup_s <= 0) lo.request_budget = o.requests;
+    // A recording sends exactly what falls due before the end, not one more that a late stop lets out.
+    if (lo.schedule && o.requests <= 0)
+        lo.request_budget = static_cast<int64_t>(
+            std::ceil(lo.schedule->count_at(static_cast<int64_t>((o.warmup_s + o.duration_s) * 1e9) - 1) - 1e-9));
     STRATO_ASSIGN_OR_RETURN(auto session, LoadSession::start(target, lo));
     int64_t start = now_ns();
     if (o.warmup_s > 0) {
@@ -100,6 +104,41 @@ Result<PointResult> run_point(const Target& target, const RunOptions& o, double 
         out.windows = static_cast<int>(windows.size());
         if (o.server_stats && readings[first] && readings.back())
             out.server = server_breakdown(*readings[first], *readings.back());
+        return out;
+    }
+
+    if (lo.schedule && o.requests <= 0) {
+        // Follow the recording window by window, so the output shows the latency as the load
+        // changes (the schedule's clock started with the session; the warm-up is part of it).
+        const int64_t t0 = start, end = now_ns() + static_cast<int64_t>(o.duration_s * 1e9);
+        const auto window = std::max<int64_t>(1'000'000, static_cast<int64_t>(o.window_s * 1e9));
+        int64_t from = now_ns();
+        for (bool more = true; more;) {
+            const int64_t to = std::min(end, from + window);
+            more = wait_until(to, o) && to < end;
+            Measurement m = more ? session->snapshot() : session->stop(grace);
+            const int64_t at = now_ns();
+            TimelineEntry e;
+            e.t_s = static_cast<double>(at - t0) / 1e9;
+            e.asked = at > from ? (lo.schedule->count_at(at - t0) - lo.schedule->count_at(from - t0)) /
+                                      (static_cast<double>(at - from) / 1e9)
+                                : 0;
+            e.throughput = m.throughput();
+            e.p50_ns = m.latency.percentile(50);
+            e.p99_ns = m.latency.percentile(99);
+            e.errors = m.errors();
+            out.timeline.push_back(e);
+            if (o.progress)
+                o.progress(fmt::format("  t = {:.0f} s: asked {:.1f} req/s, answered {:.1f} req/s, p50 {} ms, p99 {} ms, {} errors",
+                                       e.t_s, e.asked, e.throughput, ms(e.p50_ns), ms(e.p99_ns), e.errors));
+            const double secs = out.m.seconds + m.seconds;
+            out.m.merge(m);
+            out.m.seconds = secs;
+            from = at;
+        }
+        out.windows = static_cast<int>(out.timeline.size());
+        if (before)
+            if (auto after = o.server_stats(); after.is_ok()) out.server = server_breakdown(*before, *after);
         return out;
     }
 
@@ -321,6 +360,13 @@ json point_json(const PointResult& p) {
               {"bytes_received", m.bytes_received},
               {"windows", p.windows},
               {"stable", p.stable}};
+    if (!p.timeline.empty()) {
+        json tl = json::array();
+        for (const auto& e : p.timeline)
+            tl.push_back({{"t_s", e.t_s}, {"asked", e.asked}, {"throughput", e.throughput}, {"p50_us", e.p50_ns / 1e3},
+                          {"p99_us", e.p99_ns / 1e3}, {"errors", e.errors}});
+        j["timeline"] = tl;
+    }
     if (p.server)
         j["server_us"] = {{"requests", p.server->requests},         {"request", p.server->request_us},
                           {"queue", p.server->queue_us},            {"compute_input", p.server->compute_input_us},

@@ -34,6 +34,15 @@ struct RunOptions {
     std::function<bool()> interrupted;                  // optional: stop early (Ctrl-C)
 };
 
+/// One window of a run that follows a schedule (--trace, --request-intervals).
+struct TimelineEntry {
+    double t_s = 0;           // end of the window, from the start of the schedule
+    double asked = 0;         // requests/s the schedule asked for in it
+    double throughput = 0;    // 2xx answers/s
+    int64_t p50_ns = 0, p99_ns = 0;
+    int64_t errors = 0;
+};
+
 /// One measured load level.
 struct PointResult {
     bool rate_mode = false;
@@ -42,6 +51,7 @@ struct PointResult {
     std::optional<ServerBreakdown> server;
     int windows = 1;
     bool stable = true;             // false: stability was asked for and not reached
+    std::vector<TimelineEntry> timeline;  // with a schedule: one entry per --measurement-interval
 };
 
 Result<PointResult> run_point(const Target& target, const RunOptions& options, double level);

@@ -71,6 +71,25 @@ std::string loadtest_section_html(const json& lt) {
                                    .y_label = "latency (ms)", .log_y = true}) +
             "</figure>\n</div>\n";
 
+    // A trace or intervals run: the rate asked and answered, and the latency, window by window.
+    for (const auto& p : points) {
+        if (!p.contains("timeline") || !p["timeline"].is_array() || p["timeline"].empty()) continue;
+        Series asked{"asked", {}, {}}, answered{"answered", {}, {}}, t50{"p50", {}, {}}, t99{"p99", {}, {}};
+        for (const auto& e : p["timeline"]) {
+            const double t = num(e, "t_s");
+            asked.x.push_back(t), asked.y.push_back(num(e, "asked"));
+            answered.x.push_back(t), answered.y.push_back(num(e, "throughput"));
+            t50.x.push_back(t), t50.y.push_back(num(e, "p50_us") / 1e3);
+            t99.x.push_back(t), t99.y.push_back(num(e, "p99_us") / 1e3);
+        }
+        html += "<div class=\"charts\" style=\"margin-top: 12px\">\n<figure>" +
+                line_chart_svg({asked, answered}, {.title = "Rate over time", .x_label = "seconds", .y_label = "requests/s"}) +
+                "</figure>\n<figure>" +
+                line_chart_svg({t50, t99}, {.title = "Latency over time", .x_label = "seconds", .y_label = "latency (ms)",
+                                            .log_y = true}) +
+                "</figure>\n</div>\n";
+    }
+
     html += fmt::format(
         "<div class=\"scroll\" style=\"margin-top: 12px\"><table class=\"epochs\"><thead><tr><th>{}</th><th class=\"num\">req/s</th>"
         "<th class=\"num\">p50 ms</th><th class=\"num\">p90 ms</th><th class=\"num\">p99 ms</th>"

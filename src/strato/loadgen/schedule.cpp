@@ -1,0 +1,146 @@
+#include "strato/loadgen/schedule.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+
+namespace strato::loadgen {
+namespace {
+
+std::string_view trim(std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+    return s;
+}
+
+bool parse_double(std::string_view s, double* v) {
+    s = trim(s);
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
+    return !s.empty() && ec == std::errc() && end == s.data() + s.size() && std::isfinite(*v);
+}
+
+// Calls f(line_number, line) for each line that is not blank or a `#` comment; stops at an error.
+template <class F>
+Status for_each_line(std::string_view text, F&& f) {
+    int line_no = 0;
+    while (!text.empty()) {
+        size_t nl = text.find('\n');
+        std::string_view line = trim(text.substr(0, nl));
+        text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+        ++line_no;
+        if (line.empty() || line.front() == '#') continue;
+        STRATO_RETURN_IF_ERROR(f(line_no, line));
+    }
+    return Status::ok();
+}
+
+std::vector<std::string_view> split_csv(std::string_view line) {
+    std::vector<std::string_view> out;
+    for (;;) {
+        size_t c = line.find(',');
+        out.push_back(trim(line.substr(0, c)));
+        if (c == std::string_view::npos) return out;
+        line.remove_prefix(c + 1);
+    }
+}
+
+}  // namespace
+
+Result<Schedule> Schedule::build(std::vector<Segment> segs, int64_t period_ns, bool exact, const std::string& source) {
+    Schedule s;
+    s.segs_ = std::move(segs);
+    s.period_ns_ = period_ns;
+    s.exact_ = exact;
+    s.total_ = 0;
+    for (size_t i = 0; i < s.segs_.size(); ++i) {
+        s.segs_[i].before = s.total_;
+        const int64_t end = i + 1 < s.segs_.size() ? s.segs_[i + 1].start_ns : period_ns;
+        s.total_ += exact ? 1.0 : s.segs_[i].rate * static_cast<double>(end - s.segs_[i].start_ns);
+    }
+    if (period_ns <= 0) return invalid_argument("{}: the schedule lasts 0 s", source);
+    if (s.total_ < 1) return invalid_argument("{}: the schedule asks for fewer than one request", source);
+    return s;
+}
+
+Result<Schedule> Schedule::from_intervals(std::string_view text, const std::string& source) {
+    std::vector<Segment> segs;
+    int64_t t = 0;
+    STRATO_RETURN_IF_ERROR(for_each_line(text, [&](int line_no, std::string_view line) -> Status {
+        double us = 0;
+        if (!parse_double(line, &us) || us < 0 || us > 1e12)
+            return invalid_argument("{}:{}: expected a gap in microseconds (a number in [0, 1e12]), got '{}'", source,
+                                    line_no, line);
+        const auto gap = std::max<int64_t>(1, std::llround(us * 1e3));
+        segs.push_back({t, 0, 1.0 / static_cast<double>(gap)});
+        t += gap;
+        return Status::ok();
+    }));
+    if (segs.empty()) return invalid_argument("{}: no intervals (one gap in microseconds per line)", source);
+    return build(std::move(segs), t, true, source);
+}
+
+Result<Schedule> Schedule::from_rate_trace(std::string_view csv, const std::string& source, double speedup,
+                                           double rate_scale) {
+    if (!(speedup > 0) || !std::isfinite(speedup)) return invalid_argument("trace speed-up must be > 0, got {}", speedup);
+    if (!(rate_scale > 0) || !std::isfinite(rate_scale))
+        return invalid_argument("trace rate scale must be > 0, got {}", rate_scale);
+    int time_col = -1, rate_col = -1;
+    std::vector<std::pair<double, double>> rows;  // (time_s, rate)
+    STRATO_RETURN_IF_ERROR(for_each_line(csv, [&](int line_no, std::string_view line) -> Status {
+        auto fields = split_csv(line);
+        if (time_col < 0) {
+            for (size_t i = 0; i < fields.size(); ++i) {
+                if (fields[i] == "time_s") time_col = static_cast<int>(i);
+                if (fields[i] == "rate") rate_col = static_cast<int>(i);
+            }
+            if (time_col < 0 || rate_col < 0)
+                return invalid_argument("{}:{}: expected a header naming the columns time_s and rate, got '{}'", source,
+                                        line_no, line);
+            return Status::ok();
+        }
+        double t = 0, r = 0;
+        if (static_cast<int>(fields.size()) <= std::max(time_col, rate_col))
+            return invalid_argument("{}:{}: {} fields, the header has more", source, line_no, fields.size());
+        if (!parse_double(fields[static_cast<size_t>(time_col)], &t) || t < 0)
+            return invalid_argument("{}:{}: time_s: expected seconds >= 0, got '{}'", source, line_no,
+                                    fields[static_cast<size_t>(time_col)]);
+        if (!parse_double(fields[static_cast<size_t>(rate_col)], &r) || r < 0 || r > 1e9)
+            return invalid_argument("{}:{}: rate: expected requests per second in [0, 1e9], got '{}'", source, line_no,
+                                    fields[static_cast<size_t>(rate_col)]);
+        if (!rows.empty() && t <= rows.back().first)
+            return invalid_argument("{}:{}: time_s {} does not come after {}", source, line_no, t, rows.back().first);
+        if (t - (rows.empty() ? t : rows.front().first) > 1e9)
+            return invalid_argument("{}:{}: time_s {} is more than 1e9 s into the trace", source, line_no, t);
+        rows.emplace_back(t, r);
+        return Status::ok();
+    }));
+    if (rows.size() < 2)
+        return invalid_argument("{}: a rate trace needs at least two rows (time_s,rate), found {}", source, rows.size());
+    std::vector<Segment> segs;
+    const double t0 = rows.front().first;
+    auto at_ns = [&](double t) { return static_cast<int64_t>(std::llround((t - t0) / speedup * 1e9)); };
+    for (const auto& [t, r] : rows) segs.push_back({at_ns(t), 0, r * rate_scale / 1e9});
+    const double last_step = rows.back().first - rows[rows.size() - 2].first;
+    return build(std::move(segs), at_ns(rows.back().first + last_step), false, source);
+}
+
+int64_t Schedule::offset_ns(double u) const {
+    const double cycle = std::floor(u / total_);
+    double r = u - cycle * total_;
+    auto it = std::upper_bound(segs_.begin(), segs_.end(), r, [](double v, const Segment& s) { return v < s.before; });
+    const Segment& s = *(it == segs_.begin() ? it : it - 1);
+    double in = s.rate > 0 ? (r - s.before) / s.rate : 0;
+    if (exact_) in = 0;
+    return static_cast<int64_t>(cycle) * period_ns_ + s.start_ns + static_cast<int64_t>(in);
+}
+
+double Schedule::count_at(int64_t ns) const {
+    if (ns <= 0) return 0;
+    const int64_t cycle = ns / period_ns_, t = ns % period_ns_;
+    auto it = std::upper_bound(segs_.begin(), segs_.end(), t, [](int64_t v, const Segment& s) { return v < s.start_ns; });
+    const Segment& s = *(it - 1);  // segs_[0].start_ns == 0 <= t
+    const double in = exact_ ? 1.0 : s.rate * static_cast<double>(t - s.start_ns);
+    return static_cast<double>(cycle) * total_ + s.before + in;
+}
+
+}  // namespace strato::loadgen
