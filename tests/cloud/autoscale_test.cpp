@@ -56,6 +56,10 @@ TEST(AutoscaleConfig, ParsesAndRejects) {
         {"[[policy]]\nkind = \"vertical\"\nladder = [\"g5.xlarge\"]\n", "ladder of at least two"},
         {"[[policy]]\nkind = \"backlog\"\nper_nod = 3\n", "unknown key 'per_nod'"},
         {"[autoscale]\ncooldown_up = \"soon\"\n[[policy]]\nkind = \"backlog\"\nper_node = 1\n", "cooldown_up"},
+        // Numbers an int cannot hold (found by the inputs fuzzer): refused, not cast.
+        {"[autoscale]\nmax_nodes = 1e300\n[[policy]]\nkind = \"backlog\"\nper_node = 1\n", "max_nodes must be a number in [1, 1e+09]"},
+        {"[autoscale]\nmin_nodes = inf\n[[policy]]\nkind = \"backlog\"\nper_node = 1\n", "min_nodes must be a number in"},
+        {"[[policy]]\nkind = \"schedule\"\nnodes = 3e10\n", "nodes must be a number in"},
     };
     for (const auto& [text, needle] : bad) {
         auto r = AutoscaleConfig::parse(text, "test.toml");
@@ -209,6 +213,7 @@ TEST(Simulator, MalformedTracesAreClearErrors) {
         {"time_s,rate\n0,-4\n", "trace.csv:2 rate: expected a rate >= 0"},
         {"time_s,rate\n0,fast\n", "expected a number, got 'fast'"},
         {"time_s,rate,preempt\n0,1,0.5\n", "whole number"},
+        {"time_s,rate,preempt\n0,1,3e50\n", "trace.csv:2 preempt: expected a whole number in [0, 1e6]"},
     };
     for (const auto& [csv, needle] : bad) {
         auto t = parse_trace(csv, "trace.csv");

@@ -75,6 +75,11 @@ TEST(Catalog, BadFilesNameTheLine) {
     EXPECT_NE(bad.status().message().find("test.csv:2 ondemand_usd_per_hour: expected a number, got 'cheap'"),
               std::string::npos)
         << bad.status().message();
+    auto huge = from_rows("aws,us-east-1,x,T4,1e40,4,16,25,1,0.2,src\n");
+    EXPECT_NE(huge.status().message().find("accelerator_count and vcpus must be whole numbers up to 1e6, got 1e+40 and 4"),
+              std::string::npos)
+        << huge.status().message();
+    EXPECT_FALSE(from_rows("aws,us-east-1,x,T4,1,2.5,16,25,1,0.2,src\n").is_ok());
     auto missing = Catalog::parse("provider,region\naws,x\n", "m.csv", detail::kGpusCsv, "g", detail::kSpotCsv, "s");
     EXPECT_NE(missing.status().message().find("missing column 'instance_type'"), std::string::npos);
 }

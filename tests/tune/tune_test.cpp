@@ -68,6 +68,25 @@ TEST(Space, ParsesAndValidatesAgainstTheTrainConfig) {
         ASSERT_FALSE(r.is_ok()) << param;
         EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
     }
+    // Integer settings: the wrong type is an error, not the default; a value an int cannot hold
+    // is refused, not wrapped (4294967297 trials used to run 1).
+    const std::pair<const char*, const char*> bad_settings[] = {
+        {"trials = \"20\"", "study.toml [study]: trials must be an integer"},
+        {"trials = 4294967297", "study.toml [study]: trials = 4294967297 is out of range"},
+        {"parallel = 1.5", "parallel must be an integer"},
+    };
+    for (const auto& [setting, needle] : bad_settings) {
+        auto r = StudyConfig::parse(std::string("[study]\nbase = \"configs/fashion_mnist_mlp.toml\"\n") + setting +
+                                        "\n[params]\n\"optim.lr\" = { type = \"uniform\", low = 0.1, high = 1 }\n",
+                                    "study.toml", STRATO_SOURCE_DIR);
+        ASSERT_FALSE(r.is_ok()) << setting;
+        EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+    }
+    auto sched = StudyConfig::parse("[study]\nbase = \"configs/fashion_mnist_mlp.toml\"\n[scheduler]\nmax_t = 1e3\n"
+                                    "[params]\n\"optim.lr\" = { type = \"uniform\", low = 0.1, high = 1 }\n",
+                                    "study.toml", STRATO_SOURCE_DIR);
+    EXPECT_NE(sched.status().message().find("study.toml [scheduler]: max_t must be an integer"), std::string::npos)
+        << sched.status().message();
     // A parameter the train config does not have fails before any trial.
     StudyConfig typo = study("[study]\nbase = \"configs/fashion_mnist_mlp.toml\"\n[params]\n"
                              "\"optim.learning_rate\" = { type = \"uniform\", low = 0.1, high = 1 }\n");

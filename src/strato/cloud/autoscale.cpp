@@ -65,10 +65,12 @@ Result<double> duration_field(const toml::table& t, const char* key, double def,
 }
 
 Result<double> number_field(const toml::table& t, const char* key, double def, double min, const std::string& where) {
+    constexpr double kMax = 1e9;  // node counts and seconds: far above any real one, far below int's limit
     auto* n = t.get(key);
     if (!n) return def;
     auto v = n->value<double>();
-    if (!v || *v < min) return invalid_argument("{}: {} must be a number >= {}", where, key, min);
+    if (!v || !std::isfinite(*v) || *v < min || *v > kMax)
+        return invalid_argument("{}: {} must be a number in [{}, {:g}]", where, key, min, kMax);
     return *v;
 }
 

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <toml++/toml.h>
 
 #include "strato/cloud/csv.h"
@@ -114,6 +115,9 @@ Result<Catalog> Catalog::parse(std::string_view instances, std::string_view inst
         double gpus_n = 0, vcpus = 0;
         STRATO_ASSIGN_OR_RETURN(gpus_n, parse_number(t.at(r, "accelerator_count"), 0, where("accelerator_count")));
         STRATO_ASSIGN_OR_RETURN(vcpus, parse_number(t.at(r, "vcpus"), 0, where("vcpus")));
+        if (gpus_n > 1e6 || vcpus > 1e6 || gpus_n != std::floor(gpus_n) || vcpus != std::floor(vcpus))
+            return invalid_argument("{}: accelerator_count and vcpus must be whole numbers up to 1e6, got {:g} and {:g}",
+                                    where(""), gpus_n, vcpus);
         in.gpus = static_cast<int>(gpus_n);
         in.vcpus = static_cast<int>(vcpus);
         STRATO_ASSIGN_OR_RETURN(in.memory_gib, parse_number(t.at(r, "memory_gib"), 0, where("memory_gib")));

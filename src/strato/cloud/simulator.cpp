@@ -27,7 +27,8 @@ Result<Trace> parse_trace(std::string_view csv, const std::string& source) {
         STRATO_ASSIGN_OR_RETURN(double pre, parse_number(t.at(r, "preempt"), 0, where("preempt")));
         if (!std::isfinite(p.t_s) || p.t_s < 0) return invalid_argument("{}: expected seconds >= 0", where("time_s"));
         if (!std::isfinite(p.rate) || p.rate < 0) return invalid_argument("{}: expected a rate >= 0", where("rate"));
-        if (pre < 0 || pre != std::floor(pre)) return invalid_argument("{}: expected a whole number >= 0", where("preempt"));
+        if (pre < 0 || pre > 1e6 || pre != std::floor(pre))
+            return invalid_argument("{}: expected a whole number in [0, 1e6]", where("preempt"));
         if (!tr.points.empty() && p.t_s < tr.points.back().t_s)
             return invalid_argument("{}: time goes backwards ({} after {})", where("time_s"), p.t_s, tr.points.back().t_s);
         p.preempt = static_cast<int>(pre);

@@ -97,6 +97,17 @@ Result<Param> parse_param(const std::string& key, const toml::node& node, const 
     return p;
 }
 
+// An integer setting: absent gives `def`; another type or a value beyond +-1e9 is an error
+// (not a silent default, not a wrapped int).
+Result<int> int_setting(const toml::table& t, const char* key, int64_t def, const std::string& where) {
+    const toml::node* n = t.get(key);
+    if (!n) return static_cast<int>(def);
+    auto v = n->value_exact<int64_t>();
+    if (!v) return invalid_argument("{}: {} must be an integer", where, key);
+    if (*v < -1'000'000'000 || *v > 1'000'000'000) return invalid_argument("{}: {} = {} is out of range", where, key, *v);
+    return static_cast<int>(*v);
+}
+
 }  // namespace
 
 Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string& source, const std::string& base_dir) {
@@ -129,9 +140,9 @@ Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string&
     std::string mode = (*st)["mode"].value_or(std::string(s.metric.find("loss") != std::string::npos ? "min" : "max"));
     if (mode != "max" && mode != "min") return invalid_argument("{} [study]: mode must be max or min", source);
     s.maximize = mode == "max";
-    s.trials = static_cast<int>((*st)["trials"].value_or(int64_t{20}));
-    s.parallel = static_cast<int>((*st)["parallel"].value_or(int64_t{1}));
-    s.threads_per_trial = static_cast<int>((*st)["threads_per_trial"].value_or(int64_t{1}));
+    STRATO_ASSIGN_OR_RETURN(s.trials, int_setting(*st, "trials", 20, source + " [study]"));
+    STRATO_ASSIGN_OR_RETURN(s.parallel, int_setting(*st, "parallel", 1, source + " [study]"));
+    STRATO_ASSIGN_OR_RETURN(s.threads_per_trial, int_setting(*st, "threads_per_trial", 1, source + " [study]"));
     s.sampler = (*st)["sampler"].value_or(std::string("tpe"));
     s.scheduler = (*st)["scheduler"].value_or(std::string("asha"));
     s.seed = static_cast<uint64_t>((*st)["seed"].value_or(int64_t{1}));
@@ -157,11 +168,11 @@ Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string&
     if (s.scheduler != "fifo" && s.scheduler != "asha" && s.scheduler != "median")
         return invalid_argument("{} [study]: scheduler must be fifo, asha or median, got '{}'", source, s.scheduler);
     if (auto* sc = doc["scheduler"].as_table()) {
-        s.grace = static_cast<int>((*sc)["grace"].value_or(int64_t{1}));
-        s.max_t = static_cast<int>((*sc)["max_t"].value_or(int64_t{9}));
-        s.reduction = static_cast<int>((*sc)["reduction"].value_or(int64_t{3}));
+        STRATO_ASSIGN_OR_RETURN(s.grace, int_setting(*sc, "grace", 1, source + " [scheduler]"));
+        STRATO_ASSIGN_OR_RETURN(s.max_t, int_setting(*sc, "max_t", 9, source + " [scheduler]"));
+        STRATO_ASSIGN_OR_RETURN(s.reduction, int_setting(*sc, "reduction", 3, source + " [scheduler]"));
         s.variant = (*sc)["variant"].value_or(std::string("promotion"));
-        s.brackets = static_cast<int>((*sc)["brackets"].value_or(int64_t{1}));
+        STRATO_ASSIGN_OR_RETURN(s.brackets, int_setting(*sc, "brackets", 1, source + " [scheduler]"));
         for (auto&& [k, v] : *sc)
             if (k.str() != "grace" && k.str() != "max_t" && k.str() != "reduction" && k.str() != "variant" &&
                 k.str() != "brackets")
@@ -177,8 +188,8 @@ Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string&
         return invalid_argument("{} [scheduler]: brackets must be >= 1, and more than 1 only with scheduler = \"asha\"",
                                 source);
     if (auto* tpe = doc["tpe"].as_table()) {
-        s.tpe_startup = static_cast<int>((*tpe)["startup_trials"].value_or(int64_t{10}));
-        s.tpe_candidates = static_cast<int>((*tpe)["candidates"].value_or(int64_t{24}));
+        STRATO_ASSIGN_OR_RETURN(s.tpe_startup, int_setting(*tpe, "startup_trials", 10, source + " [tpe]"));
+        STRATO_ASSIGN_OR_RETURN(s.tpe_candidates, int_setting(*tpe, "candidates", 24, source + " [tpe]"));
     }
     auto* params = doc["params"].as_table();
     if (!params || params->empty()) return invalid_argument("{}: [params] is empty: nothing to tune", source);
