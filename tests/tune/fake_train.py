@@ -8,7 +8,7 @@ had (as the real trainer does after restoring a checkpoint) before going on. The
 or SIGINT finishes the epoch, writes an "interrupted" line and exits 130; a second one kills
 it at once (as the real trainer exits without its checkpoint).
 Environment: FAKE_TRAIN_EPOCH_S (seconds per epoch, default 0.05), FAKE_TRAIN_ALLOC_MB (touch
-this much memory at start)."""
+this much memory at start), FAKE_TRAIN_ODD_LINES (write lines of other shapes before each eval line)."""
 import json
 import math
 import os
@@ -49,7 +49,15 @@ for i in range(0, len(hog), 4096):
 done = []
 if os.path.exists(path):
     with open(path) as f:
-        done = [d for d in (json.loads(l) for l in f if l.strip()) if d.get("kind") == "eval"]
+        done = []
+        for l in f:
+            try:
+                d = json.loads(l)
+            except ValueError:
+                continue
+            if isinstance(d, dict) and d.get("kind") == "eval" and isinstance(d.get("epoch"), int) \
+                    and isinstance(d.get("test_acc"), float):
+                done.append(d)
 with open(path, "w") as f:  # the checkpoint's epochs, written again
     for d in done:
         f.write(json.dumps(d) + "\n")
@@ -66,5 +74,8 @@ while epoch < stop_after:
     # Best near lr = 1e-2, improving with epochs.
     acc = 0.9 - 0.1 * abs(math.log10(lr) + 2) - 0.3 / epoch
     with open(path, "a") as f:
+        if os.environ.get("FAKE_TRAIN_ODD_LINES"):  # what a user's own script might also write
+            f.write('not json\n[1, 2]\n{"kind": 3}\n{"kind": "eval", "epoch": "two", "test_acc": 0.5}\n'
+                    '{"kind": "eval", "epoch": 1, "test_acc": "high"}\n{"kind": "eval", "test_acc": 0.9}\n')
         f.write(json.dumps({"kind": "eval", "epoch": epoch, "test_acc": acc}) + "\n")
 sys.exit(0)

@@ -350,6 +350,20 @@ TEST(Executor, AshaStoppingVariantTrainsEveryTrialTowardsMaxT) {
     expect_contiguous_results(r);
 }
 
+// A trial's metrics.jsonl with lines of other shapes (a user's own training script): skipped,
+// the study goes on with the real results.
+TEST(Executor, OddMetricsLinesAreSkipped) {
+    setenv("FAKE_TRAIN_ODD_LINES", "1", 1);
+    auto r = fake_study("odd", "grace = 1\nmax_t = 3\nreduction = 3", "trials = 3\nparallel = 1\nscheduler = \"asha\"");
+    auto s = run_fake(r);
+    unsetenv("FAKE_TRAIN_ODD_LINES");
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    EXPECT_EQ(s->trials, 3);
+    EXPECT_EQ(s->failed, 0);
+    EXPECT_TRUE(s->best.has_value());
+    expect_contiguous_results(r);
+}
+
 TEST(Executor, BracketsHaveTheirOwnRungs) {
     auto r = fake_study("brackets", "grace = 1\nmax_t = 9\nreduction = 3\nbrackets = 2",
                         "trials = 8\nparallel = 4\nscheduler = \"asha\"");

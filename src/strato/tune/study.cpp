@@ -276,9 +276,12 @@ Status Executor::poll_results(int id, Running& r) {
         if (nl == std::string::npos) break;  // a torn last line: read it next time
         auto j = nlohmann::json::parse(chunk.substr(pos, nl - pos), nullptr, false);
         pos = nl + 1;
-        if (!j.is_object() || j.value("kind", "") != "eval" || !j.contains(c_.metric) || !j[c_.metric].is_number())
+        // A trial's metrics.jsonl may come from the user's own script: a line of another shape is
+        // skipped, never a type error that stops the study.
+        if (!j.is_object() || !j.contains("kind") || j["kind"] != "eval" || !j.contains(c_.metric) ||
+            !j[c_.metric].is_number() || !j.contains("epoch") || !j["epoch"].is_number_integer())
             continue;
-        STRATO_RETURN_IF_ERROR(on_result(id, j.value("epoch", 0), j[c_.metric].get<double>(), r));
+        STRATO_RETURN_IF_ERROR(on_result(id, j["epoch"].get<int>(), j[c_.metric].get<double>(), r));
     }
     r.offset += pos;
     return Status::ok();
