@@ -1629,7 +1629,13 @@ def load_log_says_how_a_model_runs(ctx):
 
 @test
 def readiness_with_broken_models(ctx):
+    # A package whose manifest has a string where a dimension belongs (once a JSON type error
+    # that ended the server at start).
+    with open(os.path.join(PKG, "strato-model.json")) as f:
+        manifest = json.load(f)
+    manifest["inputs"][0]["shape"][2] = "twenty-eight"
     root = ctx.repo_with("broken_repo", {
+        "badshape": {"1": "pkg", "1/strato-model.json": json.dumps(manifest)},
         "good": {"1": "pkg"},
         "badcfg": {"1": "pkg", "config.pbtxt": "max_batch_size: [[[ this is not protobuf text\n"},
         "emptyver": {"1": None},
@@ -1652,9 +1658,10 @@ def readiness_with_broken_models(ctx):
         def index():
             idx = {e["name"]: e for e in request(p, "POST", "/v2/repository/index").json()}
             check(idx.get("good", {}).get("state") == "READY", f"index good: {idx.get('good')}")
-            for m in ("badcfg", "emptyver", "corrupt", "gpuonly"):
+            for m in ("badcfg", "emptyver", "corrupt", "gpuonly", "badshape"):
                 check(idx.get(m, {}).get("state") == "UNAVAILABLE" and idx[m].get("reason"), f"index {m}: {idx.get(m)}")
             check("no CUDA GPU is visible" in idx["gpuonly"]["reason"], f"index gpuonly reason: {idx['gpuonly']}")
+            check("do not describe an image classifier" in idx["badshape"]["reason"], f"index badshape: {idx['badshape']}")
         s.case("index: good READY, the others UNAVAILABLE with a reason", index)
 
         def auto_on_cpu():
@@ -1681,7 +1688,7 @@ def readiness_with_broken_models(ctx):
     finally:
         srv.kill()
     return ("ready 400 (strict) / 200 (--strict-readiness false) with a bad config.pbtxt, an empty version, a corrupt "
-            "package and KIND_GPU without a GPU; KIND_AUTO falls back to the CPU")
+            "package, a manifest with a string for a dimension and KIND_GPU without a GPU; KIND_AUTO falls back to the CPU")
 
 
 def answered(stats, lock):

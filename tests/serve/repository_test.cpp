@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 
 namespace strato::serve {
 namespace {
@@ -37,6 +38,7 @@ void register_fake() {
                       },
                       [](const ModelConfig&, const std::string& dir, Device) -> Result<std::shared_ptr<Model>> {
                           std::ifstream f(fs::path(dir) / "model.fake");
+                          if (f.peek() == 't') throw std::runtime_error("type must be number, but is string");
                           float v = 0;
                           if (!(f >> v)) return data_loss("{}/model.fake: not a number", dir);
                           return std::shared_ptr<Model>(std::make_shared<Echo>(v));
@@ -101,6 +103,20 @@ TEST_F(RepositoryTest, BrokenModelIsUnavailableWithItsReasonAndServerNotReady) {
             EXPECT_NE(e.reason.find("not a number"), std::string::npos) << e.reason;
         }
     EXPECT_TRUE(found);
+}
+
+TEST_F(RepositoryTest, ABackendThatThrowsFailsItsLoadNotTheServer) {
+    // As a package manifest with a string where a dimension belongs once did (a JSON type error
+    // ended `strato serve`).
+    version("good", 1, "1");
+    version("thrower", 1, "throw");
+    Repository repo(options(ControlMode::kExplicit), &registry);
+    ASSERT_TRUE(repo.start().is_ok());
+    EXPECT_TRUE(repo.load("good").is_ok());
+    Status st = repo.load("thrower");
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("type must be number, but is string"), std::string::npos) << st.message();
+    EXPECT_TRUE(repo.get("good", "").is_ok());
 }
 
 TEST_F(RepositoryTest, PollPicksUpNewVersionsAndKeepsServingWhenAReloadFails) {

@@ -157,7 +157,8 @@ Status CheckpointStore::verify_and_load(const std::string& name, torch::nn::Modu
             return data_loss("manifest.json lists no {}", f);
         }
         STRATO_ASSIGN_OR_RETURN(std::string b, fs::read_file(d / f));
-        const std::string want = manifest["files"][f].value("sha256", "");
+        const json& sha = manifest["files"][f].contains("sha256") ? manifest["files"][f]["sha256"] : json();
+        const std::string want = sha.is_string() ? sha.get<std::string>() : "";
         if (fs::sha256_hex(b) != want) return data_loss("{} does not match its checksum (truncated or corrupt)", f);
         bytes[f] = std::move(b);
     }

@@ -186,7 +186,13 @@ Status package_autocomplete(ModelConfig* c, const std::string& version_dir) {
     if (j.is_discarded() || !j.is_object()) return data_loss("{}: not a JSON object", manifest);
     auto shape = j.value("/inputs/0/shape"_json_pointer, nlohmann::json::array());
     auto out_shape = j.value("/outputs/0/shape"_json_pointer, nlohmann::json::array());
-    if (shape.size() != 4 || out_shape.size() != 2 || !shape[1].is_number_integer() || !out_shape[1].is_number_integer())
+    auto ints = [](const nlohmann::json& a, size_t from) {
+        for (size_t i = from; i < a.size(); ++i)
+            if (!a[i].is_number_integer() || a[i].get<int64_t>() < 1) return false;
+        return true;
+    };
+    if (!shape.is_array() || !out_shape.is_array() || shape.size() != 4 || out_shape.size() != 2 || !ints(shape, 1) ||
+        !ints(out_shape, 1))
         return data_loss("{}: /inputs and /outputs do not describe an image classifier ([-1,C,H,W] -> [-1,classes])", manifest);
     bool filled = false;
     if (c->inputs.empty()) {

@@ -399,7 +399,15 @@ Status Repository::load_locked(const std::string& name, const std::optional<nloh
         if (e.versions.empty()) e.state = ModelState::kLoading;
     }
     auto t0 = Clock::now();
-    auto built = build(name, proto, config_json);
+    // Backends read files users and exporters wrote; whatever one throws fails this load only,
+    // never the server (a poll thread has no one above it to catch).
+    auto built = [&]() -> Result<std::map<int64_t, std::shared_ptr<ModelVersion>>> {
+        try {
+            return build(name, proto, config_json);
+        } catch (const std::exception& ex) {
+            return invalid_argument("{}: {}", proto.dir, ex.what());
+        }
+    }();
     std::map<int64_t, std::shared_ptr<ModelVersion>> old;
     {
         std::lock_guard lock(mu_);
