@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "strato/core/fs.h"
 #include "strato/train/checkpoint.h"
@@ -69,14 +70,19 @@ TEST_F(Checkpoints, RestoresWeightsOptimizerRngAndState) {
 }
 
 TEST_F(Checkpoints, CorruptLatestFallsBackToThePreviousOne) {
-    CheckpointStore store(dir_.string(), CheckpointConfig{.every_steps = 0, .keep_last = 3, .keep_best = false});
-    for (int64_t s = 1; s <= 3; ++s) {
+    CheckpointStore store(dir_.string(), CheckpointConfig{.every_steps = 0, .keep_last = 4, .keep_best = false});
+    for (int64_t s = 1; s <= 4; ++s) {
         train_step();
         TrainState st;
         st.step = s;
         ASSERT_TRUE(store.save(st, *net_, *opt_).is_ok());
     }
-    // Bit flip in step 3, truncation in step 2: step 1 is the newest usable one.
+    // A manifest whose checksum is not a string in step 4 (was a JSON type error that stopped the
+    // resume), a bit flip in step 3, truncation in step 2: step 1 is the newest usable one.
+    auto m4 = step_dir(4) / "manifest.json";
+    auto manifest = nlohmann::json::parse(*fs::read_file(m4));
+    manifest["files"]["model.pt"]["sha256"] = 12345;
+    ASSERT_TRUE(fs::atomic_write(m4, manifest.dump()).is_ok());
     auto p3 = step_dir(3) / "model.pt";
     std::string b = *fs::read_file(p3);
     b[b.size() / 3] ^= 0x01;
