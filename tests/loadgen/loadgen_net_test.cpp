@@ -360,24 +360,39 @@ TEST(LoadNet, SloSearchFindsTheKnee) {
     EXPECT_TRUE(slo_miss_reason(*r->best, 20'000'000).empty());
 }
 
-// --trace: the server sees the recording's rates second by second, every request of one pass
-// arrives, and the timeline reports what was asked and answered per window.
-TEST(LoadNet, RateTraceIsReplayedSecondBySecond) {
+// A server that answers after `delay_ns` and keeps each request's arrival time.
+struct ArrivalServer {
+    explicit ArrivalServer(int64_t delay_ns)
+        : server([this, delay_ns](int64_t, int64_t t) {
+              std::lock_guard lock(mu);
+              at.push_back(t);
+              return Action{.delay_ns = delay_ns};
+          }) {}
     std::mutex mu;
-    std::vector<int64_t> arrivals;
-    TestServer server([&](int64_t, int64_t at) {
-        std::lock_guard lock(mu);
-        arrivals.push_back(at);
-        return Action{.delay_ns = 1'000'000};
-    });
-    auto sched = Schedule::from_rate_trace("time_s,rate\n0,100\n1,400\n2,0\n", "t.csv");
-    ASSERT_TRUE(sched.is_ok()) << sched.status().message();
-    EXPECT_DOUBLE_EQ(sched->requests_per_period(), 500);
+    std::vector<int64_t> at;
+    TestServer server;  // last: destroyed (its thread stopped) before what it writes to
+};
+
+// Open loop on `s` with 2 threads and no warm-up.
+RunOptions following(const Schedule& s) {
     RunOptions o;
     o.load.mode = LoadOptions::Mode::kOpen;
     o.load.threads = 2;
-    o.load.schedule = std::make_shared<const Schedule>(*sched);
+    o.load.schedule = std::make_shared<const Schedule>(s);
     o.warmup_s = 0;
+    return o;
+}
+
+// --trace: the server sees the recording's rates second by second, every request of one pass
+// arrives, and the timeline reports what was asked and answered per window.
+TEST(LoadNet, RateTraceIsReplayedSecondBySecond) {
+    ArrivalServer log(1'000'000);
+    auto& arrivals = log.at;
+    auto& server = log.server;
+    auto sched = Schedule::from_rate_trace("time_s,rate\n0,100\n1,400\n2,0\n", "t.csv");
+    ASSERT_TRUE(sched.is_ok()) << sched.status().message();
+    EXPECT_DOUBLE_EQ(sched->requests_per_period(), 500);
+    RunOptions o = following(*sched);
     o.duration_s = sched->period_s();
     o.window_s = 1;
     const int64_t start = now_ns();
@@ -386,7 +401,7 @@ TEST(LoadNet, RateTraceIsReplayedSecondBySecond) {
     EXPECT_EQ(p->m.ok, 500);
     EXPECT_EQ(p->m.errors(), 0);
     EXPECT_EQ(server.requests(), 500);
-    std::lock_guard lock(mu);
+    std::lock_guard lock(log.mu);
     int per_second[4] = {0, 0, 0, 0};
     for (int64_t at : arrivals) ++per_second[std::clamp<int64_t>((at - start) / 1'000'000'000, 0, 3)];
     // Sends are on schedule unless this machine stalls; a stall moves a few across a boundary.
@@ -403,25 +418,17 @@ TEST(LoadNet, RateTraceIsReplayedSecondBySecond) {
 
 // --request-intervals: perf_analyzer's file, cycled; the gaps alternate as written.
 TEST(LoadNet, RequestIntervalsAreSentAsWrittenAndCycled) {
-    std::mutex mu;
-    std::vector<int64_t> arrivals;
-    TestServer server([&](int64_t, int64_t at) {
-        std::lock_guard lock(mu);
-        arrivals.push_back(at);
-        return Action{};
-    });
+    ArrivalServer log(0);
+    auto& arrivals = log.at;
+    auto& server = log.server;
     auto sched = Schedule::from_intervals("2000\n8000\n", "iv.txt");  // 2 requests per 10 ms
     ASSERT_TRUE(sched.is_ok());
-    RunOptions o;
-    o.load.mode = LoadOptions::Mode::kOpen;
-    o.load.threads = 2;
-    o.load.schedule = std::make_shared<const Schedule>(*sched);
-    o.warmup_s = 0;
+    RunOptions o = following(*sched);
     o.duration_s = 1;
     auto p = run_point(target_for(server.port()), o, sched->mean_rate());
     ASSERT_TRUE(p.is_ok()) << p.status().message();
     EXPECT_NEAR(static_cast<double>(p->m.ok), 200, 3);  // 100 passes of the file in 1 s
-    std::lock_guard lock(mu);
+    std::lock_guard lock(log.mu);
     std::sort(arrivals.begin(), arrivals.end());
     std::vector<int64_t> gaps;
     for (size_t i = 1; i < arrivals.size(); ++i) gaps.push_back(arrivals[i] - arrivals[i - 1]);
