@@ -182,6 +182,10 @@ TEST(Config, MissingFileIsNotFound) {
     ASSERT_FALSE(r.is_ok());
     EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
     EXPECT_NE(r.status().message().find("/nonexistent/x.toml"), std::string::npos);
+    // A directory given as the config (found by the inputs fuzzer: libstdc++ threw from the read).
+    auto dir = load<Outer>("/tmp");
+    ASSERT_FALSE(dir.is_ok());
+    EXPECT_EQ(dir.status().message(), "config file /tmp is a directory, expected a file");
 }
 
 }  // namespace

@@ -4,10 +4,11 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
-#include <fstream>
 #include <set>
 #include <sstream>
 #include <toml++/toml.h>
+
+#include "strato/core/fs.h"
 
 namespace strato::config {
 
@@ -309,12 +310,12 @@ struct Document::Impl {
 };
 
 Result<Document> Document::from_file(const std::string& path) {
-    auto text = [&]() -> Result<std::string> {
-        std::ifstream in(path, std::ios::binary);
-        if (!in) return not_found("config file {} cannot be read (does it exist?)", path);
-        return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    }();
-    if (!text) return text.status();
+    auto text = fs::read_file(path);  // (a directory or a read error is a Status, not an exception)
+    if (!text) {
+        if (text.status().code() == StatusCode::kNotFound)
+            return not_found("config file {} cannot be read (does it exist?)", path);
+        return Status(text.status().code(), "config file " + text.status().message());
+    }
     return from_string(*text, path);
 }
 

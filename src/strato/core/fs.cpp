@@ -80,9 +80,13 @@ Result<std::string> read_file(const stdfs::path& path) {
     if (stdfs::is_directory(path, ec)) return invalid_argument("{} is a directory, expected a file", path.string());
     std::ifstream in(path, std::ios::binary);
     if (!in) return io_error("cannot open {}: {}", path.string(), os_error());
-    std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (in.bad()) return io_error("cannot read {}: {}", path.string(), os_error());
-    return data;
+    try {
+        std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        if (in.bad()) return io_error("cannot read {}: {}", path.string(), os_error());
+        return data;
+    } catch (const std::ios_base::failure&) {  // libstdc++'s filebuf throws on a read error
+        return io_error("cannot read {}: {}", path.string(), os_error());
+    }
 }
 
 Status ensure_dir(const stdfs::path& dir) {

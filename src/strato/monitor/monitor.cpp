@@ -59,8 +59,11 @@ Result<std::unique_ptr<Monitor>> Monitor::create(MonitorOptions options) {
         }
     } else {
         std::error_code ec;
-        if (!std::filesystem::is_regular_file(options.replay, ec))
+        if (!std::filesystem::exists(options.replay, ec))
             return not_found("--replay {}: no such file", options.replay);
+        if (!std::filesystem::is_regular_file(options.replay, ec))
+            return invalid_argument("--replay {}: not a file (expected a JSONL log from --jsonl or a metrics.jsonl)",
+                                    options.replay);
         m->gpu_summary_ = "replaying " + options.replay;
     }
     if (options.port >= 0) {
