@@ -228,6 +228,10 @@ TEST(Outputs, CsvUsesPerfAnalyzerColumnsAndJsonRendersAsAReport) {
     EXPECT_NE(html->find("Rate over time"), std::string::npos);
     EXPECT_NE(html->find("Latency over time"), std::string::npos);
     EXPECT_FALSE(report::render_loadtest_report(nlohmann::json{{"kind", "other"}}).is_ok());
+    // A hand-edited file with a field of another type: an error that says so, not an exception.
+    auto typed = report::render_loadtest_report(nlohmann::json{{"kind", "strato-loadtest"}, {"target", 5}});
+    ASSERT_FALSE(typed.is_ok());
+    EXPECT_NE(typed.status().message().find("unexpected type"), std::string::npos) << typed.status().message();
     EXPECT_FALSE(report::render_loadtest_report(nlohmann::json::array()).is_ok());
 
     std::string table = format_table({a, b});

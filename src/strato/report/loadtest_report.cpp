@@ -125,10 +125,16 @@ Result<std::string> render_loadtest_report(const json& lt) {
         return invalid_argument("not a strato load test (expected {{\"kind\": \"strato-loadtest\", ...}}, got {})",
                                 lt.is_object() ? "kind '" + lt.value("kind", std::string("none")) + "'"
                                                : std::string(lt.type_name()));
-    std::string html = page_head("strato load test");
-    html += fmt::format("<header><h1>Load test</h1><p class=\"sub\">{}</p></header>\n", html_escape(lt.value("target", "")));
-    html += loadtest_section_html(lt);
-    return html + page_foot();
+    try {  // a hand-edited file with a field of another type: an error naming it, not nlohmann's bare message
+        std::string html = page_head("strato load test");
+        html += fmt::format("<header><h1>Load test</h1><p class=\"sub\">{}</p></header>\n", html_escape(lt.value("target", "")));
+        html += loadtest_section_html(lt);
+        return html + page_foot();
+    } catch (const json::exception& e) {
+        return invalid_argument("a field of this load test has an unexpected type ({}); expected what `strato "
+                                "loadtest --json` writes",
+                                e.what());
+    }
 }
 
 Status write_loadtest_report(const std::string& json_path, const std::string& out_path) {
