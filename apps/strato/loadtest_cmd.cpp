@@ -112,7 +112,6 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
                                                                                             f.trace_rate_scale));
         ro.load.schedule = std::make_shared<const Schedule>(sched);
         ro.load.mode = LoadOptions::Mode::kOpen;
-        levels = {sched.mean_rate()};
     }
     if (!f.rate_range.empty() || f.rate > 0 || !f.slo.empty()) ro.load.mode = LoadOptions::Mode::kOpen;
     if (!f.slo.empty() && (f.concurrency > 0 || !f.concurrency_range.empty() || f.users > 0))
@@ -120,7 +119,7 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
     if (!f.concurrency_range.empty()) {
         STRATO_ASSIGN_OR_RETURN(levels, parse_range(f.concurrency_range, true));
     } else if (ro.load.schedule) {
-        // levels set above
+        levels = {ro.load.schedule->mean_rate()};  // one level, labelled by the recording's mean rate
     } else if (!f.rate_range.empty()) {
         STRATO_ASSIGN_OR_RETURN(levels, parse_range(f.rate_range, false));
     } else if (f.rate > 0) {

@@ -38,6 +38,40 @@ bool within(const std::vector<double>& v, double pct) {
     return (*hi - *lo) / *hi * 100.0 <= pct;
 }
 
+// A run on a schedule (--trace, --request-intervals): measured window by window, so the output
+// shows the latency as the load changes. `t0` is when the schedule's clock started (with the
+// session; the warm-up is part of it). Stops the session at the end.
+void follow_schedule(LoadSession& session, const RunOptions& o, const Schedule& schedule, int64_t t0, int64_t grace,
+                     PointResult* out) {
+    const int64_t end = now_ns() + static_cast<int64_t>(o.duration_s * 1e9);
+    const auto window = std::max<int64_t>(1'000'000, static_cast<int64_t>(o.window_s * 1e9));
+    int64_t from = now_ns();
+    for (bool more = true; more;) {
+        const int64_t to = std::min(end, from + window);
+        more = wait_until(to, o) && to < end;
+        Measurement m = more ? session.snapshot() : session.stop(grace);
+        const int64_t at = now_ns();
+        TimelineEntry e;
+        e.t_s = static_cast<double>(at - t0) / 1e9;
+        e.asked = at > from ? (schedule.count_at(at - t0) - schedule.count_at(from - t0)) /
+                                  (static_cast<double>(at - from) / 1e9)
+                            : 0;
+        e.throughput = m.throughput();
+        e.p50_ns = m.latency.percentile(50);
+        e.p99_ns = m.latency.percentile(99);
+        e.errors = m.errors();
+        out->timeline.push_back(e);
+        if (o.progress)
+            o.progress(fmt::format("  t = {:.0f} s: asked {:.1f} req/s, answered {:.1f} req/s, p50 {} ms, p99 {} ms, {} errors",
+                                   e.t_s, e.asked, e.throughput, ms(e.p50_ns), ms(e.p99_ns), e.errors));
+        const double secs = out->m.seconds + m.seconds;
+        out->m.merge(m);
+        out->m.seconds = secs;
+        from = at;
+    }
+    out->windows = static_cast<int>(out->timeline.size());
+}
+
 }  // namespace
 
 Result<PointResult> run_point(const Target& target, const RunOptions& o, double level) {
@@ -108,59 +142,28 @@ Result<PointResult> run_point(const Target& target, const RunOptions& o, double 
     }
 
     if (lo.schedule && o.requests <= 0) {
-        // Follow the recording window by window, so the output shows the latency as the load
-        // changes (the schedule's clock started with the session; the warm-up is part of it).
-        const int64_t t0 = start, end = now_ns() + static_cast<int64_t>(o.duration_s * 1e9);
-        const auto window = std::max<int64_t>(1'000'000, static_cast<int64_t>(o.window_s * 1e9));
-        int64_t from = now_ns();
-        for (bool more = true; more;) {
-            const int64_t to = std::min(end, from + window);
-            more = wait_until(to, o) && to < end;
-            Measurement m = more ? session->snapshot() : session->stop(grace);
-            const int64_t at = now_ns();
-            TimelineEntry e;
-            e.t_s = static_cast<double>(at - t0) / 1e9;
-            e.asked = at > from ? (lo.schedule->count_at(at - t0) - lo.schedule->count_at(from - t0)) /
-                                      (static_cast<double>(at - from) / 1e9)
-                                : 0;
-            e.throughput = m.throughput();
-            e.p50_ns = m.latency.percentile(50);
-            e.p99_ns = m.latency.percentile(99);
-            e.errors = m.errors();
-            out.timeline.push_back(e);
-            if (o.progress)
-                o.progress(fmt::format("  t = {:.0f} s: asked {:.1f} req/s, answered {:.1f} req/s, p50 {} ms, p99 {} ms, {} errors",
-                                       e.t_s, e.asked, e.throughput, ms(e.p50_ns), ms(e.p99_ns), e.errors));
-            const double secs = out.m.seconds + m.seconds;
-            out.m.merge(m);
-            out.m.seconds = secs;
-            from = at;
-        }
-        out.windows = static_cast<int>(out.timeline.size());
-        if (before)
-            if (auto after = o.server_stats(); after.is_ok()) out.server = server_breakdown(*before, *after);
-        return out;
+        follow_schedule(*session, o, *lo.schedule, start, grace, &out);
+    } else {
+        int64_t base_done = session->requests_done();
+        int64_t deadline = o.requests > 0 ? std::numeric_limits<int64_t>::max() : now_ns() + static_cast<int64_t>(o.duration_s * 1e9);
+        // A count that stops advancing for longer than a request may take ends the point: the run is
+        // bounded even if a response is lost for good (its request counts as unfinished).
+        int64_t last_done = base_done, last_progress = now_ns();
+        const int64_t stall_ns = o.load.timeout_ns + 5'000'000'000;
+        wait_until(deadline, o, [&] {
+            if (o.requests <= 0) return false;
+            const int64_t done = session->requests_done();
+            if (done - base_done >= o.requests) return true;
+            if (done != last_done) last_done = done, last_progress = now_ns();
+            if (now_ns() - last_progress > stall_ns) {
+                log::warn("loadtest: no request finished for {:.0f} s ({} of {} done); ending this point",
+                          static_cast<double>(stall_ns) / 1e9, done - base_done, o.requests);
+                return true;
+            }
+            return false;
+        });
+        out.m = session->stop(grace);
     }
-
-    int64_t base_done = session->requests_done();
-    int64_t deadline = o.requests > 0 ? std::numeric_limits<int64_t>::max() : now_ns() + static_cast<int64_t>(o.duration_s * 1e9);
-    // A count that stops advancing for longer than a request may take ends the point: the run is
-    // bounded even if a response is lost for good (its request counts as unfinished).
-    int64_t last_done = base_done, last_progress = now_ns();
-    const int64_t stall_ns = o.load.timeout_ns + 5'000'000'000;
-    wait_until(deadline, o, [&] {
-        if (o.requests <= 0) return false;
-        const int64_t done = session->requests_done();
-        if (done - base_done >= o.requests) return true;
-        if (done != last_done) last_done = done, last_progress = now_ns();
-        if (now_ns() - last_progress > stall_ns) {
-            log::warn("loadtest: no request finished for {:.0f} s ({} of {} done); ending this point",
-                      static_cast<double>(stall_ns) / 1e9, done - base_done, o.requests);
-            return true;
-        }
-        return false;
-    });
-    out.m = session->stop(grace);
     if (before)
         if (auto after = o.server_stats(); after.is_ok()) out.server = server_breakdown(*before, *after);
     return out;
