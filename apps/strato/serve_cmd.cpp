@@ -21,7 +21,7 @@ namespace {
 
 Result<std::string> read_token(const std::string& path, const char* flag) {
     if (path.empty()) return std::string();
-    auto text = fs::read_file(path);
+    auto text = fs::read_file(path, 1 << 20);  // a token, not a file that happens to be there
     if (!text) return text.status().with_context(flag);
     std::string t = *text;
     while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' ')) t.pop_back();

@@ -186,6 +186,11 @@ TEST(Config, MissingFileIsNotFound) {
     auto dir = load<Outer>("/tmp");
     ASSERT_FALSE(dir.is_ok());
     EXPECT_EQ(dir.status().message(), "config file /tmp is a directory, expected a file");
+    // A device that never ends (a study's `base = "/dev/zero"` read it until memory ran out).
+    auto zero = load<Outer>("/dev/zero");
+    ASSERT_FALSE(zero.is_ok());
+    EXPECT_EQ(zero.status().message(),
+              "config file /dev/zero is larger than 64 MiB, more than such a file can be (is it the right file?)");
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <filesystem>
 #include <thread>
 #include <vector>
@@ -41,6 +42,37 @@ TEST_F(FsTest, ReadMissingFileNamesIt) {
     ASSERT_FALSE(r.is_ok());
     EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
     EXPECT_NE(r.status().message().find("nope.txt"), std::string::npos);
+}
+
+TEST_F(FsTest, ReadLimitsRefuseBigFilesAndEndlessStreams) {
+    auto p = dir_ / "big.csv";
+    ASSERT_TRUE(atomic_write(p, std::string(5000, 'x')).is_ok());
+    EXPECT_EQ(read_file(p, 5000)->size(), 5000u);
+    auto big = read_file(p, 4999);
+    ASSERT_FALSE(big.is_ok());
+    EXPECT_EQ(big.status().message(), p.string() + " is larger than 4999 bytes, more than such a file can be (is it the right file?)");
+    // A device is read up to the limit, not to its (missing) end.
+    auto zero = read_file("/dev/zero", 3 << 20);
+    ASSERT_FALSE(zero.is_ok());
+    EXPECT_NE(zero.status().message().find("/dev/zero is larger than 3 MiB"), std::string::npos);
+    // /proc files report size 0 and still have content.
+    auto stat = read_file("/proc/self/stat");
+    ASSERT_TRUE(stat.is_ok());
+    EXPECT_GT(stat->size(), 10u);
+    // A pipe that ends is read whole (`--body-file <(cmd)`).
+    auto fifo = dir_ / "fifo";
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    std::thread writer([&] {
+        FILE* f = std::fopen(fifo.c_str(), "w");
+        if (f) std::fputs("from a pipe", f), std::fclose(f);
+    });
+    auto piped = read_file(fifo);
+    writer.join();
+    ASSERT_TRUE(piped.is_ok()) << piped.status().message();
+    EXPECT_EQ(*piped, "from a pipe");
+    auto dir = read_file(dir_);
+    ASSERT_FALSE(dir.is_ok());
+    EXPECT_EQ(dir.status().message(), dir_.string() + " is a directory, expected a file");
 }
 
 TEST_F(FsTest, Sha256KnownVectors) {

@@ -160,7 +160,7 @@ Result<AutoscaleConfig> AutoscaleConfig::parse(std::string_view toml_text, const
 }
 
 Result<AutoscaleConfig> AutoscaleConfig::load(const std::string& path) {
-    STRATO_ASSIGN_OR_RETURN(std::string text, fs::read_file(path));
+    STRATO_ASSIGN_OR_RETURN(std::string text, fs::read_file(path, fs::kTextFileLimit));
     return parse(text, path);
 }
 

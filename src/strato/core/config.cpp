@@ -310,7 +310,7 @@ struct Document::Impl {
 };
 
 Result<Document> Document::from_file(const std::string& path) {
-    auto text = fs::read_file(path);  // (a directory or a read error is a Status, not an exception)
+    auto text = fs::read_file(path, fs::kTextFileLimit);  // (a directory or a read error is a Status, not an exception)
     if (!text) {
         if (text.status().code() == StatusCode::kNotFound)
             return not_found("config file {} cannot be read (does it exist?)", path);

@@ -9,7 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
+#include <algorithm>
 #include <memory>
 
 namespace strato::fs {
@@ -74,18 +74,35 @@ Status atomic_write(const stdfs::path& path, std::string_view data) {
     return fsync_dir(dir);
 }
 
-Result<std::string> read_file(const stdfs::path& path) {
-    std::error_code ec;
-    if (!stdfs::exists(path, ec)) return not_found("{} does not exist", path.string());
-    if (stdfs::is_directory(path, ec)) return invalid_argument("{} is a directory, expected a file", path.string());
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return io_error("cannot open {}: {}", path.string(), os_error());
-    try {
-        std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-        if (in.bad()) return io_error("cannot read {}: {}", path.string(), os_error());
-        return data;
-    } catch (const std::ios_base::failure&) {  // libstdc++'s filebuf throws on a read error
-        return io_error("cannot read {}: {}", path.string(), os_error());
+Result<std::string> read_file(const stdfs::path& path, uint64_t max_bytes) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) return not_found("{} does not exist", path.string());
+        return io_error("cannot open {}: {}", path.string(), os_error());
+    }
+    auto closer = std::unique_ptr<const int, void (*)(const int*)>(&fd, [](const int* f) { ::close(*f); });
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) return io_error("cannot stat {}: {}", path.string(), os_error());
+    if (S_ISDIR(st.st_mode)) return invalid_argument("{} is a directory, expected a file", path.string());
+    const bool regular = S_ISREG(st.st_mode);
+    const uint64_t limit = regular ? max_bytes : std::min(max_bytes, kStreamReadLimit);
+    auto too_big = [&] {
+        return invalid_argument("{} is larger than {}, more than such a file can be (is it the right file?)",
+                                path.string(),
+                                limit >= (1u << 20) ? fmt::format("{} MiB", limit >> 20) : fmt::format("{} bytes", limit));
+    };
+    if (regular && static_cast<uint64_t>(st.st_size) > limit) return too_big();
+    std::string data;
+    // st_size is a hint only: /proc files say 0, a growing log says less than it holds.
+    if (regular && st.st_size > 0) data.reserve(static_cast<size_t>(st.st_size));
+    char buf[1 << 16];
+    for (;;) {
+        const ssize_t n = ::read(fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return io_error("cannot read {}: {}", path.string(), os_error());
+        if (n == 0) return data;
+        if (data.size() + static_cast<uint64_t>(n) > limit) return too_big();
+        data.append(buf, static_cast<size_t>(n));
     }
 }
 

@@ -3,6 +3,7 @@
 // fsync of the directory), so a crash at any instant leaves either the old or the new content.
 // SHA-256 checksums let readers detect truncation and bit flips.
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -15,8 +16,16 @@ namespace stdfs = std::filesystem;
 
 /// Replaces `path` with `data` atomically. The parent directory must exist.
 Status atomic_write(const stdfs::path& path, std::string_view data);
-/// Reads a whole file; errors name the path and the OS reason.
-Result<std::string> read_file(const stdfs::path& path);
+/// Larger than this, a config, rules, policy, catalog or trace file is a mistake (a dataset or
+/// a weights file given where a TOML or CSV was expected), not something to read into memory.
+inline constexpr uint64_t kTextFileLimit = 64ull << 20;
+/// A pipe or device (`<(cmd)`, /dev/stdin, /dev/zero) is read up to this much when the caller
+/// sets no lower limit: it may never end.
+inline constexpr uint64_t kStreamReadLimit = 1ull << 30;
+
+/// Reads a whole file; errors name the path and the OS reason. More than `max_bytes` is an error
+/// (a regular file is refused by its size before any of it is read).
+Result<std::string> read_file(const stdfs::path& path, uint64_t max_bytes = UINT64_MAX);
 /// Creates `dir` and its parents; errors if something that is not a directory is in the way.
 Status ensure_dir(const stdfs::path& dir);
 /// Fails with a clear message when files cannot be created in `dir` (creating it if needed).

@@ -134,7 +134,7 @@ Result<std::vector<AlertRule>> parse_rules(std::string_view toml_text, const std
 }
 
 Result<std::vector<AlertRule>> load_rules(const std::string& path) {
-    STRATO_ASSIGN_OR_RETURN(std::string text, fs::read_file(path));
+    STRATO_ASSIGN_OR_RETURN(std::string text, fs::read_file(path, fs::kTextFileLimit));
     return parse_rules(text, path);
 }
 

@@ -210,7 +210,7 @@ Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string&
 }
 
 Result<StudyConfig> StudyConfig::load(const std::string& path) {
-    STRATO_ASSIGN_OR_RETURN(std::string text, fs::read_file(path));
+    STRATO_ASSIGN_OR_RETURN(std::string text, fs::read_file(path, fs::kTextFileLimit));
     return parse(text, path, std::filesystem::path(path).parent_path().string());
 }
 

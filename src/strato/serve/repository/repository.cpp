@@ -221,11 +221,11 @@ Result<std::map<int64_t, std::shared_ptr<ModelVersion>>> Repository::build(const
         fs::path pb = fs::path(e.dir) / "config.pbtxt", tm = fs::path(e.dir) / "config.toml";
         if (fs::exists(pb, ec)) {
             source = pb.string();
-            STRATO_ASSIGN_OR_RETURN(std::string text, strato::fs::read_file(source));
+            STRATO_ASSIGN_OR_RETURN(std::string text, strato::fs::read_file(source, strato::fs::kTextFileLimit));
             STRATO_ASSIGN_OR_RETURN(base, parse_model_config_pbtxt(text, source));
         } else if (fs::exists(tm, ec)) {
             source = tm.string();
-            STRATO_ASSIGN_OR_RETURN(std::string text, strato::fs::read_file(source));
+            STRATO_ASSIGN_OR_RETURN(std::string text, strato::fs::read_file(source, strato::fs::kTextFileLimit));
             STRATO_ASSIGN_OR_RETURN(base, parse_model_config_toml(text, source));
         }
     }
