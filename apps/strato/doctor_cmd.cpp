@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "strato/core/parse.h"
 #include "strato/core/signals.h"
 #include "strato/dist/peers.h"
 #include "strato/doctor/doctor.h"
@@ -37,8 +38,13 @@ void add_doctor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         if (!o->listen.empty()) {
             std::string host = "0.0.0.0", port = o->listen;
             if (size_t c = o->listen.rfind(':'); c != std::string::npos) host = o->listen.substr(0, c), port = o->listen.substr(c + 1);
+            auto port_number = parse_int(port, 0, 65535);  // 0: any free port, printed
+            if (!port_number) {
+                *exit_code = report_error("doctor", invalid_argument("--listen '{}': expected [HOST:]PORT with a port in 0..65535", o->listen));
+                return;
+            }
             signals::install_stop_handlers();
-            Status s = dist::serve_echo(host, std::atoi(port.c_str()), [] { return signals::stop_requested(); },
+            Status s = dist::serve_echo(host, static_cast<int>(*port_number), [] { return signals::stop_requested(); },
                                         [&](int p) { fmt::print("listening on {}:{} (Ctrl-C to stop)\n", host, p); std::fflush(stdout); });
             *exit_code = s.is_ok() ? 0 : report_error("doctor", s);
             return;

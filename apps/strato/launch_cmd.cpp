@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "strato/core/fs.h"
+#include "strato/core/parse.h"
 #include "strato/dist/agent.h"
 #include "strato/dist/emit.h"
 
@@ -106,15 +107,13 @@ void add_launch_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         if (o->nproc == "cpu" || o->nproc == "auto") {
             l.nproc_per_node = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
         } else {
-            try {
-                size_t used = 0;
-                l.nproc_per_node = std::stoi(o->nproc, &used);
-                if (used != o->nproc.size()) throw std::invalid_argument(o->nproc);
-            } catch (const std::exception&) {
-                *exit_code = report_error("launch", invalid_argument("--nproc-per-node '{}': expected a number or cpu",
-                                                                     o->nproc));
+            auto n = parse_int(o->nproc, 1, 1 << 16);
+            if (!n) {
+                *exit_code = report_error(
+                    "launch", invalid_argument("--nproc-per-node '{}': expected a number in 1..65536 or cpu", o->nproc));
                 return;
             }
+            l.nproc_per_node = static_cast<int>(*n);
         }
         if (Status s = dist::parse_nnodes(o->nnodes, &l); !s.is_ok()) return void(*exit_code = report_error("launch", s));
         if (!o->emit.empty()) {

@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "strato/core/fs.h"
+#include "strato/core/parse.h"
 #include "strato/core/signals.h"
 #include "strato/loadgen/runner.h"
 #include "strato/report/loadtest_report.h"
@@ -42,14 +43,9 @@ Result<std::map<std::string, std::vector<int64_t>>> parse_shapes(const std::vect
         while (pos <= rest.size()) {
             size_t comma = rest.find(',', pos);
             std::string d = rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-            try {
-                size_t used = 0;
-                long long v = std::stoll(d, &used);
-                if (used != d.size() || v < 1) throw std::invalid_argument(d);
-                dims.push_back(v);
-            } catch (const std::exception&) {
-                return invalid_argument("--shape '{}': '{}' is not a positive integer", f, d);
-            }
+            auto v = parse_int(d, 1);
+            if (!v) return invalid_argument("--shape '{}': '{}' is not a positive integer", f, d);
+            dims.push_back(*v);
             if (comma == std::string::npos) break;
             pos = comma + 1;
         }
@@ -106,7 +102,7 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
         // a rate trace is measured for one pass unless -d says otherwise.
         if (!f.slo.empty()) return invalid_argument("--slo-p99 searches over request rates; drop --trace/--request-intervals");
         const std::string& path = f.trace.empty() ? f.intervals : f.trace;
-        STRATO_ASSIGN_OR_RETURN(std::string text, fs::read_file(path));
+        STRATO_ASSIGN_OR_RETURN(std::string text, fs::read_file(path, fs::kTextFileLimit));
         STRATO_ASSIGN_OR_RETURN(Schedule sched, f.trace.empty() ? Schedule::from_intervals(text, path)
                                                                 : Schedule::from_rate_trace(text, path, f.trace_speedup,
                                                                                             f.trace_rate_scale));

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include "strato/cloud/catalog.h"
-#include "strato/cloud/csv.h"
 #include "strato/cloud/throughput.h"
 
 namespace strato::cloud {
@@ -16,22 +15,6 @@ const char* kHeader =
 Result<Catalog> from_rows(const std::string& rows) {
     return Catalog::parse(std::string(kHeader) + rows, "test.csv", detail::kGpusCsv, "gpus.csv", detail::kSpotCsv,
                           "spot.csv");
-}
-
-TEST(Csv, QuotedFieldsAndErrors) {
-    auto t = CsvTable::parse("a,b\n\"x,1\",\"say \"\"hi\"\"\"\r\n\n3,4\n", "t.csv");
-    ASSERT_TRUE(t.is_ok()) << t.status().message();
-    EXPECT_EQ(t.value().rows(), 2u);
-    EXPECT_EQ(t.value().at(0, "a"), "x,1");
-    EXPECT_EQ(t.value().at(0, "b"), "say \"hi\"");
-    EXPECT_EQ(t.value().line(1), 4);
-    auto bad = CsvTable::parse("a,b\n1,2,3\n", "t.csv");
-    ASSERT_FALSE(bad.is_ok());
-    EXPECT_EQ(bad.status().message(), "t.csv:2: expected 2 fields as in the header, got 3");
-    EXPECT_FALSE(CsvTable::parse("a\n\"open\n", "t.csv").is_ok());
-    EXPECT_FALSE(CsvTable::parse("", "t.csv").is_ok());
-    EXPECT_FALSE(parse_number("1.5x", 0, "f").is_ok());
-    EXPECT_DOUBLE_EQ(parse_number("", -1, "f").value(), -1);
 }
 
 TEST(Catalog, BuiltinLoadsWithProvenanceAndGpus) {

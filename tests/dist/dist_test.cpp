@@ -73,6 +73,30 @@ TEST(DistEnv, SlurmWithHostList) {
     EXPECT_FALSE(batch->distributed());
 }
 
+TEST(DistEnv, SlurmTasksPerNodeIsReadStrictly) {
+    auto step = [](const char* tasks_per_node, const char* node) {
+        return read_env(from({{"SLURM_PROCID", "0"}, {"SLURM_STEP_NUM_TASKS", "8"}, {"SLURM_NODEID", node},
+                              {"SLURM_STEP_TASKS_PER_NODE", tasks_per_node}}));
+    };
+    EXPECT_EQ(step("3(x2),2", "1")->local_world_size, 3);
+    EXPECT_EQ(step("3(x2),2", "2")->local_world_size, 2);
+    // atoi read "2x" as 2 and "(x" garbage as 0 nodes; these now name the variable.
+    for (const char* bad : {"2x", "2(x3", "2(x)", "(x2)", "0", "-1", "2,,1", "99999999999"}) {
+        auto e = step(bad, "0");
+        ASSERT_FALSE(e.is_ok()) << bad;
+        EXPECT_NE(e.status().message().find(fmt::format("SLURM_STEP_TASKS_PER_NODE={}: expected counts", bad)),
+                  std::string::npos)
+            << e.status().message();
+    }
+    auto past = step("2(x2)", "2");
+    ASSERT_FALSE(past.is_ok());
+    EXPECT_EQ(past.status().message(), "SLURM_STEP_TASKS_PER_NODE=2(x2) names 2 nodes; this is node 2");
+    // Neither variable: one task per node.
+    auto none = read_env(from({{"SLURM_PROCID", "0"}, {"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_NODEID", "1"}}));
+    ASSERT_TRUE(none.is_ok()) << none.status().message();
+    EXPECT_EQ(none->local_world_size, 1);
+}
+
 TEST(DistEnv, OpenMpi) {
     auto e = read_env(from({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
                             {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}));
@@ -108,6 +132,10 @@ TEST(HostList, Expands) {
     EXPECT_FALSE(expand_hostlist("n[1-").is_ok());
     EXPECT_FALSE(expand_hostlist("n[3-1]").is_ok());
     EXPECT_FALSE(expand_hostlist("n[a-b]").is_ok());
+    EXPECT_FALSE(expand_hostlist("n[+1-2]").is_ok());
+    EXPECT_FALSE(expand_hostlist("n[1-99999999999999999999]").is_ok());  // atol overflowed here
+    EXPECT_EQ(*expand_hostlist("n[0000000009-0000000010]"),
+              (std::vector<std::string>{"n0000000009", "n0000000010"}));
 }
 
 TEST(Launch, Nnodes) {
@@ -122,6 +150,9 @@ TEST(Launch, Nnodes) {
     EXPECT_FALSE(parse_nnodes("x", &o).is_ok());
     EXPECT_FALSE(parse_nnodes("2:", &o).is_ok());
     EXPECT_FALSE(parse_nnodes("0", &o).is_ok());
+    for (const char* bad : {" 2", "2 ", "+2", "1:4:8", ":4", "1:99999999999", "4294967297"})
+        EXPECT_EQ(parse_nnodes(bad, &o).message(),
+                  fmt::format("--nnodes '{}': expected N or MIN:MAX (whole numbers >= 1)", bad));
 }
 
 TEST(Launch, BadOptionsAreErrorsBeforeAnyWorker) {
@@ -395,10 +426,17 @@ TEST(Peers, EchoAndDeadPorts) {
         (void)serve_echo("127.0.0.1", 0, [&] { return stop.load(); }, [&](int p) { bound.set_value(p); });
     });
     const int port = bound.get_future().get();
-    auto probes = probe_peers({fmt::format("127.0.0.1:{}", port), "127.0.0.1:1", "nonsense"}, 5, 2);
+    // "PORTx" and a port past 65535 were atoi'd into another port (a probe of the wrong service).
+    auto probes = probe_peers({fmt::format("127.0.0.1:{}", port), "127.0.0.1:1", "nonsense",
+                               fmt::format("127.0.0.1:{}x", port), fmt::format("127.0.0.1:{}", port + 65536)},
+                              5, 2);
     stop = true;
     server.join();
-    ASSERT_EQ(probes.size(), 3u);
+    ASSERT_EQ(probes.size(), 5u);
+    for (size_t i = 3; i < 5; ++i) {
+        EXPECT_FALSE(probes[i].reachable) << probes[i].target;
+        EXPECT_EQ(probes[i].error, "expected HOST:PORT with a port in 1..65535");
+    }
     EXPECT_TRUE(probes[0].reachable && probes[0].echo);
     EXPECT_EQ(probes[0].samples, 5);
     EXPECT_LE(probes[0].min_ms, probes[0].median_ms);

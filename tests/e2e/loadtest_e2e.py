@@ -139,7 +139,7 @@ def main():
         p = json.load(open(f"{tmp}/iv.json"))["points"][0]
         check(p["ok"] == 100 and abs(p["request_rate"] - 100) < 0.01, f"intervals: ok {p['ok']} at {p['request_rate']} req/s")
         _, err, _ = run([url, "--model", "cnn", "--trace", f"{tmp}/intervals.txt"], expect=1)
-        check("intervals.txt:1: expected a header naming the columns time_s and rate" in err, f"bad trace: {err}")
+        check("intervals.txt:1: missing column 'time_s' in the header (expected time_s, rate; the header names '5000')" in err, f"bad trace: {err}")
         _, err, _ = run([url, "--model", "cnn", "--trace", f"{tmp}/trace.csv", "--request-rate", "5"], expect=1)
         check("choose one of" in err, f"trace and rate: {err}")
 

@@ -28,6 +28,7 @@
 #include "strato/data/shards.h"
 #include "strato/data/tar.h"
 #include "strato/loadgen/http_parse.h"
+#include "strato/loadgen/schedule.h"
 #include "strato/monitor/alerts.h"
 #include "strato/serve/repository/model_config.h"
 #include "strato/train/train_config.h"
@@ -150,7 +151,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* raw, size_t size) {
             break;
         }
         case 4:
+            // The same text as the simulator's trace, the load generator's rate trace and its
+            // perf_analyzer interval list; a schedule that parses is also walked.
             (void)cloud::parse_trace(rest, "fuzz-trace.csv");
+            for (auto s : {loadgen::Schedule::from_rate_trace(rest, "fuzz-trace.csv", 1 + (rest.size() % 7), 0.5),
+                           loadgen::Schedule::from_intervals(rest, "fuzz-intervals.txt")}) {
+                if (!s.is_ok()) continue;
+                for (double u : {0.0, 0.5, 1.0, 7.0, s->requests_per_period() * 2.5})
+                    (void)s->count_at(s->offset_ns(u));
+            }
             break;
         case 5: {
             data::CsvOptions o;

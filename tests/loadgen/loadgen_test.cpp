@@ -290,12 +290,17 @@ TEST(Schedule, RateTracesArePiecewiseConstantRatesWithSpeedupAndScale) {
     EXPECT_EQ(fast->offset_ns(200), 2'000'000'000);  // the first request after the quiet second
 
     auto err = [](const char* text) { return Schedule::from_rate_trace(text, "t.csv").status().message(); };
-    EXPECT_NE(err("t,r\n0,1\n").find("t.csv:1: expected a header naming the columns time_s and rate"), std::string::npos);
+    EXPECT_NE(err("t,r\n0,1\n").find("t.csv:1: missing column 'time_s' in the header (expected time_s, rate; the header names 't', 'r')"), std::string::npos);
     EXPECT_NE(err("time_s,rate\n0,1\n").find("at least two rows"), std::string::npos);
     EXPECT_NE(err("time_s,rate\n0,1\n5,x\n").find("t.csv:3: rate: expected requests per second"), std::string::npos);
     EXPECT_NE(err("time_s,rate\n5,1\n5,2\n").find("t.csv:3: time_s 5 does not come after 5"), std::string::npos);
     EXPECT_NE(err("time_s,rate\n0,0\n5,0\n").find("fewer than one request"), std::string::npos);
-    EXPECT_NE(err("rate,time_s\n1\n").find("t.csv:2: 1 fields"), std::string::npos);
+    EXPECT_NE(err("rate,time_s\n1\n").find("t.csv:2: expected 2 fields as in the header, got 1"), std::string::npos);
+    EXPECT_NE(err("time_s,rate\n0,1\n5,\n").find("t.csv:3: rate: expected requests per second"), std::string::npos);
+    // Quoted fields, a byte-order mark, spaces after commas and extra columns are a spreadsheet's CSV.
+    auto sheet = Schedule::from_rate_trace("\xEF\xBB\xBFtime_s, rate, note\n0, 10,\"quiet, night\"\r\n\"10\",20,x\r\n", "t.csv");
+    ASSERT_TRUE(sheet.is_ok()) << sheet.status().message();
+    EXPECT_DOUBLE_EQ(sheet->requests_per_period(), 300);
     EXPECT_FALSE(Schedule::from_rate_trace(csv, "t.csv", 0).is_ok());
 }
 

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <toml++/toml.h>
 
-#include "strato/cloud/csv.h"
+#include "strato/core/csv_table.h"
 #include "strato/core/config.h"
 #include "strato/core/fs.h"
 
@@ -161,15 +161,15 @@ Result<Catalog> Catalog::builtin() {
 
 Result<Catalog> Catalog::load(const std::string& instances_csv, const std::string& gpus_csv,
                               const std::string& spot_csv) {
-    STRATO_ASSIGN_OR_RETURN(std::string inst, fs::read_file(instances_csv));
+    STRATO_ASSIGN_OR_RETURN(std::string inst, fs::read_file(instances_csv, fs::kTextFileLimit));
     std::string gpus = detail::kGpusCsv, gpus_src = "data/cloud/gpus.csv";
     std::string spot = detail::kSpotCsv, spot_src = "data/cloud/spot_interruptions.csv";
     if (!gpus_csv.empty()) {
-        STRATO_ASSIGN_OR_RETURN(gpus, fs::read_file(gpus_csv));
+        STRATO_ASSIGN_OR_RETURN(gpus, fs::read_file(gpus_csv, fs::kTextFileLimit));
         gpus_src = gpus_csv;
     }
     if (!spot_csv.empty()) {
-        STRATO_ASSIGN_OR_RETURN(spot, fs::read_file(spot_csv));
+        STRATO_ASSIGN_OR_RETURN(spot, fs::read_file(spot_csv, fs::kTextFileLimit));
         spot_src = spot_csv;
     }
     return parse(inst, instances_csv, gpus, gpus_src, spot, spot_src);
@@ -212,7 +212,7 @@ Result<const Instance*> Catalog::find(std::string_view type, std::string_view re
 }
 
 Status Catalog::apply_overrides_file(const std::string& path) {
-    STRATO_ASSIGN_OR_RETURN(std::string text, fs::read_file(path));
+    STRATO_ASSIGN_OR_RETURN(std::string text, fs::read_file(path, fs::kTextFileLimit));
     return apply_overrides(text, path);
 }
 

@@ -9,7 +9,7 @@
 #include <queue>
 #include <random>
 
-#include "strato/cloud/csv.h"
+#include "strato/core/csv_table.h"
 #include "strato/core/fs.h"
 
 namespace strato::cloud {
@@ -39,7 +39,7 @@ Result<Trace> parse_trace(std::string_view csv, const std::string& source) {
 }
 
 Result<Trace> load_trace(const std::string& path) {
-    STRATO_ASSIGN_OR_RETURN(std::string text, fs::read_file(path));
+    STRATO_ASSIGN_OR_RETURN(std::string text, fs::read_file(path, fs::kTextFileLimit));
     return parse_trace(text, path);
 }
 

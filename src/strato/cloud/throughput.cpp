@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "strato/cloud/csv.h"
+#include "strato/core/csv_table.h"
 
 namespace strato::cloud {
 

@@ -9,7 +9,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <charconv>
 #include <chrono>
 #include <deque>
 #include <functional>
@@ -21,6 +20,7 @@
 
 #include "strato/core/fs.h"
 #include "strato/core/log.h"
+#include "strato/core/parse.h"
 #include "strato/core/signals.h"
 #include "strato/dist/rendezvous.h"
 
@@ -404,23 +404,13 @@ Status write_error_file(const std::string& log_dir, const std::string& attempt_d
 }  // namespace
 
 Status parse_nnodes(const std::string& text, LaunchOptions* o) {
-    size_t colon = text.find(':');
-    try {
-        size_t used = 0;
-        if (colon == std::string::npos) {
-            o->min_nodes = o->max_nodes = std::stoi(text, &used);
-            if (used != text.size()) throw std::invalid_argument(text);
-        } else {
-            o->min_nodes = std::stoi(text.substr(0, colon), &used);
-            if (used != colon) throw std::invalid_argument(text);
-            o->max_nodes = std::stoi(text.substr(colon + 1), &used);
-            if (used != text.size() - colon - 1) throw std::invalid_argument(text);
-        }
-    } catch (const std::exception&) {
-        return invalid_argument("--nnodes '{}': expected N or MIN:MAX", text);
-    }
-    if (o->min_nodes < 1 || o->max_nodes < o->min_nodes)
-        return invalid_argument("--nnodes '{}': need 1 <= MIN <= MAX", text);
+    const size_t colon = text.find(':');
+    auto lo = parse_int(std::string_view(text).substr(0, colon), 1, 1 << 20);
+    auto hi = colon == std::string::npos ? lo : parse_int(std::string_view(text).substr(colon + 1), 1, 1 << 20);
+    if (!lo || !hi) return invalid_argument("--nnodes '{}': expected N or MIN:MAX (whole numbers >= 1)", text);
+    if (*hi < *lo) return invalid_argument("--nnodes '{}': need 1 <= MIN <= MAX", text);
+    o->min_nodes = static_cast<int>(*lo);
+    o->max_nodes = static_cast<int>(*hi);
     return Status::ok();
 }
 
@@ -438,6 +428,10 @@ Result<int> run_launch(const LaunchOptions& in) {
     const bool rendezvous = o.rdzv_backend == "c10d" && !o.standalone;
     if (rendezvous && o.rdzv_endpoint.empty())
         return invalid_argument("launch: --rdzv-backend c10d needs --rdzv-endpoint HOST[:PORT]");
+    HostPort endpoint;
+    if (rendezvous) {
+        STRATO_ASSIGN_OR_RETURN(endpoint, parse_host_port(o.rdzv_endpoint, "launch: --rdzv-endpoint", 29400));
+    }
     if (!rendezvous && o.max_nodes > 1) {
         if (o.min_nodes != o.max_nodes)
             return invalid_argument("launch: --nnodes MIN:MAX (elastic) needs --rdzv-backend c10d and --rdzv-endpoint");
@@ -457,15 +451,6 @@ Result<int> run_launch(const LaunchOptions& in) {
 
     std::unique_ptr<Coordinator> coord;
     if (rendezvous) {
-        std::string host = o.rdzv_endpoint;
-        int port = 29400;
-        if (size_t c = host.rfind(':'); c != std::string::npos) {
-            const char* first = host.c_str() + c + 1;
-            const char* last = host.c_str() + host.size();
-            if (auto [end, ec] = std::from_chars(first, last, port); ec != std::errc() || end != last) port = 0;
-            host = host.substr(0, c);
-        }
-        if (port < 1 || port > 65535) return invalid_argument("launch: --rdzv-endpoint '{}': bad port", o.rdzv_endpoint);
         RdzvSettings s;
         s.run_id = o.rdzv_id;
         s.min_nodes = o.min_nodes;
@@ -475,8 +460,8 @@ Result<int> run_launch(const LaunchOptions& in) {
         s.last_call_s = o.min_nodes == o.max_nodes ? 0 : o.last_call_s;
         // The agent that can bind the endpoint hosts the rendezvous; the others find it taken.
         std::unique_ptr<RendezvousServer> server;
-        if (auto srv = RendezvousServer::start(host, port, s)) server = std::move(*srv);
-        auto client = RendezvousClient::connect(host, port, o.join_timeout_s);
+        if (auto srv = RendezvousServer::start(endpoint.host, endpoint.port, s)) server = std::move(*srv);
+        auto client = RendezvousClient::connect(endpoint.host, endpoint.port, o.join_timeout_s);
         if (!client && signals::stop_requested()) return 128 + signals::stop_signal();
         if (!client) return client.status();
         coord = std::make_unique<RdzvCoordinator>(o, std::move(server), std::move(*client));

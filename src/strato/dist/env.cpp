@@ -2,8 +2,11 @@
 
 #include <fmt/format.h>
 
-#include <charconv>
 #include <cstdlib>
+#include <optional>
+#include <string_view>
+
+#include "strato/core/parse.h"
 
 namespace strato::dist {
 
@@ -15,12 +18,9 @@ Result<int> int_var(const GetEnv& get, const char* name, int fallback, bool requ
         if (required) return invalid_argument("{} is not set", name);
         return fallback;
     }
-    int out = 0;
-    std::string_view s(v);
-    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-    if (ec != std::errc() || p != s.data() + s.size())
-        return invalid_argument("{}={}: expected a whole number", name, v);
-    return out;
+    auto out = parse_int(v, INT32_MIN, INT32_MAX);
+    if (!out) return invalid_argument("{}={}: expected a whole number", name, v);
+    return static_cast<int>(*out);
 }
 
 std::string str_var(const GetEnv& get, const char* name, const std::string& fallback) {
@@ -28,21 +28,28 @@ std::string str_var(const GetEnv& get, const char* name, const std::string& fall
     return v && *v ? v : fallback;
 }
 
-/// Slurm's SLURM_TASKS_PER_NODE: "2(x3),1" -> tasks on node `node`.
-int tasks_on_node(const std::string& spec, int node) {
-    int index = 0;
+/// Slurm's SLURM_TASKS_PER_NODE (`name`): "2(x3),1" -> tasks on node `node`.
+Result<int> tasks_on_node(const char* name, const std::string& spec, int node) {
+    int64_t index = 0;
+    int found = 0;
     size_t pos = 0;
-    while (pos < spec.size()) {
-        size_t end = spec.find(',', pos);
-        std::string part = spec.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
-        int count = std::atoi(part.c_str()), times = 1;
-        if (size_t x = part.find("(x"); x != std::string::npos) times = std::atoi(part.c_str() + x + 2);
-        if (node < index + times) return count;
-        index += times;
+    while (pos <= spec.size()) {  // all of it is checked, not only the part up to this node
+        const size_t end = spec.find(',', pos);
+        const std::string_view part = std::string_view(spec).substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+        const size_t x = part.find("(x");
+        auto count = parse_int(part.substr(0, x), 1, 1 << 20);
+        std::optional<int64_t> times = 1;
+        if (x != std::string_view::npos)
+            times = part.back() == ')' ? parse_int(part.substr(x + 2, part.size() - x - 3), 1, 1 << 20) : std::nullopt;
+        if (!count || !times)
+            return invalid_argument("{}={}: expected counts like 2(x3),1, got '{}'", name, spec, part);
+        if (node >= index && node < index + *times) found = static_cast<int>(*count);
+        index += *times;
         if (end == std::string::npos) break;
         pos = end + 1;
     }
-    return 1;
+    if (found < 1) return invalid_argument("{}={} names {} nodes; this is node {}", name, spec, index, node);
+    return found;
 }
 
 }  // namespace
@@ -74,12 +81,11 @@ Result<std::vector<std::string>> expand_hostlist(const std::string& list) {
             std::string r = ranges.substr(p, comma == std::string::npos ? std::string::npos : comma - p);
             size_t dash = r.find('-');
             std::string lo = r.substr(0, dash), hi = dash == std::string::npos ? lo : r.substr(dash + 1);
-            if (lo.empty() || hi.empty() || lo.find_first_not_of("0123456789") != std::string::npos ||
-                hi.find_first_not_of("0123456789") != std::string::npos)
-                return invalid_argument("host list '{}': bad range '{}'", list, r);
-            long a = std::atol(lo.c_str()), b = std::atol(hi.c_str());
-            if (b < a || b - a > 100000) return invalid_argument("host list '{}': bad range '{}'", list, r);
-            for (long n = a; n <= b; ++n) out.push_back(fmt::format("{}{:0{}d}", prefix, n, static_cast<int>(lo.size())));
+            // Digits only (no sign, zero padding kept), numbers up to 999999999.
+            const bool digits = (lo + hi).find_first_not_of("0123456789") == std::string::npos;
+            const int64_t a = parse_int(lo, 0, 999999999).value_or(-1), b = parse_int(hi, 0, 999999999).value_or(-1);
+            if (!digits || a < 0 || b < a || b - a > 100000) return invalid_argument("host list '{}': bad range '{}'", list, r);
+            for (int64_t n = a; n <= b; ++n) out.push_back(fmt::format("{}{:0{}d}", prefix, n, static_cast<int>(lo.size())));
             if (comma == std::string::npos) break;
             p = comma + 1;
         }
@@ -131,9 +137,13 @@ Result<DistEnv> read_env(const GetEnv& get_in) {
         STRATO_ASSIGN_OR_RETURN(e.local_rank, int_var(get, "SLURM_LOCALID", 0));
         STRATO_ASSIGN_OR_RETURN(e.group_rank, int_var(get, "SLURM_NODEID", 0));
         STRATO_ASSIGN_OR_RETURN(e.local_world_size, int_var(get, "SLURM_NTASKS_PER_NODE", 0));
-        if (e.local_world_size == 0)
-            e.local_world_size = tasks_on_node(
-                str_var(get, "SLURM_STEP_TASKS_PER_NODE", str_var(get, "SLURM_TASKS_PER_NODE", "1")), e.group_rank);
+        if (e.local_world_size == 0) {
+            const char* name = get("SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE" : "SLURM_TASKS_PER_NODE";
+            e.local_world_size = 1;
+            if (const char* spec = get(name); spec && *spec) {
+                STRATO_ASSIGN_OR_RETURN(e.local_world_size, tasks_on_node(name, spec, e.group_rank));
+            }
+        }
         std::string first = "127.0.0.1";
         if (const char* nodes = get("SLURM_JOB_NODELIST")) {
             STRATO_ASSIGN_OR_RETURN(auto hosts, expand_hostlist(nodes));

@@ -16,6 +16,8 @@
 #include <cstring>
 #include <map>
 
+#include "strato/core/parse.h"
+
 extern char** environ;
 
 namespace strato::dist {
@@ -78,14 +80,14 @@ std::vector<PeerProbe> probe_peers(const std::vector<std::string>& targets, int 
     for (const auto& t : targets) {
         PeerProbe p;
         p.target = t;
-        size_t colon = t.rfind(':');
-        int port = colon == std::string::npos ? 0 : std::atoi(t.c_str() + colon + 1);
-        std::string host = colon == std::string::npos ? t : t.substr(0, colon);
-        if (port < 1 || port > 65535 || host.empty()) {
-            p.error = "expected HOST:PORT";
+        auto target = parse_host_port(t, "peer");
+        if (!target) {
+            p.error = "expected HOST:PORT with a port in 1..65535";
             out.push_back(p);
             continue;
         }
+        const std::string& host = target->host;
+        const int port = target->port;
         addrinfo hints{}, *res = nullptr;
         hints.ai_family = AF_INET;
         hints.ai_socktype = SOCK_STREAM;

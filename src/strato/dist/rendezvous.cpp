@@ -1,5 +1,6 @@
 #include "strato/dist/rendezvous.h"
 
+#include "strato/core/parse.h"
 #include "strato/core/signals.h"
 #include "strato/core/thread_name.h"
 
@@ -15,7 +16,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -47,12 +47,10 @@ std::vector<std::string> words(const std::string& line, size_t max_words = 64) {
     return out;
 }
 
-/// `text` as an integer in [lo, hi], all of it; nullopt otherwise.
-std::optional<int> int_in(const std::string& text, int lo, int hi) {
-    int v = 0;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-    if (ec != std::errc() || end != text.data() + text.size() || v < lo || v > hi) return std::nullopt;
-    return v;
+/// `text` as an int in [lo, hi], all of it; nullopt otherwise.
+std::optional<int> int_in(std::string_view text, int lo, int hi) {
+    auto v = parse_int(text, lo, hi);
+    return v ? std::optional<int>(static_cast<int>(*v)) : std::nullopt;
 }
 
 /// Protocol lines are short; a peer that sends more than this without a newline is dropped.

@@ -1,8 +1,10 @@
 #include "strato/loadgen/schedule.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
+#include <optional>
+
+#include "strato/core/csv_table.h"
 
 namespace strato::loadgen {
 namespace {
@@ -13,35 +15,11 @@ std::string_view trim(std::string_view s) {
     return s;
 }
 
-bool parse_double(std::string_view s, double* v) {
-    s = trim(s);
-    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
-    return !s.empty() && ec == std::errc() && end == s.data() + s.size() && std::isfinite(*v);
-}
-
-// Calls f(line_number, line) for each line that is not blank or a `#` comment; stops at an error.
-template <class F>
-Status for_each_line(std::string_view text, F&& f) {
-    int line_no = 0;
-    while (!text.empty()) {
-        size_t nl = text.find('\n');
-        std::string_view line = trim(text.substr(0, nl));
-        text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
-        ++line_no;
-        if (line.empty() || line.front() == '#') continue;
-        STRATO_RETURN_IF_ERROR(f(line_no, line));
-    }
-    return Status::ok();
-}
-
-std::vector<std::string_view> split_csv(std::string_view line) {
-    std::vector<std::string_view> out;
-    for (;;) {
-        size_t c = line.find(',');
-        out.push_back(trim(line.substr(0, c)));
-        if (c == std::string_view::npos) return out;
-        line.remove_prefix(c + 1);
-    }
+/// A finite number in [lo, hi], or nullopt (empty, not a number, out of range).
+std::optional<double> number_in(std::string_view text, double lo, double hi) {
+    auto v = parse_number(text, std::nan(""), "");
+    if (!v.is_ok() || !(*v >= lo && *v <= hi)) return std::nullopt;
+    return *v;
 }
 
 }  // namespace
@@ -65,16 +43,21 @@ Result<Schedule> Schedule::build(std::vector<Segment> segs, int64_t period_ns, b
 Result<Schedule> Schedule::from_intervals(std::string_view text, const std::string& source) {
     std::vector<Segment> segs;
     int64_t t = 0;
-    STRATO_RETURN_IF_ERROR(for_each_line(text, [&](int line_no, std::string_view line) -> Status {
-        double us = 0;
-        if (!parse_double(line, &us) || us < 0 || us > 1e12)
+    int line_no = 0;
+    while (!text.empty()) {
+        const size_t nl = text.find('\n');
+        const std::string_view line = trim(text.substr(0, nl));
+        text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+        ++line_no;
+        if (line.empty() || line.front() == '#') continue;
+        auto us = number_in(line, 0, 1e12);
+        if (!us)
             return invalid_argument("{}:{}: expected a gap in microseconds (a number in [0, 1e12]), got '{}'", source,
                                     line_no, line);
-        const auto gap = std::max<int64_t>(1, std::llround(us * 1e3));
+        const auto gap = std::max<int64_t>(1, std::llround(*us * 1e3));
         segs.push_back({t, 0, 1.0 / static_cast<double>(gap)});
         t += gap;
-        return Status::ok();
-    }));
+    }
     if (segs.empty()) return invalid_argument("{}: no intervals (one gap in microseconds per line)", source);
     return build(std::move(segs), t, true, source);
 }
@@ -84,36 +67,25 @@ Result<Schedule> Schedule::from_rate_trace(std::string_view csv, const std::stri
     if (!(speedup > 0) || !std::isfinite(speedup)) return invalid_argument("trace speed-up must be > 0, got {}", speedup);
     if (!(rate_scale > 0) || !std::isfinite(rate_scale))
         return invalid_argument("trace rate scale must be > 0, got {}", rate_scale);
-    int time_col = -1, rate_col = -1;
+    STRATO_ASSIGN_OR_RETURN(CsvTable table, CsvTable::parse(csv, source));
+    STRATO_RETURN_IF_ERROR(table.require_columns({"time_s", "rate"}));
     std::vector<std::pair<double, double>> rows;  // (time_s, rate)
-    STRATO_RETURN_IF_ERROR(for_each_line(csv, [&](int line_no, std::string_view line) -> Status {
-        auto fields = split_csv(line);
-        if (time_col < 0) {
-            for (size_t i = 0; i < fields.size(); ++i) {
-                if (fields[i] == "time_s") time_col = static_cast<int>(i);
-                if (fields[i] == "rate") rate_col = static_cast<int>(i);
-            }
-            if (time_col < 0 || rate_col < 0)
-                return invalid_argument("{}:{}: expected a header naming the columns time_s and rate, got '{}'", source,
-                                        line_no, line);
-            return Status::ok();
-        }
-        double t = 0, r = 0;
-        if (static_cast<int>(fields.size()) <= std::max(time_col, rate_col))
-            return invalid_argument("{}:{}: {} fields, the header has more", source, line_no, fields.size());
-        if (!parse_double(fields[static_cast<size_t>(time_col)], &t) || t < 0)
+    for (size_t r = 0; r < table.rows(); ++r) {
+        const int line_no = table.line(r);
+        auto t = number_in(table.at(r, "time_s"), 0, 1e18);
+        if (!t)
             return invalid_argument("{}:{}: time_s: expected seconds >= 0, got '{}'", source, line_no,
-                                    fields[static_cast<size_t>(time_col)]);
-        if (!parse_double(fields[static_cast<size_t>(rate_col)], &r) || r < 0 || r > 1e9)
+                                    table.at(r, "time_s"));
+        auto rate = number_in(table.at(r, "rate"), 0, 1e9);
+        if (!rate)
             return invalid_argument("{}:{}: rate: expected requests per second in [0, 1e9], got '{}'", source, line_no,
-                                    fields[static_cast<size_t>(rate_col)]);
-        if (!rows.empty() && t <= rows.back().first)
-            return invalid_argument("{}:{}: time_s {} does not come after {}", source, line_no, t, rows.back().first);
-        if (t - (rows.empty() ? t : rows.front().first) > 1e9)
-            return invalid_argument("{}:{}: time_s {} is more than 1e9 s into the trace", source, line_no, t);
-        rows.emplace_back(t, r);
-        return Status::ok();
-    }));
+                                    table.at(r, "rate"));
+        if (!rows.empty() && *t <= rows.back().first)
+            return invalid_argument("{}:{}: time_s {} does not come after {}", source, line_no, *t, rows.back().first);
+        if (*t - (rows.empty() ? *t : rows.front().first) > 1e9)
+            return invalid_argument("{}:{}: time_s {} is more than 1e9 s into the trace", source, line_no, *t);
+        rows.emplace_back(*t, *rate);
+    }
     if (rows.size() < 2)
         return invalid_argument("{}: a rate trace needs at least two rows (time_s,rate), found {}", source, rows.size());
     std::vector<Segment> segs;

@@ -22,6 +22,7 @@
 #include "strato/core/config.h"
 #include "strato/core/fs.h"
 #include "strato/core/log.h"
+#include "strato/core/parse.h"
 #include "strato/core/signals.h"
 #include "strato/train/train_config.h"
 #include "strato/tune/sampler.h"
@@ -91,8 +92,8 @@ bool owner_alive(const Trial& t, const std::string& host) {
     if (t.owner.empty()) return false;
     size_t a = t.owner.rfind(':'), b = a == std::string::npos ? a : t.owner.rfind(':', a - 1);
     if (b != std::string::npos && t.owner.compare(0, b, host) == 0 && b == host.size()) {
-        pid_t pid = static_cast<pid_t>(std::atoi(t.owner.c_str() + b + 1));
-        return pid > 0 && process_start(pid) == t.owner.substr(a + 1);
+        auto pid = parse_int(std::string_view(t.owner).substr(b + 1, a - b - 1), 1, INT32_MAX);
+        return pid && process_start(static_cast<pid_t>(*pid)) == t.owner.substr(a + 1);
     }
     return now_s() - t.heartbeat < kLeaseSeconds;
 }

@@ -1,15 +1,18 @@
 #pragma once
-// A small RFC 4180 CSV reader for the catalog files: quoted fields with "" escapes, CRLF or LF,
-// a header row naming the columns. Errors name the source and the line.
+// A small RFC 4180 CSV reader for tables read whole (the cloud catalog, traffic traces): quoted
+// fields with "" escapes, CRLF or LF, a UTF-8 byte-order mark skipped, a header row naming the
+// columns (names trimmed of spaces). Errors name the source and the line. Datasets have their own
+// streaming reader with typed columns (data/csv.h).
 
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "strato/core/parse.h"  // parse_number, for the fields
 #include "strato/core/status.h"
 
-namespace strato::cloud {
+namespace strato {
 
 class CsvTable {
 public:
@@ -32,9 +35,7 @@ private:
     std::unordered_map<std::string, size_t> columns_;
     std::vector<std::vector<std::string>> rows_;
     std::vector<int> lines_;
+    int header_line_ = 1;
 };
 
-/// Parses a number field: empty gives `missing`; anything else must be a finite number.
-Result<double> parse_number(std::string_view text, double missing, std::string_view what);
-
-}  // namespace strato::cloud
+}  // namespace strato

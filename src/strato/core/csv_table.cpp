@@ -1,13 +1,20 @@
-#include "strato/cloud/csv.h"
+#include "strato/core/csv_table.h"
 
-#include <charconv>
-#include <cmath>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
-namespace strato::cloud {
+
+namespace strato {
 
 namespace {
 
 const std::string kEmpty;
+
+std::string_view trim(std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+    return s;
+}
 
 /// Splits one record starting at `pos`; advances `pos` past its line end and `line` by the
 /// newlines consumed (quoted fields may span lines).
@@ -51,7 +58,7 @@ Result<std::vector<std::string>> read_record(std::string_view text, size_t& pos,
 Result<CsvTable> CsvTable::parse(std::string_view text, const std::string& source) {
     CsvTable t;
     t.source_ = source;
-    size_t pos = 0;
+    size_t pos = text.substr(0, 3) == "\xEF\xBB\xBF" ? 3 : 0;  // a UTF-8 byte-order mark (spreadsheet exports)
     int line = 1;
     bool have_header = false;
     size_t width = 0;
@@ -61,11 +68,13 @@ Result<CsvTable> CsvTable::parse(std::string_view text, const std::string& sourc
         if (fields.size() == 1 && fields[0].empty()) continue;  // blank line
         if (!have_header) {
             for (size_t i = 0; i < fields.size(); ++i) {
+                fields[i] = std::string(trim(fields[i]));  // "time_s, rate" names the column rate
                 if (!t.columns_.emplace(fields[i], i).second)
                     return invalid_argument("{}:{}: column '{}' appears twice in the header", source, row_line, fields[i]);
             }
             width = fields.size();
             have_header = true;
+            t.header_line_ = row_line;
             continue;
         }
         if (fields.size() != width)
@@ -79,8 +88,13 @@ Result<CsvTable> CsvTable::parse(std::string_view text, const std::string& sourc
 }
 
 Status CsvTable::require_columns(const std::vector<std::string>& names) const {
-    for (const auto& n : names)
-        if (!columns_.count(n)) return invalid_argument("{}: missing column '{}' in the header", source_, n);
+    for (const auto& n : names) {
+        if (columns_.count(n)) continue;
+        std::vector<std::string> header(columns_.size());
+        for (const auto& [name, i] : columns_) header[i] = "'" + name + "'";
+        return invalid_argument("{}:{}: missing column '{}' in the header (expected {}; the header names {})", source_,
+                                header_line_, n, fmt::join(names, ", "), fmt::join(header, ", "));
+    }
     return Status::ok();
 }
 
@@ -90,15 +104,4 @@ const std::string& CsvTable::at(size_t row, std::string_view column) const {
     return rows_[row][it->second];
 }
 
-Result<double> parse_number(std::string_view text, double missing, std::string_view what) {
-    while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
-    while (!text.empty() && text.back() == ' ') text.remove_suffix(1);
-    if (text.empty()) return missing;
-    double v = 0;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-    if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(v))
-        return invalid_argument("{}: expected a number, got '{}'", what, text);
-    return v;
-}
-
-}  // namespace strato::cloud
+}  // namespace strato

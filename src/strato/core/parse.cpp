@@ -1,0 +1,51 @@
+#include "strato/core/parse.h"
+
+#include <charconv>
+#include <cmath>
+
+namespace strato {
+
+namespace {
+
+std::string_view trim(std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+    return s;
+}
+
+}  // namespace
+
+std::optional<int64_t> parse_int(std::string_view text, int64_t lo, int64_t hi) {
+    int64_t v = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (text.empty() || ec != std::errc() || end != text.data() + text.size() || v < lo || v > hi) return std::nullopt;
+    return v;
+}
+
+Result<double> parse_number(std::string_view text, double missing, std::string_view what) {
+    text = trim(text);
+    if (text.empty()) return missing;
+    double v = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(v))
+        return invalid_argument("{}: expected a number, got '{}'", what, text);
+    return v;
+}
+
+Result<HostPort> parse_host_port(std::string_view text, std::string_view what, int default_port,
+                                 std::string_view default_host) {
+    HostPort hp;
+    const size_t colon = text.rfind(':');
+    hp.host = std::string(text.substr(0, colon));
+    std::optional<int64_t> port = default_port;
+    if (colon != std::string_view::npos) port = parse_int(text.substr(colon + 1), 1, 65535);
+    if (hp.host.empty()) hp.host = std::string(default_host);
+    if (!port || *port < 1 || *port > 65535 || hp.host.empty() ||
+        hp.host.find_first_of(" \t\r\n") != std::string::npos)
+        return invalid_argument("{} '{}': expected {}PORT with a port in 1..65535", what, text,
+                                default_host.empty() ? "HOST:" : "[HOST:]");
+    hp.port = static_cast<int>(*port);
+    return hp;
+}
+
+}  // namespace strato

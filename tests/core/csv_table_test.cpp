@@ -1,0 +1,38 @@
+// The CSV table reader behind the cloud catalog and traffic traces.
+
+#include "strato/core/csv_table.h"
+
+#include <gtest/gtest.h>
+
+namespace strato {
+namespace {
+
+TEST(Csv, QuotedFieldsAndErrors) {
+    auto t = CsvTable::parse("a,b\n\"x,1\",\"say \"\"hi\"\"\"\r\n\n3,4\n", "t.csv");
+    ASSERT_TRUE(t.is_ok()) << t.status().message();
+    EXPECT_EQ(t.value().rows(), 2u);
+    EXPECT_EQ(t.value().at(0, "a"), "x,1");
+    EXPECT_EQ(t.value().at(0, "b"), "say \"hi\"");
+    EXPECT_EQ(t.value().line(1), 4);
+    auto bad = CsvTable::parse("a,b\n1,2,3\n", "t.csv");
+    ASSERT_FALSE(bad.is_ok());
+    EXPECT_EQ(bad.status().message(), "t.csv:2: expected 2 fields as in the header, got 3");
+    EXPECT_FALSE(CsvTable::parse("a\n\"open\n", "t.csv").is_ok());
+    EXPECT_FALSE(CsvTable::parse("", "t.csv").is_ok());
+}
+
+TEST(Csv, ByteOrderMarkAndSpacedHeaderNamesAndDuplicates) {
+    auto t = CsvTable::parse("\xEF\xBB\xBFtime_s, rate\n1, 2\n", "t.csv");
+    ASSERT_TRUE(t.is_ok()) << t.status().message();
+    EXPECT_TRUE(t->require_columns({"time_s", "rate"}).is_ok());
+    EXPECT_EQ(t->at(0, "rate"), " 2");  // fields keep their text; parse_number trims
+    EXPECT_EQ(t->at(0, "missing"), "");
+    EXPECT_EQ(t->require_columns({"time_s", "preempt"}).message(), "t.csv:1: missing column 'preempt' in the header (expected time_s, preempt; the header names 'time_s', 'rate')");
+    EXPECT_EQ(CsvTable::parse("a, a\n", "t.csv").status().message(), "t.csv:1: column 'a' appears twice in the header");
+    EXPECT_EQ(CsvTable::parse("\n\n", "t.csv").status().message(), "t.csv: empty file (expected a header row)");
+}
+
+
+
+}  // namespace
+}  // namespace strato
