@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "strato/core/fs.h"
 #include "strato/models/package.h"
@@ -44,6 +45,20 @@ TEST_P(Zoo, ForwardGivesLogitsPerClass) {
     auto y = (*net)->forward(torch::randn({2, c.shape.channels, c.shape.height, c.shape.width}));
     EXPECT_EQ(y.sizes(), (std::vector<int64_t>{2, 7}));
     EXPECT_TRUE(torch::isfinite(y).all().item<bool>());
+}
+
+// count_parameters (what refuses a corrupt manifest or a typo before anything is allocated) counts
+// exactly what create_model builds.
+TEST_P(Zoo, CountedParametersAreTheBuiltOnes) {
+    const auto& c = GetParam();
+    ModelConfig cfg = zoo_config(c);
+    for (bool bn : {true, false}) {
+        cfg.batch_norm = bn;
+        auto net = create_model(cfg, c.shape, 7);
+        auto counted = count_parameters(cfg, c.shape, 7);
+        ASSERT_TRUE(net.is_ok() && counted.is_ok());
+        EXPECT_EQ(*counted, static_cast<double>(parameter_count(**net))) << c.arch << c.depth << " bn " << bn;
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(All, Zoo,
@@ -180,6 +195,32 @@ TEST(ZooErrors, BadArchitectureOrDepth) {
     EXPECT_NE(r.status().message().find("shrink"), std::string::npos);
 }
 
+TEST(ZooCount, PrunedWidthsAreCountedToo) {
+    std::vector<std::pair<ModelConfig, data::ImageShape>> cases(4);
+    cases[0].first.arch = "mlp", cases[0].first.channels = {100, 37, 12}, cases[0].first.depth = 3;
+    cases[1].first.arch = "cnn", cases[1].first.channels = {3, 5, 7, 9}, cases[1].first.hidden = 11;
+    cases[2].first.arch = "resnet", cases[2].first.depth = 20, cases[2].first.channels.assign(9, 5);
+    cases[3].first.arch = "resnet", cases[3].first.depth = 50, cases[3].first.width = 4;
+    cases[3].first.channels.assign(32, 3);
+    const data::ImageShape shapes[] = {{1, 28, 28}, {3, 33, 17}, {3, 32, 32}, {3, 100, 70}};
+    for (size_t i = 0; i < cases.size(); ++i) {
+        auto net = create_model(cases[i].first, shapes[i], 5);
+        ASSERT_TRUE(net.is_ok()) << net.status().message();
+        EXPECT_EQ(*count_parameters(cases[i].first, shapes[i], 5), static_cast<double>(parameter_count(**net))) << i;
+    }
+}
+
+TEST(ZooErrors, NetworksLargerThanTheMachineAreRefusedBeforeAllocating) {
+    ModelConfig cfg;
+    cfg.arch = "mlp";
+    cfg.width = int64_t{1} << 40;  // a typo: 1e12 units
+    auto r = create_model(cfg, {1, 28, 28}, 10);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("GiB for the weights alone, more than this machine's"), std::string::npos)
+        << r.status().message();
+    EXPECT_GT(*count_parameters(cfg, {1, 28, 28}, 10), 0x1p79);  // 2^40 x 2^39 between the hidden layers: no int64 wrap
+}
+
 class Package : public ::testing::Test {
 protected:
     void SetUp() override {
@@ -251,6 +292,22 @@ TEST_F(Package, FlippedBitInWeightsIsDetected) {
     ASSERT_FALSE(r.is_ok());
     EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
     EXPECT_NE(r.status().message().find("weights.pt is corrupt"), std::string::npos) << r.status().message();
+}
+
+// The manifest has no checksum of its own: a shape that does not belong to the weights (a
+// corrupt or hand-edited manifest) is refused by the parameter count, before building a network
+// of tens of GB.
+TEST_F(Package, ManifestShapeThatTheWeightsCannotHoldIsDataLoss) {
+    auto m = dir_ / "model" / kPackageManifest;
+    auto manifest = nlohmann::json::parse(*fs::read_file(m));
+    manifest["inputs"][0]["shape"] = {-1, 1, 28000, 28000};
+    ASSERT_TRUE(fs::atomic_write(m, manifest.dump(2)).is_ok());
+    auto r = load_package((dir_ / "model").string());
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(r.status().message().find("fewer than one per parameter: the manifest does not belong to these weights"),
+              std::string::npos)
+        << r.status().message();
 }
 
 TEST_F(Package, BrokenManifestIsAClearError) {

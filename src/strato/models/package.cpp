@@ -161,6 +161,15 @@ Result<LoadedPackage> load_package(const std::string& dir) {
         }
         if (name == "metrics.json") info.metrics = json::parse(*bytes, nullptr, false);
         if (name == kPackageWeights) {
+            // The manifest is not covered by a checksum: a corrupt or hand-edited shape must not
+            // build a network of many GB before the weights fail to fit it.
+            STRATO_ASSIGN_OR_RETURN(double params, count_parameters(info.model, info.input_shape, info.num_classes));
+            if (params > static_cast<double>(bytes->size()))
+                return data_loss("model package {}: {} describes a {} of {:.3g} parameters (input {}x{}x{}, {} classes), "
+                                 "and {} holds {} bytes, fewer than one per parameter: the manifest does not belong "
+                                 "to these weights",
+                                 dir, kPackageManifest, info.model.arch, params, info.input_shape.channels,
+                                 info.input_shape.height, info.input_shape.width, info.num_classes, name, bytes->size());
             STRATO_ASSIGN_OR_RETURN(out.net, create_model(info.model, info.input_shape, info.num_classes));
             if (info.quantized()) {
 #ifdef STRATO_WITH_INT8

@@ -4,6 +4,10 @@
 #include <torch/csrc/autograd/profiler_legacy.h>
 #endif
 
+#include <unistd.h>
+
+#include <cmath>
+#include <functional>
 #include <map>
 
 namespace strato::models {
@@ -65,6 +69,18 @@ torch::Tensor channels_last_copy(const torch::Tensor& x) {
 }
 
 namespace {
+
+// Parameter counts of the layers below, in double: a corrupt manifest or a typo in a config may
+// ask for more than int64 holds, and the count is what refuses it before anything is allocated.
+double conv_parameters(double in, double out, double k, bool bias) { return in * out * k * k + (bias ? out : 0); }
+double linear_parameters(double in, double out) { return in * out + out; }
+double bn_parameters(double c) { return 2 * c; }  // weight and bias; running statistics are buffers
+
+/// A network's parameter count, known before it is built, and how to build it.
+struct Plan {
+    double parameters = 0;
+    std::function<Net()> build;
+};
 
 /// Multi-layer perceptron: flatten -> [Linear -> ReLU -> Dropout] x depth -> Linear.
 /// `hidden`: the width of each hidden layer (784-256-128-10 by default).
@@ -239,6 +255,35 @@ public:
             if (auto* c = m->as<nn::Conv2d>()) torch::nn::init::kaiming_normal_(c->weight, 0, torch::kFanOut, torch::kReLU);
         }
     }
+    /// The parameters the constructor above creates, counted without creating them.
+    static double parameters(const data::ImageShape& s, const std::vector<int64_t>& blocks,
+                             const std::vector<int64_t>& widths, const std::vector<int64_t>& inner, bool bottleneck,
+                             bool small_stem, int64_t classes) {
+        auto conv = [](double i, double o, double k) { return conv_parameters(i, o, k, false); };
+        double in = static_cast<double>(widths[0]);
+        double n = conv(static_cast<double>(s.channels), in, small_stem ? 3 : 7) + bn_parameters(in);
+        size_t next = 0;
+        auto inner_width = [&](int64_t planes) { return static_cast<double>(inner.empty() ? planes : inner.at(next++)); };
+        for (size_t st = 0; st < blocks.size(); ++st) {
+            const double planes = static_cast<double>(widths[st]);
+            for (int64_t b = 0; b < blocks[st]; ++b) {
+                const bool stride = st > 0 && b == 0;
+                const double out = bottleneck ? planes * BottleneckImpl::kExpansion : planes;
+                if (bottleneck) {
+                    const double i1 = inner_width(widths[st]), i2 = inner_width(widths[st]);
+                    n += conv(in, i1, 1) + bn_parameters(i1) + conv(i1, i2, 3) + bn_parameters(i2) + conv(i2, out, 1) +
+                         bn_parameters(out);
+                } else {
+                    const double i1 = inner_width(widths[st]);
+                    n += conv(in, i1, 3) + bn_parameters(i1) + conv(i1, out, 3) + bn_parameters(out);
+                }
+                if (stride || in != out) n += conv(in, out, 1) + bn_parameters(out);
+                in = out;
+            }
+        }
+        return n + linear_parameters(in, static_cast<double>(classes));
+    }
+
     torch::Tensor forward(torch::Tensor x) override {
         auto y = stages_->forward(stem_->forward(x));
         y = torch::adaptive_avg_pool2d(y, {1, 1}).flatten(1);  // [B, C]
@@ -256,17 +301,22 @@ Status check_channels(const ModelConfig& c, size_t expected, const std::string& 
                             c.arch, expected, expected, what, c.channels.size());
 }
 
-Result<Net> make_mlp(const ModelConfig& c, const data::ImageShape& s, int64_t classes) {
+Result<Plan> make_mlp(const ModelConfig& c, const data::ImageShape& s, int64_t classes) {
     int64_t depth = c.depth ? c.depth : 2;
     if (depth > 16) return invalid_argument("model.depth: the mlp supports 1..16 hidden layers, got {}", depth);
     STRATO_RETURN_IF_ERROR(check_channels(c, static_cast<size_t>(depth), "the width of each hidden layer"));
     std::vector<int64_t> hidden = c.channels;
     const int64_t width = c.width ? c.width : 256;
     for (int64_t i = 0; hidden.size() < static_cast<size_t>(depth); ++i) hidden.push_back(std::max<int64_t>(8, width >> i));
-    return Net(std::make_shared<MlpImpl>(s.numel(), hidden, c.dropout, classes));
+    Plan plan;
+    double d = static_cast<double>(s.numel());
+    for (int64_t h : hidden) plan.parameters += linear_parameters(d, static_cast<double>(h)), d = static_cast<double>(h);
+    plan.parameters += linear_parameters(d, static_cast<double>(classes));
+    plan.build = [=] { return Net(std::make_shared<MlpImpl>(s.numel(), hidden, c.dropout, classes)); };
+    return plan;
 }
 
-Result<Net> make_cnn(const ModelConfig& c, const data::ImageShape& s, int64_t classes) {
+Result<Plan> make_cnn(const ModelConfig& c, const data::ImageShape& s, int64_t classes) {
     int64_t depth = c.depth ? c.depth : 2;
     int64_t min_side = std::min(s.height, s.width);
     if ((min_side >> depth) < 1) {
@@ -280,10 +330,21 @@ Result<Net> make_cnn(const ModelConfig& c, const data::ImageShape& s, int64_t cl
     if (convs.empty()) {
         for (int64_t b = 0; b < depth; ++b) convs.insert(convs.end(), 2, width << b);  // doubling per block
     }
-    return Net(std::make_shared<CnnImpl>(s, convs, c.hidden, c.dropout, c.batch_norm, classes));
+    Plan plan;
+    double ch = static_cast<double>(s.channels), h = static_cast<double>(s.height), w = static_cast<double>(s.width);
+    for (size_t i = 0; i < convs.size(); ++i) {  // as CnnImpl builds it
+        const double out = static_cast<double>(convs[i]);
+        plan.parameters += conv_parameters(ch, out, 3, !c.batch_norm) + (c.batch_norm ? bn_parameters(out) : 0);
+        ch = out;
+        if (i % 2 == 1) h = std::floor(h / 2), w = std::floor(w / 2);
+    }
+    const double hidden = static_cast<double>(c.hidden);
+    plan.parameters += linear_parameters(ch * h * w, hidden) + linear_parameters(hidden, static_cast<double>(classes));
+    plan.build = [=] { return Net(std::make_shared<CnnImpl>(s, convs, c.hidden, c.dropout, c.batch_norm, classes)); };
+    return plan;
 }
 
-Result<Net> make_resnet(const ModelConfig& c, const data::ImageShape& s, int64_t classes) {
+Result<Plan> make_resnet(const ModelConfig& c, const data::ImageShape& s, int64_t classes) {
     const int64_t depth = c.depth ? c.depth : 20;
     bool small_stem = std::max(s.height, s.width) <= 64;
     static const std::map<int64_t, std::pair<std::vector<int64_t>, bool>> kImagenet = {
@@ -310,10 +371,15 @@ Result<Net> make_resnet(const ModelConfig& c, const data::ImageShape& s, int64_t
         c, static_cast<size_t>(bottleneck ? 2 * n_blocks : n_blocks),
         bottleneck ? "the outputs of conv1 and of conv2 of every bottleneck block, 2 per block"
                    : "the inner width of every residual block: conv1's outputs, conv2's inputs"));
-    return Net(std::make_shared<ResNetImpl>(s, blocks, widths, c.channels, bottleneck, small_stem, c.dropout, classes));
+    Plan plan;
+    plan.parameters = ResNetImpl::parameters(s, blocks, widths, c.channels, bottleneck, small_stem, classes);
+    plan.build = [=] {
+        return Net(std::make_shared<ResNetImpl>(s, blocks, widths, c.channels, bottleneck, small_stem, c.dropout, classes));
+    };
+    return plan;
 }
 
-using Factory = Result<Net> (*)(const ModelConfig&, const data::ImageShape&, int64_t);
+using Factory = Result<Plan> (*)(const ModelConfig&, const data::ImageShape&, int64_t);
 const std::map<std::string, Factory>& registry() {
     static const std::map<std::string, Factory> kRegistry = {
         {"mlp", make_mlp}, {"cnn", make_cnn}, {"resnet", make_resnet}};
@@ -328,12 +394,42 @@ std::vector<std::string> model_names() {
     return names;
 }
 
-Result<Net> create_model(const ModelConfig& cfg, const data::ImageShape& shape, int64_t classes) {
+namespace {
+
+Result<Plan> plan_model(const ModelConfig& cfg, const data::ImageShape& shape, int64_t classes) {
     auto it = registry().find(cfg.arch);
     if (it == registry().end()) return invalid_argument("model.arch: unknown model '{}'", cfg.arch);
     if (classes < 1) return invalid_argument("the dataset has no classes");
+    if (shape.channels < 1 || shape.height < 1 || shape.width < 1)
+        return invalid_argument("model.{}: input {}x{}x{} has an empty side", cfg.arch, shape.channels, shape.height,
+                                shape.width);
+    return it->second(cfg, shape, classes);
+}
+
+double physical_memory_bytes() {
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0;
+}
+
+}  // namespace
+
+Result<double> count_parameters(const ModelConfig& cfg, const data::ImageShape& shape, int64_t classes) {
+    STRATO_ASSIGN_OR_RETURN(Plan plan, plan_model(cfg, shape, classes));
+    return plan.parameters;
+}
+
+Result<Net> create_model(const ModelConfig& cfg, const data::ImageShape& shape, int64_t classes) {
+    STRATO_ASSIGN_OR_RETURN(Plan plan, plan_model(cfg, shape, classes));
+    // Refused before any allocation: libtorch would start filling tens of GB with random weights.
+    const double bytes = plan.parameters * 4, memory = physical_memory_bytes();
+    if (memory > 0 && bytes > memory)
+        return invalid_argument(
+            "model.{}: {:.3g} parameters for input {}x{}x{} and {} classes need {:.1f} GiB for the weights alone, more "
+            "than this machine's {:.1f} GiB of memory",
+            cfg.arch, plan.parameters, shape.channels, shape.height, shape.width, classes, bytes / (1u << 30),
+            memory / (1u << 30));
     try {
-        return it->second(cfg, shape, classes);
+        return plan.build();
     } catch (const c10::Error& e) {
         return invalid_argument("model.{}: cannot build for input {}x{}x{}: {}", cfg.arch, shape.channels, shape.height,
                                 shape.width, torch_error_message(e));

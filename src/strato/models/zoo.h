@@ -27,6 +27,11 @@ using Net = std::shared_ptr<NetImpl>;
 /// invalid sizes are errors naming the key.
 Result<Net> create_model(const ModelConfig& cfg, const data::ImageShape& shape, int64_t classes);
 
+/// The parameters create_model would make for the same arguments, counted without allocating
+/// any (a double: a corrupt manifest may ask for more than int64 holds). create_model refuses a
+/// network whose fp32 weights alone exceed the machine's memory.
+Result<double> count_parameters(const ModelConfig& cfg, const data::ImageShape& shape, int64_t classes);
+
 /// Names the registry knows, for help texts.
 std::vector<std::string> model_names();
 
