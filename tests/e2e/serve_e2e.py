@@ -1443,6 +1443,13 @@ def repository_explicit_mode(ctx):
                                ({"parameters": {"config": 5}}, "config not a string"),
                                ({"parameters": {"config": json.dumps({"bogus_field": 1})}}, "unknown config field")):
                 expect_error(post(f"/v2/repository/models/{MODEL}/load", body), 400, [], what)
+            # a client's config may not point the label file outside the model (it would read any file back)
+            outs = [{"name": "logits", "data_type": "TYPE_FP32", "dims": [10], "label_filename": "/etc/hostname"},
+                    {"name": "probabilities", "data_type": "TYPE_FP32", "dims": [10]}]
+            expect_error(post(f"/v2/repository/models/{MODEL}/load",
+                              {"parameters": {"config": json.dumps({"max_batch_size": 4, "output": outs})}}),
+                         400, ["label_filename '/etc/hostname' must name a file inside the model's directory"],
+                         "label file outside the model")
             expect_error(post(f"/v2/repository/models/{MODEL}/load", b"[1]"), 400, ["object"], "load body not an object")
             expect_error(post(f"/v2/repository/models/{MODEL}/load", b"{bad"), 400, [], "load body malformed")
             # a failed reload keeps the loaded version

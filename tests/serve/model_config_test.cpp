@@ -1,5 +1,6 @@
 #include "strato/serve/repository/model_config.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 namespace strato::serve {
@@ -50,6 +51,22 @@ TEST(ModelConfig, ParsesTritonPbtxt) {
     EXPECT_EQ(c->parameters.at("INFERENCE_MODE"), "true");
     EXPECT_TRUE(validate_model_config(*c, "config.pbtxt").is_ok());
     EXPECT_EQ(c->full_shape(c->inputs[0]), (std::vector<int64_t>{-1, 3, 224, 224}));
+}
+
+// A config can come from a client (the load API's "config" parameter): its label file must stay
+// inside the model's directory, or classification outputs would read any file the server can.
+TEST(ModelConfig, LabelFilesOutsideTheModelDirectoryAreRefused) {
+    auto c = parse_model_config_pbtxt(kTritonConfig, "config.pbtxt");
+    ASSERT_TRUE(c.is_ok());
+    for (const char* ok : {"labels.txt", "meta/labels.txt", "a..b.txt", "./labels.txt"}) {
+        c->outputs[0].label_filename = ok;
+        EXPECT_TRUE(validate_model_config(*c, "c").is_ok()) << ok;
+    }
+    for (const char* bad : {"/etc/passwd", "../secret.txt", "meta/../../token", ".."}) {
+        c->outputs[0].label_filename = bad;
+        EXPECT_EQ(validate_model_config(*c, "c").message(),
+                  fmt::format("c: output 'OUTPUT__0': label_filename '{}' must name a file inside the model's directory", bad));
+    }
 }
 
 TEST(ModelConfig, TomlAndJsonFormsGiveTheSameConfig) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <filesystem>
 #include <set>
 
 namespace strato::serve {
@@ -583,6 +584,17 @@ Result<ModelConfig> parse_model_config_json(const json& j, const std::string& so
     return Mapper(source).config(root);
 }
 
+namespace {
+
+/// A relative path that stays below its directory: no '..' component, not absolute, not empty.
+bool relative_inside(const std::string& path) {
+    if (path.empty() || path[0] == '/' || path.find('\0') != std::string::npos) return false;
+    for (const auto& part : std::filesystem::path(path)) if (part == "..") return false;
+    return true;
+}
+
+}  // namespace
+
 Status validate_model_config(const ModelConfig& c, const std::string& source) {
     auto err = [&](const std::string& m) { return invalid_argument("{}: {}", source, m); };
     if (c.max_batch_size < 0) return err(fmt::format("max_batch_size must be >= 0, got {}", c.max_batch_size));
@@ -600,6 +612,11 @@ Status validate_model_config(const ModelConfig& c, const std::string& source) {
             if (t.dims.empty()) return err(fmt::format("{} '{}' needs dims (an empty shape is not allowed)", kind, t.name));
             for (int64_t d : t.dims)
                 if (d < -1 || d == 0) return err(fmt::format("{} '{}': dims must be positive or -1, got {}", kind, t.name, shape_string(t.dims)));
+            // The load API takes a config from the client: a label file outside the model's
+            // directory would hand any file the server can read back as class names.
+            if (!t.label_filename.empty() && !relative_inside(t.label_filename))
+                return err(fmt::format("{} '{}': label_filename '{}' must name a file inside the model's directory", kind,
+                                       t.name, t.label_filename));
         }
     }
     if (c.dynamic_batching) {
@@ -637,8 +654,7 @@ Status validate_model_config(const ModelConfig& c, const std::string& source) {
                 return err(fmt::format("{}: input '{}' dims {} do not match the input's {}", what, name, shape_string(in.dims), shape_string(spec->dims)));
             if (in.fill == WarmupInput::Fill::kRandom && in.dtype == DataType::kBytes)
                 return err(fmt::format("{}: input '{}': random_data is for numeric inputs (use zero_data or input_data_file)", what, name));
-            if (in.fill == WarmupInput::Fill::kFile &&
-                (in.input_data_file.empty() || in.input_data_file.find("..") != std::string::npos || in.input_data_file[0] == '/'))
+            if (in.fill == WarmupInput::Fill::kFile && !relative_inside(in.input_data_file))
                 return err(fmt::format("{}: input_data_file '{}' must name a file inside the model's warmup/ directory", what, in.input_data_file));
         }
         for (const auto& t : c.inputs)

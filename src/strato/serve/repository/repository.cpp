@@ -303,7 +303,7 @@ Result<std::map<int64_t, std::shared_ptr<ModelVersion>>> Repository::build(const
         mv->labels = mv->instances.front()->labels();
         for (const auto& o : cfg.outputs) {
             if (o.label_filename.empty() || !mv->labels.empty()) continue;
-            auto text = strato::fs::read_file((fs::path(e.dir) / o.label_filename).string());
+            auto text = strato::fs::read_file((fs::path(e.dir) / o.label_filename).string(), strato::fs::kTextFileLimit);
             if (!text) return text.status().with_context(what);
             size_t pos = 0;
             while (pos < text->size()) {
