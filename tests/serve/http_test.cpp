@@ -11,6 +11,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <utility>
 
 namespace strato::serve::http {
 namespace {
@@ -55,6 +56,16 @@ public:
             if (n <= 0) return "";
             buf_.append(tmp, static_cast<size_t>(n));
         }
+    }
+    // Reads raw bytes until `needle` has arrived (or EOF/timeout); returns all read so far.
+    std::string read_until(std::string_view needle) {
+        while (buf_.find(needle) == std::string::npos) {
+            char tmp[4096];
+            ssize_t n = ::recv(fd_, tmp, sizeof tmp, 0);
+            if (n <= 0) break;
+            buf_.append(tmp, static_cast<size_t>(n));
+        }
+        return std::exchange(buf_, {});
     }
     bool closed_by_peer() {
         char c;
@@ -320,6 +331,38 @@ TEST(Http, DrainAnswersRequestsInFlightAndClosesIdleConnections) {
     EXPECT_TRUE(idle.closed_by_peer());
     Conn late(s.port());
     EXPECT_FALSE(late.ok());  // no longer accepting
+}
+
+// A request whose first bytes arrived before the drain was accepted: it is read to its end and
+// answered (the review found it dropped with "stopped cleanly").
+TEST(Http, DrainWaitsForARequestStillArriving) {
+    ServerOptions o = opts();
+    o.body_timeout = std::chrono::seconds(10);
+    Server s(o, echo());
+    ASSERT_TRUE(s.start().is_ok());
+    Conn c(s.port());
+    c.send("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n0123");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the bytes reach the server
+    std::thread rest([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        c.send("456789");
+    });
+    EXPECT_EQ(s.drain(std::chrono::seconds(5)), 0);
+    rest.join();
+    std::string r = c.response();
+    EXPECT_NE(r.find("POST /x 0123456789"), std::string::npos) << r;
+    EXPECT_NE(r.find("Connection: close"), std::string::npos) << r;
+}
+
+TEST(Http, HeadResponsesHaveNoBodyAndTheConnectionGoesOn) {
+    Server s(opts(), echo());
+    ASSERT_TRUE(s.start().is_ok());
+    Conn c(s.port());
+    c.send("HEAD /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n");
+    const std::string both = c.read_until("GET /b ");
+    EXPECT_NE(both.find("Content-Length: 8\r\n"), std::string::npos) << both;  // "HEAD /a " as a GET would have it
+    EXPECT_EQ(both.find("HEAD /a"), std::string::npos) << both;                  // but no body
+    EXPECT_NE(both.find("GET /b "), std::string::npos) << both;                  // and the next answer parses
 }
 
 TEST(Http, PortInUseIsAClearError) {

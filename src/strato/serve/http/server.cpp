@@ -67,6 +67,7 @@ struct Shared {
     ServerOptions opts;
     Handler handler;
     std::atomic<int64_t> in_flight{0};
+    std::atomic<int64_t> receiving{0};  // requests whose first bytes have arrived, not yet whole
     std::atomic<uint64_t> accepted{0};
     std::atomic<bool> draining{false};
 };
@@ -79,6 +80,7 @@ public:
 
     Session(tcp::socket&& socket, std::shared_ptr<Shared> shared, Loop* loop)
         : stream_(std::move(socket)), shared_(std::move(shared)), loop_(loop) {}
+    ~Session() { set_receiving(false); }  // a loop stopped with the request half read
 
     void start() {
         net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
@@ -87,10 +89,12 @@ public:
         });
     }
 
-    /// On drain, from the loop's thread: an idle connection closes now, a busy one after its
-    /// response (write() sees `draining`); one not started yet closes in wait_request().
+    /// On drain, from the loop's thread: an idle connection closes now; a busy one after its
+    /// response (write() sees `draining`), and so does one whose request is still arriving (it
+    /// was accepted: its bytes are on the wire; the body deadline bounds the wait); one not
+    /// started yet closes in wait_request().
     void close_if_idle() {
-        if (!busy_) close();
+        if (!busy_ && !receiving_) close();
     }
 
     /// From the loop's sweep: a read or write past its deadline closes the connection, as nginx's
@@ -112,6 +116,7 @@ private:
         parser_->eager(true);
         header_seen_ = false;
         started_ = buffer_.size() > 0;  // pipelined bytes of the next request
+        if (started_) set_receiving(true);
         set_deadline(first_ || started_ ? shared_->opts.header_timeout : shared_->opts.idle_timeout);
         first_ = false;
         parse();
@@ -145,6 +150,7 @@ private:
             self->buffer_.commit(n);
             if (!self->started_) {
                 self->started_ = true;
+                self->set_receiving(true);
                 self->set_deadline(self->shared_->opts.header_timeout);
             }
             self->parse();
@@ -183,10 +189,12 @@ private:
     }
 
     void on_request() {
+        set_receiving(false);
         deadline_ = Clock::time_point::max();
         auto msg = parser_->release();
         parser_.reset();
         keep_alive_ = msg.keep_alive();
+        head_ = msg.method() == bhttp::verb::head;
         Request r;
         r.method = std::string(msg.method_string());
         r.target = std::string(msg.target());
@@ -248,6 +256,7 @@ private:
         bool keep = keep_alive_ && !resp.close && !shared_->draining;
         res->keep_alive(keep);
         res->prepare_payload();
+        if (head_) res->body().clear();  // the header says what a GET would send; no body follows (RFC 9110 9.3.2)
         set_deadline(shared_->opts.body_timeout);
         bhttp::async_write(stream_, *res, [self = shared_from_this(), res, keep](beast::error_code ec, size_t) {
             self->busy_ = false;
@@ -284,7 +293,14 @@ private:
         return out + "\"";
     }
 
+    void set_receiving(bool on) {
+        if (on == receiving_) return;
+        receiving_ = on;
+        shared_->receiving.fetch_add(on ? 1 : -1);
+    }
+
     void close() {
+        set_receiving(false);
         beast::error_code ec;
         stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
         stream_.close();
@@ -299,6 +315,8 @@ private:
     Clock::time_point deadline_ = Clock::time_point::max();
     bool header_seen_ = false;
     bool started_ = false;   // a byte of the current request has arrived
+    bool receiving_ = false;  // counted in Shared::receiving
+    bool head_ = false;       // the request being answered is a HEAD
     bool replied_ = false;   // the current request's response has been started
     bool watching_ = false;  // watch_client() is pending
     bool busy_ = false;
@@ -422,9 +440,10 @@ int64_t Server::drain(std::chrono::milliseconds timeout) {
                 if (auto sp = w.lock()) sp->close_if_idle();
         });
     auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (s.in_flight.load() > 0 && std::chrono::steady_clock::now() < deadline)
+    auto open = [&] { return s.in_flight.load() + s.receiving.load(); };
+    while (open() > 0 && std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    return s.in_flight.load();
+    return open();
 }
 
 void Server::stop() {

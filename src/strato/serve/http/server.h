@@ -69,9 +69,10 @@ public:
     /// Binds, listens and starts the I/O threads. A port in use is a clear error.
     Status start();
     uint16_t port() const;
-    /// Stops accepting, closes idle keep-alive connections, lets requests in flight finish (their
-    /// connections close after the response) and waits up to `timeout` for them. Returns how many
-    /// were still in flight at the deadline.
+    /// Stops accepting, closes idle keep-alive connections, lets requests in flight finish, and
+    /// requests partly received be read and answered (their connections close after the
+    /// response), and waits up to `timeout` for them. Returns how many were still open at the
+    /// deadline.
     int64_t drain(std::chrono::milliseconds timeout);
     /// Stops the I/O threads (after drain() for a graceful stop). Idempotent.
     void stop();
