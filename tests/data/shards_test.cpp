@@ -646,6 +646,41 @@ TEST_F(Stats, CountsBalanceSizesFormatsAndUnreadableFiles) {
     EXPECT_EQ(ps.splits[0].shards, 1);
 }
 
+// Found by review: a sparse 15 TB ".jpg" aborted stats/verify/pack (the read reserved its size
+// in a worker thread); a symbolic link back up the tree listed images twice under the wrong class.
+TEST_F(Stats, HugeFilesAreUnreadableSamplesAndLinkLoopsAreErrors) {
+    put(root_ / "d" / "train" / "cat" / "1.jpg", jpeg(20, 10, 1));
+    put(root_ / "d" / "train" / "dog" / "1.png", png(50, 16, 4));
+    put(root_ / "d" / "train" / "dog" / "huge.jpg", "");
+    ASSERT_EQ(::truncate((root_ / "d" / "train" / "dog" / "huge.jpg").c_str(), int64_t{15} << 40), 0);
+    auto st = dataset_stats((root_ / "d").string(), {.hash = true});
+    ASSERT_TRUE(st.is_ok()) << st.status().message();
+    EXPECT_EQ(st->splits[0].unreadable, 1);
+    ASSERT_EQ(st->splits[0].unreadable_examples.size(), 1u);
+    EXPECT_NE(st->splits[0].unreadable_examples[0].find("huge.jpg is larger than 512 MiB"), std::string::npos)
+        << st->splits[0].unreadable_examples[0];
+    auto packed = pack_image_folder((root_ / "d").string(), (root_ / "packed").string(), {});
+    ASSERT_FALSE(packed.is_ok());
+    EXPECT_NE(packed.status().message().find("huge.jpg is larger than 512 MiB"), std::string::npos)
+        << packed.status().message();
+    stdfs::remove(root_ / "d" / "train" / "dog" / "huge.jpg");
+
+    // A link to a folder elsewhere is followed, and its images keep the path they were found at.
+    put(root_ / "elsewhere" / "2.jpg", jpeg(22, 10, 2));
+    stdfs::create_directory_symlink(root_ / "elsewhere", root_ / "d" / "train" / "cat" / "more");
+    auto linked = index_image_folder((root_ / "d" / "train").string());
+    ASSERT_TRUE(linked.is_ok()) << linked.status().message();
+    ASSERT_EQ(linked->files.size(), 3u);
+    EXPECT_EQ(linked->files[1].path, "cat/more/2.jpg");
+    // A link back up the tree would list dog's images again under cat.
+    stdfs::create_directory_symlink("../..", root_ / "d" / "train" / "cat" / "loop");
+    auto loop = index_image_folder((root_ / "d" / "train").string());
+    ASSERT_FALSE(loop.is_ok());
+    EXPECT_NE(loop.status().message().find("(a symbolic link loop, or a link into another class)"), std::string::npos)
+        << loop.status().message();
+    EXPECT_FALSE(dataset_stats((root_ / "d").string()).is_ok());
+}
+
 TEST_F(Stats, ManifestFindsChangedMissingAndExtraFiles) {
     make_folder(root_ / "d", 2, 3);
     auto st = dataset_stats((root_ / "d").string(), {.hash = true}).value();

@@ -93,16 +93,21 @@ Result<std::string> read_file(const stdfs::path& path, uint64_t max_bytes) {
     };
     if (regular && static_cast<uint64_t>(st.st_size) > limit) return too_big();
     std::string data;
-    // st_size is a hint only: /proc files say 0, a growing log says less than it holds.
-    if (regular && st.st_size > 0) data.reserve(static_cast<size_t>(st.st_size));
-    char buf[1 << 16];
-    for (;;) {
-        const ssize_t n = ::read(fd, buf, sizeof buf);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) return io_error("cannot read {}: {}", path.string(), os_error());
-        if (n == 0) return data;
-        if (data.size() + static_cast<uint64_t>(n) > limit) return too_big();
-        data.append(buf, static_cast<size_t>(n));
+    try {
+        // st_size is a hint only: /proc files say 0, a growing log says less than it holds, a
+        // sparse file says more than memory holds (then the read fails at the allocation below).
+        if (regular && st.st_size > 0) data.reserve(static_cast<size_t>(std::min<uint64_t>(st.st_size, 1ull << 30)));
+        char buf[1 << 16];
+        for (;;) {
+            const ssize_t n = ::read(fd, buf, sizeof buf);
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0) return io_error("cannot read {}: {}", path.string(), os_error());
+            if (n == 0) return data;
+            if (data.size() + static_cast<uint64_t>(n) > limit) return too_big();
+            data.append(buf, static_cast<size_t>(n));
+        }
+    } catch (const std::bad_alloc&) {
+        return io_error("cannot read {}: out of memory after {} MiB", path.string(), data.size() >> 20);
     }
 }
 

@@ -19,6 +19,11 @@
 
 namespace strato::data {
 
+/// An image file larger than this is not read: 64 megapixels (the decode limit) take at most
+/// ~200 MB even as an uncompressed PNG; a bigger file is not an image sample (a disk image, a
+/// sparse file, a video renamed .jpg) and reading it whole would exhaust memory.
+inline constexpr uint64_t kMaxImageFileBytes = 512ull << 20;
+
 enum class ImageFormat { kJpeg, kPng };
 
 struct ImageInfo {

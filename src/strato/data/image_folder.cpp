@@ -10,6 +10,7 @@
 
 #include "strato/core/fs.h"
 #include "strato/core/log.h"
+#include "strato/data/codec.h"
 #include "strato/data/shards.h"
 
 namespace strato::data {
@@ -149,7 +150,7 @@ std::string ImageFolderSource::name(int64_t index) const {
 Status ImageFolderSource::read(int64_t index, EncodedSample* out) const {
     if (index < 0 || index >= size()) return invalid_argument("sample index {} out of range [0, {})", index, size());
     out->name = name(index);
-    STRATO_ASSIGN_OR_RETURN(out->bytes, fs::read_file(out->name));
+    STRATO_ASSIGN_OR_RETURN(out->bytes, fs::read_file(out->name, kMaxImageFileBytes));
     out->label = labels_[static_cast<size_t>(index)];
     return Status::ok();
 }

@@ -163,7 +163,7 @@ void mark_unreadable(Scan& scan, SplitScan& sp, int64_t first, int64_t last, con
 void scan_image_file(Scan& scan, size_t item, const ScanOptions& o) {
     const Item& it = scan.items[item];
     SplitScan& sp = scan.splits[it.split];
-    auto bytes = fs::read_file(it.abs);
+    auto bytes = fs::read_file(it.abs, kMaxImageFileBytes);
     if (!bytes.is_ok()) {
         const bool gone = bytes.status().code() == StatusCode::kNotFound;
         mark_unreadable(scan, sp, it.index, it.index + 1, bytes.status().message());
@@ -265,10 +265,14 @@ Status run_scan(Scan& scan, const ScanOptions& o) {
     std::mutex progress_mu;
     auto work = [&] {
         for (size_t i = next++; i < scan.items.size(); i = next++) {
-            if (scan.kind == "shards")
-                scan_shard(scan, i, o);
-            else
-                scan_image_file(scan, i, o);
+            try {  // a worker thread: nothing may leave it as an exception (std::terminate)
+                if (scan.kind == "shards")
+                    scan_shard(scan, i, o);
+                else
+                    scan_image_file(scan, i, o);
+            } catch (const std::exception& e) {
+                scan.problem(scan.items[i].rel, "corrupt", fmt::format("cannot check: {}", e.what()));
+            }
             done += scan.items[i].bytes;
             if (o.progress) {
                 std::lock_guard<std::mutex> lock(progress_mu);

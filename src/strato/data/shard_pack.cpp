@@ -23,6 +23,7 @@
 #include "strato/core/fs.h"
 #include "strato/core/log.h"
 #include "strato/core/signals.h"
+#include "strato/data/codec.h"
 #include "strato/data/mapped_file.h"
 #include "strato/data/shards.h"
 #include "strato/data/tar.h"
@@ -207,7 +208,7 @@ Status write_shard(const FolderIndex& idx, const std::vector<std::string>& keys,
         const ImageFile& f = idx.files[plan.order[k]];
         const std::string& key = keys[plan.order[k]];
         const stdfs::path src = stdfs::path(idx.root) / f.path;
-        auto bytes = fs::read_file(src);
+        auto bytes = fs::read_file(src, kMaxImageFileBytes);
         if (!bytes.is_ok()) return fail(bytes.status());
         if (static_cast<int64_t>(bytes->size()) != f.bytes) {
             return fail(data_loss("{} changed while packing (it was {} bytes, now {}); run the pack again",
@@ -312,7 +313,12 @@ Status pack_split(const FolderIndex& idx, const stdfs::path& dir, const std::str
                 continue;
             }
             JournalEntry done;
-            Status st = write_shard(idx, keys, plan, ps, dir, bytes_done, &done);
+            Status st;
+            try {  // a worker thread: nothing may leave it as an exception (std::terminate)
+                st = write_shard(idx, keys, plan, ps, dir, bytes_done, &done);
+            } catch (const std::exception& e) {
+                st = internal_error("{}: {}", ps.name, e.what());
+            }
             std::lock_guard<std::mutex> lock(mu);
             if (st.is_ok()) {
                 journal[ps.name] = done;

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
@@ -78,21 +79,40 @@ Result<FolderIndex> index_image_folder(const std::string& root, const std::vecto
     if (idx.class_names.empty()) {
         return invalid_argument("image folder {} has no class subfolders (expected {}/<class>/*.jpg|png)", root, root);
     }
+    // Symbolic links to folders are followed (datasets are often assembled from links), but a
+    // folder reached twice -- a link loop, or a link into another class -- would list its images
+    // again, under the wrong class.
+    std::map<std::pair<dev_t, ino_t>, std::string> seen_dirs;
+    auto first_visit = [&](const stdfs::path& d) -> Status {
+        struct stat st {};
+        if (::stat(d.c_str(), &st) != 0) return io_error("cannot stat {}: {}", d.string(), os_error());
+        auto [at, fresh] = seen_dirs.emplace(std::make_pair(st.st_dev, st.st_ino), d.string());
+        if (fresh) return Status::ok();
+        return invalid_argument(
+            "image folder {}: {} is the folder {} again (a symbolic link loop, or a link into another class); its "
+            "images would be listed twice, the second time under class '{}'",
+            root, d.string(), at->second, d.lexically_relative(root).begin()->string());
+    };
     for (size_t c = 0; c < idx.class_names.size(); ++c) {
         const stdfs::path dir = stdfs::path(root) / idx.class_names[c];
         if (!stdfs::is_directory(dir, ec)) continue;  // a split may miss a class
+        STRATO_RETURN_IF_ERROR(first_visit(dir));
         std::vector<ImageFile> files;
         auto it = stdfs::recursive_directory_iterator(dir, stdfs::directory_options::follow_directory_symlink, ec);
         if (ec) return io_error("cannot list {}: {}", dir.string(), ec.message());
         for (; it != stdfs::recursive_directory_iterator(); it.increment(ec)) {
             if (ec) return io_error("cannot list {}: {}", dir.string(), ec.message());
             const auto& e = *it;
+            if (e.is_directory(ec)) {
+                STRATO_RETURN_IF_ERROR(first_visit(e.path()));
+                continue;
+            }
             if (!e.is_regular_file(ec) || !has_image_extension(e.path())) continue;
             struct stat st {};
             if (::stat(e.path().c_str(), &st) != 0)
                 return io_error("cannot stat {}: {}", e.path().string(), os_error());
             ImageFile f;
-            f.path = stdfs::relative(e.path(), root, ec).generic_string();
+            f.path = e.path().lexically_relative(root).generic_string();  // as walked: relative() resolves links
             f.label = static_cast<int64_t>(c);
             f.bytes = st.st_size;
             f.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
