@@ -128,6 +128,22 @@ TEST_F(Cli, SmallRunEndToEnd) {
     // A second run with the same name refuses to clobber the first.
     auto again = train("configs/fashion_mnist_mlp.toml" + sets);
     expect_one_error(again, "already holds a run");
+    // --overwrite with a typo fails before the old run is deleted (found by review: it was gone).
+    expect_one_error(train("configs/fashion_mnist_mlp.toml" + sets + " --overwrite --set data.path=/nonexistent/fm"),
+                     "does not exist");
+    EXPECT_TRUE(stdfs::exists(run + "/metrics.jsonl"));
+    // A batch larger than the data with drop_last trains nothing: an error, and no run directory.
+    expect_one_error(train("configs/fashion_mnist_mlp.toml" + sets +
+                           " --set run.name=nobatch --set data.batch_size=4096 --set data.drop_last=true"),
+                     "data.batch_size 4096 with data.drop_last leaves no batch: the training split gives this process "
+                     "2048 samples");
+    EXPECT_FALSE(stdfs::exists(dir_ + "/runs/nobatch"));
+    // A resume with another model config is refused instead of training the old network under
+    // the new config's name; the run's config stays as it was.
+    const std::string config_before = fs::read_file(run + "/config.toml").value();
+    expect_one_error(train("configs/fashion_mnist_mlp.toml" + sets + " --resume --set model.width=32"),
+                     "(the weights were saved with another model config)");
+    EXPECT_EQ(fs::read_file(run + "/config.toml").value(), config_before);
     // eval loads the package without the training config.
     auto ev = run_strato("eval --model " + run + "/model --set data.limit_test=512 --json", dir_);
     ASSERT_EQ(ev.code, 0) << ev.err;

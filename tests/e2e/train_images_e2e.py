@@ -97,6 +97,17 @@ def main():
                 "--data", folder, "--json")
         if p.returncode == 0:
             check(json.loads(p.stdout)["accuracy"] >= 0.8, f"strato eval on the folder: {p.stdout}")
+        # A folder without the model's first class would number the others one lower and score every
+        # prediction against the wrong class: refused, naming the classes.
+        fewer = os.path.join(tmp, "fewer")
+        shutil.copytree(folder, fewer)
+        first = sorted(os.listdir(os.path.join(fewer, "train")))[0]
+        for split in ("train", "test"):
+            shutil.rmtree(os.path.join(fewer, split, first))
+        p = subprocess.run([STRATO, "eval", "--model", os.path.join(tmp, "runs", "folder", "model"), "--dataset",
+                            "image-folder", "--data", fewer, "--json"], capture_output=True, text=True, timeout=120)
+        check(p.returncode != 0 and f"but the model's class 0 is '{first}'" in p.stderr,
+              f"eval on a folder missing a class: exit {p.returncode}, stderr {p.stderr[-400:]}")
 
         # 2. Packed shards on disk: the same data, several shards per split.
         shards = os.path.join(tmp, "shards")

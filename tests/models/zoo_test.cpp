@@ -310,6 +310,22 @@ TEST_F(Package, ManifestShapeThatTheWeightsCannotHoldIsDataLoss) {
         << r.status().message();
 }
 
+// libtorch's Module::load adopts the saved shapes: a resume with another model.width silently
+// trained the old network while recording the new config (found by review).
+TEST_F(Package, WeightsOfAnotherShapeAreRefusedNotAdopted) {
+    ModelConfig wider = info_.model;
+    wider.width = 8;
+    Net other = create_model(wider, info_.input_shape, 10).value();
+    const auto before = other->named_parameters()["features.0.weight"].sizes().vec();
+    Status st = module_from_bytes(*other, module_to_bytes(*net_), "model.pt");
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(st.message(), "model.pt: 'features.0.weight' is [4, 1, 3, 3] in the file but [8, 1, 3, 3] in the network "
+                            "the model config describes (the weights were saved with another model config)");
+    EXPECT_EQ(before, (std::vector<int64_t>{8, 1, 3, 3}));
+    EXPECT_TRUE(module_from_bytes(*create_model(info_.model, info_.input_shape, 10).value(), module_to_bytes(*net_), "m")
+                    .is_ok());
+}
+
 TEST_F(Package, BrokenManifestIsAClearError) {
     auto m = dir_ / "model" / kPackageManifest;
     ASSERT_TRUE(fs::atomic_write(m, "{\"format\": \"strato-model\", \"model\": {\"arch\": 3}}").is_ok());

@@ -1,8 +1,10 @@
 #include "strato/models/package.h"
 
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 #include <sstream>
 
 #include "strato/core/fs.h"
@@ -41,7 +43,23 @@ std::string module_to_bytes(torch::nn::Module& m) {
 }
 
 Status module_from_bytes(torch::nn::Module& m, const std::string& bytes, const std::string& what) {
-    return archive_from_bytes(bytes, what, [&](auto& a) { m.load(a); });
+    // Module::load takes on whatever shapes the archive holds (its read() is a set_), so a
+    // network built from another config would silently become the saved one while the run
+    // records the new config. Every tensor must keep the shape the network was built with.
+    std::map<std::string, std::vector<int64_t>> shapes;
+    for (const auto& p : m.named_parameters()) shapes[p.key()] = p.value().sizes().vec();
+    for (const auto& b : m.named_buffers()) shapes[b.key()] = b.value().sizes().vec();
+    STRATO_RETURN_IF_ERROR(archive_from_bytes(bytes, what, [&](auto& a) { m.load(a); }));
+    auto check = [&](const std::string& name, const torch::Tensor& t) -> Status {
+        const auto& want = shapes[name];
+        if (t.sizes().vec() == want) return Status::ok();
+        return invalid_argument("{}: '{}' is {} in the file but {} in the network the model config describes ({})",
+                                what, name, fmt::format("[{}]", fmt::join(t.sizes(), ", ")),
+                                fmt::format("[{}]", fmt::join(want, ", ")), kOtherModelConfig);
+    };
+    for (const auto& p : m.named_parameters()) STRATO_RETURN_IF_ERROR(check(p.key(), p.value()));
+    for (const auto& b : m.named_buffers()) STRATO_RETURN_IF_ERROR(check(b.key(), b.value()));
+    return Status::ok();
 }
 
 namespace {

@@ -64,7 +64,10 @@ InferenceNet inference_net(LoadedPackage& pkg, bool fuse = true, bool bf16 = fal
 
 /// Module <-> bytes (a libtorch archive), for packages and checkpoints.
 std::string module_to_bytes(torch::nn::Module& m);
+/// Loads `m`'s parameters and buffers from `bytes`. A tensor of another shape than `m` has is an
+/// invalid_argument error whose message contains kOtherModelConfig; a damaged archive is data_loss.
 Status module_from_bytes(torch::nn::Module& m, const std::string& bytes, const std::string& what);
+inline constexpr const char* kOtherModelConfig = "the weights were saved with another model config";
 /// Any libtorch archive <-> bytes: `fill` writes into the archive / `read` reads from it. A
 /// malformed archive is a kDataLoss status naming `what`.
 std::string archive_to_bytes(const std::function<void(torch::serialize::OutputArchive&)>& fill);

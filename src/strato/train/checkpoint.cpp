@@ -186,6 +186,11 @@ Result<std::optional<TrainState>> CheckpointStore::load_latest(torch::nn::Module
     for (const auto& name : candidates) {
         TrainState state;
         Status st = verify_and_load(name, model, optim, state);
+        if (st.code() == StatusCode::kInvalidArgument && st.message().find(models::kOtherModelConfig) != std::string::npos)
+            // Intact, but not this network's: an older checkpoint of the run would not be either.
+            return invalid_argument("cannot resume from {}/{}: {}\nhint: resume with the model config the run started "
+                                    "with, or start over with --overwrite",
+                                    dir_, name, st.message());
         if (st.is_ok()) {
             if (!failures.empty()) log::warn("resuming from the older checkpoint {} instead", name);
             return std::optional<TrainState>(state);

@@ -1,5 +1,6 @@
 #include "strato/train/trainer.h"
 
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -117,7 +118,9 @@ Status prepare_run_dir(const TrainConfig& cfg, const TrainOptions& opts) {
     Status st = fs::check_writable_dir(cfg.run.dir);
     if (!st.is_ok()) return {st.code(), fmt::format("run.dir: {}", st.message())};
     std::error_code ec;
-    const bool exists = stdfs::exists(dir / "metrics.jsonl", ec) || stdfs::exists(dir / "checkpoints", ec);
+    // A run is there once it has metrics or a checkpoint; an empty checkpoints/ is a start that failed.
+    const bool exists = stdfs::exists(dir / "metrics.jsonl", ec) ||
+                        (stdfs::is_directory(dir / "checkpoints", ec) && !stdfs::is_empty(dir / "checkpoints", ec));
     if (exists && opts.overwrite) {
         STRATO_RETURN_IF_ERROR(fs::remove_tree(dir));
     } else if (exists && !opts.resume) {
@@ -217,6 +220,18 @@ Result<data::DataSplits> open_package_data(const models::PackageInfo& info, cons
     if (splits.test->num_classes() > info.num_classes) {
         return invalid_argument("the data has {} classes but the model predicts {}", splits.test->num_classes(),
                                 info.num_classes);
+    }
+    // Labels are class indices: the data's class i must be the model's class i, or every
+    // prediction is scored against another class (a folder with a class missing shifts the rest).
+    // Folder datasets name their classes; IDX and CSV files number them.
+    const bool named = cfg.dataset == "image-folder" || cfg.dataset == "shards";
+    const auto& names = splits.test->class_names();
+    for (size_t i = 0; named && i < names.size() && i < info.labels.size(); ++i) {
+        if (names[i] != info.labels[i])
+            return invalid_argument(
+                "the data's class {} is '{}' but the model's class {} is '{}': the classes must be the model's, in its "
+                "order (the model knows {}; an image folder needs a folder for each, empty ones included)",
+                i, names[i], i, info.labels[i], fmt::join(info.labels, ", "));
     }
     splits.mean = info.mean;
     splits.std = info.std;
@@ -387,6 +402,25 @@ Status Trainer::setup() {
         copier_ = std::make_unique<CopyStream>(device_);
 #endif
     }
+    // Data and model first: a typo in the config must fail before --overwrite deletes the old run
+    // (and before a new run directory exists to block the corrected command).
+    STRATO_ASSIGN_OR_RETURN(splits_, data::open_datasets(cfg_.data));
+    const uint64_t seed = static_cast<uint64_t>(cfg_.run.seed);
+    auto train_opts = data::train_loader_options(cfg_.data, splits_, seed);
+    auto test_opts = data::eval_loader_options(cfg_.data, splits_);
+    train_opts.shard_rank = test_opts.shard_rank = env_.rank;
+    train_opts.shard_count = test_opts.shard_count = env_.world_size;
+    test_opts.shard_pad = false;  // every test sample once over the ranks
+    STRATO_ASSIGN_OR_RETURN(train_loader_, data::Loader::create(splits_.train, train_opts));
+    STRATO_ASSIGN_OR_RETURN(test_loader_, data::Loader::create(splits_.test, test_opts));
+    if (train_loader_->batches_per_epoch() == 0)  // drop_last with a batch larger than this process's share
+        return invalid_argument(
+            "data.batch_size {} with data.drop_last leaves no batch: the training split gives this process {} "
+            "samples; lower the batch size or set data.drop_last = false",
+            cfg_.data.batch_size, splits_.train->size() / std::max(1, env_.world_size));
+
+    torch::manual_seed(seed);
+    STRATO_ASSIGN_OR_RETURN(net_, models::create_model(cfg_.model, splits_.train->shape(), splits_.train->num_classes()));
     if (rank0_) {
         STRATO_RETURN_IF_ERROR(prepare_run_dir(cfg_, opts_));
         log::add_file_sink((stdfs::path(run_dir_) / "events.log").string());
@@ -404,20 +438,7 @@ Status Trainer::setup() {
         log::warn("the config differs from the one this run started with ({}); continuing with the new one",
                   cfg_path.string());
     }
-    if (rank0_) STRATO_RETURN_IF_ERROR(fs::atomic_write(cfg_path, resolved));
 
-    STRATO_ASSIGN_OR_RETURN(splits_, data::open_datasets(cfg_.data));
-    const uint64_t seed = static_cast<uint64_t>(cfg_.run.seed);
-    auto train_opts = data::train_loader_options(cfg_.data, splits_, seed);
-    auto test_opts = data::eval_loader_options(cfg_.data, splits_);
-    train_opts.shard_rank = test_opts.shard_rank = env_.rank;
-    train_opts.shard_count = test_opts.shard_count = env_.world_size;
-    test_opts.shard_pad = false;  // every test sample once over the ranks
-    STRATO_ASSIGN_OR_RETURN(train_loader_, data::Loader::create(splits_.train, train_opts));
-    STRATO_ASSIGN_OR_RETURN(test_loader_, data::Loader::create(splits_.test, test_opts));
-
-    torch::manual_seed(seed);
-    STRATO_ASSIGN_OR_RETURN(net_, models::create_model(cfg_.model, splits_.train->shape(), splits_.train->num_classes()));
     if (hooks_.init) STRATO_RETURN_IF_ERROR(hooks_.init(*net_));
     channels_last_ = cfg_.train.channels_last && models::is_convolutional(cfg_.model);
     if (channels_last_) models::to_channels_last(*net_);
@@ -446,6 +467,9 @@ Status Trainer::setup() {
             log::info("no checkpoint in {}; starting from scratch", store_->dir());
         }
     }
+    // Written once the checkpoint took the network: a resume refused (weights of another model
+    // config) leaves the run's config as it was.
+    if (rank0_) STRATO_RETURN_IF_ERROR(fs::atomic_write(cfg_path, resolved));
     if (env_.distributed()) {
         dist::DdpOptions d;
         d.timeout_s = cfg_.dist.timeout_s;
