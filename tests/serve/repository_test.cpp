@@ -133,6 +133,15 @@ TEST_F(RepositoryTest, PollPicksUpNewVersionsAndKeepsServingWhenAReloadFails) {
     fs::remove_all(root / "m");
     repo.poll_once();
     EXPECT_FALSE(repo.get("m", "").is_ok());
+    // A model that never loaded leaves with its directory too; the server is ready again.
+    version("good", 1, "1");
+    version("bad", 1, "not-a-number");
+    repo.poll_once();
+    EXPECT_FALSE(repo.ready());
+    fs::remove_all(root / "bad");
+    repo.poll_once();
+    EXPECT_TRUE(repo.ready());
+    for (const auto& e : repo.index(false)) EXPECT_NE(e.name, "bad");
 }
 
 // Records every batch it runs (input x as floats); fails on a batch whose first value is 13.
@@ -222,6 +231,18 @@ TEST_F(RepositoryTest, ExplicitModeLoadsAndUnloadsOnRequest) {
     nlohmann::json cfg = {{"max_batch_size", 2}};
     ASSERT_TRUE(repo.load("b", cfg).is_ok());
     EXPECT_EQ((*repo.get("b", ""))->config.max_batch_size, 2);
+}
+
+// tritonserver --load-model with a typo came up ready without the model (found by review).
+TEST_F(RepositoryTest, AStartupModelThatIsNotInTheRepositoryStopsTheStart) {
+    version("a", 1, "1");
+    auto opt = options(ControlMode::kExplicit);
+    opt.startup_models = {"a", "nope"};
+    Repository repo(opt, &registry);
+    Status st = repo.start();
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("--load-model nope: failed to load 'nope': no model directory 'nope'"), std::string::npos)
+        << st.message();
 }
 
 TEST_F(RepositoryTest, LoadAndUnloadAreRefusedOutsideExplicitMode) {

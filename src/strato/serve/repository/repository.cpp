@@ -453,8 +453,17 @@ Status Repository::start() {
                 if (it.is_directory(ec) && valid_model_name(it.path().filename().string()))
                     to_load.insert(it.path().filename().string());
     } else {
-        for (const auto& m : opt_.startup_models) to_load.insert(m);
+        // A name that is not in the repository is a typo in the launch script, not a model that
+        // failed to load: refuse to start rather than come up ready without it.
+        for (const auto& m : opt_.startup_models) {
+            auto dir = locate(m);
+            if (!dir) return Status(dir.status().code(), fmt::format("--load-model {}: {}", m, dir.status().message()));
+            to_load.insert(m);
+        }
     }
+    if (opt_.mode != ControlMode::kExplicit && !opt_.startup_models.empty())
+        log::warn("serve: --load-model is for --model-control-mode explicit; in this mode every model in the repository "
+                  "loads");
     std::lock_guard lock(load_mu_);
     for (const auto& name : to_load) (void)load_locked(name, std::nullopt);  // failures stay UNAVAILABLE, as in tritonserver
     if (opt_.mode == ControlMode::kPoll)
@@ -623,8 +632,10 @@ void Repository::poll_once() {
             probe.dir = it->second.dir;
             if (fingerprint(probe) != it->second.fingerprint) reload.push_back(n);
         }
+        // Gone from disk: unloaded, and so is a model that never loaded (it would keep the
+        // server unready under --strict-readiness until a restart).
         for (const auto& [n, e] : entries_)
-            if (!e.package && !on_disk.count(n) && !e.versions.empty()) remove.push_back(n);
+            if (!e.package && !on_disk.count(n) && e.state != ModelState::kLoading) remove.push_back(n);
     }
     for (const auto& n : reload) (void)load_locked(n, std::nullopt);
     for (const auto& n : remove) {
