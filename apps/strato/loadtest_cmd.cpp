@@ -86,6 +86,7 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
         std::string method = f.method.empty() ? (body.empty() ? "GET" : "POST") : f.method;
         target.url = url;
         target.requests.push_back(build_request(url, method, f.headers, body));
+        target.head = method == "HEAD";
         target.description = fmt::format("{} {}{}", method, url.target, body.empty() ? "" : fmt::format(" ({} bytes)", body.size()));
     }
 

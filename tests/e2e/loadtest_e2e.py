@@ -43,6 +43,46 @@ def stats(port, model):
     return s["model_stats"][0]["inference_stats"]["success"]["count"]
 
 
+def fake_server():
+    """A plain HTTP server with crafted Open Inference Protocol metadata (what a misconfigured or
+    foreign server may send) that also answers HEAD with a Content-Length and no body."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def reply(self, body, send_body=True):
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if send_body:
+                self.wfile.write(data)
+
+        def do_HEAD(self):
+            self.server.heads += 1
+            self.reply({"padding": "x" * 40}, send_body=False)
+
+        def do_GET(self):
+            inputs = [{"name": "x", "datatype": "FP32", "shape": [-1, 100000000, 1000]}]
+            if self.path.startswith("/v2/models/strcfg"):
+                inputs = [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}]
+            if self.path.endswith("/config"):
+                self.reply({"max_batch_size": "8" if "strcfg" in self.path else 8})
+            else:
+                self.reply({"name": "m", "inputs": inputs, "outputs": []})
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.heads = 0
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="strato-loadtest-e2e-")
     print("== training a tiny package")
@@ -177,6 +217,22 @@ def main():
         check("max_batch_size" in err, f"batch above max: {err}")
         _, err, _ = run(["https://127.0.0.1/", "-n", "1"], expect=1)
         check("https is not supported" in err, f"https: {err}")
+
+        print("== a server whose metadata is odd, and HEAD requests")
+        odd = fake_server()
+        try:
+            ourl = f"http://127.0.0.1:{odd.server_port}"
+            _, err, _ = run([ourl, "--model", "strcfg", "-n", "5"], expect=1)
+            check("the server's config has max_batch_size \"8\", expected a whole number" in err and "json.exception" not in err,
+                  f"string max_batch_size: {err}")
+            _, err, took = run([ourl, "--model", "huge", "-n", "5"], expect=1)
+            check("more than the 2.68e+08 a load test sends" in err and took < 20, f"huge input: {took:.1f}s {err}")
+            run([ourl + "/head", "-X", "HEAD", "-n", "50", "--warmup", "0", "--json", f"{tmp}/head.json"])
+            hp = json.load(open(f"{tmp}/head.json"))["points"][0]
+            check(hp["ok"] == 50 and hp["errors"]["total"] == 0, f"HEAD answers: ok {hp['ok']}, errors {hp['errors']}")
+            check(odd.heads >= 50, f"HEAD requests seen by the server: {odd.heads}")
+        finally:
+            odd.shutdown()
 
         print("== nothing listening: connect errors, bounded run")
         dead = subprocess.run([sys.executable, "-c", "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])"],

@@ -137,6 +137,19 @@ TEST(ResponseParser, CloseDelimitedInterimNoBodyAndConnectionClose) {
     p.finish_on_eof();
     EXPECT_TRUE(p.failed());
     EXPECT_NE(p.error().find("closed"), std::string::npos);
+
+    // The answer to a HEAD ends with its head, Content-Length notwithstanding (loadtest -X HEAD
+    // counted every answer as an error before).
+    p.reset();
+    p.answers_head(true);
+    std::string head = "HTTP/1.1 200 OK\r\nContent-Length: 32\r\n\r\nHTTP/1.1 200 OK\r\n";
+    EXPECT_EQ(p.feed(head.data(), head.size()), head.find("HTTP/1.1", 5));
+    EXPECT_TRUE(p.done());
+    EXPECT_TRUE(p.keep_alive());
+    p.reset();  // and the next request is not a HEAD again unless told
+    std::string get = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+    p.feed(get.data(), get.size());
+    EXPECT_EQ(p.body(), "ok");
 }
 
 TEST(ResponseParser, MalformedResponsesFailWithAReason) {

@@ -83,6 +83,7 @@ void ResponseParser::reset() {
     body_.clear();
     headers_.clear();
     started_ = false;
+    head_request_ = false;
     keep_alive_ = true;
     status_ = 0;
     remaining_ = 0;
@@ -146,7 +147,7 @@ bool ResponseParser::parse_head() {
         headers_.clear();
         return true;
     }
-    if (code == 204 || code == 304) {
+    if (code == 204 || code == 304 || head_request_) {
         state_ = State::kDone;
     } else if (chunked) {
         state_ = State::kChunkSize;

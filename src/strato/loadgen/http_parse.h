@@ -38,6 +38,8 @@ class ResponseParser {
 public:
     void reset();
     void keep_body(bool keep) { keep_body_ = keep; }
+    /// The request was a HEAD: the response ends with its head (RFC 9110 9.3.2). Set after reset().
+    void answers_head(bool head) { head_request_ = head; }
 
     size_t feed(const char* data, size_t size);
     /// The peer closed: a body delimited by the close is complete; anything else failed.
@@ -69,6 +71,7 @@ private:
     std::string body_;
     std::vector<std::pair<std::string, std::string>> headers_;
     bool keep_body_ = false;
+    bool head_request_ = false;
     bool started_ = false;
     bool keep_alive_ = true;
     int status_ = 0;

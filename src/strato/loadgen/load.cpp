@@ -368,6 +368,7 @@ void Worker::send(Conn& c, int64_t intended) {
     c.intended_ns = intended;
     c.sent_ns = now_ns();
     c.parser.reset();
+    c.parser.answers_head(owner->target.head);
     const auto& reqs = owner->target.requests;
     c.request = &reqs[next_request++ % reqs.size()];
     c.sent = 0;

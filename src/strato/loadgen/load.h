@@ -23,6 +23,7 @@ struct Target {
     Url url;
     std::vector<std::string> requests;
     std::string description;  // one line for the console: method, path, body
+    bool head = false;        // HEAD requests: the answers carry no body, whatever their Content-Length
 };
 
 /// Builds one request: `method target HTTP/1.1`, Host, the extra `headers` ("Name: value"),

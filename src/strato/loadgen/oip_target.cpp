@@ -281,13 +281,20 @@ Result<Filler> json_filler(const std::string& path, std::vector<InputSpec>& inpu
 
 }  // namespace
 
+constexpr double kMaxInputElements = 1 << 28;  // 1 GiB of FP32 per input and request
+
 Result<Target> build_infer_target(const Url& base, const InferTargetOptions& o) {
     if (o.model.empty()) return invalid_argument("no model named (--model)");
     if (o.batch_size < 1) return invalid_argument("batch size must be >= 1, got {}", o.batch_size);
     STRATO_ASSIGN_OR_RETURN(auto meta, get_json(base, model_path(o)));
     int64_t max_batch = 0;
-    if (auto config = get_json(base, model_path(o) + "/config"); config.is_ok())
-        max_batch = config->value("max_batch_size", int64_t{0});
+    if (auto config = get_json(base, model_path(o) + "/config"); config.is_ok() && config->contains("max_batch_size")) {
+        const json& mb = (*config)["max_batch_size"];
+        if (!mb.is_number_integer() || mb.get<int64_t>() < 0)
+            return invalid_argument("model '{}': the server's config has max_batch_size {}, expected a whole number >= 0",
+                                    o.model, mb.dump());
+        max_batch = mb.get<int64_t>();
+    }
     if (o.batch_size > 1 && max_batch == 0)
         return invalid_argument("model '{}' does not batch (max_batch_size 0); use --batch-size 1", o.model);
     if (max_batch > 0 && o.batch_size > max_batch)
@@ -316,6 +323,15 @@ Result<Target> build_infer_target(const Url& base, const InferTargetOptions& o) 
                     return invalid_argument("model '{}' input '{}' has a variable dimension {}; give it with --shape {}:d1,d2,...",
                                             o.model, spec.name, serve::shape_string(spec.shape), spec.name);
         }
+        // The shape comes from the server: a request of gigabytes (or an element count that
+        // overflows) is a misconfigured model, not something to allocate.
+        double elements = 1;
+        for (int64_t d : spec.shape) elements *= static_cast<double>(d);
+        if (elements > kMaxInputElements)
+            return invalid_argument("model '{}' input '{}' of shape {} has {:.3g} elements per request, more than the "
+                                    "{:.3g} a load test sends; give a smaller one with --shape {}:d1,d2,...",
+                                    o.model, spec.name, serve::shape_string(spec.shape), elements, kMaxInputElements,
+                                    spec.name);
         inputs.push_back(std::move(spec));
     }
     for (const auto& [name, shape] : o.shapes) {
