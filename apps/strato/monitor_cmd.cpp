@@ -23,7 +23,8 @@ void add_monitor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     auto o = std::make_shared<Opts>();
     auto* cmd = app.add_subcommand(
         "monitor", "Sample CPU, memory, disk, network, processes and GPUs (NVML); Prometheus exporter, JSONL, alerts");
-    cmd->add_option("--port", o->port, "Prometheus exporter port (default 9400, as NVIDIA's DCGM exporter; 0: any free)");
+    cmd->add_option("--port", o->port, "Prometheus exporter port (default 9400, as NVIDIA's DCGM exporter; 0: any free)")
+        ->check(CLI::Range(0, 65535));
     cmd->add_option("--address", o->address, "Exporter address (default 127.0.0.1; 0.0.0.0 to be scraped from elsewhere)");
     cmd->add_flag("--no-exporter", o->no_exporter, "Do not serve /metrics");
     cmd->add_option("--interval", o->interval, "Time between samples (default 1s)");

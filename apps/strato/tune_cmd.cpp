@@ -36,8 +36,10 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         return sub;
     };
     auto* run = add("run", "Run the study, or continue it where it stopped (also after kill -9)");
-    run->add_option("--parallel", o->parallel, "Trial processes at once (overrides the study file)");
-    run->add_option("--trials", o->trials, "Number of trials (overrides the study file; raise it to extend a study)");
+    run->add_option("--parallel", o->parallel, "Trial processes at once (overrides the study file)")
+        ->check(CLI::Range(1, 4096));
+    run->add_option("--trials", o->trials, "Number of trials (overrides the study file; raise it to extend a study)")
+        ->check(CLI::Range(1, 1000000));
     run->callback([o, load, &g, exit_code] {
         auto c = load();
         if (!c) return void(*exit_code = report_error("tune", c.status()));

@@ -148,6 +148,13 @@ TEST(Simulator, ScalesWithLoadAndBillsNodeTime) {
     EXPECT_GT(r.mean_utilization, 40);
     EXPECT_GT(r.events, 7200 / 30);
     EXPECT_FALSE(r.actions.empty());
+    // More nodes at the start than the policy allows (a typo of 100000000 ran for minutes).
+    o.initial_nodes = 50;
+    EXPECT_EQ(simulate(trace("time_s,rate\n0,500\n"), cat, o).status().message(),
+              "--initial-nodes 50 is more than the policy's max_nodes 8");
+    o.initial_nodes = -1;
+    o.spot_hazard_per_h = 1e9;
+    EXPECT_FALSE(simulate(trace("time_s,rate\n0,500\n"), cat, o).is_ok());
 }
 
 TEST(Simulator, SpotPreemptionsFromTheTraceAreReplaced) {

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "strato/cloud/capacity.h"
 #include "strato/cloud/manifests.h"
 
@@ -50,6 +52,15 @@ TEST(Capacity, ReplicasAndCostPerMillion) {
     for (const auto& r : *pairs) EXPECT_NE(r.inst->gpus, 1);  // a 1-GPU type cannot hold one
     req.target_qps = 0;
     EXPECT_FALSE(capacity_plan(cat, req).is_ok());
+    // A fleet past a million instances was an int overflow: -2147483648 instances, cheapest first.
+    req.gpus_per_replica = 1;
+    req.target_qps = 1e12;
+    auto huge = capacity_plan(cat, req);
+    ASSERT_FALSE(huge.is_ok());
+    EXPECT_NE(huge.status().message().find("needs more than 1e+06 instances of every matching type"), std::string::npos)
+        << huge.status().message();
+    req.target_qps = std::numeric_limits<double>::infinity();
+    EXPECT_EQ(capacity_plan(cat, req).status().message(), "--qps must be a number > 0");
 }
 
 TEST(Manifests, ValidatesNamesAndRanges) {

@@ -44,12 +44,15 @@ Result<ReplicaCapacity> replica_capacity(const nlohmann::json& lt, double slo_p9
 }
 
 Result<std::vector<CapacityRow>> capacity_plan(const Catalog& catalog, const CapacityRequest& req) {
-    if (!(req.target_qps > 0)) return invalid_argument("--qps must be > 0");
-    if (!(req.replica_qps > 0)) return invalid_argument("the per-replica rate must be > 0");
+    if (!(req.target_qps > 0) || !std::isfinite(req.target_qps)) return invalid_argument("--qps must be a number > 0");
+    if (!(req.replica_qps > 0) || !std::isfinite(req.replica_qps))
+        return invalid_argument("the per-replica rate must be a number > 0");
     if (!(req.headroom >= 0 && req.headroom < 1)) return invalid_argument("--headroom must be in [0, 1)");
     if (req.gpus_per_replica < 1) return invalid_argument("--gpus-per-replica must be >= 1");
     for (const auto& t : req.instance_types) STRATO_RETURN_IF_ERROR(catalog.find(t).status());
+    constexpr double kMaxInstances = 1e6;
     std::vector<CapacityRow> rows;
+    int too_many = 0;
     for (const auto& in : catalog.instances()) {
         if (!req.instance_types.empty() &&
             std::find(req.instance_types.begin(), req.instance_types.end(), in.type) == req.instance_types.end())
@@ -64,11 +67,20 @@ Result<std::vector<CapacityRow>> capacity_plan(const Catalog& catalog, const Cap
         r.replicas_per_instance = in.gpus > 0 ? std::max(1, in.gpus / req.gpus_per_replica) : 1;
         if (in.gpus > 0 && in.gpus < req.gpus_per_replica) continue;
         double per_instance = r.replicas_per_instance * req.replica_qps * (1 - req.headroom);
-        r.instances = static_cast<int>(std::ceil(req.target_qps / per_instance));
+        const double needed = std::ceil(req.target_qps / per_instance);
+        if (needed > kMaxInstances) {  // no fleet: say so below rather than wrap into a negative count
+            ++too_many;
+            continue;
+        }
+        r.instances = static_cast<int>(needed);
         r.cost_per_hour = catalog.currency().convert(price) * r.instances;
         r.cost_per_million = r.cost_per_hour / (req.target_qps * 3600) * 1e6;
         rows.push_back(r);
     }
+    if (rows.empty() && too_many > 0)
+        return invalid_argument("{:g} req/s at {:g} req/s per replica needs more than {:g} instances of every matching "
+                                "type",
+                                req.target_qps, req.replica_qps, kMaxInstances);
     if (rows.empty()) return not_found("no priced instance matches the filters");
     std::sort(rows.begin(), rows.end(), [](const CapacityRow& a, const CapacityRow& b) {
         return a.cost_per_million != b.cost_per_million ? a.cost_per_million < b.cost_per_million

@@ -336,6 +336,12 @@ Result<SimResult> simulate(const Trace& trace, const Catalog& catalog, const Sim
     if (!(o.per_gpu_capacity > 0)) return invalid_argument("per-GPU capacity must be > 0 (work units per second)");
     if (!(o.tick_s > 0) || !(o.boot_s >= 0) || !(o.slo_wait_s > 0))
         return invalid_argument("tick, boot time and SLO must be positive");
+    if (o.initial_nodes > o.config.max_nodes)
+        return invalid_argument("--initial-nodes {} is more than the policy's max_nodes {}", o.initial_nodes,
+                                o.config.max_nodes);
+    if (std::isfinite(o.spot_hazard_per_h) && !(o.spot_hazard_per_h >= 0 && o.spot_hazard_per_h <= 3600))
+        return invalid_argument("--spot-hazard {} is not a rate in [0, 3600] preemptions per node-hour",
+                                o.spot_hazard_per_h);
     STRATO_ASSIGN_OR_RETURN(const Instance* start, catalog.find(o.instance, o.region));
     if (!start->has_ondemand() && !(o.config.spot && start->has_spot()))
         return invalid_argument("instance {} has no price in the catalog", start->key());
