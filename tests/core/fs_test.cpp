@@ -75,6 +75,27 @@ TEST_F(FsTest, ReadLimitsRefuseBigFilesAndEndlessStreams) {
     EXPECT_EQ(dir.status().message(), dir_.string() + " is a directory, expected a file");
 }
 
+// A package or checkpoint saved over an existing one: swapped in one step, so no instant leaves
+// neither at the name (the old two renames did: a crash between them lost `model/`).
+TEST_F(FsTest, ReplaceDirSwapsInANewDirectoryAndRemovesTheOld) {
+    auto target = dir_ / "model", staged = dir_ / "model.tmp.1";
+    ASSERT_TRUE(ensure_dir(staged).is_ok());
+    ASSERT_TRUE(atomic_write(staged / "w", "one").is_ok());
+    ASSERT_TRUE(replace_dir(staged, target).is_ok());  // nothing there yet: a rename
+    EXPECT_EQ(*read_file(target / "w"), "one");
+    ASSERT_TRUE(ensure_dir(staged).is_ok());
+    ASSERT_TRUE(atomic_write(staged / "w", "two").is_ok());
+    ASSERT_TRUE(atomic_write(staged / "extra", "x").is_ok());
+    ASSERT_TRUE(replace_dir(staged, target).is_ok());  // over the old one: a swap
+    EXPECT_EQ(*read_file(target / "w"), "two");
+    EXPECT_TRUE(stdfs::exists(target / "extra"));
+    std::vector<std::string> names;
+    for (auto& e : stdfs::directory_iterator(dir_)) names.push_back(e.path().filename().string());
+    EXPECT_EQ(names, std::vector<std::string>{"model"});  // the old one is gone, nothing set aside
+    EXPECT_FALSE(replace_dir(dir_ / "missing", target).is_ok());
+    EXPECT_EQ(*read_file(target / "w"), "two");
+}
+
 TEST_F(FsTest, Sha256KnownVectors) {
     EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
     EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");

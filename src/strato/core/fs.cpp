@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <algorithm>
 #include <memory>
@@ -109,6 +110,32 @@ Result<std::string> read_file(const stdfs::path& path, uint64_t max_bytes) {
     } catch (const std::bad_alloc&) {
         return io_error("cannot read {}: out of memory after {} MiB", path.string(), data.size() >> 20);
     }
+}
+
+Status replace_dir(const stdfs::path& staged, const stdfs::path& target) {
+    const stdfs::path parent = target.parent_path().empty() ? stdfs::path(".") : target.parent_path();
+    if (::rename(staged.c_str(), target.c_str()) != 0) {  // fails when `target` is a non-empty directory
+        if (errno != ENOTEMPTY && errno != EEXIST)
+            return io_error("cannot move {} to {}: {}", staged.string(), target.string(), os_error());
+        if (::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0) {
+            if (errno != EINVAL && errno != ENOSYS)
+                return io_error("cannot swap {} into {}: {}", staged.string(), target.string(), os_error());
+            // No exchange here (an old kernel, some network file systems): the old one aside
+            // first. A crash between the two renames leaves both beside `target`, not at it.
+            const stdfs::path aside = parent / (".old-" + target.filename().string() + "." + std::to_string(::getpid()));
+            STRATO_RETURN_IF_ERROR(remove_tree(aside));
+            if (::rename(target.c_str(), aside.c_str()) != 0)
+                return io_error("cannot move {} aside: {}", target.string(), os_error());
+            if (::rename(staged.c_str(), target.c_str()) != 0)
+                return io_error("cannot move {} to {}: {}", staged.string(), target.string(), os_error());
+            STRATO_RETURN_IF_ERROR(fsync_dir(parent));
+            return remove_tree(aside);
+        }
+        // `staged` now holds the old directory.
+        STRATO_RETURN_IF_ERROR(fsync_dir(parent));
+        return remove_tree(staged);
+    }
+    return fsync_dir(parent);
 }
 
 Status ensure_dir(const stdfs::path& dir) {

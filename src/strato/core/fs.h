@@ -26,6 +26,11 @@ inline constexpr uint64_t kStreamReadLimit = 1ull << 30;
 /// Reads a whole file; errors name the path and the OS reason. More than `max_bytes` is an error
 /// (a regular file is refused by its size before any of it is read).
 Result<std::string> read_file(const stdfs::path& path, uint64_t max_bytes = UINT64_MAX);
+/// Puts the directory `staged` (complete, fsynced) at `target`, replacing what is there, so that a
+/// crash at any instant leaves either the old or the new directory at `target`: an atomic swap
+/// (renameat2 RENAME_EXCHANGE) where the file system has one, else the old one moved aside first.
+/// Then removes the old directory and fsyncs the parent. Both paths must be in the same directory.
+Status replace_dir(const stdfs::path& staged, const stdfs::path& target);
 /// Creates `dir` and its parents; errors if something that is not a directory is in the way.
 Status ensure_dir(const stdfs::path& dir);
 /// Fails with a clear message when files cannot be created in `dir` (creating it if needed).

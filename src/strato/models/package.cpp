@@ -88,9 +88,15 @@ Status save_package(const std::string& dir, const PackageInfo& info, NetImpl& ne
     stdfs::path final_dir(dir);
     stdfs::path parent = final_dir.parent_path().empty() ? stdfs::path(".") : final_dir.parent_path();
     STRATO_RETURN_IF_ERROR(fs::ensure_dir(parent));
-    stdfs::path tmp = parent / (final_dir.filename().string() + ".tmp." + std::to_string(::getpid()));
+    const std::string base = final_dir.filename().string();
+    stdfs::path tmp = parent / (base + ".tmp." + std::to_string(::getpid()));
+    // Leftovers of saves killed half way (any process): staging copies and old packages set aside.
     std::error_code ec;
-    (void)fs::remove_tree(tmp);
+    for (const auto& e : stdfs::directory_iterator(parent, ec)) {
+        const std::string n = e.path().filename().string();
+        if (n.rfind(base + ".tmp.", 0) == 0 || n.rfind(".old-" + base + ".", 0) == 0 || n.rfind(base + ".old.", 0) == 0)
+            (void)fs::remove_tree(e.path());
+    }
     STRATO_RETURN_IF_ERROR(fs::ensure_dir(tmp));
 
     std::string weights = module_to_bytes(net);
@@ -118,16 +124,8 @@ Status save_package(const std::string& dir, const PackageInfo& info, NetImpl& ne
     manifest.update(signature(info));
     STRATO_RETURN_IF_ERROR(write_file(tmp / kPackageManifest, manifest.dump(2) + "\n"));
 
-    // Swap the new package into place: old -> .old, tmp -> final, remove .old.
-    stdfs::path old = parent / (final_dir.filename().string() + ".old." + std::to_string(::getpid()));
-    if (stdfs::exists(final_dir, ec)) {
-        stdfs::rename(final_dir, old, ec);
-        if (ec) return io_error("cannot move {} aside: {}", final_dir.string(), ec.message());
-    }
-    stdfs::rename(tmp, final_dir, ec);
-    if (ec) return io_error("cannot move the new package to {}: {}", final_dir.string(), ec.message());
-    STRATO_RETURN_IF_ERROR(fs::fsync_dir(parent));
-    (void)fs::remove_tree(old);
+    // Swapped into place: a crash at any instant leaves the old package or the new one.
+    STRATO_RETURN_IF_ERROR(fs::replace_dir(tmp, final_dir));
     return Status::ok();
 }
 

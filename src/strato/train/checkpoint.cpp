@@ -88,7 +88,6 @@ Status CheckpointStore::save(const TrainState& state, torch::nn::Module& model, 
     const std::string name = fmt::format("step-{:09d}", state.step);
     const stdfs::path final_dir = stdfs::path(dir_) / name;
     const stdfs::path tmp = stdfs::path(dir_) / (".tmp-" + name + "." + std::to_string(::getpid()));
-    std::error_code ec;
     (void)fs::remove_tree(tmp);
     STRATO_RETURN_IF_ERROR(fs::ensure_dir(tmp));
 
@@ -104,18 +103,9 @@ Status CheckpointStore::save(const TrainState& state, torch::nn::Module& model, 
         manifest["files"][fname] = {{"sha256", fs::sha256_hex(bytes)}, {"bytes", bytes.size()}};
     }
     STRATO_RETURN_IF_ERROR(fs::atomic_write(tmp / "manifest.json", manifest.dump(2)));
-    // The same step saved again (a resume that ran no step, or a stale one from before a resume):
-    // move the old one aside first, so a crash at any instant leaves one complete copy.
-    const stdfs::path aside = stdfs::path(dir_) / (".old-" + name + "." + std::to_string(::getpid()));
-    const bool replacing = stdfs::exists(final_dir, ec);
-    if (replacing) {
-        stdfs::rename(final_dir, aside, ec);
-        if (ec) return io_error("cannot move {} aside: {}", final_dir.string(), ec.message());
-    }
-    stdfs::rename(tmp, final_dir, ec);
-    if (ec) return io_error("cannot move checkpoint into {}: {}", final_dir.string(), ec.message());
-    STRATO_RETURN_IF_ERROR(fs::fsync_dir(dir_));
-    if (replacing) (void)fs::remove_tree(aside);
+    // The same step saved again (a resume that ran no step, or a stale one from before a resume)
+    // is swapped, so a crash at any instant leaves one complete copy under the step's name.
+    STRATO_RETURN_IF_ERROR(fs::replace_dir(tmp, final_dir));
     STRATO_RETURN_IF_ERROR(fs::atomic_write(stdfs::path(dir_) / "latest", name + "\n"));
     prune(state);
     return Status::ok();
