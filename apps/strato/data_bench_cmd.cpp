@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "strato/core/fs.h"
+#include "strato/data/data_config.h"
 #include "strato/data/image_folder.h"
 #include "strato/data/loader.h"
 #include "strato/data/remote.h"
@@ -61,13 +62,15 @@ void add_data_bench_command(CLI::App& data, const GlobalFlags&, int* exit_code) 
     cmd->add_option("path", o->path, "An image folder (class per subfolder) or a shard directory/URL (index.json)")->required();
     cmd->add_option("--transform", o->transforms,
                     "A transform, repeatable, in order (default: resize to --image-size); see docs/data.md");
-    cmd->add_option("--workers", o->workers, "Loader threads (0 = decode in the consuming thread)");
-    cmd->add_option("--batch-size", o->batch, "Samples per batch");
-    cmd->add_option("--prefetch", o->prefetch, "Batches assembled ahead");
-    cmd->add_option("--limit", o->limit, "Use only the first N samples (0 = all)");
-    cmd->add_option("--epochs", o->epochs, "Passes over the data (the first batch is not timed)");
-    cmd->add_option("--channels", o->channels, "1 (gray) or 3 (RGB)");
-    cmd->add_option("--image-size", o->image_size, "Output side when no transform fixes it");
+    cmd->add_option("--workers", o->workers, "Loader threads (0 = decode in the consuming thread)")
+        ->check(CLI::Range(0, 256));
+    cmd->add_option("--batch-size", o->batch, "Samples per batch")->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+    cmd->add_option("--prefetch", o->prefetch, "Batches assembled ahead")->check(CLI::Range(1, 1024));
+    cmd->add_option("--limit", o->limit, "Use only the first N samples (0 = all)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--epochs", o->epochs, "Passes over the data (the first batch is not timed)")
+        ->check(CLI::Range(1e-6, 1e6));
+    cmd->add_option("--channels", o->channels, "1 (gray) or 3 (RGB)")->check(CLI::IsMember({1, 3}));
+    cmd->add_option("--image-size", o->image_size, "Output side when no transform fixes it")->check(CLI::Range(0, 16384));
     cmd->add_option("--cache", o->cache, "none, encoded or decoded (RAM cache after the first read)");
     cmd->add_flag("--accurate-decode", o->accurate, "libjpeg's accurate IDCT and fancy upsampling");
     cmd->add_flag("--raw-decode", o->raw, "Also time a single-thread whole-image libjpeg-turbo decode of the same files");
@@ -81,7 +84,9 @@ void add_data_bench_command(CLI::App& data, const GlobalFlags&, int* exit_code) 
         std::shared_ptr<const data::SampleSource> source;
         std::error_code ec;
         if (std::filesystem::exists(std::filesystem::path(o->path) / "index.json", ec) || data::is_remote_url(o->path)) {
-            auto store = data::open_shard_store(o->path, {});
+            data::RemoteOptions ro;  // a URL's shards go to the same cache a training run uses
+            if (data::is_remote_url(o->path)) ro.cache_dir = data::default_shard_cache_dir(o->path);
+            auto store = data::open_shard_store(o->path, ro);
             if (!store) return fail(store.status());
             auto s = data::ShardSource::open(*store);
             if (!s) return fail(s.status());
@@ -126,6 +131,10 @@ void add_data_bench_command(CLI::App& data, const GlobalFlags&, int* exit_code) 
                 seen += b.size;
             }
         }
+        if (timed == 0)  // t0 is set by the first batch, and only later ones are timed
+            return fail(invalid_argument("nothing was timed: {} batch(es) of {} came, and the first is not timed; "
+                                         "use more samples, more --epochs or a smaller --batch-size",
+                                         batches, o->batch));
         const double secs = seconds_since(t0);
         const double rate = static_cast<double>(timed) / secs;
         double raw_rate = 0;

@@ -5,9 +5,11 @@
 #include <turbojpeg.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <set>
+#include <thread>
 
 #include "strato/core/fs.h"
 #include "strato/data/codec.h"
@@ -462,6 +464,16 @@ TEST_F(Folder, IndexIsCachedAndEmptyClassesReported) {
     auto nested = ImageFolderSource::open((root_ / "img").string()).value();
     EXPECT_FALSE(nested->index_from_cache());
     EXPECT_EQ(nested->size(), 24);
+    // An empty nested folder counts too: an image copied into it changes only its own mtime
+    // (found by review: the cached index missed such images).
+    stdfs::create_directories(root_ / "img" / "class0" / "later" / "deeper");
+    EXPECT_EQ(ImageFolderSource::open((root_ / "img").string()).value()->size(), 24);
+    EXPECT_TRUE(ImageFolderSource::open((root_ / "img").string()).value()->index_from_cache());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past the file system's coarse clock tick
+    write("class0/later/deeper/c.jpg", jpeg_of(gradient(20, 20)));
+    auto deeper = ImageFolderSource::open((root_ / "img").string()).value();
+    EXPECT_FALSE(deeper->index_from_cache());
+    EXPECT_EQ(deeper->size(), 25);
 }
 
 TEST_F(Folder, SameBatchesWhateverTheThreadCountAndExactResume) {

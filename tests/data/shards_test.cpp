@@ -390,6 +390,10 @@ TEST_F(Pack, BadArgumentsAreClearErrors) {
     make_folder(root_ / "src", 1, 2);
     auto inside = pack_image_folder((root_ / "src").string(), (root_ / "src" / "shards").string(), {});
     EXPECT_NE(inside.status().message().find("is inside the source"), std::string::npos) << inside.status().message();
+    // `strato data pack SRC/train SRC`: shards and index.json into the dataset root itself.
+    auto holds = pack_image_folder((root_ / "src" / "class0").string(), (root_ / "src").string(), {});
+    EXPECT_NE(holds.status().message().find("holds the source"), std::string::npos) << holds.status().message();
+    EXPECT_FALSE(stdfs::exists(root_ / "src" / "index.json"));
     auto missing = pack_image_folder((root_ / "nope").string(), (root_ / "dst").string(), {});
     EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
     PackOptions tiny;

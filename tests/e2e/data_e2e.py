@@ -102,6 +102,18 @@ def main():
         p = run("data", "stats", dst)
         check("train: 24 samples, 2 classes, balance 1.00" in p.stdout and "shards" in p.stdout, p.stdout)
 
+        # The input pipeline benchmark: images/s over the shards; a run with nothing to time and
+        # out-of-range flags are errors (it printed the machine's uptime as the time before).
+        p = run("data", "bench", os.path.join(dst, "train"), "--image-size", "16", "--batch-size", "4", "--epochs", "2",
+                "--json")
+        b = json.loads(p.stdout) if p.returncode == 0 else {}
+        check(b.get("images_per_s", 0) > 0, f"data bench: {p.stdout} {p.stderr}")
+        p = run("data", "bench", os.path.join(dst, "train"), "--image-size", "16", "--batch-size", "64", expect=1)
+        check("nothing was timed: 1 batch(es) of 64 came" in p.stderr, p.stderr)
+        for flag, value in (("--epochs", "0"), ("--workers", "100000"), ("--channels", "2"), ("--limit", "-1")):
+            p = run("data", "bench", os.path.join(dst, "train"), flag, value, expect=2)
+            check(flag in p.stderr, f"data bench {flag} {value}: {p.stderr}")
+
         # Verify passes, then fails on one corrupted file, naming it.
         p = run("data", "verify", src, "--manifest", manifest)
         check(p.stdout.startswith("ok: 30 files, 30 samples, compared with"), p.stdout)

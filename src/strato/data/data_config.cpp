@@ -59,6 +59,16 @@ Status apply_limit(std::shared_ptr<Dataset>& ds, int64_t limit, const char* key)
     return Status::ok();
 }
 
+}  // namespace
+
+std::string default_shard_cache_dir(const std::string& url) {
+    std::string base = cache_root();
+    if (base.empty()) base = "/tmp/strato-cache";
+    return (std::filesystem::path(base) / "shards" / fs::sha256_hex(url).substr(0, 16)).string();
+}
+
+namespace {
+
 /// The shard store of one split: a directory, or an http(s) URL with a local cache.
 Result<std::shared_ptr<ShardStore>> split_store(const DataConfig& cfg, const std::string& split) {
     const bool remote = is_remote_url(cfg.path);
@@ -66,12 +76,7 @@ Result<std::shared_ptr<ShardStore>> split_store(const DataConfig& cfg, const std
                                : (std::filesystem::path(cfg.path) / split).string();
     RemoteOptions o;
     if (remote) {
-        std::string dir = cfg.shard_cache_dir;
-        if (dir.empty()) {
-            std::string base = cache_root();
-            if (base.empty()) base = "/tmp/strato-cache";
-            dir = (std::filesystem::path(base) / "shards" / fs::sha256_hex(cfg.path).substr(0, 16)).string();
-        }
+        const std::string dir = cfg.shard_cache_dir.empty() ? default_shard_cache_dir(cfg.path) : cfg.shard_cache_dir;
         o.cache_dir = (std::filesystem::path(dir) / split).string();
         o.cache_bytes_max = cfg.shard_cache_mb << 20;
     }

@@ -65,6 +65,10 @@ struct DataSplits {
     std::vector<double> std;
 };
 
+/// Where fetched shards of the dataset at `url` are cached unless data.shard_cache_dir says:
+/// $STRATO_CACHE_DIR (or the XDG cache)/shards/<hash of the URL>.
+std::string default_shard_cache_dir(const std::string& url);
+
 /// Opens the train and test splits the config names; resolves mean/std.
 Result<DataSplits> open_datasets(const DataConfig& cfg);
 

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
-#include <set>
 #include <sstream>
 
 #include "strato/core/fs.h"
@@ -115,14 +114,16 @@ Result<std::shared_ptr<ImageFolderSource>> ImageFolderSource::open(const std::st
         for (const auto& c : class_names) index.classes.emplace_back(mtime_ns(stdfs::path(root) / c), c);
         STRATO_ASSIGN_OR_RETURN(FolderIndex listed, index_image_folder(root, class_names));
         bool cacheable = true;
-        std::set<std::string> nested;  // folders below a class folder that hold files
         for (auto& f : listed.files) {
             if (f.path.find('\n') != std::string::npos) cacheable = false;
-            for (auto d = stdfs::path(f.path).parent_path(); d.has_parent_path(); d = d.parent_path())
-                nested.insert(d.string());
             index.files.emplace_back(f.label, std::move(f.path));
         }
-        for (const auto& d : nested) index.dirs.emplace_back(mtime_ns(stdfs::path(root) / d), d);
+        // Every folder below the classes, empty ones too (an image copied into an empty nested
+        // folder changes only that folder's mtime), with the mtime read before it was listed.
+        for (auto& [d, mtime] : listed.dirs) {
+            if (d.find('\n') != std::string::npos) cacheable = false;
+            index.dirs.emplace_back(mtime, std::move(d));
+        }
         if (!cache.empty() && cacheable) {
             Status st = fs::ensure_dir(cache.parent_path());
             if (st.is_ok()) st = fs::atomic_write(cache, render(root, root_mtime, index));

@@ -413,6 +413,9 @@ Result<std::vector<PackedSplit>> pack_image_folder(const std::string& src, const
     if (is_inside(dst, src)) {
         return invalid_argument("the destination {} is inside the source {}; pack to a directory outside it", dst, src);
     }
+    if (is_inside(src, dst)) {  // index.json in an ancestor would make stats/verify of it check the shards only
+        return invalid_argument("the destination {} holds the source {}; pack to a directory outside it", dst, src);
+    }
     std::vector<PackedSplit> out;
     std::vector<std::string> class_names;
     for (const std::string& split : dataset_splits(src)) {

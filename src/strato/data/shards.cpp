@@ -87,7 +87,12 @@ Result<FolderIndex> index_image_folder(const std::string& root, const std::vecto
         struct stat st {};
         if (::stat(d.c_str(), &st) != 0) return io_error("cannot stat {}: {}", d.string(), os_error());
         auto [at, fresh] = seen_dirs.emplace(std::make_pair(st.st_dev, st.st_ino), d.string());
-        if (fresh) return Status::ok();
+        if (fresh) {
+            const stdfs::path rel = d.lexically_relative(root);
+            if (rel.has_parent_path())  // below a class folder
+                idx.dirs.emplace_back(rel.generic_string(), int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec);
+            return Status::ok();
+        }
         return invalid_argument(
             "image folder {}: {} is the folder {} again (a symbolic link loop, or a link into another class); its "
             "images would be listed twice, the second time under class '{}'",

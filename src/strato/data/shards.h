@@ -53,6 +53,9 @@ struct FolderIndex {
     std::string root;
     std::vector<std::string> class_names;
     std::vector<ImageFile> files;
+    /// Every folder below the class folders (relative to root) with its mtime in ns, read as the
+    /// walk entered it: a cached listing is valid while none of them (nor the class folders) changed.
+    std::vector<std::pair<std::string, int64_t>> dirs;
 };
 
 /// Indexes `root`. With `class_names` given (the training split's), a class folder not in the
