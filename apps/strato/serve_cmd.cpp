@@ -124,8 +124,14 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         register_onnx_backend(o->intra_threads);
 #endif
         signals::install_stop_handlers();
+        so.repository.interrupted = [] { return signals::stop_requested(); };
         InferenceServer server(so);
         Status st = server.start();
+        if (!st.is_ok() && signals::stop_requested()) {  // Ctrl-C / SIGTERM while the models loaded
+            log::info("serve: signal {} received while loading; stopped", signals::stop_signal());
+            *exit_code = 128 + signals::stop_signal();
+            return;
+        }
         if (!st.is_ok()) return fail(st);
         std::string models;
         for (const auto& e : server.repository().index(false))

@@ -245,6 +245,19 @@ TEST_F(RepositoryTest, AStartupModelThatIsNotInTheRepositoryStopsTheStart) {
         << st.message();
 }
 
+// SIGTERM while a long model_warmup ran was ignored until every model had loaded.
+TEST_F(RepositoryTest, AnInterruptStopsTheStartupLoads) {
+    version("a", 1, "1");
+    version("b", 1, "2");
+    auto opt = options(ControlMode::kNone);
+    int asked = 0;
+    opt.interrupted = [&] { return ++asked > 1; };  // after the first model
+    Repository repo(opt, &registry);
+    Status st = repo.start();
+    EXPECT_EQ(st.code(), StatusCode::kCancelled) << st.message();
+    EXPECT_EQ(asked, 2);
+}
+
 TEST_F(RepositoryTest, LoadAndUnloadAreRefusedOutsideExplicitMode) {
     version("a", 1, "1");
     Repository repo(options(ControlMode::kNone), &registry);

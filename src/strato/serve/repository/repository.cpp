@@ -110,9 +110,10 @@ Result<std::vector<WarmupRequest>> warmup_requests(const ModelConfig& cfg, const
 
 /// Runs the warm-up requests on `m`, as Triton runs them on each instance before the model is
 /// ready; a failure fails the load.
-Status run_warmup(const std::vector<WarmupRequest>& requests, Model& m) {
+Status run_warmup(const std::vector<WarmupRequest>& requests, Model& m, const std::function<bool()>& interrupted) {
     for (const auto& req : requests) {
         for (int64_t i = 0; i < req.count; ++i) {
+            if (interrupted && interrupted()) return {StatusCode::kCancelled, req.what + ": interrupted"};
             std::vector<Tensor> out;
             STRATO_RETURN_IF_ERROR(m.execute(req.inputs, &out).with_context(req.what));
         }
@@ -291,7 +292,7 @@ Result<std::map<int64_t, std::shared_ptr<ModelVersion>>> Repository::build(const
                 auto loaded = b->load(cfg, vdir, d);
                 if (!loaded) return loaded.status().with_context(where);
                 m = std::move(loaded).value();
-                STRATO_RETURN_IF_ERROR(run_warmup(*warmup, *m).with_context(where));
+                STRATO_RETURN_IF_ERROR(run_warmup(*warmup, *m, opt_.interrupted).with_context(where));
             }
             mv->instances.push_back(m);
         }
@@ -465,7 +466,11 @@ Status Repository::start() {
         log::warn("serve: --load-model is for --model-control-mode explicit; in this mode every model in the repository "
                   "loads");
     std::lock_guard lock(load_mu_);
-    for (const auto& name : to_load) (void)load_locked(name, std::nullopt);  // failures stay UNAVAILABLE, as in tritonserver
+    for (const auto& name : to_load) {
+        if (opt_.interrupted && opt_.interrupted())
+            return {StatusCode::kCancelled, "interrupted while loading the models"};
+        (void)load_locked(name, std::nullopt);  // failures stay UNAVAILABLE, as in tritonserver
+    }
     if (opt_.mode == ControlMode::kPoll)
         poller_ = std::thread([this] {
             set_thread_name("repo-poll");

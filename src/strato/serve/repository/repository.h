@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -96,6 +97,9 @@ struct RepositoryOptions {
     std::chrono::seconds poll_interval{15};
     int64_t default_max_queue_size = 4096;               // when a config sets none
     bool strict_readiness = true;
+    /// Asked between the models start() loads and between warm-up runs: true stops the start
+    /// (kCancelled), so SIGTERM during a long startup does not wait for every model.
+    std::function<bool()> interrupted;
 };
 
 struct IndexEntry {
