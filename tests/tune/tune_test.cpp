@@ -194,6 +194,30 @@ TEST(Store, TrialsResultsRungsAndFingerprint) {
     EXPECT_EQ(*(*st)->journal(), "delete");  // kept in the file
 }
 
+// status/best/report on a study they may not write (a read-only disk, another user's run):
+// `attempt to write a readonly database` before (found by review). Root ignores permission bits,
+// so the test shows the opening writes nothing and can write nothing.
+TEST(Store, ReadOnlyOpenReadsAWalStudyAndWritesNothing) {
+    std::string dir = testing::TempDir() + "/tune_store_ro";
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    {
+        auto st = Store::open(dir + "/study.db");
+        ASSERT_TRUE(st.is_ok());
+        ASSERT_TRUE((*st)->bind_study("A").is_ok());
+        ASSERT_TRUE((*st)->add_trial({{"optim.lr", "0.01"}}, 1, 0, "").is_ok());
+    }
+    const auto before = std::filesystem::last_write_time(dir + "/study.db");
+    auto ro = Store::open_read_only(dir + "/study.db");
+    ASSERT_TRUE(ro.is_ok()) << ro.status().message();
+    EXPECT_TRUE((*ro)->check_study("A").is_ok());
+    EXPECT_NE((*ro)->check_study("B").message().find("holds a different study"), std::string::npos);
+    EXPECT_EQ((*ro)->trials()->size(), 1u);
+    EXPECT_FALSE((*ro)->add_trial({{"optim.lr", "0.5"}}, 1, 0, "").is_ok());
+    EXPECT_EQ(std::filesystem::last_write_time(dir + "/study.db"), before);
+    EXPECT_FALSE(Store::open_read_only(dir + "/missing.db").is_ok());
+}
+
 TEST(Store, ExecutorsOpenANewStudyTogether) {
     // Executors started at once on a new study directory: each opens the same fresh study.db and
     // switches it to WAL. SQLite fails that switch at once ("database is locked", not waiting on

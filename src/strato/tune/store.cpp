@@ -117,6 +117,40 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& path, bool shared)
     return s;
 }
 
+Result<std::unique_ptr<Store>> Store::open_read_only(const std::string& path) {
+    std::string last;
+    for (const char* how : {"mode=ro", "immutable=1"}) {
+        sqlite3* db = nullptr;
+        std::string escaped;  // a URI: '%', '?' and '#' in the path are escaped
+        for (char c : path) escaped += c == '%' ? "%25" : c == '?' ? "%3f" : c == '#' ? "%23" : std::string(1, c);
+        const std::string uri = fmt::format("file:{}?{}", escaped, how);
+        if (sqlite3_open_v2(uri.c_str(), &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr) != SQLITE_OK) {
+            last = db ? sqlite3_errmsg(db) : "out of memory";
+            sqlite3_close(db);
+            continue;
+        }
+        sqlite3_busy_timeout(db, kBusyTimeoutMs);
+        std::unique_ptr<Store> s(new Store(db));
+        Stmt q(db, "SELECT count(*) FROM sqlite_master WHERE name = 'trials'");
+        if (q.step() == SQLITE_ROW) {
+            if (q.i64(0) == 0) return invalid_argument("{} is not a study store (no trials table)", path);
+            return s;
+        }
+        last = sqlite3_errmsg(db);
+    }
+    return io_error("cannot read the study store {}: {}", path, last);
+}
+
+Status Store::check_study(const std::string& fingerprint) {
+    Stmt q(db_, "SELECT value FROM meta WHERE key = 'study'");
+    const int rc = q.step();
+    if (rc == SQLITE_ROW && q.text(0) != fingerprint)
+        return invalid_argument("this study directory holds a different study (its [study], [scheduler] or [params] "
+                                "changed); use a new --dir or restore the original file");
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return io_error("study store: reading the study: {}", sqlite3_errmsg(db_));
+    return Status::ok();
+}
+
 Store::~Store() { sqlite3_close(db_); }
 
 Status Store::migrate() {

@@ -51,6 +51,12 @@ class Store {
 public:
     /// Opens or creates the store; a new database gets WAL, or the rollback journal if `shared`.
     static Result<std::unique_ptr<Store>> open(const std::string& path, bool shared = false);
+    /// Opens an existing study for reading only (status, best, report): no schema set-up and
+    /// no locks taken for writing, so a study on a read-only disk or in another user's
+    /// directory can be read. A WAL study whose -shm cannot be created is read as immutable.
+    static Result<std::unique_ptr<Store>> open_read_only(const std::string& path);
+    /// Fails unless the study recorded is `fingerprint` (bind_study without recording one).
+    Status check_study(const std::string& fingerprint);
     ~Store();
 
     /// Records the study definition; a different one for an existing study is an error.

@@ -494,7 +494,12 @@ Result<std::unique_ptr<Store>> open_store(const StudyConfig& cfg, const std::str
     std::string db = (stdfs::path(dir) / "study.db").string();
     std::error_code ec;
     if (!create && !stdfs::exists(db, ec)) return not_found("{} has no study.db (has the study run?)", dir);
-    if (create) STRATO_RETURN_IF_ERROR(fs::ensure_dir(dir));
+    if (!create) {  // status, best, report: read, never write (the study may be on a read-only disk)
+        STRATO_ASSIGN_OR_RETURN(auto store, Store::open_read_only(db));
+        STRATO_RETURN_IF_ERROR(store->check_study(fingerprint(cfg)));
+        return store;
+    }
+    STRATO_RETURN_IF_ERROR(fs::ensure_dir(dir));
     STRATO_ASSIGN_OR_RETURN(auto store, Store::open(db, shared));
     STRATO_RETURN_IF_ERROR(store->bind_study(fingerprint(cfg)));
     return store;
