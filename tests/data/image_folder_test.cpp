@@ -65,6 +65,12 @@ TEST_F(ImageFolder, OpensThroughDataConfig) {
     ASSERT_TRUE(s.is_ok()) << s.status().message();
     EXPECT_EQ(s->test->size(), 3);
     EXPECT_EQ(s->mean.size(), 1u);
+    // ImageNet's layout: train/ and val/, no test/ (pack wrote val shards nothing could read).
+    stdfs::rename(root_ / "test", root_ / "val");
+    stdfs::remove(root_ / "val" / "cat" / "b.png");
+    auto v = open_datasets(cfg);
+    ASSERT_TRUE(v.is_ok()) << v.status().message();
+    EXPECT_EQ(v->test->size(), 2);
 }
 
 TEST_F(ImageFolder, CorruptImageIsAnErrorNamingTheFile) {

@@ -69,6 +69,13 @@ std::string default_shard_cache_dir(const std::string& url) {
 
 namespace {
 
+/// The split evaluated: test/, or val/ where a local dataset has no test/ (ImageNet's layout).
+std::string evaluation_split(const DataConfig& cfg) {
+    std::error_code ec;
+    if (is_remote_url(cfg.path) || std::filesystem::is_directory(std::filesystem::path(cfg.path) / "test", ec)) return "test";
+    return std::filesystem::is_directory(std::filesystem::path(cfg.path) / "val", ec) ? "val" : "test";
+}
+
 /// The shard store of one split: a directory, or an http(s) URL with a local cache.
 Result<std::shared_ptr<ShardStore>> split_store(const DataConfig& cfg, const std::string& split) {
     const bool remote = is_remote_url(cfg.path);
@@ -126,7 +133,7 @@ Result<DataSplits> open_datasets(const DataConfig& cfg) {
     if (cfg.dataset == "shards") {
         if (cfg.channels != 1 && cfg.channels != 3) return invalid_argument("data.channels: expected 1 or 3, got {}", cfg.channels);
         STRATO_ASSIGN_OR_RETURN(auto train_store, split_store(cfg, "train"));
-        STRATO_ASSIGN_OR_RETURN(auto test_store, split_store(cfg, "test"));
+        STRATO_ASSIGN_OR_RETURN(auto test_store, split_store(cfg, evaluation_split(cfg)));
         STRATO_ASSIGN_OR_RETURN(auto train_src, ShardSource::open(train_store));
         STRATO_ASSIGN_OR_RETURN(auto test_src, ShardSource::open(test_store));
         if (test_src->class_names() != train_src->class_names())
@@ -166,7 +173,8 @@ Result<DataSplits> open_datasets(const DataConfig& cfg) {
         if (cfg.channels != 1 && cfg.channels != 3) return invalid_argument("data.channels: expected 1 or 3, got {}", cfg.channels);
         auto root = stdfs::path(cfg.path);
         STRATO_ASSIGN_OR_RETURN(auto train_src, ImageFolderSource::open((root / "train").string()));
-        STRATO_ASSIGN_OR_RETURN(auto test_src, ImageFolderSource::open((root / "test").string(), train_src->class_names()));
+        STRATO_ASSIGN_OR_RETURN(auto test_src,
+                                ImageFolderSource::open((root / evaluation_split(cfg)).string(), train_src->class_names()));
         for (const auto& src : {train_src, test_src})
             for (const auto& c : src->empty_classes()) log::warn("image folder {}: class '{}' has no images", src->root(), c);
         STRATO_ASSIGN_OR_RETURN(auto train, open_image_split(cfg, train_src, "train"));
