@@ -218,6 +218,21 @@ def main():
         _, err, _ = run(["https://127.0.0.1/", "-n", "1"], expect=1)
         check("https is not supported" in err, f"https: {err}")
 
+        print("== file descriptors: the soft limit is raised when the hard one allows, else a clear error")
+        import resource
+
+        def limited(soft, hard):
+            return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        p = subprocess.run([BIN, "loadtest", url + "/v2/health/live", "--concurrency", "1000", "-n", "1000", "--warmup", "0"],
+                           capture_output=True, text=True, timeout=120, preexec_fn=limited(128, 128))
+        check(p.returncode == 1 and "1000 connections need about" in p.stderr and "and this process may open 128 (ulimit -n" in p.stderr,
+              f"fd limit: exit {p.returncode} {p.stderr[-300:]}")
+        p = subprocess.run([BIN, "loadtest", url + "/v2/health/live", "--concurrency", "300", "-n", "600", "--warmup", "0",
+                            "--json", f"{tmp}/fd.json"], capture_output=True, text=True, timeout=120,
+                           preexec_fn=limited(128, 4096))
+        fp = json.load(open(f"{tmp}/fd.json"))["points"][0] if p.returncode == 0 else {"ok": 0, "errors": {}}
+        check(fp["ok"] == 600 and fp["errors"].get("total") == 0, f"raised fd limit: exit {p.returncode} {fp} {p.stderr[-300:]}")
+
         print("== a server whose metadata is odd, and HEAD requests")
         odd = fake_server()
         try:

@@ -6,6 +6,7 @@
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -560,6 +561,28 @@ void Worker::close_all() {
 
 LoadSession::LoadSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
+namespace {
+
+/// One socket per connection, an epoll and an eventfd per thread, and some to spare: raises the
+/// soft RLIMIT_NOFILE up to the hard one if that is needed, or says what to do. Without this a
+/// run past `ulimit -n` reported thousands of "connect errors" as the server's.
+Status ensure_descriptors(int64_t connections, int threads) {
+    const rlim_t need = static_cast<rlim_t>(connections + 2 * threads + 64);
+    rlimit lim{};
+    if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur >= need)
+        return Status::ok();
+    rlimit raised = lim;
+    raised.rlim_cur = lim.rlim_max == RLIM_INFINITY ? need : std::min(need, lim.rlim_max);
+    if (raised.rlim_cur > lim.rlim_cur) (void)::setrlimit(RLIMIT_NOFILE, &raised);
+    if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur >= need) return Status::ok();
+    return invalid_argument("{} connections need about {} file descriptors, and this process may open {} (ulimit -n, "
+                            "hard limit {}); raise the limit or lower the concurrency",
+                            connections, static_cast<uint64_t>(need), static_cast<uint64_t>(lim.rlim_cur),
+                            lim.rlim_max == RLIM_INFINITY ? std::string("unlimited") : std::to_string(lim.rlim_max));
+}
+
+}  // namespace
+
 Result<std::unique_ptr<LoadSession>> LoadSession::start(const Target& target, const LoadOptions& options) {
     if (target.requests.empty()) return invalid_argument("load target has no request to send");
     if (options.threads < 1) return invalid_argument("threads must be >= 1, got {}", options.threads);
@@ -570,6 +593,8 @@ Result<std::unique_ptr<LoadSession>> LoadSession::start(const Target& target, co
     if (options.mode == LoadOptions::Mode::kOpen && !options.schedule && !(options.rate > 0))
         return invalid_argument("request rate must be > 0, got {}", options.rate);
     if (options.timeout_ns <= 0) return invalid_argument("timeout must be > 0");
+    STRATO_RETURN_IF_ERROR(ensure_descriptors(
+        options.mode == LoadOptions::Mode::kClosed ? options.concurrency : options.max_connections, options.threads));
     auto impl = std::make_unique<Impl>();
     impl->target = target;
     impl->options = options;
