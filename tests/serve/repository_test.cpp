@@ -245,6 +245,21 @@ TEST_F(RepositoryTest, AStartupModelThatIsNotInTheRepositoryStopsTheStart) {
         << st.message();
 }
 
+TEST_F(RepositoryTest, AModelInTwoRepositoriesIsNotUnique) {
+    version("m", 1, "1");
+    const fs::path other = root / "other";
+    fs::create_directories(other / "m" / "1");
+    std::ofstream(other / "m" / "1" / "model.fake") << "2";
+    auto opt = options(ControlMode::kExplicit);
+    opt.paths.push_back(other.string());
+    Repository repo(opt, &registry);
+    ASSERT_TRUE(repo.start().is_ok());
+    Status st = repo.load("m");
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("the model is not unique across the model repositories"), std::string::npos)
+        << st.message();
+}
+
 // SIGTERM while a long model_warmup ran was ignored until every model had loaded.
 TEST_F(RepositoryTest, AnInterruptStopsTheStartupLoads) {
     version("a", 1, "1");

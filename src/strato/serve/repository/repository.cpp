@@ -177,10 +177,16 @@ Result<std::string> Repository::locate(const std::string& name) const {
     if (!valid_model_name(name))
         return invalid_argument("'{}' is not a valid model name (no '/', '\\', leading '.', or control characters)", name);
     std::error_code ec;
+    std::vector<std::string> found;
     for (const auto& p : opt_.paths) {
         fs::path d = fs::path(p) / name;
-        if (fs::is_directory(d, ec)) return d.string();
+        if (fs::is_directory(d, ec)) found.push_back(d.string());
     }
+    // As tritonserver: a name in two repositories is not served from whichever comes first.
+    if (found.size() > 1)
+        return invalid_argument("failed to load '{}': the model is not unique across the model repositories ({})",
+                                name, fmt::join(found, ", "));
+    if (found.size() == 1) return found[0];
     return invalid_argument("failed to load '{}': no model directory '{}' in the model repository ({})", name, name,
                             fmt::join(opt_.paths, ", "));
 }
@@ -389,7 +395,12 @@ Status Repository::load_locked(const std::string& name, const std::optional<nloh
         }
     }
     if (!proto.package) {
-        STRATO_ASSIGN_OR_RETURN(proto.dir, locate(name));
+        auto dir = locate(name);
+        if (!dir) {
+            log::error("serve: {}", dir.status().message());  // e.g. a name in two repositories, at start
+            return dir.status();
+        }
+        proto.dir = *dir;
     }
     std::string fp = fingerprint(proto);
     {
