@@ -3,18 +3,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-
 namespace strato {
 
 namespace {
 
 const std::string kEmpty;
-
-std::string_view trim(std::string_view s) {
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-    return s;
-}
 
 /// Splits one record starting at `pos`; advances `pos` past its line end and `line` by the
 /// newlines consumed (quoted fields may span lines).
@@ -68,7 +61,7 @@ Result<CsvTable> CsvTable::parse(std::string_view text, const std::string& sourc
         if (fields.size() == 1 && fields[0].empty()) continue;  // blank line
         if (!have_header) {
             for (size_t i = 0; i < fields.size(); ++i) {
-                fields[i] = std::string(trim(fields[i]));  // "time_s, rate" names the column rate
+                fields[i] = std::string(trim_blanks(fields[i]));  // "time_s, rate" names the column rate
                 if (!t.columns_.emplace(fields[i], i).second)
                     return invalid_argument("{}:{}: column '{}' appears twice in the header", source, row_line, fields[i]);
             }

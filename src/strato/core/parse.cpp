@@ -5,15 +5,11 @@
 
 namespace strato {
 
-namespace {
-
-std::string_view trim(std::string_view s) {
+std::string_view trim_blanks(std::string_view s) {
     while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
     while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
     return s;
 }
-
-}  // namespace
 
 std::optional<int64_t> parse_int(std::string_view text, int64_t lo, int64_t hi) {
     int64_t v = 0;
@@ -23,7 +19,7 @@ std::optional<int64_t> parse_int(std::string_view text, int64_t lo, int64_t hi) 
 }
 
 Result<double> parse_number(std::string_view text, double missing, std::string_view what) {
-    text = trim(text);
+    text = trim_blanks(text);
     if (text.empty()) return missing;
     double v = 0;
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);

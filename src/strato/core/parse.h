@@ -13,6 +13,9 @@
 
 namespace strato {
 
+/// `s` without the spaces and tabs around it.
+std::string_view trim_blanks(std::string_view s);
+
 /// `text` as a whole number in [lo, hi]: all of it, decimal, an optional '-', no spaces;
 /// nullopt otherwise (empty, other characters, out of range).
 std::optional<int64_t> parse_int(std::string_view text, int64_t lo = std::numeric_limits<int64_t>::min(),

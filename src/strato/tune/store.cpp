@@ -118,11 +118,11 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& path, bool shared)
 }
 
 Result<std::unique_ptr<Store>> Store::open_read_only(const std::string& path) {
+    std::string escaped;  // a URI: '%', '?' and '#' in the path are escaped
+    for (char c : path) escaped += c == '%' ? "%25" : c == '?' ? "%3f" : c == '#' ? "%23" : std::string(1, c);
     std::string last;
     for (const char* how : {"mode=ro", "immutable=1"}) {
         sqlite3* db = nullptr;
-        std::string escaped;  // a URI: '%', '?' and '#' in the path are escaped
-        for (char c : path) escaped += c == '%' ? "%25" : c == '?' ? "%3f" : c == '#' ? "%23" : std::string(1, c);
         const std::string uri = fmt::format("file:{}?{}", escaped, how);
         if (sqlite3_open_v2(uri.c_str(), &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr) != SQLITE_OK) {
             last = db ? sqlite3_errmsg(db) : "out of memory";
@@ -209,16 +209,10 @@ Status Store::transaction(const std::function<Status()>& body) {
 
 Status Store::bind_study(const std::string& fingerprint) {
     return transaction([&]() -> Status {
-        Stmt q(db_, "SELECT value FROM meta WHERE key = 'study'");
-        int rc = q.step();
-        if (rc == SQLITE_ROW) {
-            if (q.text(0) != fingerprint)
-                return invalid_argument("this study directory holds a different study (its [study], [scheduler] or "
-                                        "[params] changed); use a new --dir or restore the original file");
-            return Status::ok();
-        }
-        if (rc != SQLITE_DONE) return io_error("study store: reading the study: {}", sqlite3_errmsg(db_));
-        return Stmt(db_, "INSERT INTO meta(key, value) VALUES('study', ?)").bind(1, fingerprint).run("recording the study");
+        STRATO_RETURN_IF_ERROR(check_study(fingerprint));
+        return Stmt(db_, "INSERT OR IGNORE INTO meta(key, value) VALUES('study', ?)")
+            .bind(1, fingerprint)
+            .run("recording the study");
     });
 }
 

@@ -55,7 +55,7 @@ public:
     /// no locks taken for writing, so a study on a read-only disk or in another user's
     /// directory can be read. A WAL study whose -shm cannot be created is read as immutable.
     static Result<std::unique_ptr<Store>> open_read_only(const std::string& path);
-    /// Fails unless the study recorded is `fingerprint` (bind_study without recording one).
+    /// Fails if another study than `fingerprint` is recorded (none recorded is no error).
     Status check_study(const std::string& fingerprint);
     ~Store();
 
