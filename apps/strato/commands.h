@@ -47,6 +47,10 @@ Result<data::DataConfig> data_config_from_flags(const std::string& config, const
 
 int report_error(const std::string& command, const Status& status);
 
+/// A flag's number: finite and within [lo, hi] (CLI::Range lets NaN through: every comparison
+/// with NaN is false).
+CLI::Validator finite_range(double lo, double hi);
+
 /// `--busy-poll D` of loadtest and serve, in ns: a duration (bare numbers are µs) from 0 to 10 ms.
 Result<int64_t> parse_busy_poll_ns(const std::string& text);
 

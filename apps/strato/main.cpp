@@ -2,12 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdio>
 
 #include "commands.h"
 #include "strato/core/duration.h"
 #include "strato/core/log.h"
 #include "strato/core/memory.h"
+#include "strato/core/parse.h"
 
 namespace strato::cli {
 
@@ -17,6 +19,16 @@ int report_error(const std::string& command, const Status& status) {
     fmt::print(stderr, "strato {}: error: {}\n", command, msg.substr(0, nl));
     if (nl != std::string::npos) fmt::print(stderr, "{}\n", msg.substr(nl + 1));
     return status.code() == StatusCode::kCancelled ? 130 : 1;
+}
+
+CLI::Validator finite_range(double lo, double hi) {
+    return CLI::Validator(
+        [lo, hi](std::string& text) -> std::string {
+            auto v = parse_number(text, NAN, "");
+            if (!v.is_ok() || !(*v >= lo && *v <= hi)) return fmt::format("expected a number in [{}, {}], got '{}'", lo, hi, text);
+            return {};
+        },
+        fmt::format("NUMBER in [{}, {}]", lo, hi));
 }
 
 Result<int64_t> parse_busy_poll_ns(const std::string& text) {

@@ -168,6 +168,37 @@ TEST_F(FsTest, RemoveTreeDeletesEverythingButWhatLinksPointTo) {
     }
 }
 
+TEST_F(FsTest, IsWithinResolvesDotsAndLinks) {
+    stdfs::create_directories(dir_ / "run" / "model");
+    stdfs::create_directory_symlink(dir_ / "run", dir_ / "alias");
+    EXPECT_TRUE(is_within(dir_ / "run" / "model", dir_ / "run"));
+    EXPECT_TRUE(is_within(dir_ / "run", dir_ / "run"));
+    EXPECT_TRUE(is_within(dir_ / "run" / "model" / ".", dir_ / "run/"));
+    EXPECT_TRUE(is_within(dir_ / "alias" / "model", dir_ / "run"));         // through a link
+    EXPECT_TRUE(is_within(dir_ / "run" / "model" / "..", dir_ / "run"));    // the run itself
+    EXPECT_TRUE(is_within(dir_ / "run" / "new" / "x", dir_ / "run"));       // not there yet
+    EXPECT_FALSE(is_within(dir_ / "run", dir_ / "run" / "model"));
+    EXPECT_FALSE(is_within(dir_ / "runs", dir_ / "run"));                   // a prefix of the name is not inside
+    EXPECT_FALSE(is_within(dir_ / "run" / ".." / "other", dir_ / "run"));
+}
+
+TEST_F(FsTest, OutputFilesReplaceOnlyWhatTheCommandWrites) {
+    const auto html = dir_ / "report.html", text = dir_ / "notes.md", bin = dir_ / "weights.pt";
+    ASSERT_TRUE(atomic_write(html, "<!DOCTYPE html>\n<html></html>").is_ok());
+    ASSERT_TRUE(atomic_write(text, "# notes\n").is_ok());
+    ASSERT_TRUE(atomic_write(bin, std::string("PK\x03\x04\0\0weights", 12)).is_ok());
+    EXPECT_TRUE(check_output_file(dir_ / "new.html", OutputKind::kHtml, "--out").is_ok());
+    EXPECT_TRUE(check_output_file(html, OutputKind::kHtml, "--out").is_ok());
+    EXPECT_TRUE(check_output_file(text, OutputKind::kText, "--markdown").is_ok());
+    Status s = check_output_file(text, OutputKind::kHtml, "--out");  // a run's metrics.jsonl, say
+    EXPECT_NE(s.message().find("--out " + text.string() + ": the file exists and is not an HTML report"),
+              std::string::npos)
+        << s.message();
+    EXPECT_NE(check_output_file(bin, OutputKind::kText, "--markdown").message().find("is not a text file"),
+              std::string::npos);
+    EXPECT_NE(check_output_file(dir_, OutputKind::kText, "-o").message().find("is a directory"), std::string::npos);
+}
+
 TEST(ShellQuote, SurvivesTheShell) {
     EXPECT_EQ(shell_quote("plain"), "'plain'");
     EXPECT_EQ(shell_quote("it's $HOME `x`"), "'it'\\''s $HOME `x`'");

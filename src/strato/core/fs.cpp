@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -197,6 +198,47 @@ Status remove_tree(const stdfs::path& path) {
     // Depth first (contents before their directory), not following links, staying on this file system.
     const int rc = ::nftw(path.c_str(), remove_entry, 32, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
     if (rc != 0) return io_error("cannot delete {}: {}", path.string(), std::strerror(rc > 0 ? rc : errno));
+    return Status::ok();
+}
+
+bool is_within(const stdfs::path& path, const stdfs::path& dir) {
+    std::error_code ec;
+    const stdfs::path p = stdfs::weakly_canonical(stdfs::absolute(path, ec), ec).lexically_normal();
+    const stdfs::path d = stdfs::weakly_canonical(stdfs::absolute(dir, ec), ec).lexically_normal();
+    auto pi = p.begin(), di = d.begin();
+    for (; di != d.end(); ++di, ++pi) {
+        if (di->empty()) continue;  // the trailing "" of "a/b/"
+        if (pi == p.end() || *pi != *di) return false;
+    }
+    return true;
+}
+
+Status check_output_file(const stdfs::path& path, OutputKind kind, std::string_view flag) {
+    std::error_code ec;
+    const auto st = stdfs::status(path, ec);
+    if (ec || st.type() == stdfs::file_type::not_found) return Status::ok();
+    if (stdfs::is_directory(st)) return invalid_argument("{} {}: is a directory; expected a file name", flag, path.string());
+    if (!stdfs::is_regular_file(st))
+        return invalid_argument("{} {}: exists and is not a regular file; not writing over it", flag, path.string());
+    std::string head(64 << 10, '\0');
+    {
+        std::FILE* f = std::fopen(path.c_str(), "rb");
+        if (!f) return Status::ok();  // unreadable: the write reports what is wrong
+        head.resize(std::fread(head.data(), 1, head.size(), f));
+        std::fclose(f);
+    }
+    if (head.empty()) return Status::ok();
+    bool ours = head.find('\0') == std::string::npos;
+    if (ours && kind == OutputKind::kHtml) {
+        size_t i = head.find_first_not_of(" \t\r\n");
+        std::string start = i == std::string::npos ? "" : head.substr(i, 14);
+        for (auto& c : start) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        ours = start.starts_with("<!doctype html") || start.starts_with("<html");
+    }
+    if (!ours)
+        return invalid_argument("{} {}: the file exists and is not {}; not writing over it (remove it or choose another "
+                                "name)",
+                                flag, path.string(), kind == OutputKind::kHtml ? "an HTML report" : "a text file");
     return Status::ok();
 }
 

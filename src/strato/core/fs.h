@@ -52,4 +52,19 @@ Status remove_tree(const stdfs::path& path);
 /// `s` single-quoted for a POSIX shell (scripts we write, commands we hand to popen).
 std::string shell_quote(std::string_view s);
 
+/// True when `path` is `dir` or lies below it, after resolving symbolic links, "." and ".."
+/// (parts that do not exist yet are taken as written). For "this output directory must not hold
+/// that input" checks before anything is deleted or replaced.
+bool is_within(const stdfs::path& path, const stdfs::path& dir);
+
+/// What an output file of a command (a report, a result, a script) may replace.
+enum class OutputKind {
+    kHtml,  // an existing file must be an HTML page (an earlier report)
+    kText,  // an existing file must be text: no NUL byte in its first 64 KiB
+};
+/// Checked before a command starts its work: `path` may be written when it does not exist, or
+/// holds what the command writes (an earlier run's output); a model's weights, a study database,
+/// a run's metrics under an HTML report's name are refused, naming `flag` and the file.
+Status check_output_file(const stdfs::path& path, OutputKind kind, std::string_view flag);
+
 }  // namespace strato::fs

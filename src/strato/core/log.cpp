@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <ctime>
 #include <mutex>
+#include <vector>
 
 namespace strato::log {
 namespace {
@@ -43,6 +44,8 @@ struct Sinks {
     std::mutex mu;
     bool tty = isatty(STDERR_FILENO) == 1;
     std::FILE* file = nullptr;
+    bool holding = false;
+    std::vector<std::string> held;  // file-sink lines written while holding
     ~Sinks() {
         if (file) std::fclose(file);
     }
@@ -75,8 +78,20 @@ bool add_file_sink(const std::string& path) {
     if (!f) return false;
     if (s.file) std::fclose(s.file);
     s.file = f;
+    for (const auto& line : s.held) std::fwrite(line.data(), 1, line.size(), f);
+    std::fflush(f);
+    s.held.clear();
+    s.holding = false;
     g_file_open = true;
     return true;
+}
+
+void hold_for_file_sink() {
+    auto& s = sinks();
+    std::lock_guard lock(s.mu);
+    s.holding = true;
+    s.held.clear();
+    g_file_open = true;
 }
 
 void remove_file_sinks() {
@@ -84,6 +99,8 @@ void remove_file_sinks() {
     std::lock_guard lock(s.mu);
     if (s.file) std::fclose(s.file);
     s.file = nullptr;
+    s.holding = false;
+    s.held.clear();
     g_file_open = false;
 }
 
@@ -98,10 +115,14 @@ void write(Level level, std::string_view message) {
         std::fwrite(line.data(), 1, line.size(), stderr);
         std::fflush(stderr);
     }
-    if (s.file && level >= Level::kInfo) {
-        const std::string line = fmt::format("{} {} {}\n", timestamp(), name(level), message);
-        std::fwrite(line.data(), 1, line.size(), s.file);
-        std::fflush(s.file);
+    if ((s.file || s.holding) && level >= Level::kInfo) {
+        std::string line = fmt::format("{} {} {}\n", timestamp(), name(level), message);
+        if (s.file) {
+            std::fwrite(line.data(), 1, line.size(), s.file);
+            std::fflush(s.file);
+        } else if (s.held.size() < 10'000) {
+            s.held.push_back(std::move(line));
+        }
     }
 }
 

@@ -16,10 +16,14 @@ Level level();
 /// Also append every message to `path` (e.g. runs/x/events.log). Returns false if it cannot be opened.
 bool add_file_sink(const std::string& path);
 void remove_file_sinks();
+/// Keeps the info-and-above lines written from now on (up to 10,000) until add_file_sink opens a
+/// file, which receives them first: a run's events.log also records what was said before its
+/// directory existed (the data opening).
+void hold_for_file_sink();
 
 void write(Level level, std::string_view message);
 /// True when a message of `level` goes anywhere: the console level, or info and above while a
-/// file sink is open (events.log records the run even with --quiet).
+/// file sink is open or held for (events.log records the run even with --quiet).
 bool enabled(Level level);
 
 template <typename... Args>

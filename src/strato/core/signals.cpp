@@ -1,5 +1,8 @@
 #include "strato/core/signals.h"
 
+#include <signal.h>
+
+#include <atomic>
 #include <csignal>
 #include <cstdlib>
 #include <unistd.h>
@@ -9,9 +12,18 @@ namespace {
 
 volatile std::sig_atomic_t g_signal = 0;
 
+// Process groups (strato launch's workers) that go down with the process on a second signal.
+constexpr int kMaxGroups = 4096;
+std::atomic<int> g_groups[kMaxGroups];
+static_assert(std::atomic<int>::is_always_lock_free, "read in a signal handler");
+
 extern "C" void on_stop_signal(int sig) {
     if (g_signal != 0) {
-        // A second signal: the user insists. Exit without unwinding (async-signal-safe).
+        // A second signal: the user insists. Exit without unwinding (async-signal-safe), taking
+        // the tracked process groups along (kill is async-signal-safe; a worker's own children
+        // would otherwise outlive it).
+        for (auto& g : g_groups)
+            if (const int pgid = g.load(std::memory_order_relaxed); pgid > 0) ::kill(-pgid, SIGKILL);
         ::_exit(128 + sig);
     }
     g_signal = sig;
@@ -26,6 +38,20 @@ void install_stop_handlers() {
     sa.sa_flags = SA_RESTART;
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
+}
+
+void track_process_group(int pgid) {
+    for (auto& g : g_groups) {
+        int empty = 0;
+        if (g.compare_exchange_strong(empty, pgid)) return;
+    }
+}
+
+void untrack_process_group(int pgid) {
+    for (auto& g : g_groups) {
+        int mine = pgid;
+        if (g.compare_exchange_strong(mine, 0)) return;
+    }
 }
 
 bool stop_requested() { return g_signal != 0; }

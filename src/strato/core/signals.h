@@ -8,6 +8,10 @@ void install_stop_handlers();
 bool stop_requested();
 /// The signal number that asked to stop, or 0.
 int stop_signal();
+/// A process group that a second SIGINT/SIGTERM kills (SIGKILL) before the process exits, as
+/// strato launch's workers with their children (up to 4096 groups at once).
+void track_process_group(int pgid);
+void untrack_process_group(int pgid);
 /// For tests: clears the flag.
 void reset();
 
