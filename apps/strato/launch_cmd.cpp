@@ -25,7 +25,7 @@ int split_launch_command(int argc, char** argv) {
     while (i < argc && argv[i][0] == '-') ++i;  // global flags (-q, -v) take no values
     if (i >= argc || std::string_view(argv[i]) != "launch") return argc;
     static const std::set<std::string_view> kFlags = {"--standalone", "--no-python", "--no_python", "--quiet-workers",
-                                                      "-h", "--help"};
+                                                      "-h", "--help", "-q", "--quiet", "-v", "--verbose"};
     for (int j = i + 1; j < argc; ++j) {
         std::string_view a(argv[j]);
         if (a == "--") {
@@ -129,6 +129,8 @@ void add_launch_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
             if (!text) return void(*exit_code = report_error("launch", text.status()));
             if (o->out.empty()) {
                 fmt::print("{}", *text);
+            } else if (Status s = fs::check_output_file(o->out, fs::OutputKind::kText, "--out"); !s.is_ok()) {
+                return void(*exit_code = report_error("launch", s));
             } else if (Status s = fs::atomic_write(o->out, *text); !s.is_ok()) {
                 return void(*exit_code = report_error("launch", s));
             }

@@ -228,6 +228,7 @@ TEST(Rendezvous, RoundsRestartsAndTheEnd) {
     ra = fa.get();
     ASSERT_TRUE(ra.is_ok() && rb.is_ok());
     EXPECT_EQ(ra->round, 1);
+    EXPECT_EQ(ra->restarts, 1);  // after a failure: a restart
     // Both done: everyone exits.
     ASSERT_TRUE(a->done(1).is_ok());
     ASSERT_TRUE(b->done(1).is_ok());
@@ -296,6 +297,10 @@ TEST(Rendezvous, ElasticRoundFormsAfterTheLastCall) {
     ASSERT_TRUE(ra.is_ok() && rb.is_ok());
     EXPECT_EQ(ra->group_world_size, 2);
     EXPECT_EQ(rb->world_size, 8);
+    // A new round, but no restart: TORCHELASTIC_RESTART_COUNT stays 0, as under torchrun.
+    EXPECT_EQ(ra->round, 1);
+    EXPECT_EQ(ra->restarts, 0);
+    EXPECT_EQ(rb->restarts, 0);
 }
 
 TEST(Rendezvous, ANodeBeyondMaxWaitsAndLeavesWithTheOthers) {

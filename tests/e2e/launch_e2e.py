@@ -83,6 +83,66 @@ def restarts(tmp):
     check(os.path.exists(f"{tmp}/used/attempt_1/error.json"), "an error file per attempt")
 
 
+def hostile_output(tmp):
+    """Bytes that are not UTF-8 and a line of 300 KB without a newline: the group still restarts,
+    error.json is written and readable, and the launcher exits with the worker's code."""
+    script = ("import os, sys; n = os.environ['TORCHELASTIC_RESTART_COUNT']; sys.stdout.buffer.write(b'caf\\xe9 \\xff\\n');"
+              "sys.stdout.write('x' * 300000); sys.stdout.flush();"
+              "open(os.environ['TORCHELASTIC_ERROR_FILE'], 'wb').write(b'{\"message\": \"\\xff\"'); sys.exit(3)")
+    p = launch("--standalone", "--max-restarts", "1", "--quiet-workers", "--log-dir", f"{tmp}/u8", "/usr/bin/python3",
+               "-c", script)
+    check(p.returncode == 3, f"non-UTF-8 output: exit {p.returncode}, expected the worker's 3: {p.stderr[-500:]}")
+    check(os.path.exists(f"{tmp}/u8/attempt_1/rank_0.log"), "the group restarted after non-UTF-8 output")
+    with open(f"{tmp}/u8/error.json", encoding="utf-8") as f:
+        e = json.load(f)
+    check("caf\ufffd \ufffd" in e["last_lines"], f"last lines: {e['last_lines'][:3]}")
+    check(max(len(l) for l in e["last_lines"]) == 65536, "a line without a newline is cut at 64 KiB")
+    check(e["worker_error"] == '{"message": "\ufffd"', f"worker error: {e.get('worker_error')!r}")
+
+
+def bad_flags(tmp):
+    for flag, value in (("--monitor-interval", "0"), ("--monitor-interval", "nan"), ("--stop-timeout", "-5"),
+                        ("--stop-timeout", "nan"), ("--join-timeout", "-1"), ("--master-port", "70000"),
+                        ("--master-addr", "")):
+        p = launch(flag, value, "--log-dir", f"{tmp}/bad", "true", timeout=30)
+        check(p.returncode != 0 and flag in p.stderr, f"{flag} {value!r}: exit {p.returncode}: {p.stderr[-300:]}")
+    # Global flags after `launch` are the launcher's, not the start of the workers' command.
+    p = launch("-v", "--nproc-per-node", "2", "--log-dir", f"{tmp}/v", "/bin/echo", "hi")
+    check(p.returncode == 0 and p.stdout.count("hi") == 2, f"launch -v: exit {p.returncode}: {p.stderr[-300:]}")
+
+
+def second_signal(tmp):
+    """A second SIGINT exits at once and takes the workers' own children along."""
+    pids = f"{tmp}/children"
+    os.makedirs(pids)
+    script = (f"trap '' INT TERM; sleep 300 & echo $! > {pids}/$RANK; wait; wait")
+    proc = subprocess.Popen([STRATO, "launch", "--nproc-per-node", "2", "--stop-timeout", "60", "--log-dir",
+                             f"{tmp}/twice", "sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    if not wait_for("the workers' children", lambda: all(os.path.exists(f"{pids}/{r}") and open(f"{pids}/{r}").read().strip()
+                                                         for r in (0, 1)), proc):
+        proc.kill()
+        return
+    children = [int(open(f"{pids}/{r}").read()) for r in (0, 1)]
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=30)
+    check(proc.returncode == 130, f"second SIGINT: exit {proc.returncode}")
+
+    def gone(pid):
+        try:
+            os.kill(pid, 0)
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().split()[2] == "Z"
+        except OSError:
+            return True
+    wait_for("the workers' children to die", lambda: all(gone(c) for c in children), timeout=10)
+    for c in children:
+        if not gone(c):
+            os.kill(c, signal.SIGKILL)
+
+
 def sigkill_worker(tmp):
     # Rank 1 of the first attempt is killed from outside; the group restarts and finishes.
     # Each worker publishes its pid atomically (written, then renamed): the file appearing is the
@@ -204,6 +264,9 @@ def main():
         doctor_peers(tmp)
         environment(tmp)
         restarts(tmp)
+        hostile_output(tmp)
+        bad_flags(tmp)
+        second_signal(tmp)
         sigkill_worker(tmp)
         sigterm_launcher(tmp)
         two_nodes(tmp)

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "strato/core/fs.h"
+#include "strato/core/json.h"
 #include "strato/core/log.h"
 #include "strato/core/parse.h"
 #include "strato/core/signals.h"
@@ -33,6 +34,7 @@ namespace stdfs = std::filesystem;
 namespace {
 
 constexpr size_t kTailLines = 40;
+constexpr size_t kMaxLineBytes = 64 << 10;  // a longer run without a newline is cut into lines of this size
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
@@ -120,7 +122,9 @@ Status Group::start(const Round& r, const std::string& run_id, const std::string
         Worker& w = workers_[static_cast<size_t>(lr)];
         w.local_rank = lr;
         w.rank = r.rank_offset + lr;
-        w.log.open(fmt::format("{}/rank_{}.log", dir, w.rank));
+        const std::string log_path = fmt::format("{}/rank_{}.log", dir, w.rank);
+        w.log.open(log_path);
+        if (!w.log) log::warn("launch: cannot write {} ({}); rank {}'s output is not kept", log_path, strerror(errno), w.rank);
         w.error_file = fmt::format("{}/rank_{}.error.json", dir, w.rank);
         std::map<std::string, std::string> env;
         for (char** e = environ; *e; ++e) {
@@ -140,7 +144,7 @@ Status Group::start(const Round& r, const std::string& run_id, const std::string
         set("GROUP_WORLD_SIZE", std::to_string(r.group_world_size));
         set("MASTER_ADDR", r.master_addr);
         set("MASTER_PORT", std::to_string(r.master_port));
-        set("TORCHELASTIC_RESTART_COUNT", std::to_string(r.round));
+        set("TORCHELASTIC_RESTART_COUNT", std::to_string(r.restarts));
         set("TORCHELASTIC_MAX_RESTARTS", std::to_string(o_.max_restarts));
         set("TORCHELASTIC_RUN_ID", run_id);
         set("TORCHELASTIC_USE_AGENT_STORE", "False");
@@ -191,6 +195,7 @@ Status Group::start(const Round& r, const std::string& run_id, const std::string
         pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
         ::close(pipefd[1]);
         setpgid(pid, pid);  // also here: a stop right after fork must reach the group
+        signals::track_process_group(pid);  // a second stop signal kills the group before the agent exits
         fcntl(pipefd[0], F_SETFL, O_NONBLOCK);
         w.pid = pid;
         w.out = pipefd[0];
@@ -199,33 +204,49 @@ Status Group::start(const Round& r, const std::string& run_id, const std::string
 }
 
 void Group::drain(Worker& w, bool final) {
-    if (w.out < 0) return;
+    auto emit = [&](std::string_view line) {
+        w.log << line << '\n';
+        w.tail.emplace_back(line);
+        if (w.tail.size() > kTailLines) w.tail.pop_front();
+        if (o_.tee) fmt::print("[{}]: {}\n", w.rank, line);
+    };
+    // Whole lines are passed on after every read, so a worker writing without pause is never
+    // held in memory; a run of kMaxLineBytes without a newline is passed on as a line of its own.
+    auto split = [&] {
+        size_t start = 0;
+        while (true) {
+            const size_t nl = w.partial.find('\n', start);
+            if (nl == std::string::npos) {
+                if (w.partial.size() - start < kMaxLineBytes) break;
+                emit(std::string_view(w.partial).substr(start, kMaxLineBytes));
+                start += kMaxLineBytes;
+                continue;
+            }
+            emit(std::string_view(w.partial).substr(start, nl - start));
+            start = nl + 1;
+        }
+        w.partial.erase(0, start);
+    };
     char buf[8192];
-    while (true) {
+    // At most 1 MiB a call while the worker runs (64 MiB once it has exited: its children may
+    // still hold the pipe): one that writes without pause must not keep the agent from the others.
+    size_t budget = final ? size_t{64} << 20 : size_t{1} << 20;
+    while (w.out >= 0 && budget > 0) {
         ssize_t n = ::read(w.out, buf, sizeof buf);
         if (n > 0) {
             w.partial.append(buf, static_cast<size_t>(n));
+            split();
+            budget -= std::min(budget, static_cast<size_t>(n));
             continue;
         }
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        if (n < 0 && errno == EINTR) continue;
+        if (n == 0 || errno != EAGAIN) {
             ::close(w.out);
             w.out = -1;
             final = true;
         }
         break;
     }
-    size_t start = 0, nl;
-    auto emit = [&](const std::string& line) {
-        w.log << line << '\n';
-        w.tail.push_back(line);
-        if (w.tail.size() > kTailLines) w.tail.pop_front();
-        if (o_.tee) fmt::print("[{}]: {}\n", w.rank, line);
-    };
-    while ((nl = w.partial.find('\n', start)) != std::string::npos) {
-        emit(w.partial.substr(start, nl - start));
-        start = nl + 1;
-    }
-    w.partial.erase(0, start);
     if (final && !w.partial.empty()) {
         emit(w.partial);
         w.partial.clear();
@@ -292,13 +313,16 @@ void Group::stop(const std::function<void()>& tick) {
         if (!w.exited)
             log::warn("launch: rank {} did not stop within {:.0f} s of SIGTERM; sending SIGKILL", w.rank, o_.stop_timeout_s);
         kill(-w.pid, SIGKILL);  // whatever is left of the group
+        signals::untrack_process_group(w.pid);
         if (w.exited) continue;
         waitpid(w.pid, &w.status, 0);
         w.exited = true;
         drain(w, true);
     }
-    for (auto& w : workers_)
+    for (auto& w : workers_) {
         if (w.out >= 0) ::close(w.out), w.out = -1;
+        w.pid = -1;  // reaped: a later stop must not signal a process group that reused the id
+    }
 }
 
 // ---- coordinators: alone, or through the rendezvous ----
@@ -321,7 +345,7 @@ public:
         if (round_ > o_.max_restarts)
             return Status(StatusCode::kCancelled, fmt::format("no restarts left (max_restarts = {})", o_.max_restarts));
         Round r;
-        r.round = round_;
+        r.round = r.restarts = round_;
         const int nodes = o_.standalone ? 1 : o_.max_nodes;
         r.group_rank = o_.standalone ? 0 : std::max(0, o_.node_rank);
         r.group_world_size = nodes;
@@ -396,7 +420,7 @@ Status write_error_file(const std::string& log_dir, const std::string& attempt_d
         auto w = nlohmann::json::parse(f.worker_error, nullptr, false);
         j["worker_error"] = w.is_discarded() ? nlohmann::json(f.worker_error) : w;
     }
-    std::string text = j.dump(2) + "\n";
+    std::string text = json_text(j, 2) + "\n";
     STRATO_RETURN_IF_ERROR(fs::atomic_write(attempt_dir + "/error.json", text));
     return fs::atomic_write(log_dir + "/error.json", text);
 }
@@ -419,6 +443,22 @@ Result<int> run_launch(const LaunchOptions& in) {
     if (o.command.empty()) return invalid_argument("launch: no command to run (strato launch [OPTIONS] COMMAND [ARGS...])");
     if (o.nproc_per_node < 1) return invalid_argument("launch: --nproc-per-node must be >= 1");
     if (o.max_restarts < 0) return invalid_argument("launch: --max-restarts must be >= 0");
+    // Seconds: finite and in range (a NaN or negative interval never sleeps, a NaN timeout
+    // skips the grace period).
+    const struct {
+        const char* flag;
+        double value, lo, hi;
+    } seconds[] = {{"--monitor-interval", o.monitor_interval_s, 0.001, 60},
+                   {"--stop-timeout", o.stop_timeout_s, 0, 86400},
+                   {"--join-timeout", o.join_timeout_s, 0.1, 7 * 86400.0},
+                   {"--last-call", o.last_call_s, 0, 86400}};
+    for (const auto& f : seconds)
+        if (!(f.value >= f.lo && f.value <= f.hi))
+            return invalid_argument("launch: {} must be between {} and {} seconds, got {}", f.flag, f.lo, f.hi, f.value);
+    if (o.master_port < 1 || o.master_port > 65535)
+        return invalid_argument("launch: --master-port must be in 1..65535, got {}", o.master_port);
+    if (o.master_addr.empty() || o.master_addr.find_first_of(" \t\n") != std::string::npos)
+        return invalid_argument("launch: --master-addr must be a host name or address, got '{}'", o.master_addr);
     if (o.rdzv_backend != "static" && o.rdzv_backend != "c10d")
         return invalid_argument("launch: --rdzv-backend must be static or c10d, got '{}'", o.rdzv_backend);
     if (o.standalone) {
@@ -460,10 +500,15 @@ Result<int> run_launch(const LaunchOptions& in) {
         s.last_call_s = o.min_nodes == o.max_nodes ? 0 : o.last_call_s;
         // The agent that can bind the endpoint hosts the rendezvous; the others find it taken.
         std::unique_ptr<RendezvousServer> server;
-        if (auto srv = RendezvousServer::start(endpoint.host, endpoint.port, s)) server = std::move(*srv);
+        auto srv = RendezvousServer::start(endpoint.host, endpoint.port, s);
+        if (srv) server = std::move(*srv);
         auto client = RendezvousClient::connect(endpoint.host, endpoint.port, o.join_timeout_s);
         if (!client && signals::stop_requested()) return 128 + signals::stop_signal();
         if (!client) return client.status();
+        // Another node hosts it -- or a process that is no rendezvous holds the port, which shows
+        // only as silence later: say why this node could not host it.
+        if (!srv) log::info("launch: joining the rendezvous at {}:{} (hosting it here failed: {})", endpoint.host,
+                            endpoint.port, srv.status().message());
         coord = std::make_unique<RdzvCoordinator>(o, std::move(server), std::move(*client));
     } else {
         coord = std::make_unique<LocalCoordinator>(o);

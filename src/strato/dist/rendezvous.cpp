@@ -154,8 +154,8 @@ struct RendezvousServer::Impl {
         int offset = 0;
         for (size_t g = 0; g < members.size(); ++g) {
             members[g]->member = true;
-            send_all(members[g]->fd, fmt::format("ROUND {} {} {} {} {} {} {}\n", round, g, members.size(), world, offset,
-                                                 members[0]->addr, members[0]->master_port));
+            send_all(members[g]->fd, fmt::format("ROUND {} {} {} {} {} {} {} {}\n", round, g, members.size(), world,
+                                                 offset, members[0]->addr, members[0]->master_port, failures));
             offset += members[g]->local_world;
         }
         // Nodes beyond max_nodes stay joined and wait for a later round.
@@ -386,7 +386,8 @@ Result<std::optional<std::string>> RendezvousClient::read_line(double timeout_s)
                              buffer_.size());
         if (signals::stop_requested()) return Status(StatusCode::kCancelled, "interrupted");
         if (now_s() - last_heard_ > 30)
-            return unavailable("the rendezvous host has been silent for 30 s (it lost power or the network?)");
+            return unavailable("the rendezvous host has been silent for 30 s (it lost power or the network, or what "
+                               "listens at --rdzv-endpoint is not a strato rendezvous)");
         const double left = deadline - now_s();
         pollfd p{fd_, POLLIN, 0};
         int rc = ::poll(&p, 1, left > 0 ? static_cast<int>(std::min(left, 0.5) * 1000) + 1 : 0);
@@ -414,7 +415,7 @@ Result<RoundAssignment> RendezvousClient::join(const Join& j, double timeout_s) 
     while (true) {
         STRATO_ASSIGN_OR_RETURN(auto line, read_line(std::max(0.0, deadline - now_s())));
         if (!line) return unavailable("the rendezvous did not form a round within {:.0f} s", timeout_s);
-        auto w = words(*line, 8);
+        auto w = words(*line, 9);
         if (w.empty() || w[0] == "PING" || w[0] == "RESTART") continue;  // a RESTART racing our JOIN
         if (w[0] == "ABORT") return Status(StatusCode::kCancelled, line->size() > 6 ? line->substr(6) : "aborted");
         if (w[0] == "EXIT") return Status(StatusCode::kCancelled, "EXIT");
@@ -422,11 +423,15 @@ Result<RoundAssignment> RendezvousClient::join(const Join& j, double timeout_s) 
             auto round = int_in(w[1], 0, INT32_MAX), group_rank = int_in(w[2], 0, INT32_MAX),
                  group_world = int_in(w[3], 1, INT32_MAX), world = int_in(w[4], 1, INT32_MAX),
                  offset = int_in(w[5], 0, INT32_MAX), port = int_in(w[7], 1, 65535);
-            if (!round || !group_rank || !group_world || !world || !offset || !port || *group_rank >= *group_world ||
-                *offset >= *world)
+            // The restarts after failures so far (scale-ups are rounds too, not restarts); a
+            // server without the field counts rounds.
+            auto restarts = w.size() >= 9 ? int_in(w[8], 0, INT32_MAX) : round;
+            if (!round || !group_rank || !group_world || !world || !offset || !port || !restarts ||
+                *group_rank >= *group_world || *offset >= *world)
                 return data_loss("malformed ROUND from the rendezvous server: '{}'", *line);
             RoundAssignment a;
             a.round = *round;
+            a.restarts = *restarts;
             a.group_rank = *group_rank;
             a.group_world_size = *group_world;
             a.world_size = *world;

@@ -37,6 +37,7 @@ struct RdzvSettings {
 
 struct RoundAssignment {
     int round = 0, group_rank = 0, group_world_size = 1, world_size = 1, rank_offset = 0;
+    int restarts = 0;  // rounds begun after a failure (TORCHELASTIC_RESTART_COUNT); scale-ups are not
     std::string master_addr;
     int master_port = 0;
 };
