@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "commands.h"
 #include "strato/cloud/capacity.h"
@@ -12,6 +13,7 @@
 #include "strato/cloud/simulator.h"
 #include "strato/core/duration.h"
 #include "strato/core/fs.h"
+#include "strato/core/json.h"
 #include "strato/core/log.h"
 #include "strato/core/signals.h"
 #include "strato/report/autoscale_report.h"
@@ -51,22 +53,27 @@ void add_simulate(CLI::App& parent, int* exit_code) {
     cmd->add_option("--trace", o->trace, "Load trace CSV: time_s,rate[,preempt]")->required();
     cmd->add_option("--instance", o->instance, "Node type at the start (default g5.xlarge)");
     cmd->add_option("--region", o->region, "Region of the node type (default: its cheapest)");
-    cmd->add_option("--per-gpu-capacity", o->per_gpu, "Work units per second one GPU serves");
+    cmd->add_option("--per-gpu-capacity", o->per_gpu, "Work units per second one GPU serves")->check(finite_range(1e-9, 1e12));
     cmd->add_option("--loadtest", o->loadtest, "Take the per-replica capacity from a `strato loadtest --json` result");
     cmd->add_option("--slo-p99", o->slo_p99, "With --loadtest: the p99 objective the capacity must meet (default 100ms)");
     cmd->add_option("--boot", o->boot, "Node start-up time (default 3m)");
     cmd->add_option("--tick", o->tick, "Control-loop period (default 30s)");
     cmd->add_option("--slo", o->slo, "Queueing-delay objective (default 60s)");
-    cmd->add_option("--spot-hazard", o->hazard, "Preemptions per spot node-hour (default: catalog rates)");
+    cmd->add_option("--spot-hazard", o->hazard, "Preemptions per spot node-hour (default: catalog rates)")
+        ->check(finite_range(0, 3600));
     cmd->add_option("--start", o->start, "Schedule clock at the trace start (default \"mon 00:00\")");
     cmd->add_option("--horizon", o->horizon, "Simulated time (default: the trace end)");
-    cmd->add_option("--initial-nodes", o->initial, "Nodes at the start (default min_nodes)");
-    cmd->add_option("--runs", o->runs, "Repeat with seeds 1..N and report the spread of cost (spot preemptions are random)");
+    cmd->add_option("--initial-nodes", o->initial, "Nodes at the start (default min_nodes)")->check(CLI::Range(0, 1000000));
+    cmd->add_option("--runs", o->runs, "Repeat with seeds 1..N and report the spread of cost (spot preemptions are random)")
+        ->check(CLI::Range(1, 100000));
     cmd->add_option("--seed", o->seed, "Random seed (default 1)");
     cmd->add_option("--json", o->json_out, "Write the full result (timelines, actions) as JSON");
     cmd->add_option("--report", o->report_out, "Write an HTML report with the timelines");
     cmd->callback([o, exit_code] {
         auto fail = [&](const Status& s) { *exit_code = report_error("autoscale simulate", s); };
+        for (const auto& [out, kind, flag] : {std::tuple{o->json_out, fs::OutputKind::kText, "--json"},
+                                              std::tuple{o->report_out, fs::OutputKind::kHtml, "--report"}})
+            if (Status s = fs::check_output_file(out, kind, flag); !out.empty() && !s.is_ok()) return fail(s);
         auto cat = cloud::Catalog::builtin();
         if (!cat) return fail(cat.status());
         auto cfg = cloud::AutoscaleConfig::load(o->policy);
@@ -82,16 +89,16 @@ void add_simulate(CLI::App& parent, int* exit_code) {
             auto lt = read_json(o->loadtest);
             if (!lt) return fail(lt.status());
             auto slo = parse_duration_s(o->slo_p99, "ms");
-            if (!slo) return fail(slo.status());
+            if (!slo) return fail(slo.status().with_context("--slo-p99"));
             auto cap = cloud::replica_capacity(*lt, *slo * 1000);
             if (!cap) return fail(cap.status());
             so.per_gpu_capacity = cap->qps;
         }
         if (!(so.per_gpu_capacity > 0)) return fail(invalid_argument("give --per-gpu-capacity or --loadtest"));
-        for (auto [text, out] : {std::pair{&o->boot, &so.boot_s}, {&o->tick, &so.tick_s}, {&o->slo, &so.slo_wait_s},
-                                 {&o->horizon, &so.horizon_s}}) {
+        for (auto [flag, text, out] : {std::tuple{"--boot", &o->boot, &so.boot_s}, {"--tick", &o->tick, &so.tick_s},
+                                       {"--slo", &o->slo, &so.slo_wait_s}, {"--horizon", &o->horizon, &so.horizon_s}}) {
             auto v = parse_duration_s(*text);
-            if (!v) return fail(v.status());
+            if (!v) return fail(v.status().with_context(flag));
             *out = *v;
         }
         auto start = parse_week_clock(o->start);
@@ -127,7 +134,7 @@ void add_simulate(CLI::App& parent, int* exit_code) {
         }
         const nlohmann::json json = cloud::sim_to_json(r, so);
         if (!o->json_out.empty()) {
-            Status s = fs::atomic_write(o->json_out, json.dump() + "\n");
+            Status s = fs::atomic_write(o->json_out, json_text(json) + "\n");
             if (!s.is_ok()) return fail(s);
         }
         if (!o->report_out.empty()) {
@@ -153,17 +160,20 @@ void add_capacity(CLI::App& parent, int* exit_code) {
     auto* cmd = parent.add_subcommand("capacity", "Replicas and cost per million requests for a target rate, from a load test");
     cmd->add_option("--loadtest", o->loadtest, "`strato loadtest --json` result of one replica");
     cmd->add_option("--slo-p99", o->slo_p99, "p99 objective the replica must meet (default 100ms)");
-    cmd->add_option("--replica-qps", o->replica_qps, "Requests/s one replica sustains (instead of --loadtest)");
-    cmd->add_option("--qps", o->qps, "Target requests per second")->required();
-    cmd->add_option("--headroom", o->headroom, "Fraction of capacity kept free (default 0.2)");
-    cmd->add_option("--gpus-per-replica", o->gpus_per_replica, "GPUs one replica uses (default 1)");
+    cmd->add_option("--replica-qps", o->replica_qps, "Requests/s one replica sustains (instead of --loadtest)")
+        ->check(finite_range(1e-9, 1e12));
+    cmd->add_option("--qps", o->qps, "Target requests per second")->required()->check(finite_range(1e-9, 1e12));
+    cmd->add_option("--headroom", o->headroom, "Fraction of capacity kept free (default 0.2)")->check(finite_range(0, 0.99));
+    cmd->add_option("--gpus-per-replica", o->gpus_per_replica, "GPUs one replica uses (default 1)")->check(CLI::Range(1, 1024));
     cmd->add_option("--instance", o->instances, "Only these instance types");
     cmd->add_option("--gpu", o->gpus, "Only these accelerators");
     cmd->add_flag("--spot", o->spot, "Price with spot instead of on-demand");
-    cmd->add_option("--top", o->top, "Rows (default 10)");
+    cmd->add_option("--top", o->top, "Rows (default 10)")->check(CLI::Range(1, 1000000));
     cmd->add_flag("--json", o->json, "Print JSON");
     cmd->callback([o, exit_code] {
         auto fail = [&](const Status& s) { *exit_code = report_error("autoscale capacity", s); };
+        if (!o->loadtest.empty() && o->replica_qps > 0)
+            return fail(invalid_argument("give --loadtest or --replica-qps, not both"));
         auto cat = cloud::Catalog::builtin();
         if (!cat) return fail(cat.status());
         cloud::CapacityRequest req;
@@ -179,7 +189,7 @@ void add_capacity(CLI::App& parent, int* exit_code) {
             auto lt = read_json(o->loadtest);
             if (!lt) return fail(lt.status());
             auto slo = parse_duration_s(o->slo_p99, "ms");
-            if (!slo) return fail(slo.status());
+            if (!slo) return fail(slo.status().with_context("--slo-p99"));
             auto c = cloud::replica_capacity(*lt, *slo * 1000);
             if (!c) return fail(c.status());
             cap = *c;
@@ -198,7 +208,7 @@ void add_capacity(CLI::App& parent, int* exit_code) {
                 out["rows"].push_back({{"provider", r.inst->provider}, {"region", r.inst->region}, {"instance", r.inst->type},
                                        {"instances", r.instances}, {"replicas_per_instance", r.replicas_per_instance},
                                        {"cost_per_hour", r.cost_per_hour}, {"cost_per_million", r.cost_per_million}});
-            fmt::print("{}\n", out.dump(2));
+            fmt::print("{}\n", json_text(out, 2));
             return void(*exit_code = 0);
         }
         if (cap.qps > 0)
@@ -253,7 +263,7 @@ void add_local(CLI::App& parent, int* exit_code) {
     cmd->add_option("--model", o->models, "Model package for every replica: [NAME=]DIR (repeatable)");
     cmd->add_option("--model-repository", o->repos, "Model repository for every replica");
     cmd->add_option("--serve-arg", o->serve_args, "Further `strato serve` flag for the replicas (repeatable)");
-    cmd->add_option("--port", o->port, "Front-end port (default 8000)");
+    cmd->add_option("--port", o->port, "Front-end port (default 8000; 0: a free port, printed)")->check(CLI::Range(0, 65535));
     cmd->add_option("--address", o->address, "Front-end address (default 127.0.0.1)");
     cmd->add_option("--tick", o->tick, "Control-loop period (default 1s)");
     cmd->add_option("--log-dir", o->log_dir, "Replica logs (default: a new directory under /tmp)");
@@ -302,6 +312,15 @@ void add_autoscale_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         "  strato autoscale local --policy configs/autoscale/local.toml --model runs/fashion_mnist_cnn/model\n"
         "  strato autoscale capacity --loadtest runs/fashion_mnist_cnn/loadtest.json --qps 20000 --slo-p99 20ms\n"
         "  strato autoscale manifests --name fashion --image registry/strato:0.1 --gpus 1 --kserve");
+    // Each subcommand its own examples (CLI11 gives a subcommand its parent's footer otherwise).
+    cmd->get_subcommand("simulate")
+        ->footer("Example:\n  strato autoscale simulate --policy configs/autoscale/seeds.toml --trace "
+                 "bench/cloud/week_trace.csv \\\n      --per-gpu-capacity 600 --report sim.html --json sim.json");
+    cmd->get_subcommand("capacity")
+        ->footer("Examples:\n  strato autoscale capacity --loadtest lt.json --qps 20000 --slo-p99 20ms\n"
+                 "  strato autoscale capacity --replica-qps 900 --qps 20000 --gpu A10G --spot");
+    cmd->get_subcommand("manifests")
+        ->footer("Example:\n  strato autoscale manifests --name fashion --image registry/strato:0.1 --gpus 1 --kserve");
 }
 
 }  // namespace strato::cli

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "strato/core/json.h"
 #include "strato/core/parse.h"
 #include "strato/core/signals.h"
 #include "strato/dist/peers.h"
@@ -28,7 +29,7 @@ void add_doctor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     cmd->add_option("--peers", o->peers, "HOST:PORT of other nodes (comma-separated): round-trip time, < 2 ms wanted "
                                          "for data parallelism; over an echo when they run `strato doctor --listen`")
         ->delimiter(',');
-    cmd->add_option("--samples", o->samples, "Round trips per peer (default 20)");
+    cmd->add_option("--samples", o->samples, "Round trips per peer (default 20)")->check(CLI::Range(1, 100000));
     cmd->add_option("--listen", o->listen, "Answer other nodes' --peers probes on [HOST:]PORT until Ctrl-C");
     cmd->footer("Exit code 1 when a check FAILs (for example the slow reference BLAS, or an unreachable peer).\n"
                 "Examples:\n"
@@ -48,6 +49,10 @@ void add_doctor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
                                         [&](int p) { fmt::print("listening on {}:{} (Ctrl-C to stop)\n", host, p); std::fflush(stdout); });
             *exit_code = s.is_ok() ? 0 : report_error("doctor", s);
             return;
+        }
+        for (const auto& p : o->peers) {
+            if (Status s = parse_host_port(p, "--peers").status(); !s.is_ok())
+                return void(*exit_code = report_error("doctor", s));
         }
         auto checks = doctor::run_checks(o->dir);
         if (!o->peers.empty()) {
@@ -75,7 +80,7 @@ void add_doctor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
             nlohmann::json j = nlohmann::json::array();
             for (const auto& c : checks)
                 j.push_back({{"name", c.name}, {"value", c.value}, {"level", doctor::level_name(c.level)}, {"hint", c.hint}});
-            fmt::print("{}\n", j.dump(2));
+            fmt::print("{}\n", json_text(j, 2));
         }
         for (const auto& c : checks) {
             failed |= c.level == doctor::Level::kFail;

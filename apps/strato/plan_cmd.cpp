@@ -5,12 +5,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "strato/cloud/planner.h"
 #include "strato/cloud/simulator.h"
 #include "strato/core/duration.h"
+#include "strato/core/json.h"
 #include "strato/models/package.h"
 #include "strato/report/run_report.h"
 #include "strato/train/train_config.h"
@@ -72,8 +74,9 @@ Result<cloud::PlanRequest> build_request(const PlanFlags& f, const cloud::Catalo
     if (!f.optimizer.empty()) w.optimizer = f.optimizer;
     r.objective = f.objective == "time" ? cloud::Objective::kTime : cloud::Objective::kCost;
     if (!f.deadline.empty()) {
-        STRATO_ASSIGN_OR_RETURN(double s, parse_duration_s(f.deadline, "h"));
-        r.deadline_h = s / 3600;
+        auto s = parse_duration_s(f.deadline, "h");
+        if (!s) return s.status().with_context("--deadline");
+        r.deadline_h = *s / 3600;
     }
     if (f.budget != 0) r.budget = f.budget;
     r.providers = f.providers;
@@ -84,8 +87,11 @@ Result<cloud::PlanRequest> build_request(const PlanFlags& f, const cloud::Catalo
     r.ondemand = f.market != "spot";
     r.spot = f.market != "ondemand";
     r.storage_gbs = f.checkpoint_gbs;
-    STRATO_ASSIGN_OR_RETURN(r.restart_s, parse_duration_s(f.restart));
-    STRATO_ASSIGN_OR_RETURN(r.startup_s, parse_duration_s(f.startup));
+    for (auto [flag, text, out] : {std::tuple{"--restart", &f.restart, &r.restart_s}, {"--startup", &f.startup, &r.startup_s}}) {
+        auto v = parse_duration_s(*text);
+        if (!v) return v.status().with_context(flag);
+        *out = *v;
+    }
     if (f.spot_hazard >= 0) r.spot_hazard_per_h = f.spot_hazard;
     r.top = f.top;
     STRATO_RETURN_IF_ERROR(r.validate(cat));
@@ -256,19 +262,21 @@ void add_plan_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         "plan", "Rank cloud instances (provider, region, type, count, on-demand or spot) for a training job by cost or time");
     cmd->add_option("--workload", f->workload, "A built-in job (see --list); default resnet50-imagenet");
     cmd->add_option("--run", f->run, "A strato run directory: FLOPs counted from its model, batch/epochs/data from its config");
-    cmd->add_option("--epochs", f->epochs, "Epochs (overrides the workload's)");
-    cmd->add_option("--batch-per-gpu", f->batch, "Batch size on each GPU");
-    cmd->add_option("--dataset-size", f->dataset_size, "Training samples per epoch");
-    cmd->add_option("--gflops", f->gflops, "Forward GFLOPs per sample");
-    cmd->add_option("--params-m", f->params_m, "Parameters, in millions");
-    cmd->add_option("--activations-m", f->activations_m, "Activation elements per sample, in millions");
-    cmd->add_option("--decode-rate", f->decode_rate, "Samples/s one vCPU can load and augment (0: no input limit)");
+    cmd->add_option("--epochs", f->epochs, "Epochs (overrides the workload's)")->check(CLI::Range(1, 1000000));
+    cmd->add_option("--batch-per-gpu", f->batch, "Batch size on each GPU")->check(CLI::Range(1, 1 << 20));
+    cmd->add_option("--dataset-size", f->dataset_size, "Training samples per epoch")->check(finite_range(1, 1e13));
+    cmd->add_option("--gflops", f->gflops, "Forward GFLOPs per sample")->check(finite_range(1e-9, 1e9));
+    cmd->add_option("--params-m", f->params_m, "Parameters, in millions")->check(finite_range(1e-6, 1e7));
+    cmd->add_option("--activations-m", f->activations_m, "Activation elements per sample, in millions")
+        ->check(finite_range(1e-6, 1e7));
+    cmd->add_option("--decode-rate", f->decode_rate, "Samples/s one vCPU can load and augment (0: no input limit)")
+        ->check(finite_range(0, 1e9));
     cmd->add_option("--precision", f->precision, "amp (fp16/bf16 autocast) or fp32")->check(CLI::IsMember({"amp", "fp32"}));
     cmd->add_option("--optimizer", f->optimizer, "sgd or adam (optimizer state in GPU memory)")
         ->check(CLI::IsMember({"sgd", "adam"}));
     cmd->add_option("--objective", f->objective, "cost (default) or time")->check(CLI::IsMember({"cost", "time"}));
     cmd->add_option("--deadline", f->deadline, "Finish within this time: 8h, 90m, 2d (a bare number is hours)");
-    cmd->add_option("--budget", f->budget, "Spend at most this much (catalog currency)");
+    cmd->add_option("--budget", f->budget, "Spend at most this much (catalog currency)")->check(finite_range(1e-9, 1e15));
     cmd->add_option("--provider", f->providers, "Only these clouds (aws, gcp, azure, ...)");
     cmd->add_option("--region", f->regions, "Only these regions");
     cmd->add_option("--gpu", f->gpus, "Only these accelerators (T4, A10G, A100, H100, ...)");
@@ -276,17 +284,21 @@ void add_plan_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     cmd->add_option("--max-nodes", f->max_nodes, "Largest node count to consider (default 16)");
     cmd->add_option("--market", f->market, "ondemand, spot or both (default)")
         ->check(CLI::IsMember({"ondemand", "spot", "both"}));
-    cmd->add_option("--checkpoint-gbs", f->checkpoint_gbs, "Checkpoint write bandwidth in GB/s (default 1)");
+    cmd->add_option("--checkpoint-gbs", f->checkpoint_gbs, "Checkpoint write bandwidth in GB/s (default 1)")
+        ->check(finite_range(1e-6, 1e6));
     cmd->add_option("--restart", f->restart, "Time from a preemption to training again (default 10m)");
     cmd->add_option("--startup", f->startup, "Provisioning and start-up before the first step, billed (default 5m)");
-    cmd->add_option("--spot-hazard", f->spot_hazard, "Preemptions per node-hour (default: catalog rates)");
+    cmd->add_option("--spot-hazard", f->spot_hazard, "Preemptions per node-hour (default: catalog rates)")
+        ->check(finite_range(0, 100));
     cmd->add_option("--catalog", f->catalog, "Instance CSV (SkyPilot-derived format of data/cloud/instances.csv)");
-    cmd->add_option("--gpu-table", f->gpus_csv, "GPU table CSV (format of data/cloud/gpus.csv)");
-    cmd->add_option("--spot-rates", f->spot_csv, "Spot interruption CSV (format of data/cloud/spot_interruptions.csv)");
+    cmd->add_option("--gpu-table", f->gpus_csv, "GPU table CSV (format of data/cloud/gpus.csv; with --catalog)");
+    cmd->add_option("--spot-rates", f->spot_csv,
+                    "Spot interruption CSV (format of data/cloud/spot_interruptions.csv; with --catalog)");
     cmd->add_option("--prices", f->prices, "TOML price overrides: discounts, negotiated prices, currency (docs/plan.md)");
-    cmd->add_option("--top", f->top, "Rows to show (default 10)");
+    cmd->add_option("--top", f->top, "Rows to show (default 10)")->check(CLI::Range(1, 1000000));
     cmd->add_option("--simulate", f->simulate,
-                    "Check each spot row by simulating its preemptions N times (mean and 10-90 % of the cost)");
+                    "Check each spot row by simulating its preemptions N times (mean and 10-90 % of the cost)")
+        ->check(CLI::Range(0, 100000));
     cmd->add_flag("--json", f->json, "Print the plan as JSON");
     cmd->add_flag("--list", f->list, "List workload presets, GPUs and catalog warnings");
     cmd->footer(
@@ -317,7 +329,7 @@ void add_plan_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         if (!plan) return void(*exit_code = report_error("plan", plan.status()));
         if (f->json)
-            fmt::print("{}\n", to_json(*plan, *req, *cat, ms, f->simulate).dump(2));
+            fmt::print("{}\n", json_text(to_json(*plan, *req, *cat, ms, f->simulate), 2));
         else
             fmt::print("{}", print_table(*plan, *req, *cat, ms, f->simulate));
         if (plan->ranked.empty()) {

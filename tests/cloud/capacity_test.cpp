@@ -30,6 +30,17 @@ TEST(Capacity, HighestThroughputWithinTheObjective) {
     EXPECT_NE(none.status().message().find("the best p99 was 8.0 ms"), std::string::npos) << none.status().message();
     EXPECT_FALSE(replica_capacity(nlohmann::json::parse(R"({"kind": "strato-plan"})"), 50).is_ok());
     EXPECT_FALSE(replica_capacity(nlohmann::json::parse(R"({"kind": "strato-loadtest", "points": []})"), 50).is_ok());
+    // Fields of the wrong type are not a result (nlohmann's value() threw type_error.302 here).
+    auto kind = replica_capacity(nlohmann::json::parse(R"({"kind": 5, "points": []})"), 50);
+    EXPECT_NE(kind.status().message().find("not a load-test result"), std::string::npos) << kind.status().message();
+    auto target = loadtest();
+    target["target"] = 5;
+    EXPECT_EQ(replica_capacity(target, 50)->qps, 900);
+    // Points no load test measures (a negative p99, 1e308 req/s) are not counted.
+    auto odd = loadtest();
+    odd["points"][0]["latency_us"]["p99"] = -5;
+    odd["points"][1]["throughput"] = 1e308;
+    EXPECT_FALSE(replica_capacity(odd, 50).is_ok());
 }
 
 TEST(Capacity, ReplicasAndCostPerMillion) {

@@ -67,6 +67,26 @@ TEST(Catalog, BadFilesNameTheLine) {
     EXPECT_NE(missing.status().message().find("missing column 'instance_type'"), std::string::npos);
 }
 
+TEST(Catalog, DuplicatesNegativesAndRowsWithoutGpusAreNamed) {
+    auto dup = from_rows("aws,us-east-1,x,T4,1,4,16,25,1,0.2,src\naws,us-east-1,x,T4,1,4,16,25,1,0.2,src\n");
+    EXPECT_NE(dup.status().message().find("test.csv:3 instance_type: aws/us-east-1/x is listed twice (also on line 2)"),
+              std::string::npos)
+        << dup.status().message();
+    auto neg = from_rows("aws,us-east-1,x,T4,1,4,16,-25,1,0.2,src\n");
+    EXPECT_NE(neg.status().message().find("test.csv:2 network_gbps: must not be negative, got -25"), std::string::npos)
+        << neg.status().message();
+    auto none = from_rows("aws,us-east-1,x,T4,1,4,16,25,1,0.2,src\naws,us-east-1,cpu,,0,4,16,25,1,0.2,src\n");
+    ASSERT_TRUE(none.is_ok()) << none.status().message();
+    bool warned = false;
+    for (const auto& w : none->warnings()) warned |= w.find("aws/us-east-1/cpu has no accelerators") != std::string::npos;
+    EXPECT_TRUE(warned);
+    std::string gpus = detail::kGpusCsv;
+    gpus += gpus.substr(gpus.find('\n') + 1, gpus.find('\n', gpus.find('\n') + 1) - gpus.find('\n'));  // row 1 again
+    auto twice = Catalog::parse(std::string(kHeader) + "aws,us-east-1,x,T4,1,4,16,25,1,0.2,src\n", "test.csv", gpus,
+                                "gpus.csv", detail::kSpotCsv, "spot.csv");
+    EXPECT_NE(twice.status().message().find("is listed twice"), std::string::npos) << twice.status().message();
+}
+
 TEST(Catalog, OverridesDiscountsPricesCurrency) {
     Catalog c = Catalog::builtin().value();
     Status s = c.apply_overrides(R"(
@@ -94,6 +114,14 @@ ondemand = 3.0
     EXPECT_FALSE(d.apply_overrides("currency = \"CNY\"\n", "o.toml").is_ok());
     EXPECT_FALSE(d.apply_overrides("colour = 1\n", "o.toml").is_ok());
     EXPECT_FALSE(d.apply_overrides("discount = \n", "o.toml").is_ok());
+    // NaN passes a "< 0 || >= 1" check; infinity is no exchange rate; 0 is "not offered".
+    EXPECT_NE(d.apply_overrides("discount = nan\n", "o.toml").message().find("discount must be a fraction"),
+              std::string::npos);
+    EXPECT_NE(d.apply_overrides("currency = \"CNY\"\nusd_to_cny = inf\n", "o.toml").message().find("usd_to_cny"),
+              std::string::npos);
+    EXPECT_EQ(d.currency().code, "USD");  // a refused file changes nothing, not even the currency before the error
+    EXPECT_NE(d.apply_overrides("[prices.\"p4d.24xlarge\"]\nondemand = 0\n", "o.toml").message().find("in (0, 1e7]"),
+              std::string::npos);
 }
 
 TEST(Catalog, HazardFromMonthlyRate) {

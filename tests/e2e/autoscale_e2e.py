@@ -147,6 +147,26 @@ def simulate_capacity_manifests(tmp, loadtest_json):
     for args, needle in cases:
         p = run(*args, expect=1)
         check(p.stderr.startswith("strato autoscale") and needle in p.stderr, f"{args}: {p.stderr!r}")
+    # Flag values out of range are usage errors (they were wrapped or ignored).
+    for args in (["autoscale", "local", "--policy", seeds, "--port", "99999"],
+                 ["autoscale", "simulate", "--policy", seeds, "--trace", trace, "--per-gpu-capacity", "1", "--spot-hazard", "nan"],
+                 ["autoscale", "simulate", "--policy", seeds, "--trace", trace, "--per-gpu-capacity", "1", "--initial-nodes", "-7"],
+                 ["autoscale", "capacity", "--replica-qps", "100", "--qps", "100", "--top", "0"]):
+        p = run(*args, expect=2)
+        check(args[-2] in p.stderr, f"{args}: {p.stderr!r}")
+    # A trace in Unix seconds is simulated from its first row, not billed from 1970.
+    epoch = os.path.join(tmp, "epoch.csv")
+    with open(epoch, "w") as f:
+        f.write("time_s,rate\n1700000000,100\n1700000060,200\n")
+    epoch_json = os.path.join(tmp, "epoch.json")
+    run("autoscale", "simulate", "--policy", seeds, "--trace", epoch, "--per-gpu-capacity", "600", "--json", epoch_json,
+        timeout=60)
+    if os.path.exists(epoch_json):
+        with open(epoch_json) as f:
+            check(json.load(f)["duration_s"] == 90, "an epoch trace runs 60 s + one 30 s tick")
+    # Each subcommand's --help shows its own examples.
+    p = run("autoscale", "simulate", "--help")
+    check("strato autoscale simulate --policy" in p.stdout and "strato train" not in p.stdout, p.stdout[-400:])
 
 
 def main():

@@ -98,7 +98,7 @@ def main():
         cases = [
             (["plan", "--instance", "p4d.24xlarg"], "did you mean 'p4d.24xlarge'"),
             (["plan", "--workload", "resnet5"], "unknown workload 'resnet5'"),
-            (["plan", "--deadline", "-2h"], "duration '-2h'"),
+            (["plan", "--deadline", "-2h"], "--deadline: duration '-2h'"),
             (["plan", "--deadline", "0"], "--deadline must be > 0"),
             (["plan", "--catalog", empty], "the catalog has no instances"),
             (["plan", "--catalog", os.path.join(tmp, "missing.csv")], "missing.csv"),
@@ -109,6 +109,18 @@ def main():
         for args, needle in cases:
             p = run(*args, expect=1)
             check(p.stderr.startswith("strato plan: error: ") and needle in p.stderr, f"{args}: {p.stderr!r}")
+        # Values that were ignored (the preset planned instead) or gave "inf" plans are usage errors.
+        for flag, value in (("--epochs", "-1"), ("--epochs", "0"), ("--dataset-size", "nan"), ("--gflops", "inf"),
+                            ("--spot-hazard", "nan"), ("--budget", "0"), ("--top", "0"), ("--simulate", "-1")):
+            p = run("plan", flag, value, expect=2)
+            check(flag in p.stderr, f"{flag} {value}: {p.stderr!r}")
+        for text, needle in (("discount = nan\n", "discount must be a fraction"),
+                             ('currency = "CNY"\nusd_to_cny = inf\n', "usd_to_cny"),
+                             ('[prices."p4d.24xlarge"]\nondemand = 0\n', "price per hour in (0, 1e7]")):
+            with open(bad_prices, "w") as f:
+                f.write(text)
+            p = run("plan", "--prices", bad_prices, expect=1)
+            check(needle in p.stderr, f"prices {text!r}: {p.stderr!r}")
 
     # The text table names its columns and the catalog listing works.
     p = run("plan", "--gpu", "A10G", "--workload", "yolov8m-coco", "--top", "3")

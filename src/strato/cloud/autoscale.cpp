@@ -60,9 +60,11 @@ Result<double> duration_field(const toml::table& t, const char* key, double def,
         if (!s.is_ok()) return s.status().with_context(fmt::format("{} {}", where, key));
         return *s;
     }
-    if (auto v = n->value<double>(); v && *v >= 0) return *v;
-    return invalid_argument("{}: {} must be a duration such as \"5m\"", where, key);
+    if (auto v = n->value<double>(); v && *v >= 0 && *v <= 1e9) return *v;
+    return invalid_argument("{}: {} must be a duration such as \"5m\" (or seconds, up to 1e9)", where, key);
 }
+
+constexpr int kMaxNodes = 10000;  // the simulator passes over every node each tick
 
 Result<double> number_field(const toml::table& t, const char* key, double def, double min, const std::string& where) {
     constexpr double kMax = 1e9;  // node counts and seconds: far above any real one, far below int's limit
@@ -72,6 +74,23 @@ Result<double> number_field(const toml::table& t, const char* key, double def, d
     if (!v || !std::isfinite(*v) || *v < min || *v > kMax)
         return invalid_argument("{}: {} must be a number in [{}, {:g}]", where, key, min, kMax);
     return *v;
+}
+
+/// A node count: a whole number in [min, max] (1.9 nodes is a typo, not 1).
+Result<int> count_field(const toml::table& t, const char* key, int def, int min, int max, const std::string& where) {
+    auto* n = t.get(key);
+    if (!n) return def;
+    auto v = n->value<double>();
+    if (!v || !(*v >= min && *v <= max) || *v != std::floor(*v))
+        return invalid_argument("{}: {} must be a whole number in [{}, {}]", where, key, min, max);
+    return static_cast<int>(*v);
+}
+
+Result<bool> bool_field(const toml::table& t, const char* key, bool def, const std::string& where) {
+    auto* n = t.get(key);
+    if (!n) return def;
+    if (auto v = n->value<bool>()) return *v;
+    return invalid_argument("{}: {} must be true or false", where, key);
 }
 
 Status only_keys(const toml::table& t, std::initializer_list<std::string_view> keys, const std::string& where) {
@@ -98,10 +117,8 @@ Result<AutoscaleConfig> AutoscaleConfig::parse(std::string_view toml_text, const
         std::string where = source + " [autoscale]";
         STRATO_RETURN_IF_ERROR(
             only_keys(*a, {"min_nodes", "max_nodes", "cooldown_up", "cooldown_down", "down_after"}, where));
-        STRATO_ASSIGN_OR_RETURN(double mn, number_field(*a, "min_nodes", 1, 0, where));
-        STRATO_ASSIGN_OR_RETURN(double mx, number_field(*a, "max_nodes", 8, 1, where));
-        c.min_nodes = static_cast<int>(mn);
-        c.max_nodes = static_cast<int>(mx);
+        STRATO_ASSIGN_OR_RETURN(c.min_nodes, count_field(*a, "min_nodes", 1, 0, kMaxNodes, where));
+        STRATO_ASSIGN_OR_RETURN(c.max_nodes, count_field(*a, "max_nodes", 8, 1, kMaxNodes, where));
         if (c.min_nodes > c.max_nodes)
             return invalid_argument("{}: min_nodes {} is above max_nodes {}", where, c.min_nodes, c.max_nodes);
         STRATO_ASSIGN_OR_RETURN(c.cooldown_up_s, duration_field(*a, "cooldown_up", 60, where));
@@ -110,8 +127,8 @@ Result<AutoscaleConfig> AutoscaleConfig::parse(std::string_view toml_text, const
     }
     if (auto* s = doc["spot"].as_table()) {
         STRATO_RETURN_IF_ERROR(only_keys(*s, {"enabled", "fallback_ondemand"}, source + " [spot]"));
-        c.spot = s->get("enabled") && (*s)["enabled"].value_or(false);
-        c.fallback_ondemand = (*s)["fallback_ondemand"].value_or(true);
+        STRATO_ASSIGN_OR_RETURN(c.spot, bool_field(*s, "enabled", false, source + " [spot]"));
+        STRATO_ASSIGN_OR_RETURN(c.fallback_ondemand, bool_field(*s, "fallback_ondemand", true, source + " [spot]"));
     }
     if (auto* arr = doc["policy"].as_array()) {
         int i = 0;
@@ -132,22 +149,38 @@ Result<AutoscaleConfig> AutoscaleConfig::parse(std::string_view toml_text, const
             } else if (p.kind == "vertical") {
                 STRATO_RETURN_IF_ERROR(only_keys(*t, {"kind", "above", "for", "ladder"}, where));
                 STRATO_ASSIGN_OR_RETURN(p.above, number_field(*t, "above", 90, 0, where));
+                if (p.above > 100) return invalid_argument("{}: above is a utilisation percent in [0, 100]", where);
                 STRATO_ASSIGN_OR_RETURN(p.for_s, duration_field(*t, "for", 600, where));
-                if (auto* l = (*t)["ladder"].as_array())
-                    for (auto& e : *l)
-                        if (auto v = e.value<std::string>()) p.ladder.push_back(*v);
+                if (t->contains("ladder") && !(*t)["ladder"].as_array())
+                    return invalid_argument("{}: ladder must be an array of instance types", where);
+                if (auto* l = (*t)["ladder"].as_array()) {
+                    for (size_t k = 0; k < l->size(); ++k) {
+                        auto v = (*l)[k].value<std::string>();
+                        if (!v || v->empty())
+                            return invalid_argument("{}: ladder[{}] must be an instance type name", where, k);
+                        p.ladder.push_back(*v);
+                    }
+                }
                 if (p.ladder.size() < 2)
                     return invalid_argument("{}: vertical needs a ladder of at least two instance types", where);
             } else if (p.kind == "schedule") {
                 STRATO_RETURN_IF_ERROR(only_keys(*t, {"kind", "days", "from", "to", "nodes", "otherwise"}, where));
-                STRATO_ASSIGN_OR_RETURN(p.days_mask, parse_days((*t)["days"].value_or(std::string("mon-sun"))));
-                STRATO_ASSIGN_OR_RETURN(p.from_h, parse_clock((*t)["from"].value_or(std::string("00:00"))));
-                STRATO_ASSIGN_OR_RETURN(p.to_h, parse_clock((*t)["to"].value_or(std::string("24:00"))));
-                STRATO_ASSIGN_OR_RETURN(double n, number_field(*t, "nodes", -1, 0, where));
-                STRATO_ASSIGN_OR_RETURN(double o, number_field(*t, "otherwise", 0, 0, where));
-                if (n < 0) return invalid_argument("{}: schedule needs nodes", where);
-                p.nodes = static_cast<int>(n);
-                p.otherwise = static_cast<int>(o);
+                for (const char* k : {"days", "from", "to"})
+                    if (t->contains(k) && !(*t)[k].is_string())
+                        return invalid_argument("{}: {} must be a string such as \"mon-fri\" or \"18:00\"", where, k);
+                auto days = parse_days((*t)["days"].value_or(std::string("mon-sun")));
+                if (!days) return days.status().with_context(where);
+                p.days_mask = *days;
+                auto from = parse_clock((*t)["from"].value_or(std::string("00:00")));
+                if (!from) return from.status().with_context(where + " from");
+                auto to = parse_clock((*t)["to"].value_or(std::string("24:00")));
+                if (!to) return to.status().with_context(where + " to");
+                p.from_h = *from;
+                p.to_h = *to;
+                if (p.from_h == p.to_h) return invalid_argument("{}: from and to are the same time: an empty window", where);
+                if (!t->contains("nodes")) return invalid_argument("{}: schedule needs nodes", where);
+                STRATO_ASSIGN_OR_RETURN(p.nodes, count_field(*t, "nodes", 0, 0, kMaxNodes, where));
+                STRATO_ASSIGN_OR_RETURN(p.otherwise, count_field(*t, "otherwise", 0, 0, kMaxNodes, where));
             } else {
                 return invalid_argument("{}: kind must be backlog, utilization, vertical or schedule, got '{}'", where,
                                         p.kind);
@@ -185,7 +218,10 @@ Decision Autoscaler::decide(const Observation& o) {
             double wh = std::fmod(o.weekday_hour, 168.0);
             int day = static_cast<int>(wh / 24);
             double h = wh - day * 24;
-            bool in = (p.days_mask >> day & 1) && h >= p.from_h && h < p.to_h;
+            // A window that crosses midnight (18:00 to 09:00) belongs to the day it starts on.
+            bool in = p.from_h < p.to_h ? (p.days_mask >> day & 1) && h >= p.from_h && h < p.to_h
+                                        : ((p.days_mask >> day & 1) && h >= p.from_h) ||
+                                              ((p.days_mask >> ((day + 6) % 7) & 1) && h < p.to_h);
             propose(in ? p.nodes : p.otherwise, in ? "schedule window" : "schedule outside the window");
         } else if (p.kind == "vertical") {
             if (o.utilization > p.above) {

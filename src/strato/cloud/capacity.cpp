@@ -8,11 +8,12 @@
 namespace strato::cloud {
 
 Result<ReplicaCapacity> replica_capacity(const nlohmann::json& lt, double slo_p99_ms) {
-    if (!lt.is_object() || lt.value("kind", "") != "strato-loadtest" || !lt.contains("points") || !lt["points"].is_array())
+    if (!lt.is_object() || !lt.contains("kind") || lt["kind"] != "strato-loadtest" || !lt.contains("points") ||
+        !lt["points"].is_array())
         return invalid_argument("not a load-test result (expected \"kind\": \"strato-loadtest\" with points, as "
                                 "`strato loadtest --json` writes)");
     ReplicaCapacity c;
-    c.target = lt.value("target", "");
+    if (lt.contains("target") && lt["target"].is_string()) c.target = lt["target"].get<std::string>();
     double best_p99 = INFINITY;
     for (const auto& p : lt["points"]) {
         if (!p.is_object()) continue;
@@ -23,7 +24,8 @@ Result<ReplicaCapacity> replica_capacity(const nlohmann::json& lt, double slo_p9
         if (p.contains("errors") && p["errors"].is_object() && p["errors"].contains("total") &&
             p["errors"]["total"].is_number())
             errors = p["errors"]["total"].get<double>();
-        if (!(tput > 0) || !std::isfinite(p99)) continue;
+        // A point a load test could have measured: a rate below 1e9/s, a p99 of 0 or more.
+        if (!(tput > 0 && tput < 1e9) || !(p99 >= 0 && p99 < 1e9)) continue;
         ++c.points;
         best_p99 = std::min(best_p99, p99);
         if (p99 > slo_p99_ms || errors > 0) continue;

@@ -4,7 +4,9 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <unordered_map>
 #include <toml++/toml.h>
 
 #include "strato/core/csv_table.h"
@@ -49,6 +51,11 @@ Result<std::vector<GpuSpec>> parse_gpus(std::string_view text, std::string_view 
         if (g.memory_gb <= 0 || g.memory_bw_gbs <= 0 || g.fp32_tflops <= 0)
             return invalid_argument("{}: GPU '{}' needs memory_gb, memory_bw_gbs and fp32_tflops > 0", where(""),
                                     g.name);
+        for (const auto& [col, v] : {std::pair<const char*, double>{"tensor_tflops", g.tensor_tflops},
+                                     {"int8_tops", g.int8_tops}, {"tdp_w", g.tdp_w}, {"nvlink_gbs", g.nvlink_gbs}})
+            if (v < 0) return invalid_argument("{}: must not be negative, got {:g}", where(col), v);
+        for (const auto& other : out)
+            if (other.name == g.name) return invalid_argument("{}: GPU '{}' is listed twice", where("name"), g.name);
         if (g.tensor_tflops <= 0) g.tensor_tflops = g.fp32_tflops;
         out.push_back(std::move(g));
     }
@@ -72,6 +79,9 @@ Result<std::vector<SpotRate>> parse_spot(std::string_view text, std::string_view
         if (s.per_month < 0 || s.per_month >= 1)
             return invalid_argument("{}: expected a fraction in [0, 1), got '{}'", where,
                                     t.at(r, "interruptions_per_month"));
+        for (const auto& other : out)
+            if (other.provider == s.provider && other.type == s.type)
+                return invalid_argument("{}:{}: {}/{} is listed twice", t.source(), t.line(r), s.provider, s.type);
         out.push_back(std::move(s));
     }
     return out;
@@ -101,6 +111,7 @@ Result<Catalog> Catalog::parse(std::string_view instances, std::string_view inst
     STRATO_RETURN_IF_ERROR(t.require_columns({"provider", "region", "instance_type", "accelerator",
                                               "accelerator_count", "vcpus", "memory_gib", "network_gbps",
                                               "ondemand_usd_per_hour", "spot_usd_per_hour"}));
+    std::unordered_map<std::string, int> lines_by_key;
     for (size_t r = 0; r < t.rows(); ++r) {
         auto where = [&](std::string_view col) { return fmt::format("{}:{} {}", t.source(), t.line(r), col); };
         Instance in;
@@ -126,11 +137,21 @@ Result<Catalog> Catalog::parse(std::string_view instances, std::string_view inst
                                 parse_number(t.at(r, "ondemand_usd_per_hour"), kUnknown, where("ondemand_usd_per_hour")));
         STRATO_ASSIGN_OR_RETURN(in.spot_usd_h,
                                 parse_number(t.at(r, "spot_usd_per_hour"), kUnknown, where("spot_usd_per_hour")));
-        if (gpus_n < 0 || vcpus < 0 || in.ondemand_usd_h < 0 || in.spot_usd_h < 0)
-            return invalid_argument("{}: counts and prices must not be negative", where(""));
+        for (const auto& [col, v] : {std::pair<const char*, double>{"accelerator_count", gpus_n},
+                                     {"vcpus", vcpus},
+                                     {"memory_gib", in.memory_gib},
+                                     {"network_gbps", in.network_gbps},
+                                     {"ondemand_usd_per_hour", in.ondemand_usd_h},
+                                     {"spot_usd_per_hour", in.spot_usd_h}})
+            if (v < 0) return invalid_argument("{}: must not be negative, got {:g}", where(col), v);
+        if (auto [it, fresh] = lines_by_key.emplace(in.key(), in.line); !fresh)
+            return invalid_argument("{}: {} is listed twice (also on line {})", where("instance_type"), in.key(),
+                                    it->second);
         in.list_ondemand_usd_h = in.ondemand_usd_h;
         if (!in.has_ondemand() && !in.has_spot())
             c.warnings_.push_back(fmt::format("{}: {} has no price; left out of plans", where(""), in.key()));
+        if (in.gpus == 0)
+            c.warnings_.push_back(fmt::format("{}: {} has no accelerators; left out of plans", where(""), in.key()));
         if (in.has_ondemand() && in.has_spot() && in.spot_usd_h > in.ondemand_usd_h)
             c.warnings_.push_back(fmt::format("{}: {} spot {:.4g} is above on-demand {:.4g} (catalog inconsistency)",
                                               where(""), in.key(), in.spot_usd_h, in.ondemand_usd_h));
@@ -217,84 +238,99 @@ Status Catalog::apply_overrides_file(const std::string& path) {
 }
 
 Status Catalog::apply_overrides(std::string_view toml_text, const std::string& source) {
-    toml::table doc;
-    try {
-        doc = toml::parse(toml_text, source);
-    } catch (const toml::parse_error& e) {
-        return invalid_argument("{}:{}: {}", source, e.source().begin.line, e.description());
-    }
-    auto fraction = [&](const toml::node& n, std::string_view key) -> Result<double> {
-        auto v = n.value<double>();
-        if (!v || *v < 0 || *v >= 1) return invalid_argument("{}: {} must be a fraction in [0, 1)", source, key);
-        return *v;
-    };
-    auto type_known = [&](std::string_view t) {
-        return std::any_of(instances_.begin(), instances_.end(), [&](const Instance& in) {
-            return in.type == t || in.key() == t || in.provider == t;
-        });
-    };
-    double global = 0;
-    for (auto&& [k, node] : doc) {
-        std::string key(k.str());
-        if (key == "currency") {
-            auto v = node.value<std::string>();
-            if (!v || (*v != "USD" && *v != "CNY"))
-                return invalid_argument("{}: currency must be \"USD\" or \"CNY\"", source);
-            currency_.code = *v;
-        } else if (key == "usd_to_cny") {
-            auto v = node.value<double>();
-            if (!v || *v <= 0) return invalid_argument("{}: usd_to_cny must be a number > 0", source);
-            currency_.per_usd = *v;
-        } else if (key == "discount") {
-            STRATO_ASSIGN_OR_RETURN(global, fraction(node, "discount"));
-        } else if (key != "discounts" && key != "prices") {
-            return invalid_argument("{}: unknown key '{}' (expected currency, usd_to_cny, discount, [discounts], [prices])",
-                                    source, key);
+    // All or nothing: a file refused half way (a bad price after a currency) changes nothing.
+    const Currency saved_currency = currency_;
+    std::vector<std::array<double, 2>> saved_prices;
+    for (const auto& in : instances_) saved_prices.push_back({in.ondemand_usd_h, in.spot_usd_h});
+    auto apply = [&]() -> Status {
+        toml::table doc;
+        try {
+            doc = toml::parse(toml_text, source);
+        } catch (const toml::parse_error& e) {
+            return invalid_argument("{}:{}: {}", source, e.source().begin.line, e.description());
         }
-    }
-    if (currency_.code == "USD") currency_.per_usd = 1.0;
-    else if (!doc.contains("usd_to_cny"))
-        return invalid_argument("{}: currency = \"CNY\" needs usd_to_cny (CNY per USD)", source);
+        auto fraction = [&](const toml::node& n, std::string_view key) -> Result<double> {
+            auto v = n.value<double>();
+            if (!v || !(*v >= 0 && *v < 1)) return invalid_argument("{}: {} must be a fraction in [0, 1)", source, key);
+            return *v;
+        };
+        auto type_known = [&](std::string_view t) {
+            return std::any_of(instances_.begin(), instances_.end(), [&](const Instance& in) {
+                return in.type == t || in.key() == t || in.provider == t;
+            });
+        };
+        double global = 0;
+        for (auto&& [k, node] : doc) {
+            std::string key(k.str());
+            if (key == "currency") {
+                auto v = node.value<std::string>();
+                if (!v || (*v != "USD" && *v != "CNY"))
+                    return invalid_argument("{}: currency must be \"USD\" or \"CNY\"", source);
+                currency_.code = *v;
+            } else if (key == "usd_to_cny") {
+                auto v = node.value<double>();
+                if (!v || !(*v > 0 && *v <= 1e6)) return invalid_argument("{}: usd_to_cny must be a number in (0, 1e6]", source);
+                currency_.per_usd = *v;
+            } else if (key == "discount") {
+                STRATO_ASSIGN_OR_RETURN(global, fraction(node, "discount"));
+            } else if (key != "discounts" && key != "prices") {
+                return invalid_argument("{}: unknown key '{}' (expected currency, usd_to_cny, discount, [discounts], [prices])",
+                                        source, key);
+            }
+        }
+        if (currency_.code == "USD") currency_.per_usd = 1.0;
+        else if (!doc.contains("usd_to_cny"))
+            return invalid_argument("{}: currency = \"CNY\" needs usd_to_cny (CNY per USD)", source);
 
-    // Discounts: the most specific of instance key > type > provider > global.
-    std::vector<std::pair<std::string, double>> discounts;
-    if (auto* t = doc["discounts"].as_table()) {
-        for (auto&& [k, node] : *t) {
-            std::string key(k.str());
-            if (!type_known(key)) return unknown_type(key).with_context(fmt::format("{} [discounts]", source));
-            STRATO_ASSIGN_OR_RETURN(double d, fraction(node, fmt::format("discounts.{}", key)));
-            discounts.emplace_back(key, d);
+        // Discounts: the most specific of instance key > type > provider > global.
+        std::vector<std::pair<std::string, double>> discounts;
+        if (auto* t = doc["discounts"].as_table()) {
+            for (auto&& [k, node] : *t) {
+                std::string key(k.str());
+                if (!type_known(key)) return unknown_type(key).with_context(fmt::format("{} [discounts]", source));
+                STRATO_ASSIGN_OR_RETURN(double d, fraction(node, fmt::format("discounts.{}", key)));
+                discounts.emplace_back(key, d);
+            }
         }
-    }
-    for (auto& in : instances_) {
-        double d = global;
-        int rank = 0;
-        for (const auto& [k, v] : discounts) {
-            int r = k == in.key() ? 3 : k == in.type ? 2 : k == in.provider ? 1 : 0;
-            if (r > rank) rank = r, d = v;
+        for (auto& in : instances_) {
+            double d = global;
+            int rank = 0;
+            for (const auto& [k, v] : discounts) {
+                int r = k == in.key() ? 3 : k == in.type ? 2 : k == in.provider ? 1 : 0;
+                if (r > rank) rank = r, d = v;
+            }
+            in.ondemand_usd_h = in.list_ondemand_usd_h * (1 - d);
         }
-        in.ondemand_usd_h = in.list_ondemand_usd_h * (1 - d);
-    }
-    if (auto* t = doc["prices"].as_table()) {
-        for (auto&& [k, node] : *t) {
-            std::string key(k.str());
-            if (!type_known(key)) return unknown_type(key).with_context(fmt::format("{} [prices]", source));
-            auto* p = node.as_table();
-            if (!p) return invalid_argument("{}: prices.\"{}\" must be a table with ondemand and/or spot", source, key);
-            for (auto&& [pk, pv] : *p) {
-                std::string field(pk.str());
-                auto v = pv.value<double>();
-                if ((field != "ondemand" && field != "spot") || !v || *v < 0)
-                    return invalid_argument("{}: prices.\"{}\".{}: expected ondemand or spot = a price >= 0", source,
-                                            key, field);
-                for (auto& in : instances_) {
-                    if (in.type != key && in.key() != key) continue;
-                    (field == "ondemand" ? in.ondemand_usd_h : in.spot_usd_h) = *v;
+        if (auto* t = doc["prices"].as_table()) {
+            for (auto&& [k, node] : *t) {
+                std::string key(k.str());
+                if (!type_known(key)) return unknown_type(key).with_context(fmt::format("{} [prices]", source));
+                auto* p = node.as_table();
+                if (!p) return invalid_argument("{}: prices.\"{}\" must be a table with ondemand and/or spot", source, key);
+                for (auto&& [pk, pv] : *p) {
+                    std::string field(pk.str());
+                    auto v = pv.value<double>();
+                    // 0 is how the catalog says "not offered": a price here must be one.
+                    if ((field != "ondemand" && field != "spot") || !v || !(*v > 0 && *v <= 1e7))
+                        return invalid_argument("{}: prices.\"{}\".{}: expected ondemand or spot = a price per hour in (0, "
+                                                "1e7]",
+                                                source, key, field);
+                    for (auto& in : instances_) {
+                        if (in.type != key && in.key() != key) continue;
+                        (field == "ondemand" ? in.ondemand_usd_h : in.spot_usd_h) = *v;
+                    }
                 }
             }
         }
+        return Status::ok();
+    };
+    Status st = apply();
+    if (!st.is_ok()) {
+        currency_ = saved_currency;
+        for (size_t i = 0; i < instances_.size(); ++i)
+            instances_[i].ondemand_usd_h = saved_prices[i][0], instances_[i].spot_usd_h = saved_prices[i][1];
     }
-    return Status::ok();
+    return st;
 }
 
 }  // namespace strato::cloud

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "strato/core/fs.h"
+#include "strato/core/json.h"
 #include "strato/core/log.h"
 #include "strato/core/signals.h"
 #include "strato/loadgen/http_parse.h"
@@ -147,7 +148,7 @@ struct LocalProvider::Impl {
                     r->state.compare_exchange_strong(ready, 3);
                     out.status = 502;
                     out.content_type = "application/json";
-                    out.body = nlohmann::json{{"error", res.status().message()}}.dump();
+                    out.body = json_text(nlohmann::json{{"error", res.status().message()}});
                     continue;
                 }
                 ++r->served;
@@ -174,7 +175,7 @@ struct LocalProvider::Impl {
                             {"in_flight", r->in_flight.load()}, {"served", r->served.load()}});
         }
         for (const auto& [t, what] : actions) acts.push_back({{"t_s", t}, {"what", what}});
-        return nlohmann::json{{"replicas", reps}, {"actions", acts}, {"in_flight", in_flight.load()}}.dump();
+        return json_text(nlohmann::json{{"replicas", reps}, {"actions", acts}, {"in_flight", in_flight.load()}});
     }
 
     Result<std::shared_ptr<Replica>> spawn() {
@@ -362,6 +363,7 @@ Result<std::unique_ptr<LocalProvider>> LocalProvider::create(LocalOptions o) {
 
 Status LocalProvider::start() {
     Impl& m = *impl_;
+    if (m.o.port < 0 || m.o.port > 65535) return invalid_argument("front-end port {} is not in 0..65535", m.o.port);
     m.pool = std::make_unique<boost::asio::thread_pool>(m.o.proxy_threads);
     int n = std::max(m.o.config.min_nodes, 1);
     for (int i = 0; i < n; ++i) STRATO_RETURN_IF_ERROR(m.spawn().status());

@@ -26,7 +26,7 @@ Result<Trace> parse_trace(std::string_view csv, const std::string& source) {
         STRATO_ASSIGN_OR_RETURN(p.rate, parse_number(t.at(r, "rate"), kUnknown, where("rate")));
         STRATO_ASSIGN_OR_RETURN(double pre, parse_number(t.at(r, "preempt"), 0, where("preempt")));
         if (!std::isfinite(p.t_s) || p.t_s < 0) return invalid_argument("{}: expected seconds >= 0", where("time_s"));
-        if (!std::isfinite(p.rate) || p.rate < 0) return invalid_argument("{}: expected a rate >= 0", where("rate"));
+        if (!(p.rate >= 0 && p.rate <= 1e12)) return invalid_argument("{}: expected a rate in [0, 1e12]", where("rate"));
         if (pre < 0 || pre > 1e6 || pre != std::floor(pre))
             return invalid_argument("{}: expected a whole number in [0, 1e6]", where("preempt"));
         if (!tr.points.empty() && p.t_s < tr.points.back().t_s)
@@ -347,8 +347,20 @@ Result<SimResult> simulate(const Trace& trace, const Catalog& catalog, const Sim
         return invalid_argument("instance {} has no price in the catalog", start->key());
     for (const auto& p : o.config.policies)
         for (const auto& t : p.ladder) STRATO_RETURN_IF_ERROR(catalog.find(t).status().with_context("vertical ladder"));
+    // Time runs from the trace's first row (a trace in Unix time starts at 1.7e9 s, not at 0: it
+    // is not billed from 1970), and a run is bounded: one control-loop tick costs a pass over the
+    // nodes, and the timeline keeps a point per tick.
+    Trace shifted = trace;
+    const double first = trace.points.front().t_s;
+    for (auto& p : shifted.points) p.t_s -= first;
+    const double horizon = o.horizon_s > 0 ? o.horizon_s : shifted.points.back().t_s + o.tick_s;
+    constexpr double kMaxTicks = 1e7;
+    if (horizon / o.tick_s > kMaxTicks)
+        return invalid_argument("{:.3g} s simulated in ticks of {:g} s is {:.3g} control-loop ticks, more than {:g}: "
+                                "use a longer --tick or a shorter --horizon",
+                                horizon, o.tick_s, horizon / o.tick_s, kMaxTicks);
     auto t0 = std::chrono::steady_clock::now();
-    Sim sim(trace, catalog, o, start);
+    Sim sim(shifted, catalog, o, start);
     SimResult r = sim.run();
     r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return r;
