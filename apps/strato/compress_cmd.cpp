@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "strato/compress/quantize.h"
+#include "strato/core/json.h"
 #include "strato/train/train_config.h"
 #include "strato/train/trainer.h"
 
@@ -27,8 +28,11 @@ void add_quantize_command(CLI::App& compress, const GlobalFlags& g, int* exit_co
     cmd->add_option("--output", o->r.output, "Directory of the INT8 package (default: <model>-int8)");
     cmd->add_option("--calibration-batches", o->r.calibration_batches,
                     "Batches of training samples the observers see (drawn at random)")
-        ->capture_default_str();
-    cmd->add_option("--batch-size", o->r.calibration_batch_size, "Samples per calibration batch")->capture_default_str();
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+    cmd->add_option("--batch-size", o->r.calibration_batch_size, "Samples per calibration batch")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
     cmd->add_option("--observer", o->r.quant.observer,
                     "Activation ranges: minmax, percentile (clip at --percentile), or histogram (minimum-MSE clipping)")
         ->check(CLI::IsMember(models::observer_names()))
@@ -41,7 +45,7 @@ void add_quantize_command(CLI::App& compress, const GlobalFlags& g, int* exit_co
     cmd->add_option("--set", o->sets, "Override a config key, e.g. --set data.limit_test=1000");
     cmd->add_option("--data", o->data, "Dataset directory (default: Debian's Fashion-MNIST)");
     cmd->add_option("--dataset", o->dataset, "Dataset kind: fashion-mnist, idx, image-folder, shards");
-    cmd->add_option("--threads", o->threads, "Intra-op threads (0 = cores)");
+    cmd->add_option("--threads", o->threads, "Intra-op threads (0 = cores)")->check(CLI::Range(0, 1024));
     cmd->add_flag("--no-eval", o->no_eval, "Skip measuring float and INT8 accuracy on the test split");
     cmd->add_flag("--json", o->json, "Print the result as JSON");
     cmd->footer(
@@ -60,9 +64,9 @@ void add_quantize_command(CLI::App& compress, const GlobalFlags& g, int* exit_co
         r.evaluate = !o->no_eval;
         r.seed = static_cast<uint64_t>(o->seed);
         if (r.output.empty()) {
-            std::string m = r.model;
-            while (m.size() > 1 && m.back() == '/') m.pop_back();
-            r.output = m + "-int8";
+            std::filesystem::path m = std::filesystem::path(r.model).lexically_normal();
+            if (m.filename().empty()) m = m.parent_path();  // "runs/x/model/"
+            r.output = m.string() + "-int8";
         }
         train::configure_threads(o->threads);
         auto q = compress::quantize_package(r);
@@ -82,7 +86,7 @@ void add_quantize_command(CLI::App& compress, const GlobalFlags& g, int* exit_co
                 j["int8_accuracy"] = *q->int8_accuracy;
                 j["test_samples"] = q->test_samples;
             }
-            fmt::print("{}\n", j.dump(2));
+            fmt::print("{}\n", json_text(j, 2));
         } else if (!g.quiet) {
             fmt::print("INT8 package: {} (engine {}, {} observer, {} calibration samples)\n", q->output, q->engine,
                        r.quant.observer, q->calibration_samples);

@@ -10,6 +10,7 @@
 #include "strato/compress/distill.h"
 #include "strato/compress/report.h"
 #include "strato/core/fs.h"
+#include "strato/core/json.h"
 #include "strato/core/signals.h"
 #include "strato/report/run_report.h"
 
@@ -81,7 +82,7 @@ void add_compress_distill_command(CLI::App& compress, const GlobalFlags& g, int*
                                 {"steps", r->steps},
                                 {"wall_time_s", r->wall_time_s},
                                 {"early_stopped", r->early_stopped}};
-            fmt::print("{}\n", j.dump(2));
+            fmt::print("{}\n", json_text(j, 2));
         } else {
             fmt::print("student test accuracy: {:.2f}% (best {:.2f}%) after {} epochs, {} steps, {:.1f} s\n",
                        100 * r->test_acc, 100 * r->best_test_acc, r->epochs, r->steps, r->wall_time_s);
@@ -116,13 +117,16 @@ void add_compress_report_command(CLI::App& compress, const GlobalFlags&, int* ex
     cmd->add_option("--set", o->sets, "Override a config key, e.g. --set data.limit_test=2000");
     cmd->add_option("--data", o->data, "Dataset directory (default: Debian's Fashion-MNIST)");
     cmd->add_option("--dataset", o->dataset, "Dataset kind: fashion-mnist, idx, image-folder, ...");
-    cmd->add_option("--threads", o->c.threads, "Intra-op threads (0 = cores)")->capture_default_str();
+    cmd->add_option("--threads", o->c.threads, "Intra-op threads (0 = cores)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 1024));
     cmd->add_option("--runs", o->c.latency_runs, "Timed forward passes at batch 1 (throughput: a tenth, at least 20)")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(CLI::Range(1, 10000000));
     cmd->add_option("--rounds", o->c.rounds,
                     "Interleave the rows' timed passes over this many rounds, so a machine that slows down for a "
                     "while slows every row alike")
-        ->check(CLI::PositiveNumber)
+        ->check(CLI::Range(1, 10000))
         ->capture_default_str();
     cmd->add_option("--markdown", o->markdown, "Also write the table as Markdown to this file (for bench/RESULTS.md)");
     cmd->add_flag("--json", o->json, "Print the report as JSON instead of a table");
@@ -138,6 +142,8 @@ void add_compress_report_command(CLI::App& compress, const GlobalFlags&, int* ex
         "      --threads 2 --runs 500 --markdown compress.md\n"
         "  strato compress report --model a=runs/x/model --dataset image-folder --data photos/ --json");
     cmd->callback([o, exit_code] {
+        if (Status s = fs::check_output_file(o->markdown, fs::OutputKind::kText, "--markdown"); !o->markdown.empty() && !s.is_ok())
+            return void(*exit_code = report_error("compress report", s));
         auto data = data_config_from_flags(o->config, o->sets, o->data, o->dataset);
         if (!data) return void(*exit_code = report_error("compress report", data.status()));
         std::vector<compress::Variant> variants;
@@ -155,7 +161,7 @@ void add_compress_report_command(CLI::App& compress, const GlobalFlags&, int* ex
             if (!st.is_ok()) return void(*exit_code = report_error("compress report", st.with_context("--markdown")));
         }
         if (o->json) {
-            fmt::print("{}\n", compress::to_json(*r).dump(2));
+            fmt::print("{}\n", json_text(compress::to_json(*r), 2));
         } else {
             fmt::print("{}", compress::format_table(*r));
             if (!o->markdown.empty()) fmt::print("markdown: {}\n", o->markdown);

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "strato/core/json.h"
 #include "strato/train/trainer.h"
 
 namespace strato::cli {
@@ -18,7 +19,12 @@ Result<data::DataConfig> data_config_from_flags(const std::string& config, const
         STRATO_ASSIGN_OR_RETURN(cfg, config::load_string<train::TrainConfig>("", sets));
     }
     if (!data.empty()) cfg.data.path = data;
-    if (!dataset.empty()) cfg.data.dataset = dataset;
+    if (!dataset.empty()) {
+        // Through the config's own check of data.dataset (its list of kinds).
+        STRATO_ASSIGN_OR_RETURN(train::TrainConfig kind,
+                                config::load_string<train::TrainConfig>("", {"data.dataset=\"" + dataset + "\""}));
+        cfg.data.dataset = kind.data.dataset;
+    }
     return cfg.data;
 }
 
@@ -38,7 +44,7 @@ void add_eval_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     cmd->add_option("--set", o->sets, "Override a config key, e.g. --set data.limit_test=1000");
     cmd->add_option("--data", o->data, "Dataset directory (default: Debian's Fashion-MNIST)");
     cmd->add_option("--dataset", o->dataset, "Dataset kind: fashion-mnist, idx, image-folder");
-    cmd->add_option("--threads", o->threads, "Intra-op threads (0 = cores)");
+    cmd->add_option("--threads", o->threads, "Intra-op threads (0 = cores)")->check(CLI::Range(0, 1024));
     cmd->add_flag("--bf16", o->bf16,
                   "Run the forward pass in bf16 as `strato serve` does with precision \"bf16\" (the inference graph on "
                   "oneDNN's bf16 kernels; the eager network under autocast where the CPU has none)");
@@ -56,7 +62,7 @@ void add_eval_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
                                 {"parameters", r->parameters}, {"accuracy", r->result.accuracy},
                                 {"loss", r->result.loss},      {"samples", r->result.count},
                                 {"seconds", r->result.seconds}};
-            fmt::print("{}\n", j.dump(2));
+            fmt::print("{}\n", json_text(j, 2));
         } else {
             fmt::print("{} ({} parameters) on {} samples: accuracy {:.2f}%, loss {:.4f} ({:.1f} s)\n", r->arch,
                        r->parameters, r->result.count, 100 * r->result.accuracy, r->result.loss, r->result.seconds);

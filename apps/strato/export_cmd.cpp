@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "strato/core/json.h"
 #include "strato/export/onnx_export.h"
 
 namespace strato::cli {
@@ -55,7 +56,7 @@ void add_export_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
                 {"inputs", {{{"name", r->input_name}, {"datatype", "FP32"}, {"shape", r->input_shape}}}},
                 {"outputs", {{{"name", r->output_name}, {"datatype", "FP32"}, {"shape", r->output_shape}}}},
                 {"in_manifest", r->in_manifest}};
-            fmt::print("{}\n", j.dump(2));
+            fmt::print("{}\n", json_text(j, 2));
         } else if (!g.quiet) {
             fmt::print("{} -> {} ({} bytes, opset {}, {} nodes; {} {} -> {} {}){}\n", r->arch, r->path, r->bytes,
                        r->opset, r->nodes, r->input_name, fmt::join(r->input_shape, "x"), r->output_name,

@@ -4,6 +4,7 @@
 
 #include "commands.h"
 #include "strato/compress/prune.h"
+#include "strato/core/json.h"
 #include "strato/core/signals.h"
 
 namespace strato::cli {
@@ -37,7 +38,7 @@ void add_compress_prune_command(CLI::App& compress, const GlobalFlags& g, int* e
     cmd->add_option("--round-to", o->round_to,
                     "channels: round each layer's kept width down to a multiple of this (CPU kernels work on "
                     "blocks of 8 or 16 channels: 22 channels cost as much as 24); 1 = exactly --amount")
-        ->check(CLI::PositiveNumber)
+        ->check(CLI::Range(1, 4096))
         ->capture_default_str();
     cmd->add_option("--schedule", o->schedule,
                     "oneshot: prune once, then fine-tune; gradual (magnitude): raise the sparsity from 0 to --amount "
@@ -52,7 +53,7 @@ void add_compress_prune_command(CLI::App& compress, const GlobalFlags& g, int* e
                     "ignored, the package's is used. Default: Fashion-MNIST, SGD lr 0.01, cosine, 2 epochs");
     auto* epochs = cmd->add_option("--epochs", o->epochs,
                                    "Fine-tuning epochs (overrides train.epochs); 0 = prune without fine-tuning")
-                       ->check(CLI::NonNegativeNumber);
+                       ->check(CLI::Range(int64_t{0}, int64_t{100000}));
     cmd->add_option("--set", o->sets, "Override a fine-tuning config key: --set optim.lr=0.005 (repeatable)");
     cmd->add_option("--output", o->output,
                     "Run directory of the fine-tuning; the pruned package is OUTPUT/model (default: next to the "
@@ -94,7 +95,7 @@ void add_compress_prune_command(CLI::App& compress, const GlobalFlags& g, int* e
         auto r = compress::prune_package(po);
         if (!r) return void(*exit_code = report_error("compress prune", r.status()));
         if (o->json) {
-            fmt::print("{}\n", r->to_json().dump(2));
+            fmt::print("{}\n", json_text(r->to_json(), 2));
         } else {
             fmt::print("{}", compress::format_prune_table(*r));
         }

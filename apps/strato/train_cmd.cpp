@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "strato/core/json.h"
 #include "strato/core/signals.h"
 #include "strato/report/run_report.h"
 #include "strato/train/trainer.h"
@@ -51,7 +52,7 @@ void add_train_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
                                 {"test_acc", r->test_acc},     {"test_loss", r->test_loss}, {"best_test_acc", r->best_test_acc},
                                 {"epochs", r->epochs},         {"steps", r->steps},         {"wall_time_s", r->wall_time_s},
                                 {"early_stopped", r->early_stopped}};
-            fmt::print("{}\n", j.dump(2));
+            fmt::print("{}\n", json_text(j, 2));
         } else {
             fmt::print("test accuracy: {:.2f}% (best {:.2f}%) after {} epochs, {} steps, {:.1f} s\n", 100 * r->test_acc,
                        100 * r->best_test_acc, r->epochs, r->steps, r->wall_time_s);

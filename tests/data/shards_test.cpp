@@ -726,6 +726,31 @@ TEST_F(Stats, ManifestFindsChangedMissingAndExtraFiles) {
     EXPECT_NE(read_manifest((root_ / "m4.json").string()).status().message().find("not valid JSON"), std::string::npos);
 }
 
+TEST_F(Stats, FileNamesThatAreNotUtf8) {
+    // Linux names are bytes: a Latin-1 "caf\xe9.jpg" and a stray 0xff. Packing sanitises the key
+    // (the index is JSON) and the shards verify; a manifest, which must give the name back byte
+    // for byte, refuses it naming the file.
+    make_folder(root_ / "d", 2, 3);
+    stdfs::rename(root_ / "d" / "class0/img.000.jpg", root_ / "d" / "class0/caf\xe9.jpg");
+    stdfs::create_directories(root_ / "d" / "cl\xffss");
+    put(root_ / "d" / "cl\xffss" / "x.png", png(4, 4, 7));
+    auto packed = pack_image_folder((root_ / "d").string(), (root_ / "s").string(), {});
+    ASSERT_TRUE(packed.is_ok()) << packed.status().message();
+    auto src = ShardSource::open(std::make_shared<LocalStore>((root_ / "s").string())).value();
+    EXPECT_EQ(src->size(), 7);
+    const auto& keys = src->index().keys;
+    EXPECT_NE(std::find(keys.begin(), keys.end(), "class0/caf_"), keys.end());
+    EXPECT_NE(std::find(keys.begin(), keys.end(), "cl_ss/x"), keys.end());
+    EXPECT_EQ(src->class_names()[2], "cl\xef\xbf\xbdss");  // U+FFFD in the index's class list
+    EXPECT_TRUE(verify_dataset((root_ / "s").string(), {.decode = true}).value().ok());
+
+    auto st = dataset_stats((root_ / "d").string(), {.hash = true}).value();
+    Status w = write_manifest((root_ / "m.json").string(), *st.manifest);
+    EXPECT_NE(w.message().find("the file name \"class0/caf\xef\xbf\xbd.jpg\" is not UTF-8"), std::string::npos)
+        << w.message();
+    EXPECT_FALSE(stdfs::exists(root_ / "m.json"));
+}
+
 TEST_F(Stats, VerifyChecksShardsAndDecodesWhenAsked) {
     make_folder(root_ / "d", 2, 4);
     // A JPEG whose header is intact but whose data is cut: the header probe passes, a decode fails.

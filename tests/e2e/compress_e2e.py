@@ -92,6 +92,26 @@ def main():
         check("missing" in p.stderr, p.stderr)
         p = run("export", "--model", int8, expect=1)
         check("INT8" in p.stderr, p.stderr)
+        p = run("eval", "--model", int8, "--bf16", expect=1)
+        check("INT8 package" in p.stderr and "drop --bf16" in p.stderr, p.stderr)
+        # Outputs that would destroy data (found by review): the run holding the source, a folder
+        # that is not a package, a place inside the source package. Refused before any work.
+        for out, needle in ((base, "is inside it"), (fp32, "that directory itself"),
+                            (os.path.join(fp32, "int8"), "is inside the source package")):
+            p = run("compress", "quantize", "--model", fp32, "--output", out, expect=1)
+            check(needle in p.stderr, f"--output {out}: {p.stderr}")
+        check(os.path.exists(os.path.join(base, "metrics.jsonl")) and os.path.exists(os.path.join(fp32, "weights.pt")),
+              "the source run survived the refused outputs")
+        mine = os.path.join(tmp, "mine")
+        os.makedirs(mine)
+        open(os.path.join(mine, "notes.txt"), "w").write("keep me")
+        p = run("compress", "quantize", "--model", fp32, "--output", mine, expect=1)
+        check("is not a model package" in p.stderr and os.path.exists(os.path.join(mine, "notes.txt")), p.stderr)
+        # Reports do not write over their inputs.
+        p = run("report", base, "--out", os.path.join(fp32, "weights.pt"), expect=1)
+        check("is not an HTML report" in p.stderr, p.stderr)
+        p = run("compress", "report", "--model", f"fp32={fp32}", "--markdown", os.path.join(fp32, "weights.pt"), expect=1)
+        check("is not a text file" in p.stderr, p.stderr)
 
         # ---- prune: 50 % of the weights (magnitude), 30 % of the channels (structured) ----
         mag, ch = os.path.join(tmp, "mag"), os.path.join(tmp, "ch")
@@ -116,6 +136,13 @@ def main():
         student = os.path.join(tmp, "student", "model")
         metrics = json.load(open(os.path.join(student, "metrics.json"))) if p.returncode == 0 else {}
         check(metrics.get("compression", {}).get("method") == "distill", metrics)
+        # --overwrite of the run directory that holds the teacher would delete the teacher.
+        teacher_manifest = open(os.path.join(fp32, "strato-model.json")).read()
+        p = run("compress", "distill", "--teacher", fp32, "--config", "configs/fashion_mnist_student.toml",
+                "--set", "train.epochs=1", "--set", f"run.dir={tmp}", "--set", "run.name=cnn", "--overwrite",
+                "--no-report", *LIMITS, expect=1)
+        check("which this run reads" in p.stderr, p.stderr)
+        check(open(os.path.join(fp32, "strato-model.json")).read() == teacher_manifest, "the teacher is still the teacher")
 
         # ---- the comparison table over all of them ----
         p = run("compress", "report", "--model", f"fp32={fp32}", "--model", f"bf16={fp32}@bf16",

@@ -93,21 +93,53 @@ def main():
         check(acc >= 0.8, f"image folder: test accuracy {acc:.3f}, expected >= 0.8 (colours are easy)")
 
         # The package evaluates on the folder without a config: the image size comes from it.
-        p = run("eval", "--model", os.path.join(tmp, "runs", "folder", "model"), "--dataset", "image-folder",
-                "--data", folder, "--json")
+        model = os.path.join(tmp, "runs", "folder", "model")
+        p = run("eval", "--model", model, "--dataset", "image-folder", "--data", folder, "--json")
         if p.returncode == 0:
             check(json.loads(p.stdout)["accuracy"] >= 0.8, f"strato eval on the folder: {p.stdout}")
-        # A folder without the model's first class would number the others one lower and score every
-        # prediction against the wrong class: refused, naming the classes.
+        # The classes are the model's: a folder without its first class is still numbered by the
+        # model (not shifted one lower, which would score every prediction against another class),
+        # evaluated on the classes it has, the missing one reported.
         fewer = os.path.join(tmp, "fewer")
         shutil.copytree(folder, fewer)
         first = sorted(os.listdir(os.path.join(fewer, "train")))[0]
         for split in ("train", "test"):
             shutil.rmtree(os.path.join(fewer, split, first))
-        p = subprocess.run([STRATO, "eval", "--model", os.path.join(tmp, "runs", "folder", "model"), "--dataset",
-                            "image-folder", "--data", fewer, "--json"], capture_output=True, text=True, timeout=120)
-        check(p.returncode != 0 and f"but the model's class 0 is '{first}'" in p.stderr,
-              f"eval on a folder missing a class: exit {p.returncode}, stderr {p.stderr[-400:]}")
+        p = run("eval", "--model", model, "--dataset", "image-folder", "--data", fewer, "--json")
+        if p.returncode == 0:
+            r = json.loads(p.stdout)
+            check(r["samples"] == 2 * 30 and r["accuracy"] >= 0.8, f"eval on a folder missing a class: {p.stdout}")
+            check(f"class '{first}' has no images" in p.stderr, f"eval without class {first}: stderr {p.stderr[-400:]}")
+        # No train/ folder is needed: a test folder alone, or class folders straight under --data.
+        only_test = os.path.join(tmp, "only-test")
+        shutil.copytree(os.path.join(folder, "test"), os.path.join(only_test, "test"))
+        for data in (only_test, os.path.join(folder, "test")):
+            p = run("eval", "--model", model, "--dataset", "image-folder", "--data", data, "--json")
+            if p.returncode == 0:
+                r = json.loads(p.stdout)
+                check(r["samples"] == 3 * 30 and r["accuracy"] >= 0.8, f"eval on {data}: {p.stdout}")
+        # A class the model does not know is refused, naming it and the model's classes.
+        os.makedirs(os.path.join(only_test, "test", "purple"))
+        p = run("eval", "--model", model, "--dataset", "image-folder", "--data", only_test, expect=1)
+        check("class folder 'purple' is not one of the 3 classes" in p.stderr and "blue, green, red" in p.stderr,
+              f"eval with an unknown class: stderr {p.stderr[-400:]}")
+        # A train/ folder without test/ or val/ has nothing to evaluate on.
+        train_only = os.path.join(tmp, "train-only")
+        shutil.copytree(os.path.join(folder, "train"), os.path.join(train_only, "train"))
+        p = run("eval", "--model", model, "--dataset", "image-folder", "--data", train_only, expect=1)
+        check("has a train/ folder but no test/ or val/ folder" in p.stderr, f"eval of train/ alone: {p.stderr[-400:]}")
+
+        # What the data says while it opens (before the run directory exists) reaches the run's
+        # events.log too: here an empty class folder.
+        empty = os.path.join(tmp, "empty-class")
+        shutil.copytree(folder, empty)
+        for f in os.listdir(os.path.join(empty, "test", first)):
+            os.remove(os.path.join(empty, "test", first, f))
+        train(tmp, "empty", empty, "image-folder", "train.epochs=1")
+        with open(os.path.join(tmp, "runs", "empty", "events.log")) as f:
+            events = f.read()
+        check(f"warning image folder {empty}/test: class '{first}' has no images" in events,
+              f"events.log lacks the empty-class warning: {events[:600]}")
 
         # 2. Packed shards on disk: the same data, several shards per split.
         shards = os.path.join(tmp, "shards")

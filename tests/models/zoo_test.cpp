@@ -341,5 +341,60 @@ TEST_F(Package, BrokenManifestIsAClearError) {
     EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
 }
 
+// Found by review: manifests that load but describe another package (an empty normalisation
+// scored 51 % instead of 94 %), or name files outside it.
+TEST_F(Package, ManifestFieldsThatDoNotFitAreRefused) {
+    const auto m = dir_ / "model" / kPackageManifest;
+    const auto good = nlohmann::json::parse(*fs::read_file(m));
+    const struct {
+        const char* pointer;
+        nlohmann::json value;
+        const char* expected;
+    } cases[] = {
+        {"/preprocessing/mean", nlohmann::json::array(), "/preprocessing/mean and /std need 1 values"},
+        {"/preprocessing/std", {0.0}, "std must be > 0"},
+        {"/format_version", 2, "/format_version is 2, and this strato reads version 1"},
+        {"/labels", {"a", "b", "c"}, "/labels has 3 names for 10 classes"},
+        {"/num_classes", 0, "/num_classes must be in 1..10000000, got 0"},
+        {"/precision", "int8", "/precision is \"int8\" but the package has no /quantization"},
+        {"/files/..~1..~1..~1etc~1hostname", {{"sha256", "x"}}, "expected the name of a file in the package"},
+    };
+    for (const auto& c : cases) {
+        nlohmann::json j = good;
+        j[nlohmann::json::json_pointer(c.pointer)] = c.value;
+        ASSERT_TRUE(fs::atomic_write(m, j.dump()).is_ok());
+        auto r = load_package((dir_ / "model").string());
+        ASSERT_FALSE(r.is_ok()) << c.pointer;
+        EXPECT_NE(r.status().message().find(c.expected), std::string::npos) << c.pointer << ": " << r.status().message();
+    }
+    ASSERT_TRUE(fs::atomic_write(m, "[]").is_ok());
+    EXPECT_NE(load_package((dir_ / "model").string()).status().message().find("expected a JSON object, got array"),
+              std::string::npos);
+}
+
+// Found by review: quantize --output RUN_DIR replaced a whole run with the INT8 package, and the
+// cleanup of killed saves deleted a user's "model.old.2024-11" and other live saves' copies.
+TEST_F(Package, SavesReplaceOnlyPackagesAndTheirOwnLeftovers) {
+    stdfs::create_directories(dir_ / "run" / "checkpoints");
+    ASSERT_TRUE(fs::atomic_write(dir_ / "run" / "metrics.jsonl", "{}\n").is_ok());
+    Status st = save_package((dir_ / "run").string(), info_, *net_);
+    EXPECT_NE(st.message().find("is not a model package (no strato-model.json); not replacing it"), std::string::npos)
+        << st.message();
+    EXPECT_TRUE(stdfs::exists(dir_ / "run" / "metrics.jsonl"));
+    EXPECT_FALSE(save_package((dir_ / "run" / "metrics.jsonl").string(), info_, *net_).is_ok());
+    EXPECT_FALSE(save_package((dir_ / ".").string(), info_, *net_).is_ok());
+
+    // Next to the package: a user's backup, a live process's staging copy (pid 1 is alive), and a
+    // dead process's leftovers (a pid above the kernel's limit is no process).
+    for (const char* d : {"model.old.2024-11", "model.tmp.1", "model.tmp.99999999", ".old-model.99999999"})
+        stdfs::create_directories(dir_ / d);
+    ASSERT_TRUE(save_package((dir_ / "model").string(), info_, *net_).is_ok());
+    EXPECT_TRUE(stdfs::exists(dir_ / "model.old.2024-11"));
+    EXPECT_TRUE(stdfs::exists(dir_ / "model.tmp.1"));
+    EXPECT_FALSE(stdfs::exists(dir_ / "model.tmp.99999999"));
+    EXPECT_FALSE(stdfs::exists(dir_ / ".old-model.99999999"));
+    EXPECT_TRUE(load_package((dir_ / "model").string()).is_ok());
+}
+
 }  // namespace
 }  // namespace strato::models

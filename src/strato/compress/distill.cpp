@@ -78,8 +78,8 @@ Result<models::Net> renormalize_input(models::Net teacher, int64_t channels, con
 Result<Distillation> prepare_distillation(const train::TrainConfig& student, const DistillOptions& opts) {
     if (opts.teacher.empty())
         return invalid_argument("no teacher given\nhint: --teacher runs/NAME/model (a package from strato train)");
-    if (!std::isfinite(opts.temperature) || opts.temperature <= 0)
-        return invalid_argument("temperature must be > 0, got {}\nhint: 1 is the plain softmax; 2 to 8 are usual",
+    if (!(opts.temperature > 0 && opts.temperature <= 100))
+        return invalid_argument("temperature must be in (0, 100], got {}\nhint: 1 is the plain softmax; 2 to 8 are usual",
                                 opts.temperature);
     if (!(opts.alpha >= 0 && opts.alpha <= 1))
         return invalid_argument("alpha must be in [0, 1] (the weight of the teacher's term), got {}", opts.alpha);
@@ -149,6 +149,7 @@ Result<train::TrainResult> distill(const train::TrainConfig& student, const Dist
                                    train::TrainOptions train_opts) {
     STRATO_ASSIGN_OR_RETURN(Distillation d, prepare_distillation(student, opts));
     train_opts.hooks = &d.hooks;
+    train_opts.inputs.push_back(opts.teacher);
     return train::run_training(student, train_opts);
 }
 

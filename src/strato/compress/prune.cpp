@@ -540,6 +540,10 @@ Result<PruneReport> prune_package_impl(const PruneOptions& o) {
     const auto& in = src.info.input_shape;
     if (cfg.data.image_size <= 0 && in.height == in.width) cfg.data.image_size = in.height;  // as strato eval
     if (cfg.data.dataset == "image-folder" || cfg.data.dataset == "shards") cfg.data.channels = in.channels;
+    // The fine-tuning data must be the model's: its image shape and its classes, in its order
+    // (else the package would be relabelled with the data's class names).
+    if (auto checked = train::open_package_data(src.info, cfg.data); !checked)
+        return checked.status().with_context("fine-tuning data");
     std::string output = o.output;
     if (output.empty()) {
         output =

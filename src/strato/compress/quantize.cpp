@@ -3,6 +3,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "strato/core/fs.h"
 #include "strato/core/log.h"
 #include "strato/data/loader.h"
 #include "strato/models/package.h"
@@ -26,9 +27,15 @@ Result<QuantizeResult> quantize_package(const QuantizeRequest& r) {
         return invalid_argument("calibration needs at least 1 batch of at least 1 sample (got {} x {})",
                                 r.calibration_batches, r.calibration_batch_size);
     if (r.output.empty()) return invalid_argument("no output directory given for the INT8 package");
-    std::error_code ec;
-    if (stdfs::exists(r.output, ec) && stdfs::equivalent(r.output, r.model, ec))
-        return invalid_argument("the output {} is the source package itself; write the INT8 package next to it", r.output);
+    // The output directory is replaced by the INT8 package: it must not hold the source, nor lie
+    // inside it.
+    if (fs::is_within(r.model, r.output))
+        return invalid_argument("--output {}: the source package {} is {}; write the INT8 package next to it", r.output,
+                                r.model, fs::is_within(r.output, r.model) ? "that directory itself" : "inside it");
+    if (fs::is_within(r.output, r.model))
+        return invalid_argument("--output {} is inside the source package {}; write the INT8 package next to it",
+                                r.output, r.model);
+    STRATO_RETURN_IF_ERROR(models::check_package_destination(r.output).with_context("--output"));
 
     STRATO_ASSIGN_OR_RETURN(models::LoadedPackage pkg, models::load_package(r.model));
     if (pkg.info.quantized()) {

@@ -215,6 +215,55 @@ Result<DataSplits> open_datasets(const DataConfig& cfg) {
     return out;
 }
 
+Result<std::shared_ptr<Dataset>> open_evaluation_split(const DataConfig& cfg, const std::vector<std::string>& class_names,
+                                                       const std::vector<double>& mean) {
+    namespace stdfs = std::filesystem;
+    if (cfg.dataset == "fashion-mnist" || cfg.dataset == "idx") {
+        // The test files alone: the training files need not be there.
+        std::error_code ec;
+        if (!stdfs::is_directory(cfg.path, ec)) {
+            std::string hint = cfg.path == kFashionMnistDir ? " (install it: apt-get install dataset-fashion-mnist)" : "";
+            return not_found("data.path: dataset directory {} does not exist{}", cfg.path, hint);
+        }
+        std::vector<std::string> names = class_names;
+        if (names.empty() && cfg.dataset == "fashion-mnist") names = fashion_mnist_classes();
+        auto p = [&](const std::string& f) { return (stdfs::path(cfg.path) / f).string(); };
+        STRATO_ASSIGN_OR_RETURN(std::shared_ptr<InMemoryDataset> idx,
+                                load_idx_dataset(p(cfg.test_images), p(cfg.test_labels), names));
+        std::shared_ptr<Dataset> test = idx;
+        STRATO_RETURN_IF_ERROR(apply_limit(test, cfg.limit_test, "limit_test"));
+        return test;
+    }
+    if (cfg.dataset != "image-folder" && cfg.dataset != "shards") {
+        STRATO_ASSIGN_OR_RETURN(DataSplits all, open_datasets(cfg));
+        return all.test;
+    }
+    if (cfg.channels != 1 && cfg.channels != 3) return invalid_argument("data.channels: expected 1 or 3, got {}", cfg.channels);
+    std::shared_ptr<const SampleSource> source;
+    if (cfg.dataset == "shards") {
+        STRATO_ASSIGN_OR_RETURN(auto store, split_store(cfg, evaluation_split(cfg)));
+        STRATO_ASSIGN_OR_RETURN(source, ShardSource::open(store));
+    } else {
+        std::error_code ec;
+        const stdfs::path root(cfg.path);
+        if (!stdfs::is_directory(root, ec)) return not_found("data.path: dataset directory {} does not exist", cfg.path);
+        stdfs::path dir = root / evaluation_split(cfg);
+        if (!stdfs::is_directory(dir, ec)) {
+            if (stdfs::is_directory(root / "train", ec))
+                return not_found("data.path: {} has a train/ folder but no test/ or val/ folder to evaluate on", cfg.path);
+            dir = root;  // the class folders themselves
+        }
+        STRATO_ASSIGN_OR_RETURN(auto folder, ImageFolderSource::open(dir.string(), class_names));
+        for (const auto& c : folder->empty_classes()) log::warn("image folder {}: class '{}' has no images", folder->root(), c);
+        source = folder;
+    }
+    STRATO_ASSIGN_OR_RETURN(auto images, open_image_split(cfg, source, "test"));
+    images->pipeline().set_mean(mean);
+    std::shared_ptr<Dataset> test = images;
+    STRATO_RETURN_IF_ERROR(apply_limit(test, cfg.limit_test, "limit_test"));
+    return test;
+}
+
 LoaderOptions eval_loader_options(const DataConfig& cfg, const DataSplits& splits) {
     LoaderOptions o;
     o.batch_size = cfg.eval_batch_size;

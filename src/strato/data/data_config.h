@@ -72,6 +72,14 @@ std::string default_shard_cache_dir(const std::string& url);
 /// Opens the train and test splits the config names; resolves mean/std.
 Result<DataSplits> open_datasets(const DataConfig& cfg);
 
+/// Opens only the split a model is evaluated on, for a model that already knows its classes
+/// (`class_names`, in its order; empty: the folders' sorted names) and normalisation (`mean`,
+/// used where transforms pad). An image folder is evaluated on its test/ or val/ folder, or,
+/// with neither nor a train/ folder, on the class folders directly under data.path; shards on
+/// their test/ or val/ split. Other kinds open as open_datasets does.
+Result<std::shared_ptr<Dataset>> open_evaluation_split(const DataConfig& cfg, const std::vector<std::string>& class_names,
+                                                       const std::vector<double>& mean);
+
 /// Loader options for training (shuffled, augmented) and evaluation (in order, plain).
 LoaderOptions train_loader_options(const DataConfig& cfg, const DataSplits& splits, uint64_t seed);
 LoaderOptions eval_loader_options(const DataConfig& cfg, const DataSplits& splits);

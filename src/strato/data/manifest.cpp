@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "strato/core/fs.h"
+#include "strato/core/json.h"
 #include "strato/data/codec.h"
 #include "strato/data/mapped_file.h"
 #include "strato/data/shards.h"
@@ -415,19 +416,24 @@ Result<Manifest> manifest_from_json(const std::string& text, const std::string& 
     m.dataset_hash = dataset_hash(m.sha256);
     if (j.contains("dataset_hash") && j["dataset_hash"] != m.dataset_hash) {
         return invalid_argument("{}: dataset_hash {} does not match its files (computed {}); the manifest was edited",
-                                what, j["dataset_hash"].dump(), m.dataset_hash);
+                                what, json_text(j["dataset_hash"]), m.dataset_hash);
     }
     return m;
 }
 
 Status write_manifest(const std::string& path, const Manifest& m) {
+    // Paths are compared byte for byte when the manifest is checked: JSON holds only UTF-8.
+    for (const auto& [file, hash] : m.sha256)
+        if (!is_utf8(file))
+            return invalid_argument("{}: the file name {} is not UTF-8, which a JSON manifest cannot record; rename it",
+                                    path, json_text(file));
     nlohmann::json j = manifest_to_json(m);
     nlohmann::json files = std::move(j["files"]);
     j.erase("files");
-    std::string text = j.dump();
+    std::string text = json_text(j);
     text.pop_back();  // '}'
     text += ",\"files\":[";
-    for (size_t i = 0; i < files.size(); ++i) text += (i ? ",\n " : "\n ") + files[i].dump();
+    for (size_t i = 0; i < files.size(); ++i) text += (i ? ",\n " : "\n ") + json_text(files[i]);
     text += "\n]}\n";
     return fs::atomic_write(path, text);
 }

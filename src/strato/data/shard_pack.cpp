@@ -21,6 +21,7 @@
 #include <unordered_set>
 
 #include "strato/core/fs.h"
+#include "strato/core/json.h"
 #include "strato/core/log.h"
 #include "strato/core/signals.h"
 #include "strato/data/codec.h"
@@ -36,12 +37,20 @@ constexpr const char* kJournalName = ".pack-journal.json";
 constexpr const char* kJournalFormat = "strato-pack-journal";
 
 /// Replaces what WebDataset or a tar name cannot take ('.', '/', '\', control characters,
-/// whitespace) by '_' and cuts to `max_bytes` on a UTF-8 character boundary.
+/// whitespace, bytes that are not UTF-8: the index is JSON) by '_' and cuts to `max_bytes` on a
+/// UTF-8 character boundary.
 std::string sanitize(std::string_view s, size_t max_bytes) {
     std::string out;
-    for (char ch : s) {
+    for (size_t i = 0; i < s.size();) {
+        const size_t n = utf8_length_at(s, i);
+        if (n > 1) {
+            out.append(s.substr(i, n));
+            i += n;
+            continue;
+        }
+        const char ch = s[i++];
         const auto c = static_cast<unsigned char>(ch);
-        out.push_back(c < 0x21 || c == 0x7f || ch == '.' || ch == '/' || ch == '\\' ? '_' : ch);
+        out.push_back(n == 0 || c < 0x21 || c == 0x7f || ch == '.' || ch == '/' || ch == '\\' ? '_' : ch);
     }
     if (out.size() > max_bytes) {
         size_t n = max_bytes;
@@ -181,7 +190,7 @@ Status write_journal(const stdfs::path& path, const std::map<std::string, Journa
     for (const auto& [name, e] : entries)
         shards[name] = {{"plan", e.plan_hash}, {"bytes", e.bytes}, {"sha256", e.sha256}};
     nlohmann::json j = {{"format", kJournalFormat}, {"version", 1}, {"shards", shards}};
-    return fs::atomic_write(path, j.dump(1) + "\n");
+    return fs::atomic_write(path, json_text(j, 1) + "\n");
 }
 
 /// True when the file is there with the journal's size and SHA-256.
@@ -388,7 +397,7 @@ Status pack_split(const FolderIndex& idx, const stdfs::path& dir, const std::str
                             {"classes", idx.class_names},
                             {"samples", idx.files.size()},
                             {"shards", shards}};
-    STRATO_RETURN_IF_ERROR(fs::atomic_write(dir / kShardIndexName, index.dump() + "\n"));
+    STRATO_RETURN_IF_ERROR(fs::atomic_write(dir / kShardIndexName, json_text(index) + "\n"));
     remove_leftovers(dir, plan.shards.size());
 
     out->name = split;

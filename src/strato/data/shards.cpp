@@ -3,6 +3,8 @@
 
 #include "strato/data/shards.h"
 
+#include <fmt/ranges.h>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -71,8 +73,12 @@ Result<FolderIndex> index_image_folder(const std::string& root, const std::vecto
         idx.class_names = class_names;
         for (const auto& f : found) {
             if (std::find(class_names.begin(), class_names.end(), f) == class_names.end()) {
-                return invalid_argument("{}: class folder '{}' is not one of the {} classes of the training split",
-                                        root, f, class_names.size());
+                const size_t shown = std::min<size_t>(class_names.size(), 20);
+                return invalid_argument("{}: class folder '{}' is not one of the {} classes of the training split or "
+                                        "model ({}{})",
+                                        root, f, class_names.size(),
+                                        fmt::join(class_names.begin(), class_names.begin() + static_cast<long>(shown), ", "),
+                                        shown < class_names.size() ? ", ..." : "");
             }
         }
     }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "strato/core/fs.h"
+#include "strato/core/json.h"
 #include "strato/models/package.h"
 #include "strato/models/zoo.h"
 
@@ -426,7 +427,7 @@ Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxE
         auto have = fs::sha256_file(out);
         if (!have || !files[name].is_object() || files[name].value("sha256", "") != *have) {
             files.erase(name);
-            STRATO_RETURN_IF_ERROR(fs::atomic_write(manifest_path, manifest.dump(2) + "\n"));
+            STRATO_RETURN_IF_ERROR(fs::atomic_write(manifest_path, json_text(manifest, 2) + "\n"));
         }
     }
     STRATO_ASSIGN_OR_RETURN(models::LoadedPackage pkg, models::load_package(dir));
@@ -451,16 +452,16 @@ Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxE
     }
     json model_cfg = manifest.value("model", json::object());
     spec.metadata = {{"strato.arch", spec.arch},
-                     {"strato.model", model_cfg.dump()},
-                     {"strato.labels", json(pkg.info.labels).dump()},
-                     {"strato.preprocessing", manifest.value("preprocessing", json::object()).dump()}};
+                     {"strato.model", json_text(model_cfg)},
+                     {"strato.labels", json_text(json(pkg.info.labels))},
+                     {"strato.preprocessing", json_text(manifest.value("preprocessing", json::object()))}};
     STRATO_ASSIGN_OR_RETURN(OnnxModelBytes onnx_model, net_to_onnx(*pkg.net, spec));
 
     if (files.is_object() && files.contains(name) && in_package) {
         // Unlist the old file first: a crash while the new one is written must not leave a
         // manifest whose checksum no longer matches.
         files.erase(name);
-        STRATO_RETURN_IF_ERROR(fs::atomic_write(manifest_path, manifest.dump(2) + "\n"));
+        STRATO_RETURN_IF_ERROR(fs::atomic_write(manifest_path, json_text(manifest, 2) + "\n"));
     }
     STRATO_RETURN_IF_ERROR(fs::atomic_write(out, onnx_model.bytes));
 
@@ -478,7 +479,7 @@ Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxE
     r.output_shape = {-1, spec.classes};
     if (in_package) {
         files[name] = {{"sha256", r.sha256}, {"bytes", r.bytes}};
-        STRATO_RETURN_IF_ERROR(fs::atomic_write(manifest_path, manifest.dump(2) + "\n"));
+        STRATO_RETURN_IF_ERROR(fs::atomic_write(manifest_path, json_text(manifest, 2) + "\n"));
         r.in_manifest = true;
     }
     return r;

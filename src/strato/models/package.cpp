@@ -1,14 +1,20 @@
 #include "strato/models/package.h"
 
 #include <fmt/ranges.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <sstream>
 
 #include "strato/core/fs.h"
+#include "strato/core/json.h"
 #include "strato/core/log.h"
+#include "strato/core/parse.h"
 #ifdef STRATO_WITH_INT8
 #include "strato/models/quantized.h"
 #endif
@@ -84,23 +90,55 @@ Result<T> get(const json& j, const char* key, const std::string& where) {
 
 }  // namespace
 
+namespace {
+
+/// A leftover of a save killed half way: a staging copy "<base>.tmp.<pid>" or an old package set
+/// aside ".old-<base>.<pid>" whose process is gone (or is this one). Anything else next to the
+/// package -- a user's "model.old.2024-11", another live process's staging copy -- is not.
+bool stale_leftover(const std::string& name, const std::string& base) {
+    for (const std::string& prefix : {base + ".tmp.", ".old-" + base + "."}) {
+        if (name.rfind(prefix, 0) != 0) continue;
+        auto pid = parse_int(std::string_view(name).substr(prefix.size()), 1, std::numeric_limits<pid_t>::max());
+        if (!pid) return false;
+        return *pid == ::getpid() || (::kill(static_cast<pid_t>(*pid), 0) != 0 && errno == ESRCH);
+    }
+    return false;
+}
+
+}  // namespace
+
+Status check_package_destination(const std::string& dir) {
+    const stdfs::path final_dir(dir);
+    const std::string base = final_dir.filename().string();
+    if (base.empty() || base == "." || base == "..")
+        return invalid_argument("{}: a package is saved as a directory of its own; name it (e.g. {}/model)", dir, dir);
+    // A package replaces an earlier package, never another directory (a run, a user's folder).
+    std::error_code ec;
+    if (stdfs::exists(final_dir, ec)) {
+        if (!stdfs::is_directory(final_dir, ec))
+            return invalid_argument("{} exists and is not a directory; not replacing it with a model package", dir);
+        if (!stdfs::is_empty(final_dir, ec) && !stdfs::exists(final_dir / kPackageManifest, ec))
+            return invalid_argument("{} exists and is not a model package (no {}); not replacing it -- choose another "
+                                    "directory or remove it",
+                                    dir, kPackageManifest);
+    }
+    return Status::ok();
+}
+
 Status save_package(const std::string& dir, const PackageInfo& info, NetImpl& net) {
+    STRATO_RETURN_IF_ERROR(check_package_destination(dir));
     stdfs::path final_dir(dir);
     stdfs::path parent = final_dir.parent_path().empty() ? stdfs::path(".") : final_dir.parent_path();
-    STRATO_RETURN_IF_ERROR(fs::ensure_dir(parent));
     const std::string base = final_dir.filename().string();
-    stdfs::path tmp = parent / (base + ".tmp." + std::to_string(::getpid()));
-    // Leftovers of saves killed half way (any process): staging copies and old packages set aside.
     std::error_code ec;
-    for (const auto& e : stdfs::directory_iterator(parent, ec)) {
-        const std::string n = e.path().filename().string();
-        if (n.rfind(base + ".tmp.", 0) == 0 || n.rfind(".old-" + base + ".", 0) == 0 || n.rfind(base + ".old.", 0) == 0)
-            (void)fs::remove_tree(e.path());
-    }
+    STRATO_RETURN_IF_ERROR(fs::ensure_dir(parent));
+    stdfs::path tmp = parent / (base + ".tmp." + std::to_string(::getpid()));
+    for (const auto& e : stdfs::directory_iterator(parent, ec))
+        if (stale_leftover(e.path().filename().string(), base)) (void)fs::remove_tree(e.path());
     STRATO_RETURN_IF_ERROR(fs::ensure_dir(tmp));
 
     std::string weights = module_to_bytes(net);
-    std::string metrics = info.metrics.dump(2) + "\n";
+    std::string metrics = json_text(info.metrics, 2) + "\n";
     STRATO_RETURN_IF_ERROR(write_file(tmp / kPackageWeights, weights));
     STRATO_RETURN_IF_ERROR(write_file(tmp / "metrics.json", metrics));
 
@@ -122,7 +160,7 @@ Status save_package(const std::string& dir, const PackageInfo& info, NetImpl& ne
     };
     if (info.quantized()) manifest["quantization"] = info.quantization;
     manifest.update(signature(info));
-    STRATO_RETURN_IF_ERROR(write_file(tmp / kPackageManifest, manifest.dump(2) + "\n"));
+    STRATO_RETURN_IF_ERROR(write_file(tmp / kPackageManifest, json_text(manifest, 2) + "\n"));
 
     // Swapped into place: a crash at any instant leaves the old package or the new one.
     STRATO_RETURN_IF_ERROR(fs::replace_dir(tmp, final_dir));
@@ -136,17 +174,26 @@ Result<LoadedPackage> load_package(const std::string& dir) {
     auto text = fs::read_file(manifest_path);
     if (!text) return not_found("{} is not a model package: {}", dir, text.status().message());
     json m = json::parse(*text, nullptr, false);
-    if (m.is_discarded() || !m.is_object()) return data_loss("{}: not valid JSON", manifest_path);
+    if (m.is_discarded()) return data_loss("{}: not valid JSON", manifest_path);
+    if (!m.is_object()) return data_loss("{}: expected a JSON object, got {}", manifest_path, m.type_name());
     STRATO_ASSIGN_OR_RETURN(std::string format, get<std::string>(m, "format", manifest_path));
     if (format != "strato-model") return invalid_argument("{}: /format is \"{}\", expected \"strato-model\"", manifest_path, format);
+    if (m.contains("format_version") && m["format_version"] != 1)
+        return invalid_argument("{}: /format_version is {}, and this strato reads version 1 (a newer strato wrote it?)",
+                                manifest_path, json_text(m["format_version"]));
 
     LoadedPackage out;
     PackageInfo& info = out.info;
     if (!m.contains("model") || !m["model"].is_object()) return invalid_argument("{}: /model must be an object", manifest_path);
     STRATO_RETURN_IF_ERROR(
-        config::bind_json(m["model"].dump(), manifest_path + " /model", [&](config::Visitor& v) { info.model.visit(v); }));
+        config::bind_json(json_text(m["model"]), manifest_path + " /model", [&](config::Visitor& v) { info.model.visit(v); }));
     STRATO_ASSIGN_OR_RETURN(info.num_classes, get<int64_t>(m, "num_classes", manifest_path));
+    if (info.num_classes < 1 || info.num_classes > 10'000'000)
+        return invalid_argument("{}: /num_classes must be in 1..10000000, got {}", manifest_path, info.num_classes);
     STRATO_ASSIGN_OR_RETURN(info.labels, get<std::vector<std::string>>(m, "labels", manifest_path));
+    if (!info.labels.empty() && static_cast<int64_t>(info.labels.size()) != info.num_classes)
+        return invalid_argument("{}: /labels has {} names for {} classes (/num_classes)", manifest_path,
+                                info.labels.size(), info.num_classes);
     STRATO_ASSIGN_OR_RETURN(json inputs, get<json>(m, "inputs", manifest_path));
     std::vector<int64_t> shape;
     if (!inputs.is_array() || inputs.empty()) return invalid_argument("{}: /inputs must be a non-empty array", manifest_path);
@@ -162,10 +209,29 @@ Result<LoadedPackage> load_package(const std::string& dir) {
     STRATO_ASSIGN_OR_RETURN(json pre, get<json>(m, "preprocessing", manifest_path));
     STRATO_ASSIGN_OR_RETURN(info.mean, get<std::vector<double>>(pre, "mean", manifest_path + " /preprocessing"));
     STRATO_ASSIGN_OR_RETURN(info.std, get<std::vector<double>>(pre, "std", manifest_path + " /preprocessing"));
+    const auto channels = static_cast<size_t>(info.input_shape.channels);
+    if (info.mean.size() != channels || info.std.size() != channels)
+        return invalid_argument("{}: /preprocessing/mean and /std need {} values (one per input channel), got {} and {}",
+                                manifest_path, channels, info.mean.size(), info.std.size());
+    for (size_t c = 0; c < channels; ++c)
+        if (!std::isfinite(info.mean[c]) || !(info.std[c] > 0 && std::isfinite(info.std[c])))
+            return invalid_argument("{}: /preprocessing channel {}: mean {} and std {} (std must be > 0)", manifest_path,
+                                    c, info.mean[c], info.std[c]);
+    const std::string expected_precision = info.quantized() ? "int8" : "fp32";
+    const std::string precision =
+        m.contains("precision") && m["precision"].is_string() ? m["precision"].get<std::string>() : expected_precision;
+    if (precision != expected_precision || (m.contains("precision") && !m["precision"].is_string()))
+        return invalid_argument("{}: /precision is \"{}\" but the package {} /quantization", manifest_path, precision,
+                                info.quantized() ? "has" : "has no");
 
     STRATO_ASSIGN_OR_RETURN(json files, get<json>(m, "files", manifest_path));
     if (!files.contains(kPackageWeights)) return invalid_argument("{}: /files lists no {}", manifest_path, kPackageWeights);
+    if (!files.is_object()) return invalid_argument("{}: /files must be an object", manifest_path);
     for (const auto& [name, entry] : files.items()) {
+        // The package's own files, by plain names: not "../x", "/etc/x" or "sub/x".
+        if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
+            return invalid_argument("{}: /files/{}: expected the name of a file in the package", manifest_path,
+                                    json_text(name));
         const std::string path = (stdfs::path(dir) / name).string();
         STRATO_ASSIGN_OR_RETURN(std::string want, get<std::string>(entry, "sha256", manifest_path + " /files/" + name));
         auto bytes = fs::read_file(path);

@@ -42,6 +42,9 @@ struct LoadedPackage {
 
 /// Writes `net` and `info` as a package at `dir` (replacing one that is there).
 Status save_package(const std::string& dir, const PackageInfo& info, NetImpl& net);
+/// What save_package checks first, for commands to check before their work: `dir` is named, and
+/// is absent, empty or an earlier package -- never a run or a user's directory to be replaced.
+Status check_package_destination(const std::string& dir);
 /// Loads and verifies a package; a missing file, a checksum mismatch or an unreadable archive
 /// is an error naming the file.
 Result<LoadedPackage> load_package(const std::string& dir);

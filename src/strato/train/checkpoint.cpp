@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "strato/core/fs.h"
+#include "strato/core/json.h"
 #include "strato/core/log.h"
 #include "strato/models/package.h"
 
@@ -95,14 +96,14 @@ Status CheckpointStore::save(const TrainState& state, torch::nn::Module& model, 
         {"model.pt", models::module_to_bytes(model)},
         {"optim.pt", models::archive_to_bytes([&](auto& a) { optim.save(a); })},
         {"rng.pt", rng_to_bytes()},
-        {"state.json", state_to_json(state).dump(2)},
+        {"state.json", json_text(state_to_json(state), 2)},
     };
     json manifest = {{"format", "strato-checkpoint"}, {"format_version", 1}, {"step", state.step}, {"files", json::object()}};
     for (const auto& [fname, bytes] : files) {
         STRATO_RETURN_IF_ERROR(fs::atomic_write(tmp / fname, bytes));
         manifest["files"][fname] = {{"sha256", fs::sha256_hex(bytes)}, {"bytes", bytes.size()}};
     }
-    STRATO_RETURN_IF_ERROR(fs::atomic_write(tmp / "manifest.json", manifest.dump(2)));
+    STRATO_RETURN_IF_ERROR(fs::atomic_write(tmp / "manifest.json", json_text(manifest, 2)));
     // The same step saved again (a resume that ran no step, or a stale one from before a resume)
     // is swapped, so a crash at any instant leaves one complete copy under the step's name.
     STRATO_RETURN_IF_ERROR(fs::replace_dir(tmp, final_dir));

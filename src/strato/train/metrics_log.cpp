@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "strato/core/fs.h"
+#include "strato/core/json.h"
 #include "strato/core/log.h"
 
 namespace strato::train {
@@ -44,7 +45,7 @@ MetricsLog::~MetricsLog() {
 }
 
 Status MetricsLog::append(const nlohmann::json& entry) {
-    std::string line = entry.dump() + "\n";
+    std::string line = json_text(entry) + "\n";
     // One write() per line: with O_APPEND a kill leaves at most one torn last line.
     ssize_t n = ::write(fd_, line.data(), line.size());
     if (n != static_cast<ssize_t>(line.size())) return io_error("cannot append to {}: {}", path_, std::strerror(errno));

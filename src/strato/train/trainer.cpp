@@ -115,6 +115,12 @@ void set_lr(torch::optim::Optimizer& opt, double lr) {
 /// Prepares the run directory: refuses to clobber a previous run unless asked.
 Status prepare_run_dir(const TrainConfig& cfg, const TrainOptions& opts) {
     const stdfs::path dir = cfg.run_dir();
+    for (const auto& in : opts.inputs) {
+        if (fs::is_within(in, dir / "model") || (opts.overwrite && fs::is_within(in, dir)))
+            return invalid_argument("run directory {}: it holds {}, which this run reads; {} it would destroy it -- "
+                                    "choose another run.name",
+                                    dir.string(), in, opts.overwrite ? "--overwrite" : "saving the new package");
+    }
     Status st = fs::check_writable_dir(cfg.run.dir);
     if (!st.is_ok()) return {st.code(), fmt::format("run.dir: {}", st.message())};
     std::error_code ec;
@@ -165,7 +171,9 @@ torch::Tensor images_tensor(data::Batch& b, bool channels_last) {
 }
 
 int configure_threads(int64_t threads) {
-    int n = threads > 0 ? static_cast<int>(threads) : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    // At most 1024 (the config's and the flags' bound): more is no faster and costs memory.
+    int n = threads > 0 ? static_cast<int>(std::min<int64_t>(threads, 1024))
+                        : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     at::set_num_threads(n);
     return at::get_num_threads();
 }
@@ -205,12 +213,17 @@ Result<EvalResult> evaluate(models::NetImpl& net, data::Loader& loader, bool bf1
 }
 
 Result<data::DataSplits> open_package_data(const models::PackageInfo& info, const data::DataConfig& data,
-                                           data::DataConfig* resolved) {
+                                           data::DataConfig* resolved, bool evaluation_only) {
     // Images are brought to the size the model takes unless the config says otherwise.
     data::DataConfig cfg = data;
     if (cfg.image_size <= 0 && info.input_shape.height == info.input_shape.width) cfg.image_size = info.input_shape.height;
     if (cfg.dataset == "image-folder" || cfg.dataset == "shards") cfg.channels = info.input_shape.channels;
-    STRATO_ASSIGN_OR_RETURN(data::DataSplits splits, data::open_datasets(cfg));
+    data::DataSplits splits;
+    if (evaluation_only) {
+        STRATO_ASSIGN_OR_RETURN(splits.test, data::open_evaluation_split(cfg, info.labels, info.mean));
+    } else {
+        STRATO_ASSIGN_OR_RETURN(splits, data::open_datasets(cfg));
+    }
     if (!(splits.test->shape() == info.input_shape)) {
         const auto& a = splits.test->shape();
         const auto& b = info.input_shape;
@@ -242,8 +255,12 @@ Result<data::DataSplits> open_package_data(const models::PackageInfo& info, cons
 Result<PackageEval> evaluate_package(const std::string& package_dir, const data::DataConfig& data, bool bf16, bool fuse) {
     try {
         STRATO_ASSIGN_OR_RETURN(models::LoadedPackage pkg, models::load_package(package_dir));
+        if (bf16 && pkg.info.quantized())
+            return invalid_argument("{} is an INT8 package: it runs its own int8 kernels, and bf16 applies to float "
+                                    "packages (drop --bf16)",
+                                    package_dir);
         data::DataConfig cfg;
-        STRATO_ASSIGN_OR_RETURN(data::DataSplits splits, open_package_data(pkg.info, data, &cfg));
+        STRATO_ASSIGN_OR_RETURN(data::DataSplits splits, open_package_data(pkg.info, data, &cfg, true));
         STRATO_ASSIGN_OR_RETURN(auto loader, data::Loader::create(splits.test, data::eval_loader_options(cfg, splits)));
         PackageEval out;
         // What the server runs: the fused network in FP32 or bf16 (the eager one under bf16
@@ -403,7 +420,9 @@ Status Trainer::setup() {
 #endif
     }
     // Data and model first: a typo in the config must fail before --overwrite deletes the old run
-    // (and before a new run directory exists to block the corrected command).
+    // (and before a new run directory exists to block the corrected command). What they log
+    // is held for the run's events.log.
+    if (rank0_) log::hold_for_file_sink();
     STRATO_ASSIGN_OR_RETURN(splits_, data::open_datasets(cfg_.data));
     const uint64_t seed = static_cast<uint64_t>(cfg_.run.seed);
     auto train_opts = data::train_loader_options(cfg_.data, splits_, seed);
@@ -730,6 +749,14 @@ Result<TrainResult> Trainer::run() {
             const double train_loss = sums[0] / std::max(1.0, sums[2]);
             const double train_acc = sums[1] / std::max(1.0, sums[2]);
             const double epoch_s = seconds_since(epoch_start);
+            // A network whose outputs are NaN or infinite is not a model: no package is written.
+            // (fp16's loss scaler skips steps whose loss overflowed, so only the test loss says so.)
+            if (!std::isfinite(last_eval_.loss) || (!fp16_ && !std::isfinite(train_loss)))
+                return Status(StatusCode::kInvalidArgument,
+                              fmt::format("training diverged: after epoch {} (step {}) the training loss is {} and the "
+                                          "test loss {}; no package written\nhint: lower optim.lr, or clip gradients "
+                                          "(train.clip_grad_norm)",
+                                          epoch + 1, state_.step, train_loss, last_eval_.loss));
             if (metrics_)
                 STRATO_RETURN_IF_ERROR(metrics_->append({{"kind", "eval"},
                                                      {"step", state_.step},

@@ -54,6 +54,9 @@ struct TrainOptions {
     bool overwrite = false;  // delete an existing run directory first
     bool quiet = false;      // no progress bars
     const TrainHooks* hooks = nullptr;
+    /// Packages the run reads (a distillation teacher): the run never deletes or replaces them --
+    /// a run directory holding one is not overwritten, nor is a package saved over one.
+    std::vector<std::string> inputs = {};
 };
 
 struct TrainResult {
@@ -101,8 +104,10 @@ struct PackageEval {
 /// Opens `data` the way a package needs it: images brought to the package's input size (unless
 /// data.image_size says otherwise), the package's own normalisation; a shape or class-count
 /// mismatch is an error naming both. `resolved` (optional) receives the data config used.
+/// `evaluation_only`: only the test split is opened (open_evaluation_split: an image folder
+/// needs no train/ folder, its classes are the package's); `train` stays null.
 Result<data::DataSplits> open_package_data(const models::PackageInfo& info, const data::DataConfig& data,
-                                           data::DataConfig* resolved = nullptr);
+                                           data::DataConfig* resolved = nullptr, bool evaluation_only = false);
 
 /// Loads the model package at `package_dir` and evaluates it on the test split of `data`
 /// (normalised with the package's own preprocessing).
