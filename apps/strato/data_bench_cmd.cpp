@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "strato/core/fs.h"
+#include "strato/core/json.h"
 #include "strato/data/data_config.h"
 #include "strato/data/image_folder.h"
 #include "strato/data/loader.h"
@@ -66,9 +67,9 @@ void add_data_bench_command(CLI::App& data, const GlobalFlags&, int* exit_code) 
         ->check(CLI::Range(0, 256));
     cmd->add_option("--batch-size", o->batch, "Samples per batch")->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
     cmd->add_option("--prefetch", o->prefetch, "Batches assembled ahead")->check(CLI::Range(1, 1024));
-    cmd->add_option("--limit", o->limit, "Use only the first N samples (0 = all)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--limit", o->limit, "Use only the first N samples (0 = all)")->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
     cmd->add_option("--epochs", o->epochs, "Passes over the data (the first batch is not timed)")
-        ->check(CLI::Range(1e-6, 1e6));
+        ->check(finite_range(1e-6, 1e6));
     cmd->add_option("--channels", o->channels, "1 (gray) or 3 (RGB)")->check(CLI::IsMember({1, 3}));
     cmd->add_option("--image-size", o->image_size, "Output side when no transform fixes it")->check(CLI::Range(0, 16384));
     cmd->add_option("--cache", o->cache, "none, encoded or decoded (RAM cache after the first read)");
@@ -151,7 +152,7 @@ void add_data_bench_command(CLI::App& data, const GlobalFlags&, int* exit_code) 
                                 {"shape", {s.channels, s.height, s.width}},          {"bad_samples", bad.count},
                                 {"transforms", o->transforms}};
             if (o->raw) j["raw_decode_images_per_s"] = raw_rate;
-            fmt::print("{}\n", j.dump(2));
+            fmt::print("{}\n", json_text(j, 2));
         } else {
             fmt::print("{} images ({}x{}x{}) in {:.2f} s: {:.0f} images/s with {} worker(s), batch {}\n", timed, s.channels,
                        s.height, s.width, secs, rate, o->workers, o->batch);

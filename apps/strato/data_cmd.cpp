@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "commands.h"
+#include "strato/core/json.h"
 #include "strato/core/progress.h"
 #include "strato/core/signals.h"
 #include "strato/data/manifest.h"
@@ -121,7 +122,7 @@ void add_data_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
                                   {"bytes", s.bytes},
                                   {"shards_kept", s.shards_kept}});
             }
-            fmt::print("{}\n", nlohmann::json{{"splits", splits}, {"seconds", secs}}.dump(2));
+            fmt::print("{}\n", json_text(nlohmann::json{{"splits", splits}, {"seconds", secs}}, 2));
         } else {
             for (const auto& s : *r) {
                 fmt::print("{}{} samples in {} shards ({}) -> {}{}\n", s.name.empty() ? "" : s.name + ": ", s.samples,
@@ -160,7 +161,7 @@ void add_data_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         if (o->json) {
             nlohmann::json j = data::stats_to_json(*r);
             if (!o->manifest.empty()) j["manifest"] = o->manifest;
-            fmt::print("{}\n", j.dump(2));
+            fmt::print("{}\n", json_text(j, 2));
         } else {
             fmt::print("{}", data::format_stats(*r));
             if (!o->manifest.empty()) fmt::print("manifest: {}\n", o->manifest);
@@ -193,7 +194,7 @@ void add_data_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         bar.finish();
         if (!r) return void(*exit_code = report_error("data verify", r.status()));
         if (o->json) {
-            fmt::print("{}\n", data::verify_to_json(*r).dump(2));
+            fmt::print("{}\n", json_text(data::verify_to_json(*r), 2));
         } else {
             for (const auto& p : r->problems) fmt::print("{:8} {}: {}\n", p.kind, p.path, p.detail);
         }

@@ -4,9 +4,11 @@
 
 #include <cstdio>
 #include <thread>
+#include <tuple>
 
 #include "commands.h"
 #include "strato/core/fs.h"
+#include "strato/core/json.h"
 #include "strato/core/parse.h"
 #include "strato/core/signals.h"
 #include "strato/loadgen/runner.h"
@@ -56,6 +58,10 @@ Result<std::map<std::string, std::vector<int64_t>>> parse_shapes(const std::vect
 
 Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_failed) {
     using namespace loadgen;
+    for (const auto& [out, kind, flag] : {std::tuple{f.json_out, fs::OutputKind::kText, "--json"},
+                                          std::tuple{f.csv, fs::OutputKind::kText, "--csv"},
+                                          std::tuple{f.report_out, fs::OutputKind::kHtml, "--report"}})
+        if (!out.empty()) STRATO_RETURN_IF_ERROR(fs::check_output_file(out, kind, flag));
     std::string url_text = f.url.empty() ? (f.model.empty() ? "" : "http://127.0.0.1:8000") : f.url;
     if (url_text.empty()) return invalid_argument("no target: give a URL (http://host:port/path) or --model NAME for a server on 127.0.0.1:8000");
     STRATO_ASSIGN_OR_RETURN(Url url, parse_url(url_text));
@@ -183,7 +189,7 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
             fmt::print("no request rate met p99 <= {:.2f} ms\n", slo->slo_p99_ns / 1e6);
     }
     auto j = to_json(points, fmt::format("http://{}{}", url.host_header, target.url.target), ro, slo);
-    if (!f.json_out.empty()) STRATO_RETURN_IF_ERROR(fs::atomic_write(f.json_out, j.dump(1) + "\n"));
+    if (!f.json_out.empty()) STRATO_RETURN_IF_ERROR(fs::atomic_write(f.json_out, json_text(j, 1) + "\n"));
     if (!f.csv.empty()) STRATO_RETURN_IF_ERROR(fs::atomic_write(f.csv, format_csv(points, f.batch)));
     if (!f.report_out.empty()) {
         STRATO_ASSIGN_OR_RETURN(auto html, report::render_loadtest_report(j));
@@ -221,25 +227,25 @@ void add_loadtest_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
     auto* load = "Load";
     cmd->add_option("--concurrency", f->concurrency, "Closed loop: N requests outstanding (default 1)")->check(CLI::Range(1, 100000))->group(load);
     cmd->add_option("--concurrency-range", f->concurrency_range, "Sweep: START:END[:STEP] or START:END:xFACTOR (1:64:x2), or a list 1,4,16")->group(load);
-    cmd->add_option("--request-rate", f->rate, "Open loop: requests per second (latency from the intended send time)")->check(CLI::PositiveNumber)->group(load);
+    cmd->add_option("--request-rate", f->rate, "Open loop: requests per second (latency from the intended send time)")->check(finite_range(1e-6, 1e7))->group(load);
     cmd->add_option("--request-rate-range", f->rate_range, "Sweep request rates: START:END[:STEP|xFACTOR] or a list")->group(load);
     cmd->add_option("--request-distribution", f->distribution, "Open-loop gaps: constant or poisson")->check(CLI::IsMember({"constant", "poisson"}))->group(load);
     cmd->add_option("-u,--users", f->users, "Locust-style: U users, each waiting for its answer (closed loop)")->check(CLI::Range(1, 100000))->group(load);
-    cmd->add_option("-r,--spawn-rate", f->spawn_rate, "Users started per second (the ramp is not measured)")->check(CLI::NonNegativeNumber)->group(load);
+    cmd->add_option("-r,--spawn-rate", f->spawn_rate, "Users started per second (the ramp is not measured)")->check(finite_range(0, 1e6))->group(load);
     cmd->add_option("--max-connections", f->max_connections, "Open loop: most connections opened (more due requests wait and count as delayed)")->check(CLI::Range(1, 100000))->group(load);
     cmd->add_option("--threads", f->threads, "Client threads (default: half the cores)")->check(CLI::Range(0, 1024))->group(load);
     cmd->add_option("--timeout", f->timeout, "Per-request timeout (counted as an error)")->group(load);
     cmd->add_option("--seed", f->seed, "Seed for random inputs and Poisson gaps")->group(load);
     cmd->add_option("--busy-poll", f->busy_poll, "Poll for responses this long before sleeping (bare numbers are us; 0: off). Against a fast local server: fewer wake-ups on both sides, higher max req/s, more client CPU")->group(load);
     cmd->add_option("--trace", f->trace, "Open loop replaying a rate trace: CSV with time_s and rate columns (requests/s from that time on; the format of `strato autoscale simulate --trace`); measured for one pass in --measurement-interval windows")->group(load);
-    cmd->add_option("--trace-speedup", f->trace_speedup, "Replay the trace this many times faster (rates kept): 24 plays a day in an hour")->check(CLI::PositiveNumber)->group(load);
-    cmd->add_option("--trace-rate-scale", f->trace_rate_scale, "Multiply the trace's rates by this")->check(CLI::PositiveNumber)->group(load);
+    cmd->add_option("--trace-speedup", f->trace_speedup, "Replay the trace this many times faster (rates kept): 24 plays a day in an hour")->check(finite_range(1e-6, 1e6))->group(load);
+    cmd->add_option("--trace-rate-scale", f->trace_rate_scale, "Multiply the trace's rates by this")->check(finite_range(1e-9, 1e9))->group(load);
     cmd->add_option("--request-intervals", f->intervals, "Open loop with perf_analyzer's intervals file: one gap in microseconds per line, cycled")->group(load);
     auto* meas = "Measurement";
     cmd->add_option("-d,--duration", f->duration, "Measured time per level (after the warm-up)")->group(meas);
     cmd->add_option("-n,--requests", f->requests, "Measure this many requests per level instead of a duration")->check(CLI::Range(int64_t{1}, int64_t{1} << 40))->group(meas);
     cmd->add_option("--warmup", f->warmup, "Load before measuring (not counted)")->group(meas);
-    cmd->add_option("--stability-percentage", f->stability, "perf_analyzer's rule: measure windows until 3 agree within this % (0: off)")->check(CLI::Range(0.0, 100.0))->group(meas);
+    cmd->add_option("--stability-percentage", f->stability, "perf_analyzer's rule: measure windows until 3 agree within this % (0: off)")->check(finite_range(0, 100))->group(meas);
     cmd->add_option("-p,--measurement-interval", f->window, "Stability window length; with --trace/--request-intervals, the timeline's (default: 5s or 1/100 of the run) (bare numbers are ms)")->group(meas);
     cmd->add_option("--max-trials", f->max_trials, "Stability windows at most")->check(CLI::Range(3, 1000))->group(meas);
     cmd->add_option("--grace", f->grace, "After the deadline, wait this long for outstanding requests")->group(meas);

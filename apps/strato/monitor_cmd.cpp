@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "strato/core/duration.h"
+#include "strato/core/json.h"
 #include "strato/core/log.h"
 #include "strato/core/signals.h"
 #include "strato/monitor/monitor.h"
@@ -74,7 +75,7 @@ void add_monitor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
             (*m)->sample();  // CPU utilisation is a difference: take it over the next 250 ms
             std::this_thread::sleep_for(std::chrono::milliseconds(250));
             monitor::Snapshot s = (*m)->sample();
-            fmt::print("{}", o->json ? monitor::to_json(s).dump(2) + "\n" : monitor::to_prometheus(s));
+            fmt::print("{}", o->json ? json_text(monitor::to_json(s), 2) + "\n" : monitor::to_prometheus(s));
             return void(*exit_code = 0);
         }
         signals::install_stop_handlers();

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "commands.h"
+#include "strato/core/fs.h"
 #include "strato/report/loadtest_report.h"
 #include "strato/report/run_report.h"
 
@@ -27,7 +28,9 @@ void add_report_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         std::string out = !o->out.empty() ? o->out
                           : loadtest      ? std::filesystem::path(in).replace_extension(".html").string()
                                           : (in / "report.html").string();
-        Status st = loadtest ? report::write_loadtest_report(o->run_dir, out) : report::write_run_report(o->run_dir, out);
+        Status st = fs::check_output_file(out, fs::OutputKind::kHtml, "--out");
+        if (!st.is_ok()) return void(*exit_code = report_error("report", st));
+        st = loadtest ? report::write_loadtest_report(o->run_dir, out) : report::write_run_report(o->run_dir, out);
         if (!st.is_ok()) return void(*exit_code = report_error("report", st));
         fmt::print("report: {}\n", out);
         *exit_code = 0;

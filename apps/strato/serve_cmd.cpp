@@ -74,7 +74,8 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     cmd->add_option("--exit-timeout-secs", o->exit_timeout, "On SIGTERM/SIGINT: how long to wait for requests in flight")->check(CLI::Range(0, 3600));
     cmd->add_option("--infer-token-file", o->infer_token_file, "File holding a bearer token required on /v2 (health probes stay open)");
     cmd->add_option("--repository-token-file", o->repo_token_file, "File holding a bearer token required on /v2/repository/*");
-    cmd->add_option("--intra-op-threads", o->intra_threads, "libtorch threads per model execution (0 = cores)");
+    cmd->add_option("--intra-op-threads", o->intra_threads, "libtorch threads per model execution (0 = cores)")
+        ->check(CLI::Range(0, 1024));
     cmd->add_option("--busy-poll", o->busy_poll, "HTTP I/O threads poll for the next request this long before sleeping (bare numbers are us; 0: off). Lower latency at low load, most of all in VMs whose idle vCPUs wake slowly; costs that much CPU per idle gap, and wants a core the intra-op threads do not use");
     cmd->footer(
         "Examples:\n"

@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "strato/core/fs.h"
+#include "strato/core/json.h"
 #include "strato/core/signals.h"
 #include "strato/report/tune_report.h"
 #include "strato/tune/study.h"
@@ -74,7 +75,7 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         for (const auto& t : (*j)["trials"])
             if (t["best"].is_number() && (!b || (c->maximize ? t["best"] > (*b)["best"] : t["best"] < (*b)["best"]))) b = &t;
         if (!b) return void(*exit_code = report_error("tune", not_found("no trial has a result yet")));
-        fmt::print("{}\n", b->dump(2));
+        fmt::print("{}\n", json_text(*b, 2));
         *exit_code = 0;
     });
     auto* exp = add("export-best", "Write the best trial's full train config");
@@ -84,7 +85,8 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         if (!c) return void(*exit_code = report_error("tune", c.status()));
         std::string dir = tune::study_dir(*c, o->dir);
         std::string out = o->out.empty() ? dir + "/best.toml" : o->out;
-        Status s = tune::export_best(*c, dir, out);
+        Status s = fs::check_output_file(out, fs::OutputKind::kText, "--out");
+        if (s.is_ok()) s = tune::export_best(*c, dir, out);
         if (!s.is_ok()) return void(*exit_code = report_error("tune", s));
         fmt::print("{}\n", out);
         *exit_code = 0;
@@ -95,11 +97,13 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         auto c = load();
         if (!c) return void(*exit_code = report_error("tune", c.status()));
         std::string dir = tune::study_dir(*c, o->dir);
+        const std::string out = o->out.empty() ? dir + "/report.html" : o->out;
+        if (Status s = fs::check_output_file(out, fs::OutputKind::kHtml, "--out"); !s.is_ok())
+            return void(*exit_code = report_error("tune", s));
         auto j = tune::study_json(*c, dir);
         if (!j) return void(*exit_code = report_error("tune", j.status()));
         auto html = report::render_tune_report(*j);
         if (!html) return void(*exit_code = report_error("tune", html.status()));
-        std::string out = o->out.empty() ? dir + "/report.html" : o->out;
         Status s = fs::atomic_write(out, *html);
         if (!s.is_ok()) return void(*exit_code = report_error("tune", s));
         fmt::print("{}\n", out);
@@ -124,6 +128,8 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         auto script = tune::slurm_array(*c, so);
         if (!script) return void(*exit_code = report_error("tune", script.status()));
         std::string out = o->out.empty() ? so.dir + "/slurm.sbatch" : o->out;
+        if (Status s = fs::check_output_file(out, fs::OutputKind::kText, "--out"); !s.is_ok())
+            return void(*exit_code = report_error("tune", s));
         if (Status s = fs::atomic_write(out, *script); !s.is_ok()) return void(*exit_code = report_error("tune", s));
         if (!o->submit) {
             fmt::print("{}\nsubmit with: sbatch {}\n", out, out);

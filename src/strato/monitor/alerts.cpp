@@ -11,6 +11,7 @@
 
 #include "strato/core/duration.h"
 #include "strato/core/fs.h"
+#include "strato/core/json.h"
 
 namespace strato::monitor {
 
@@ -189,7 +190,7 @@ std::string AlertEvent::webhook_json() const {
                         {"groupLabels", {{"alertname", rule->name}}},
                         {"commonLabels", labels},
                         {"alerts", nlohmann::json::array({alert})}};
-    return j.dump();
+    return json_text(j);
 }
 
 std::vector<AlertEvent> AlertEngine::evaluate(const Snapshot& s) {

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <thread>
 
+#include "strato/core/json.h"
 #include "strato/core/log.h"
 #include "strato/core/signals.h"
 #include "strato/loadgen/http_parse.h"
@@ -176,7 +177,7 @@ Result<MonitorSummary> Monitor::run() {
         ++summary.samples;
         publish(s);
         if (jsonl.is_open()) {
-            jsonl << to_json(s).dump() << '\n';
+            jsonl << json_text(to_json(s)) << '\n';
             jsonl.flush();
         }
         for (const AlertEvent& e : alerts_->evaluate(s)) STRATO_RETURN_IF_ERROR(fire(e, summary));

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "strato/core/fs.h"
+#include "strato/core/json.h"
 #include "strato/report/page.h"
 #include "strato/report/svg_chart.h"
 
@@ -121,10 +122,11 @@ std::string loadtest_section_html(const json& lt) {
 }
 
 Result<std::string> render_loadtest_report(const json& lt) {
-    if (!lt.is_object() || lt.value("kind", std::string()) != "strato-loadtest")
+    if (!lt.is_object() || !lt.contains("kind") || lt["kind"] != "strato-loadtest")
         return invalid_argument("not a strato load test (expected {{\"kind\": \"strato-loadtest\", ...}}, got {})",
-                                lt.is_object() ? "kind '" + lt.value("kind", std::string("none")) + "'"
-                                               : std::string(lt.type_name()));
+                                !lt.is_object()       ? std::string(lt.type_name())
+                                : lt.contains("kind") ? "kind " + json_text(lt["kind"])
+                                                      : std::string("no kind"));
     try {  // a hand-edited file with a field of another type: an error naming it, not nlohmann's bare message
         std::string html = page_head("strato load test");
         html += fmt::format("<header><h1>Load test</h1><p class=\"sub\">{}</p></header>\n", html_escape(lt.value("target", "")));

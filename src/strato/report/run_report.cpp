@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "strato/core/fs.h"
+#include "strato/core/json.h"
 #include "strato/report/loadtest_report.h"
 #include "strato/report/page.h"
 #include "strato/report/svg_chart.h"
@@ -76,7 +77,8 @@ Result<RunMetrics> parse_metrics(std::string_view text, const std::string& path)
         const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
         if (j.is_discarded() || !j.is_object()) {
             const std::string_view head = line.substr(0, 60);
-            return data_loss("{}: not a JSON object: {}{}", where, head, line.size() > head.size() ? "..." : "");
+            return data_loss("{}: not a JSON object: {}{}", where, json_text(std::string(head)),  // bytes shown escaped
+                             line.size() > head.size() ? "..." : "");
         }
         const auto kind = j.find("kind");
         if (kind == j.end() || !kind->is_string()) continue;
@@ -162,7 +164,7 @@ std::string fmt_json_value(const json& v) {
     if (v.is_number()) return fmt_general(v.get<double>());
     if (v.is_string()) return v.get<std::string>();
     if (v.is_null()) return "–";
-    return v.dump();
+    return json_text(v);
 }
 
 double json_number(const json& obj, const char* key) {
@@ -247,7 +249,7 @@ Rows model_rows(const json& manifest) {
         for (const auto& [key, value] : model->items()) {
             if (key == "arch") continue;
             hp += fmt::format("{}{} = {}", hp.empty() ? "" : ", ", key,
-                              value.is_string() ? value.get<std::string>() : value.dump());
+                              value.is_string() ? value.get<std::string>() : json_text(value));
         }
         if (!hp.empty()) rows.emplace_back("hyper-parameters", hp);
     }

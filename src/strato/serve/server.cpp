@@ -13,6 +13,7 @@
 
 #include <zlib.h>
 
+#include "strato/core/json.h"
 #include "strato/core/log.h"
 #include "strato/core/thread_name.h"
 #include "strato/serve/protocol/codec.h"
@@ -333,7 +334,7 @@ struct InferenceServer::Impl {
                       {"version", opt.version},
                       {"extensions", {"binary_tensor_data", "classification", "model_configuration", "model_repository",
                                       "schedule_policy", "statistics"}}};
-            return reply(json_response(200, j.dump()));
+            return reply(json_response(200, json_text(j)));
         }
         if (repo_api) return handle_repository(seg, req, reply);
         if (seg[1] != "models") return reply(error_response(404, "Not Found"));
@@ -381,9 +382,9 @@ struct InferenceServer::Impl {
                       {"platform", v.platform},
                       {"inputs", tensor_metadata(v.config, v.config.inputs)},
                       {"outputs", tensor_metadata(v.config, v.config.outputs)}};
-            return reply(json_response(200, j.dump()));
+            return reply(json_response(200, json_text(j)));
         }
-        if (action == "config") return reply(json_response(200, model_config_to_json(v.config).dump()));
+        if (action == "config") return reply(json_response(200, json_text(model_config_to_json(v.config))));
         return reply(error_response(404, "Not Found"));
     }
 
@@ -406,7 +407,7 @@ struct InferenceServer::Impl {
                 if (!e.state.empty()) o["reason"] = e.reason;
                 a.push_back(std::move(o));
             }
-            return reply(json_response(200, a.dump()));
+            return reply(json_response(200, json_text(a)));
         }
         if (seg.size() == 5 && seg[2] == "models" && (seg[4] == "load" || seg[4] == "unload")) {
             const std::string& model = seg[3];
@@ -485,7 +486,7 @@ struct InferenceServer::Impl {
                          {"batch_stats", batch},
                          {"memory_usage", memory}});
         }
-        return json_response(200, json{{"model_stats", a}}.dump());
+        return json_response(200, json_text(json{{"model_stats", a}}));
     }
 
     void infer(const std::string& model, const std::string& version, http::Request&& req, http::Reply reply) {

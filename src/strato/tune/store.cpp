@@ -7,6 +7,8 @@
 #include <chrono>
 #include <thread>
 
+#include "strato/core/json.h"
+
 namespace strato::tune {
 
 const char* state_name(TrialState s) {
@@ -220,7 +222,7 @@ Result<int> Store::add_trial(const Assignment& params, int target, int bracket, 
     nlohmann::json j(params);
     STRATO_RETURN_IF_ERROR(
         Stmt(db_, "INSERT INTO trials(params, state, target, bracket, owner, heartbeat) VALUES(?, 'running', ?, ?, ?, ?)")
-            .bind(1, j.dump())
+            .bind(1, json_text(j))
             .bind(2, int64_t{target})
             .bind(3, int64_t{bracket})
             .bind(4, owner)

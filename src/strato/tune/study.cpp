@@ -21,6 +21,7 @@
 #include "strato/core/cgroup.h"
 #include "strato/core/config.h"
 #include "strato/core/fs.h"
+#include "strato/core/json.h"
 #include "strato/core/log.h"
 #include "strato/core/parse.h"
 #include "strato/core/signals.h"
@@ -49,7 +50,7 @@ std::string fingerprint(const StudyConfig& c) {
                           {"grace", c.grace},      {"max_t", c.max_t},         {"reduction", c.reduction},
                           {"params", params}};
     if (c.brackets != 1) j["brackets"] = c.brackets;  // studies from before brackets keep their fingerprint
-    return j.dump();
+    return json_text(j);
 }
 
 std::string trial_name(int id) { return fmt::format("trial-{:04d}", id); }
