@@ -134,6 +134,9 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"[inner\nlr = 1\n", {}, "cfg.toml:1:"},
         ErrorCase{"", {"inner.lr=-1"}, "--set inner.lr=-1: inner.lr: expected a number > 0, got -1"},
         ErrorCase{"", {"inner.nope=1"}, "--set inner.nope=1: unknown key 'inner.nope'"},
+        // A section made by the flag is the flag's, not the file's (found by review).
+        ErrorCase{"[inner]\nlr = 1\n", {"foo.bar=1"}, "--set foo.bar=1: unknown key 'foo'"},
+        ErrorCase{"", {"inner.lr=inf"}, "--set inner.lr=inf: inner.lr: expected a number > 0, got inf"},
         ErrorCase{"", {"lr"}, "--set lr: expected section.key=value"},
         ErrorCase{"", {"name.x=1"}, "name: expected a string, got a table"}));
 

@@ -1,6 +1,9 @@
 // End-to-end: the strato binary on bad input (one clear line, non-zero exit) and a small real run.
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -88,7 +91,33 @@ TEST_F(Cli, WrongTypeNamesTheKey) {
 
 TEST_F(Cli, NegativeLearningRate) {
     expect_one_error(train("configs/fashion_mnist_cnn.toml --set optim.lr=-0.1"),
-                     "--set optim.lr=-0.1: optim.lr: expected a number > 0, got -0.1");
+                     "--set optim.lr=-0.1: optim.lr: expected a number in (0, 1000], got -0.1");
+    // Infinity passed every "> 0" check; 1e39 overflowed libtorch's float (raw text, found by review).
+    expect_one_error(train("configs/fashion_mnist_cnn.toml --set optim.lr=inf"), "optim.lr: expected a number in (0, 1000]");
+    expect_one_error(train("configs/fashion_mnist_cnn.toml --set optim.lr=1e39"), "optim.lr: expected a number in (0, 1000]");
+    expect_one_error(train("configs/fashion_mnist_cnn.toml --set optim.eps=inf"), "optim.eps");
+    expect_one_error(train("configs/fashion_mnist_cnn.toml --set train.clip_grad_norm=inf"), "train.clip_grad_norm");
+}
+
+// Two trainings in one run directory: the second (a --resume) truncated the first's metrics and
+// renamed its checkpoints away (found by review). The lock beside the directory refuses it.
+TEST_F(Cli, ARunDirectoryInUseIsRefused) {
+    stdfs::create_directories(dir_ + "/runs");
+    const std::string lock = dir_ + "/runs/.held.lock";
+    ASSERT_TRUE(fs::atomic_write(lock, "4242\n").is_ok());
+    const int fd = ::open(lock.c_str(), O_RDWR | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+    expect_one_error(train("configs/fashion_mnist_mlp.toml --set run.name=held --set data.limit_train=100 --set "
+                           "data.limit_test=100 --resume --no-report"),
+                     "run directory " + dir_ + "/runs/held is in use by another strato process (pid 4242)");
+    EXPECT_FALSE(stdfs::exists(dir_ + "/runs/held/metrics.jsonl"));
+    ::close(fd);  // released: the run goes ahead, and an empty metrics.jsonl of a failed start does not block it
+    stdfs::create_directories(dir_ + "/runs/held");
+    ASSERT_TRUE(fs::atomic_write(dir_ + "/runs/held/metrics.jsonl", "").is_ok());
+    auto o = train("configs/fashion_mnist_mlp.toml --set run.name=held --set data.limit_train=200 --set "
+                   "data.limit_test=100 --set train.epochs=1 --no-report");
+    EXPECT_EQ(o.code, 0) << o.err;
 }
 
 TEST_F(Cli, MissingConfigFile) { expect_one_error(train(dir_ + "/nope.toml"), "nope.toml cannot be read"); }

@@ -41,7 +41,7 @@ TEST_P(TrainConfigErrors, OneClearLine) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, TrainConfigErrors,
-    ::testing::Values(BadCase{{"optim.lr=-0.1"}, "optim.lr: expected a number > 0, got -0.1"},
+    ::testing::Values(BadCase{{"optim.lr=-0.1"}, "optim.lr: expected a number in (0, 1000], got -0.1"},
                       BadCase{{"optim.name=adam"}, "optim.name: expected one of sgd, adamw, got \"adam\""},
                       BadCase{{"train.epochs=0"}, "train.epochs: expected an integer in [1, 100000], got 0"},
                       BadCase{{"train.precision=fp8"}, "train.precision: expected one of fp32, bf16"},

@@ -13,7 +13,8 @@
 namespace strato::config {
 
 bool Range::contains(double x) const {
-    if (std::isnan(x)) return false;
+    // No config value is infinite: "lr = inf" is a typo that passes every "> 0" (found by review).
+    if (!std::isfinite(x)) return false;
     if (min_exclusive ? !(x > min) : !(x >= min)) return false;
     if (max_exclusive ? !(x < max) : !(x <= max)) return false;
     return true;
@@ -372,7 +373,10 @@ Status Document::apply_override(std::string_view assignment) {
         if (parts[i].empty()) return invalid_argument("--set {}: empty key part in '{}'", assignment, key);
         toml::node* n = t->get(parts[i]);
         if (!n) {
-            t->insert(parts[i], toml::table{});
+            // A section the config did not have, made by this flag: parsed with the flag as its
+            // source, so an unknown one is blamed on the flag, not on the config file.
+            toml::table made = toml::parse("v = {}", label);
+            t->insert(parts[i], std::move(*made.get("v")));
             n = t->get(parts[i]);
         }
         if (!n->is_table()) return invalid_argument("--set {}: '{}' is not a section", assignment, parts[i]);

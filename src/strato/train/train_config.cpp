@@ -16,12 +16,13 @@ void RunConfig::visit(config::Visitor& v) {
 
 void OptimConfig::visit(config::Visitor& v) {
     v.field("name", name, {"sgd", "adamw"});
-    v.field("lr", lr, Range::positive());
+    // Bounded where libtorch holds them as float (an lr of 1e39 overflowed inside the optimizer).
+    v.field("lr", lr, Range{0.0, 1e3, true, false});
     v.field("momentum", momentum, Range::half_open(0, 1));
     v.field("nesterov", nesterov);
-    v.field("weight_decay", weight_decay, Range::non_negative());
+    v.field("weight_decay", weight_decay, Range::between(0, 1e3));
     v.field("betas", betas, Range::half_open(0, 1));
-    v.field("eps", eps, Range::positive());
+    v.field("eps", eps, Range{0.0, 1.0, true, false});
 }
 
 void ScheduleConfig::visit(config::Visitor& v) {
@@ -30,7 +31,7 @@ void ScheduleConfig::visit(config::Visitor& v) {
     v.field("warmup_start_factor", warmup_start_factor, Range::between(0, 1));
     v.field("step_epochs", step_epochs, Range::positive());
     v.field("gamma", gamma, Range::positive());
-    v.field("min_lr", min_lr, Range::non_negative());
+    v.field("min_lr", min_lr, Range::between(0, 1e3));
     v.field("pct_start", pct_start, Range::between(0, 1));
     v.field("div_factor", div_factor, Range::at_least(1));
     v.field("final_div_factor", final_div_factor, Range::at_least(1));

@@ -1,7 +1,10 @@
 #include "strato/train/trainer.h"
 
+#include <fcntl.h>
 #include <fmt/ranges.h>
+#include <sys/file.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -15,6 +18,7 @@
 #include "strato/core/check.h"
 #include "strato/core/fs.h"
 #include "strato/core/log.h"
+#include "strato/core/parse.h"
 #include "strato/core/progress.h"
 #include "strato/core/signals.h"
 #include "strato/dist/ddp.h"
@@ -112,6 +116,42 @@ void set_lr(torch::optim::Optimizer& opt, double lr) {
     for (auto& g : opt.param_groups()) g.options().set_lr(lr);
 }
 
+struct FdCloser {
+    void operator()(const int* fd) const {
+        if (*fd >= 0) ::close(*fd);
+        delete fd;
+    }
+};
+using RunLock = std::unique_ptr<int, FdCloser>;
+
+/// One process at a time trains in a run directory (a second one, with --resume, truncated the
+/// first's metrics.jsonl and renamed its checkpoints away): an flock on "<run.dir>/.<name>.lock",
+/// beside the directory so that --overwrite, which deletes it, keeps the lock. Released when the
+/// process ends, however it ends.
+Result<RunLock> lock_run_dir(const stdfs::path& dir) {
+    const stdfs::path parent = dir.parent_path().empty() ? stdfs::path(".") : dir.parent_path();
+    STRATO_RETURN_IF_ERROR(fs::ensure_dir(parent).with_context("run.dir"));
+    const stdfs::path lock = parent / ("." + dir.filename().string() + ".lock");
+    const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return io_error("cannot open {}: {}", lock.string(), std::strerror(errno));
+    RunLock held(new int(fd));
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        char buf[24] = {};
+        const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+        std::string_view text(buf, n > 0 ? static_cast<size_t>(n) : 0);
+        text = trim_blanks(text.substr(0, text.find('\n')));
+        const std::string pid = text.empty() ? "?" : std::string(text);
+        return Status(StatusCode::kAlreadyExists,
+                      fmt::format("run directory {} is in use by another strato process (pid {})\nhint: wait for it to "
+                                  "finish, or give this run another run.name",
+                                  dir.string(), pid));
+    }
+    const std::string pid = std::to_string(::getpid()) + "\n";
+    if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0)
+        log::debug("cannot write the pid into {}: {}", lock.string(), std::strerror(errno));
+    return held;
+}
+
 /// Prepares the run directory: refuses to clobber a previous run unless asked.
 Status prepare_run_dir(const TrainConfig& cfg, const TrainOptions& opts) {
     const stdfs::path dir = cfg.run_dir();
@@ -124,8 +164,10 @@ Status prepare_run_dir(const TrainConfig& cfg, const TrainOptions& opts) {
     Status st = fs::check_writable_dir(cfg.run.dir);
     if (!st.is_ok()) return {st.code(), fmt::format("run.dir: {}", st.message())};
     std::error_code ec;
-    // A run is there once it has metrics or a checkpoint; an empty checkpoints/ is a start that failed.
-    const bool exists = stdfs::exists(dir / "metrics.jsonl", ec) ||
+    // A run is there once it has metrics or a checkpoint; an empty metrics.jsonl or checkpoints/
+    // is a start that failed.
+    const auto metrics_bytes = stdfs::file_size(dir / "metrics.jsonl", ec);
+    const bool exists = (!ec && metrics_bytes > 0) ||
                         (stdfs::is_directory(dir / "checkpoints", ec) && !stdfs::is_empty(dir / "checkpoints", ec));
     if (exists && opts.overwrite) {
         STRATO_RETURN_IF_ERROR(fs::remove_tree(dir));
@@ -306,6 +348,7 @@ private:
     const TrainOptions& opts_;
     TrainHooks hooks_;
     std::string run_dir_;
+    RunLock lock_;  // of the run directory, on rank 0
     data::DataSplits splits_;
     std::unique_ptr<data::Loader> train_loader_, test_loader_;
     models::Net net_;
@@ -441,6 +484,7 @@ Status Trainer::setup() {
     torch::manual_seed(seed);
     STRATO_ASSIGN_OR_RETURN(net_, models::create_model(cfg_.model, splits_.train->shape(), splits_.train->num_classes()));
     if (rank0_) {
+        STRATO_ASSIGN_OR_RETURN(lock_, lock_run_dir(run_dir_));
         STRATO_RETURN_IF_ERROR(prepare_run_dir(cfg_, opts_));
         log::add_file_sink((stdfs::path(run_dir_) / "events.log").string());
     }
@@ -861,6 +905,9 @@ Result<TrainResult> run_training(const TrainConfig& cfg, const TrainOptions& opt
     } catch (const Error& e) {
         log::remove_file_sinks();
         return e.status();
+    } catch (const std::exception& e) {  // libtorch's own (a value a float cannot hold), bad_alloc
+        log::remove_file_sinks();
+        return internal_error("training stopped: {}", e.what());
     }
 }
 
