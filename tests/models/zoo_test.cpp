@@ -324,6 +324,14 @@ TEST_F(Package, WeightsOfAnotherShapeAreRefusedNotAdopted) {
     EXPECT_EQ(before, (std::vector<int64_t>{8, 1, 3, 3}));
     EXPECT_TRUE(module_from_bytes(*create_model(info_.model, info_.input_shape, 10).value(), module_to_bytes(*net_), "m")
                     .is_ok());
+    // Another architecture altogether (a resume after changing model.arch): libtorch's "No such
+    // serialized submodule" is that, not a damaged file.
+    ModelConfig mlp;
+    mlp.arch = "mlp";
+    Net other_arch = create_model(mlp, info_.input_shape, 10).value();
+    Status arch = module_from_bytes(*other_arch, module_to_bytes(*net_), "model.pt");
+    EXPECT_EQ(arch.code(), StatusCode::kInvalidArgument) << arch.message();
+    EXPECT_NE(arch.message().find(kOtherModelConfig), std::string::npos) << arch.message();
 }
 
 TEST_F(Package, BrokenManifestIsAClearError) {

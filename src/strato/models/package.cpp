@@ -33,13 +33,22 @@ std::string archive_to_bytes(const std::function<void(torch::serialize::OutputAr
 
 Status archive_from_bytes(const std::string& bytes, const std::string& what,
                           const std::function<void(torch::serialize::InputArchive&)>& read) {
+    torch::serialize::InputArchive archive;
     try {
         std::istringstream is(bytes);
-        torch::serialize::InputArchive archive;
         archive.load_from(is);
-        read(archive);
     } catch (const c10::Error& e) {
         return data_loss("{}: cannot load: {}", what, torch_error_message(e));
+    }
+    try {
+        read(archive);
+    } catch (const c10::Error& e) {
+        // The archive is whole but holds other modules or tensors than the network has: weights of
+        // another architecture (a resume after changing model.arch), not damage.
+        const std::string msg = torch_error_message(e);
+        if (msg.find("No such serialized") != std::string::npos)
+            return invalid_argument("{}: {} ({})", what, kOtherModelConfig, msg);
+        return data_loss("{}: cannot load: {}", what, msg);
     }
     return Status::ok();
 }
