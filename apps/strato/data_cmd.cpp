@@ -82,6 +82,16 @@ void add_data_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
                                    "Prepare datasets: pack image folders into tar shards, stats, content "
                                    "manifests, verify, input pipeline speed");
     cmd->require_subcommand(1);
+    // Before the subcommands are added: CLI11 gives each its parent's footer as it is then.
+    cmd->footer(
+        "Examples:\n"
+        "  strato data pack photos/ photos-shards/ --shard-size 256MB --workers 8\n"
+        "  strato data bench photos/train --transform 'random-resized-crop size=224' --transform hflip\n"
+        "  strato data stats photos/ --manifest photos.manifest.json\n"
+        "  strato data stats photos-shards/ --json\n"
+        "  strato data verify photos/ --manifest photos.manifest.json --decode\n"
+        "  strato data verify photos-shards/            (sizes and SHA-256 against index.json)\n"
+        "Ctrl-C stops a pack; running it again keeps the finished shards.");
 
     auto* pack = cmd->add_subcommand("pack",
                                      "Pack an image folder (class per subfolder; train/ test/ splits too) into "
@@ -215,16 +225,6 @@ void add_data_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
     });
 
     add_data_bench_command(*cmd, g, exit_code);
-
-    cmd->footer(
-        "Examples:\n"
-        "  strato data pack photos/ photos-shards/ --shard-size 256MB --workers 8\n"
-        "  strato data bench photos/train --transform 'random-resized-crop size=224' --transform hflip\n"
-        "  strato data stats photos/ --manifest photos.manifest.json\n"
-        "  strato data stats photos-shards/ --json\n"
-        "  strato data verify photos/ --manifest photos.manifest.json --decode\n"
-        "  strato data verify photos-shards/            (sizes and SHA-256 against index.json)\n"
-        "Ctrl-C stops a pack; running it again keeps the finished shards.");
 }
 
 }  // namespace strato::cli

@@ -24,6 +24,13 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
     auto* cmd = app.add_subcommand("tune", "Hyper-parameter search: TPE, random or grid sampling; ASHA, median or no early "
                                            "stopping; parallel trial processes; a crash-safe SQLite study");
     cmd->require_subcommand(1);
+    // Before the subcommands are added: CLI11 gives each its parent's footer as it is then.
+    cmd->footer("Examples:\n"
+                "  strato tune run configs/tune/fashion_mnist_mlp.toml\n"
+                "  strato tune status configs/tune/fashion_mnist_mlp.toml\n"
+                "  strato tune export-best configs/tune/fashion_mnist_mlp.toml -o best.toml && strato train best.toml\n"
+                "  strato tune slurm configs/tune/fashion_mnist_mlp.toml --dir /shared/fmnist --tasks 8 --submit\n"
+                "Ctrl-C stops the running trials at a checkpoint; `strato tune run` again continues the study.");
     auto load = [o]() -> Result<tune::StudyConfig> {
         STRATO_ASSIGN_OR_RETURN(tune::StudyConfig c, tune::StudyConfig::load(o->study));
         if (o->parallel > 0) c.parallel = o->parallel;
@@ -56,7 +63,7 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         *exit_code = s->failed == s->trials && s->trials > 0 ? 1 : 0;
     });
     auto* status = add("status", "Leaderboard and trial states");
-    status->add_option("--top", o->top, "Rows (default 10)");
+    status->add_option("--top", o->top, "Rows (default 10)")->check(CLI::Range(1, 1000000));
     status->callback([o, load, exit_code] {
         auto c = load();
         if (!c) return void(*exit_code = report_error("tune", c.status()));
@@ -147,12 +154,6 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         fmt::print("{}\nsubmitted: job {}\n", out, answer);
         *exit_code = 0;
     });
-    cmd->footer("Examples:\n"
-                "  strato tune run configs/tune/fashion_mnist_mlp.toml\n"
-                "  strato tune status configs/tune/fashion_mnist_mlp.toml\n"
-                "  strato tune export-best configs/tune/fashion_mnist_mlp.toml -o best.toml && strato train best.toml\n"
-                "  strato tune slurm configs/tune/fashion_mnist_mlp.toml --dir /shared/fmnist --tasks 8 --submit\n"
-                "Ctrl-C stops the running trials at a checkpoint; `strato tune run` again continues the study.");
 }
 
 }  // namespace strato::cli

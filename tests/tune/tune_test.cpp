@@ -61,6 +61,8 @@ TEST(Space, ParsesAndValidatesAgainstTheTrainConfig) {
         {"\"optim.lr\" = { type = \"loguniform\", low = 0, high = 1 }", "loguniform needs low > 0"},
         {"\"optim.lr\" = { type = \"uniform\", low = 0, hgh = 1 }", "unknown key 'hgh'"},
         {"\"optim.lr\" = { type = \"uniform\", low = 0.1, high = 1, when = \"model.width == 3\" }", "not a choice"},
+        {"\"optim.lr\" = { type = \"uniform\", low = 0.1, high = inf }", "must be finite numbers"},
+        {"\"model.width\" = { type = \"int\", low = 32.5, high = 64 }", "whole-number low and high"},
     };
     for (const auto& [param, needle] : bad) {
         auto r = StudyConfig::parse(std::string("[study]\nbase = \"configs/fashion_mnist_mlp.toml\"\n[params]\n") + param,
@@ -93,6 +95,16 @@ TEST(Space, ParsesAndValidatesAgainstTheTrainConfig) {
     Status v = validate_against_train_config(typo);
     ASSERT_FALSE(v.is_ok());
     EXPECT_NE(v.message().find("optim.learning_rate"), std::string::npos) << v.message();
+    // Both ends and every value are checked, not only the low end (found by review: trials failed
+    // one by one on the values they drew).
+    StudyConfig high = study("[study]\nbase = \"configs/fashion_mnist_mlp.toml\"\n[params]\n"
+                             "\"optim.lr\" = { type = \"uniform\", low = 0.1, high = 5000 }\n");
+    v = validate_against_train_config(high);
+    EXPECT_NE(v.message().find("parameter optim.lr = 5"), std::string::npos) << v.message();
+    StudyConfig mixed = study("[study]\nbase = \"configs/fashion_mnist_mlp.toml\"\n[params]\n"
+                              "\"optim.name\" = { type = \"choice\", values = [\"adamw\", 3] }\n");
+    v = validate_against_train_config(mixed);
+    EXPECT_NE(v.message().find("parameter optim.name = 3"), std::string::npos) << v.message();
     EXPECT_FALSE(StudyConfig::parse("[study]\nbase = \"x.toml\"\n", "s.toml", ".").is_ok());  // no params
     EXPECT_FALSE(StudyConfig::parse("[study]\nbase = \"x.toml\"\nsampler = \"bayes\"\n[params]\n\"a.b\" = { type = "
                                     "\"uniform\", low = 0, high = 1 }\n",
@@ -192,6 +204,18 @@ TEST(Store, TrialsResultsRungsAndFingerprint) {
     EXPECT_TRUE((*(*st)->rung(0, 0))[0].promoted);
     EXPECT_TRUE((*st)->rung(1, 0)->empty());
     EXPECT_EQ(*(*st)->journal(), "delete");  // kept in the file
+
+    // Damaged parameters are an error naming the trial (export-best wrote the base config's values).
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((dir + "/study.db").c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "UPDATE trials SET params = '{\"optim.lr\": null}'", nullptr, nullptr, nullptr), SQLITE_OK);
+    auto damaged = (*st)->trials();
+    ASSERT_FALSE(damaged.is_ok());
+    EXPECT_NE(damaged.status().message().find("trial 1's parameter optim.lr is null"), std::string::npos)
+        << damaged.status().message();
+    ASSERT_EQ(sqlite3_exec(db, "UPDATE trials SET params = '[1, 2]'", nullptr, nullptr, nullptr), SQLITE_OK);
+    EXPECT_NE((*st)->trials().status().message().find("not a JSON object"), std::string::npos);
+    sqlite3_close(db);
 }
 
 // status/best/report on a study they may not write (a read-only disk, another user's run):

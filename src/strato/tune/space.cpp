@@ -71,6 +71,10 @@ Result<Param> parse_param(const std::string& key, const toml::node& node, const 
         if (!lo || !hi) return invalid_argument("{}: {} needs low and high numbers", where, type);
         p.low = *lo, p.high = *hi;
         p.q = (*t)["q"].value_or(0.0);
+        if (!std::isfinite(p.low) || !std::isfinite(p.high) || !std::isfinite(p.q))
+            return invalid_argument("{}: low, high and q must be finite numbers", where);
+        if (p.dist == Dist::kInt && (p.low != std::floor(p.low) || p.high != std::floor(p.high)))
+            return invalid_argument("{}: int needs whole-number low and high, got {} and {}", where, p.low, p.high);
         if (!(p.low < p.high)) return invalid_argument("{}: low {} must be below high {}", where, p.low, p.high);
         if (p.dist == Dist::kLogUniform && p.low <= 0) return invalid_argument("{}: loguniform needs low > 0", where);
         if (p.q < 0) return invalid_argument("{}: q must be >= 0", where);
@@ -225,10 +229,30 @@ std::vector<int> StudyConfig::milestones(int bracket) const {
 }
 
 Status validate_against_train_config(const StudyConfig& s) {
-    std::vector<std::string> sets = s.fixed;
-    for (const auto& p : s.params) sets.push_back(p.key + "=" + p.from_internal(p.internal_low()));
-    auto cfg = train::load_train_config(s.base, sets);
-    if (!cfg.is_ok()) return cfg.status().with_context(fmt::format("{}: the base config with the study's parameters", s.source));
+    // Every parameter at both ends of its range and at each of its values (a choice of ["adamw",
+    // 3] or a high of 1e39 failed only in the trials that drew it), the others at their low ends.
+    std::vector<std::pair<size_t, std::string>> probes;  // (parameter, literal)
+    for (size_t i = 0; i < s.params.size(); ++i) {
+        const Param& p = s.params[i];
+        if (p.numeric()) {
+            probes.emplace_back(i, p.from_internal(p.internal_low()));
+            probes.emplace_back(i, p.from_internal(p.internal_high()));
+        } else {
+            for (const auto& v : p.values) probes.emplace_back(i, v);
+        }
+    }
+    if (probes.empty()) probes.emplace_back(s.params.size(), "");
+    for (const auto& [which, literal] : probes) {
+        std::vector<std::string> sets = s.fixed;
+        for (size_t i = 0; i < s.params.size(); ++i)
+            sets.push_back(s.params[i].key + "=" + (i == which ? literal : s.params[i].from_internal(s.params[i].internal_low())));
+        auto cfg = train::load_train_config(s.base, sets);
+        if (!cfg.is_ok())
+            return cfg.status().with_context(
+                which < s.params.size()
+                    ? fmt::format("{}: parameter {} = {}", s.source, s.params[which].key, literal)
+                    : fmt::format("{}: the base config with the study's parameters", s.source));
+    }
     return Status::ok();
 }
 

@@ -312,10 +312,18 @@ Result<std::vector<Trial>> Store::trials() {
     while ((rc = q.step()) == SQLITE_ROW) {
         Trial t;
         t.id = static_cast<int>(q.i64(0));
+        // A trial's parameters are what it ran with: damaged ones are an error, not a trial that
+        // silently ran with the base config's values (export-best wrote those).
         auto j = nlohmann::json::parse(q.text(1), nullptr, false);
-        if (j.is_object())
-            for (auto it = j.begin(); it != j.end(); ++it)
-                if (it->is_string()) t.params[it.key()] = it->get<std::string>();
+        if (!j.is_object())
+            return data_loss("study store: trial {}'s parameters are not a JSON object (the study database is damaged)",
+                             t.id);
+        for (auto it = j.begin(); it != j.end(); ++it) {
+            if (!it->is_string())
+                return data_loss("study store: trial {}'s parameter {} is {}, not a value (the study database is damaged)",
+                                 t.id, it.key(), it->type_name());
+            t.params[it.key()] = it->get<std::string>();
+        }
         t.state = parse_state(q.text(2));
         t.target = static_cast<int>(q.i64(3));
         t.epochs = static_cast<int>(q.i64(4));
