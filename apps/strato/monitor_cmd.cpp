@@ -1,7 +1,9 @@
 // strato monitor [--port 9400] [--interval 1s] [--rules alerts.toml] [--jsonl FILE] [--once] ...
 
 #include <fmt/format.h>
+#include <signal.h>
 
+#include <cerrno>
 #include <chrono>
 #include <thread>
 
@@ -29,7 +31,7 @@ void add_monitor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     cmd->add_option("--address", o->address, "Exporter address (default 127.0.0.1; 0.0.0.0 to be scraped from elsewhere)");
     cmd->add_flag("--no-exporter", o->no_exporter, "Do not serve /metrics");
     cmd->add_option("--interval", o->interval, "Time between samples (default 1s)");
-    cmd->add_option("--duration", o->duration, "Stop after this long (default: until Ctrl-C)");
+    auto* duration_flag = cmd->add_option("--duration", o->duration, "Stop after this long (default: until Ctrl-C)");
     cmd->add_option("--jsonl", o->jsonl, "Append every sample to this JSONL file");
     cmd->add_option("--rules", o->rules, "Alert rules (TOML [[rule]] tables: when = \"gpu_util < 20 for 10m\")");
     cmd->add_option("--pid", o->pids, "Also report these processes (CPU time, resident memory, threads)");
@@ -48,7 +50,7 @@ void add_monitor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         "GPU metrics use the DCGM exporter's names (DCGM_FI_DEV_GPU_UTIL, ...) through NVML loaded at run\n"
         "time; without a GPU driver strato reports \"no GPU\" and CPU metrics only.\n"
         "Exit status: 0; 3 when a rule with action = \"exit\" fired; 1 on errors.");
-    cmd->callback([o, exit_code] {
+    cmd->callback([o, exit_code, duration_flag] {
         monitor::MonitorOptions mo;
         mo.address = o->address;
         mo.port = o->no_exporter || o->once ? -1 : o->port;
@@ -56,12 +58,18 @@ void add_monitor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         mo.replay = o->replay;
         mo.allow_remote_webhooks = o->allow_remote;
         mo.dcgm_labels = o->dcgm_labels;
-        for (int p : o->pids) mo.pids.push_back(static_cast<pid_t>(p));
         auto fail = [&](const Status& s) { *exit_code = report_error("monitor", s); };
+        for (int p : o->pids) {
+            if (p <= 0 || (::kill(p, 0) != 0 && errno == ESRCH))
+                return fail(not_found("--pid {}: no such process", p));
+            mo.pids.push_back(static_cast<pid_t>(p));
+        }
         auto interval = parse_duration_s(o->interval);
-        if (!interval) return fail(interval.status());
+        if (!interval) return fail(interval.status().with_context("--interval"));
         auto duration = parse_duration_s(o->duration);
-        if (!duration) return fail(duration.status());
+        if (!duration) return fail(duration.status().with_context("--duration"));
+        if (duration_flag->count() > 0 && !(*duration > 0))
+            return fail(invalid_argument("--duration must be longer than 0 (leave it out to run until Ctrl-C)"));
         mo.interval_s = *interval;
         mo.duration_s = *duration;
         if (!o->rules.empty()) {

@@ -126,7 +126,7 @@ def bad_inputs(tmp):
     with open(rules, "w") as f:
         f.write('[[rule]]\nwhen = "gpu_util < twenty"\n')
     cases = [
-        (["monitor", "--rules", rules, "--once"], "'twenty' is not a number"),
+        (["monitor", "--rules", rules, "--once"], "'twenty' is not a finite number"),
         (["monitor", "--rules", os.path.join(tmp, "missing.toml")], "missing.toml"),
         (["monitor", "--interval", "fast"], "duration 'fast'"),
         (["monitor", "--replay", os.path.join(tmp, "nope.jsonl"), "--no-exporter"], "nope.jsonl"),

@@ -38,7 +38,12 @@ TEST(AlertRule, ParsesConditions) {
     for (const char* bad : {"", "gpu_util", "gpu_util < x", "gpu_util ~ 3", "median(x) > 1", "avg(x > 1",
                             "gpu_util < 20 during 5m", "gpu_util < 20 for 5y"})
         EXPECT_FALSE(parse_condition(bad).is_ok()) << bad;
-    EXPECT_NE(parse_condition("gpu_util < x").status().message().find("'x' is not a number"), std::string::npos);
+    EXPECT_NE(parse_condition("gpu_util < x").status().message().find("'x' is not a finite number"), std::string::npos);
+    // Found by review: thresholds that never compare, and a message that lost the word it names.
+    for (const char* never : {"gpu_util > nan", "gpu_util > inf"})
+        EXPECT_NE(parse_condition(never).status().message().find("is not a finite number"), std::string::npos) << never;
+    EXPECT_NE(parse_condition("cpu_util > 1 junk").status().message().find("unexpected 'junk'"), std::string::npos)
+        << parse_condition("cpu_util > 1 junk").status().message();
 }
 
 TEST(AlertRule, RulesFileErrorsNameTheRule) {
@@ -58,6 +63,15 @@ TEST(AlertRule, RulesFileErrorsNameTheRule) {
     EXPECT_FALSE(parse_rules("[[rule]]\nwhen = \"cpu_util > 1\"\ncolour = \"red\"\n", "a.toml").is_ok());
     EXPECT_FALSE(parse_rules("rules = 3\n", "a.toml").is_ok());
     EXPECT_FALSE(parse_rules("[[rule]\n", "a.toml").is_ok());
+    // [rule] (one table, not an array of them) read as no rules at all: an alert that never fired.
+    EXPECT_NE(parse_rules("[rule]\nwhen = \"cpu_util > 1\"\n", "a.toml").status().message().find("write [[rule]]"),
+              std::string::npos);
+    EXPECT_NE(parse_rules("[[rule]]\nname = \"a\"\nwhen = \"cpu_util > 1\"\n[[rule]]\nname = \"a\"\nwhen = \"cpu_util > 2\"\n",
+                          "a.toml")
+                  .status()
+                  .message()
+                  .find("a second rule named 'a'"),
+              std::string::npos);
 }
 
 TEST(AlertEngine, FiresAfterTheDurationPerSeriesAndResolves) {

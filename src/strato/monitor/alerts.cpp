@@ -73,10 +73,12 @@ Result<AlertRule> parse_condition(std::string_view expr) {
     while (pos < s.size() && s[pos] != ' ') ++pos;
     std::string num = s.substr(b, pos - b);
     auto [p, ec] = std::from_chars(num.data(), num.data() + num.size(), r.threshold);
-    if (num.empty() || ec != std::errc() || p != num.data() + num.size()) return bad("'" + num + "' is not a number");
+    if (num.empty() || ec != std::errc() || p != num.data() + num.size() || !std::isfinite(r.threshold))
+        return bad("'" + num + "' is not a finite number");
     skip();
     if (pos < s.size()) {
-        if (word() != "for") return bad("unexpected '" + s.substr(pos) + "'");
+        const size_t at = pos;
+        if (word() != "for") return bad("unexpected '" + s.substr(at) + "'");
         skip();
         std::string d = s.substr(pos);
         while (!d.empty() && d.back() == ' ') d.pop_back();
@@ -97,6 +99,8 @@ Result<std::vector<AlertRule>> parse_rules(std::string_view toml_text, const std
     for (auto&& [k, v] : doc)
         if (k.str() != "rule") return invalid_argument("{}: unknown key '{}' (rules are [[rule]] tables)", source, k.str());
     std::vector<AlertRule> rules;
+    if (doc.contains("rule") && !doc["rule"].as_array())
+        return invalid_argument("{}: 'rule' must be an array of tables: write [[rule]], not [rule]", source);
     auto* arr = doc["rule"].as_array();
     if (!arr) return rules;
     int i = 0;
@@ -121,6 +125,9 @@ Result<std::vector<AlertRule>> parse_rules(std::string_view toml_text, const std
         if (!r.is_ok()) return r.status().with_context(where);
         AlertRule rule = std::move(*r);
         rule.name = str("name").value_or(fmt::format("rule{}", i));
+        if (rule.name.empty()) return invalid_argument("{}: name must not be empty", where);
+        for (const auto& other : rules)
+            if (other.name == rule.name) return invalid_argument("{}: a second rule named '{}'", where, rule.name);
         rule.action = str("action").value_or("log");
         rule.webhook = str("webhook").value_or("");
         rule.severity = str("severity").value_or("warning");
