@@ -232,6 +232,13 @@ TEST(Planner, RejectsBadRequests) {
     EXPECT_NE(make_plan(cat, req).status().message().find("--region 'us-east-9' is not in the catalog"),
               std::string::npos);
     req.regions = {};
+    req.accelerators = {"tpu-v6e"};  // in the instance table, not in the GPU table
+    auto tpu = make_plan(cat, req);
+    EXPECT_NE(tpu.status().message().find("the GPU table has no entry for it"), std::string::npos) << tpu.status().message();
+    req.accelerators = {"Z9000"};
+    auto z = make_plan(cat, req);
+    EXPECT_EQ(z.status().message().find("tpu-v6e"), std::string::npos) << z.status().message();
+    req.accelerators = {};
     req.instance_types = {"p4d.24xlarg"};
     EXPECT_NE(make_plan(cat, req).status().message().find("did you mean"), std::string::npos);
     req.instance_types = {};

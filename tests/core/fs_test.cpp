@@ -199,6 +199,17 @@ TEST_F(FsTest, OutputFilesReplaceOnlyWhatTheCommandWrites) {
     EXPECT_NE(check_output_file(dir_, OutputKind::kText, "-o").message().find("is a directory"), std::string::npos);
 }
 
+TEST_F(FsTest, StaleTempsOfDeadWritersAreRemoved) {
+    const auto out = dir_ / "model.onnx";
+    for (const char* n : {"model.onnx.tmp.99999999.0", "model.onnx.tmp.1.3", "model.onnx.tmp.notes", "other.tmp.99999999.0"})
+        ASSERT_TRUE(atomic_write(dir_ / n, "x").is_ok());
+    remove_stale_temps(out);
+    EXPECT_FALSE(stdfs::exists(dir_ / "model.onnx.tmp.99999999.0"));  // no such process
+    EXPECT_TRUE(stdfs::exists(dir_ / "model.onnx.tmp.1.3"));          // pid 1 runs
+    EXPECT_TRUE(stdfs::exists(dir_ / "model.onnx.tmp.notes"));        // not a temp name
+    EXPECT_TRUE(stdfs::exists(dir_ / "other.tmp.99999999.0"));        // another file's
+}
+
 TEST(ShellQuote, SurvivesTheShell) {
     EXPECT_EQ(shell_quote("plain"), "'plain'");
     EXPECT_EQ(shell_quote("it's $HOME `x`"), "'it'\\''s $HOME `x`'");

@@ -22,14 +22,22 @@ bool in_space(const PlanRequest& req, const Instance& in) {
 
 Status check_filter(const Catalog& cat, const std::vector<std::string>& values, std::string_view flag,
                     std::string Instance::*field) {
+    // An accelerator counts as known only where it can be planned: with a GPU table entry.
+    const bool gpus = field == &Instance::accelerator;
     for (const auto& v : values) {
         bool known = std::any_of(cat.instances().begin(), cat.instances().end(),
-                                 [&](const Instance& in) { return in.*field == v; });
+                                 [&](const Instance& in) { return in.*field == v && (!gpus || in.gpu); });
         if (known) continue;
         if (field == &Instance::type) return cat.unknown_type(v).with_context(std::string(flag));
+        if (gpus && std::any_of(cat.instances().begin(), cat.instances().end(),
+                                [&](const Instance& in) { return in.accelerator == v; }))
+            return invalid_argument("{} '{}': the catalog lists it, but the GPU table has no entry for it, so it is "
+                                    "left out of plans (see strato plan --list)",
+                                    flag, v);
         std::vector<std::string> all;
         for (const auto& in : cat.instances())
-            if (std::find(all.begin(), all.end(), in.*field) == all.end() && !(in.*field).empty()) all.push_back(in.*field);
+            if (std::find(all.begin(), all.end(), in.*field) == all.end() && !(in.*field).empty() && (!gpus || in.gpu))
+                all.push_back(in.*field);
         return invalid_argument("{} '{}' is not in the catalog (known: {})", flag, v, fmt::join(all, ", "));
     }
     return Status::ok();

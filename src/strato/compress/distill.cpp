@@ -7,6 +7,8 @@
 #include <filesystem>
 
 #include "strato/core/check.h"
+#include "strato/core/fs.h"
+#include "strato/core/json.h"
 #include "strato/core/log.h"
 #include "strato/data/data_config.h"
 
@@ -148,6 +150,20 @@ Result<Distillation> prepare_distillation(const train::TrainConfig& student, con
 Result<train::TrainResult> distill(const train::TrainConfig& student, const DistillOptions& opts,
                                    train::TrainOptions train_opts) {
     STRATO_ASSIGN_OR_RETURN(Distillation d, prepare_distillation(student, opts));
+    // The teacher and its settings are kept beside config.toml (distill.json): a resume with
+    // others says so, as a resume with a changed config does.
+    const nlohmann::json settings = d.hooks.package_metrics["compression"];
+    const stdfs::path record = stdfs::path(student.run_dir()) / "distill.json";
+    d.hooks.init = [record, settings, resume = train_opts.resume](models::NetImpl&) -> Status {
+        if (auto old = fs::read_file(record, 1 << 20); resume && old) {
+            const auto j = nlohmann::json::parse(*old, nullptr, false);
+            if (j != settings)
+                log::warn("the distillation differs from the one this run started with ({} then, {} now); continuing "
+                          "with the new one, which the package's metrics.json records",
+                          json_text(j), json_text(settings));
+        }
+        return fs::atomic_write(record, json_text(settings, 2) + "\n");
+    };
     train_opts.hooks = &d.hooks;
     train_opts.inputs.push_back(opts.teacher);
     return train::run_training(student, train_opts);

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <ftw.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <openssl/evp.h>
 #include <unistd.h>
@@ -12,7 +13,10 @@
 #include <cstdio>
 #include <cstring>
 #include <algorithm>
+#include <limits>
 #include <memory>
+
+#include "strato/core/parse.h"
 
 namespace strato::fs {
 namespace {
@@ -240,6 +244,22 @@ Status check_output_file(const stdfs::path& path, OutputKind kind, std::string_v
                                 "name)",
                                 flag, path.string(), kind == OutputKind::kHtml ? "an HTML report" : "a text file");
     return Status::ok();
+}
+
+void remove_stale_temps(const stdfs::path& path) {
+    const stdfs::path dir = path.parent_path().empty() ? stdfs::path(".") : path.parent_path();
+    const std::string prefix = path.filename().string() + ".tmp.";
+    std::error_code ec;
+    for (const auto& e : stdfs::directory_iterator(dir, ec)) {
+        const std::string name = e.path().filename().string();
+        if (name.rfind(prefix, 0) != 0) continue;
+        const std::string rest = name.substr(prefix.size());  // "<pid>.<n>"
+        const size_t dot = rest.find('.');
+        const auto pid = parse_int(std::string_view(rest).substr(0, dot), 1, std::numeric_limits<pid_t>::max());
+        if (!pid || dot == std::string::npos || !parse_int(std::string_view(rest).substr(dot + 1), 0)) continue;
+        if (*pid != ::getpid() && ::kill(static_cast<pid_t>(*pid), 0) != 0 && errno == ESRCH)
+            stdfs::remove(e.path(), ec);
+    }
 }
 
 }  // namespace strato::fs

@@ -57,6 +57,10 @@ std::string shell_quote(std::string_view s);
 /// that input" checks before anything is deleted or replaced.
 bool is_within(const stdfs::path& path, const stdfs::path& dir);
 
+/// Removes what atomic_write(path) left when its process was killed mid-write:
+/// "<path>.tmp.<pid>.<n>" of processes that no longer run.
+void remove_stale_temps(const stdfs::path& path);
+
 /// What an output file of a command (a report, a result, a script) may replace.
 enum class OutputKind {
     kHtml,  // an existing file must be an HTML page (an earlier report)

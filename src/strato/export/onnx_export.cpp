@@ -463,6 +463,7 @@ Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxE
         files.erase(name);
         STRATO_RETURN_IF_ERROR(fs::atomic_write(manifest_path, json_text(manifest, 2) + "\n"));
     }
+    fs::remove_stale_temps(out);  // an export killed mid-write left its partial copy
     STRATO_RETURN_IF_ERROR(fs::atomic_write(out, onnx_model.bytes));
 
     OnnxExportResult r;

@@ -134,7 +134,7 @@ const json* find_pointer(const json& j, const char* pointer) {
 
 // ---- value formatting ----
 
-std::string fmt_percent(double v) { return std::isfinite(v) ? fmt::format("{:.2f}%", 100 * v) : "–"; }
+std::string fmt_percent(double v) { return std::isfinite(100 * v) ? fmt::format("{:.2f}%", 100 * v) : "–"; }
 std::string fmt_fixed(double v, int decimals) { return std::isfinite(v) ? fmt::format("{:.{}f}", v, decimals) : "–"; }
 std::string fmt_general(double v) { return std::isfinite(v) ? fmt::format("{:.4g}", v) : "–"; }
 
@@ -152,6 +152,7 @@ std::string fmt_count(double v) {
 std::string fmt_duration(double s) {
     if (!std::isfinite(s)) return "–";
     if (s < 60) return fmt::format("{:.1f} s", s);
+    if (s >= 1e9) return fmt::format("{:.3g} s", s);  // no run takes 30 years: a damaged file, shown as it is
     const auto total = static_cast<int64_t>(std::llround(s));
     const int64_t h = total / 3600, min = total / 60 % 60, sec = total % 60;
     if (h > 0) return fmt::format("{} h {:02} min {:02} s", h, min, sec);
