@@ -137,6 +137,7 @@ INSTANTIATE_TEST_SUITE_P(
         // A section made by the flag is the flag's, not the file's (found by review).
         ErrorCase{"[inner]\nlr = 1\n", {"foo.bar=1"}, "--set foo.bar=1: unknown key 'foo'"},
         ErrorCase{"", {"inner.lr=inf"}, "--set inner.lr=inf: inner.lr: expected a number > 0, got inf"},
+        ErrorCase{"", {"inner.steps=99999999999999999999"}, "99999999999999999999 is too large a number"},
         ErrorCase{"", {"lr"}, "--set lr: expected section.key=value"},
         ErrorCase{"", {"name.x=1"}, "name: expected a string, got a table"}));
 

@@ -140,7 +140,10 @@ TEST_F(Cli, CorruptModelPackage) {
     expect_one_error(run_strato("eval --model " + dir_ + "/missing", dir_), "does not exist");
 }
 
-TEST_F(Cli, ReportOfMissingRun) { expect_one_error(run_strato("report " + dir_ + "/no-run", dir_), "no-run"); }
+TEST_F(Cli, ReportOfMissingRun) {
+    expect_one_error(run_strato("report " + dir_ + "/no-run", dir_), "no-run does not exist");
+    expect_one_error(run_strato("report configs/fashion_mnist_mlp.toml", dir_), "is a file: expected a run directory");
+}
 
 TEST_F(Cli, SmallRunEndToEnd) {
     const std::string sets =

@@ -63,6 +63,7 @@ TEST(Space, ParsesAndValidatesAgainstTheTrainConfig) {
         {"\"optim.lr\" = { type = \"uniform\", low = 0.1, high = 1, when = \"model.width == 3\" }", "not a choice"},
         {"\"optim.lr\" = { type = \"uniform\", low = 0.1, high = inf }", "must be finite numbers"},
         {"\"model.width\" = { type = \"int\", low = 32.5, high = 64 }", "whole-number low and high"},
+        {"\"optim.name\" = { type = \"choice\", values = [\"sgd\"], when = \"optim.name == sgd\" }", "the parameter itself"},
     };
     for (const auto& [param, needle] : bad) {
         auto r = StudyConfig::parse(std::string("[study]\nbase = \"configs/fashion_mnist_mlp.toml\"\n[params]\n") + param,

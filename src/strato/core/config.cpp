@@ -346,6 +346,10 @@ Status Document::apply_override(std::string_view assignment) {
     try {
         parsed = toml::parse("v = " + value, label);
     } catch (const toml::parse_error&) {
+        // Digits TOML cannot hold (past 64-bit integers) are a number too large, not a string.
+        const size_t first_digit = value.find_first_not_of("+-") == 0 ? 0 : 1;
+        if (value.size() > first_digit && value.find_first_not_of("0123456789", first_digit) == std::string::npos)
+            return invalid_argument("{}: {} is too large a number (integers are 64-bit)", label, value);
         // Not TOML: a bare string (`--set model.arch=resnet`). Quote it so the node keeps the
         // flag as its source and errors point at it.
         std::string quoted = "\"";

@@ -380,7 +380,10 @@ std::string run_name(const std::string& run_dir) {
 Result<RunMetrics> read_run_metrics(const stdfs::path& dir) {
     std::error_code ec;
     if (!stdfs::is_directory(dir, ec))
-        return not_found("run directory {} does not exist (or is not a directory)", dir.string());
+        return stdfs::exists(dir, ec)
+                   ? invalid_argument("{} is a file: expected a run directory (runs/NAME) or a load test's .json",
+                                      dir.string())
+                   : not_found("run directory {} does not exist", dir.string());
     const stdfs::path metrics_path = dir / "metrics.jsonl";
     if (!stdfs::exists(metrics_path, ec))
         return not_found("{} has no metrics.jsonl (is it a run directory?)", dir.string());

@@ -133,7 +133,9 @@ Result<RunLock> lock_run_dir(const stdfs::path& dir) {
     STRATO_RETURN_IF_ERROR(fs::ensure_dir(parent).with_context("run.dir"));
     const stdfs::path lock = parent / ("." + dir.filename().string() + ".lock");
     const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return io_error("cannot open {}: {}", lock.string(), std::strerror(errno));
+    if (fd < 0)
+        return io_error("run.dir {}: cannot create the run's lock file {} there: {}", parent.string(), lock.string(),
+                        std::strerror(errno));
     RunLock held(new int(fd));
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
         char buf[24] = {};

@@ -203,6 +203,9 @@ Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string&
     }
     for (const auto& p : s.params) {
         if (p.when_key.empty()) continue;
+        if (p.when_key == p.key)
+            return invalid_argument("{} [params] \"{}\": when refers to the parameter itself (it would never be sampled)",
+                                    source, p.key);
         auto other = std::find_if(s.params.begin(), s.params.end(), [&](const Param& o) { return o.key == p.when_key; });
         if (other == s.params.end() || other->numeric())
             return invalid_argument("{} [params] \"{}\": when refers to '{}', which is not a choice or grid parameter",
