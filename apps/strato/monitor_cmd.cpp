@@ -1,9 +1,7 @@
 // strato monitor [--port 9400] [--interval 1s] [--rules alerts.toml] [--jsonl FILE] [--once] ...
 
 #include <fmt/format.h>
-#include <signal.h>
 
-#include <cerrno>
 #include <chrono>
 #include <thread>
 
@@ -60,7 +58,7 @@ void add_monitor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         mo.dcgm_labels = o->dcgm_labels;
         auto fail = [&](const Status& s) { *exit_code = report_error("monitor", s); };
         for (int p : o->pids) {
-            if (p <= 0 || (::kill(p, 0) != 0 && errno == ESRCH))
+            if (signals::process_gone(p))
                 return fail(not_found("--pid {}: no such process", p));
             mo.pids.push_back(static_cast<pid_t>(p));
         }

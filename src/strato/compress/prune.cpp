@@ -555,14 +555,10 @@ Result<PruneReport> prune_package_impl(const PruneOptions& o) {
     STRATO_RETURN_IF_ERROR(cfg.validate());
     report.run_dir = cfg.run_dir();
     report.package = (stdfs::path(report.run_dir) / "model").string();
-    {  // --overwrite deletes the output run directory: never the one the source package lives in
-        const stdfs::path src_abs = stdfs::weakly_canonical(o.model, ec);
-        const stdfs::path out_abs = stdfs::weakly_canonical(report.run_dir, ec);
-        if (std::mismatch(out_abs.begin(), out_abs.end(), src_abs.begin(), src_abs.end()).first == out_abs.end()) {
-            return invalid_argument("--output {}: the source package {} is inside it; choose another directory",
-                                    report.run_dir, o.model);
-        }
-    }
+    // --overwrite deletes the output run directory: never the one the source package lives in
+    if (fs::is_within(o.model, report.run_dir))
+        return invalid_argument("--output {}: the source package {} is inside it; choose another directory",
+                                report.run_dir, o.model);
 
     // Prune.
     models::Net start;

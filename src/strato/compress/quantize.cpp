@@ -29,10 +29,11 @@ Result<QuantizeResult> quantize_package(const QuantizeRequest& r) {
     if (r.output.empty()) return invalid_argument("no output directory given for the INT8 package");
     // The output directory is replaced by the INT8 package: it must not hold the source, nor lie
     // inside it.
-    if (fs::is_within(r.model, r.output))
+    const bool holds_source = fs::is_within(r.model, r.output), in_source = fs::is_within(r.output, r.model);
+    if (holds_source)
         return invalid_argument("--output {}: the source package {} is {}; write the INT8 package next to it", r.output,
-                                r.model, fs::is_within(r.output, r.model) ? "that directory itself" : "inside it");
-    if (fs::is_within(r.output, r.model))
+                                r.model, in_source ? "that directory itself" : "inside it");
+    if (in_source)
         return invalid_argument("--output {} is inside the source package {}; write the INT8 package next to it",
                                 r.output, r.model);
     STRATO_RETURN_IF_ERROR(models::check_package_destination(r.output).with_context("--output"));

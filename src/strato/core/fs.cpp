@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <ftw.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <openssl/evp.h>
 #include <unistd.h>
@@ -17,6 +16,7 @@
 #include <memory>
 
 #include "strato/core/parse.h"
+#include "strato/core/signals.h"
 
 namespace strato::fs {
 namespace {
@@ -257,8 +257,7 @@ void remove_stale_temps(const stdfs::path& path) {
         const size_t dot = rest.find('.');
         const auto pid = parse_int(std::string_view(rest).substr(0, dot), 1, std::numeric_limits<pid_t>::max());
         if (!pid || dot == std::string::npos || !parse_int(std::string_view(rest).substr(dot + 1), 0)) continue;
-        if (*pid != ::getpid() && ::kill(static_cast<pid_t>(*pid), 0) != 0 && errno == ESRCH)
-            stdfs::remove(e.path(), ec);
+        if (*pid != ::getpid() && signals::process_gone(*pid)) stdfs::remove(e.path(), ec);
     }
 }
 

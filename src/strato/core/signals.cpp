@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <unistd.h>
@@ -52,6 +53,10 @@ void untrack_process_group(int pgid) {
         int mine = pgid;
         if (g.compare_exchange_strong(mine, 0)) return;
     }
+}
+
+bool process_gone(long pid) {
+    return pid < 1 || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH);
 }
 
 bool stop_requested() { return g_signal != 0; }

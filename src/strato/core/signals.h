@@ -12,6 +12,9 @@ int stop_signal();
 /// strato launch's workers with their children (up to 4096 groups at once).
 void track_process_group(int pgid);
 void untrack_process_group(int pgid);
+/// True when no process has this id (kill(pid, 0) fails with ESRCH; one that exists but belongs
+/// to another user is there). Ids below 1 are no process.
+bool process_gone(long pid);
 /// For tests: clears the flag.
 void reset();
 

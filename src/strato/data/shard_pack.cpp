@@ -246,15 +246,6 @@ Status write_shard(const FolderIndex& idx, const std::vector<std::string>& keys,
     return Status::ok();
 }
 
-bool is_inside(const stdfs::path& child, const stdfs::path& parent) {
-    std::error_code ec;
-    const stdfs::path c = stdfs::weakly_canonical(child, ec), p = stdfs::weakly_canonical(parent, ec);
-    auto ci = c.begin(), pi = p.begin();
-    for (; pi != p.end() && !pi->empty(); ++pi, ++ci)
-        if (ci == c.end() || *ci != *pi) return false;
-    return true;
-}
-
 /// Removes what an earlier pack left that this one does not own: temp files, and shards past the
 /// end of the plan.
 void remove_leftovers(const stdfs::path& dir, size_t shards) {
@@ -419,10 +410,10 @@ Result<std::vector<PackedSplit>> pack_image_folder(const std::string& src, const
     }
     std::error_code ec;
     if (!stdfs::is_directory(src, ec)) return not_found("{} does not exist or is not a directory", src);
-    if (is_inside(dst, src)) {
+    if (fs::is_within(dst, src)) {
         return invalid_argument("the destination {} is inside the source {}; pack to a directory outside it", dst, src);
     }
-    if (is_inside(src, dst)) {  // index.json in an ancestor would make stats/verify of it check the shards only
+    if (fs::is_within(src, dst)) {  // index.json in an ancestor would make stats/verify of it check the shards only
         return invalid_argument("the destination {} holds the source {}; pack to a directory outside it", dst, src);
     }
     std::vector<PackedSplit> out;

@@ -1,10 +1,8 @@
 #include "strato/models/package.h"
 
 #include <fmt/ranges.h>
-#include <signal.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -15,6 +13,7 @@
 #include "strato/core/json.h"
 #include "strato/core/log.h"
 #include "strato/core/parse.h"
+#include "strato/core/signals.h"
 #ifdef STRATO_WITH_INT8
 #include "strato/models/quantized.h"
 #endif
@@ -109,7 +108,7 @@ bool stale_leftover(const std::string& name, const std::string& base) {
         if (name.rfind(prefix, 0) != 0) continue;
         auto pid = parse_int(std::string_view(name).substr(prefix.size()), 1, std::numeric_limits<pid_t>::max());
         if (!pid) return false;
-        return *pid == ::getpid() || (::kill(static_cast<pid_t>(*pid), 0) != 0 && errno == ESRCH);
+        return *pid == ::getpid() || signals::process_gone(*pid);
     }
     return false;
 }
@@ -226,12 +225,9 @@ Result<LoadedPackage> load_package(const std::string& dir) {
         if (!std::isfinite(info.mean[c]) || !(info.std[c] > 0 && std::isfinite(info.std[c])))
             return invalid_argument("{}: /preprocessing channel {}: mean {} and std {} (std must be > 0)", manifest_path,
                                     c, info.mean[c], info.std[c]);
-    const std::string expected_precision = info.quantized() ? "int8" : "fp32";
-    const std::string precision =
-        m.contains("precision") && m["precision"].is_string() ? m["precision"].get<std::string>() : expected_precision;
-    if (precision != expected_precision || (m.contains("precision") && !m["precision"].is_string()))
-        return invalid_argument("{}: /precision is \"{}\" but the package {} /quantization", manifest_path, precision,
-                                info.quantized() ? "has" : "has no");
+    if (m.contains("precision") && m["precision"] != (info.quantized() ? "int8" : "fp32"))
+        return invalid_argument("{}: /precision is {} but the package {} /quantization", manifest_path,
+                                json_text(m["precision"]), info.quantized() ? "has" : "has no");
 
     STRATO_ASSIGN_OR_RETURN(json files, get<json>(m, "files", manifest_path));
     if (!files.contains(kPackageWeights)) return invalid_argument("{}: /files lists no {}", manifest_path, kPackageWeights);

@@ -234,27 +234,25 @@ std::vector<int> StudyConfig::milestones(int bracket) const {
 Status validate_against_train_config(const StudyConfig& s) {
     // Every parameter at both ends of its range and at each of its values (a choice of ["adamw",
     // 3] or a high of 1e39 failed only in the trials that drew it), the others at their low ends.
+    // (A parsed study has at least one parameter.)
+    std::vector<std::string> lows;
     std::vector<std::pair<size_t, std::string>> probes;  // (parameter, literal)
     for (size_t i = 0; i < s.params.size(); ++i) {
         const Param& p = s.params[i];
+        lows.push_back(p.from_internal(p.internal_low()));
         if (p.numeric()) {
-            probes.emplace_back(i, p.from_internal(p.internal_low()));
+            probes.emplace_back(i, lows.back());
             probes.emplace_back(i, p.from_internal(p.internal_high()));
         } else {
             for (const auto& v : p.values) probes.emplace_back(i, v);
         }
     }
-    if (probes.empty()) probes.emplace_back(s.params.size(), "");
     for (const auto& [which, literal] : probes) {
         std::vector<std::string> sets = s.fixed;
-        for (size_t i = 0; i < s.params.size(); ++i)
-            sets.push_back(s.params[i].key + "=" + (i == which ? literal : s.params[i].from_internal(s.params[i].internal_low())));
+        for (size_t i = 0; i < s.params.size(); ++i) sets.push_back(s.params[i].key + "=" + (i == which ? literal : lows[i]));
         auto cfg = train::load_train_config(s.base, sets);
         if (!cfg.is_ok())
-            return cfg.status().with_context(
-                which < s.params.size()
-                    ? fmt::format("{}: parameter {} = {}", s.source, s.params[which].key, literal)
-                    : fmt::format("{}: the base config with the study's parameters", s.source));
+            return cfg.status().with_context(fmt::format("{}: parameter {} = {}", s.source, s.params[which].key, literal));
     }
     return Status::ok();
 }
