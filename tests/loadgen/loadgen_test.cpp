@@ -244,7 +244,21 @@ TEST(Outputs, CsvUsesPerfAnalyzerColumnsAndJsonRendersAsAReport) {
     // A hand-edited file with a field of another type: an error that says so, not an exception.
     auto typed = report::render_loadtest_report(nlohmann::json{{"kind", "strato-loadtest"}, {"target", 5}});
     ASSERT_FALSE(typed.is_ok());
-    EXPECT_NE(typed.status().message().find("unexpected type"), std::string::npos) << typed.status().message();
+    EXPECT_NE(typed.status().message().find("field target is a number, expected a string"), std::string::npos)
+        << typed.status().message();
+    for (const auto& [bad, said] : std::vector<std::pair<nlohmann::json, std::string>>{
+             {{{"points", {{{"latency_us", 3}}}}}, "field points[0].latency_us is a number, expected an object"},
+             {{{"points", {1}}}, "field points[0] is a number, expected an object"},
+             {{{"points", {j["points"][0], {{"timeline", "x"}}}}}, "field points[1].timeline is a string, expected an array"},
+             {{{"points", nlohmann::json::array()}, {"slo", {{"found", "yes"}}}}, "field slo.found is a string, expected a boolean"},
+             {{{"mode", 1}}, "field mode is a number, expected a string"},
+             {{{"points", {{"a", 1}}}}, "field points is an object, expected an array"}}) {
+        nlohmann::json doc = bad;
+        doc["kind"] = "strato-loadtest";
+        auto r = report::render_loadtest_report(doc);
+        ASSERT_FALSE(r.is_ok()) << doc;
+        EXPECT_NE(r.status().message().find(said), std::string::npos) << r.status().message();
+    }
     EXPECT_FALSE(report::render_loadtest_report(nlohmann::json::array()).is_ok());
 
     std::string table = format_table({a, b});

@@ -341,6 +341,25 @@ TEST_F(RunReportTest, WriteRunReportWritesTheFile) {
     EXPECT_TRUE(contains(*slash, "<h1>fmnist-cnn</h1>"));
 }
 
+TEST_F(RunReportTest, ALoadTestOfAnotherShapeIsNamedAndTheRestRenders) {
+    write_full_run();
+    write("loadtest.json", R"({"kind": "strato-loadtest", "points": [{"throughput": 10, "latency_us": {"p50": 900}}]})");
+    auto html = render();
+    ASSERT_TRUE(html.is_ok()) << html.status().message();
+    EXPECT_TRUE(contains(*html, "Latency vs throughput"));
+    // A hand-edited field of another type: the section says which, the rest of the report is there.
+    write("loadtest.json", R"({"kind": "strato-loadtest", "points": [{"throughput": 10, "errors": "none"}]})");
+    html = render();
+    ASSERT_TRUE(html.is_ok()) << html.status().message();
+    EXPECT_TRUE(contains(*html, "loadtest.json could not be read: field points[0].errors is a string, expected an object"))
+        << *html;
+    EXPECT_TRUE(contains(*html, "91.23%"));
+    write("loadtest.json", "[1, 2]");
+    html = render();
+    ASSERT_TRUE(html.is_ok()) << html.status().message();
+    EXPECT_TRUE(contains(*html, "loadtest.json could not be read: it is not a JSON object"));
+}
+
 TEST_F(RunReportTest, WriteIntoMissingDirectoryFails) {
     write_full_run();
     Status st = write_run_report(dir_.string(), (root_ / "nope" / "report.html").string());

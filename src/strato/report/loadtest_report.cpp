@@ -33,9 +33,44 @@ double level_of(const json& p) {
     return std::isfinite(v) ? v : num(p, "request_rate");
 }
 
+// A hand-edited file: each field this page reads must have the type `strato loadtest --json` writes,
+// else an error naming the field (points[2].latency_us), not nlohmann's bare message.
+std::string with_article(std::string_view type_name) {
+    return fmt::format("{} {}", type_name[0] == 'a' || type_name[0] == 'o' ? "an" : "a", type_name);
+}
+
+Status check_field(const json& parent, const char* key, json::value_t type, const std::string& where) {
+    if (!parent.contains(key)) return Status::ok();
+    const json& v = parent[key];
+    if (v.type() == type) return Status::ok();
+    return invalid_argument("field {}{} is {}, expected {}", where, key, with_article(v.type_name()),
+                            with_article(json(type).type_name()));
+}
+
+Status check_types(const json& lt) {
+    using vt = json::value_t;
+    for (const char* key : {"target", "mode"}) STRATO_RETURN_IF_ERROR(check_field(lt, key, vt::string, ""));
+    STRATO_RETURN_IF_ERROR(check_field(lt, "points", vt::array, ""));
+    STRATO_RETURN_IF_ERROR(check_field(lt, "slo", vt::object, ""));
+    if (lt.contains("slo")) STRATO_RETURN_IF_ERROR(check_field(lt["slo"], "found", vt::boolean, "slo."));
+    if (!lt.contains("points")) return Status::ok();
+    for (size_t i = 0; i < lt["points"].size(); ++i) {
+        const json& p = lt["points"][i];
+        const std::string where = fmt::format("points[{}]", i);
+        if (!p.is_object()) return invalid_argument("field {} is {}, expected an object", where, with_article(p.type_name()));
+        for (const char* key : {"latency_us", "errors", "server_us"})
+            STRATO_RETURN_IF_ERROR(check_field(p, key, vt::object, where + "."));
+        for (const char* key : {"distribution_us", "timeline"})
+            STRATO_RETURN_IF_ERROR(check_field(p, key, vt::array, where + "."));
+    }
+    return Status::ok();
+}
+
 }  // namespace
 
-std::string loadtest_section_html(const json& lt) {
+Result<std::string> loadtest_section_html(const json& lt) {
+    if (Status typed = check_types(lt); !typed.is_ok())
+        return invalid_argument("{} (a hand-edited file? expected what `strato loadtest --json` writes)", typed.message());
     const json points = lt.contains("points") && lt["points"].is_array() ? lt["points"] : json::array();
     const bool rate = rate_mode(lt);
     std::string html = "<section><h2>Load test</h2>\n";
@@ -127,11 +162,11 @@ Result<std::string> render_loadtest_report(const json& lt) {
                                 !lt.is_object()       ? std::string(lt.type_name())
                                 : lt.contains("kind") ? "kind " + json_text(lt["kind"])
                                                       : std::string("no kind"));
-    try {  // a hand-edited file with a field of another type: an error naming it, not nlohmann's bare message
+    try {  // a last resort: check_types covers every field this page reads
+        STRATO_ASSIGN_OR_RETURN(std::string section, loadtest_section_html(lt));
         std::string html = page_head("strato load test");
         html += fmt::format("<header><h1>Load test</h1><p class=\"sub\">{}</p></header>\n", html_escape(lt.value("target", "")));
-        html += loadtest_section_html(lt);
-        return html + page_foot();
+        return html + section + page_foot();
     } catch (const json::exception& e) {
         return invalid_argument("a field of this load test has an unexpected type ({}); expected what `strato "
                                 "loadtest --json` writes",

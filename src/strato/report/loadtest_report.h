@@ -12,8 +12,9 @@
 namespace strato::report {
 
 /// A `<section>` for a load test ({"kind": "strato-loadtest", "points": [...]}); also embedded
-/// in the run report when the run directory holds loadtest.json. Missing fields show as "–".
-std::string loadtest_section_html(const nlohmann::json& loadtest);
+/// in the run report when the run directory holds loadtest.json. Missing fields show as "–"; a
+/// field of another type (a hand-edited file) is kInvalidArgument naming it (points[2].errors).
+Result<std::string> loadtest_section_html(const nlohmann::json& loadtest);
 
 /// A whole page for one load test. kInvalidArgument when `loadtest` is not a strato-loadtest
 /// object (names what it found instead).

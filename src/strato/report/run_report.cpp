@@ -479,14 +479,17 @@ Result<std::string> render_run_report(const std::string& run_dir) {
     if (stdfs::exists(dir / "loadtest.json", ec)) {
         auto lt = fs::read_file(dir / "loadtest.json");
         json j = lt ? json::parse(*lt, nullptr, false) : json();
-        std::string section;
+        Result<std::string> section = invalid_argument("it is not a JSON object");
+        if (!lt) section = lt.status();
         try {
             if (j.is_object()) section = loadtest_section_html(j);
-        } catch (const json::exception&) {  // a field of another type: the run's report still renders
+        } catch (const json::exception& e) {  // a last resort: the run's report still renders
+            section = invalid_argument("{}", e.what());
         }
-        html += !section.empty()
-                    ? section
-                    : "<section><h2>Load test</h2><p class=\"muted\">loadtest.json could not be read.</p></section>\n";
+        html += section ? *section
+                        : fmt::format("<section><h2>Load test</h2><p class=\"muted\">loadtest.json could not be read: "
+                                      "{}</p></section>\n",
+                                      html_escape(section.status().message()));
     }
     html += "<section><h2>Configuration</h2>\n";
     html += have_config ? "<pre>" + html_escape(config_text) + "</pre>\n"
