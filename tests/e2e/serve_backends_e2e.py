@@ -97,6 +97,24 @@ def usage(pid):
     return int(status["VmRSS"].split()[0]) / 1024, int(status["Threads"]), len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def wait_retired(pid, model, timeout=30):
+    """Waits until no 'repo-unload' thread of `pid` is left: an unloaded version is stopped and
+    freed on one after the index already says UNAVAILABLE (Triton's unload is asynchronous too)."""
+    deadline = time.time() + timeout
+    while True:
+        names = []
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                    names.append(f.read().strip())
+            except OSError:  # the thread ended while listed
+                pass
+        if "repo-unload" not in names:
+            return
+        assert time.time() < deadline, f"{model}: the unloaded version is still being freed {timeout} s later"
+        time.sleep(0.01)
+
+
 def load_unload_cycles(port, pid, model, inp, out, x, warmup=4, n=12):
     """Load, infer, unload `model` warmup + n times; returns the usage before and after the last n."""
     def cycle():
@@ -107,6 +125,7 @@ def load_unload_cycles(port, pid, model, inp, out, x, warmup=4, n=12):
         while time.time() < deadline:
             index = json.loads(post(port, "/v2/repository/index")[1])
             if all(e.get("state") != "READY" for e in index if e["name"] == model):
+                wait_retired(pid, model)  # usage is counted after the old version is freed
                 return
             time.sleep(0.01)
         raise AssertionError(f"{model} still READY 30 s after its unload")

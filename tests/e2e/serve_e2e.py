@@ -1529,6 +1529,25 @@ def process_usage(pid):
     return int(status["VmRSS"].split()[0]), int(status["Threads"]), len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def wait_retired(pid, what, timeout=10):
+    """Waits until no 'repo-unload' thread of `pid` is left: an unloaded version is stopped and
+    freed on one after the index already says UNAVAILABLE (Triton's unload is asynchronous too)."""
+    deadline = time.time() + timeout
+    while True:
+        names = []
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                    names.append(f.read().strip())
+            except OSError:  # the thread ended while listed
+                pass
+        if "repo-unload" not in names:
+            return
+        if time.time() > deadline:
+            raise Failure(f"{what}: the unloaded version is still being freed {timeout} s later")
+        time.sleep(0.01)
+
+
 @test
 def load_unload_cycles_return_memory(ctx):
     # Triton users see memory grow with every load/unload (a TorchScript model ~20 MB a cycle):
@@ -1550,6 +1569,7 @@ def load_unload_cycles_return_memory(ctx):
             while time.time() < deadline:
                 idx = request(p, "POST", "/v2/repository/index").json()
                 if all(e.get("state") != "READY" for e in idx):
+                    wait_retired(srv.proc.pid, f"cycle {i}")  # counted after the old version is freed
                     return
                 time.sleep(0.01)
             raise Failure(f"cycle {i}: the model is still READY 10 s after its unload")
@@ -1560,13 +1580,7 @@ def load_unload_cycles_return_memory(ctx):
         n = 40
         for i in range(n):
             cycle(10 + i)
-        # The last unload's old version is stopped and freed on a background thread after the
-        # index already says UNAVAILABLE: let that finish before counting (a leak stays).
-        settle = time.time() + 10
         rss1, threads1, fds1 = process_usage(srv.proc.pid)
-        while threads1 > threads0 + 2 and time.time() < settle:
-            time.sleep(0.05)
-            rss1, threads1, fds1 = process_usage(srv.proc.pid)
         srv.assert_alive("load/unload cycles")
         grown = (rss1 - rss0) * 1024
         check(grown < n * weights / 4,
