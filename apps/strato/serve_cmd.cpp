@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <thread>
@@ -24,8 +25,17 @@ Result<std::string> read_token(const std::string& path, const char* flag) {
     auto text = fs::read_file(path, 1 << 20);  // a token, not a file that happens to be there
     if (!text) return text.status().with_context(flag);
     std::string t = *text;
-    while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' ')) t.pop_back();
+    // Blanks around it are the file's, not the token's (an editor's newline, a pasted space); one
+    // inside could never arrive in an Authorization header, so every client would get 401.
+    const auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+    while (!t.empty() && blank(t.back())) t.pop_back();
+    t.erase(0, std::find_if_not(t.begin(), t.end(), blank) - t.begin());
     if (t.size() < 16) return invalid_argument("{} {}: the token must be at least 16 characters", flag, path);
+    for (unsigned char c : t)
+        if (c <= 0x20 || c >= 0x7f)
+            return invalid_argument("{} {}: the token holds a blank, a line break or a byte outside printable ASCII, which "
+                                    "no Authorization header can carry (one token of 16+ printable characters expected)",
+                                    flag, path);
     return t;
 }
 
@@ -60,12 +70,14 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     cmd->add_option("--http-address", o->address, "Address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)");
     cmd->add_option("--http-port", o->port, "Inference API port (0 = pick a free one)")->check(CLI::Range(0, 65535));
     cmd->add_option("--metrics-port", o->metrics_port, "Prometheus /metrics port (0 = pick a free one)")->check(CLI::Range(0, 65535));
-    cmd->add_option("--allow-metrics", o->allow_metrics, "Serve /metrics (true|false)");
+    cmd->add_option("--allow-metrics", o->allow_metrics, "Serve /metrics (true|false)")
+        ->check(CLI::IsMember({"true", "false", "1", "0"}, CLI::ignore_case));
     cmd->add_option("--model-control-mode", o->control, "none: load all at start; poll: also rescan; explicit: load via API / --load-model")
         ->check(CLI::IsMember({"none", "poll", "explicit"}));
     cmd->add_option("--load-model", o->load_models, "Model to load at start in explicit mode ('*' = all; repeatable)");
     cmd->add_option("--repository-poll-secs", o->poll_secs, "Rescan interval in poll mode")->check(CLI::Range(1, 86400));
-    cmd->add_option("--strict-readiness", o->strict_readiness, "Ready only when every model is ready (true|false)");
+    cmd->add_option("--strict-readiness", o->strict_readiness, "Ready only when every model is ready (true|false)")
+        ->check(CLI::IsMember({"true", "false", "1", "0"}, CLI::ignore_case));
     cmd->add_option("--http-thread-count", o->threads, "HTTP I/O threads, each an event loop that keeps the connections dealt to it (default: one per core; a lone request runs its model on one)")->check(CLI::Range(0, 256));
     cmd->add_option("--http-max-input-size", o->max_input, "Largest request body in bytes (larger: 413)")->check(CLI::Range(int64_t{1024}, int64_t{1} << 34));
     cmd->add_option("--http-header-timeout-secs", o->header_timeout, "Deadline for a request's headers (a slower client is disconnected)")->check(CLI::Range(1, 3600));

@@ -852,6 +852,10 @@ def infer_errors(ctx):
         return run
     s.case("Content-Encoding: gzip request body", compressed("gzip", gzip.compress(jb)))
     s.case("Content-Encoding: deflate request body", compressed("deflate", zlib.compress(jb)))
+    half = len(jb) // 2  # two gzip members are one body (RFC 1952; `gzip -d` reads them so)
+    s.case("Content-Encoding: gzip of two members", compressed("gzip", gzip.compress(jb[:half]) + gzip.compress(jb[half:])))
+    s.case("gzip body with bytes after the stream -> 400", lambda: expect_error(
+        post(gzip.compress(jb) + b"trailing junk", {"Content-Encoding": "gzip"}), 400, ["gzip"], "gzip + junk"))
     s.case("GET on /infer -> 405", lambda: expect_error(request(p, "GET", path), 405, [], "GET infer"))
     s.done()
     return f"{s.count} malformed/invalid requests, server alive after each"
@@ -887,6 +891,23 @@ def http_layer_errors(ctx):
     raw_case("garbage request line -> 400", b"GARBAGE\r\n\r\n", 400)
     raw_case("bad Content-Length -> 400", b"POST /v2/models/fm/infer HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n", 400)
     raw_case("header over 64 KiB -> 431", b"GET /v2 HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n", 431)
+    raw_case("Transfer-Encoding gzip, chunked -> 501", b"POST /v2/repository/index HTTP/1.1\r\nHost: x\r\n"
+             b"Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 501, "Transfer-Encoding")
+
+    def te_not_chunked_last():
+        # The body's length is unknown: 400 and close (RFC 9112 6.3), never its bytes read as a
+        # second request (request smuggling behind a proxy that reads the header otherwise).
+        out = raw_exchange(p, b"POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n"
+                              b"1c\r\nGET /v2/nope HTTP/1.1\r\nX: y\r\n\r\n0\r\n\r\n")
+        check(out.count(b"HTTP/1.1 ") == 1, f"one answer expected: {out[:400]!r}")
+        expect_error(parse_raw_response(out), 400, ["chunked"], "Transfer-Encoding: chunked, identity")
+    s.case("Transfer-Encoding not ending in chunked -> 400, one answer", te_not_chunked_last)
+
+    def absolute_form():
+        out = raw_exchange(p, b"GET http://127.0.0.1:%d/v2/models/fm HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" % p)
+        resp = parse_raw_response(out)
+        check(resp is not None and resp.status == 200 and resp.json()["name"] == MODEL, f"absolute-form target: {out[:300]!r}")
+    s.case("absolute-form request target (RFC 9112 3.2.2)", absolute_form)
 
     def pipelined():
         out = raw_exchange(p, b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -1237,7 +1258,7 @@ def bearer_tokens(ctx):
     infer_tok, repo_tok = "infer-token-0123456789abcdef", "repo-token-0123456789abcdefgh"
     f1, f2 = os.path.join(ctx.tmp, "infer.token"), os.path.join(ctx.tmp, "repo.token")
     with open(f1, "w") as f:
-        f.write(infer_tok + "\n")
+        f.write("  " + infer_tok + " \t\n")  # blanks around the token are the file's (an editor's newline)
     with open(f2, "w") as f:
         f.write(repo_tok + "\n")
     srv = Server("auth", ["--model", f"{MODEL}={PKG}", "--infer-token-file", f1, "--repository-token-file", f2], ctx.tmp)
@@ -1262,6 +1283,8 @@ def bearer_tokens(ctx):
         s.case("infer with token -> 200", lambda: decode_infer(request(p, "POST", f"/v2/models/{MODEL}/infer", body, auth(infer_tok)), "infer"))
         s.case("infer with 'bearer' (lower case) -> 200", lambda: decode_infer(request(
             p, "POST", f"/v2/models/{MODEL}/infer", body, {"Authorization": "bearer " + infer_tok}), "lower-case scheme"))
+        s.case("several spaces after Bearer (1*SP) -> 200", lambda: check(request(
+            p, "GET", "/v2", headers={"Authorization": f"Bearer   {infer_tok}"}).status == 200, "Bearer + 3 spaces"))
         s.case("token prefix only -> 401", lambda: expect_error(request(p, "GET", "/v2", headers=auth(infer_tok[:-1])), 401, [], "prefix"))
         for path in ("/v2/health/live", "/v2/health/ready"):
             s.case(f"{path} stays open", lambda q=path: check(request(p, "GET", q).status == 200, f"{q} without token"), hostile=False)
@@ -1450,6 +1473,17 @@ def repository_explicit_mode(ctx):
                               {"parameters": {"config": json.dumps({"max_batch_size": 4, "output": outs})}}),
                          400, ["label_filename '/etc/hostname' must name a file inside the model's directory"],
                          "label file outside the model")
+            for conf, needle, what in (
+                    ('{"max_batch_size": [[8]]}', "array inside an array", "nested array"),
+                    ('{"max_batch_size":' + "[" * 200000 + "8" + "]" * 200000 + "}", "array inside an array", "array bomb"),
+                    ('{"version_policy": {"specific": {}}}', "names no version", "specific policy without versions"),
+                    ('{"version_policy": {"latest": {"num_versions": 0}}}', "num_versions", "latest 0 versions"),
+                    ('{"default_model_filename": "/etc/passwd"}', "inside the version directory", "model file outside"),
+                    ('{"default_model_filename": "../../x.pt"}', "inside the version directory", "model file above"),
+                    (json.dumps({"instance_group": [{"count": 256, "kind": "KIND_CPU"}] * 4}), "at most 256", "1024 instances"),
+                    ('{"max_batch_size": 18446744073709551615}', "max_batch_size", "uint64 max_batch_size")):
+                expect_error(post(f"/v2/repository/models/{MODEL}/load", {"parameters": {"config": conf}}), 400, [needle], what)
+                check(request(p, "GET", f"/v2/models/{MODEL}/ready").status == 200, f"{MODEL} not ready after: {what}")
             expect_error(post(f"/v2/repository/models/{MODEL}/load", b"[1]"), 400, ["object"], "load body not an object")
             expect_error(post(f"/v2/repository/models/{MODEL}/load", b"{bad"), 400, [], "load body malformed")
             # a failed reload keeps the loaded version
@@ -1457,6 +1491,33 @@ def repository_explicit_mode(ctx):
             c = request(p, "GET", f"/v2/models/{MODEL}/config").json()
             check(c["max_batch_size"] == 4, "a failed reload changed the config")
         s.case("bad load requests -> 400, model keeps serving", bad_overrides)
+
+        def huge_timeouts():
+            # 2^64-1 is a common "no timeout": it must not wrap into the past and expire at once
+            conf = json.dumps({"max_batch_size": 4, "dynamic_batching": {"default_queue_policy": {
+                "default_timeout_microseconds": 4611686018427387904, "allow_timeout_override": True}}})
+            check(post(f"/v2/repository/models/{MODEL}/load", {"parameters": {"config": conf}}).status == 200, "load")
+            decode_infer(infer(MODEL, ctx.images[:1]), "a request under a 2^62 us default timeout")
+            decode_infer(request(p, "POST", f"/v2/models/{MODEL}/infer",
+                                 json_infer_body([ctx.images[0]], params={"timeout": 2**64 - 1})), "timeout 2^64-1")
+        s.case("huge timeouts are no deadline (they expired every request at once)", huge_timeouts)
+
+        def metrics_follow_loads():
+            # Triton drops an unloaded model's series; a reload with more rows gets buckets that hold them
+            conf = json.dumps({"max_batch_size": 64, "dynamic_batching": {}})
+            check(post(f"/v2/repository/models/{MODEL}/load", {"parameters": {"config": conf}}).status == 200, "load 64")
+            decode_infer(infer(MODEL, ctx.images[:40]), "batch of 40")
+            text = get_metrics(srv)
+            check(f'strato_inference_batch_size_bucket{{model="{MODEL}",version="1",le="64"}}' in text,
+                  f"no le=64 bucket after a reload with max_batch_size 64: {[l for l in text.splitlines() if 'batch_size_bucket' in l]}")
+            check(post(f"/v2/repository/models/{MODEL}/unload").status == 200, "unload")
+            wait_retired(srv.proc.pid, "unload for metrics")
+            text = get_metrics(srv)
+            check(f'model="{MODEL}"' not in text, f"{MODEL}'s series stay in /metrics after its unload")
+            check('model="fmcfg"' in text, "fmcfg's series went with fm's")
+            check(post(f"/v2/repository/models/{MODEL}/load").status == 200, "load again")
+            check(f'nv_inference_request_success{{model="{MODEL}",version="1"}}' in get_metrics(srv), "series back after a reload")
+        s.case("metrics: an unloaded model's series leave, a reload's buckets fit", metrics_follow_loads)
         s.case("load with a file: override -> 501", lambda: expect_error(post(
             f"/v2/repository/models/{MODEL}/load", {"parameters": {"config": "{}", "file:1/model.pt": "AAAA"}}), 501, ["file"], "file:"))
         s.case("load of a model not in the repository -> 400", lambda: expect_error(
@@ -1874,8 +1935,16 @@ def cli_errors(ctx):
     short = os.path.join(ctx.tmp, "short.token")
     with open(short, "w") as f:
         f.write("short\n")
+    two = os.path.join(ctx.tmp, "two-lines.token")
+    with open(two, "w") as f:
+        f.write("aaaaaaaaaaaaaaaaaaaa\nbbbbbbbbbbbbbbbbbbbb\n")
+    dup_repo = ctx.repo_with("dup_repo", {MODEL: {"1": "pkg"}})
     cases = [
         (["--model", f"{MODEL}={PKG}", "--infer-token-file", short], "16"),
+        (["--model", f"{MODEL}={PKG}", "--infer-token-file", two], "blank"),
+        (["--model", f"x={PKG}", "--model", f"x={PKG}"], "given twice"),
+        (["--model", f"{MODEL}={PKG}", "--model-repository", dup_repo], "also has a model"),
+        (["--model", f"{MODEL}={PKG}", "--strict-readiness", "2"], "--strict-readiness"),
         (["--model", f"{MODEL}={PKG}", "--repository-token-file", os.path.join(ctx.tmp, "missing.token")], "missing.token"),
         (["--model-repository", os.path.join(ctx.tmp, "no-such-dir")], "no-such-dir"),
         ([], "nothing to serve"),

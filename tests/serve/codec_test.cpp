@@ -69,7 +69,15 @@ TEST(Codec, RejectsMalformedRequestsWithPreciseMessages) {
     expect_error(R"({"inputs":[{"name":"x","shape":[1],"datatype":"FP16","data":[1]}]})", "binary tensor data extension");
     expect_error(R"({"inputs":[{"name":"x","shape":[1],"datatype":"UINT8","data":[300]}]})", "out of range");
     expect_error(R"({"inputs":[{"name":"x","shape":[1],"datatype":"INT32","data":[1.5]}]})", "expected an integer");
-    expect_error(R"({"inputs":[{"name":"x","shape":[1],"datatype":"BOOL","data":[1]}]})", "expected true or false");
+    expect_error(R"({"inputs":[{"name":"x","shape":[1],"datatype":"BOOL","data":[1]}]})", "input 'x': expected true or false, got 1");
+    // the input is named once (it was "input 'input 'x''"), the value shown short
+    expect_error(R"({"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[true]}]})", "input 'x': expected a number, got true");
+    expect_error(R"({"inputs":[{"name":"x","shape":[1],"datatype":"INT8","data":[null]}]})", "input 'x': expected an integer, got null");
+    expect_error(R"({"inputs":[{"name":"x","shape":[1],"datatype":"UINT8","data":[256]}]})", "input 'x': value 256 is out of range");
+    auto r = decode_infer_request(R"({"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[")" + std::string(100000, 'a') +
+                                  R"("]}]})", {});
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_LT(r.status().message().size(), 200u) << r.status().message().substr(0, 300);
     expect_error(R"({"inputs":[{"name":"x","shape":[-1],"datatype":"FP32","data":[1]}]})", "non-negative integers");
     expect_error(R"({"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[1]},{"name":"x","shape":[1],"datatype":"FP32","data":[1]}]})",
                  "given twice");

@@ -69,6 +69,30 @@ TEST(ModelConfig, LabelFilesOutsideTheModelDirectoryAreRefused) {
     }
 }
 
+TEST(ModelConfig, ModelFilesOutsideTheVersionDirectoryAndNestedArraysAreRefused) {
+    for (const char* bad : {"/etc/passwd", "../../model.pt", "a/../../b.onnx"}) {
+        auto c = parse_model_config_json(nlohmann::json{{"default_model_filename", bad}}, "load");
+        ASSERT_FALSE(c.is_ok()) << bad;
+        EXPECT_NE(c.status().message().find("must name a file inside the version directory"), std::string::npos)
+            << c.status().message();
+    }
+    EXPECT_TRUE(parse_model_config_json(nlohmann::json{{"default_model_filename", "sub/model.pt"}}, "load").is_ok());
+    // [[8]] was read as 8; a million levels recursed the stack away
+    auto nested = parse_model_config_json(nlohmann::json::parse(R"({"max_batch_size": [[8]]})"), "load");
+    ASSERT_FALSE(nested.is_ok());
+    EXPECT_NE(nested.status().message().find("'max_batch_size' holds an array inside an array"), std::string::npos)
+        << nested.status().message();
+    EXPECT_FALSE(parse_model_config_toml("max_batch_size = [[8]]\n", "config.toml").is_ok());
+    std::string deep = "{}";
+    for (int i = 0; i < 40; ++i) deep = R"({"parameters": )" + deep + "}";
+    auto too_deep = parse_model_config_json(nlohmann::json::parse(deep), "load");
+    ASSERT_FALSE(too_deep.is_ok());
+    EXPECT_NE(too_deep.status().message().find("nest deeper than 32"), std::string::npos) << too_deep.status().message();
+    // past INT64_MAX is out of range, not wrapped to -1
+    auto big = parse_model_config_json(nlohmann::json::parse(R"({"max_batch_size": 18446744073709551615})"), "load");
+    EXPECT_FALSE(big.is_ok());
+}
+
 TEST(ModelConfig, TomlAndJsonFormsGiveTheSameConfig) {
     auto p = parse_model_config_pbtxt(kTritonConfig, "config.pbtxt");
     ASSERT_TRUE(p.is_ok());

@@ -28,7 +28,7 @@ int status_code_to_http(StatusCode code) {
         case StatusCode::kPermissionDenied: return 403;
         case StatusCode::kUnavailable: return 503;
         case StatusCode::kUnimplemented: return 501;
-        case StatusCode::kCancelled: return 499;
+        case StatusCode::kCancelled: return 400;  // Triton maps CANCELLED to 400 (499 is nginx's log-only code)
         case StatusCode::kDataLoss:
         case StatusCode::kInternal:
         case StatusCode::kIo: return 500;

@@ -4,7 +4,9 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <fstream>
 #include <functional>
@@ -45,7 +47,17 @@ http::Response empty_response(unsigned status) {
 
 // Splits the path (without query) into percent-decoded segments; false when malformed.
 bool split_path(const std::string& target, std::vector<std::string>* out) {
-    std::string path = target.substr(0, target.find('?'));
+    // absolute-form (`GET http://host:8000/v2 HTTP/1.1`, as proxies send it) names the same path
+    // (RFC 9112 3.2.2: a server MUST accept it); the query (and a stray fragment) are not the path.
+    size_t start = 0;
+    for (const char* scheme : {"http://", "https://"}) {
+        const size_t n = std::strlen(scheme);
+        if (target.size() >= n && strncasecmp(target.c_str(), scheme, n) == 0) {
+            start = target.find('/', n);
+            if (start == std::string::npos) start = target.size();
+        }
+    }
+    std::string path = target.substr(start, target.find_first_of("?#", start) - start);
     size_t pos = 0;
     while (pos < path.size()) {
         if (path[pos] == '/') {
@@ -98,36 +110,48 @@ int64_t resident_bytes() {
 }
 
 // gzip or zlib ("deflate" in HTTP) bodies, capped at `limit` bytes against decompression bombs.
+// Concatenated gzip members are one body (RFC 1952 2.2, as `gzip -d` reads them); bytes after the
+// last stream that are not another one are an error, not silently dropped.
 Result<std::string> inflate_body(const std::string& in, uint64_t limit, bool* too_large) {
     z_stream z{};
     if (inflateInit2(&z, 15 + 32) != Z_OK) return internal_error("zlib inflateInit2 failed");
-    z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-    z.avail_in = static_cast<uInt>(in.size());
+    struct End {
+        z_stream* z;
+        ~End() { inflateEnd(z); }
+    } end{&z};
+    const auto* next = reinterpret_cast<const Bytef*>(in.data());
+    size_t left = in.size();
+    auto feed = [&] {  // avail_in is 32 bits: a body past 4 GiB goes in pieces
+        const size_t n = std::min<size_t>(left, size_t{1} << 30);
+        z.next_in = const_cast<Bytef*>(next);
+        z.avail_in = static_cast<uInt>(n);
+        next += n;
+        left -= n;
+    };
+    feed();
     std::string out;
     char buf[65536];
-    int rc = Z_OK;
-    while (rc != Z_STREAM_END) {
+    while (true) {
         z.next_out = reinterpret_cast<Bytef*>(buf);
         z.avail_out = sizeof buf;
-        rc = inflate(&z, Z_NO_FLUSH);
-        if (rc != Z_OK && rc != Z_STREAM_END) {
-            inflateEnd(&z);
+        const int rc = inflate(&z, Z_NO_FLUSH);
+        if (rc != Z_OK && rc != Z_STREAM_END)
             return invalid_argument("the request body is not valid gzip/deflate data ({})", z.msg ? z.msg : "truncated");
-        }
         out.append(buf, sizeof buf - z.avail_out);
         if (out.size() > limit) {
-            inflateEnd(&z);
             *too_large = true;
             return Status{StatusCode::kInvalidArgument,
                           fmt::format("the decompressed request body exceeds the limit of {} bytes (--http-max-input-size)", limit)};
         }
-        if (rc == Z_OK && z.avail_in == 0 && z.avail_out != 0) {
-            inflateEnd(&z);
-            return invalid_argument("the request body is not valid gzip/deflate data (truncated)");
+        if (z.avail_in == 0 && left > 0) feed();
+        if (rc == Z_STREAM_END) {
+            if (z.avail_in == 0) return out;
+            if (inflateReset(&z) != Z_OK) return internal_error("zlib inflateReset failed");  // the next member
+            continue;
         }
+        if (z.avail_in == 0 && z.avail_out != 0)
+            return invalid_argument("the request body is not valid gzip/deflate data (truncated)");
     }
-    inflateEnd(&z);
-    return out;
 }
 
 json tensor_metadata(const ModelConfig& c, const std::vector<TensorSpec>& list) {
@@ -301,7 +325,9 @@ struct InferenceServer::Impl {
         if (token.empty()) return true;
         const std::string* h = r.header("Authorization");
         if (!h || h->size() < 7 || strncasecmp(h->c_str(), "Bearer ", 7) != 0) return false;
-        return constant_time_equal(std::string_view(*h).substr(7), token);
+        std::string_view given = std::string_view(*h).substr(7);
+        while (!given.empty() && (given.front() == ' ' || given.front() == '\t')) given.remove_prefix(1);  // 1*SP (RFC 9110 11.4)
+        return constant_time_equal(given, token);
     }
 
     void handle(http::Request&& req, http::Reply reply) {
@@ -531,7 +557,10 @@ struct InferenceServer::Impl {
         } else {
             timeout_us = ireq->timeout_us;
         }
-        if (timeout_us > 0) job.deadline = job.enqueued + std::chrono::microseconds(timeout_us);
+        // A timeout past ~11 days (2^64-1 is a common "none") is no deadline: added to the clock's
+        // nanoseconds it would wrap into the past and expire every request at once.
+        constexpr int64_t kNoDeadlineUs = 1'000'000'000'000;
+        if (timeout_us > 0 && timeout_us < kNoDeadlineUs) job.deadline = job.enqueued + std::chrono::microseconds(timeout_us);
         job.cancelled = req.cancelled;
         auto make_done = [ireq, reply, received](std::shared_ptr<ModelVersion> target) {
           return [mv = std::move(target), ireq, reply, received](Status st, std::vector<Tensor> outputs, const Timing& t) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <system_error>
 
 #include "strato/core/log.h"
 #include "strato/core/thread_name.h"
@@ -35,11 +36,18 @@ Batcher::Batcher(std::vector<std::shared_ptr<Model>> instances, BatcherOptions o
     opt_.instances = static_cast<int>(instances_.size());
     busy_.assign(instances_.size(), 0);
     for (const auto& m : instances_) may_inline_ = may_inline_ && (!m || m->intra_op_threads() <= 1);
-    for (size_t i = 0; i < instances_.size(); ++i)
-        threads_.emplace_back([this] {
-            set_thread_name("run-" + opt_.name);
-            worker();
-        });
+    try {
+        for (size_t i = 0; i < instances_.size(); ++i)
+            threads_.emplace_back([this] {
+                set_thread_name("run-" + opt_.name);
+                worker();
+            });
+    } catch (const std::system_error& e) {  // out of threads: stop those started (a joinable one would terminate)
+        const size_t started = threads_.size();
+        stop();
+        throw std::runtime_error(fmt::format("cannot start instance thread {} of {}: {}", started + 1, instances_.size(),
+                                             e.what()));
+    }
 }
 
 size_t Batcher::take_instance() {

@@ -18,6 +18,7 @@
 #include <optional>
 #include <strings.h>
 #include <thread>
+#include <vector>
 
 #include "strato/core/log.h"
 #include "strato/core/thread_name.h"
@@ -168,6 +169,22 @@ private:
     // The header is complete: refuse an oversized body before reading it, answer
     // `Expect: 100-continue`, and start the body deadline. False when the request ends here.
     bool on_header() {
+        // Transfer-Encoding: only "chunked". Not last, the body's length is unknown and the rest
+        // would be read as another request (RFC 9112 6.3: 400 and close; a smuggling vector behind
+        // a proxy that reads it otherwise); gzip and other codings before it are not implemented.
+        if (auto te = parser_->get()[bhttp::field::transfer_encoding]; !te.empty()) {
+            std::vector<std::string> codings;
+            for (auto part : bhttp::token_list{te}) codings.emplace_back(part);
+            if (codings.empty() || !beast::iequals(codings.back(), "chunked")) {
+                fail(400, fmt::format("Transfer-Encoding '{}' does not end in chunked: the body's length is unknown", std::string(te)));
+                return false;
+            }
+            if (codings.size() > 1) {
+                fail(501, fmt::format("Transfer-Encoding '{}' is not implemented (only chunked; Content-Encoding gzip or "
+                                      "deflate is)", std::string(te)));
+                return false;
+            }
+        }
         auto cl = parser_->content_length();
         if (cl && *cl > shared_->opts.body_limit) {
             fail(413, fmt::format("request body of {} bytes exceeds the limit of {} bytes (--http-max-input-size)", *cl,

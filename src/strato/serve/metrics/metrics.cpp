@@ -34,23 +34,57 @@ std::vector<uint64_t> latency_buckets_ns() {
     return b;
 }
 
+namespace {
+
+// `k="v"` with the value escaped as the text format requires.
+std::string render_pair(const std::pair<std::string, std::string>& kv) {
+    std::string out = kv.first + "=\"";
+    for (char c : kv.second) {
+        if (c == '\\') out += "\\\\";
+        else if (c == '"') out += "\\\"";
+        else if (c == '\n') out += "\\n";
+        else out += c;
+    }
+    return out + '"';
+}
+
+}  // namespace
+
 std::string render_labels(const Labels& labels) {
     if (labels.empty()) return "";
     std::string out = "{";
     for (size_t i = 0; i < labels.size(); ++i) {
         if (i) out += ',';
-        out += labels[i].first;
-        out += "=\"";
-        for (char c : labels[i].second) {
-            if (c == '\\') out += "\\\\";
-            else if (c == '"') out += "\\\"";
-            else if (c == '\n') out += "\\n";
-            else out += c;
-        }
-        out += '"';
+        out += render_pair(labels[i]);
     }
     out += '}';
     return out;
+}
+
+void Registry::set_hidden(const Labels& match, bool hidden) {
+    std::vector<std::string> pieces;
+    for (const auto& kv : match) pieces.push_back(render_pair(kv));
+    std::lock_guard lock(mu_);
+    if (hidden) hidden_.insert(std::move(pieces));
+    else hidden_.erase(pieces);
+}
+
+bool Registry::is_hidden(const std::string& labels) const {
+    for (const auto& pieces : hidden_) {
+        bool all = true;
+        for (const auto& piece : pieces) {
+            // whole pairs only: preceded by '{' or ',' and followed by ',' or '}' (model="fm" is not in model="fm2")
+            bool found = false;
+            for (size_t at = labels.find(piece); at != std::string::npos && !found; at = labels.find(piece, at + 1)) {
+                const size_t end = at + piece.size();
+                found = at > 0 && (labels[at - 1] == '{' || labels[at - 1] == ',') && end < labels.size() &&
+                        (labels[end] == ',' || labels[end] == '}');
+            }
+            all = all && found;
+        }
+        if (all) return true;
+    }
+    return false;
 }
 
 Registry::Family& Registry::family(const std::string& name, const std::string& help, Type type) {
@@ -90,7 +124,16 @@ Histogram& Registry::histogram(const std::string& name, const std::string& help,
     std::lock_guard lock(mu_);
     Family& f = family(name, help, Type::kHistogram);
     std::string key = render_labels(labels);
-    if (auto it = f.index.find(key); it != f.index.end()) return *static_cast<Histogram*>(f.series[it->second].second);
+    if (auto it = f.index.find(key); it != f.index.end()) {
+        auto*& series = f.series[it->second].second;
+        auto* h = static_cast<Histogram*>(series);
+        if (h->bounds() == bounds && h->unit() == unit) return *h;
+        // Other buckets (a model reloaded with another max_batch_size): a fresh histogram takes the
+        // series (Prometheus reads the drop as a counter reset); the old one stays valid for its holders.
+        Histogram& fresh = histograms_.emplace_back(bounds, unit);
+        series = &fresh;
+        return fresh;
+    }
     Histogram& h = histograms_.emplace_back(bounds, unit);
     f.index[key] = f.series.size();
     f.series.emplace_back(key, &h);
@@ -115,6 +158,7 @@ std::string Registry::render() const {
         static const char* kTypes[] = {"counter", "gauge", "histogram"};
         fmt::format_to(it, "# HELP {} {}\n# TYPE {} {}\n", name, f.help, name, kTypes[static_cast<int>(f.type)]);
         for (const auto& [labels, ptr] : f.series) {
+            if (!hidden_.empty() && is_hidden(labels)) continue;
             switch (f.type) {
                 case Type::kCounter:
                     fmt::format_to(it, "{}{} {}\n", name, labels, static_cast<Counter*>(ptr)->value());

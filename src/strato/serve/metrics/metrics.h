@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,6 +66,10 @@ public:
     Gauge& gauge(const std::string& name, const std::string& help, const Labels& labels);
     Histogram& histogram(const std::string& name, const std::string& help, const Labels& labels,
                          const std::vector<uint64_t>& bounds, double unit);
+    /// Hides (or shows again) every series whose labels include all of `match` — a model version
+    /// that was unloaded leaves /metrics as Triton's do; loaded again, its series come back with
+    /// their counts (counters stay monotonic). The objects stay valid for whoever still holds them.
+    void set_hidden(const Labels& match, bool hidden);
     /// The whole registry in the Prometheus text format.
     std::string render() const;
 
@@ -78,8 +83,11 @@ private:
     };
     Family& family(const std::string& name, const std::string& help, Type type);
 
+    bool is_hidden(const std::string& rendered_labels) const;
+
     mutable std::mutex mu_;
     std::map<std::string, Family> families_;
+    std::set<std::vector<std::string>> hidden_;  // each: the `k="v"` pieces a hidden series has
     std::deque<Counter> counters_;
     std::deque<Gauge> gauges_;
     std::deque<Histogram> histograms_;

@@ -62,21 +62,30 @@ void append_pod(std::string& out, T v) {
     out.append(buf, sizeof(T));
 }
 
+// A client's value in an error message: its JSON, cut short (an object could be megabytes).
+std::string shown(const json& e) {
+    std::string text = e.dump();
+    if (text.size() <= 64) return text;
+    size_t cut = 61;
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 character
+    return text.substr(0, cut) + "...";
+}
+
 template <typename T>
 Status append_integer(std::string& out, const json& e, std::string_view input) {
     if (e.is_number_unsigned()) {
         uint64_t u = e.get<uint64_t>();
         if (u > static_cast<uint64_t>(std::numeric_limits<T>::max()))
-            return invalid_argument("input '{}': value {} is out of range for its datatype", input, u);
+            return invalid_argument("{}: value {} is out of range for its datatype", input, u);
         append_pod<T>(out, static_cast<T>(u));
     } else if (e.is_number_integer()) {
         int64_t s = e.get<int64_t>();
         if (s < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
             (s > 0 && static_cast<uint64_t>(s) > static_cast<uint64_t>(std::numeric_limits<T>::max())))
-            return invalid_argument("input '{}': value {} is out of range for its datatype", input, s);
+            return invalid_argument("{}: value {} is out of range for its datatype", input, s);
         append_pod<T>(out, static_cast<T>(s));
     } else {
-        return invalid_argument("input '{}': expected an integer, got {}", input, e.dump());
+        return invalid_argument("{}: expected an integer, got {}", input, shown(e));
     }
     return Status::ok();
 }
@@ -84,7 +93,7 @@ Status append_integer(std::string& out, const json& e, std::string_view input) {
 Status append_element(std::string& out, DataType t, const json& e, std::string_view input) {
     switch (t) {
         case DataType::kBool:
-            if (!e.is_boolean()) return invalid_argument("input '{}': expected true or false, got {}", input, e.dump());
+            if (!e.is_boolean()) return invalid_argument("{}: expected true or false, got {}", input, shown(e));
             out.push_back(e.get<bool>() ? 1 : 0);
             return Status::ok();
         case DataType::kUint8: return append_integer<uint8_t>(out, e, input);
@@ -97,21 +106,21 @@ Status append_element(std::string& out, DataType t, const json& e, std::string_v
         case DataType::kInt64: return append_integer<int64_t>(out, e, input);
         case DataType::kFp32:
         case DataType::kFp64: {
-            if (!e.is_number()) return invalid_argument("input '{}': expected a number, got {}", input, e.dump());
+            if (!e.is_number()) return invalid_argument("{}: expected a number, got {}", input, shown(e));
             double d = e.get<double>();
             if (t == DataType::kFp32) append_pod<float>(out, static_cast<float>(d));
             else append_pod<double>(out, d);
             return Status::ok();
         }
         case DataType::kBytes: {
-            if (!e.is_string()) return invalid_argument("input '{}': expected a string for BYTES, got {}", input, e.dump());
+            if (!e.is_string()) return invalid_argument("{}: expected a string for BYTES, got {}", input, shown(e));
             const auto& s = e.get_ref<const std::string&>();
             append_pod<uint32_t>(out, static_cast<uint32_t>(s.size()));
             out.append(s);
             return Status::ok();
         }
         default:
-            return invalid_argument("input '{}': datatype {} cannot be sent as JSON; use the binary tensor data extension",
+            return invalid_argument("{}: datatype {} cannot be sent as JSON; use the binary tensor data extension",
                                     input, datatype_name(t));
     }
 }

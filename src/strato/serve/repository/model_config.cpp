@@ -183,25 +183,47 @@ private:
     int line_ = 1;
 };
 
-// ---- TOML and JSON front-ends ---------------------------------------------------------------
-
-Node from_toml(const toml::node& n, int depth);
-
-void add_toml_value(Node* parent, const std::string& key, const toml::node& v, int depth) {
-    if (const auto* arr = v.as_array()) {
-        for (const auto& e : *arr) add_toml_value(parent, key, e, depth);
-    } else {
-        parent->fields.emplace_back(key, from_toml(v, depth + 1));
-    }
+/// A relative path that stays below its directory: no '..' component, not absolute, not empty.
+bool relative_inside(const std::string& path) {
+    if (path.empty() || path[0] == '/' || path.find('\0') != std::string::npos) return false;
+    for (const auto& part : std::filesystem::path(path)) if (part == "..") return false;
+    return true;
 }
 
-Node from_toml(const toml::node& n, int depth) {
+// ---- TOML and JSON front-ends ---------------------------------------------------------------
+
+// A repeated field is a flat list of values or messages: an array inside an array (which the
+// flattening below would read as its innermost value) is an error, and so is nesting deeper than
+// the pbtxt parser allows (a deep body must not recurse the stack away).
+constexpr int kMaxDepth = 32;
+
+Status nested_array(const std::string& source, const std::string& key) {
+    return invalid_argument("{}: '{}' holds an array inside an array (a repeated field is a flat list of values or messages)",
+                            source, key);
+}
+
+Result<Node> from_toml(const toml::node& n, int depth, const std::string& source);
+
+Status add_toml_value(Node* parent, const std::string& key, const toml::node& v, int depth, const std::string& source) {
+    if (const auto* arr = v.as_array()) {
+        for (const auto& e : *arr) {
+            if (e.is_array()) return nested_array(source, key);
+            STRATO_RETURN_IF_ERROR(add_toml_value(parent, key, e, depth, source));
+        }
+        return Status::ok();
+    }
+    STRATO_ASSIGN_OR_RETURN(Node child, from_toml(v, depth + 1, source));
+    parent->fields.emplace_back(key, std::move(child));
+    return Status::ok();
+}
+
+Result<Node> from_toml(const toml::node& n, int depth, const std::string& source) {
     Node out;
     out.line = static_cast<int>(n.source().begin.line);
     if (const auto* t = n.as_table()) {
         out.is_message = true;
-        if (depth < 32)
-            for (const auto& [k, v] : *t) add_toml_value(&out, std::string(k.str()), v, depth);
+        if (depth > kMaxDepth) return invalid_argument("{}:{}: messages nest deeper than {} levels", source, out.line, kMaxDepth);
+        for (const auto& [k, v] : *t) STRATO_RETURN_IF_ERROR(add_toml_value(&out, std::string(k.str()), v, depth, source));
     } else if (const auto* s = n.as_string()) {
         out.scalar = s->get();
     } else if (const auto* i = n.as_integer()) {
@@ -214,26 +236,34 @@ Node from_toml(const toml::node& n, int depth) {
     return out;
 }
 
-Node from_json(const json& j, int depth);
+Result<Node> from_json(const json& j, int depth, const std::string& source);
 
-void add_json_value(Node* parent, const std::string& key, const json& v, int depth) {
+Status add_json_value(Node* parent, const std::string& key, const json& v, int depth, const std::string& source) {
     if (v.is_array()) {
-        for (const auto& e : v) add_json_value(parent, key, e, depth);
-    } else {
-        parent->fields.emplace_back(key, from_json(v, depth + 1));
+        for (const auto& e : v) {
+            if (e.is_array()) return nested_array(source, key);
+            STRATO_RETURN_IF_ERROR(add_json_value(parent, key, e, depth, source));
+        }
+        return Status::ok();
     }
+    STRATO_ASSIGN_OR_RETURN(Node child, from_json(v, depth + 1, source));
+    parent->fields.emplace_back(key, std::move(child));
+    return Status::ok();
 }
 
-Node from_json(const json& j, int depth) {
+Result<Node> from_json(const json& j, int depth, const std::string& source) {
     Node out;
     if (j.is_object()) {
         out.is_message = true;
-        if (depth < 32)
-            for (auto it = j.begin(); it != j.end(); ++it) add_json_value(&out, it.key(), it.value(), depth);
+        if (depth > kMaxDepth) return invalid_argument("{}: messages nest deeper than {} levels", source, kMaxDepth);
+        for (auto it = j.begin(); it != j.end(); ++it)
+            STRATO_RETURN_IF_ERROR(add_json_value(&out, it.key(), it.value(), depth, source));
     } else if (j.is_string()) {
         out.scalar = j.get<std::string>();
     } else if (j.is_boolean()) {
         out.scalar = j.get<bool>() ? "true" : "false";
+    } else if (j.is_number_unsigned()) {  // (past INT64_MAX it is out of range for the field, not wrapped)
+        out.scalar = std::to_string(j.get<uint64_t>());
     } else if (j.is_number_integer()) {
         out.scalar = std::to_string(j.get<int64_t>());
     } else if (j.is_number()) {
@@ -504,6 +534,11 @@ public:
                 c.model_warmup.push_back(std::move(w));
             } else if (k == "default_model_filename") {
                 STRATO_ASSIGN_OR_RETURN(c.default_model_filename, to_string(v, k));
+                // The load API takes a config from the client: a model file outside the version
+                // directory would load (or probe for) any file the server can read.
+                if (!c.default_model_filename.empty() && !relative_inside(c.default_model_filename))
+                    return error(v, fmt::format("default_model_filename '{}' must name a file inside the version directory",
+                                                c.default_model_filename));
             } else if (k == "parameters") {
                 STRATO_RETURN_IF_ERROR(want_message(v, k));
                 // pbtxt: parameters { key: "k" value: { string_value: "v" } }; JSON: {"k": {"string_value": "v"}}
@@ -574,26 +609,15 @@ Result<ModelConfig> parse_model_config_toml(std::string_view text, const std::st
     } catch (const toml::parse_error& e) {
         return invalid_argument("{}:{}: {}", source, e.source().begin.line, e.description());
     }
-    Node root = from_toml(table, 0);
+    STRATO_ASSIGN_OR_RETURN(Node root, from_toml(table, 0, source));
     return Mapper(source).config(root);
 }
 
 Result<ModelConfig> parse_model_config_json(const json& j, const std::string& source) {
     if (!j.is_object()) return invalid_argument("{}: the model config must be a JSON object", source);
-    Node root = from_json(j, 0);
+    STRATO_ASSIGN_OR_RETURN(Node root, from_json(j, 0, source));
     return Mapper(source).config(root);
 }
-
-namespace {
-
-/// A relative path that stays below its directory: no '..' component, not absolute, not empty.
-bool relative_inside(const std::string& path) {
-    if (path.empty() || path[0] == '/' || path.find('\0') != std::string::npos) return false;
-    for (const auto& part : std::filesystem::path(path)) if (part == "..") return false;
-    return true;
-}
-
-}  // namespace
 
 Status validate_model_config(const ModelConfig& c, const std::string& source) {
     auto err = [&](const std::string& m) { return invalid_argument("{}: {}", source, m); };
@@ -632,6 +656,8 @@ Status validate_model_config(const ModelConfig& c, const std::string& source) {
     }
     for (const auto& g : c.instance_group)
         if (g.count < 1 || g.count > 256) return err(fmt::format("instance_group count must be 1..256, got {}", g.count));
+    if (c.instance_count() > 256)  // (each instance is a thread; many groups must not exhaust the machine's)
+        return err(fmt::format("instance_group: {} instances in all, at most 256", c.instance_count()));
     if (c.version_policy.kind == VersionPolicy::Kind::kLatest && c.version_policy.num_versions < 1)
         return err("version_policy latest num_versions must be >= 1");
     for (const auto& w : c.model_warmup) {

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "strato/core/fs.h"
+#include "strato/core/json.h"
 #include "strato/core/log.h"
 #include "strato/core/memory.h"
 #include "strato/core/thread_name.h"
@@ -32,7 +33,7 @@ bool valid_model_name(std::string_view name) {
     if (name.empty() || name.size() > 255 || name[0] == '.') return false;
     for (char c : name)
         if (c == '/' || c == '\\' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return false;
-    return true;
+    return is_utf8(name);  // (a name goes into JSON, metrics labels and URLs: one a client can send back)
 }
 
 namespace {
@@ -163,7 +164,16 @@ VersionMetrics make_metrics(metrics::Registry& r, const std::string& model, int6
     m.queue_hist = &r.histogram("strato_inference_queue_duration_seconds", "Time requests waited in the batcher queue", l, lat, 1e9);
     m.infer_hist = &r.histogram("strato_inference_compute_infer_duration_seconds", "Model execution time per batch", l, lat, 1e9);
     m.batch_hist = &r.histogram("strato_inference_batch_size", "Rows per model execution", l, batch_bounds(max_batch), 1.0);
+    r.set_hidden(l, false);  // loaded again after an unload: its series come back
     return m;
+}
+
+// The versions in `gone` that `kept` does not have leave /metrics (as an unloaded model's do in Triton).
+void hide_metrics(metrics::Registry* r, const std::string& model, const std::map<int64_t, std::shared_ptr<ModelVersion>>& gone,
+                  const std::map<int64_t, std::shared_ptr<ModelVersion>>& kept = {}) {
+    if (!r) return;
+    for (const auto& [v, mv] : gone)
+        if (!kept.count(v)) r->set_hidden({{"model", model}, {"version", std::to_string(v)}}, true);
 }
 
 }  // namespace
@@ -256,6 +266,11 @@ Result<std::map<int64_t, std::shared_ptr<ModelVersion>>> Repository::build(const
         return not_found("model '{}': no version directories in {} (expected {}/1/<model file>)", name, e.dir, e.dir);
     std::map<int64_t, std::string> chosen;
     const auto& pol = base.version_policy;
+    // Checked before anything is built: a policy that selects nothing would retire the serving versions.
+    if (pol.kind == VersionPolicy::Kind::kLatest && pol.num_versions < 1)
+        return invalid_argument("{}: version_policy latest num_versions must be >= 1, got {}", source, pol.num_versions);
+    if (pol.kind == VersionPolicy::Kind::kSpecific && pol.versions.empty())
+        return invalid_argument("{}: version_policy specific names no version (expected versions: [1, ...])", source);
     if (pol.kind == VersionPolicy::Kind::kAll) {
         chosen = found;
     } else if (pol.kind == VersionPolicy::Kind::kLatest) {
@@ -435,6 +450,7 @@ Status Repository::load_locked(const std::string& name, const std::optional<nloh
         e.versions = std::move(built).value();
         e.state = ModelState::kReady;
         e.reason.clear();
+        hide_metrics(registry_, name, old, e.versions);
     }
     if (!old.empty())
         log::info("serve: reloaded '{}' in {:.0f} ms; the previous versions finish their queued requests", name,
@@ -447,9 +463,19 @@ Status Repository::start() {
     std::error_code ec;
     for (const auto& p : opt_.paths)
         if (!fs::is_directory(p, ec)) return not_found("--model-repository {}: not a directory", p);
+    std::map<std::string, std::string> package_dirs;
     for (const auto& [name, dir] : opt_.packages) {
         if (!valid_model_name(name)) return invalid_argument("--model {}={}: '{}' is not a valid model name", name, dir, name);
         if (!fs::is_directory(dir, ec)) return not_found("--model {}={}: {} is not a directory", name, dir, dir);
+        // One name, one model: a second --model or a repository's model of that name would be
+        // served instead of, or hidden behind, the other without a word.
+        if (auto [it, fresh] = package_dirs.emplace(name, dir); !fresh)
+            return invalid_argument("--model {}: the name is given twice ({} and {}); name them apart with NAME=DIR", name,
+                                    it->second, dir);
+        for (const auto& p : opt_.paths)
+            if (fs::is_directory(fs::path(p) / name, ec))
+                return invalid_argument("--model {}={}: --model-repository {} also has a model '{}' (rename one with NAME=DIR)",
+                                        name, dir, p, name);
         std::lock_guard lock(mu_);
         Entry& e = entries_[name];
         e.dir = dir;
@@ -461,9 +487,14 @@ Status Repository::start() {
                std::find(opt_.startup_models.begin(), opt_.startup_models.end(), "*") != opt_.startup_models.end();
     if (all) {
         for (const auto& p : opt_.paths)
-            for (const auto& it : fs::directory_iterator(p, ec))
-                if (it.is_directory(ec) && valid_model_name(it.path().filename().string()))
-                    to_load.insert(it.path().filename().string());
+            for (const auto& it : fs::directory_iterator(p, ec)) {
+                const std::string n = it.path().filename().string();
+                if (!it.is_directory(ec)) continue;
+                if (valid_model_name(n)) to_load.insert(n);
+                else if (n[0] != '.')
+                    log::warn("serve: {}: {} is not a valid model name (control characters, '\\' or bytes that are "
+                              "not UTF-8); it is not served", p, json_text(n));
+            }
     } else {
         // A name that is not in the repository is a typo in the launch script, not a model that
         // failed to load: refuse to start rather than come up ready without it.
@@ -621,6 +652,7 @@ Status Repository::unload(const std::string& name) {
         it->second.versions.clear();
         it->second.state = ModelState::kUnavailable;
         it->second.reason = "unloaded";
+        hide_metrics(registry_, name, old);
     }
     log::info("serve: unloaded '{}'", name);
     retire(std::move(old));
@@ -660,6 +692,7 @@ void Repository::poll_once() {
             std::lock_guard l2(mu_);
             old = std::move(entries_[n].versions);
             entries_.erase(n);
+            hide_metrics(registry_, n, old);
         }
         log::info("serve: '{}' left the repository; unloaded", n);
         retire(std::move(old));
