@@ -109,6 +109,13 @@ TEST(Autoscaler, BacklogScheduleCooldownsAndHysteresis) {
     EXPECT_EQ(a.decide(o).nodes, 1);
 }
 
+TEST(Autoscaler, AHugeBacklogOverATinyPerNodeAsksForMaxNodes) {
+    // 1e6 waiting at per_node 0.001 is 1e9 nodes: it cast to INT_MIN and never scaled up.
+    Autoscaler a(config("[autoscale]\nmax_nodes = 50\n[[policy]]\nkind = \"backlog\"\nper_node = 0.001\n"));
+    Observation o{.t_s = 0, .weekday_hour = 8, .nodes = 1, .instance = "g5.xlarge", .backlog = 1e6, .utilization = 50};
+    EXPECT_EQ(a.decide(o).nodes, 50);
+}
+
 TEST(Autoscaler, ScheduleWindowsThatCrossMidnight) {
     // 18:00 to 09:00 on weekdays: Friday night into Saturday morning, not Sunday night.
     Autoscaler a(config("[autoscale]\ncooldown_up = 0\ncooldown_down = 0\ndown_after = 0\n[[policy]]\nkind = \"schedule\"\n"

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <limits>
 
 #include "strato/cloud/capacity.h"
@@ -88,6 +90,41 @@ TEST(Manifests, ValidatesNamesAndRanges) {
     o.name = "fashion";
     o.min_replicas = 9;
     EXPECT_FALSE(kubernetes_manifests(o).is_ok());
+}
+
+TEST(Manifests, ValuesAreQuotedOrRefusedNeverYamlOfTheirOwn) {
+    ManifestOptions o;
+    o.name = "fashion";
+    o.image = "registry.example/strato:0.1";
+    o.model_dir = "/m \"x\": y";
+    auto y = kubernetes_manifests(o);
+    ASSERT_TRUE(y.is_ok()) << y.status().message();
+    EXPECT_NE(y->find("name: \"fashion\""), std::string::npos) << *y;       // a string in YAML 1.1 too
+    EXPECT_NE(y->find("\"/m \\\"x\\\": y\""), std::string::npos) << *y;   // escaped, one scalar
+    EXPECT_NE(y->find("memory: \"4Gi\""), std::string::npos) << *y;
+    const auto refused = [&](auto set, const std::string& said) {
+        ManifestOptions b = o;
+        set(b);
+        auto r = kubernetes_manifests(b);
+        ASSERT_FALSE(r.is_ok()) << said;
+        EXPECT_NE(r.status().message().find(said), std::string::npos) << r.status().message();
+    };
+    refused([](ManifestOptions& b) { b.name = "123"; }, "not a valid Kubernetes name");  // DNS-1035: a letter first
+    refused([](ManifestOptions& b) { b.image = "x\nkind: Pod"; }, "--image");
+    refused([](ManifestOptions& b) { b.image = "repo/x #tag"; }, "--image");
+    refused([](ManifestOptions& b) { b.memory = "{a"; }, "--memory");
+    refused([](ManifestOptions& b) { b.cpu = ""; }, "--cpu");
+    refused([](ManifestOptions& b) { b.gpus = -2; }, "--gpus");
+    refused([](ManifestOptions& b) { b.min_replicas = 0; }, "needs --kserve");
+    refused([](ManifestOptions& b) { b.pending_per_pod = std::nan(""); }, "--pending-per-pod");
+    refused([](ManifestOptions& b) { b.pending_per_pod = 1e300; }, "--pending-per-pod");
+    refused([](ManifestOptions& b) { b.pending_per_pod = -3; }, "--pending-per-pod");
+    refused([](ManifestOptions& b) { b.kserve = true, b.pending_per_pod = 2.7; }, "whole number");
+    for (const char* cpu : {"2", "500m", "1.5", "1e3"}) {
+        ManifestOptions b = o;
+        b.cpu = cpu;
+        EXPECT_TRUE(kubernetes_manifests(b).is_ok()) << cpu;
+    }
 }
 
 }  // namespace

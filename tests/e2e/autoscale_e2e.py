@@ -3,7 +3,10 @@
 load and back down while load continues, with zero failed requests (drain); the simulator on a
 trace with a report; capacity from a real load test; Kubernetes manifests that parse as YAML;
 bad inputs as one clear line."""
+import gzip
+import http.client
 import json
+import math
 import os
 import re
 import signal
@@ -79,6 +82,26 @@ def local_provider(tmp, model):
             # Requests flow all along (hundreds a second here): a front end that stalls while
             # replicas start or drain falls below 10 a second.
             check(errors == 0 and done >= 10 * seconds, f"{os.path.basename(path)}: {errors} errors in {done} requests")
+        # HEAD through the proxy: a Content-Length and no body (it waited out 120 s for the body,
+        # then stopped the replica as dead); gzip bodies keep their Content-Encoding.
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        t0 = time.time()
+        conn.request("HEAD", "/v2/health/ready")
+        head = conn.getresponse()
+        head.read()
+        conn.close()
+        check(head.status == 200 and time.time() - t0 < 5, f"HEAD through the proxy: {head.status} in {time.time() - t0:.1f} s")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/fm", timeout=10) as r:
+            meta = json.loads(r.read())
+        inp = meta["inputs"][0]
+        shape = [1 if d < 0 else d for d in inp["shape"]]
+        body = json.dumps({"inputs": [{"name": inp["name"], "shape": shape, "datatype": inp["datatype"],
+                                       "data": [0] * math.prod(shape)}]}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/v2/models/fm/infer", data=gzip.compress(body),
+                                     headers={"Content-Type": "application/json", "Content-Encoding": "gzip"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            check(r.status == 200 and json.loads(r.read())["outputs"], "a gzip request body through the proxy")
+        check(all(r["state"] != "gone" for r in status(port)["replicas"]), f"a replica was stopped: {status(port)}")
         # Every replica process is gone after SIGTERM.
         pids = [r["pid"] for r in status(port)["replicas"]]
         proc.send_signal(signal.SIGTERM)
@@ -124,6 +147,12 @@ def simulate_capacity_manifests(tmp, loadtest_json):
     c = docs[0]["spec"]["template"]["spec"]["containers"][0]
     check(c["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready" and c["resources"]["limits"]["nvidia.com/gpu"] == 1, str(c))
     check(docs[2]["spec"]["metrics"][0]["pods"]["metric"]["name"] == "nv_inference_pending_request_count", "HPA metric")
+    # Values that YAML would read as other types or as keys of their own stay strings.
+    p = run("autoscale", "manifests", "--name", "yes", "--namespace", "null", "--model-repository", '/m: "x" #y')
+    docs = list(yaml.safe_load_all(p.stdout))
+    c = docs[0]["spec"]["template"]["spec"]["containers"][0]
+    check(docs[0]["metadata"] == {"name": "yes", "namespace": "null", "labels": {"app": "yes"}}, str(docs[0]["metadata"]))
+    check(c["args"][2] == '/m: "x" #y', str(c["args"]))
     p = run("autoscale", "manifests", "--name", "fashion", "--kserve")
     isvc = yaml.safe_load(p.stdout)
     check(isvc["kind"] == "InferenceService" and isvc["apiVersion"] == "serving.kserve.io/v1beta1", str(isvc)[:300])

@@ -909,6 +909,13 @@ def http_layer_errors(ctx):
         check(resp is not None and resp.status == 200 and resp.json()["name"] == MODEL, f"absolute-form target: {out[:300]!r}")
     s.case("absolute-form request target (RFC 9112 3.2.2)", absolute_form)
 
+    def head():  # GET's header without its body (RFC 9110 9.3.2), not 405
+        out = raw_exchange(p, b"HEAD /v2/models/fm HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        check(out.startswith(b"HTTP/1.1 200") and out.endswith(b"\r\n\r\n"), f"HEAD: {out[:300]!r}")
+        length = int(re.search(rb"(?i)content-length: *(\d+)", out).group(1))
+        check(length == len(request(p, "GET", f"/v2/models/{MODEL}").body), f"HEAD's Content-Length {length} is not GET's")
+    s.case("HEAD of a GET endpoint -> 200, no body", head)
+
     def pipelined():
         out = raw_exchange(p, b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
                               b"GET /v2/models/fm/ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")

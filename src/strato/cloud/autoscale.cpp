@@ -197,6 +197,16 @@ Result<AutoscaleConfig> AutoscaleConfig::load(const std::string& path) {
     return parse(text, path);
 }
 
+namespace {
+
+// ceil(x) nodes, held within int: a backlog of 1e6 at per_node 0.001 cast to INT_MIN and never scaled.
+int nodes_for(double x) {
+    if (!(x > 0)) return 0;  // (NaN too)
+    return x >= 1e9 ? 1'000'000'000 : static_cast<int>(std::ceil(x));
+}
+
+}  // namespace
+
 Decision Autoscaler::decide(const Observation& o) {
     Decision d;
     d.nodes = o.nodes;
@@ -207,12 +217,12 @@ Decision Autoscaler::decide(const Observation& o) {
     };
     for (const auto& p : c_.policies) {
         if (p.kind == "backlog") {
-            int n = static_cast<int>(std::ceil(o.backlog / p.per_node));
+            int n = nodes_for(o.backlog / p.per_node);
             propose(n, fmt::format("backlog {:.0f} needs {} node(s) at {:g} each", o.backlog, n, p.per_node));
         } else if (p.kind == "utilization") {
             // As Kubernetes' HPA: ceil(nodes x utilisation / target), held within a 10 % tolerance.
             double ratio = o.utilization / p.target;
-            int n = std::abs(ratio - 1) <= 0.1 ? o.nodes : static_cast<int>(std::ceil(o.nodes * ratio - 1e-9));
+            int n = std::abs(ratio - 1) <= 0.1 ? o.nodes : nodes_for(o.nodes * ratio - 1e-9);
             propose(n, fmt::format("utilization {:.0f}% of {} node(s), target {:g}%", o.utilization, o.nodes, p.target));
         } else if (p.kind == "schedule") {
             double wh = std::fmod(o.weekday_hour, 168.0);

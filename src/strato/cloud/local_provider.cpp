@@ -49,10 +49,12 @@ double local_week_hour() {
 
 // Request headers a replica needs to read the request the same way.
 bool forwarded(const std::string& name) {
-    for (const char* h : {"content-type", "inference-header-content-length", "authorization", "accept"})
+    for (const char* h : {"content-type", "content-encoding", "inference-header-content-length", "authorization", "accept"})
         if (strcasecmp(name.c_str(), h) == 0) return true;
     return false;
 }
+
+constexpr int64_t kRequestTimeoutMs = 120'000;  // a request through the proxy (504 past it)
 
 }  // namespace
 
@@ -141,14 +143,21 @@ struct LocalProvider::Impl {
                     out.body = R"({"error":"no replica is ready"})";
                     break;
                 }
-                auto res = loadgen::http_request(r->url, req.method, req.target, req.body, 120000, headers);
+                auto res = loadgen::http_request(r->url, req.method, req.target, req.body, kRequestTimeoutMs, headers);
                 --r->in_flight;
                 if (!res.is_ok()) {
-                    int ready = 1;  // gone: the retry and later requests skip it; reap() stops it
-                    r->state.compare_exchange_strong(ready, 3);
                     out.status = 502;
                     out.content_type = "application/json";
                     out.body = json_text(nlohmann::json{{"error", res.status().message()}});
+                    // A replica that still answers its liveness probe is not dead: this request failed
+                    // on its own (ran past the timeout, a bad answer). No retry, no replica stopped.
+                    auto live = loadgen::http_request(r->url, "GET", "/v2/health/live", {}, 2000);
+                    if (live.is_ok() && live->status == 200) {
+                        if (res.status().message().find("no answer within") != std::string::npos) out.status = 504;
+                        break;
+                    }
+                    int ready = 1;  // gone: the retry and later requests skip it; reap() stops it
+                    r->state.compare_exchange_strong(ready, 3);
                     continue;
                 }
                 ++r->served;

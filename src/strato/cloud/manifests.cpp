@@ -2,6 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <regex>
+
+#include "strato/core/json.h"
+
 namespace strato::cloud {
 
 namespace {
@@ -13,12 +18,31 @@ bool dns_label(const std::string& s) {
     return true;
 }
 
+// Every string goes out double-quoted: a JSON string is a YAML double-quoted scalar, so a name
+// like `123`, `yes` or `null` stays a string (YAML 1.1 reads them as int, bool, null) and a value
+// with `: `, `#`, quotes or a newline cannot end the scalar or add keys of its own.
+std::string q(const std::string& s) { return json_text(s); }
+
+// A Kubernetes resource quantity: 2, 500m, 1.5, 4Gi, 512Mi, 1e3.
+bool quantity(const std::string& s) {
+    static const std::regex kQuantity(R"(^[0-9]+(\.[0-9]+)?([eE][0-9]+|m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$)");
+    return std::regex_match(s, kQuantity);
+}
+
+// An image reference has no blanks or control characters (registry/name:tag@digest).
+bool image_reference(const std::string& s) {
+    if (s.empty() || s.size() > 4096) return false;
+    for (unsigned char c : s)
+        if (c <= 0x20 || c >= 0x7f || c == '"' || c == '\\') return false;
+    return true;
+}
+
 std::string resources(const ManifestOptions& o, int indent) {
     std::string pad(indent, ' ');
     std::string gpu = o.gpus > 0 ? fmt::format("\n{}    nvidia.com/gpu: {}", pad, o.gpus) : "";
-    return fmt::format("{0}resources:\n{0}  requests:\n{0}    cpu: \"{1}\"\n{0}    memory: {2}\n{0}  limits:\n"
+    return fmt::format("{0}resources:\n{0}  requests:\n{0}    cpu: {1}\n{0}    memory: {2}\n{0}  limits:\n"
                        "{0}    memory: {2}{3}\n",
-                       pad, o.cpu, o.memory, gpu);
+                       pad, q(o.cpu), q(o.memory), gpu);
 }
 
 std::string container(const ManifestOptions& o, int indent) {
@@ -26,7 +50,7 @@ std::string container(const ManifestOptions& o, int indent) {
     return fmt::format(
         "{0}- name: strato\n"
         "{0}  image: {1}\n"
-        "{0}  args: [\"serve\", \"--model-repository\", \"{2}\", \"--http-port\", \"8000\", \"--metrics-port\", "
+        "{0}  args: [\"serve\", \"--model-repository\", {2}, \"--http-port\", \"8000\", \"--metrics-port\", "
         "\"8002\", \"--http-address\", \"0.0.0.0\"]\n"
         "{0}  ports:\n"
         "{0}  - {{name: http, containerPort: 8000}}\n"
@@ -38,20 +62,36 @@ std::string container(const ManifestOptions& o, int indent) {
         "{0}    httpGet: {{path: /v2/health/live, port: http}}\n"
         "{0}    periodSeconds: 10\n"
         "{3}",
-        pad, o.image, o.model_dir, resources(o, indent + 2));
+        pad, q(o.image), q(o.model_dir), resources(o, indent + 2));
 }
 
 }  // namespace
 
 Result<std::string> kubernetes_manifests(const ManifestOptions& o) {
-    if (!dns_label(o.name))
-        return invalid_argument("name '{}' is not a valid Kubernetes name (lowercase letters, digits and '-', at most 63)",
+    // The Service's name is a DNS-1035 label: it starts with a letter.
+    if (!dns_label(o.name) || !(o.name[0] >= 'a' && o.name[0] <= 'z'))
+        return invalid_argument("name '{}' is not a valid Kubernetes name (a lowercase letter, then lowercase letters, "
+                                "digits and '-', at most 63)",
                                 o.name);
     if (!dns_label(o.namespace_)) return invalid_argument("namespace '{}' is not a valid Kubernetes name", o.namespace_);
+    if (!image_reference(o.image))
+        return invalid_argument("--image '{}' is not an image reference (registry/name:tag, no blanks or quotes)", o.image);
+    if (o.model_dir.empty() || o.model_dir[0] != '/')
+        return invalid_argument("--model-repository '{}' must be an absolute path inside the container", o.model_dir);
+    if (!quantity(o.cpu)) return invalid_argument("--cpu '{}' is not a Kubernetes quantity (2, 500m, 1.5)", o.cpu);
+    if (!quantity(o.memory)) return invalid_argument("--memory '{}' is not a Kubernetes quantity (4Gi, 512Mi)", o.memory);
+    if (o.gpus < 0 || o.gpus > 64) return invalid_argument("--gpus {} must be 0..64", o.gpus);
     if (o.min_replicas < 0 || o.max_replicas < 1 || o.min_replicas > o.max_replicas)
         return invalid_argument("replicas: need 0 <= min ({}) <= max ({}) and max >= 1", o.min_replicas, o.max_replicas);
+    if (o.min_replicas == 0 && !o.kserve)
+        return invalid_argument("--min-replicas 0 needs --kserve (a HorizontalPodAutoscaler keeps at least one replica)");
     if (o.target_cpu_percent < 1 || o.target_cpu_percent > 100)
         return invalid_argument("--target-cpu must be a percent in [1, 100]");
+    if (!(o.pending_per_pod >= 0 && o.pending_per_pod <= 1e6))  // (NaN fails too)
+        return invalid_argument("--pending-per-pod {} must be between 0 (scale on CPU) and 1000000", o.pending_per_pod);
+    if (o.kserve && o.pending_per_pod > 0 && o.pending_per_pod != std::floor(o.pending_per_pod))
+        return invalid_argument("--pending-per-pod {} with --kserve: KServe's scaleTarget is a whole number of requests",
+                                o.pending_per_pod);
     if (o.kserve) {
         return fmt::format(
             "apiVersion: serving.kserve.io/v1beta1\n"
@@ -69,8 +109,8 @@ Result<std::string> kubernetes_manifests(const ManifestOptions& o) {
             "{5}"
             "      env:\n"
             "      - {{name: PROTOCOL, value: v2}}\n",
-            o.name, o.namespace_, o.min_replicas, o.max_replicas,
-            o.pending_per_pod > 0 ? static_cast<int>(o.pending_per_pod) : 4, container(o, 4));
+            q(o.name), q(o.namespace_), o.min_replicas, o.max_replicas,
+            o.pending_per_pod > 0 ? static_cast<int64_t>(o.pending_per_pod) : 4, container(o, 4));
     }
     std::string metric =
         o.pending_per_pod > 0
@@ -127,7 +167,7 @@ Result<std::string> kubernetes_manifests(const ManifestOptions& o) {
         "  behavior:\n"
         "    scaleDown:\n"
         "      stabilizationWindowSeconds: 300\n",
-        o.name, o.namespace_, std::max(o.min_replicas, 1), o.max_replicas, container(o, 6), metric);
+        q(o.name), q(o.namespace_), o.min_replicas, o.max_replicas, container(o, 6), metric);
 }
 
 }  // namespace strato::cloud

@@ -39,6 +39,7 @@ Result<HttpReply> http_request(const Url& base, std::string_view method, const s
     tcp::resolver resolver(io);
     ResponseParser parser;
     parser.keep_body(true);
+    parser.answers_head(method == "HEAD");  // a Content-Length and no body: else it waits out the timeout
     std::array<char, 16384> buf{};
     boost::system::error_code error;
     bool finished = false;

@@ -335,7 +335,8 @@ struct InferenceServer::Impl {
         if (!split_path(req.target, &seg)) return reply(error_response(400, "malformed percent-encoding in the request path"));
         const std::string& method = req.method;
         auto need = [&](const char* m) -> bool {
-            if (method == m) return true;
+            // HEAD is GET without the body (RFC 9110 9.3.2: a server supports both; the HTTP layer drops the body)
+            if (method == m || (method == "HEAD" && std::strcmp(m, "GET") == 0)) return true;
             reply(error_response(405, "Method Not Allowed"));
             return false;
         };
