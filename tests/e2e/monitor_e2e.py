@@ -150,6 +150,36 @@ def bad_inputs(tmp):
         check(p.returncode == 1 and "exporter on 127.0.0.1" in p.stderr, p.stderr)
 
 
+def hung_webhook_and_duration(tmp):
+    """A webhook receiver that accepts and never answers must not stall sampling (each post blocked
+    the loop for 5 s), and --duration ends the run on time, not at the next sample after it."""
+    hang = socket.socket()
+    hang.bind(("127.0.0.1", 0))
+    hang.listen(64)
+    rules = os.path.join(tmp, "hang.toml")
+    with open(rules, "w") as f:
+        for i in range(4):
+            f.write(f'[[rule]]\nname = "always-{i}"\nwhen = "cpu_util >= 0"\naction = "webhook"\n'
+                    f'webhook = "http://127.0.0.1:{hang.getsockname()[1]}/hook"\n\n')
+    jsonl = os.path.join(tmp, "hang.jsonl")
+    try:
+        t0 = time.time()
+        p = subprocess.run([STRATO, "monitor", "--no-exporter", "--interval", "200ms", "--duration", "3s", "--rules", rules,
+                            "--jsonl", jsonl], capture_output=True, text=True, timeout=60)
+        took = time.time() - t0
+        with open(jsonl) as f:
+            samples = sum(1 for _ in f)
+        check(p.returncode == 0, f"hung webhook: exit {p.returncode} {p.stderr[-500:]}")
+        check(samples >= 10, f"{samples} samples in 3 s at 200 ms with a hung webhook receiver: {p.stderr[-500:]}")
+        check(took < 3 + 5 + 5 + 5, f"the run took {took:.1f} s (3 s, then at most a few seconds for the webhooks)")
+    finally:
+        hang.close()
+    t0 = time.time()
+    subprocess.run([STRATO, "monitor", "--no-exporter", "--interval", "10s", "--duration", "1s"], capture_output=True,
+                   timeout=60)
+    check(time.time() - t0 < 5, f"--interval 10s --duration 1s ran {time.time() - t0:.1f} s")
+
+
 def prometheus_scrape(tmp):
     if not shutil.which("prometheus"):
         print("prometheus not installed; skipping")
@@ -193,6 +223,7 @@ def main():
         else:
             alerts_and_exporter(tmp)
             bad_inputs(tmp)
+            hung_webhook_and_duration(tmp)
     finish("monitor e2e")
 
 

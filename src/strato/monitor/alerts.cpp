@@ -187,10 +187,11 @@ std::string AlertEvent::webhook_json() const {
     if (!series.empty()) labels["series"] = series;
     nlohmann::json alert = {{"status", firing ? "firing" : "resolved"},
                             {"labels", labels},
-                            {"annotations", {{"summary", describe()}, {"value", value}, {"expr", rule->expr}}},
+                            // annotations are strings in Alertmanager's model (a number breaks typed receivers)
+                            {"annotations", {{"summary", describe()}, {"value", fmt::format("{:g}", value)}, {"expr", rule->expr}}},
                             {"startsAt", iso_time(since_unix_s)},
                             {"endsAt", firing ? "0001-01-01T00:00:00Z" : iso_time(at_unix_s)},
-                            {"generatorURL", "strato monitor"}};
+                            {"generatorURL", ""}};  // (a URL; strato has no page for the rule)
     nlohmann::json j = {{"version", "4"},
                         {"status", firing ? "firing" : "resolved"},
                         {"receiver", "strato"},

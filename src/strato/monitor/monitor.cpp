@@ -3,13 +3,17 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <filesystem>
+#include <mutex>
 #include <fstream>
 #include <thread>
 
 #include "strato/core/json.h"
 #include "strato/core/log.h"
 #include "strato/core/signals.h"
+#include "strato/core/thread_name.h"
 #include "strato/loadgen/http_parse.h"
 #include "strato/loadgen/load.h"
 #include "strato/loadgen/oip_target.h"
@@ -19,6 +23,71 @@ namespace strato::monitor {
 
 struct Monitor::Exporter {
     std::unique_ptr<serve::http::Server> server;
+};
+
+// Alert notifications, POSTed one at a time by a thread of their own: a receiver that hangs (5 s
+// each) used to stop sampling, the exporter's freshness and --duration with it. A bounded queue; at
+// the end of run() what is queued gets a few seconds to go out.
+struct Monitor::Webhooks {
+    struct Post {
+        std::string rule, url, body;
+    };
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Post> queue;
+    bool stopping = false, sending = false;
+    int64_t dropped = 0;
+    std::thread thread;
+
+    Webhooks() : thread([this] { loop(); }) {}
+    ~Webhooks() {
+        {
+            std::lock_guard lock(mu);
+            stopping = true;
+            queue.clear();
+        }
+        cv.notify_all();
+        thread.join();
+    }
+
+    void push(Post p) {
+        std::lock_guard lock(mu);
+        if (queue.size() >= 256) {  // the receiver is far behind: the oldest notification goes
+            queue.pop_front();
+            if (++dropped == 1 || dropped % 100 == 0)
+                log::warn("alert webhooks: {} notification(s) dropped, the receiver does not keep up", dropped);
+        }
+        queue.push_back(std::move(p));
+        cv.notify_all();
+    }
+
+    // Waits until everything queued was sent, at most `limit`.
+    void flush(std::chrono::milliseconds limit) {
+        std::unique_lock lock(mu);
+        if (!cv.wait_for(lock, limit, [&] { return queue.empty() && !sending; }))
+            log::warn("alert webhooks: {} notification(s) not sent within {} s at exit", queue.size() + (sending ? 1 : 0),
+                      limit.count() / 1000);
+    }
+
+    void loop() {
+        set_thread_name("webhooks");
+        std::unique_lock lock(mu);
+        while (true) {
+            cv.wait(lock, [&] { return stopping || !queue.empty(); });
+            if (stopping) return;
+            Post p = std::move(queue.front());
+            queue.pop_front();
+            sending = true;
+            lock.unlock();
+            auto url = loadgen::parse_url(p.url);  // (checked at create())
+            auto reply = url ? loadgen::http_request(*url, "POST", url->target, p.body, 5000) : Result<loadgen::HttpReply>(url.status());
+            if (!reply.is_ok()) log::warn("alert {}: webhook {} failed: {}", p.rule, p.url, reply.status().message());
+            else if (reply->status >= 300) log::warn("alert {}: webhook {} answered HTTP {}", p.rule, p.url, reply->status);
+            lock.lock();
+            sending = false;
+            cv.notify_all();
+        }
+    }
 };
 
 namespace {
@@ -131,11 +200,8 @@ Status Monitor::fire(const AlertEvent& e, MonitorSummary& summary) {
     if (e.firing) log::warn("alert {}", line);
     else log::info("alert {}", line);
     if (e.rule->action == "webhook") {
-        auto url = loadgen::parse_url(e.rule->webhook);
-        auto reply = loadgen::http_request(*url, "POST", url->target, e.webhook_json(), 5000);
-        if (!reply.is_ok()) log::warn("alert {}: webhook {} failed: {}", e.rule->name, e.rule->webhook, reply.status().message());
-        else if (reply->status >= 300)
-            log::warn("alert {}: webhook {} answered HTTP {}", e.rule->name, e.rule->webhook, reply->status);
+        if (!webhooks_) webhooks_ = std::make_unique<Webhooks>();
+        webhooks_->push({e.rule->name, e.rule->webhook, e.webhook_json()});
     }
     if (e.firing && e.rule->action == "exit") summary.exit_alert = line;
     return Status::ok();
@@ -187,10 +253,19 @@ Result<MonitorSummary> Monitor::run() {
             break;
         if (replay.is_open()) continue;  // replay as fast as the file reads
         next += interval;
-        while (!stop_ && !signals::stop_requested() && std::chrono::steady_clock::now() < next)
+        // --duration ends the run on time, not at the next sample after it
+        const auto wake = options_.duration_s > 0
+                              ? std::min(next, start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                           std::chrono::duration<double>(options_.duration_s)))
+                              : next;
+        while (!stop_ && !signals::stop_requested() && std::chrono::steady_clock::now() < wake)
             std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
-                next - std::chrono::steady_clock::now(), std::chrono::milliseconds(50)));
+                wake - std::chrono::steady_clock::now(), std::chrono::milliseconds(50)));
+        if (options_.duration_s > 0 &&
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= options_.duration_s)
+            break;
     }
+    if (webhooks_) webhooks_->flush(std::chrono::seconds(5));
     return summary;
 }
 

@@ -67,7 +67,9 @@ private:
     Status fire(const AlertEvent& e, MonitorSummary& summary);
 
     struct Exporter;
+    struct Webhooks;
     MonitorOptions options_;
+    std::unique_ptr<Webhooks> webhooks_;  // sent from their own thread: a slow receiver must not stall sampling
     ProcSampler proc_;
     std::shared_ptr<Nvml> nvml_;
     std::string gpu_summary_;
