@@ -198,10 +198,43 @@ def simulate_capacity_manifests(tmp, loadtest_json):
     check("strato autoscale simulate --policy" in p.stdout and "strato train" not in p.stdout, p.stdout[-400:])
 
 
+def killed_provider_takes_its_replicas(tmp, model):
+    """`autoscale local` killed outright (SIGKILL, a crash) leaves no replica running without it."""
+    policy = os.path.join(tmp, "two.toml")
+    with open(policy, "w") as f:
+        f.write('[autoscale]\nmin_nodes = 2\nmax_nodes = 2\n[[policy]]\nkind = "backlog"\nper_node = 4\n')
+    logs = os.path.join(tmp, "kill-logs")
+    proc = subprocess.Popen([STRATO, "autoscale", "local", "--policy", policy, "--model", f"fm={model}", "--port", "0",
+                             "--log-dir", logs], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        port = None
+        for line in proc.stderr:
+            m = re.search(r"front end at http://127\.0\.0\.1:(\d+)/", line)
+            if m:
+                port = int(m.group(1))
+                break
+        check(port is not None, "autoscale local never said where its front end is")
+        pids = [r["pid"] for r in status(port)["replicas"]]
+        check(len(pids) == 2, f"two replicas: {pids}")
+        proc.kill()
+        proc.wait(timeout=10)
+        end = time.time() + 40
+        alive = pids
+        while alive and time.time() < end:
+            alive = [p for p in pids if os.path.exists(f"/proc/{p}") and open(f"/proc/{p}/stat").read().split()[2] != "Z"]
+            time.sleep(0.2)
+        check(not alive, f"replicas {alive} outlived their SIGKILLed provider")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         runs = os.path.join(tmp, "runs")
-        lt = local_provider(tmp, os.path.join(train_tiny(runs, "tiny"), "model"))
+        model = os.path.join(train_tiny(runs, "tiny"), "model")
+        lt = local_provider(tmp, model)
+        killed_provider_takes_its_replicas(tmp, model)
         simulate_capacity_manifests(tmp, lt)
     finish("autoscale e2e")
 

@@ -1,5 +1,7 @@
 #include "strato/cloud/local_provider.h"
 
+#include <sys/prctl.h>
+
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
@@ -202,6 +204,7 @@ struct LocalProvider::Impl {
         // ready line in the same --log-dir must never name the port.
         const int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (log_fd < 0) return io_error("cannot write the replica log {}: {}", log_path, strerror(errno));
+        const pid_t parent = getpid();
         pid_t pid = fork();
         if (pid < 0) {
             int err = errno;
@@ -209,6 +212,10 @@ struct LocalProvider::Impl {
             return io_error("fork: {}", strerror(err));
         }
         if (pid == 0) {
+            // The provider killed outright (SIGKILL, a crash) takes its replicas along: they get
+            // SIGTERM and drain. (Forked from the thread that runs the provider to its end.)
+            prctl(PR_SET_PDEATHSIG, SIGTERM);
+            if (getppid() != parent) _exit(0);  // it died before the line above
             dup2(log_fd, 1);
             dup2(log_fd, 2);
             // Nothing of this process (the front end's sockets, other replicas' logs) leaks into the
@@ -220,6 +227,8 @@ struct LocalProvider::Impl {
             _exit(127);
         }
         ::close(log_fd);
+        setpgid(pid, pid);  // (also in the child: whichever runs first)
+        signals::track_process_group(pid);  // a second Ctrl-C kills what a first one is draining
         auto r = std::make_shared<Replica>();
         r->pid = pid;
         {
@@ -228,7 +237,8 @@ struct LocalProvider::Impl {
         }
         helper([this, r, log_path] {
             auto start = Clock::now();
-            while (!stopping && r->state == 0 && seconds_since(start) < o.ready_timeout_s) {
+            const auto stopped = [this] { return stopping || signals::stop_requested(); };
+            while (!stopped() && r->state == 0 && seconds_since(start) < o.ready_timeout_s) {
                 if (exited(*r)) {
                     r->state = 3;
                     note(fmt::format("replica pid {} exited while starting; see {}", r->pid, log_path));
@@ -253,8 +263,9 @@ struct LocalProvider::Impl {
                 std::this_thread::sleep_for(std::chrono::milliseconds(100));
             }
             if (r->state == 0) {
-                note(fmt::format("replica pid {} not ready within {:g} s; stopping it (see {})", r->pid, o.ready_timeout_s,
-                                 log_path));
+                if (!stopped())  // (a shutdown stops it too, but that is no timeout)
+                    note(fmt::format("replica pid {} not ready within {:g} s; stopping it (see {})", r->pid,
+                                     o.ready_timeout_s, log_path));
                 terminate(r);
             }
         });
@@ -265,7 +276,10 @@ struct LocalProvider::Impl {
     static bool exited(Replica& r) {
         siginfo_t info{};
         if (waitid(P_PID, r.pid, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != r.pid) return false;
-        if (!r.reaped.exchange(true)) waitpid(r.pid, nullptr, 0);
+        if (!r.reaped.exchange(true)) {
+            waitpid(r.pid, nullptr, 0);
+            signals::untrack_process_group(r.pid);
+        }
         return true;
     }
 
@@ -283,7 +297,10 @@ struct LocalProvider::Impl {
 
     /// Stops and reaps the process (only the first caller does) and marks the replica gone.
     void terminate(const std::shared_ptr<Replica>& r) {
-        if (!r->reaped.exchange(true)) stop_process(r->pid);
+        if (!r->reaped.exchange(true)) {
+            stop_process(r->pid);
+            signals::untrack_process_group(r->pid);
+        }
         r->state = 3;
     }
 
@@ -374,11 +391,24 @@ Status LocalProvider::start() {
     Impl& m = *impl_;
     if (m.o.port < 0 || m.o.port > 65535) return invalid_argument("front-end port {} is not in 0..65535", m.o.port);
     m.pool = std::make_unique<boost::asio::thread_pool>(m.o.proxy_threads);
+    // The front end first: a port in use or a bad --address fails before replicas load models for
+    // a minute. Until one is ready it answers 503 "no replica is ready".
+    serve::http::ServerOptions so;
+    so.address = m.o.address;
+    so.port = static_cast<uint16_t>(m.o.port);
+    so.threads = 2;
+    so.server_name = "strato-autoscale";
+    so.thread_name = "autoscale-http";
+    m.front = std::make_unique<serve::http::Server>(
+        so, [this](serve::http::Request&& req, serve::http::Reply reply) { impl_->handle(std::move(req), std::move(reply)); });
+    STRATO_RETURN_IF_ERROR(m.front->start().with_context(fmt::format("front end on {}:{}", m.o.address, m.o.port)));
     int n = std::max(m.o.config.min_nodes, 1);
     for (int i = 0; i < n; ++i) STRATO_RETURN_IF_ERROR(m.spawn().status());
     m.note(fmt::format("started {} replica(s); logs in {}", n, m.o.log_dir));
     auto start = Clock::now();
     while (seconds_since(start) < m.o.ready_timeout_s) {
+        if (signals::stop_requested())  // Ctrl-C while models load: stop now, not after the ready timeout
+            return Status(StatusCode::kCancelled, "stopped while the replicas were starting");
         bool ready = false, alive = false;
         {
             std::lock_guard<std::mutex> lock(m.mu);
@@ -388,15 +418,7 @@ Status LocalProvider::start() {
         if (!alive) return Status(StatusCode::kUnavailable, fmt::format("no replica started; see the logs in {}", m.o.log_dir));
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    serve::http::ServerOptions so;
-    so.address = m.o.address;
-    so.port = static_cast<uint16_t>(m.o.port);
-    so.threads = 2;
-    so.server_name = "strato-autoscale";
-    so.thread_name = "autoscale-http";
-    m.front = std::make_unique<serve::http::Server>(
-        so, [this](serve::http::Request&& req, serve::http::Reply reply) { impl_->handle(std::move(req), std::move(reply)); });
-    return m.front->start().with_context(fmt::format("front end on {}:{}", m.o.address, m.o.port));
+    return Status::ok();
 }
 
 Status LocalProvider::run() {

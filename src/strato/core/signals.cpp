@@ -39,6 +39,10 @@ void install_stop_handlers() {
     sa.sa_flags = SA_RESTART;
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
+    // A closed terminal (SIGHUP) stops a job as SIGTERM does (checkpoint, drain, stop the children
+    // it started) instead of killing it on the spot; under nohup (SIGHUP ignored) it stays ignored.
+    struct sigaction hup {};
+    if (sigaction(SIGHUP, nullptr, &hup) == 0 && hup.sa_handler != SIG_IGN) sigaction(SIGHUP, &sa, nullptr);
 }
 
 void track_process_group(int pgid) {
