@@ -7,6 +7,8 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+
+#include <csignal>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -23,6 +25,7 @@
 #include <thread>
 
 #include "strato/core/fs.h"
+#include "strato/core/signals.h"
 
 namespace strato::data {
 namespace {
@@ -140,6 +143,7 @@ http {{
     location /ds/slow/ {{ limit_rate 200k; }}
     location /ds/crawl/ {{ limit_rate 50k; }}
     location /ds/norange/ {{ max_ranges 0; }}
+    location /ds/norange-crawl/ {{ max_ranges 0; limit_rate 50k; }}
   }}
 }}
 )",
@@ -487,6 +491,26 @@ TEST_F(RemoteTest, AServerGoneForGoodFailsWithinTheRetryPolicy) {
     EXPECT_NE(meta.status().message().find("connection refused after 3 attempts"), std::string::npos);
 }
 
+TEST_F(RemoteTest, AServerThatIgnoresRangeAndStallsFailsWithinTheRetryPolicy) {
+    // Each attempt starts over (no Range) and is dropped as too slow after a few KB: bytes came,
+    // but the file got no further, so the retry limits hold (they reset on every attempt and the
+    // fetch went on for ever).
+    ShardInfo a = shard("norange-crawl/shard-000000.tar", 1'000'000, 80);
+    RemoteOptions o = options();
+    o.low_speed_bytes_per_s = 200'000;
+    o.low_speed_time_s = 1;
+    o.retry.attempts = 3;
+    o.retry.backoff_initial_s = o.retry.backoff_max_s = 0.1;
+    o.retry.total_max_s = 120;
+    auto store = open(o);
+    ASSERT_TRUE(store);
+    auto fetched = std::async(std::launch::async, [&] { return store->local_path(a); });
+    ASSERT_EQ(fetched.wait_for(30s), std::future_status::ready) << "still retrying after 30 s";
+    auto path = fetched.get();
+    ASSERT_FALSE(path.is_ok());
+    EXPECT_NE(path.status().message().find("after 3 attempts"), std::string::npos) << path.status().message();
+}
+
 TEST_F(RemoteTest, TheDestructorAbortsATransferInFlight) {
     ShardInfo a = shard("crawl/shard-000000.tar", 1'000'000, 60);  // 20 s at 50 KB/s
     auto store = open(options());
@@ -502,6 +526,35 @@ TEST_F(RemoteTest, TheDestructorAbortsATransferInFlight) {
     auto t0 = Clock::now();
     store.reset();
     EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 10.0);  // the transfer needs 20 s
+    EXPECT_TRUE(stdfs::exists(part));  // kept, to be resumed
+}
+
+TEST_F(RemoteTest, AStopSignalEndsAFetchAtOnce) {
+    // Ctrl-C/SIGTERM while a shard crawls in: the fetch ends now (kCancelled), not after the
+    // transfer or the retries (the first signal was held for minutes by a stalled server).
+    ShardInfo a = shard("crawl/shard-000001.tar", 1'000'000, 61);  // 20 s at 50 KB/s
+    auto store = open(options());
+    ASSERT_TRUE(store);
+    signals::install_stop_handlers();
+    auto fetched = std::async(std::launch::async, [&] { return store->local_path(a); });
+    const stdfs::path part = cache() / (a.name + ".part");
+    ASSERT_TRUE(wait_until(
+        [&] {
+            std::error_code ec;
+            return stdfs::file_size(part, ec) > 0 && !ec;
+        },
+        10'000ms));
+    auto t0 = Clock::now();
+    std::raise(SIGTERM);
+    const bool done = fetched.wait_for(10s) == std::future_status::ready;
+    const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+    signals::reset();
+    ASSERT_TRUE(done) << "the fetch went on after SIGTERM";
+    auto path = fetched.get();
+    ASSERT_FALSE(path.is_ok());
+    EXPECT_EQ(path.status().code(), StatusCode::kCancelled) << path.status().message();
+    EXPECT_NE(path.status().message().find("a stop signal"), std::string::npos) << path.status().message();
+    EXPECT_LT(took, 5.0);
     EXPECT_TRUE(stdfs::exists(part));  // kept, to be resumed
 }
 

@@ -17,6 +17,7 @@
 #include <memory>
 
 #include "strato/core/log.h"
+#include "strato/core/signals.h"
 
 namespace strato::data::detail {
 namespace {
@@ -212,18 +213,19 @@ size_t on_header(char* p, size_t size, size_t count, void* user) {
 
 int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
     auto* a = static_cast<HttpClient::Attempt*>(user);
-    return a->client->stopped() ? 1 : 0;
+    // A Ctrl-C/SIGTERM ends a fetch at once (a stalled server held the first signal for minutes)
+    return a->client->stopped() || signals::stop_requested() ? 1 : 0;
 }
 
 Outcome judge(CURLcode rc, const HttpClient::Attempt& a, const std::string& url) {
-    Outcome o;
-    o.progress = a.received > 0;
+    Outcome o;  // (progress: set by get_file, where the file's length tells it)
     if (!a.error.is_ok()) {
         o.status = a.error.with_context("fetching " + url);
         return o;
     }
     if (rc == CURLE_ABORTED_BY_CALLBACK) {
-        o.status = {StatusCode::kCancelled, fmt::format("fetching {}: cancelled (the store is closing)", url)};
+        o.status = {StatusCode::kCancelled, fmt::format("fetching {}: cancelled ({})", url,
+                                                        signals::stop_requested() ? "a stop signal" : "the store is closing")};
         return o;
     }
     if (rc != CURLE_OK) {
@@ -324,8 +326,14 @@ void HttpClient::stop() {
 
 bool HttpClient::sleep_for(double seconds) {
     std::unique_lock<std::mutex> lk(mu_);
-    stop_cv_.wait_for(lk, std::chrono::duration<double>(seconds), [&] { return stop_.load(); });
-    return !stop_;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                                std::chrono::duration<double>(seconds));
+    // (in slices: a stop signal sets a flag, it notifies no condition variable)
+    while (!stop_ && !signals::stop_requested() && std::chrono::steady_clock::now() < until)
+        stop_cv_.wait_for(lk, std::min<std::chrono::steady_clock::duration>(until - std::chrono::steady_clock::now(),
+                                                                            std::chrono::milliseconds(100)),
+                          [&] { return stop_.load(); });
+    return !stop_ && !signals::stop_requested();
 }
 
 CURL* HttpClient::acquire() {
@@ -381,7 +389,9 @@ Status HttpClient::with_retries(const std::string& url, F&& attempt_once) {
     Clock::time_point t0 = Clock::now();
     int n = 0;  // attempts since the last one that made progress
     while (true) {
-        if (stop_) return {StatusCode::kCancelled, fmt::format("fetching {}: cancelled (the store is closing)", url)};
+        if (stop_ || signals::stop_requested())
+            return {StatusCode::kCancelled, fmt::format("fetching {}: cancelled ({})", url,
+                                                        stop_ ? "the store is closing" : "a stop signal")};
         ++n;
         Outcome o = attempt_once();
         if (!o.retry) return o.status;
@@ -399,7 +409,8 @@ Status HttpClient::with_retries(const std::string& url, F&& attempt_once) {
         log::warn("{}; retry {} of {} in {} s", o.status.message(), n, policy.attempts - 1, format_seconds(delay));
         counters_->retries += 1;
         if (!sleep_for(delay)) {
-            return {StatusCode::kCancelled, fmt::format("fetching {}: cancelled (the store is closing)", url)};
+            return {StatusCode::kCancelled, fmt::format("fetching {}: cancelled ({})", url,
+                                                        stop_ ? "the store is closing" : "a stop signal")};
         }
     }
 }
@@ -437,6 +448,9 @@ Result<std::string> HttpClient::get_file(const std::string& url, int fd, const s
     Sha256 sha = new_sha256();
     if (offset > 0) STRATO_RETURN_IF_ERROR(hash_prefix(sha.get(), fd, offset, what));
     if (offset == expected) return hex_digest(sha.get());
+    // Progress is the file growing past the most it ever had: a server that ignores Range, starts
+    // over and stalls after a few bytes each time made "progress" forever (the retry limits never came).
+    int64_t most = offset;
     Status st = with_retries(url, [&] {
         Attempt a;
         a.client = this;
@@ -466,6 +480,9 @@ Result<std::string> HttpClient::get_file(const std::string& url, int fd, const s
         give_back(c);
         counters_->bytes += a.received;
         offset = a.offset;
+        // (a 200 after the first attempt started over: whatever it got, the file got no further)
+        o.progress = offset > most && (a.status == 206 || most == 0);
+        most = std::max(most, offset);
         if (o.status.is_ok() && offset != expected) {
             o.status = data_loss("fetching {}: the server sent {} bytes, the index says {}", url, offset, expected);
         }

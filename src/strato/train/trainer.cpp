@@ -642,8 +642,16 @@ Status Trainer::train_epoch(bool& stop) {
             have_ahead = false;
         } else {
             if (end_ahead) break;
-            STRATO_ASSIGN_OR_RETURN(bool more, train_loader_->next(b));
-            if (!more) break;
+            Result<bool> more = train_loader_->next(b);
+            // Ctrl-C while a remote shard was being fetched ends the fetch at once: stop at the last
+            // whole step and checkpoint it, as at any other step (one process; ranks stop together by vote).
+            if (!more.is_ok() && more.status().code() == StatusCode::kCancelled && !ddp_ && micro == 0 &&
+                signals::stop_requested()) {
+                stop = true;
+                break;
+            }
+            if (!more.is_ok()) return more.status();
+            if (!*more) break;
             x = input_batch(b, channels_last_, device_, copier());
             y = on_device(labels_tensor(b), device_);
         }
