@@ -1,6 +1,7 @@
 // CSV tables: parsing (RFC 4180 quoting, line ends, labels) and every error case.
 
 #include "strato/data/csv.h"
+#include "strato/data/data_config.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -107,6 +108,45 @@ TEST(Csv, OpensFilesAndNamesThemInErrors) {
         << r.status().message();
     auto missing = CsvDataset::open("/nonexistent/x.csv");
     EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+}
+
+TEST(Csv, StringClassesKeepLeadingZerosIntegerClassesDropThem) {
+    // "01" and "007" are names among string classes; among integer classes "01" is 1.
+    auto strings = CsvDataset::parse("a,label\n1,01\n2,007\n", "t.csv", {.class_names = {"007", "01", "cat"}});
+    ASSERT_TRUE(strings.is_ok()) << strings.status().message();
+    EXPECT_EQ((*strings)->labels(), (std::vector<int64_t>{1, 0}));
+    auto ints = CsvDataset::parse("a,label\n1,01\n2,0\n", "t.csv", {.class_names = {"0", "1"}});
+    ASSERT_TRUE(ints.is_ok()) << ints.status().message();
+    EXPECT_EQ((*ints)->labels(), (std::vector<int64_t>{1, 0}));
+}
+
+TEST(Csv, TestColumnsInAnotherOrderAreRefusedAndEvaluationUsesTheModelsClasses) {
+    namespace stdfs = std::filesystem;
+    const stdfs::path dir = stdfs::temp_directory_path() / ("strato-csvsplits-" + std::to_string(::getpid()));
+    stdfs::create_directories(dir);
+    std::ofstream(dir / "train.csv") << "a,b,label\n1,2,cat\n3,4,dog\n5,6,bird\n";
+    std::ofstream(dir / "test.csv") << "b,a,label\n2,1,cat\n";
+    DataConfig cfg;
+    cfg.dataset = "csv";
+    cfg.path = dir.string();
+    auto swapped = open_datasets(cfg);
+    ASSERT_FALSE(swapped.is_ok());
+    EXPECT_NE(swapped.status().message().find("the feature columns are b, a, " + (dir / "train.csv").string() +
+                                              " has a, b"),
+              std::string::npos)
+        << swapped.status().message();
+    // Evaluation: test.csv alone, labels through the model's classes (train.csv's "bird" made
+    // cat index 1, the model's dog).
+    std::ofstream(dir / "test.csv") << "a,b,label\n1,2,cat\n3,4,dog\n";
+    stdfs::remove(dir / "train.csv");
+    auto test = open_evaluation_split(cfg, {"cat", "dog"}, {});
+    stdfs::remove_all(dir);
+    ASSERT_TRUE(test.is_ok()) << test.status().message();
+    ASSERT_EQ((*test)->size(), 2);
+    EXPECT_EQ((*test)->class_names(), (std::vector<std::string>{"cat", "dog"}));
+    const auto* csv = dynamic_cast<const CsvDataset*>(test->get());
+    ASSERT_NE(csv, nullptr);
+    EXPECT_EQ(csv->labels(), (std::vector<int64_t>{0, 1}));
 }
 
 struct ErrorCase {

@@ -222,10 +222,15 @@ Result<std::shared_ptr<CsvDataset>> CsvDataset::parse(std::string_view text, con
     if (!options.class_names.empty()) {
         std::map<std::string, int64_t> index;
         for (size_t c = 0; c < options.class_names.size(); ++c) index[options.class_names[c]] = static_cast<int64_t>(c);
+        // Integer classes ("0", "1", ...) take "01" as 1; string classes keep "007" as it is written.
+        const bool integer_classes = std::all_of(options.class_names.begin(), options.class_names.end(), [](const std::string& n) {
+            int64_t v = 0;
+            return parse_integer(n, &v) && std::to_string(v) == n;
+        });
         for (const Field& f : label_fields) {
             std::string s(trim(f.value));
             int64_t v = 0;
-            if (parse_integer(s, &v)) s = std::to_string(v);
+            if (integer_classes && parse_integer(s, &v)) s = std::to_string(v);
             auto it = index.find(s);
             if (it == index.end()) {
                 return invalid_argument("{}: label '{}' is not one of the {} classes of the training data", where(f),

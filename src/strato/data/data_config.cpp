@@ -1,6 +1,7 @@
 #include "strato/data/data_config.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <filesystem>
 
@@ -159,6 +160,11 @@ Result<DataSplits> open_datasets(const DataConfig& cfg) {
         if (test->num_features() != train->num_features())
             return invalid_argument("{}: {} features, {} has {}", p("test.csv"), test->num_features(), p("train.csv"),
                                     train->num_features());
+        // Features are read by position: the same columns in another order would feed the model garbage.
+        if (test->feature_names() != train->feature_names())
+            return invalid_argument("{}: the feature columns are {}, {} has {}: they must be the same, in the same order",
+                                    p("test.csv"), fmt::join(test->feature_names(), ", "), p("train.csv"),
+                                    fmt::join(train->feature_names(), ", "));
         out.train = train;
         out.test = test;
     } else if (cfg.dataset == "fashion-mnist" || cfg.dataset == "idx") {
@@ -231,6 +237,18 @@ Result<std::shared_ptr<Dataset>> open_evaluation_split(const DataConfig& cfg, co
         STRATO_ASSIGN_OR_RETURN(std::shared_ptr<InMemoryDataset> idx,
                                 load_idx_dataset(p(cfg.test_images), p(cfg.test_labels), names));
         std::shared_ptr<Dataset> test = idx;
+        STRATO_RETURN_IF_ERROR(apply_limit(test, cfg.limit_test, "limit_test"));
+        return test;
+    }
+    if (cfg.dataset == "csv" && !class_names.empty()) {
+        // test.csv alone, its labels through the model's classes (train.csv's classes could be
+        // others: one more label there shifted every index and scored against the wrong class)
+        CsvOptions co;
+        co.label_column = cfg.label_column;
+        co.class_names = class_names;
+        STRATO_ASSIGN_OR_RETURN(std::shared_ptr<CsvDataset> csv,
+                                CsvDataset::open((stdfs::path(cfg.path) / "test.csv").string(), co));
+        std::shared_ptr<Dataset> test = csv;
         STRATO_RETURN_IF_ERROR(apply_limit(test, cfg.limit_test, "limit_test"));
         return test;
     }
