@@ -69,6 +69,33 @@ TEST_F(Checkpoints, RestoresWeightsOptimizerRngAndState) {
     EXPECT_TRUE(torch::equal(torch::rand({3}), r_after));
 }
 
+TEST_F(Checkpoints, AnotherOptimizerIsTheConfigsChangeNotADamagedCheckpoint) {
+    CheckpointStore store(dir_.string(), CheckpointConfig{});
+    train_step();
+    TrainState st;
+    st.step = 1;
+    ASSERT_TRUE(store.save(st, *net_, *opt_).is_ok());
+    auto fresh = torch::nn::Linear(4, 3);
+    auto adamw = torch::optim::AdamW(fresh->parameters(), torch::optim::AdamWOptions(0.1));
+    auto loaded = store.load_latest(*fresh, adamw);
+    ASSERT_FALSE(loaded.is_ok());
+    EXPECT_EQ(loaded.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(loaded.status().message().find("saved with another optimizer (sgd; this run's optim.name is adamw)"),
+              std::string::npos)
+        << loaded.status().message();
+    EXPECT_NE(loaded.status().message().find("resume with the optim.name the run started with"), std::string::npos);
+    EXPECT_EQ(loaded.status().message().find("every one failed verification"), std::string::npos);
+    // A checkpoint from before the kind was recorded: the load's failure says the same.
+    auto manifest = nlohmann::json::parse(*fs::read_file(step_dir(1) / "manifest.json"));
+    manifest.erase("optimizer");
+    ASSERT_TRUE(fs::atomic_write(step_dir(1) / "manifest.json", manifest.dump()).is_ok());
+    loaded = store.load_latest(*fresh, adamw);
+    ASSERT_FALSE(loaded.is_ok());
+    EXPECT_NE(loaded.status().message().find("saved with another optimizer? optim.pt does not load into this run's adamw"),
+              std::string::npos)
+        << loaded.status().message();
+}
+
 TEST_F(Checkpoints, CorruptLatestFallsBackToThePreviousOne) {
     CheckpointStore store(dir_.string(), CheckpointConfig{.every_steps = 0, .keep_last = 4, .keep_best = false});
     for (int64_t s = 1; s <= 4; ++s) {

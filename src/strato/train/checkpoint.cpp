@@ -84,6 +84,21 @@ std::vector<std::string> CheckpointStore::list_desc() const {
     return names;
 }
 
+namespace {
+
+// The optimizer's kind, recorded with its state: another kind's state does not load (libtorch
+// stops on an internal assertion), and a changed optim.name is the user's, not a damaged file.
+std::string optimizer_kind(const torch::optim::Optimizer& optim) {
+    if (dynamic_cast<const torch::optim::AdamW*>(&optim)) return "adamw";
+    if (dynamic_cast<const torch::optim::Adam*>(&optim)) return "adam";
+    if (dynamic_cast<const torch::optim::SGD*>(&optim)) return "sgd";
+    return "other";
+}
+
+constexpr const char* kOtherOptimizer = "saved with another optimizer";
+
+}  // namespace
+
 Status CheckpointStore::save(const TrainState& state, torch::nn::Module& model, torch::optim::Optimizer& optim) {
     STRATO_RETURN_IF_ERROR(fs::ensure_dir(dir_));
     const std::string name = fmt::format("step-{:09d}", state.step);
@@ -98,7 +113,8 @@ Status CheckpointStore::save(const TrainState& state, torch::nn::Module& model, 
         {"rng.pt", rng_to_bytes()},
         {"state.json", json_text(state_to_json(state), 2)},
     };
-    json manifest = {{"format", "strato-checkpoint"}, {"format_version", 1}, {"step", state.step}, {"files", json::object()}};
+    json manifest = {{"format", "strato-checkpoint"}, {"format_version", 1}, {"step", state.step},
+                     {"optimizer", optimizer_kind(optim)}, {"files", json::object()}};
     for (const auto& [fname, bytes] : files) {
         STRATO_RETURN_IF_ERROR(fs::atomic_write(tmp / fname, bytes));
         manifest["files"][fname] = {{"sha256", fs::sha256_hex(bytes)}, {"bytes", bytes.size()}};
@@ -157,7 +173,15 @@ Status CheckpointStore::verify_and_load(const std::string& name, torch::nn::Modu
     if (sj.is_discarded()) return data_loss("state.json is not valid JSON");
     STRATO_RETURN_IF_ERROR(state_from_json(sj, state));
     STRATO_RETURN_IF_ERROR(models::module_from_bytes(model, bytes["model.pt"], (d / "model.pt").string()));
-    STRATO_RETURN_IF_ERROR(models::archive_from_bytes(bytes["optim.pt"], "optim.pt", [&](auto& a) { optim.load(a); }));
+    const std::string kind = optimizer_kind(optim);
+    const json& saved = manifest.contains("optimizer") ? manifest["optimizer"] : json();
+    if (saved.is_string() && saved.get<std::string>() != kind)
+        return invalid_argument("{} ({}; this run's optim.name is {})", kOtherOptimizer, saved.get<std::string>(), kind);
+    if (Status st = models::archive_from_bytes(bytes["optim.pt"], "optim.pt", [&](auto& a) { optim.load(a); }); !st.is_ok())
+        // (a checkpoint from before the kind was recorded: a state that does not fit this optimizer)
+        return saved.is_string() ? st
+                                 : invalid_argument("{}? optim.pt does not load into this run's {} optimizer: {}",
+                                                    kOtherOptimizer, kind, st.message());
     return models::archive_from_bytes(bytes["rng.pt"], "rng.pt", [&](auto& a) {
         torch::Tensor t;
         a.read("cpu", t);
@@ -180,6 +204,10 @@ Result<std::optional<TrainState>> CheckpointStore::load_latest(torch::nn::Module
         if (st.code() == StatusCode::kInvalidArgument && st.message().find(models::kOtherModelConfig) != std::string::npos)
             // Intact, but not this network's: an older checkpoint of the run would not be either.
             return invalid_argument("cannot resume from {}/{}: {}\nhint: resume with the model config the run started "
+                                    "with, or start over with --overwrite",
+                                    dir_, name, st.message());
+        if (st.code() == StatusCode::kInvalidArgument && st.message().find(kOtherOptimizer) != std::string::npos)
+            return invalid_argument("cannot resume from {}/{}: {}\nhint: resume with the optim.name the run started "
                                     "with, or start over with --overwrite",
                                     dir_, name, st.message());
         if (st.is_ok()) {
