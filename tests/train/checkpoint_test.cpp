@@ -8,6 +8,7 @@
 #include "strato/core/fs.h"
 #include "strato/train/checkpoint.h"
 #include "strato/train/metrics_log.h"
+#include "strato/train/trainer.h"
 
 namespace strato::train {
 namespace {
@@ -190,6 +191,20 @@ TEST_F(Checkpoints, MetricsLogTruncatesToTheCheckpointAndIgnoresTornLines) {
     ASSERT_EQ(lines.size(), 4u);
     EXPECT_EQ(lines[3]["step"], 3);
     EXPECT_FALSE(MetricsLog::open(path, 10).is_ok());  // the checkpoint covers more than the file has
+}
+
+TEST(Threads, ZeroTakesOmpNumThreadsWhenSetAsPyTorchDoes) {
+    // strato launch sets OMP_NUM_THREADS=1 for several workers per node; each took every core.
+    const char* old = std::getenv("OMP_NUM_THREADS");
+    const std::string saved = old ? old : "";
+    setenv("OMP_NUM_THREADS", "1", 1);
+    EXPECT_EQ(configure_threads(0), 1);
+    EXPECT_EQ(configure_threads(2), 2);  // run.threads wins
+    setenv("OMP_NUM_THREADS", "lots", 1);
+    EXPECT_EQ(configure_threads(0), static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    if (old) setenv("OMP_NUM_THREADS", saved.c_str(), 1);
+    else unsetenv("OMP_NUM_THREADS");
+    configure_threads(0);
 }
 
 }  // namespace
