@@ -68,6 +68,12 @@ TEST(AutoscaleConfig, ParsesAndRejects) {
         {"[[policy]]\nkind = \"schedule\"\nfrom = \"25:00\"\nnodes = 2\n", "test.toml policy 1 from: time of day '25:00'"},
         {"[[policy]]\nkind = \"schedule\"\nfrom = \"09:00\"\nto = \"09:00\"\nnodes = 2\n", "an empty window"},
         {"[autoscale]\ncooldown_up = inf\n[[policy]]\nkind = \"backlog\"\nper_node = 1\n", "cooldown_up must be a duration"},
+        // Sections of another shape were skipped and the defaults ran.
+        {"[[autoscale]]\nmax_nodes = 3\n[[policy]]\nkind = \"backlog\"\nper_node = 1\n",
+         "'autoscale' must be a table, [autoscale], not an array of tables"},
+        {"autoscale = 7\n[[policy]]\nkind = \"backlog\"\nper_node = 1\n", "'autoscale' must be a table"},
+        {"spot = \"yes\"\n[[policy]]\nkind = \"backlog\"\nper_node = 1\n", "'spot' must be a table, [spot]"},
+        {"[policy]\nkind = \"backlog\"\nper_node = 1\n", "not a single [policy] table"},
     };
     for (const auto& [text, needle] : bad) {
         auto r = AutoscaleConfig::parse(text, "test.toml");

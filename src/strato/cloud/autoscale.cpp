@@ -112,6 +112,17 @@ Result<AutoscaleConfig> AutoscaleConfig::parse(std::string_view toml_text, const
         return invalid_argument("{}:{}: {}", source, e.source().begin.line, e.description());
     }
     STRATO_RETURN_IF_ERROR(only_keys(doc, {"autoscale", "policy", "spot"}, source));
+    // Each in its shape: [autoscale] and [spot] tables, [[policy]] an array of tables (another
+    // shape was skipped without a word and the defaults ran).
+    for (const auto& [key, shape] : {std::pair<const char*, const char*>{"autoscale", "a table, [autoscale]"},
+                                     {"spot", "a table, [spot]"}}) {
+        if (const toml::node* n = doc.get(key); n && !n->is_table())
+            return invalid_argument("{}: '{}' must be {}, not {}", source, key, shape,
+                                    n->is_array_of_tables() ? "an array of tables ([[...]])" : "a value");
+    }
+    if (const toml::node* n = doc.get("policy"); n && !n->is_array_of_tables())
+        return invalid_argument("{}: 'policy' must be an array of tables, [[policy]] (one per policy), not {}", source,
+                                n->is_table() ? "a single [policy] table" : "a value");
     AutoscaleConfig c;
     if (auto* a = doc["autoscale"].as_table()) {
         std::string where = source + " [autoscale]";
