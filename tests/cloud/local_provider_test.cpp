@@ -122,6 +122,24 @@ TEST(LocalProvider, RetriesOnAnotherReplicaWhenOneDied) {
     EXPECT_EQ(f.provider->replicas().at(0).state, "gone");
 }
 
+TEST(LocalProvider, ReplicasThatDieAtStartAreReplacedAfterAGrowingPause) {
+    // A deleted model: every replacement exits at start. It was restarted every tick, a new log
+    // each time, for ever.
+    Fixture f("crashy", "[autoscale]\nmin_nodes = 2\nmax_nodes = 2\ncooldown_up = 0\n[[policy]]\nkind = \"backlog\"\nper_node = 1\n");
+    setenv("FAKE_REPLICA_CRASHY", f.dir.c_str(), 1);
+    ASSERT_TRUE(f.provider->start().is_ok());
+    std::thread control([&] { EXPECT_TRUE(f.provider->run().is_ok()); });
+    std::this_thread::sleep_for(5s);
+    f.provider->stop();
+    control.join();
+    unsetenv("FAKE_REPLICA_CRASHY");
+    int logs = 0;
+    for (const auto& e : std::filesystem::directory_iterator(f.dir + "/logs")) logs += e.path().extension() == ".log";
+    // 2 at start, then after pauses of 2 and 4 s: at most 4 in 5 s (every 0.1 s tick: dozens)
+    EXPECT_GE(logs, 3);
+    EXPECT_LE(logs, 4);
+}
+
 TEST(LocalProvider, AReplicaDrainedWhileStartingIsNeverReady) {
     // Scale up to 2 while a request is in flight, down to 1 right after: the second replica is
     // drained while it starts, and answers ready once told to stop.

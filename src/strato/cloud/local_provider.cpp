@@ -11,6 +11,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <filesystem>
 #include <mutex>
@@ -104,6 +105,8 @@ struct LocalProvider::Impl {
     std::atomic<int64_t> in_flight{0};
     std::atomic<bool> stopping{false};
     Clock::time_point t0 = Clock::now();
+    std::atomic<int> crash_streak{0};    // replicas in a row that exited while starting
+    Clock::time_point last_spawn = Clock::now();
 
     explicit Impl(LocalOptions opts) : o(std::move(opts)), scaler(o.config) {}
 
@@ -241,7 +244,9 @@ struct LocalProvider::Impl {
             while (!stopped() && r->state == 0 && seconds_since(start) < o.ready_timeout_s) {
                 if (exited(*r)) {
                     r->state = 3;
-                    note(fmt::format("replica pid {} exited while starting; see {}", r->pid, log_path));
+                    const int streak = ++crash_streak;
+                    note(fmt::format("replica pid {} exited while starting; see {}{}", r->pid, log_path,
+                                     streak > 1 ? fmt::format(" ({} in a row)", streak) : ""));
                     return;
                 }
                 if (r->port == 0) {
@@ -256,6 +261,7 @@ struct LocalProvider::Impl {
                 auto h = loadgen::http_request(r->url, "GET", "/v2/health/ready", {}, 1000);
                 int starting = 0;  // a replica drained or stopped meanwhile stays so
                 if (h.is_ok() && h->status == 200 && r->state.compare_exchange_strong(starting, 1)) {
+                    crash_streak = 0;
                     note(fmt::format("replica pid {} on port {} ready after {:.1f} s", r->pid, r->port,
                                      seconds_since(start)));
                     return;
@@ -333,17 +339,35 @@ struct LocalProvider::Impl {
     }
 
     void reap() {
-        std::lock_guard<std::mutex> lock(mu);
-        for (auto& r : replicas) {
-            if ((r->state == 1 || (r->state == 3 && !r->reaped)) && exited(*r)) {
-                r->state = 3;
-                log::warn("autoscale: replica pid {} on port {} exited; it will be replaced", r->pid, r->port);
-            } else if (r->state == 3 && !r->reaped.exchange(true)) {  // the proxy gave up on it, yet it runs
-                log::warn("autoscale: replica pid {} on port {} does not answer; stopping it", r->pid, r->port);
-                helper([pid = r->pid] { stop_process(pid); });
+        std::vector<std::string> said;  // noted after the lock: note() takes it too
+        {
+            std::lock_guard<std::mutex> lock(mu);
+            for (auto& r : replicas) {
+                if ((r->state == 1 || (r->state == 3 && !r->reaped)) && exited(*r)) {
+                    r->state = 3;
+                    said.push_back(fmt::format("replica pid {} on port {} exited after {:.0f} s; it will be replaced",
+                                               r->pid, r->port, seconds_since(r->started)));
+                } else if (r->state == 3 && !r->reaped.exchange(true)) {  // the proxy gave up on it, yet it runs
+                    said.push_back(fmt::format("replica pid {} on port {} does not answer; stopping it", r->pid, r->port));
+                    helper([pid = r->pid] {
+                        stop_process(pid);
+                        signals::untrack_process_group(pid);
+                    });
+                }
             }
+            std::erase_if(replicas, [](const auto& r) { return r->state == 3 && r->reaped && r->in_flight == 0; });
         }
-        std::erase_if(replicas, [](const auto& r) { return r->state == 3 && r->reaped && r->in_flight == 0; });
+        for (auto& s : said) note(std::move(s));
+    }
+
+    /// Replicas that die while starting (a deleted model, a bad flag) are replaced after a growing
+    /// pause, 2, 4, ... 60 s, not every tick with a new log each time.
+    bool may_spawn() {
+        const int streak = crash_streak;
+        if (streak == 0) return true;
+        const double wait = std::min(60.0, std::pow(2.0, streak));
+        if (seconds_since(last_spawn) < wait) return false;
+        return true;
     }
 };
 
@@ -446,12 +470,14 @@ Status LocalProvider::run() {
         obs.backlog = samples ? sum / samples : 0;
         obs.utilization = samples ? 100 * busy / samples : 0;
         Decision d = m.scaler.decide(obs);
-        if (d.nodes > obs.nodes) {
-            m.note(fmt::format("{} -> {} replicas: {}", obs.nodes, d.nodes, d.reason));
+        if (d.nodes > obs.nodes && m.may_spawn()) {
+            m.note(fmt::format("{} -> {} replicas: {}{}", obs.nodes, d.nodes, d.reason,
+                               m.crash_streak > 0 ? fmt::format(" (after {} failed start(s))", m.crash_streak.load()) : ""));
             for (int i = obs.nodes; i < d.nodes; ++i) {
                 Status s = m.spawn().status();
                 if (!s.is_ok()) log::warn("autoscale: {}", s.message());
             }
+            m.last_spawn = Clock::now();
         } else if (d.nodes < obs.nodes) {
             m.note(fmt::format("{} -> {} replicas: {}", obs.nodes, d.nodes, d.reason));
             for (int k = obs.nodes - d.nodes; k > 0; --k) {
