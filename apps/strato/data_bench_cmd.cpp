@@ -97,6 +97,8 @@ void add_data_bench_command(CLI::App& data, const GlobalFlags&, int* exit_code) 
             if (!s) return fail(s.status());
             source = *s;
         }
+        if (o->transforms.empty() && o->image_size <= 0)
+            return fail(invalid_argument("give --image-size N (the side images are resized to) or --transform SPEC..."));
         data::ImageDatasetOptions io;
         io.shape = {o->channels, o->image_size, o->image_size};
         io.transforms = o->transforms;

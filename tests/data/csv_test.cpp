@@ -149,6 +149,21 @@ TEST(Csv, TestColumnsInAnotherOrderAreRefusedAndEvaluationUsesTheModelsClasses) 
     EXPECT_EQ(csv->labels(), (std::vector<int64_t>{0, 1}));
 }
 
+TEST(DataPath, AFileIsNotADatasetDirectoryNorMissing) {
+    const auto file = std::filesystem::temp_directory_path() / ("strato-notadir-" + std::to_string(::getpid()) + ".toml");
+    std::ofstream(file) << "[data]\n";
+    for (const char* kind : {"csv", "image-folder", "idx"}) {
+        DataConfig cfg;
+        cfg.dataset = kind;
+        cfg.path = file.string();
+        auto r = open_evaluation_split(cfg, {"a", "b"}, {});
+        ASSERT_FALSE(r.is_ok()) << kind;
+        EXPECT_NE(r.status().message().find(file.string() + " is a file, not a dataset directory"), std::string::npos)
+            << kind << ": " << r.status().message();
+    }
+    std::filesystem::remove(file);
+}
+
 struct ErrorCase {
     const char* what;
     std::string text;

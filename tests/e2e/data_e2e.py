@@ -110,6 +110,8 @@ def main():
         check(b.get("images_per_s", 0) > 0, f"data bench: {p.stdout} {p.stderr}")
         p = run("data", "bench", os.path.join(dst, "train"), "--image-size", "16", "--batch-size", "64", expect=1)
         check("nothing was timed: 1 batch(es) of 64 came" in p.stderr, p.stderr)
+        p = run("data", "bench", os.path.join(dst, "train"), expect=1)  # it blamed --transform
+        check("give --image-size N" in p.stderr, p.stderr)
         for flag, value in (("--epochs", "0"), ("--workers", "100000"), ("--channels", "2"), ("--limit", "-1")):
             p = run("data", "bench", os.path.join(dst, "train"), flag, value, expect=2)
             check(flag in p.stderr, f"data bench {flag} {value}: {p.stderr}")

@@ -52,6 +52,16 @@ void DataConfig::visit(config::Visitor& v) {
 
 namespace {
 
+// data.path is not a directory: missing (with the Debian package to install for Fashion-MNIST),
+// or a file (a config passed where the dataset goes).
+Status no_dataset_dir(const std::string& path) {
+    std::error_code ec;
+    if (std::filesystem::exists(path, ec))
+        return invalid_argument("data.path: {} is a file, not a dataset directory", path);
+    std::string hint = path == kFashionMnistDir ? " (install it: apt-get install dataset-fashion-mnist)" : "";
+    return not_found("data.path: dataset directory {} does not exist{}", path, hint);
+}
+
 Status apply_limit(std::shared_ptr<Dataset>& ds, int64_t limit, const char* key) {
     if (limit <= 0 || limit >= ds->size()) return Status::ok();
     auto* mem = dynamic_cast<InMemoryDataset*>(ds.get());
@@ -145,8 +155,7 @@ Result<DataSplits> open_datasets(const DataConfig& cfg) {
         out.train = train;
         out.test = test;
     } else if (!stdfs::is_directory(cfg.path, ec)) {
-        std::string hint = cfg.path == kFashionMnistDir ? " (install it: apt-get install dataset-fashion-mnist)" : "";
-        return not_found("data.path: dataset directory {} does not exist{}", cfg.path, hint);
+        return no_dataset_dir(cfg.path);
     }
     if (cfg.dataset == "shards") {
         // opened above
@@ -227,10 +236,7 @@ Result<std::shared_ptr<Dataset>> open_evaluation_split(const DataConfig& cfg, co
     if (cfg.dataset == "fashion-mnist" || cfg.dataset == "idx") {
         // The test files alone: the training files need not be there.
         std::error_code ec;
-        if (!stdfs::is_directory(cfg.path, ec)) {
-            std::string hint = cfg.path == kFashionMnistDir ? " (install it: apt-get install dataset-fashion-mnist)" : "";
-            return not_found("data.path: dataset directory {} does not exist{}", cfg.path, hint);
-        }
+        if (!stdfs::is_directory(cfg.path, ec)) return no_dataset_dir(cfg.path);
         std::vector<std::string> names = class_names;
         if (names.empty() && cfg.dataset == "fashion-mnist") names = fashion_mnist_classes();
         auto p = [&](const std::string& f) { return (stdfs::path(cfg.path) / f).string(); };
@@ -243,6 +249,8 @@ Result<std::shared_ptr<Dataset>> open_evaluation_split(const DataConfig& cfg, co
     if (cfg.dataset == "csv" && !class_names.empty()) {
         // test.csv alone, its labels through the model's classes (train.csv's classes could be
         // others: one more label there shifted every index and scored against the wrong class)
+        std::error_code ec;
+        if (!stdfs::is_directory(cfg.path, ec)) return no_dataset_dir(cfg.path);
         CsvOptions co;
         co.label_column = cfg.label_column;
         co.class_names = class_names;
@@ -264,7 +272,7 @@ Result<std::shared_ptr<Dataset>> open_evaluation_split(const DataConfig& cfg, co
     } else {
         std::error_code ec;
         const stdfs::path root(cfg.path);
-        if (!stdfs::is_directory(root, ec)) return not_found("data.path: dataset directory {} does not exist", cfg.path);
+        if (!stdfs::is_directory(root, ec)) return no_dataset_dir(cfg.path);
         stdfs::path dir = root / evaluation_split(cfg);
         if (!stdfs::is_directory(dir, ec)) {
             if (stdfs::is_directory(root / "train", ec))

@@ -224,16 +224,19 @@ Result<Batch> Loader::assemble_unchecked(int64_t b) const {
             // The slot takes the next samples of the epoch's order until one loads, so batches
             // keep their size (the ranks of a distributed run stay in step) and the choice depends
             // on the order alone. A run of more bad samples than this is an error.
-            constexpr int64_t kTries = 64;
+            const int64_t kTries = std::min<int64_t>(64, n_total - 1);  // (a small dataset: each other sample once)
             for (int64_t j = 1; j <= kTries && !st.is_ok(); ++j) {
                 st = load(order_[static_cast<size_t>((k + j) % n_total)]);
                 if (!st.is_ok() && !is_bad_sample(st))
                     return st.with_context(fmt::format("loading a replacement for bad sample {}", idx));
             }
             if (!st.is_ok())
-                return invalid_argument("sample {} and the {} after it in the epoch's order are all unreadable (data.on_bad_sample "
-                                        "= \"skip\" replaces bad samples, but this is no longer a few bad files): {}",
-                                        idx, kTries, st.message());
+                return invalid_argument(
+                    "{} (data.on_bad_sample = \"skip\" replaces bad samples, but this is no longer a few bad files): {}",
+                    kTries + 1 >= n_total ? fmt::format("all {} samples are unreadable", n_total)
+                                          : fmt::format("sample {} and the {} after it in the epoch's order are all unreadable",
+                                                        idx, kTries),
+                    st.message());
         }
         int64_t dy = 0, dx = 0;
         if (pad > 0) {
