@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "strato/core/fs.h"
+#include "strato/core/log.h"
 #include "strato/train/checkpoint.h"
 #include "strato/train/metrics_log.h"
 #include "strato/train/trainer.h"
@@ -95,6 +96,28 @@ TEST_F(Checkpoints, AnotherOptimizerIsTheConfigsChangeNotADamagedCheckpoint) {
     EXPECT_NE(loaded.status().message().find("saved with another optimizer? optim.pt does not load into this run's adamw"),
               std::string::npos)
         << loaded.status().message();
+}
+
+TEST_F(Checkpoints, AResumeByAnotherNumberOfProcessesIsSaid) {
+    CheckpointStore store(dir_.string(), CheckpointConfig{});
+    unsetenv("WORLD_SIZE");
+    TrainState st;
+    st.step = 3;
+    st.next_batch = 3;
+    ASSERT_TRUE(store.save(st, *net_, *opt_).is_ok());
+    const std::string events = (dir_ / "events.log").string();
+    ASSERT_TRUE(log::add_file_sink(events));
+    setenv("WORLD_SIZE", "2", 1);
+    auto loaded = store.load_latest(*net_, *opt_);
+    unsetenv("WORLD_SIZE");
+    log::remove_file_sinks();
+    ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+    auto text = fs::read_file(events);
+    ASSERT_TRUE(text.is_ok());
+    EXPECT_NE(text->find("was saved by 1 process(es), this run has 2: the epoch goes on from batch 3 of each process, so "
+                         "part of this epoch's samples are skipped"),
+              std::string::npos)
+        << *text;
 }
 
 TEST_F(Checkpoints, CorruptLatestFallsBackToThePreviousOne) {
