@@ -140,6 +140,10 @@ TEST(Exposition, PrometheusTextAndJsonRoundTrip) {
         << text;
     EXPECT_NE(text.find("# TYPE strato_disk_read_bytes_total counter\n"), std::string::npos);
     EXPECT_NE(text.find("device=\"v\\\"da\""), std::string::npos);
+    // A process named in bytes that are not UTF-8: U+FFFD, or Prometheus refuses the whole page.
+    s.add("strato_process_cpu_seconds_total", "process_cpu", "CPU", 1, {{"name", "sl\xff\xfe\"q\\ \xc3\xa9"}}, true);
+    text = to_prometheus(s);
+    EXPECT_NE(text.find("name=\"sl\xEF\xBF\xBD\xEF\xBF\xBD\\\"q\\\\ \xc3\xa9\""), std::string::npos) << text;
     Snapshot back;
     std::string err;
     ASSERT_TRUE(from_json(to_json(s), &back, &err)) << err;

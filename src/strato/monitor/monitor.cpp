@@ -142,6 +142,8 @@ Result<std::unique_ptr<Monitor>> Monitor::create(MonitorOptions options) {
         so.address = options.address;
         so.port = static_cast<uint16_t>(options.port);
         so.threads = 1;
+        so.max_connections = 256;  // a scraper needs one; idle ones must not take the descriptors /proc reads need
+        so.idle_timeout = std::chrono::seconds(75);  // longer than the common 60 s scrape interval
         so.server_name = "strato-monitor";
         so.thread_name = "monitor-http";
         Monitor* self = m.get();

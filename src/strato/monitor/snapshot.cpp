@@ -5,6 +5,8 @@
 #include <cmath>
 #include <map>
 
+#include "strato/core/json.h"
+
 namespace strato::monitor {
 
 void Snapshot::add(std::string name, std::string alias, std::string help, double value, Labels labels, bool counter) {
@@ -20,13 +22,23 @@ std::vector<const Metric*> Snapshot::find(const std::string& key) const {
 
 namespace {
 
+// The text format's label escapes; bytes that are not UTF-8 (a process named so) become U+FFFD,
+// or the scraper refuses the whole page.
 std::string escape_label(const std::string& v) {
     std::string out;
-    for (char c : v) {
+    for (size_t i = 0; i < v.size();) {
+        const char c = v[i];
+        const size_t n = utf8_length_at(v, i);
+        if (n == 0) {
+            out += "\xEF\xBF\xBD";
+            ++i;
+            continue;
+        }
         if (c == '\\') out += "\\\\";
         else if (c == '"') out += "\\\"";
         else if (c == '\n') out += "\\n";
-        else out += c;
+        else out.append(v, i, n);
+        i += n;
     }
     return out;
 }

@@ -70,6 +70,7 @@ struct Shared {
     std::atomic<int64_t> in_flight{0};
     std::atomic<int64_t> receiving{0};  // requests whose first bytes have arrived, not yet whole
     std::atomic<uint64_t> accepted{0};
+    std::atomic<int64_t> open{0};  // sessions alive
     std::atomic<bool> draining{false};
 };
 
@@ -80,8 +81,13 @@ public:
     using Clock = std::chrono::steady_clock;
 
     Session(tcp::socket&& socket, std::shared_ptr<Shared> shared, Loop* loop)
-        : stream_(std::move(socket)), shared_(std::move(shared)), loop_(loop) {}
-    ~Session() { set_receiving(false); }  // a loop stopped with the request half read
+        : stream_(std::move(socket)), shared_(std::move(shared)), loop_(loop) {
+        shared_->open.fetch_add(1);
+    }
+    ~Session() {
+        set_receiving(false);  // a loop stopped with the request half read
+        shared_->open.fetch_sub(1);
+    }
 
     void start() {
         net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
@@ -355,6 +361,8 @@ struct Server::Impl {
     std::optional<tcp::acceptor> acceptor;
     std::vector<std::thread> threads;
     size_t next = 0;  // the loop the next connection goes to (used on the acceptor's thread only)
+    uint64_t refused = 0;                     // connections closed at the cap or for lack of descriptors
+    std::optional<net::steady_timer> pause;   // accept paused while out of descriptors
     uint16_t port = 0;
     bool stopped = false;
 
@@ -363,13 +371,27 @@ struct Server::Impl {
         acceptor->async_accept(target->ctx, [this, target](beast::error_code ec, tcp::socket socket) {
             if (ec == net::error::operation_aborted || !acceptor->is_open()) return;
             if (!ec) {
+                const int64_t cap = shared->opts.max_connections;
+                if (cap > 0 && shared->open.load() >= cap) {
+                    if (refused++ % 1000 == 0)
+                        log::warn("http: {} connections open (the most allowed); closing new ones ({} so far)", cap, refused);
+                    beast::error_code ignored;
+                    socket.close(ignored);
+                    return accept();
+                }
                 shared->accepted.fetch_add(1);
                 beast::error_code ignored;
                 socket.set_option(tcp::no_delay(true), ignored);
                 std::make_shared<Session>(std::move(socket), shared, target)->start();
             } else if (ec == net::error::no_descriptors) {
-                log::warn("http: out of file descriptors; pausing accept for 50 ms");
-                std::this_thread::sleep_for(std::chrono::milliseconds(50));
+                // Wait on a timer, not in a sleep: this thread also runs the first loop's connections.
+                if (refused++ % 1000 == 0) log::warn("http: out of file descriptors; pausing accept for 50 ms");
+                pause.emplace(loops[0]->ctx);
+                pause->expires_after(std::chrono::milliseconds(50));
+                pause->async_wait([this](beast::error_code wec) {
+                    if (!wec && acceptor->is_open()) accept();
+                });
+                return;
             }
             accept();
         });
