@@ -175,9 +175,14 @@ def hung_webhook_and_duration(tmp):
     finally:
         hang.close()
     t0 = time.time()
-    subprocess.run([STRATO, "monitor", "--no-exporter", "--interval", "10s", "--duration", "1s"], capture_output=True,
-                   timeout=60)
+    typo = os.path.join(tmp, "typo.toml")
+    with open(typo, "w") as f:
+        f.write('[[rule]]\nname = "busy"\nwhen = "cpu_utl > 90"\n')
+    p = subprocess.run([STRATO, "monitor", "--no-exporter", "--interval", "10s", "--duration", "1s", "--rules", typo],
+                       capture_output=True, text=True, timeout=60)
     check(time.time() - t0 < 5, f"--interval 10s --duration 1s ran {time.time() - t0:.1f} s")
+    check("rule busy: no metric 'cpu_utl' in this machine's samples" in p.stderr and "cpu_util" in p.stderr,
+          f"a rule on a metric that does not exist: {p.stderr[-600:]}")
 
 
 def prometheus_scrape(tmp):

@@ -1,12 +1,14 @@
 #include "strato/monitor/monitor.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
 #include <mutex>
+#include <set>
 #include <fstream>
 #include <thread>
 
@@ -196,6 +198,17 @@ void Monitor::publish(const Snapshot& s) {
     text_ = std::move(text);
 }
 
+// A rule on a metric the first sample does not have can never fire: a typo (gpu_utl), or a GPU
+// metric on a machine without one. Said once, with the names there are.
+void Monitor::warn_unknown_metrics(const Snapshot& s) const {
+    std::set<std::string> names;
+    for (const auto& m : s.metrics) names.insert(m.alias.empty() ? m.name : m.alias);
+    for (const auto& r : options_.rules)
+        if (s.find(r.metric).empty())
+            log::warn("rule {}: no metric '{}' in this machine's samples, so it never fires here (metrics: {})", r.name,
+                      r.metric, fmt::join(names, ", "));
+}
+
 Status Monitor::fire(const AlertEvent& e, MonitorSummary& summary) {
     if (e.firing) ++summary.alerts_fired;
     std::string line = e.describe();
@@ -243,6 +256,7 @@ Result<MonitorSummary> Monitor::run() {
             s = sample();
         }
         ++summary.samples;
+        if (summary.samples == 1) warn_unknown_metrics(s);
         publish(s);
         if (jsonl.is_open()) {
             jsonl << json_text(to_json(s)) << '\n';

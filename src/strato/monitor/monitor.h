@@ -65,6 +65,7 @@ private:
     Monitor() = default;
     void publish(const Snapshot& s);
     Status fire(const AlertEvent& e, MonitorSummary& summary);
+    void warn_unknown_metrics(const Snapshot& s) const;
 
     struct Exporter;
     struct Webhooks;
