@@ -228,6 +228,15 @@ class RemoteTest : public ::testing::Test {
         return {name, static_cast<int64_t>(bytes), fs::sha256_hex(data)};
     }
     std::string served(const ShardInfo& s) const { return slurp(dir_ / "www" / "ds" / s.name); }
+    /// True once the download's part file has its first bytes (within 10 s).
+    static bool arriving(const stdfs::path& part) {
+        return wait_until(
+            [&] {
+                std::error_code ec;
+                return stdfs::file_size(part, ec) > 0 && !ec;
+            },
+            10'000ms);
+    }
 
     RemoteOptions options(int64_t cap = int64_t{1} << 30) const {
         RemoteOptions o;
@@ -517,36 +526,27 @@ TEST_F(RemoteTest, TheDestructorAbortsATransferInFlight) {
     ASSERT_TRUE(store);
     store->prefetch({a});
     const stdfs::path part = cache() / (a.name + ".part");
-    ASSERT_TRUE(wait_until(
-        [&] {
-            std::error_code ec;
-            return stdfs::file_size(part, ec) > 0 && !ec;
-        },
-        10'000ms));
+    ASSERT_TRUE(arriving(part));
     auto t0 = Clock::now();
     store.reset();
     EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 10.0);  // the transfer needs 20 s
     EXPECT_TRUE(stdfs::exists(part));  // kept, to be resumed
 }
 
-TEST_F(RemoteTest, AStopSignalEndsAFetchAtOnce) {
-    // Ctrl-C/SIGTERM while a shard crawls in: the fetch ends now (kCancelled), not after the
-    // transfer or the retries (the first signal was held for minutes by a stalled server).
-    ShardInfo a = shard("crawl/shard-000001.tar", 1'000'000, 61);  // 20 s at 50 KB/s
+TEST_F(RemoteTest, AStopSignalEndsAFetchStillRunningAfterTheGrace) {
+    // Ctrl-C/SIGTERM while a shard crawls in (20 s at 50 KB/s): the fetch ends 10 s later
+    // (kCancelled), not after the transfer or its retries (a stalled server held the first signal
+    // for minutes). The grace lets a training reach its step boundary and checkpoint first.
+    ShardInfo a = shard("crawl/shard-000001.tar", 1'000'000, 61);
     auto store = open(options());
     ASSERT_TRUE(store);
     signals::install_stop_handlers();
     auto fetched = std::async(std::launch::async, [&] { return store->local_path(a); });
     const stdfs::path part = cache() / (a.name + ".part");
-    ASSERT_TRUE(wait_until(
-        [&] {
-            std::error_code ec;
-            return stdfs::file_size(part, ec) > 0 && !ec;
-        },
-        10'000ms));
+    ASSERT_TRUE(arriving(part));
     auto t0 = Clock::now();
     std::raise(SIGTERM);
-    const bool done = fetched.wait_for(10s) == std::future_status::ready;
+    const bool done = fetched.wait_for(30s) == std::future_status::ready;
     const double took = std::chrono::duration<double>(Clock::now() - t0).count();
     signals::reset();
     ASSERT_TRUE(done) << "the fetch went on after SIGTERM";
@@ -554,7 +554,8 @@ TEST_F(RemoteTest, AStopSignalEndsAFetchAtOnce) {
     ASSERT_FALSE(path.is_ok());
     EXPECT_EQ(path.status().code(), StatusCode::kCancelled) << path.status().message();
     EXPECT_NE(path.status().message().find("a stop signal"), std::string::npos) << path.status().message();
-    EXPECT_LT(took, 5.0);
+    EXPECT_GE(took, 9.5);
+    EXPECT_LT(took, 17.0);  // the transfer itself needs 20 s
     EXPECT_TRUE(stdfs::exists(part));  // kept, to be resumed
 }
 

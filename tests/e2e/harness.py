@@ -1,4 +1,4 @@
-"""Shared by the e2e scripts of plan, monitor, autoscale and tune: the binary under test
+"""Shared by the e2e scripts of plan, monitor, autoscale, tune and serve: the binary under test
 (argv[1]), the repository, failures collected as checks run, and a tiny trained run."""
 import os
 import random
@@ -26,6 +26,26 @@ def run(*args, expect=0, timeout=300):
         failures.append(f"strato {' '.join(args)}: exit {p.returncode}, expected {expect}\n"
                         f"{p.stdout[-2000:]}{p.stderr[-2000:]}")
     return p
+
+
+def wait_thread_gone(pid, name, timeout):
+    """Waits until process `pid` has no thread named `name`; False after `timeout` seconds.
+    (strato serve frees an unloaded version on a 'repo-unload' thread after its index already
+    says UNAVAILABLE, as Triton's unload is asynchronous: memory is counted after it.)"""
+    deadline = time.time() + timeout
+    while True:
+        names = []
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                    names.append(f.read().strip())
+            except OSError:  # the thread ended while listed
+                pass
+        if name not in names:
+            return True
+        if time.time() > deadline:
+            return False
+        time.sleep(0.01)
 
 
 _HANDED_OUT = set()

@@ -23,6 +23,8 @@ import time
 import urllib.error
 import urllib.request
 
+from harness import wait_thread_gone
+
 try:
     import torch
     import torchvision
@@ -98,21 +100,7 @@ def usage(pid):
 
 
 def wait_retired(pid, model, timeout=30):
-    """Waits until no 'repo-unload' thread of `pid` is left: an unloaded version is stopped and
-    freed on one after the index already says UNAVAILABLE (Triton's unload is asynchronous too)."""
-    deadline = time.time() + timeout
-    while True:
-        names = []
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            try:
-                with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                    names.append(f.read().strip())
-            except OSError:  # the thread ended while listed
-                pass
-        if "repo-unload" not in names:
-            return
-        assert time.time() < deadline, f"{model}: the unloaded version is still being freed {timeout} s later"
-        time.sleep(0.01)
+    assert wait_thread_gone(pid, "repo-unload", timeout), f"{model}: the unloaded version is still being freed {timeout} s later"
 
 
 def load_unload_cycles(port, pid, model, inp, out, x, warmup=4, n=12):

@@ -283,30 +283,33 @@ struct LocalProvider::Impl {
         siginfo_t info{};
         if (waitid(P_PID, r.pid, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != r.pid) return false;
         if (!r.reaped.exchange(true)) {
+            signals::untrack_process_group(r.pid);  // before the reap frees the pid for another process
             waitpid(r.pid, nullptr, 0);
-            signals::untrack_process_group(r.pid);
         }
         return true;
     }
 
-    /// SIGTERM, 30 s to exit, then SIGKILL; reaps the process.
+    /// SIGTERM, 30 s to exit, then SIGKILL; reaps the process. Its group is untracked while the
+    /// zombie still holds the pid: a second Ctrl-C must not SIGKILL a later process given that pid.
     static void stop_process(pid_t pid) {
         kill(pid, SIGTERM);
-        int status = 0;
-        for (int i = 0; i < 300 && waitpid(pid, &status, WNOHANG) == 0; ++i)
-            std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        if (waitpid(pid, &status, WNOHANG) == 0) {
+        const auto gone = [pid](int flags) {
+            siginfo_t info{};
+            const int rc = waitid(P_PID, pid, &info, WEXITED | WNOWAIT | flags);
+            return (rc == 0 && info.si_pid == pid) || (rc != 0 && errno == ECHILD);  // (ECHILD: reaped already)
+        };
+        for (int i = 0; i < 300 && !gone(WNOHANG); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        if (!gone(WNOHANG)) {
             kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
+            gone(0);
         }
+        signals::untrack_process_group(pid);
+        waitpid(pid, nullptr, 0);
     }
 
     /// Stops and reaps the process (only the first caller does) and marks the replica gone.
     void terminate(const std::shared_ptr<Replica>& r) {
-        if (!r->reaped.exchange(true)) {
-            stop_process(r->pid);
-            signals::untrack_process_group(r->pid);
-        }
+        if (!r->reaped.exchange(true)) stop_process(r->pid);
         r->state = 3;
     }
 
@@ -349,10 +352,7 @@ struct LocalProvider::Impl {
                                                r->pid, r->port, seconds_since(r->started)));
                 } else if (r->state == 3 && !r->reaped.exchange(true)) {  // the proxy gave up on it, yet it runs
                     said.push_back(fmt::format("replica pid {} on port {} does not answer; stopping it", r->pid, r->port));
-                    helper([pid = r->pid] {
-                        stop_process(pid);
-                        signals::untrack_process_group(pid);
-                    });
+                    helper([pid = r->pid] { stop_process(pid); });
                 }
             }
             std::erase_if(replicas, [](const auto& r) { return r->state == 3 && r->reaped && r->in_flight == 0; });

@@ -24,6 +24,23 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// A stop signal ends a fetch that is still running 10 s after it: a training stops at its next
+// step boundary (checkpointed, ranks agreeing by vote), which a fetch ended at once would break
+// (an error in the middle of a step, one rank gone); a stalled server cannot hold the stop longer.
+constexpr auto kStopGrace = std::chrono::seconds(10);
+
+bool stop_insisted() {
+    static std::atomic<int64_t> since{0};  // steady-clock ns when the fetches first saw the signal
+    if (!signals::stop_requested()) {
+        since.store(0);  // (signals::reset(): a later signal gets its own grace)
+        return false;
+    }
+    const int64_t now = Clock::now().time_since_epoch().count();
+    int64_t none = 0;
+    since.compare_exchange_strong(none, now);
+    return now - since.load() >= std::chrono::duration_cast<Clock::duration>(kStopGrace).count();
+}
+
 struct EvpFree {
     void operator()(EVP_MD_CTX* ctx) const { EVP_MD_CTX_free(ctx); }
 };
@@ -213,8 +230,8 @@ size_t on_header(char* p, size_t size, size_t count, void* user) {
 
 int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
     auto* a = static_cast<HttpClient::Attempt*>(user);
-    // A Ctrl-C/SIGTERM ends a fetch at once (a stalled server held the first signal for minutes)
-    return a->client->stopped() || signals::stop_requested() ? 1 : 0;
+    // A stop signal ends the fetch after a grace (a stalled server held the first signal for minutes)
+    return a->client->stopped() || stop_insisted() ? 1 : 0;
 }
 
 Outcome judge(CURLcode rc, const HttpClient::Attempt& a, const std::string& url) {
@@ -225,7 +242,7 @@ Outcome judge(CURLcode rc, const HttpClient::Attempt& a, const std::string& url)
     }
     if (rc == CURLE_ABORTED_BY_CALLBACK) {
         o.status = {StatusCode::kCancelled, fmt::format("fetching {}: cancelled ({})", url,
-                                                        signals::stop_requested() ? "a stop signal" : "the store is closing")};
+                                                        a.client->stopped() ? "the store is closing" : "a stop signal")};
         return o;
     }
     if (rc != CURLE_OK) {
@@ -329,11 +346,11 @@ bool HttpClient::sleep_for(double seconds) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                                 std::chrono::duration<double>(seconds));
     // (in slices: a stop signal sets a flag, it notifies no condition variable)
-    while (!stop_ && !signals::stop_requested() && std::chrono::steady_clock::now() < until)
+    while (!stop_ && !stop_insisted() && std::chrono::steady_clock::now() < until)
         stop_cv_.wait_for(lk, std::min<std::chrono::steady_clock::duration>(until - std::chrono::steady_clock::now(),
                                                                             std::chrono::milliseconds(100)),
                           [&] { return stop_.load(); });
-    return !stop_ && !signals::stop_requested();
+    return !stop_ && !stop_insisted();
 }
 
 CURL* HttpClient::acquire() {
@@ -389,7 +406,7 @@ Status HttpClient::with_retries(const std::string& url, F&& attempt_once) {
     Clock::time_point t0 = Clock::now();
     int n = 0;  // attempts since the last one that made progress
     while (true) {
-        if (stop_ || signals::stop_requested())
+        if (stop_ || stop_insisted())
             return {StatusCode::kCancelled, fmt::format("fetching {}: cancelled ({})", url,
                                                         stop_ ? "the store is closing" : "a stop signal")};
         ++n;

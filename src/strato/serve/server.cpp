@@ -53,7 +53,7 @@ bool split_path(const std::string& target, std::vector<std::string>* out) {
     for (const char* scheme : {"http://", "https://"}) {
         const size_t n = std::strlen(scheme);
         if (target.size() >= n && strncasecmp(target.c_str(), scheme, n) == 0) {
-            start = target.find('/', n);
+            start = target.find_first_of("/?#", n);  // the authority ends at the path, or at a query (empty path)
             if (start == std::string::npos) start = target.size();
         }
     }

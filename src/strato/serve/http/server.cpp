@@ -178,16 +178,19 @@ private:
         // Transfer-Encoding: only "chunked". Not last, the body's length is unknown and the rest
         // would be read as another request (RFC 9112 6.3: 400 and close; a smuggling vector behind
         // a proxy that reads it otherwise); gzip and other codings before it are not implemented.
-        if (auto te = parser_->get()[bhttp::field::transfer_encoding]; !te.empty()) {
+        const auto& fields = parser_->get();
+        if (auto [first, last] = fields.equal_range(bhttp::field::transfer_encoding); first != last) {
+            std::string te;  // every Transfer-Encoding line, in order, is one list (RFC 9110 5.3)
+            for (auto it = first; it != last; ++it) te += (te.empty() ? "" : ", ") + std::string(it->value());
             std::vector<std::string> codings;
             for (auto part : bhttp::token_list{te}) codings.emplace_back(part);
             if (codings.empty() || !beast::iequals(codings.back(), "chunked")) {
-                fail(400, fmt::format("Transfer-Encoding '{}' does not end in chunked: the body's length is unknown", std::string(te)));
+                fail(400, fmt::format("Transfer-Encoding '{}' does not end in chunked: the body's length is unknown", te));
                 return false;
             }
             if (codings.size() > 1) {
                 fail(501, fmt::format("Transfer-Encoding '{}' is not implemented (only chunked; Content-Encoding gzip or "
-                                      "deflate is)", std::string(te)));
+                                      "deflate is)", te));
                 return false;
             }
         }

@@ -500,7 +500,8 @@ Result<InferResponse> decode_infer_response(std::string_view body, std::optional
             r.binary.push_back(true);
         } else {
             int64_t count = 0;
-            STRATO_RETURN_IF_ERROR(append_json_data(t.data, &count, t.dtype, o.value("data", json::array()), t.name));
+            STRATO_RETURN_IF_ERROR(
+                append_json_data(t.data, &count, t.dtype, o.value("data", json::array()), fmt::format("output '{}'", t.name)));
             r.binary.push_back(false);
         }
         STRATO_RETURN_IF_ERROR(check_tensor_data(t, "output"));

@@ -127,16 +127,15 @@ bool is_version_dir_name(const std::string& s) {
     return std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-std::vector<uint64_t> batch_bounds(int64_t max_batch) {
+// Powers of two from 1 to 65536 rows, the same for every model and config: replicas and reloads
+// with another max_batch_size aggregate (a reload used to keep the first load's buckets).
+std::vector<uint64_t> batch_bounds() {
     std::vector<uint64_t> b;
-    for (uint64_t v = 1; v < static_cast<uint64_t>(std::max<int64_t>(max_batch, 1)); v *= 2) b.push_back(v);
-    b.push_back(static_cast<uint64_t>(std::max<int64_t>(max_batch, 1)));
-    std::sort(b.begin(), b.end());
-    b.erase(std::unique(b.begin(), b.end()), b.end());
+    for (uint64_t v = 1; v <= 65536; v *= 2) b.push_back(v);
     return b;
 }
 
-VersionMetrics make_metrics(metrics::Registry& r, const std::string& model, int64_t version, int64_t max_batch) {
+VersionMetrics make_metrics(metrics::Registry& r, const std::string& model, int64_t version) {
     metrics::Labels l{{"model", model}, {"version", std::to_string(version)}};
     auto with = [&](const char* k, const char* v) {
         metrics::Labels x = l;
@@ -163,17 +162,19 @@ VersionMetrics make_metrics(metrics::Registry& r, const std::string& model, int6
                                   "Inference request latency inside the server (queue + compute), aggregatable across replicas", l, lat, 1e9);
     m.queue_hist = &r.histogram("strato_inference_queue_duration_seconds", "Time requests waited in the batcher queue", l, lat, 1e9);
     m.infer_hist = &r.histogram("strato_inference_compute_infer_duration_seconds", "Model execution time per batch", l, lat, 1e9);
-    m.batch_hist = &r.histogram("strato_inference_batch_size", "Rows per model execution", l, batch_bounds(max_batch), 1.0);
-    r.set_hidden(l, false);  // loaded again after an unload: its series come back
+    m.batch_hist = &r.histogram("strato_inference_batch_size", "Rows per model execution", l, batch_bounds(), 1.0);
     return m;
 }
 
-// The versions in `gone` that `kept` does not have leave /metrics (as an unloaded model's do in Triton).
+// The versions in `gone` that `kept` does not have leave /metrics (as an unloaded model's do in
+// Triton); those in `kept` are shown (loaded again after an unload, with their counts). Called
+// once the swap is made: a load that fails changes nothing.
 void hide_metrics(metrics::Registry* r, const std::string& model, const std::map<int64_t, std::shared_ptr<ModelVersion>>& gone,
                   const std::map<int64_t, std::shared_ptr<ModelVersion>>& kept = {}) {
     if (!r) return;
     for (const auto& [v, mv] : gone)
         if (!kept.count(v)) r->set_hidden({{"model", model}, {"version", std::to_string(v)}}, true);
+    for (const auto& [v, mv] : kept) r->set_hidden({{"model", model}, {"version", std::to_string(v)}}, false);
 }
 
 }  // namespace
@@ -335,7 +336,7 @@ Result<std::map<int64_t, std::shared_ptr<ModelVersion>>> Repository::build(const
                 pos = nl + 1;
             }
         }
-        mv->metrics = make_metrics(*registry_, name, ver, cfg.max_batch_size);
+        mv->metrics = make_metrics(*registry_, name, ver);
         BatcherOptions bo;
         bo.name = name;
         bo.batches = cfg.max_batch_size > 0;
