@@ -203,7 +203,9 @@ void add_capacity(CLI::App& parent, int* exit_code) {
         const std::string cur = cat->currency().code;
         if (o->json) {
             nlohmann::json out = {{"kind", "strato-capacity"}, {"qps", req.target_qps}, {"replica_qps", req.replica_qps},
-                                  {"p99_ms", cap.p99_ms}, {"currency", cur}, {"rows", nlohmann::json::array()}};
+                                  // (no load test: no p99 measured, null rather than 0)
+                                  {"p99_ms", cap.qps > 0 ? nlohmann::json(cap.p99_ms) : nlohmann::json()},
+                                  {"currency", cur}, {"rows", nlohmann::json::array()}};
             for (const auto& r : *rows)
                 out["rows"].push_back({{"provider", r.inst->provider}, {"region", r.inst->region}, {"instance", r.inst->type},
                                        {"instances", r.instances}, {"replicas_per_instance", r.replicas_per_instance},

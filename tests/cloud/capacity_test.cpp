@@ -63,6 +63,13 @@ TEST(Capacity, ReplicasAndCostPerMillion) {
     auto pairs = capacity_plan(cat, req);
     ASSERT_TRUE(pairs.is_ok());
     for (const auto& r : *pairs) EXPECT_NE(r.inst->gpus, 1);  // a 1-GPU type cannot hold one
+    req.gpus_per_replica = 1024;  // ("no priced instance matches the filters" blamed filters not given)
+    auto none = capacity_plan(cat, req);
+    ASSERT_FALSE(none.is_ok());
+    EXPECT_NE(none.status().message().find("no priced instance has 1024 GPUs for a replica (--gpus-per-replica)"),
+              std::string::npos)
+        << none.status().message();
+    req.gpus_per_replica = 2;
     req.target_qps = 0;
     EXPECT_FALSE(capacity_plan(cat, req).is_ok());
     // A fleet past a million instances was an int overflow: -2147483648 instances, cheapest first.

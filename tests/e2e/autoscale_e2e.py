@@ -157,6 +157,11 @@ def simulate_capacity_manifests(tmp, loadtest_json):
     isvc = yaml.safe_load(p.stdout)
     check(isvc["kind"] == "InferenceService" and isvc["apiVersion"] == "serving.kserve.io/v1beta1", str(isvc)[:300])
 
+    # Without a load test no p99 was measured: null, not 0.
+    p = run("autoscale", "capacity", "--replica-qps", "100", "--qps", "1000", "--json")
+    cap = json.loads(p.stdout) if p.returncode == 0 else {}
+    check(cap.get("p99_ms", 0) is None and cap.get("rows"), f"capacity --replica-qps: {p.stdout[:300]}")
+
     bad_trace = os.path.join(tmp, "bad.csv")
     with open(bad_trace, "w") as f:
         f.write("time_s,rate\n0,10\n-5,3\n")

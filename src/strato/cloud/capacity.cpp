@@ -54,7 +54,7 @@ Result<std::vector<CapacityRow>> capacity_plan(const Catalog& catalog, const Cap
     for (const auto& t : req.instance_types) STRATO_RETURN_IF_ERROR(catalog.find(t).status());
     constexpr double kMaxInstances = 1e6;
     std::vector<CapacityRow> rows;
-    int too_many = 0;
+    int too_many = 0, too_few_gpus = 0;
     for (const auto& in : catalog.instances()) {
         if (!req.instance_types.empty() &&
             std::find(req.instance_types.begin(), req.instance_types.end(), in.type) == req.instance_types.end())
@@ -67,7 +67,10 @@ Result<std::vector<CapacityRow>> capacity_plan(const Catalog& catalog, const Cap
         CapacityRow r;
         r.inst = &in;
         r.replicas_per_instance = in.gpus > 0 ? std::max(1, in.gpus / req.gpus_per_replica) : 1;
-        if (in.gpus > 0 && in.gpus < req.gpus_per_replica) continue;
+        if (in.gpus > 0 && in.gpus < req.gpus_per_replica) {
+            ++too_few_gpus;
+            continue;
+        }
         double per_instance = r.replicas_per_instance * req.replica_qps * (1 - req.headroom);
         const double needed = std::ceil(req.target_qps / per_instance);
         if (needed > kMaxInstances) {  // no fleet: say so below rather than wrap into a negative count
@@ -83,6 +86,9 @@ Result<std::vector<CapacityRow>> capacity_plan(const Catalog& catalog, const Cap
         return invalid_argument("{:g} req/s at {:g} req/s per replica needs more than {:g} instances of every matching "
                                 "type",
                                 req.target_qps, req.replica_qps, kMaxInstances);
+    if (rows.empty() && too_few_gpus > 0)
+        return not_found("no priced instance has {} GPUs for a replica (--gpus-per-replica){}", req.gpus_per_replica,
+                         req.instance_types.empty() && req.accelerators.empty() ? "" : " among those the filters keep");
     if (rows.empty()) return not_found("no priced instance matches the filters");
     std::sort(rows.begin(), rows.end(), [](const CapacityRow& a, const CapacityRow& b) {
         return a.cost_per_million != b.cost_per_million ? a.cost_per_million < b.cost_per_million

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <charconv>
@@ -390,14 +391,16 @@ void Repository::retire(std::map<int64_t, std::shared_ptr<ModelVersion>> old) {
         }
     }
     auto done = std::make_shared<std::atomic<bool>>(false);
-    retirees_.push_back({std::thread([old = std::move(old), done]() mutable {
-                             set_thread_name("repo-unload");
-                             for (auto& [v, mv] : old) mv->batcher->stop();
-                             old.clear();
-                             release_free_memory();  // the unloaded weights, not kept in an arena
-                             done->store(true);
-                         }),
-                         done});
+    std::thread t([old = std::move(old), done]() mutable {
+        for (auto& [v, mv] : old) mv->batcher->stop();
+        old.clear();
+        release_free_memory();  // the unloaded weights, not kept in an arena
+        done->store(true);
+    });
+    // Named here, before the unload is answered (inside, it could still carry its creator's name
+    // when a client looks): while a "repo-unload" thread lives, the old version is being freed.
+    pthread_setname_np(t.native_handle(), "repo-unload");
+    retirees_.push_back({std::move(t), done});
 }
 
 Status Repository::load_locked(const std::string& name, const std::optional<nlohmann::json>& config_json) {
