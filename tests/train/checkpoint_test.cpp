@@ -99,17 +99,13 @@ TEST_F(Checkpoints, AnotherOptimizerIsTheConfigsChangeNotADamagedCheckpoint) {
 }
 
 TEST_F(Checkpoints, AResumeByAnotherNumberOfProcessesIsSaid) {
-    CheckpointStore store(dir_.string(), CheckpointConfig{});
-    unsetenv("WORLD_SIZE");
     TrainState st;
     st.step = 3;
     st.next_batch = 3;
-    ASSERT_TRUE(store.save(st, *net_, *opt_).is_ok());
+    ASSERT_TRUE(CheckpointStore(dir_.string(), CheckpointConfig{}, 1).save(st, *net_, *opt_).is_ok());
     const std::string events = (dir_ / "events.log").string();
     ASSERT_TRUE(log::add_file_sink(events));
-    setenv("WORLD_SIZE", "2", 1);
-    auto loaded = store.load_latest(*net_, *opt_);
-    unsetenv("WORLD_SIZE");
+    auto loaded = CheckpointStore(dir_.string(), CheckpointConfig{}, 2).load_latest(*net_, *opt_);
     log::remove_file_sinks();
     ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
     auto text = fs::read_file(events);

@@ -278,10 +278,18 @@ struct LocalProvider::Impl {
         return r;
     }
 
+    /// True once `pid` has exited, without reaping it (WNOWAIT: the zombie keeps the pid, so its
+    /// group can be untracked first); also when it was reaped already (ECHILD). `flags`: WNOHANG
+    /// to look, 0 to wait.
+    static bool has_exited(pid_t pid, int flags) {
+        siginfo_t info{};
+        const int rc = waitid(P_PID, pid, &info, WEXITED | WNOWAIT | flags);
+        return (rc == 0 && info.si_pid == pid) || (rc != 0 && errno == ECHILD);
+    }
+
     /// True once the process has exited; reaps it unless terminate() already owns that.
     static bool exited(Replica& r) {
-        siginfo_t info{};
-        if (waitid(P_PID, r.pid, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != r.pid) return false;
+        if (!has_exited(r.pid, WNOHANG)) return false;
         if (!r.reaped.exchange(true)) {
             signals::untrack_process_group(r.pid);  // before the reap frees the pid for another process
             waitpid(r.pid, nullptr, 0);
@@ -293,15 +301,11 @@ struct LocalProvider::Impl {
     /// zombie still holds the pid: a second Ctrl-C must not SIGKILL a later process given that pid.
     static void stop_process(pid_t pid) {
         kill(pid, SIGTERM);
-        const auto gone = [pid](int flags) {
-            siginfo_t info{};
-            const int rc = waitid(P_PID, pid, &info, WEXITED | WNOWAIT | flags);
-            return (rc == 0 && info.si_pid == pid) || (rc != 0 && errno == ECHILD);  // (ECHILD: reaped already)
-        };
-        for (int i = 0; i < 300 && !gone(WNOHANG); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        if (!gone(WNOHANG)) {
+        for (int i = 0; i < 300 && !has_exited(pid, WNOHANG); ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        if (!has_exited(pid, WNOHANG)) {
             kill(pid, SIGKILL);
-            gone(0);
+            has_exited(pid, 0);
         }
         signals::untrack_process_group(pid);
         waitpid(pid, nullptr, 0);

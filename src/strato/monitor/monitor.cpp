@@ -4,8 +4,6 @@
 #include <fmt/ranges.h>
 
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <filesystem>
 #include <mutex>
 #include <set>
@@ -14,8 +12,8 @@
 
 #include "strato/core/json.h"
 #include "strato/core/log.h"
+#include "strato/core/serial_worker.h"
 #include "strato/core/signals.h"
-#include "strato/core/thread_name.h"
 #include "strato/loadgen/http_parse.h"
 #include "strato/loadgen/load.h"
 #include "strato/loadgen/oip_target.h"
@@ -31,64 +29,28 @@ struct Monitor::Exporter {
 // each) used to stop sampling, the exporter's freshness and --duration with it. A bounded queue; at
 // the end of run() what is queued gets a few seconds to go out.
 struct Monitor::Webhooks {
-    struct Post {
-        std::string rule, url, body;
-    };
-    std::mutex mu;
-    std::condition_variable cv;
-    std::deque<Post> queue;
-    bool stopping = false, sending = false;
+    SerialWorker worker{"webhooks", 256};
     int64_t dropped = 0;
-    std::thread thread;
 
-    Webhooks() : thread([this] { loop(); }) {}
-    ~Webhooks() {
-        {
-            std::lock_guard lock(mu);
-            stopping = true;
-            queue.clear();
-        }
-        cv.notify_all();
-        thread.join();
-    }
-
-    void push(Post p) {
-        std::lock_guard lock(mu);
-        if (queue.size() >= 256) {  // the receiver is far behind: the oldest notification goes
-            queue.pop_front();
-            if (++dropped == 1 || dropped % 100 == 0)
-                log::warn("alert webhooks: {} notification(s) dropped, the receiver does not keep up", dropped);
-        }
-        queue.push_back(std::move(p));
-        cv.notify_all();
+    void push(std::string rule, std::string url_text, std::string body) {
+        const bool kept = worker.submit([rule = std::move(rule), url_text = std::move(url_text),
+                                         body = std::move(body)](bool run) {
+            if (!run) return;
+            auto url = loadgen::parse_url(url_text);  // (checked at create())
+            auto reply = url ? loadgen::http_request(*url, "POST", url->target, body, 5000)
+                             : Result<loadgen::HttpReply>(url.status());
+            if (!reply.is_ok()) log::warn("alert {}: webhook {} failed: {}", rule, url_text, reply.status().message());
+            else if (reply->status >= 300) log::warn("alert {}: webhook {} answered HTTP {}", rule, url_text, reply->status);
+        });
+        if (!kept && (++dropped == 1 || dropped % 100 == 0))  // the receiver is far behind: the oldest went
+            log::warn("alert webhooks: {} notification(s) dropped, the receiver does not keep up", dropped);
     }
 
     // Waits until everything queued was sent, at most `limit`.
     void flush(std::chrono::milliseconds limit) {
-        std::unique_lock lock(mu);
-        if (!cv.wait_for(lock, limit, [&] { return queue.empty() && !sending; }))
-            log::warn("alert webhooks: {} notification(s) not sent within {} s at exit", queue.size() + (sending ? 1 : 0),
+        if (!worker.flush(limit))
+            log::warn("alert webhooks: {} notification(s) not sent within {} s at exit", worker.pending(),
                       limit.count() / 1000);
-    }
-
-    void loop() {
-        set_thread_name("webhooks");
-        std::unique_lock lock(mu);
-        while (true) {
-            cv.wait(lock, [&] { return stopping || !queue.empty(); });
-            if (stopping) return;
-            Post p = std::move(queue.front());
-            queue.pop_front();
-            sending = true;
-            lock.unlock();
-            auto url = loadgen::parse_url(p.url);  // (checked at create())
-            auto reply = url ? loadgen::http_request(*url, "POST", url->target, p.body, 5000) : Result<loadgen::HttpReply>(url.status());
-            if (!reply.is_ok()) log::warn("alert {}: webhook {} failed: {}", p.rule, p.url, reply.status().message());
-            else if (reply->status >= 300) log::warn("alert {}: webhook {} answered HTTP {}", p.rule, p.url, reply->status);
-            lock.lock();
-            sending = false;
-            cv.notify_all();
-        }
     }
 };
 
@@ -216,7 +178,7 @@ Status Monitor::fire(const AlertEvent& e, MonitorSummary& summary) {
     else log::info("alert {}", line);
     if (e.rule->action == "webhook") {
         if (!webhooks_) webhooks_ = std::make_unique<Webhooks>();
-        webhooks_->push({e.rule->name, e.rule->webhook, e.webhook_json()});
+        webhooks_->push(e.rule->name, e.rule->webhook, e.webhook_json());
     }
     if (e.firing && e.rule->action == "exit") summary.exit_alert = line;
     return Status::ok();

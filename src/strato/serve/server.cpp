@@ -5,19 +5,16 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <fstream>
 #include <functional>
 #include <mutex>
-#include <thread>
 
 #include <zlib.h>
 
 #include "strato/core/json.h"
 #include "strato/core/log.h"
-#include "strato/core/thread_name.h"
+#include "strato/core/serial_worker.h"
 #include "strato/serve/protocol/codec.h"
 
 namespace strato::serve {
@@ -255,60 +252,6 @@ Status bind_inputs(const ModelVersion& mv, InferRequest& req, std::vector<Tensor
     return Status::ok();
 }
 
-// Runs jobs one at a time on a thread of its own. Repository changes (a load can take seconds)
-// run here: each HTTP connection lives on one I/O thread, whose other connections would wait.
-class SerialWorker {
-public:
-    /// `job(true)` runs it; `job(false)` is called instead for jobs still queued at stop().
-    using Job = std::function<void(bool run)>;
-    SerialWorker()
-        : thread_([this] {
-              set_thread_name("repo-manager");
-              loop();
-          }) {}
-    ~SerialWorker() { stop(); }
-    void submit(Job job) {
-        {
-            std::lock_guard lock(mu_);
-            if (!stopping_) {
-                jobs_.push_back(std::move(job));
-                cv_.notify_one();
-                return;
-            }
-        }
-        job(false);
-    }
-    /// Finishes the running job, refuses the queued ones, joins. Idempotent.
-    void stop() {
-        {
-            std::lock_guard lock(mu_);
-            stopping_ = true;
-        }
-        cv_.notify_one();
-        if (thread_.joinable()) thread_.join();
-    }
-
-private:
-    void loop() {
-        std::unique_lock lock(mu_);
-        while (true) {
-            cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
-            if (jobs_.empty()) return;
-            Job job = std::move(jobs_.front());
-            jobs_.pop_front();
-            bool run = !stopping_;
-            lock.unlock();
-            job(run);
-            lock.lock();
-        }
-    }
-    std::mutex mu_;
-    std::condition_variable cv_;
-    std::deque<Job> jobs_;
-    bool stopping_ = false;
-    std::thread thread_;
-};
-
 }  // namespace
 
 struct InferenceServer::Impl {
@@ -319,7 +262,9 @@ struct InferenceServer::Impl {
     std::unique_ptr<http::Server> metrics_http;
     metrics::Counter* http_requests = nullptr;
     std::atomic<bool> live{false};
-    SerialWorker manager;  // repository load/unload
+    // Repository load/unload, one at a time on a thread of its own: a load can take seconds, and
+    // each HTTP connection lives on one I/O thread, whose other connections would wait.
+    SerialWorker manager{"repo-manager"};
 
     bool authorized(const http::Request& r, const std::string& token) const {
         if (token.empty()) return true;

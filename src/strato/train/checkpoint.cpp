@@ -4,14 +4,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "strato/core/fs.h"
 #include "strato/core/json.h"
 #include "strato/core/log.h"
-#include "strato/core/parse.h"
 #include "strato/models/package.h"
 
 namespace strato::train {
@@ -69,8 +67,8 @@ std::string rng_to_bytes() {
 
 }  // namespace
 
-CheckpointStore::CheckpointStore(std::string run_dir, CheckpointConfig cfg)
-    : dir_((stdfs::path(run_dir) / "checkpoints").string()), cfg_(cfg) {}
+CheckpointStore::CheckpointStore(std::string run_dir, CheckpointConfig cfg, int64_t world_size)
+    : dir_((stdfs::path(run_dir) / "checkpoints").string()), cfg_(cfg), world_size_(world_size) {}
 
 bool CheckpointStore::any() const { return !list_desc().empty(); }
 
@@ -99,13 +97,6 @@ std::string optimizer_kind(const torch::optim::Optimizer& optim) {
 
 constexpr const char* kOtherOptimizer = "saved with another optimizer";
 
-// The processes training together (WORLD_SIZE under strato launch or torchrun; 1 alone).
-int64_t world_size() {
-    const char* ws = std::getenv("WORLD_SIZE");
-    auto v = ws ? parse_int(ws, 1, 1 << 20) : std::optional<int64_t>(1);
-    return v ? *v : 1;
-}
-
 }  // namespace
 
 Status CheckpointStore::save(const TrainState& state, torch::nn::Module& model, torch::optim::Optimizer& optim) {
@@ -123,7 +114,7 @@ Status CheckpointStore::save(const TrainState& state, torch::nn::Module& model, 
         {"state.json", json_text(state_to_json(state), 2)},
     };
     json manifest = {{"format", "strato-checkpoint"}, {"format_version", 1}, {"step", state.step},
-                     {"optimizer", optimizer_kind(optim)}, {"world_size", world_size()}, {"files", json::object()}};
+                     {"optimizer", optimizer_kind(optim)}, {"world_size", world_size_}, {"files", json::object()}};
     for (const auto& [fname, bytes] : files) {
         STRATO_RETURN_IF_ERROR(fs::atomic_write(tmp / fname, bytes));
         manifest["files"][fname] = {{"sha256", fs::sha256_hex(bytes)}, {"bytes", bytes.size()}};
@@ -184,11 +175,11 @@ Status CheckpointStore::verify_and_load(const std::string& name, torch::nn::Modu
     // An elastic restart may bring another number of processes: the position within the epoch
     // counts each process's batches, so the rest of the epoch is another share of the data.
     if (const json& ws = manifest.contains("world_size") ? manifest["world_size"] : json();
-        ws.is_number_integer() && ws.get<int64_t>() != world_size() && state.next_batch > 0)
+        ws.is_number_integer() && ws.get<int64_t>() != world_size_ && state.next_batch > 0)
         log::warn("checkpoint {} was saved by {} process(es), this run has {}: the epoch goes on from batch {} of each "
                   "process, so {} (the learning-rate schedule counts steps as before)",
-                  name, ws.get<int64_t>(), world_size(), state.next_batch,
-                  ws.get<int64_t>() < world_size() ? "part of this epoch's samples are skipped"
+                  name, ws.get<int64_t>(), world_size_, state.next_batch,
+                  ws.get<int64_t>() < world_size_ ? "part of this epoch's samples are skipped"
                                                    : "part of this epoch's samples are trained twice");
     STRATO_RETURN_IF_ERROR(models::module_from_bytes(model, bytes["model.pt"], (d / "model.pt").string()));
     const std::string kind = optimizer_kind(optim);

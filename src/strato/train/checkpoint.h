@@ -36,7 +36,9 @@ struct TrainState {
 
 class CheckpointStore {
 public:
-    CheckpointStore(std::string run_dir, CheckpointConfig cfg);
+    /// `world_size`: the processes training together (dist::read_env's), recorded in each
+    /// checkpoint so a resume by another number of processes is said.
+    CheckpointStore(std::string run_dir, CheckpointConfig cfg, int64_t world_size = 1);
 
     /// Writes a checkpoint for `state.step` and prunes old ones (keep_last, keep_best).
     Status save(const TrainState& state, torch::nn::Module& model, torch::optim::Optimizer& optim);
@@ -54,6 +56,7 @@ private:
 
     std::string dir_;
     CheckpointConfig cfg_;
+    int64_t world_size_;
 };
 
 }  // namespace strato::train

@@ -525,7 +525,7 @@ Status Trainer::setup() {
                   models::parameter_count(*hooks_.teacher), hooks_.kd_temperature, hooks_.kd_alpha);
     }
     optim_ = make_optimizer(cfg_.optim, net_->parameters());
-    store_ = std::make_unique<CheckpointStore>(run_dir_, cfg_.checkpoint);
+    store_ = std::make_unique<CheckpointStore>(run_dir_, cfg_.checkpoint, env_.world_size);
 
     steps_per_epoch_ = (train_loader_->batches_per_epoch() + cfg_.train.grad_accum - 1) / cfg_.train.grad_accum;
     total_steps_ = steps_per_epoch_ * cfg_.train.epochs;
