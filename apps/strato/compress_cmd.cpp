@@ -47,6 +47,7 @@ void add_quantize_command(CLI::App& compress, const GlobalFlags& g, int* exit_co
     cmd->add_option("--dataset", o->dataset, "Dataset kind: fashion-mnist, idx, image-folder, shards");
     cmd->add_option("--threads", o->threads, "Intra-op threads (0 = cores)")->check(CLI::Range(0, 1024));
     cmd->add_flag("--no-eval", o->no_eval, "Skip measuring float and INT8 accuracy on the test split");
+    cmd->add_flag("--overwrite", o->r.overwrite, "Replace a model package already at --output");
     cmd->add_flag("--json", o->json, "Print the result as JSON");
     cmd->footer(
         "Weights: symmetric int8 per output channel; activations: uint8 per tensor; BatchNorm folded and ReLU\n"
@@ -66,6 +67,10 @@ void add_quantize_command(CLI::App& compress, const GlobalFlags& g, int* exit_co
         if (r.output.empty()) {
             std::filesystem::path m = std::filesystem::path(r.model).lexically_normal();
             if (m.filename().empty()) m = m.parent_path();  // "runs/x/model/"
+            if (m.filename() == "." || m.filename() == "..") {  // (`--model .`: beside it, by its real name)
+                std::error_code ec;
+                if (auto real = std::filesystem::weakly_canonical(m, ec); !ec) m = real;
+            }
             r.output = m.string() + "-int8";
         }
         train::configure_threads(o->threads);

@@ -142,8 +142,13 @@ void add_compress_report_command(CLI::App& compress, const GlobalFlags&, int* ex
         "      --threads 2 --runs 500 --markdown compress.md\n"
         "  strato compress report --model a=runs/x/model --dataset image-folder --data photos/ --json");
     cmd->callback([o, exit_code] {
-        if (Status s = fs::check_output_file(o->markdown, fs::OutputKind::kText, "--markdown"); !o->markdown.empty() && !s.is_ok())
-            return void(*exit_code = report_error("compress report", s));
+        if (!o->markdown.empty()) {
+            Status s = fs::check_output_file(o->markdown, fs::OutputKind::kText, "--markdown");
+            const auto parent = std::filesystem::path(o->markdown).parent_path();
+            if (std::error_code ec; s.is_ok() && !parent.empty() && !std::filesystem::is_directory(parent, ec))
+                s = not_found("--markdown {}: directory {} does not exist", o->markdown, parent.string());
+            if (!s.is_ok()) return void(*exit_code = report_error("compress report", s));
+        }
         auto data = data_config_from_flags(o->config, o->sets, o->data, o->dataset);
         if (!data) return void(*exit_code = report_error("compress report", data.status()));
         std::vector<compress::Variant> variants;
@@ -156,15 +161,13 @@ void add_compress_report_command(CLI::App& compress, const GlobalFlags&, int* ex
         o->c.throughput_runs = std::max<int64_t>(20, o->c.latency_runs / 10);
         auto r = compress::compare(variants, o->c);
         if (!r) return void(*exit_code = report_error("compress report", r.status()));
+        // The table first: minutes of measuring are not lost to a --markdown that cannot be written.
+        if (o->json) fmt::print("{}\n", json_text(compress::to_json(*r), 2));
+        else fmt::print("{}", compress::format_table(*r));
         if (!o->markdown.empty()) {
             Status st = fs::atomic_write(o->markdown, compress::format_markdown(*r));
             if (!st.is_ok()) return void(*exit_code = report_error("compress report", st.with_context("--markdown")));
-        }
-        if (o->json) {
-            fmt::print("{}\n", json_text(compress::to_json(*r), 2));
-        } else {
-            fmt::print("{}", compress::format_table(*r));
-            if (!o->markdown.empty()) fmt::print("markdown: {}\n", o->markdown);
+            if (!o->json) fmt::print("markdown: {}\n", o->markdown);
         }
         *exit_code = 0;
     });

@@ -617,6 +617,15 @@ TEST(PrunePackage, DefaultOutputSitsNextToTheSourceRun) {
               "runs/fashion_mnist_cnn-prune-channels-30");
     EXPECT_EQ(default_prune_output("/tmp/pkg", "channels", 0.25), "/tmp/pkg-prune-channels-25");
     EXPECT_EQ(default_prune_output("model", "magnitude", 0.5), "model-prune-magnitude-50");
+    // `--model .` from inside the package: beside it, not inside it (".-prune-magnitude-50").
+    const stdfs::path pkg = stdfs::temp_directory_path() / fmt::format("strato-prune-dot-{}", ::getpid()) / "mypkg";
+    stdfs::create_directories(pkg);
+    const stdfs::path cwd = stdfs::current_path();
+    stdfs::current_path(pkg);
+    const std::string from_dot = default_prune_output(".", "magnitude", 0.5);
+    stdfs::current_path(cwd);
+    stdfs::remove_all(pkg.parent_path());
+    EXPECT_EQ(from_dot, (pkg.parent_path() / "mypkg-prune-magnitude-50").string());
 }
 
 }  // namespace

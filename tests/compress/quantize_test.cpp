@@ -272,6 +272,24 @@ TEST_F(QuantizePackage, WritesAnInt8PackageThatLoadsAndMatches) {
     EXPECT_EQ(manifest["quantization"]["engine"], QuantizedNet::engine());
 }
 
+// A package at --output was replaced without asking: an unrelated trained model was lost (found
+// by review). It takes --overwrite, as prune's and train's outputs do.
+TEST_F(QuantizePackage, APackageAtTheOutputIsReplacedOnlyWithOverwrite) {
+    QuantizeRequest r = request();
+    r.evaluate = false;
+    ASSERT_TRUE(quantize_package(r).is_ok());
+    const auto before = fs::sha256_file(int8_dir() + "/strato-model.json").value();
+    auto again = quantize_package(r);
+    ASSERT_FALSE(again.is_ok());
+    EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists);
+    EXPECT_NE(again.status().message().find("pass --overwrite"), std::string::npos) << again.status().message();
+    EXPECT_EQ(fs::sha256_file(int8_dir() + "/strato-model.json").value(), before);
+    r.overwrite = true;
+    r.seed = 9;
+    ASSERT_TRUE(quantize_package(r).is_ok());
+    EXPECT_TRUE(models::load_package(int8_dir()).is_ok());
+}
+
 TEST_F(QuantizePackage, AnInt8PackageIsNotQuantizedAgain) {
     ASSERT_TRUE(quantize_package(request()).is_ok());
     QuantizeRequest again = request();

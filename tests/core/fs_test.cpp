@@ -197,6 +197,15 @@ TEST_F(FsTest, OutputFilesReplaceOnlyWhatTheCommandWrites) {
     EXPECT_NE(check_output_file(bin, OutputKind::kText, "--markdown").message().find("is not a text file"),
               std::string::npos);
     EXPECT_NE(check_output_file(dir_, OutputKind::kText, "-o").message().find("is a directory"), std::string::npos);
+    // A model package's manifest is text, yet not a table's to replace (found by review).
+    const auto pkg = dir_ / "model";
+    ASSERT_TRUE(ensure_dir(pkg).is_ok());
+    ASSERT_TRUE(atomic_write(pkg / "strato-model.json", "{}").is_ok());
+    for (const char* name : {"strato-model.json", "metrics.json", "new.md"})
+        EXPECT_NE(check_output_file(pkg / name, OutputKind::kText, "--markdown").message().find(
+                      "belongs to the model package"),
+                  std::string::npos)
+            << name;
 }
 
 TEST_F(FsTest, StaleTempsOfDeadWritersAreRemoved) {

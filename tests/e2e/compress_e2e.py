@@ -107,11 +107,13 @@ def main():
         open(os.path.join(mine, "notes.txt"), "w").write("keep me")
         p = run("compress", "quantize", "--model", fp32, "--output", mine, expect=1)
         check("is not a model package" in p.stderr and os.path.exists(os.path.join(mine, "notes.txt")), p.stderr)
+        p = run("compress", "quantize", "--model", fp32, "--output", int8, expect=1)
+        check("pass --overwrite" in p.stderr, p.stderr)
         # Reports do not write over their inputs.
         p = run("report", base, "--out", os.path.join(fp32, "weights.pt"), expect=1)
-        check("is not an HTML report" in p.stderr, p.stderr)
+        check("belongs to the model package" in p.stderr, p.stderr)
         p = run("compress", "report", "--model", f"fp32={fp32}", "--markdown", os.path.join(fp32, "weights.pt"), expect=1)
-        check("is not a text file" in p.stderr, p.stderr)
+        check("belongs to the model package" in p.stderr, p.stderr)
 
         # ---- prune: 50 % of the weights (magnitude), 30 % of the channels (structured) ----
         mag, ch = os.path.join(tmp, "mag"), os.path.join(tmp, "ch")

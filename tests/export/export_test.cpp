@@ -4,6 +4,7 @@
 // abs difference <= 1e-4).
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <onnx/checker.h>
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <thread>
 #include <nlohmann/json.hpp>
 #include <opencv2/core.hpp>
 #include <opencv2/dnn.hpp>
@@ -245,6 +247,50 @@ TEST(PackageExport, WritesModelOnnxIntoTheManifestAndStaysLoadable) {
     ASSERT_FALSE(clobber.is_ok());
     EXPECT_NE(clobber.status().message().find("weights.pt"), std::string::npos) << clobber.status().message();
     EXPECT_TRUE(models::load_package(dir).is_ok());
+
+    // What is not an ONNX model is not written over: a text file, a FIFO, another package's weights.
+    const stdfs::path victim = tmp.path() / "notes.txt";
+    ASSERT_TRUE(fs::atomic_write(victim, "precious\n").is_ok());
+    const stdfs::path fifo = tmp.path() / "f.onnx";
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    const stdfs::path other = tmp.path() / "other";
+    stdfs::copy(dir, other);
+    for (const stdfs::path& p : {victim, fifo, other / models::kPackageWeights}) {
+        auto refused = export_package_onnx(dir, {.output = p.string()});
+        ASSERT_FALSE(refused.is_ok()) << p;
+        EXPECT_NE(refused.status().message().find("not writing over it"), std::string::npos)
+            << refused.status().message();
+    }
+    EXPECT_EQ(fs::read_file(victim).value(), "precious\n");
+    EXPECT_TRUE(stdfs::is_fifo(fifo));
+    // A symbolic link is followed: the ONNX file lands where it points and the link stays.
+    const stdfs::path link = tmp.path() / "latest.onnx";
+    stdfs::create_symlink(elsewhere, link);
+    auto via_link = export_package_onnx(dir, {.output = link.string()});
+    ASSERT_TRUE(via_link.is_ok()) << via_link.status().message();
+    EXPECT_TRUE(stdfs::is_symlink(link));
+    EXPECT_EQ(fs::sha256_file(elsewhere).value(), via_link->sha256);
+
+    // Exports of one package at once take turns: the manifest lists the file that is there.
+    for (int round = 0; round < 4; ++round) {
+        std::thread a([&] { EXPECT_TRUE(export_package_onnx(dir, {.opset = 13}).is_ok()); });
+        std::thread b([&] { EXPECT_TRUE(export_package_onnx(dir, {.opset = 17}).is_ok()); });
+        a.join();
+        b.join();
+        auto after = models::load_package(dir);
+        ASSERT_TRUE(after.is_ok()) << after.status().message();
+    }
+
+    // An export that fails leaves the package's manifest as it was, a stale model.onnx entry included.
+    ASSERT_TRUE(fs::atomic_write(stdfs::path(dir) / kOnnxFile, "\x08stale").is_ok());
+    auto weights = fs::read_file(stdfs::path(dir) / models::kPackageWeights).value();
+    weights[weights.size() / 2] ^= 1;
+    ASSERT_TRUE(fs::atomic_write(stdfs::path(dir) / models::kPackageWeights, weights).is_ok());
+    const std::string manifest_before = fs::read_file(stdfs::path(dir) / models::kPackageManifest).value();
+    auto failed = export_package_onnx(dir, {});
+    ASSERT_FALSE(failed.is_ok());
+    EXPECT_NE(failed.status().message().find("weights.pt"), std::string::npos) << failed.status().message();
+    EXPECT_EQ(fs::read_file(stdfs::path(dir) / models::kPackageManifest).value(), manifest_before);
 }
 
 TEST(ExportErrors, UnsupportedModuleIsNamedWithItsPathAndType) {

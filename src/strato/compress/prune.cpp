@@ -382,6 +382,10 @@ Result<train::TrainConfig> finetune_config(const std::string& config_path, const
 std::string default_prune_output(const std::string& package, const std::string& method, double amount) {
     stdfs::path p = stdfs::path(package).lexically_normal();
     if (p.filename().empty()) p = p.parent_path();  // "runs/x/model/"
+    if (p.filename() == "." || p.filename() == "..") {  // the package is here: named by its real path
+        std::error_code ec;
+        if (auto real = stdfs::weakly_canonical(p, ec); !ec) p = real;
+    }
     stdfs::path base = p;
     if (p.filename() == "model" && !p.parent_path().empty()) base = p.parent_path();  // the run directory
     const std::string name =

@@ -27,6 +27,7 @@ struct QuantizeRequest {
     uint64_t seed = 0;
     models::QuantizeOptions quant;
     bool evaluate = true;  // accuracy of the float and the INT8 model on the test split
+    bool overwrite = false;  // replace an existing package at `output` (otherwise refused)
 };
 
 struct QuantizeResult {

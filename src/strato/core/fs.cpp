@@ -219,6 +219,13 @@ bool is_within(const stdfs::path& path, const stdfs::path& dir) {
 
 Status check_output_file(const stdfs::path& path, OutputKind kind, std::string_view flag) {
     std::error_code ec;
+    // A model package's files (its manifest is text too) are never a report's or a table's, and
+    // what it holds is listed in its manifest.
+    const stdfs::path parent = path.parent_path().empty() ? stdfs::path(".") : path.parent_path();
+    if (stdfs::exists(parent / "strato-model.json", ec))
+        return invalid_argument("{} {}: the place belongs to the model package {}; not writing there (choose a "
+                                "path outside it)",
+                                flag, path.string(), parent.string());
     const auto st = stdfs::status(path, ec);
     if (ec || st.type() == stdfs::file_type::not_found) return Status::ok();
     if (stdfs::is_directory(st)) return invalid_argument("{} {}: is a directory; expected a file name", flag, path.string());

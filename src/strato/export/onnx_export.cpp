@@ -5,7 +5,14 @@
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <memory>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -392,6 +399,29 @@ Result<OnnxModelBytes> net_to_onnx(models::NetImpl& net, const OnnxSpec& spec) {
     return out;
 }
 
+namespace {
+
+// Refuses to write over what is not an ONNX model: a device or FIFO (as root, /dev/null was
+// replaced by a file), a report, another package's weights or manifest. An ONNX ModelProto
+// starts with its ir_version field (tag 0x08).
+Status check_onnx_destination(const stdfs::path& out) {
+    std::error_code ec;
+    const auto st = stdfs::status(out, ec);
+    if (ec || st.type() == stdfs::file_type::not_found) return Status::ok();
+    if (stdfs::is_directory(st)) return invalid_argument("--output {} is a directory, expected a file name", out.string());
+    if (!stdfs::is_regular_file(st))
+        return invalid_argument("--output {}: exists and is not a regular file; not writing over it", out.string());
+    std::ifstream f(out, std::ios::binary);
+    const int first = f.get();
+    if (f && first != 0x08)
+        return invalid_argument("--output {}: the file exists and is not an ONNX model; not writing over it (remove it "
+                                "or choose another name)",
+                                out.string());
+    return Status::ok();
+}
+
+}  // namespace
+
 Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxExportOptions& options) {
     if (options.opset < kOnnxOpsetMin || options.opset > kOnnxOpsetMax) {
         return invalid_argument("--opset {} is not supported (expected {}..{})", options.opset, kOnnxOpsetMin,
@@ -399,6 +429,16 @@ Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxE
     }
     std::error_code ec;
     if (!stdfs::is_directory(dir, ec)) return not_found("model package {} does not exist or is not a directory", dir);
+    // One export of a package at a time: each rewrites its manifest, and two at once could leave
+    // it listing one's file with the other's checksum. (A lock on the directory: the manifest
+    // itself is replaced by rename.)
+    const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd < 0) return io_error("cannot open {}: {}", dir, std::strerror(errno));
+    const std::unique_ptr<int, void (*)(int*)> dir_lock(new int(dir_fd), [](int* fd) {
+        ::close(*fd);  // (releases the flock)
+        delete fd;
+    });
+    ::flock(dir_fd, LOCK_EX);
     const stdfs::path manifest_path = stdfs::path(dir) / models::kPackageManifest;
     auto text = fs::read_file(manifest_path);
     if (!text) return not_found("{} is not a model package: {}", dir, text.status().message());
@@ -406,21 +446,26 @@ Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxE
     if (manifest.is_discarded() || !manifest.is_object())
         return data_loss("{}: not valid JSON", manifest_path.string());
 
-    const stdfs::path out = options.output.empty() ? stdfs::path(dir) / kOnnxFile : stdfs::path(options.output);
+    stdfs::path out = options.output.empty() ? stdfs::path(dir) / kOnnxFile : stdfs::path(options.output);
+    if (stdfs::is_symlink(out, ec)) {  // written where it points, as `>` would; the link stays
+        auto target = stdfs::weakly_canonical(out, ec);
+        if (ec) return invalid_argument("--output {}: cannot follow the symbolic link: {}", out.string(), ec.message());
+        out = target;
+    }
     const stdfs::path out_dir = out.parent_path().empty() ? stdfs::path(".") : out.parent_path();
     if (!stdfs::is_directory(out_dir, ec)) {
         return not_found("cannot write {}: directory {} does not exist", out.string(), out_dir.string());
     }
-    if (stdfs::is_directory(out, ec))
-        return invalid_argument("--output {} is a directory, expected a file name", out.string());
     const bool in_package = stdfs::equivalent(out_dir, stdfs::path(dir), ec);
     const std::string name = out.filename().string();
     json& files = manifest["files"];
     const bool listed = in_package && files.is_object() && files.contains(name);
+    if (!listed) STRATO_RETURN_IF_ERROR(check_onnx_destination(out));  // (a listed copy is checked below)
     if (in_package && (name == models::kPackageManifest || (listed && out.extension() != ".onnx"))) {
         return invalid_argument("--output {} would replace the package's own {}; choose another name", out.string(),
                                 name);
     }
+    bool unlisted_stale = false;
     if (listed) {
         // The file is about to be replaced: a listed copy that no longer matches its checksum
         // (truncated, edited) is unlisted now, so the package loads and the export can go on.
@@ -428,9 +473,13 @@ Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxE
         if (!have || !files[name].is_object() || files[name].value("sha256", "") != *have) {
             files.erase(name);
             STRATO_RETURN_IF_ERROR(fs::atomic_write(manifest_path, json_text(manifest, 2) + "\n"));
+            unlisted_stale = true;
         }
     }
-    STRATO_ASSIGN_OR_RETURN(models::LoadedPackage pkg, models::load_package(dir));
+    auto loaded = models::load_package(dir);
+    if (!loaded.is_ok() && unlisted_stale)  // a failed export leaves the package as it found it
+        (void)fs::atomic_write(manifest_path, *text);
+    STRATO_ASSIGN_OR_RETURN(models::LoadedPackage pkg, std::move(loaded));
     if (pkg.info.quantized()) {
         return invalid_argument("{} is an INT8 package (strato compress quantize); ONNX export writes float graphs: "
                                 "export its float package ({})",

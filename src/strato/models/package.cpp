@@ -66,10 +66,19 @@ Status module_from_bytes(torch::nn::Module& m, const std::string& bytes, const s
     STRATO_RETURN_IF_ERROR(archive_from_bytes(bytes, what, [&](auto& a) { m.load(a); }));
     auto check = [&](const std::string& name, const torch::Tensor& t) -> Status {
         const auto& want = shapes[name];
-        if (t.sizes().vec() == want) return Status::ok();
-        return invalid_argument("{}: '{}' is {} in the file but {} in the network the model config describes ({})",
-                                what, name, fmt::format("[{}]", fmt::join(t.sizes(), ", ")),
-                                fmt::format("[{}]", fmt::join(want, ", ")), kOtherModelConfig);
+        if (t.sizes().vec() != want)
+            return invalid_argument("{}: '{}' is {} in the file but {} in the network the model config describes ({})",
+                                    what, name, fmt::format("[{}]", fmt::join(t.sizes(), ", ")),
+                                    fmt::format("[{}]", fmt::join(want, ", ")), kOtherModelConfig);
+        // Another data type in the file (float64 weights re-saved by hand) keeps the tensor's type
+        // but takes the file's storage: its bytes would be read as garbage. A storage of another
+        // size than the tensor's values is the sign.
+        const auto need = static_cast<size_t>(t.numel()) * t.element_size();
+        if (t.has_storage() && (t.storage_offset() != 0 || t.storage().nbytes() != need))
+            return invalid_argument("{}: '{}' holds {} bytes in the file for {} {} values ({} bytes): saved with another "
+                                    "data type",
+                                    what, name, t.storage().nbytes(), t.numel(), c10::toString(t.scalar_type()), need);
+        return Status::ok();
     };
     for (const auto& p : m.named_parameters()) STRATO_RETURN_IF_ERROR(check(p.key(), p.value()));
     for (const auto& b : m.named_buffers()) STRATO_RETURN_IF_ERROR(check(b.key(), b.value()));
@@ -171,7 +180,10 @@ Status save_package(const std::string& dir, const PackageInfo& info, NetImpl& ne
     STRATO_RETURN_IF_ERROR(write_file(tmp / kPackageManifest, json_text(manifest, 2) + "\n"));
 
     // Swapped into place: a crash at any instant leaves the old package or the new one.
-    STRATO_RETURN_IF_ERROR(fs::replace_dir(tmp, final_dir));
+    if (Status st = fs::replace_dir(tmp, final_dir); !st.is_ok()) {
+        (void)fs::remove_tree(tmp);  // (a symlink at `dir`, a full disk: no complete copy left beside it)
+        return st;
+    }
     return Status::ok();
 }
 
