@@ -64,6 +64,17 @@ TEST(Space, ParsesAndValidatesAgainstTheTrainConfig) {
         {"\"optim.lr\" = { type = \"uniform\", low = 0.1, high = inf }", "must be finite numbers"},
         {"\"model.width\" = { type = \"int\", low = 32.5, high = 64 }", "whole-number low and high"},
         {"\"optim.name\" = { type = \"choice\", values = [\"sgd\"], when = \"optim.name == sgd\" }", "the parameter itself"},
+        // Found by review: these were accepted and then ignored or never sampled.
+        {"\"optim.name\" = { type = \"choice\", values = [\"adamw\", \"sgd\"] }\n"
+         "\"optim.momentum\" = { type = \"uniform\", low = 0.5, high = 0.9, when = \"optim.name == SGD\" }",
+         "which is not one of its values"},
+        {"\"train.epochs\" = { type = \"int\", low = 3, high = 4 }", "the executor sets it"},
+        {"\"run.dir\" = { type = \"choice\", values = [\"a\", \"b\"] }", "the executor sets it"},
+        {"\"optim.lr\" = { type = \"uniform\", low = 0.1, high = 1, q = \"x\" }", "q must be a number"},
+        {"\"optim.name\" = { type = \"choice\", values = [\"sgd\"], when = 5 }", "when must be a string"},
+        {"\"optim.name\" = { type = \"choice\", values = [\"a\", \"b\"], when = \"model.norm == x\" }\n"
+         "\"model.norm\" = { type = \"choice\", values = [\"x\", \"y\"], when = \"optim.name == a\" }",
+         "go round in a loop"},
     };
     for (const auto& [param, needle] : bad) {
         auto r = StudyConfig::parse(std::string("[study]\nbase = \"configs/fashion_mnist_mlp.toml\"\n[params]\n") + param,
@@ -77,6 +88,20 @@ TEST(Space, ParsesAndValidatesAgainstTheTrainConfig) {
         {"trials = \"20\"", "study.toml [study]: trials must be an integer"},
         {"trials = 4294967297", "study.toml [study]: trials = 4294967297 is out of range"},
         {"parallel = 1.5", "parallel must be an integer"},
+        // Another type is an error, not the default (found by review: each ran with the default).
+        {"set = \"model.width=abc\"", "set must be an array of \"key=value\" strings"},
+        {"set = [1, 2]", "set must be an array"},
+        {"set = [\"train.epochs=40\"]", "the executor sets train.epochs"},
+        {"name = 5", "name must be a string"},
+        {"name = \"a b\\ntouch /tmp/x #\"", "control characters"},
+        {"sampler = 5", "sampler must be a string"},
+        {"scheduler = [\"fifo\"]", "scheduler must be a string"},
+        {"mode = 1", "mode must be a string"},
+        {"metric = 7", "metric must be a string"},
+        {"metric = \"test_accuracy\"", "metric 'test_accuracy' is not in strato train's eval lines"},
+        {"seed = \"abc\"", "seed must be a whole number"},
+        {"memory_limit_gb = \"4\"", "memory_limit_gb must be a number"},
+        {"cpus_per_trial = true", "cpus_per_trial must be a number"},
     };
     for (const auto& [setting, needle] : bad_settings) {
         auto r = StudyConfig::parse(std::string("[study]\nbase = \"configs/fashion_mnist_mlp.toml\"\n") + setting +
@@ -127,6 +152,40 @@ TEST(Sampler, RandomIsSeededInRangeAndConditional) {
         EXPECT_EQ(w % 32, 0);
         EXPECT_EQ(x.count("optim.momentum"), x["optim.name"] == "\"sgd\"" ? 1u : 0u);
     }
+}
+
+// TOML tables read back sorted: "model.depth" comes before the "optim.name" its condition names.
+// It used to be looked at first and never drawn (found by review).
+TEST(Sampler, AConditionOnAParameterListedLaterHolds) {
+    StudyConfig s = study("[study]\nbase = \"configs/fashion_mnist_mlp.toml\"\nsampler = \"random\"\n[params]\n"
+                          "\"model.depth\" = { type = \"choice\", values = [1, 2], when = \"optim.name == sgd\" }\n"
+                          "\"optim.name\" = { type = \"choice\", values = [\"adamw\", \"sgd\"] }\n"
+                          "\"optim.momentum\" = { type = \"uniform\", low = 0.8, high = 0.99, when = \"optim.name == sgd\" }\n");
+    std::mt19937_64 rng(3);
+    int sgd = 0;
+    for (int i = 0; i < 40; ++i) {
+        Assignment a = sample(s, i, {}, rng);
+        const bool is_sgd = a["optim.name"] == "\"sgd\"";
+        sgd += is_sgd;
+        EXPECT_EQ(a.count("model.depth"), is_sgd ? 1u : 0u);
+        EXPECT_EQ(a.count("optim.momentum"), is_sgd ? 1u : 0u);
+    }
+    EXPECT_GT(sgd, 0);
+}
+
+// A grid parameter left out by its condition is one point, not one per value (found by review:
+// (sgd, 0.1) was never run while adamw ran twice).
+TEST(Sampler, AGridWithAConditionRunsEachDistinctPointOnce) {
+    StudyConfig s = study("[study]\nbase = \"configs/fashion_mnist_mlp.toml\"\nsampler = \"grid\"\n[params]\n"
+                          "\"optim.name\" = { type = \"grid\", values = [\"adamw\", \"sgd\"] }\n"
+                          "\"optim.weight_decay\" = { type = \"grid\", values = [0.0, 0.1], when = \"optim.name == sgd\" }\n");
+    EXPECT_EQ(grid_size(s), 3);
+    std::set<Assignment> seen;
+    std::mt19937_64 rng(1);
+    for (int i = 0; i < 3; ++i) seen.insert(sample(s, i, {}, rng));
+    EXPECT_EQ(seen.size(), 3u);
+    EXPECT_TRUE(seen.count({{"optim.name", "\"sgd\""}, {"optim.weight_decay", "0.1"}}));
+    EXPECT_EQ(sample(s, 3, {}, rng), sample(s, 0, {}, rng));  // then round again
 }
 
 TEST(Sampler, GridEnumeratesTheProduct) {
@@ -411,6 +470,47 @@ TEST(Executor, OddMetricsLinesAreSkipped) {
     EXPECT_EQ(s->failed, 0);
     EXPECT_TRUE(s->best.has_value());
     expect_contiguous_results(r);
+}
+
+// study.db removed (as Optuna users reset a study) and the study run again: every new trial
+// resumed the old trial's checkpoint and reported its old results (found by review).
+TEST(Executor, TrialDirectoriesOfAnotherStudyAreRefused) {
+    auto r = fake_study("stale", "max_t = 2", "trials = 2\nparallel = 1\nscheduler = \"fifo\"");
+    ASSERT_TRUE(run_fake(r).is_ok());
+    std::filesystem::remove(r.dir + "/study.db");
+    auto again = run_fake(r);
+    ASSERT_FALSE(again.is_ok());
+    EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists);
+    EXPECT_NE(again.status().message().find("belongs to no trial of this study"), std::string::npos)
+        << again.status().message();
+    auto db = open_db(r);
+    EXPECT_TRUE(db->trials()->empty()) << "no trial was started";
+}
+
+// The stopping variant keeps the top 1/eta of a rung: a trial in the bottom half of four (eta 2)
+// is stopped even when it sits exactly at the lower neighbour of the quantile.
+TEST(Executor, AshaStoppingCutsAtTheInterpolatedQuantile) {
+    auto r = fake_study("cutoff", "grace = 1\nmax_t = 3\nreduction = 2\nvariant = \"stopping\"",
+                        "trials = 8\nparallel = 1\nscheduler = \"asha\"");
+    auto s = run_fake(r);
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    // Each arrival at rung 0, once there are eta entries, is stopped iff it is below the median
+    // (interpolated) of the entries so far, itself included.
+    auto rung = rung_in_arrival_order(r, 0);
+    ASSERT_EQ(rung.size(), 8u);
+    auto st = open_db(r);
+    auto trials = *st->trials();
+    for (size_t n = 2; n <= rung.size(); ++n) {
+        std::vector<double> vals;
+        for (size_t i = 0; i < n; ++i) vals.push_back(rung[i].value);
+        std::sort(vals.begin(), vals.end());
+        const double pos = 0.5 * static_cast<double>(n - 1);
+        const auto lo = static_cast<size_t>(pos);
+        const double cutoff = vals[lo] + (pos - static_cast<double>(lo)) * (vals[std::min(lo + 1, n - 1)] - vals[lo]);
+        const auto& t = *std::find_if(trials.begin(), trials.end(), [&](const Trial& x) { return x.id == rung[n - 1].trial; });
+        EXPECT_EQ(t.state == TrialState::kStopped, rung[n - 1].value < cutoff)
+            << "arrival " << n << " value " << rung[n - 1].value << " cutoff " << cutoff;
+    }
 }
 
 TEST(Executor, BracketsHaveTheirOwnRungs) {

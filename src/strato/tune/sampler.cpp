@@ -80,21 +80,101 @@ bool active(const Param& p, const Assignment& a) {
     return it != a.end() && unquote(it->second) == unquote(p.when_value);
 }
 
+namespace {
+
+// Past this many points of the full product, a grid with conditions is walked as the product
+// (points that differ only in a parameter left out repeat) instead of enumerated per trial.
+constexpr int64_t kGridEnumerationLimit = int64_t{1} << 22;
+
+// The order to draw in: a parameter after the one its `when` names (which the parse checked is a
+// choice or grid parameter, with no loop), whatever order the file lists them in (TOML tables
+// read back sorted, so "model.depth" came before the "optim.name" it depended on, and was never
+// drawn).
+std::vector<const Param*> draw_order(const StudyConfig& s) {
+    std::vector<const Param*> order;
+    std::vector<bool> placed(s.params.size(), false);
+    const auto is_placed = [&](const std::string& key) {
+        return std::any_of(order.begin(), order.end(), [&](const Param* q) { return q->key == key; });
+    };
+    for (bool progress = true; progress;) {
+        progress = false;
+        for (size_t i = 0; i < s.params.size(); ++i) {
+            if (placed[i] || (!s.params[i].when_key.empty() && !is_placed(s.params[i].when_key))) continue;
+            order.push_back(&s.params[i]);
+            placed[i] = progress = true;
+        }
+    }
+    for (size_t i = 0; i < s.params.size(); ++i)  // (a condition on a key that is no parameter: never active)
+        if (!placed[i]) order.push_back(&s.params[i]);
+    return order;
+}
+
+// The grid parameters' values of grid point `index` of the full product (first parameter
+// fastest), leaving out the ones whose condition does not hold. `full` is false when a parameter
+// left out has a value other than its first: the same point as the one with its first value.
+Assignment grid_point(const std::vector<const Param*>& order, int64_t index, bool* full) {
+    Assignment a;
+    *full = true;
+    for (const Param* p : order) {
+        if (p->dist != Dist::kGrid) continue;
+        const auto k = static_cast<int64_t>(p->values.size());
+        const int64_t digit = index % k;
+        index /= k;
+        // A condition on a grid parameter is decided here (one left out itself leaves this one
+        // out too); on a choice parameter, drawn later, the value counts.
+        const bool on_grid = !p->when_key.empty() && std::any_of(order.begin(), order.end(), [&](const Param* q) {
+            return q->key == p->when_key && q->dist == Dist::kGrid;
+        });
+        if (on_grid && !active(*p, a)) {
+            *full = *full && digit == 0;
+            continue;
+        }
+        a[p->key] = p->values[static_cast<size_t>(digit)];
+    }
+    return a;
+}
+
+}  // namespace
+
 int64_t grid_size(const StudyConfig& s) {
-    int64_t n = 1;
+    const auto order = draw_order(s);
+    int64_t product = 1;
     for (const auto& p : s.params)
-        if (p.dist == Dist::kGrid) n *= static_cast<int64_t>(p.values.size());
+        if (p.dist == Dist::kGrid) product = std::min<int64_t>(product * static_cast<int64_t>(p.values.size()), int64_t{1} << 40);
+    const bool conditional = std::any_of(s.params.begin(), s.params.end(),
+                                         [](const Param& p) { return p.dist == Dist::kGrid && !p.when_key.empty(); });
+    if (!conditional || product > kGridEnumerationLimit) return product;
+    int64_t n = 0;
+    for (int64_t i = 0; i < product; ++i) {
+        bool full = false;
+        grid_point(order, i, &full);
+        n += full;
+    }
     return n;
 }
 
 Assignment sample(const StudyConfig& s, int index, const std::vector<Observation>& history, std::mt19937_64& rng) {
     Assignment a;
-    // Conditions refer to choice/grid parameters: draw those first.
-    std::vector<const Param*> order;
-    for (const auto& p : s.params)
-        if (!p.numeric()) order.push_back(&p);
-    for (const auto& p : s.params)
-        if (p.numeric()) order.push_back(&p);
+    const std::vector<const Param*> order = draw_order(s);
+    // The grid: trial `index` takes the index-th distinct point (a point that differs only in a
+    // parameter whose condition does not hold is the same point), round and round.
+    Assignment grid;
+    if (s.sampler == "grid") {
+        const int64_t points = grid_size(s);
+        int64_t product = 1;
+        for (const auto& p : s.params)
+            if (p.dist == Dist::kGrid) product = std::min<int64_t>(product * static_cast<int64_t>(p.values.size()), int64_t{1} << 40);
+        int64_t want = index % std::max<int64_t>(1, points);
+        bool full = true;
+        if (points == product) {
+            grid = grid_point(order, want, &full);
+        } else {
+            for (int64_t i = 0; i < product; ++i) {
+                grid = grid_point(order, i, &full);
+                if (full && want-- == 0) break;
+            }
+        }
+    }
 
     const bool tpe = s.sampler == "tpe" && static_cast<int>(history.size()) >= s.tpe_startup;
     std::vector<size_t> ranked(history.size());
@@ -102,13 +182,10 @@ Assignment sample(const StudyConfig& s, int index, const std::vector<Observation
     std::stable_sort(ranked.begin(), ranked.end(), [&](size_t x, size_t y) { return history[x].value > history[y].value; });
     const size_t n_good = std::min<size_t>(static_cast<size_t>(std::ceil(0.1 * static_cast<double>(history.size()))), 25);
 
-    int64_t grid_index = index;
     for (const Param* p : order) {
         if (!active(*p, a)) continue;
         if (p->dist == Dist::kGrid && s.sampler == "grid") {
-            size_t k = p->values.size();
-            a[p->key] = p->values[static_cast<size_t>(grid_index % static_cast<int64_t>(k))];
-            grid_index /= static_cast<int64_t>(k);
+            a[p->key] = grid[p->key];
             continue;
         }
         if (!tpe) {

@@ -27,7 +27,8 @@ Assignment sample(const StudyConfig& s, int index, const std::vector<Observation
 /// Does parameter `p` apply under `a` (its `when` condition, if any)?
 bool active(const Param& p, const Assignment& a);
 
-/// Number of grid points (product of grid parameters' sizes).
+/// Number of distinct grid points: the product of the grid parameters' sizes, less the points
+/// that differ only in a parameter whose condition does not hold.
 int64_t grid_size(const StudyConfig& s);
 
 }  // namespace strato::tune

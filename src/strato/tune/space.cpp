@@ -38,6 +38,10 @@ std::string Param::from_internal(double x) const {
 
 namespace {
 
+std::string unquoted(const std::string& s) {
+    return s.size() >= 2 && s.front() == '"' && s.back() == '"' ? s.substr(1, s.size() - 2) : s;
+}
+
 std::string literal(const toml::node& n) {
     if (auto s = n.value_exact<std::string>()) return fmt::format("\"{}\"", *s);
     if (auto i = n.value_exact<int64_t>()) return std::to_string(*i);
@@ -70,7 +74,11 @@ Result<Param> parse_param(const std::string& key, const toml::node& node, const 
         auto lo = (*t)["low"].value<double>(), hi = (*t)["high"].value<double>();
         if (!lo || !hi) return invalid_argument("{}: {} needs low and high numbers", where, type);
         p.low = *lo, p.high = *hi;
-        p.q = (*t)["q"].value_or(0.0);
+        if (const toml::node* q = t->get("q")) {
+            auto qv = q->value<double>();
+            if (!qv) return invalid_argument("{}: q must be a number", where);
+            p.q = *qv;
+        }
         if (!std::isfinite(p.low) || !std::isfinite(p.high) || !std::isfinite(p.q))
             return invalid_argument("{}: low, high and q must be finite numbers", where);
         if (p.dist == Dist::kInt && (p.low != std::floor(p.low) || p.high != std::floor(p.high)))
@@ -87,6 +95,8 @@ Result<Param> parse_param(const std::string& key, const toml::node& node, const 
             p.values.push_back(l);
         }
     }
+    if (const toml::node* w = t->get("when"); w && !w->is_string())
+        return invalid_argument("{}: when must be a string \"other.key == value\"", where);
     if (auto when = (*t)["when"].value<std::string>()) {
         size_t eq = when->find("==");
         if (eq == std::string::npos) return invalid_argument("{}: when must read \"other.key == value\"", where);
@@ -112,6 +122,35 @@ Result<int> int_setting(const toml::table& t, const char* key, int64_t def, cons
     return static_cast<int>(*v);
 }
 
+// A string or number setting: absent gives `def`; another type is an error, not the default
+// (`scheduler = ["fifo"]` ran ASHA, `memory_limit_gb = "4"` no limit).
+Result<std::string> string_setting(const toml::table& t, const char* key, std::string def, const std::string& where) {
+    const toml::node* n = t.get(key);
+    if (!n) return def;
+    auto v = n->value_exact<std::string>();
+    if (!v) return invalid_argument("{}: {} must be a string", where, key);
+    return *v;
+}
+
+Result<double> number_setting(const toml::table& t, const char* key, double def, const std::string& where) {
+    const toml::node* n = t.get(key);
+    if (!n) return def;
+    auto v = n->value<double>();
+    if (!v || n->is_boolean()) return invalid_argument("{}: {} must be a number", where, key);
+    if (!std::isfinite(*v)) return invalid_argument("{}: {} must be a finite number", where, key);
+    return *v;
+}
+
+// The metrics every eval line of `strato train`'s metrics.jsonl holds.
+constexpr const char* kEvalMetrics[] = {"test_acc", "test_loss", "train_acc", "train_loss", "epoch_time_s", "eval_time_s"};
+
+// Keys the executor sets for every trial: a parameter or `set` on them would be overridden.
+constexpr const char* kExecutorKeys[] = {"run.dir", "run.name", "train.epochs", "train.stop_after_epochs", "run.threads"};
+
+bool executor_key(std::string_view key) {
+    return std::any_of(std::begin(kExecutorKeys), std::end(kExecutorKeys), [&](const char* k) { return key == k; });
+}
+
 }  // namespace
 
 Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string& source, const std::string& base_dir) {
@@ -129,7 +168,14 @@ Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string&
     s.source = source;
     auto* st = doc["study"].as_table();
     if (!st) return invalid_argument("{}: missing [study] (name, base, metric, trials, ...)", source);
-    s.name = (*st)["name"].value_or(std::string("study"));
+    const std::string in_study = source + " [study]";
+    STRATO_ASSIGN_OR_RETURN(s.name, string_setting(*st, "name", "study", in_study));
+    if (s.name.empty() || std::any_of(s.name.begin(), s.name.end(), [](char c) {
+            return static_cast<unsigned char>(c) < 0x20 || c == 0x7f || c == '"' || c == '\\' || c == '\'';
+        }))
+        return invalid_argument("{}: name must be non-empty, without quotes, backslashes or control characters (it "
+                                "names the study's Slurm job and script)",
+                                in_study);
     auto base = (*st)["base"].value<std::string>();
     if (!base) return invalid_argument("{} [study]: missing base = \"TRAIN_CONFIG.toml\"", source);
     {
@@ -140,21 +186,44 @@ Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string&
         s.base = std::filesystem::weakly_canonical(std::filesystem::absolute(b, ec), ec).string();
         if (s.base.empty()) s.base = b.string();
     }
-    s.metric = (*st)["metric"].value_or(std::string("test_acc"));
-    std::string mode = (*st)["mode"].value_or(std::string(s.metric.find("loss") != std::string::npos ? "min" : "max"));
+    STRATO_ASSIGN_OR_RETURN(s.metric, string_setting(*st, "metric", "test_acc", in_study));
+    if (std::none_of(std::begin(kEvalMetrics), std::end(kEvalMetrics), [&](const char* m) { return s.metric == m; }))
+        return invalid_argument("{}: metric '{}' is not in strato train's eval lines (expected one of test_acc, "
+                                "test_loss, train_acc, train_loss, epoch_time_s, eval_time_s)",
+                                in_study, s.metric);
+    const bool lower_is_better = s.metric.find("loss") != std::string::npos || s.metric.find("time") != std::string::npos;
+    STRATO_ASSIGN_OR_RETURN(std::string mode, string_setting(*st, "mode", lower_is_better ? "min" : "max", in_study));
     if (mode != "max" && mode != "min") return invalid_argument("{} [study]: mode must be max or min", source);
     s.maximize = mode == "max";
     STRATO_ASSIGN_OR_RETURN(s.trials, int_setting(*st, "trials", 20, source + " [study]"));
     STRATO_ASSIGN_OR_RETURN(s.parallel, int_setting(*st, "parallel", 1, source + " [study]"));
     STRATO_ASSIGN_OR_RETURN(s.threads_per_trial, int_setting(*st, "threads_per_trial", 1, source + " [study]"));
-    s.sampler = (*st)["sampler"].value_or(std::string("tpe"));
-    s.scheduler = (*st)["scheduler"].value_or(std::string("asha"));
-    s.seed = static_cast<uint64_t>((*st)["seed"].value_or(int64_t{1}));
-    s.memory_limit_gb = (*st)["memory_limit_gb"].value_or(0.0);
-    s.cpus_per_trial = (*st)["cpus_per_trial"].value_or(0.0);
-    if (auto* set = (*st)["set"].as_array())
-        for (auto& v : *set)
-            if (auto str = v.value<std::string>()) s.fixed.push_back(*str);
+    STRATO_ASSIGN_OR_RETURN(s.sampler, string_setting(*st, "sampler", "tpe", in_study));
+    STRATO_ASSIGN_OR_RETURN(s.scheduler, string_setting(*st, "scheduler", "asha", in_study));
+    if (const toml::node* seed = st->get("seed")) {
+        auto v = seed->value_exact<int64_t>();
+        if (!v || *v < 0) return invalid_argument("{}: seed must be a whole number >= 0", in_study);
+        s.seed = static_cast<uint64_t>(*v);
+    }
+    STRATO_ASSIGN_OR_RETURN(s.memory_limit_gb, number_setting(*st, "memory_limit_gb", 0.0, in_study));
+    STRATO_ASSIGN_OR_RETURN(s.cpus_per_trial, number_setting(*st, "cpus_per_trial", 0.0, in_study));
+    if (const toml::node* set = st->get("set")) {
+        const toml::array* arr = set->as_array();
+        if (!arr) return invalid_argument("{}: set must be an array of \"key=value\" strings", in_study);
+        for (const auto& v : *arr) {
+            auto str = v.value_exact<std::string>();
+            if (!str || str->find('=') == std::string::npos)
+                return invalid_argument("{}: set must be an array of \"key=value\" strings", in_study);
+            std::string key = str->substr(0, str->find('='));
+            key.erase(key.find_last_not_of(' ') + 1);
+            key.erase(0, key.find_first_not_of(' '));
+            if (executor_key(key))
+                return invalid_argument("{}: set \"{}\": the executor sets {} for every trial (train.epochs is "
+                                        "[scheduler] max_t)",
+                                        in_study, *str, key);
+            s.fixed.push_back(*str);
+        }
+    }
     for (const auto& entry : *st) {
         std::string_view k = entry.first.str();
         static const char* kKeys[] = {"name",    "base",    "metric",    "mode", "trials",          "parallel",
@@ -175,7 +244,7 @@ Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string&
         STRATO_ASSIGN_OR_RETURN(s.grace, int_setting(*sc, "grace", 1, source + " [scheduler]"));
         STRATO_ASSIGN_OR_RETURN(s.max_t, int_setting(*sc, "max_t", 9, source + " [scheduler]"));
         STRATO_ASSIGN_OR_RETURN(s.reduction, int_setting(*sc, "reduction", 3, source + " [scheduler]"));
-        s.variant = (*sc)["variant"].value_or(std::string("promotion"));
+        STRATO_ASSIGN_OR_RETURN(s.variant, string_setting(*sc, "variant", "promotion", source + " [scheduler]"));
         STRATO_ASSIGN_OR_RETURN(s.brackets, int_setting(*sc, "brackets", 1, source + " [scheduler]"));
         for (auto&& [k, v] : *sc)
             if (k.str() != "grace" && k.str() != "max_t" && k.str() != "reduction" && k.str() != "variant" &&
@@ -198,6 +267,10 @@ Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string&
     auto* params = doc["params"].as_table();
     if (!params || params->empty()) return invalid_argument("{}: [params] is empty: nothing to tune", source);
     for (auto&& [k, v] : *params) {
+        if (executor_key(k.str()))
+            return invalid_argument("{} [params] \"{}\": the executor sets it for every trial (train.epochs is "
+                                    "[scheduler] max_t); it cannot be tuned",
+                                    source, k.str());
         STRATO_ASSIGN_OR_RETURN(Param p, parse_param(std::string(k.str()), v, fmt::format("{} [params] \"{}\"", source, k.str())));
         s.params.push_back(std::move(p));
     }
@@ -210,6 +283,22 @@ Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string&
         if (other == s.params.end() || other->numeric())
             return invalid_argument("{} [params] \"{}\": when refers to '{}', which is not a choice or grid parameter",
                                     source, p.key, p.when_key);
+        if (std::none_of(other->values.begin(), other->values.end(), [&](const std::string& v) {
+                return unquoted(v) == unquoted(p.when_value);
+            }))
+            return invalid_argument("{} [params] \"{}\": when compares '{}' with {}, which is not one of its values "
+                                    "(it would never be sampled)",
+                                    source, p.key, p.when_key, p.when_value);
+    }
+    // Conditions in a loop (a when b, b when a) leave both unsampled.
+    for (const auto& p : s.params) {
+        const Param* at = &p;
+        for (size_t hops = 0; at && !at->when_key.empty(); ++hops) {
+            if (hops > s.params.size())
+                return invalid_argument("{} [params] \"{}\": its when conditions go round in a loop", source, p.key);
+            auto next = std::find_if(s.params.begin(), s.params.end(), [&](const Param& o) { return o.key == at->when_key; });
+            at = next == s.params.end() ? nullptr : &*next;
+        }
     }
     if (s.sampler == "grid" && std::none_of(s.params.begin(), s.params.end(), [](const Param& p) { return p.dist == Dist::kGrid; }))
         return invalid_argument("{}: sampler = \"grid\" needs at least one parameter of type grid", source);

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -153,7 +154,8 @@ Status Executor::launch(const Trial& t) {
     std::vector<std::string> args = {o_.strato_binary, "-q", "train", c_.base};
     for (const auto& f : c_.fixed) args.insert(args.end(), {"--set", f});
     for (const auto& [k, v] : t.params) args.insert(args.end(), {"--set", k + "=" + v});
-    for (std::string s : {fmt::format("run.dir=\"{}\"", (dir / "trials").string()),
+    // (TOML strings: JSON's escapes are TOML's, so a --dir with a quote or backslash stays itself)
+    for (std::string s : {"run.dir=" + json_text(nlohmann::json((dir / "trials").string())),
                           fmt::format("run.name=\"{}\"", trial_name(t.id)), fmt::format("train.epochs={}", c_.max_t),
                           fmt::format("train.stop_after_epochs={}", t.target < c_.max_t ? t.target : 0),
                           fmt::format("run.threads={}", c_.threads_per_trial)})
@@ -223,23 +225,37 @@ Status Executor::launch(const Trial& t) {
 }
 
 Status Executor::on_result(int id, int epoch, double value, Running& r) {
-    STRATO_ASSIGN_OR_RETURN(bool fresh, store_->add_result(id, epoch, value, c_.maximize));
+    // The result and its rung entry in one transaction: a kill between the two left the result
+    // without its entry, and the resume (the result "not fresh") never added it.
+    const auto& ms = brackets_[static_cast<size_t>(r.bracket)];
+    int rung_k = -1;
+    if (c_.scheduler == "asha")
+        for (size_t k = 0; k + 1 < ms.size(); ++k)
+            if (ms[k] == epoch) rung_k = static_cast<int>(k);
+    bool fresh = false;
+    Status saved = store_->transaction([&]() -> Status {
+        STRATO_ASSIGN_OR_RETURN(fresh, store_->add_result(id, epoch, value, c_.maximize));
+        if (fresh && rung_k >= 0) return store_->add_rung(r.bracket, rung_k, id, value);
+        return Status::ok();
+    });
+    if (!saved.is_ok()) return saved;
     // A trial resumed from its checkpoint prints the epochs it had already done again: the
     // scheduler has ruled on those.
     if (!fresh) return Status::ok();
     if (c_.scheduler == "asha") {
-        const auto& ms = brackets_[static_cast<size_t>(r.bracket)];
-        for (size_t k = 0; k + 1 < ms.size(); ++k) {
-            if (ms[k] != epoch) continue;
-            STRATO_RETURN_IF_ERROR(store_->add_rung(r.bracket, static_cast<int>(k), id, value));
-            if (c_.variant == "stopping") {
-                STRATO_ASSIGN_OR_RETURN(auto rung, store_->rung(r.bracket, static_cast<int>(k)));
-                if (static_cast<int>(rung.size()) < c_.reduction) break;
+        if (rung_k >= 0 && c_.variant == "stopping") {
+            STRATO_ASSIGN_OR_RETURN(auto rung, store_->rung(r.bracket, rung_k));
+            if (static_cast<int>(rung.size()) >= c_.reduction) {
                 std::vector<double> vals;
                 for (const auto& e : rung) vals.push_back(signed_value(e.value));
                 std::sort(vals.begin(), vals.end());
-                // Keep the top 1/eta: stop below the (1 - 1/eta) quantile.
-                double cutoff = vals[static_cast<size_t>((1.0 - 1.0 / c_.reduction) * static_cast<double>(vals.size() - 1))];
+                // Keep the top 1/eta: stop below the (1 - 1/eta) quantile, interpolated between
+                // neighbours as Ray's ASHA (numpy's percentile) does. (The nearest lower value was
+                // the trial's own when it sat there, and it was never stopped.)
+                const double pos = (1.0 - 1.0 / c_.reduction) * static_cast<double>(vals.size() - 1);
+                const auto lo = static_cast<size_t>(pos);
+                const double frac = pos - static_cast<double>(lo);
+                const double cutoff = lo + 1 < vals.size() ? vals[lo] + frac * (vals[lo + 1] - vals[lo]) : vals[lo];
                 if (signed_value(value) < cutoff) r.stop_requested = true;
             }
         }
@@ -432,6 +448,25 @@ Result<std::optional<Trial>> Executor::next_job() {
 Result<RunSummary> Executor::run() {
     STRATO_RETURN_IF_ERROR(fs::ensure_dir(stdfs::path(o_.dir) / "logs"));
     STRATO_RETURN_IF_ERROR(fs::ensure_dir(stdfs::path(o_.dir) / "trials"));
+    {
+        // Trial directories the study does not know are another study's (study.db removed, or a
+        // --dir reused): trials resume from checkpoints there, so a new trial would take up the
+        // old one's weights and results.
+        STRATO_ASSIGN_OR_RETURN(auto known, store_->trials());
+        std::set<std::string> names;
+        for (const auto& t : known) names.insert(trial_name(t.id));
+        std::error_code ec;
+        for (const auto& e : stdfs::directory_iterator(stdfs::path(o_.dir) / "trials", ec)) {
+            const std::string n = e.path().filename().string();
+            if (n.rfind("trial-", 0) == 0 && !names.count(n))
+                return Status(StatusCode::kAlreadyExists,
+                              fmt::format("{} belongs to no trial of this study (its study.db was removed, or the "
+                                          "directory held another study)\nhint: remove {} and {}, or give the study "
+                                          "another --dir",
+                                          e.path().string(), (stdfs::path(o_.dir) / "trials").string(),
+                                          (stdfs::path(o_.dir) / "logs").string()));
+        }
+    }
     if (c_.memory_limit_gb > 0 || c_.cpus_per_trial > 0) {
         Status s = cgroup::Group::available();
         cgroups_ = s.is_ok();
@@ -516,6 +551,10 @@ Result<RunSummary> run_study(const StudyConfig& cfg, const RunOptions& options) 
         o.strato_binary = stdfs::read_symlink("/proc/self/exe", ec).string();
         if (ec) return io_error("cannot find this executable: {}", ec.message());
     }
+    if (cfg.sampler == "grid" && grid_size(cfg) < cfg.trials)
+        log::warn("tune: the grid has {} distinct point(s) and the study {} trials: the grid is run again from its "
+                  "first point after that",
+                  grid_size(cfg), cfg.trials);
     STRATO_ASSIGN_OR_RETURN(auto store, open_store(cfg, o.dir, true));
     Executor ex(cfg, o, std::move(store));
     return ex.run();
@@ -611,8 +650,9 @@ Result<std::string> leaderboard(const StudyConfig& cfg, const std::string& dir, 
     std::string out = fmt::format("study {} ({} sampler, {} scheduler): {} of {} trials, {} epochs trained ({} of a full "
                                   "budget of {}); states:",
                                   cfg.name, cfg.sampler, cfg.scheduler, trials.size(), cfg.trials, epochs,
-                                  fmt::format("{:.0f}%", 100.0 * static_cast<double>(epochs) / (cfg.trials * cfg.max_t)),
-                                  cfg.trials * cfg.max_t);
+                                  fmt::format("{:.0f}%", 100.0 * static_cast<double>(epochs) /
+                                                             (static_cast<double>(cfg.trials) * cfg.max_t)),
+                                  int64_t{cfg.trials} * cfg.max_t);
     for (const auto& [s, n] : states) out += fmt::format(" {} {}", n, s);
     out += fmt::format("\n\n{:>4}  {:<11} {:>10} {:>7}  {}\n", "rank", "trial", cfg.metric, "epochs", "parameters");
     int rank = 0;
@@ -634,8 +674,12 @@ Status export_best(const StudyConfig& cfg, const std::string& dir, const std::st
     if (!best) return not_found("study {} has no trial with a result yet", cfg.name);
     std::vector<std::string> sets = cfg.fixed;
     for (const auto& [k, v] : best->params) sets.push_back(k + "=" + v);
+    // Trials train with train.epochs = max_t (the learning-rate schedule's length), however many
+    // epochs the scheduler let them run.
+    sets.push_back(fmt::format("train.epochs={}", cfg.max_t));
     STRATO_ASSIGN_OR_RETURN(train::TrainConfig tc, train::load_train_config(cfg.base, sets));
-    std::string text = fmt::format("# The best trial of study {} ({}: {} = {:.4f} after {} epochs), as a train config.\n",
+    std::string text = fmt::format("# The best trial of study {} ({}: best {} = {:.4f} in the {} epoch(s) it ran), as a "
+                                   "train config.\n",
                                    cfg.name, trial_name(best->id), cfg.metric, *best->best, best->epochs) +
                        config::dump(tc);
     return fs::atomic_write(out, text);
