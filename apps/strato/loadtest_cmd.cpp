@@ -62,6 +62,25 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
                                           std::tuple{f.csv, fs::OutputKind::kText, "--csv"},
                                           std::tuple{f.report_out, fs::OutputKind::kHtml, "--report"}})
         if (!out.empty()) STRATO_RETURN_IF_ERROR(fs::check_output_file(out, kind, flag));
+    {
+        // Two outputs on one path kept only the last; an output on an input (--csv body.json)
+        // replaced the request body.
+        std::vector<std::pair<std::string, const char*>> paths;
+        for (const auto& [path, flag] : {std::pair{f.json_out, "--json"}, std::pair{f.csv, "--csv"},
+                                         std::pair{f.report_out, "--report"}, std::pair{f.body_file, "--body-file"},
+                                         std::pair{f.input_data, "--input-data"}, std::pair{f.trace, "--trace"},
+                                         std::pair{f.intervals, "--request-intervals"}}) {
+            if (path.empty()) continue;
+            std::error_code ec;
+            std::string real = std::filesystem::weakly_canonical(path, ec).string();
+            if (ec) real = path;
+            for (const auto& [other, other_flag] : paths)
+                if (other == real)
+                    return invalid_argument("{} and {} name the same file {}: the output would replace the other",
+                                            other_flag, flag, path);
+            paths.emplace_back(real, flag);
+        }
+    }
     std::string url_text = f.url.empty() ? (f.model.empty() ? "" : "http://127.0.0.1:8000") : f.url;
     if (url_text.empty()) return invalid_argument("no target: give a URL (http://host:port/path) or --model NAME for a server on 127.0.0.1:8000");
     STRATO_ASSIGN_OR_RETURN(Url url, parse_url(url_text));
@@ -120,7 +139,7 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
     if (!f.slo.empty() && (f.concurrency > 0 || !f.concurrency_range.empty() || f.users > 0))
         return invalid_argument("--slo-p99 searches over request rates; drop --concurrency/--users");
     if (!f.concurrency_range.empty()) {
-        STRATO_ASSIGN_OR_RETURN(levels, parse_range(f.concurrency_range, true));
+        STRATO_ASSIGN_OR_RETURN(levels, parse_range(f.concurrency_range, true, 100000));
     } else if (ro.load.schedule) {
         levels = {ro.load.schedule->mean_rate()};  // one level, labelled by the recording's mean rate
     } else if (!f.rate_range.empty()) {
@@ -170,6 +189,7 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
     if (!g.quiet) fmt::print(stderr, "strato loadtest: http://{}{}\n  {}\n", url.host_header, target.url.target, target.description);
     std::vector<PointResult> points;
     std::optional<SloResult> slo;
+    Status sweep_failed;  // a level that failed after others were measured: said after they are written
     if (!f.slo.empty()) {
         STRATO_ASSIGN_OR_RETURN(int64_t slo_ns, parse_duration_ns(f.slo, "ms"));
         STRATO_ASSIGN_OR_RETURN(auto max_rate, parse_range(f.max_rate, false));
@@ -177,14 +197,15 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
         points = slo->probes;
         std::sort(points.begin(), points.end(), [](const auto& a, const auto& b) { return a.level < b.level; });
     } else {
-        STRATO_ASSIGN_OR_RETURN(points, run_sweep(target, ro, levels));
+        STRATO_ASSIGN_OR_RETURN(points, run_sweep(target, ro, levels, &sweep_failed));
     }
 
     fmt::print("{}", format_table(points));
     if (slo) {
         if (slo->found)
-            fmt::print("highest request rate with p99 <= {:.2f} ms and no errors: {:.1f} req/s (p99 {:.2f} ms)\n",
-                       slo->slo_p99_ns / 1e6, slo->best_rate, slo->best->m.latency.percentile(99) / 1e6);
+            fmt::print("highest request rate with p99 <= {:.2f} ms and no errors: {:.1f} req/s (p99 {:.2f} ms){}\n",
+                       slo->slo_p99_ns / 1e6, slo->best_rate, slo->best->m.latency.percentile(99) / 1e6,
+                       slo->capped ? "; that is --max-rate: the limit may lie beyond it" : "");
         else
             fmt::print("no request rate met p99 <= {:.2f} ms\n", slo->slo_p99_ns / 1e6);
     }
@@ -197,6 +218,8 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
         if (!g.quiet) fmt::print(stderr, "report: {}\n", f.report_out);
     }
     if (signals::stop_requested()) return Status(StatusCode::kCancelled, "interrupted; the table shows what was measured");
+    if (!sweep_failed.is_ok())
+        return sweep_failed.with_context(fmt::format("after {} level(s) measured (in the table and outputs)", points.size()));
     int64_t ok = 0;
     for (const auto& p : points) ok += p.m.ok;
     *all_failed = ok == 0;

@@ -217,6 +217,18 @@ def main():
         check("max_batch_size" in err, f"batch above max: {err}")
         _, err, _ = run(["https://127.0.0.1/", "-n", "1"], expect=1)
         check("https is not supported" in err, f"https: {err}")
+        _, err, _ = run([url, "--model", "cnn", "--concurrency-range", "inf"], expect=1)
+        check("is not a positive integer" in err, f"infinite range: {err}")
+        _, err, _ = run([url, "--model", "cnn", "--concurrency-range", "1,200000"], expect=1)
+        check("above the most allowed, 100000" in err, f"huge range: {err}")
+        _, err, _ = run([url, "--model", "cnn", "-n", "5", "--json", f"{tmp}/same.out", "--csv", f"{tmp}/same.out"], expect=1)
+        check("--json and --csv name the same file" in err, f"one file for two outputs: {err}")
+        open(f"{tmp}/body.json", "w").write("{}")
+        _, err, _ = run([url + "/v2/health/live", "-X", "POST", "--body-file", f"{tmp}/body.json", "-n", "5", "--csv",
+                         f"{tmp}/body.json"], expect=1)
+        check("name the same file" in err and open(f"{tmp}/body.json").read() == "{}", f"output over an input: {err}")
+        _, err, _ = run([url, "--model", "cnn", "--slo-p99", "50ms", "--request-rate", "100", "--max-rate", "50"], expect=1)
+        check("above its --max-rate 50" in err, f"SLO start above max: {err}")
 
         print("== file descriptors: the soft limit is raised when the hard one allows, else a clear error")
         import resource
@@ -232,6 +244,14 @@ def main():
                            preexec_fn=limited(128, 4096))
         fp = json.load(open(f"{tmp}/fd.json"))["points"][0] if p.returncode == 0 else {"ok": 0, "errors": {}}
         check(fp["ok"] == 600 and fp["errors"].get("total") == 0, f"raised fd limit: exit {p.returncode} {fp} {p.stderr[-300:]}")
+        # A level that cannot start after others were measured keeps them (found by review: the
+        # table and every output were lost).
+        p = subprocess.run([BIN, "loadtest", url + "/v2/health/live", "--concurrency-range", "1,1000", "-n", "50",
+                            "--warmup", "0", "--json", f"{tmp}/partial.json"], capture_output=True, text=True,
+                           timeout=120, preexec_fn=limited(128, 128))
+        pp = json.load(open(f"{tmp}/partial.json"))["points"] if os.path.exists(f"{tmp}/partial.json") else []
+        check(p.returncode == 1 and "after 1 level(s) measured" in p.stderr and len(pp) == 1 and pp[0]["ok"] == 50,
+              f"partial sweep: exit {p.returncode} {pp} {p.stderr[-300:]}")
 
         print("== a server whose metadata is odd, and HEAD requests")
         odd = fake_server()

@@ -194,8 +194,23 @@ TEST(Parsing, RangesAndDurations) {
     EXPECT_EQ(*parse_range("10:30:10", false), (std::vector<double>{10, 20, 30}));
     EXPECT_EQ(*parse_range("4:6", true), (std::vector<double>{4, 5, 6}));
     EXPECT_EQ(*parse_range("1,4,16", true), (std::vector<double>{1, 4, 16}));
-    for (const char* bad : {"", "0:4", "4:1", "1:4:x1", "1:2:3:4", "a:b", "1.5:4", "1,,2"})
+    for (const char* bad : {"", "0:4", "4:1", "1:4:x1", "1:2:3:4", "a:b", "1.5:4", "1,,2", "inf", "1:inf", "nan"})
         EXPECT_FALSE(parse_range(bad, true).is_ok()) << bad;
+    // Above the cap (an int cast of 1e10 was undefined behaviour, "concurrency -2147483648").
+    EXPECT_FALSE(parse_range("1e10", false).is_ok());
+    EXPECT_FALSE(parse_range("1,200000", true, 100000).is_ok());
+    EXPECT_TRUE(parse_range("1,100000", true, 100000).is_ok());
+}
+
+// A request never answered kept out of p99 and the error count let the SLO search call a server
+// that dropped 5 % of its requests a pass (found by review).
+TEST(Slo, UnansweredRequestsMissTheObjective) {
+    PointResult p;
+    p.m.ok = 100;
+    for (int i = 0; i < 100; ++i) p.m.latency.record(1'000'000);
+    EXPECT_EQ(slo_miss_reason(p, 50'000'000), "");
+    p.m.unfinished = 5;
+    EXPECT_EQ(slo_miss_reason(p, 50'000'000), "5 requests unanswered or never sent");
 }
 
 TEST(Outputs, CsvUsesPerfAnalyzerColumnsAndJsonRendersAsAReport) {

@@ -149,7 +149,9 @@ Result<PointResult> run_point(const Target& target, const RunOptions& o, double 
         // A count that stops advancing for longer than a request may take ends the point: the run is
         // bounded even if a response is lost for good (its request counts as unfinished).
         int64_t last_done = base_done, last_progress = now_ns();
-        const int64_t stall_ns = o.load.timeout_ns + 5'000'000'000;
+        // (plus two intervals of an open loop's schedule: at 0.1 req/s the next request is 10 s away)
+        const double rate_gap_s = lo.rate > 0 ? 2.0 / lo.rate : 0.0;
+        const int64_t stall_ns = o.load.timeout_ns + 5'000'000'000 + static_cast<int64_t>(std::min(rate_gap_s, 86400.0) * 1e9);
         wait_until(deadline, o, [&] {
             if (o.requests <= 0) return false;
             const int64_t done = session->requests_done();
@@ -169,11 +171,17 @@ Result<PointResult> run_point(const Target& target, const RunOptions& o, double 
     return out;
 }
 
-Result<std::vector<PointResult>> run_sweep(const Target& target, const RunOptions& o, const std::vector<double>& levels) {
+Result<std::vector<PointResult>> run_sweep(const Target& target, const RunOptions& o, const std::vector<double>& levels,
+                                           Status* failed) {
     std::vector<PointResult> points;
     for (double level : levels) {
         if (o.interrupted && o.interrupted()) break;
-        STRATO_ASSIGN_OR_RETURN(auto p, run_point(target, o, level));
+        auto measured = run_point(target, o, level);
+        if (!measured.is_ok() && failed && !points.empty()) {
+            *failed = measured.status();
+            break;
+        }
+        STRATO_ASSIGN_OR_RETURN(auto p, std::move(measured));
         if (o.progress)
             o.progress(fmt::format("{}: {:.1f} req/s, p50 {} ms, p99 {} ms, {} errors", level_text(p), p.m.throughput(),
                                    ms(p.m.latency.percentile(50)), ms(p.m.latency.percentile(99)), p.m.errors()));
@@ -185,6 +193,8 @@ Result<std::vector<PointResult>> run_sweep(const Target& target, const RunOption
 std::string slo_miss_reason(const PointResult& p, int64_t slo) {
     if (p.m.ok == 0) return "no successful request";
     if (p.m.errors() > 0) return fmt::format("{} errors", p.m.errors());
+    // A request never answered (or never sent) is a miss however good the answered ones' p99 is.
+    if (p.m.unfinished > 0) return fmt::format("{} requests unanswered or never sent", p.m.unfinished);
     if (p.m.latency.percentile(99) > slo)
         return fmt::format("p99 {} ms > {} ms", ms(p.m.latency.percentile(99)), ms(slo));
     if (p.rate_mode && p.m.throughput() < 0.9 * p.level)
@@ -211,8 +221,10 @@ Result<SloResult> slo_search(const Target& target, const RunOptions& o, int64_t 
         r.probes.push_back(std::move(p));
         return ok;
     };
+    if (start_rate > max_rate)
+        return invalid_argument("the SLO search starts at {:g} req/s, above its --max-rate {:g}", start_rate, max_rate);
     double lo = 0, hi = 0, rate = start_rate;
-    while (rate <= max_rate) {  // grow until a miss
+    while (true) {  // grow until a miss; the last probe is --max-rate itself
         if (o.interrupted && o.interrupted()) return r;
         STRATO_ASSIGN_OR_RETURN(bool ok, probe(rate));
         if (!ok) {
@@ -220,9 +232,13 @@ Result<SloResult> slo_search(const Target& target, const RunOptions& o, int64_t 
             break;
         }
         lo = rate;
-        rate *= 2;
+        if (rate >= max_rate) break;
+        rate = std::min(rate * 2, max_rate);
     }
-    if (hi == 0) return r;  // met the objective up to max_rate
+    if (hi == 0) {  // met the objective up to max_rate
+        r.capped = true;
+        return r;
+    }
     if (lo == 0) lo = 0;    // even the start rate misses: bisect below it
     for (int i = 0; i < 8 && (hi - lo) > 0.05 * std::max(lo, 1.0); ++i) {
         if (o.interrupted && o.interrupted()) break;
@@ -234,13 +250,15 @@ Result<SloResult> slo_search(const Target& target, const RunOptions& o, int64_t 
     return r;
 }
 
-Result<std::vector<double>> parse_range(const std::string& text, bool integer) {
+Result<std::vector<double>> parse_range(const std::string& text, bool integer, double max) {
     std::vector<double> out;
     auto num = [&](std::string_view s) -> Result<double> {
         double v = 0;
         auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-        if (s.empty() || ec != std::errc() || p != s.data() + s.size() || !(v > 0) || (integer && v != std::floor(v)))
+        if (s.empty() || ec != std::errc() || p != s.data() + s.size() || !(v > 0) || !std::isfinite(v) ||
+            (integer && v != std::floor(v)))
             return invalid_argument("'{}' in '{}' is not a positive {}", s, text, integer ? "integer" : "number");
+        if (v > max) return invalid_argument("'{}' in '{}' is above the most allowed, {:g}", s, text, max);
         return v;
     };
     if (text.find(':') == std::string::npos) {
@@ -302,7 +320,7 @@ std::string format_table(const std::vector<PointResult>& points) {
         for (const auto& [code, n] : m.http) add(n, fmt::format("HTTP {}", code));
         if (!errs.empty()) out += fmt::format("  {:g}: errors: {}\n", p.level, errs);
         if (m.delayed) out += fmt::format("  {:g}: {} requests sent more than 1 ms late (the client could not keep up, or every connection was busy)\n", p.level, m.delayed);
-        if (m.unfinished) out += fmt::format("  {:g}: {} requests still outstanding at the end (not counted)\n", p.level, m.unfinished);
+        if (m.unfinished) out += fmt::format("  {:g}: {} requests unanswered at the end or never sent (the client could not keep up): not in the latencies\n", p.level, m.unfinished);
         if (p.server && p.server->requests > 0) {
             const auto& s = *p.server;
             out += fmt::format(
@@ -399,7 +417,7 @@ json to_json(const std::vector<PointResult>& points, const std::string& target, 
         json probes = json::array();
         for (const auto& p : slo->probes) probes.push_back(point_json(p));
         j["slo"] = {{"p99_ms", slo->slo_p99_ns / 1e6}, {"found", slo->found}, {"best_rate", slo->best_rate},
-                    {"probes", probes}};
+                    {"at_max_rate", slo->capped}, {"probes", probes}};
     }
     return j;
 }

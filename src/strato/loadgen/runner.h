@@ -56,9 +56,11 @@ struct PointResult {
 
 Result<PointResult> run_point(const Target& target, const RunOptions& options, double level);
 
-/// Runs every level in order; stops early (returning what it has) when interrupted.
+/// Runs every level in order; stops early (returning what it has) when interrupted. A level that
+/// fails after others were measured: with `failed`, the error goes there and the points measured
+/// so far are returned (minutes of measuring are not thrown away); without it, the error.
 Result<std::vector<PointResult>> run_sweep(const Target& target, const RunOptions& options,
-                                           const std::vector<double>& levels);
+                                           const std::vector<double>& levels, Status* failed = nullptr);
 
 /// The highest open-loop request rate whose p99 latency meets `slo_p99_ns` with no errors and
 /// the rate actually delivered (>= 90 % of the asked rate): doubling from `start_rate`, then
@@ -69,6 +71,7 @@ struct SloResult {
     double best_rate = 0;
     std::optional<PointResult> best;
     std::vector<PointResult> probes;
+    bool capped = false;  // the objective was met at --max-rate itself: the limit lies beyond it
 };
 Result<SloResult> slo_search(const Target& target, const RunOptions& options, int64_t slo_p99_ns, double start_rate,
                              double max_rate);
@@ -77,7 +80,8 @@ Result<SloResult> slo_search(const Target& target, const RunOptions& options, in
 std::string slo_miss_reason(const PointResult& p, int64_t slo_p99_ns);
 
 /// Parses a level list "1:64:x2" (start:end[:step|xFACTOR]) or "1,2,8"; integers when `integer`.
-Result<std::vector<double>> parse_range(const std::string& text, bool integer);
+/// Levels from START:END[:STEP|xFACTOR] or a list; each positive, finite and at most `max`.
+Result<std::vector<double>> parse_range(const std::string& text, bool integer, double max = 1e7);
 
 /// Console table of the points (one row each) plus the error breakdown.
 std::string format_table(const std::vector<PointResult>& points);
