@@ -180,7 +180,7 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
     ro.requests = f.requests;
     ro.stability_pct = f.stability;
     ro.max_trials = f.max_trials;
-    ro.batch_size = f.batch;
+    ro.batch_size = target.batch;
     if (!f.model.empty())
         ro.server_stats = [url, m = f.model, v = f.version] { return fetch_server_stats(url, m, v); };
     ro.interrupted = [] { return signals::stop_requested(); };
@@ -211,7 +211,7 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
     }
     auto j = to_json(points, fmt::format("http://{}{}", url.host_header, target.url.target), ro, slo);
     if (!f.json_out.empty()) STRATO_RETURN_IF_ERROR(fs::atomic_write(f.json_out, json_text(j, 1) + "\n"));
-    if (!f.csv.empty()) STRATO_RETURN_IF_ERROR(fs::atomic_write(f.csv, format_csv(points, f.batch)));
+    if (!f.csv.empty()) STRATO_RETURN_IF_ERROR(fs::atomic_write(f.csv, format_csv(points, target.batch)));
     if (!f.report_out.empty()) {
         STRATO_ASSIGN_OR_RETURN(auto html, report::render_loadtest_report(j));
         STRATO_RETURN_IF_ERROR(fs::atomic_write(f.report_out, html));

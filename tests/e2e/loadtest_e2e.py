@@ -72,6 +72,8 @@ def fake_server():
             inputs = [{"name": "x", "datatype": "FP32", "shape": [-1, 100000000, 1000]}]
             if self.path.startswith("/v2/models/strcfg"):
                 inputs = [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}]
+            if self.path.startswith("/v2/models/strbig"):  # 100000 strings of --string-length each
+                inputs = [{"name": "s", "datatype": "BYTES", "shape": [-1, 100000]}]
             if self.path.endswith("/config"):
                 self.reply({"max_batch_size": "8" if "strcfg" in self.path else 8})
             else:
@@ -142,6 +144,20 @@ def main():
         run([url, "--model", "cnn", "--input-data", f"{tmp}/data.json", "--tensor-format", "json", "-b", "2",
              "-n", "40", "--warmup", "0"])
         check(stats(port, "cnn") - before == 40, "JSON-data run did not reach the server 40 times")
+        # A sample of another shape went out under sample 0's shape (every such request a 400):
+        # refused. A file's shape sets the batch the CSV counts, whatever -b says.
+        json.dump({"data": [{"input": {"content": sample[:784], "shape": [1, 1, 28, 28]}},
+                            {"input": {"content": sample, "shape": [2, 1, 28, 28]}}]}, open(f"{tmp}/mixed.json", "w"))
+        _, err, _ = run([url, "--model", "cnn", "--input-data", f"{tmp}/mixed.json", "-n", "4"], expect=1)
+        check("data[1].input has shape [2,1,28,28], data[0] has [1,1,28,28]" in err, f"mixed shapes: {err}")
+        json.dump({"data": [{"input": {"content": sample[:784], "shape": [1, 1, 28, 28]}}]}, open(f"{tmp}/one.json", "w"))
+        run([url, "--model", "cnn", "--input-data", f"{tmp}/one.json", "-b", "4", "-n", "20", "--warmup", "0",
+             "--csv", f"{tmp}/b.csv", "--json", f"{tmp}/b.json"])
+        row = next(csv.DictReader(open(f"{tmp}/b.csv")))
+        bj = json.load(open(f"{tmp}/b.json"))
+        tput = bj["points"][0]["throughput"]
+        check(bj["batch_size"] == 1 and abs(float(row["Inferences/Second"]) - tput) <= 0.01 * tput + 0.1,
+              f"batch from the file's shape: {bj['batch_size']}, csv {row['Inferences/Second']} vs {tput} req/s")
 
         print("== open loop at 150 req/s")
         out, _, _ = run([url, "--model", "cnn", "--request-rate", "150", "-d", "2s", "--warmup", "0.3s",
@@ -260,6 +276,8 @@ def main():
             _, err, _ = run([ourl, "--model", "strcfg", "-n", "5"], expect=1)
             check("the server's config has max_batch_size \"8\", expected a whole number" in err and "json.exception" not in err,
                   f"string max_batch_size: {err}")
+            _, err, took = run([ourl, "--model", "strbig", "--string-length", "1048576", "-n", "5"], expect=1)
+            check("bytes, more than the" in err and "--string-length" in err and took < 20, f"huge BYTES input: {took:.1f}s {err}")
             _, err, took = run([ourl, "--model", "huge", "-n", "5"], expect=1)
             check("more than the 2.68e+08 a load test sends" in err and took < 20, f"huge input: {took:.1f}s {err}")
             run([ourl + "/head", "-X", "HEAD", "-n", "50", "--warmup", "0", "--json", f"{tmp}/head.json"])

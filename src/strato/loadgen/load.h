@@ -24,6 +24,7 @@ struct Target {
     std::vector<std::string> requests;
     std::string description;  // one line for the console: method, path, body
     bool head = false;        // HEAD requests: the answers carry no body, whatever their Content-Length
+    int64_t batch = 1;        // inferences per request (an inference target's batch)
 };
 
 /// Builds one request: `method target HTTP/1.1`, Host, the extra `headers` ("Name: value"),

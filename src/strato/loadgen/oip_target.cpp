@@ -6,6 +6,7 @@
 
 #include <boost/asio.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <zlib.h>
 
@@ -268,6 +269,13 @@ Result<Filler> json_filler(const std::string& path, std::vector<InputSpec>& inpu
                     return invalid_argument("input data '{}': data[{}].{} holds a non-number", path, s, in.name);
                 }
             }
+            // Each request carries its input's one shape (sample 0's): a sample of another shape
+            // went out under it and every such request got a 400.
+            if (!samples->empty() && t.shape != (*samples)[0].at(in.name).shape)
+                return invalid_argument("input data '{}': data[{}].{} has shape {}, data[0] has {}; every sample of an "
+                                        "input must have one shape",
+                                        path, s, in.name, serve::shape_string(t.shape),
+                                        serve::shape_string((*samples)[0].at(in.name).shape));
             sample[in.name] = std::move(t);
         }
         samples->push_back(std::move(sample));
@@ -283,6 +291,15 @@ Result<Filler> json_filler(const std::string& path, std::vector<InputSpec>& inpu
 }  // namespace
 
 constexpr double kMaxInputElements = 1 << 28;  // 1 GiB of FP32 per input and request
+constexpr double kMaxRequestBytes = double(1 << 30);  // per request body
+constexpr double kMaxBodiesBytes = double(1 << 30);   // all the distinct bodies built ahead
+
+static std::vector<std::string> shapes_of(const std::vector<InputSpec>& inputs) {
+    std::vector<std::string> out;
+    for (const auto& spec : inputs)
+        out.push_back(fmt::format("{} {}{}", spec.name, serve::datatype_name(spec.dtype), serve::shape_string(spec.shape)));
+    return out;
+}
 
 Result<Target> build_infer_target(const Url& base, const InferTargetOptions& o) {
     if (o.model.empty()) return invalid_argument("no model named (--model)");
@@ -340,7 +357,22 @@ Result<Target> build_infer_target(const Url& base, const InferTargetOptions& o) 
         if (!known) return invalid_argument("--shape names '{}', which is not an input of model '{}'", name, o.model);
     }
 
-    int variants = std::max(1, o.variants);
+    // Bytes, not only elements: BYTES inputs carry --string-length each, and up to `variants`
+    // bodies are built ahead (a server's [1, 100000] BYTES input at 1 MiB strings was 100 GB).
+    double request_bytes = 0;
+    for (const auto& spec : inputs) {
+        double elements = 1;
+        for (int64_t d : spec.shape) elements *= static_cast<double>(d);
+        const double each = spec.dtype == DataType::kBytes ? 4.0 + static_cast<double>(o.string_length)
+                                                           : static_cast<double>(serve::datatype_size(spec.dtype));
+        request_bytes += elements * each;
+    }
+    if (request_bytes > kMaxRequestBytes)
+        return invalid_argument("model '{}': a request of its inputs ({}) is {:.3g} bytes, more than the {:.3g} a load "
+                                "test sends; give smaller shapes with --shape NAME:d1,d2,... (or a shorter "
+                                "--string-length)",
+                                o.model, fmt::join(shapes_of(inputs), ", "), request_bytes, kMaxRequestBytes);
+    int variants = std::max(1, std::min(o.variants, static_cast<int>(std::max(1.0, kMaxBodiesBytes / std::max(1.0, request_bytes)))));
     Filler fill;
     const std::string& d = o.input_data;
     if (d == "zero" || d == "random") {
@@ -401,12 +433,12 @@ Result<Target> build_infer_target(const Url& base, const InferTargetOptions& o) 
         body_bytes = encoded.body.size();
         target.requests.push_back(build_request(url, "POST", headers, encoded.body));
     }
-    std::string shapes;
-    for (const auto& spec : inputs)
-        shapes += fmt::format("{}{} {}{}", shapes.empty() ? "" : ", ", spec.name, serve::datatype_name(spec.dtype),
-                              serve::shape_string(spec.shape));
     target.description = fmt::format("POST {} ({} {}, {} bytes, {} distinct bodies, inputs: {})", url.target,
-                                     o.binary ? "binary" : "JSON", d, body_bytes, target.requests.size(), shapes);
+                                     o.binary ? "binary" : "JSON", d, body_bytes, target.requests.size(),
+                                     fmt::join(shapes_of(inputs), ", "));
+    // What each request carries: the first dimension sent to a batching model (an --input-data
+    // file's shape may set it, whatever -b says).
+    target.batch = max_batch > 0 && !inputs[0].shape.empty() ? std::max<int64_t>(1, inputs[0].shape[0]) : 1;
     return target;
 }
 
