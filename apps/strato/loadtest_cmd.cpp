@@ -72,8 +72,8 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
                                          std::pair{f.intervals, "--request-intervals"}}) {
             if (path.empty()) continue;
             std::error_code ec;
-            std::string real = std::filesystem::weakly_canonical(path, ec).string();
-            if (ec) real = path;
+            std::string real = std::filesystem::weakly_canonical(std::filesystem::absolute(path, ec), ec).string();
+            if (ec || real.empty()) real = path;
             for (const auto& [other, other_flag] : paths)
                 if (other == real)
                     return invalid_argument("{} and {} name the same file {}: the output would replace the other",

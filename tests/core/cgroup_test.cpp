@@ -34,7 +34,7 @@ TEST(Cgroup, MemoryLimitKillsTheProcessAndIsCounted) {
     SKIP_WITHOUT_CGROUPS();
     auto g = Group::create(fmt::format("strato-test-mem-{}", getpid()), Limits{64.0 * (1 << 20), 0});
     ASSERT_TRUE(g.is_ok()) << g.status().message();
-    EXPECT_NE(g->describe().find("memory 0.1 GiB"), std::string::npos) << g->describe();
+    EXPECT_NE(g->describe().find("memory 0.0625 GiB"), std::string::npos) << g->describe();
     int pipefd[2];
     ASSERT_EQ(pipe(pipefd), 0);
     pid_t pid = fork();

@@ -287,6 +287,15 @@ def main():
         finally:
             odd.shutdown()
 
+        print("== a rate far beyond the connections: bounded memory, ends on time")
+        t0 = time.time()
+        p = subprocess.run([BIN, "loadtest", url + "/v2/health/live", "--request-rate", "1e7", "-d", "1s", "--warmup", "0",
+                            "--max-connections", "4", "--threads", "1", "--json", f"{tmp}/flood.json"],
+                           capture_output=True, text=True, timeout=120)
+        fl = json.load(open(f"{tmp}/flood.json"))["points"][0] if p.returncode == 0 else {}
+        check(p.returncode == 0 and time.time() - t0 < 10 and fl.get("unfinished", 0) > 1000000,
+              f"flood: exit {p.returncode} in {time.time() - t0:.1f}s, {fl.get('unfinished')} unfinished {p.stderr[-300:]}")
+
         print("== nothing listening: connect errors, bounded run")
         dead = subprocess.run([sys.executable, "-c", "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])"],
                               stdout=subprocess.PIPE).stdout.decode().strip()

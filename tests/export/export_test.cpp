@@ -270,6 +270,14 @@ TEST(PackageExport, WritesModelOnnxIntoTheManifestAndStaysLoadable) {
     ASSERT_TRUE(via_link.is_ok()) << via_link.status().message();
     EXPECT_TRUE(stdfs::is_symlink(link));
     EXPECT_EQ(fs::sha256_file(elsewhere).value(), via_link->sha256);
+    // ... also a link to a file not there yet (it was replaced by a file; found by review).
+    stdfs::create_directories(tmp.path() / "sub");
+    const stdfs::path dangling = tmp.path() / "next.onnx";
+    stdfs::create_symlink("sub/target.onnx", dangling);
+    auto via_dangling = export_package_onnx(dir, {.output = dangling.string()});
+    ASSERT_TRUE(via_dangling.is_ok()) << via_dangling.status().message();
+    EXPECT_TRUE(stdfs::is_symlink(dangling));
+    EXPECT_TRUE(stdfs::is_regular_file(tmp.path() / "sub" / "target.onnx"));
 
     // Exports of one package at once take turns: the manifest lists the file that is there.
     for (int round = 0; round < 4; ++round) {

@@ -209,8 +209,11 @@ TEST(Slo, UnansweredRequestsMissTheObjective) {
     p.m.ok = 100;
     for (int i = 0; i < 100; ++i) p.m.latency.record(1'000'000);
     EXPECT_EQ(slo_miss_reason(p, 50'000'000), "");
+    p.m.unfinished = 1;  // 1 of 101: p99 may still be within the objective
+    EXPECT_EQ(slo_miss_reason(p, 50'000'000), "");
     p.m.unfinished = 5;
-    EXPECT_EQ(slo_miss_reason(p, 50'000'000), "5 requests unanswered or never sent");
+    EXPECT_EQ(slo_miss_reason(p, 50'000'000),
+              "5 of 105 requests unanswered or never sent (p99 counts them as slower than the objective)");
 }
 
 TEST(Outputs, CsvUsesPerfAnalyzerColumnsAndJsonRendersAsAReport) {

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -186,6 +187,22 @@ TEST(Sampler, AGridWithAConditionRunsEachDistinctPointOnce) {
     EXPECT_EQ(seen.size(), 3u);
     EXPECT_TRUE(seen.count({{"optim.name", "\"sgd\""}, {"optim.weight_decay", "0.1"}}));
     EXPECT_EQ(sample(s, 3, {}, rng), sample(s, 0, {}, rng));  // then round again
+}
+
+// The ends of an int range are as likely as the values between (they came up half as often).
+TEST(Sampler, IntEndsAreAsLikelyAsTheMiddle) {
+    StudyConfig s = study("[study]\nbase = \"configs/fashion_mnist_mlp.toml\"\nsampler = \"random\"\n[params]\n"
+                          "\"model.depth\" = { type = \"int\", low = 1, high = 3 }\n");
+    std::mt19937_64 rng(11);
+    std::map<std::string, int> counts;
+    for (int i = 0; i < 3000; ++i) ++counts[sample(s, i, {}, rng)["model.depth"]];
+    ASSERT_EQ(counts.size(), 3u);
+    for (const auto& [v, n] : counts) EXPECT_NEAR(n, 1000, 120) << v;  // (was 750 / 1500 / 750)
+    auto huge = StudyConfig::parse("[study]\nbase = \"configs/fashion_mnist_mlp.toml\"\n[params]\n"
+                                   "\"model.width\" = { type = \"int\", low = 0, high = 1e19 }\n",
+                                   "study.toml", STRATO_SOURCE_DIR);
+    ASSERT_FALSE(huge.is_ok());
+    EXPECT_NE(huge.status().message().find("within +-2^53"), std::string::npos) << huge.status().message();
 }
 
 TEST(Sampler, GridEnumeratesTheProduct) {

@@ -18,6 +18,7 @@
 
 #include "strato/core/fs.h"
 #include "strato/core/json.h"
+#include "strato/core/log.h"
 #include "strato/models/package.h"
 #include "strato/models/zoo.h"
 
@@ -438,7 +439,12 @@ Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxE
         ::close(*fd);  // (releases the flock)
         delete fd;
     });
-    ::flock(dir_fd, LOCK_EX);
+    int locked = -1;
+    while ((locked = ::flock(dir_fd, LOCK_EX)) != 0 && errno == EINTR) {
+    }
+    if (locked != 0)  // (a filesystem without flock: go on, as one export at a time is the common case)
+        log::warn("export: cannot lock {} ({}); another export of it at the same time could mix their manifests", dir,
+                  std::strerror(errno));
     const stdfs::path manifest_path = stdfs::path(dir) / models::kPackageManifest;
     auto text = fs::read_file(manifest_path);
     if (!text) return not_found("{} is not a model package: {}", dir, text.status().message());
@@ -447,10 +453,12 @@ Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxE
         return data_loss("{}: not valid JSON", manifest_path.string());
 
     stdfs::path out = options.output.empty() ? stdfs::path(dir) / kOnnxFile : stdfs::path(options.output);
-    if (stdfs::is_symlink(out, ec)) {  // written where it points, as `>` would; the link stays
-        auto target = stdfs::weakly_canonical(out, ec);
-        if (ec) return invalid_argument("--output {}: cannot follow the symbolic link: {}", out.string(), ec.message());
-        out = target;
+    for (int hops = 0; stdfs::is_symlink(out, ec); ++hops) {  // written where it points, as `>` would; the link stays
+        const stdfs::path to = stdfs::read_symlink(out, ec);
+        if (ec || hops == 40)
+            return invalid_argument("--output {}: cannot follow the symbolic link{}", out.string(),
+                                    ec ? ": " + ec.message() : " (a loop)");
+        out = to.is_absolute() ? to : out.parent_path() / to;  // (a link to a file not there yet too)
     }
     const stdfs::path out_dir = out.parent_path().empty() ? stdfs::path(".") : out.parent_path();
     if (!stdfs::is_directory(out_dir, ec)) {
@@ -465,21 +473,24 @@ Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxE
         return invalid_argument("--output {} would replace the package's own {}; choose another name", out.string(),
                                 name);
     }
-    bool unlisted_stale = false;
+    // Whatever fails from here on leaves the manifest as it was read (a failed export changes
+    // nothing); a crash mid-way leaves it in one of the orders described in docs/export.md.
+    bool manifest_changed = false, succeeded = false;
+    const auto restore = [&](void*) {
+        if (manifest_changed && !succeeded) (void)fs::atomic_write(manifest_path, *text);
+    };
+    const std::unique_ptr<void, decltype(restore)> restore_on_failure(reinterpret_cast<void*>(1), restore);
     if (listed) {
         // The file is about to be replaced: a listed copy that no longer matches its checksum
         // (truncated, edited) is unlisted now, so the package loads and the export can go on.
         auto have = fs::sha256_file(out);
         if (!have || !files[name].is_object() || files[name].value("sha256", "") != *have) {
             files.erase(name);
+            manifest_changed = true;
             STRATO_RETURN_IF_ERROR(fs::atomic_write(manifest_path, json_text(manifest, 2) + "\n"));
-            unlisted_stale = true;
         }
     }
-    auto loaded = models::load_package(dir);
-    if (!loaded.is_ok() && unlisted_stale)  // a failed export leaves the package as it found it
-        (void)fs::atomic_write(manifest_path, *text);
-    STRATO_ASSIGN_OR_RETURN(models::LoadedPackage pkg, std::move(loaded));
+    STRATO_ASSIGN_OR_RETURN(models::LoadedPackage pkg, models::load_package(dir));
     if (pkg.info.quantized()) {
         return invalid_argument("{} is an INT8 package (strato compress quantize); ONNX export writes float graphs: "
                                 "export its float package ({})",
@@ -510,6 +521,7 @@ Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxE
         // Unlist the old file first: a crash while the new one is written must not leave a
         // manifest whose checksum no longer matches.
         files.erase(name);
+        manifest_changed = true;
         STRATO_RETURN_IF_ERROR(fs::atomic_write(manifest_path, json_text(manifest, 2) + "\n"));
     }
     fs::remove_stale_temps(out);  // an export killed mid-write left its partial copy
@@ -527,6 +539,8 @@ Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxE
     r.output_name = spec.output_name;
     r.input_shape = {-1, spec.input_shape.channels, spec.input_shape.height, spec.input_shape.width};
     r.output_shape = {-1, spec.classes};
+    // The new file is in place: from here the manifest must list it, not the old one's checksum.
+    succeeded = true;
     if (in_package) {
         files[name] = {{"sha256", r.sha256}, {"bytes", r.bytes}};
         STRATO_RETURN_IF_ERROR(fs::atomic_write(manifest_path, json_text(manifest, 2) + "\n"));

@@ -39,7 +39,7 @@ constexpr int64_t kDelayedNs = 1'000'000;
 // Open loop: due requests waiting for a connection, per worker, and due times taken per tick.
 // Past the first, a due request is dropped (counted unfinished: never sent): a rate far beyond
 // what the connections carry grew this queue by millions a second (1.3 GB, the loop starved).
-// Past the second, the schedule skips ahead to now (intervals of 0 asked for requests every ns).
+// Past the second, the rest waits for the next tick (intervals of 0 asked for a request every ns).
 constexpr size_t kMaxPending = 65536;
 constexpr int kMaxDuePerTick = 65536;
 constexpr int64_t kBackoffMinNs = 1'000'000;
@@ -495,7 +495,13 @@ void Worker::tick(int64_t now) {
     int64_t dropped = 0;
     for (int taken = 0; next_intended <= now; ++taken) {
         if (taken == kMaxDuePerTick) {
-            next_intended = now + 1;
+            // A fixed rate skips to now, the requests skipped counted as dropped; a schedule (a
+            // trace, intervals) goes on next tick, each request keeping its own intended time.
+            if (!o.schedule) {
+                const double gap = std::max(1.0, gap_ns);
+                dropped += 1 + static_cast<int64_t>(static_cast<double>(now - next_intended) / gap);
+                next_intended = now + std::max<int64_t>(1, static_cast<int64_t>(gap));
+            }
             break;
         }
         if (pending.size() < kMaxPending) pending.push_back(next_intended);

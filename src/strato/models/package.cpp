@@ -181,8 +181,13 @@ Status save_package(const std::string& dir, const PackageInfo& info, NetImpl& ne
 
     // Swapped into place: a crash at any instant leaves the old package or the new one.
     if (Status st = fs::replace_dir(tmp, final_dir); !st.is_ok()) {
-        (void)fs::remove_tree(tmp);  // (a symlink at `dir`, a full disk: no complete copy left beside it)
-        return st;
+        // The old package still in place (a symlink at `dir`, say): the staging copy goes. If the
+        // swap got half way (the old one moved aside), the new package may be the only copy: kept.
+        if (std::error_code exists_ec; stdfs::exists(final_dir, exists_ec)) {
+            (void)fs::remove_tree(tmp);
+            return st;
+        }
+        return st.with_context(fmt::format("the new package is kept at {}", tmp.string()));
     }
     return Status::ok();
 }

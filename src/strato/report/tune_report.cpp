@@ -19,6 +19,8 @@ Result<std::string> render_tune_report(const json& st) {
     const bool maximize = st.value("mode", "max") == "max";
     std::vector<json> trials(st["trials"].begin(), st["trials"].end());
     std::stable_sort(trials.begin(), trials.end(), [&](const json& a, const json& b) {
+        const bool fa = a.value("state", "") == "failed", fb = b.value("state", "") == "failed";
+        if (fa != fb) return fb;  // failed trials after the others, as in the leaderboard
         bool ha = a["best"].is_number(), hb = b["best"].is_number();
         if (ha != hb) return ha;
         if (!ha) return false;

@@ -12,9 +12,21 @@
 
 namespace strato::tune {
 
-double Param::internal_low() const { return dist == Dist::kLogUniform ? std::log(low) : numeric() ? low : 0; }
+// Quantised values (an int, a q) own half a step on each side, the ends included: drawn on [low,
+// high] and rounded, low and high came up half as often as the values between (Optuna draws on
+// [low - q/2, high + q/2] for the same reason).
+static double half_step(const Param& p) {
+    if (p.dist == Dist::kLogUniform || !p.numeric()) return 0;
+    return p.q > 0 ? p.q / 2 : p.dist == Dist::kInt ? 0.5 : 0;
+}
+
+double Param::internal_low() const {
+    return dist == Dist::kLogUniform ? std::log(low) : numeric() ? low - half_step(*this) : 0;
+}
 double Param::internal_high() const {
-    return dist == Dist::kLogUniform ? std::log(high) : numeric() ? high : static_cast<double>(values.size()) - 1;
+    return dist == Dist::kLogUniform ? std::log(high)
+           : numeric()              ? high + half_step(*this)
+                                    : static_cast<double>(values.size()) - 1;
 }
 
 double Param::to_internal(const std::string& literal) const {
@@ -83,6 +95,8 @@ Result<Param> parse_param(const std::string& key, const toml::node& node, const 
             return invalid_argument("{}: low, high and q must be finite numbers", where);
         if (p.dist == Dist::kInt && (p.low != std::floor(p.low) || p.high != std::floor(p.high)))
             return invalid_argument("{}: int needs whole-number low and high, got {} and {}", where, p.low, p.high);
+        if (p.dist == Dist::kInt && (std::fabs(p.low) > 0x1p53 || std::fabs(p.high) > 0x1p53))
+            return invalid_argument("{}: int low and high must lie within +-2^53, got {:g} and {:g}", where, p.low, p.high);
         if (!(p.low < p.high)) return invalid_argument("{}: low {} must be below high {}", where, p.low, p.high);
         if (p.dist == Dist::kLogUniform && p.low <= 0) return invalid_argument("{}: loguniform needs low > 0", where);
         if (p.q < 0) return invalid_argument("{}: q must be >= 0", where);

@@ -56,6 +56,10 @@ std::string fingerprint(const StudyConfig& c) {
 
 std::string trial_name(int id) { return fmt::format("trial-{:04d}", id); }
 
+// A trial that can be the study's best: one with a result that did not fail (a trial killed by
+// its memory limit after a good epoch is no configuration to recommend, as in Optuna).
+bool rankable(const Trial& t) { return t.best.has_value() && t.state != TrialState::kFailed; }
+
 std::string describe(const Assignment& a) {
     std::string out;
     for (const auto& [k, v] : a) out += (out.empty() ? "" : ", ") + k + "=" + v;
@@ -452,18 +456,22 @@ Result<RunSummary> Executor::run() {
         // Trial directories the study does not know are another study's (study.db removed, or a
         // --dir reused): trials resume from checkpoints there, so a new trial would take up the
         // old one's weights and results.
+        // (listed before the study is read: a trial another executor adds meanwhile is known)
+        std::vector<stdfs::path> dirs;
+        std::error_code ec;
+        for (const auto& e : stdfs::directory_iterator(stdfs::path(o_.dir) / "trials", ec))
+            if (e.path().filename().string().rfind("trial-", 0) == 0) dirs.push_back(e.path());
         STRATO_ASSIGN_OR_RETURN(auto known, store_->trials());
         std::set<std::string> names;
         for (const auto& t : known) names.insert(trial_name(t.id));
-        std::error_code ec;
-        for (const auto& e : stdfs::directory_iterator(stdfs::path(o_.dir) / "trials", ec)) {
-            const std::string n = e.path().filename().string();
-            if (n.rfind("trial-", 0) == 0 && !names.count(n))
+        for (const auto& d : dirs) {
+            const std::string n = d.filename().string();
+            if (!names.count(n))
                 return Status(StatusCode::kAlreadyExists,
                               fmt::format("{} belongs to no trial of this study (its study.db was removed, or the "
                                           "directory held another study)\nhint: remove {} and {}, or give the study "
                                           "another --dir",
-                                          e.path().string(), (stdfs::path(o_.dir) / "trials").string(),
+                                          d.string(), (stdfs::path(o_.dir) / "trials").string(),
                                           (stdfs::path(o_.dir) / "logs").string()));
         }
     }
@@ -520,7 +528,7 @@ Result<RunSummary> Executor::run() {
         s.stopped += t.state == TrialState::kStopped || t.state == TrialState::kPaused;
         s.failed += t.state == TrialState::kFailed;
         s.epochs_trained += t.epochs;
-        if (t.best && (!s.best || c_.better(*t.best, *s.best->best))) s.best = t;
+        if (rankable(t) && (!s.best || c_.better(*t.best, *s.best->best))) s.best = t;
     }
     return s;
 }
@@ -641,6 +649,7 @@ Result<std::string> leaderboard(const StudyConfig& cfg, const std::string& dir, 
     STRATO_ASSIGN_OR_RETURN(auto store, open_store(cfg, dir, false));
     STRATO_ASSIGN_OR_RETURN(auto trials, store->trials());
     std::stable_sort(trials.begin(), trials.end(), [&](const Trial& a, const Trial& b) {
+        if (rankable(a) != rankable(b)) return rankable(a);  // failed trials after the others
         if (a.best.has_value() != b.best.has_value()) return a.best.has_value();
         return a.best && cfg.better(*a.best, *b.best);
     });
@@ -670,8 +679,8 @@ Status export_best(const StudyConfig& cfg, const std::string& dir, const std::st
     STRATO_ASSIGN_OR_RETURN(auto trials, store->trials());
     const Trial* best = nullptr;
     for (const auto& t : trials)
-        if (t.best && (!best || cfg.better(*t.best, *best->best))) best = &t;
-    if (!best) return not_found("study {} has no trial with a result yet", cfg.name);
+        if (rankable(t) && (!best || cfg.better(*t.best, *best->best))) best = &t;
+    if (!best) return not_found("study {} has no trial with a result yet (failed trials do not count)", cfg.name);
     std::vector<std::string> sets = cfg.fixed;
     for (const auto& [k, v] : best->params) sets.push_back(k + "=" + v);
     // Trials train with train.epochs = max_t (the learning-rate schedule's length), however many
