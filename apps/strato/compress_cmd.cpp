@@ -44,7 +44,7 @@ void add_quantize_command(CLI::App& compress, const GlobalFlags& g, int* exit_co
     cmd->add_option("--config", o->config, "Take the [data] section from this training config");
     cmd->add_option("--set", o->sets, "Override a config key, e.g. --set data.limit_test=1000");
     cmd->add_option("--data", o->data, "Dataset directory (default: Debian's Fashion-MNIST)");
-    cmd->add_option("--dataset", o->dataset, "Dataset kind: fashion-mnist, idx, image-folder, shards");
+    cmd->add_option("--dataset", o->dataset, "Dataset kind: fashion-mnist, idx, image-folder, shards, csv, synthetic");
     cmd->add_option("--threads", o->threads, "Intra-op threads (0 = cores)")->check(CLI::Range(0, 1024));
     cmd->add_flag("--no-eval", o->no_eval, "Skip measuring float and INT8 accuracy on the test split");
     cmd->add_flag("--overwrite", o->r.overwrite, "Replace a model package already at --output");

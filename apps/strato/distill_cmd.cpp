@@ -116,7 +116,7 @@ void add_compress_report_command(CLI::App& compress, const GlobalFlags&, int* ex
     cmd->add_option("--config", o->config, "Take the [data] section from this training config");
     cmd->add_option("--set", o->sets, "Override a config key, e.g. --set data.limit_test=2000");
     cmd->add_option("--data", o->data, "Dataset directory (default: Debian's Fashion-MNIST)");
-    cmd->add_option("--dataset", o->dataset, "Dataset kind: fashion-mnist, idx, image-folder, ...");
+    cmd->add_option("--dataset", o->dataset, "Dataset kind: fashion-mnist, idx, image-folder, shards, csv, synthetic");
     cmd->add_option("--threads", o->c.threads, "Intra-op threads (0 = cores)")
         ->capture_default_str()
         ->check(CLI::Range(0, 1024));

@@ -43,7 +43,7 @@ void add_eval_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     cmd->add_option("--config", o->config, "Take the [data] section from this training config");
     cmd->add_option("--set", o->sets, "Override a config key, e.g. --set data.limit_test=1000");
     cmd->add_option("--data", o->data, "Dataset directory (default: Debian's Fashion-MNIST)");
-    cmd->add_option("--dataset", o->dataset, "Dataset kind: fashion-mnist, idx, image-folder");
+    cmd->add_option("--dataset", o->dataset, "Dataset kind: fashion-mnist, idx, image-folder, shards, csv, synthetic");
     cmd->add_option("--threads", o->threads, "Intra-op threads (0 = cores)")->check(CLI::Range(0, 1024));
     cmd->add_flag("--bf16", o->bf16,
                   "Run the forward pass in bf16 as `strato serve` does with precision \"bf16\" (the inference graph on "

@@ -1,6 +1,7 @@
 // strato: one binary for the life of a model. Subcommands live in *_cmd.cpp.
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <cstdio>
@@ -92,6 +93,32 @@ int main(int argc, char** argv) {
         // --help and --version are 0; every usage error (unknown command or flag, a value the
         // parser refuses) is 2, as argparse and getopt tools (torchrun among them) exit, rather
         // than CLI11's 105-114.
+        if (e.get_exit_code() != 0) {
+            // A word where a command was expected ("A subcommand is required" for `strato trian`
+            // or `strato tune rn`): named, with the commands there are.
+            CLI::App* at = &app;
+            std::vector<std::string> chain;
+            while (!at->get_subcommands().empty()) {
+                at = at->get_subcommands().front();
+                chain.push_back(at->get_name());
+            }
+            const auto subs = at->get_subcommands([](const CLI::App*) { return true; });
+            size_t matched = 0;
+            for (int i = 1; i < argc && !subs.empty(); ++i) {
+                const std::string word = argv[i];
+                if (word.empty() || word[0] == '-') continue;
+                if (matched < chain.size() && word == chain[matched]) {
+                    ++matched;
+                    continue;
+                }
+                if (matched < chain.size()) continue;
+                std::string names;
+                for (const auto* sub : subs) names += (names.empty() ? "" : ", ") + sub->get_name();
+                fmt::print(stderr, "strato: '{}' is not a command{} (commands: {})\nRun with --help for more information.\n",
+                           word, chain.empty() ? "" : " of " + fmt::format("{}", fmt::join(chain, " ")), names);
+                return 2;
+            }
+        }
         return app.exit(e) == 0 ? 0 : 2;
     } catch (const std::exception& e) {
         fmt::print(stderr, "strato: error: {}\n", e.what());

@@ -457,7 +457,11 @@ TEST(PrunePackage, MagnitudeOneShotFineTunesWithMasksKept) {
     EXPECT_EQ(r->package, tmp.str("out/model"));
     EXPECT_NEAR(static_cast<double>(r->zeros), 0.6 * static_cast<double>(r->weights), 1.0);  // after 8 SGD steps
     ASSERT_TRUE(r->test_acc.has_value());
-    EXPECT_EQ(r->source_test_acc.value_or(-1), 0.5);
+    // Measured on the same test split as the pruned package, not its metrics.json's 0.5.
+    ASSERT_TRUE(r->source_test_acc.has_value());
+    EXPECT_NE(*r->source_test_acc, 0.5);
+    EXPECT_GE(*r->source_test_acc, 0.0);
+    EXPECT_LE(*r->source_test_acc, 1.0);
     EXPECT_TRUE(stdfs::exists(tmp.path() / "out" / "metrics.jsonl"));
 
     auto pkg = models::load_package(r->package);

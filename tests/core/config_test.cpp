@@ -50,6 +50,13 @@ TEST(Config, OverridesWinAndBareStringsWork) {
     EXPECT_EQ(r->inner.mode, "b");
     EXPECT_EQ(r->name, "run-7");
     EXPECT_EQ(r->inner.betas, (std::vector<double>{0.5, 0.6}));
+    // A string setting given a word TOML reads as a number or a boolean takes the flag's text.
+    for (const char* text : {"nan", "2024", "true", "1e3", "inf"}) {
+        auto w = load_string<Outer>("", {std::string("name=") + text});
+        ASSERT_TRUE(w.is_ok()) << text << ": " << w.status().message();
+        EXPECT_EQ(w->name, text);
+    }
+    EXPECT_FALSE(load_string<Outer>("name = 5\n").is_ok());  // (in a file, the type is the file's)
 }
 
 TEST(Config, IntegerArraysAreCheckedElementByElement) {

@@ -638,6 +638,7 @@ TEST_F(Stats, CountsBalanceSizesFormatsAndUnreadableFiles) {
     EXPECT_EQ(j["dataset_hash"], st->manifest->dataset_hash);
     EXPECT_NE(format_stats(*st).find("train: 5 samples, 2 classes, balance 0.25"), std::string::npos)
         << format_stats(*st);
+    EXPECT_NE(format_stats(*st).find("    classes: cat 4, dog 1\n"), std::string::npos) << format_stats(*st);
 
     // The same dataset packed: the same counts, read from the shards.
     stdfs::remove(root_ / "d" / "train" / "cat" / "4.jpg");

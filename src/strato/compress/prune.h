@@ -154,7 +154,7 @@ struct PruneReport {
     std::vector<PruneLayerRow> layers;
     int64_t parameters_before = 0, parameters_after = 0;
     int64_t weights = 0, zeros = 0;         // over the prunable weights of the output
-    std::optional<double> source_test_acc;  // from the source package's metrics.json
+    std::optional<double> source_test_acc;  // on the same test split (else from its metrics.json)
     std::optional<double> test_acc;         // of the output package, after fine-tuning
     int64_t test_samples = 0;
     double sparsity() const { return weights ? static_cast<double>(zeros) / static_cast<double>(weights) : 0.0; }

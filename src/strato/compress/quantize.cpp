@@ -102,6 +102,10 @@ Result<QuantizeResult> quantize_package(const QuantizeRequest& r) {
             {"layers", out.layers}};
         if (r.quant.observer == "percentile") info.quantization["percentile"] = r.quant.percentile;
 
+        // The float run's figures that do not describe this package: its best accuracy during
+        // training, its training precision.
+        info.metrics.erase("best_test_acc");
+        if (info.metrics.contains("precision")) info.metrics["precision"] = "int8";
         if (r.evaluate) {
             STRATO_ASSIGN_OR_RETURN(auto test, data::Loader::create(splits->test, data::eval_loader_options(cfg, *splits)));
             if (channels_last) models::to_channels_last(*pkg.net);
@@ -115,7 +119,7 @@ Result<QuantizeResult> quantize_package(const QuantizeRequest& r) {
             info.metrics["test_samples"] = q.count;
             info.metrics["source_test_acc"] = f.accuracy;
         } else {
-            for (const char* k : {"test_acc", "test_loss", "best_test_acc"}) info.metrics.erase(k);
+            for (const char* k : {"test_acc", "test_loss"}) info.metrics.erase(k);
         }
         info.metrics["compression"] = {{"method", "int8"}, {"source", r.model}, {"observer", r.quant.observer}};
         STRATO_RETURN_IF_ERROR(models::save_package(r.output, info, *qnet));

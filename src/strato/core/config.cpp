@@ -136,6 +136,12 @@ public:
     void field(std::string_view key, std::string& value, const Choices& choices) override {
         if (const toml::node* n = lookup(key)) {
             auto v = n->value_exact<std::string>();
+            // `--set run.name=nan` (or =2024, =true) reads as a number or a boolean in TOML; for a
+            // string setting the flag's own text is meant.
+            if (!v && n->is_value() && n->source().path && n->source().path->rfind("--set ", 0) == 0) {
+                const std::string& flag = *n->source().path;
+                if (size_t eq = flag.find('='); eq != std::string::npos) v = flag.substr(eq + 1);
+            }
             if (!v) return error(*n, join(key), fmt::format("expected a string, got {} {}", type_name(*n), render(*n)));
             if (!check_choice(*n, join(key), *v, choices)) return;
             value = *v;

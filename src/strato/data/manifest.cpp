@@ -492,9 +492,21 @@ std::string format_stats(const DatasetStats& s) {
             if (sp.class_counts[c] < sp.class_counts[lo]) lo = c;
             if (sp.class_counts[c] > sp.class_counts[hi]) hi = c;
         }
-        out += fmt::format("  {}: {} samples, {} classes, balance {:.2f} (smallest {} {}, largest {} {})\n", label,
-                           sp.samples, sp.class_names.size(), sp.balance, sp.class_names[lo], sp.class_counts[lo],
-                           sp.class_names[hi], sp.class_counts[hi]);
+        if (sp.class_counts.empty() || sp.class_counts[lo] == sp.class_counts[hi])
+            out += fmt::format("  {}: {} samples, {} classes, balance {:.2f}{}\n", label, sp.samples,
+                               sp.class_names.size(), sp.balance,
+                               sp.class_counts.empty() ? "" : fmt::format(" (every class {})", sp.class_counts[lo]));
+        else
+            out += fmt::format("  {}: {} samples, {} classes, balance {:.2f} (smallest {} {}, largest {} {})\n", label,
+                               sp.samples, sp.class_names.size(), sp.balance, sp.class_names[lo], sp.class_counts[lo],
+                               sp.class_names[hi], sp.class_counts[hi]);
+        // Per class, where the list stays readable (--json has every class).
+        if (sp.class_counts.size() > 1 && sp.class_counts.size() <= 20) {
+            std::string per;
+            for (size_t c = 0; c < sp.class_counts.size(); ++c)
+                per += fmt::format("{}{} {}", c ? ", " : "", sp.class_names[c], sp.class_counts[c]);
+            out += fmt::format("    classes: {}\n", per);
+        }
         std::string formats;
         for (const auto& [f, n] : sp.formats) formats += fmt::format("{}{} {}", formats.empty() ? "" : ", ", f, n);
         out += fmt::format("    size (min/median/max): width {}/{}/{}, height {}/{}/{}; {} of images; {}\n",

@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <chrono>
 #include <sstream>
+#include <thread>
 
 namespace strato::monitor {
 
@@ -27,14 +29,24 @@ void ProcSampler::sample(Snapshot& out) {
     const std::string& root = options_.root;
     std::string text;
     // /proc/stat: "cpu  user nice system idle iowait irq softirq steal ..."
-    if (read_text(root + "/stat", &text)) {
-        std::istringstream ss(text);
+    const auto cpu_times = [](const std::string& stat) {
+        std::istringstream ss(stat);
         std::string cpu;
         uint64_t v[8] = {};
         ss >> cpu >> v[0] >> v[1] >> v[2] >> v[3] >> v[4] >> v[5] >> v[6] >> v[7];
-        CpuTimes now;
-        for (uint64_t x : v) now.total += x;
-        now.busy = now.total - v[3] - v[4];
+        CpuTimes t;
+        for (uint64_t x : v) t.total += x;
+        t.busy = t.total - v[3] - v[4];
+        return t;
+    };
+    if (last_cpu_.total == 0 && read_text(root + "/stat", &text)) {
+        // The first sample: a utilisation "since the previous sample" would be since boot. Measured
+        // over the next 100 ms instead.
+        last_cpu_ = cpu_times(text);
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (read_text(root + "/stat", &text)) {
+        const CpuTimes now = cpu_times(text);
         uint64_t dt = now.total - last_cpu_.total;
         double util = dt > 0 ? 100.0 * static_cast<double>(now.busy - last_cpu_.busy) / static_cast<double>(dt) : 0;
         last_cpu_ = now;

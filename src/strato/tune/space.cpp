@@ -350,6 +350,15 @@ Status validate_against_train_config(const StudyConfig& s) {
             for (const auto& v : p.values) probes.emplace_back(i, v);
         }
     }
+    // Each parameter alone first (the others left as the base config has them), so an unknown key
+    // is blamed on itself, not on whichever parameter was probed when the config failed to load.
+    for (size_t i = 0; i < s.params.size(); ++i) {
+        std::vector<std::string> sets = s.fixed;
+        sets.push_back(s.params[i].key + "=" + lows[i]);
+        auto cfg = train::load_train_config(s.base, sets);
+        if (!cfg.is_ok())
+            return cfg.status().with_context(fmt::format("{}: parameter {} = {}", s.source, s.params[i].key, lows[i]));
+    }
     for (const auto& [which, literal] : probes) {
         std::vector<std::string> sets = s.fixed;
         for (size_t i = 0; i < s.params.size(); ++i) sets.push_back(s.params[i].key + "=" + (i == which ? literal : lows[i]));
