@@ -158,6 +158,8 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
     ro.load.threads = f.threads > 0 ? f.threads : static_cast<int>(std::max(1u, cores / 2));
     ro.load.seed = f.seed;
     STRATO_ASSIGN_OR_RETURN(ro.load.timeout_ns, parse_duration_ns(f.timeout));
+    if (ro.load.timeout_ns < 1'000'000)  // (deadlines are checked every millisecond: 1ns was not enforced)
+        return invalid_argument("--timeout {} is below 1 ms, the finest the client enforces", f.timeout);
     STRATO_ASSIGN_OR_RETURN(ro.load.busy_poll_ns, parse_busy_poll_ns(f.busy_poll));
     STRATO_ASSIGN_OR_RETURN(int64_t dur, parse_duration_ns(f.duration));
     STRATO_ASSIGN_OR_RETURN(int64_t warm, parse_duration_ns(f.warmup));

@@ -155,12 +155,17 @@ TEST(ResponseParser, CloseDelimitedInterimNoBodyAndConnectionClose) {
 TEST(ResponseParser, MalformedResponsesFailWithAReason) {
     for (std::string wire : {"SSH-2.0-OpenSSH\r\n\r\n", "HTTP/1.1 2x0 OK\r\n\r\n", "HTTP/1.1 200 OK\r\nContent-Length: -4\r\n\r\n",
                              "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
-                             "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcX\r\n"}) {
+                             "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcX\r\n",
+                             "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 5\r\n\r\nab"}) {
         ResponseParser p;
         p.feed(wire.data(), wire.size());
         EXPECT_TRUE(p.failed()) << wire;
         EXPECT_FALSE(p.error().empty());
     }
+    ResponseParser same;  // the same length twice is one length
+    const std::string twice = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\ncontent-length: 2\r\n\r\nab";
+    same.feed(twice.data(), twice.size());
+    EXPECT_TRUE(same.done() && !same.failed()) << same.error();
     ResponseParser big;
     std::string head = "HTTP/1.1 200 OK\r\nX: " + std::string(70000, 'a');
     big.feed(head.data(), head.size());

@@ -297,6 +297,16 @@ TEST_F(Package, FlippedBitInWeightsIsDetected) {
 // The manifest has no checksum of its own: a shape that does not belong to the weights (a
 // corrupt or hand-edited manifest) is refused by the parameter count, before building a network
 // of tens of GB.
+TEST_F(Package, ManifestShapeWhoseSizeWrapsAroundIsRefused) {
+    auto m = dir_ / "model" / kPackageManifest;
+    auto manifest = nlohmann::json::parse(*fs::read_file(m));
+    manifest["inputs"][0]["shape"] = {-1, 16, (int64_t{1} << 60) + 49, 1};
+    ASSERT_TRUE(fs::atomic_write(m, manifest.dump(2)).is_ok());
+    auto r = load_package((dir_ / "model").string());
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("is no image shape"), std::string::npos) << r.status().message();
+}
+
 TEST_F(Package, ManifestShapeThatTheWeightsCannotHoldIsDataLoss) {
     auto m = dir_ / "model" / kPackageManifest;
     auto manifest = nlohmann::json::parse(*fs::read_file(m));

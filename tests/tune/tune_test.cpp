@@ -702,6 +702,11 @@ TEST(Executor, SlurmArrayScriptAndSharedJournal) {
     EXPECT_EQ(*open_db(r)->journal(), "delete");
     o.tasks = 0;
     EXPECT_FALSE(slurm_array(r.cfg, o).is_ok());
+    o.tasks = 3;
+    o.dir = r.dir + " two words";  // (#SBATCH --output cannot carry it)
+    auto blank = slurm_array(r.cfg, o);
+    ASSERT_FALSE(blank.is_ok());
+    EXPECT_NE(blank.status().message().find("holds blanks or quotes"), std::string::npos) << blank.status().message();
 }
 
 }  // namespace

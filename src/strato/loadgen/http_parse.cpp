@@ -128,11 +128,17 @@ bool ResponseParser::parse_head() {
         std::string_view name = line.substr(0, colon), value = trim(line.substr(colon + 1));
         if (keep_body_) headers_.emplace_back(name, value);
         if (iequals(name, "content-length")) {
-            auto [q, e] = std::from_chars(value.data(), value.data() + value.size(), length);
-            if (e != std::errc() || q != value.data() + value.size() || length < 0) {
+            int64_t this_length = -1;
+            auto [q, e] = std::from_chars(value.data(), value.data() + value.size(), this_length);
+            if (e != std::errc() || q != value.data() + value.size() || this_length < 0) {
                 fail("malformed Content-Length");
                 return false;
             }
+            if (has_length && this_length != length) {  // (RFC 9112 6.3: unrecoverable; it hung to the timeout)
+                fail("two different Content-Length headers");
+                return false;
+            }
+            length = this_length;
             has_length = true;
         } else if (iequals(name, "transfer-encoding")) {
             chunked = icontains(value, "chunked");

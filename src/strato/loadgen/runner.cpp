@@ -182,6 +182,8 @@ Result<std::vector<PointResult>> run_sweep(const Target& target, const RunOption
             break;
         }
         STRATO_ASSIGN_OR_RETURN(auto p, std::move(measured));
+        // Interrupted before anything was measured (Ctrl-C in the warm-up): no row of 0 req/s.
+        if (o.interrupted && o.interrupted() && p.m.ok == 0 && p.m.errors() == 0 && p.m.unfinished == 0) break;
         if (o.progress)
             o.progress(fmt::format("{}: {:.1f} req/s, p50 {} ms, p99 {} ms, {} errors", level_text(p), p.m.throughput(),
                                    ms(p.m.latency.percentile(50)), ms(p.m.latency.percentile(99)), p.m.errors()));
@@ -327,6 +329,9 @@ std::string format_table(const std::vector<PointResult>& points) {
         if (!errs.empty()) out += fmt::format("  {:g}: errors: {}\n", p.level, errs);
         if (m.delayed) out += fmt::format("  {:g}: {} requests sent more than 1 ms late (the client could not keep up, or every connection was busy)\n", p.level, m.delayed);
         if (m.unfinished) out += fmt::format("  {:g}: {} requests unanswered at the end or never sent: not in the latencies\n", p.level, m.unfinished);
+        if (m.latency.clamped())
+            out += fmt::format("  {:g}: {} latencies above 60 s are counted as 60 s (the histogram's top)\n", p.level,
+                               m.latency.clamped());
         if (p.server && p.server->requests > 0) {
             const auto& s = *p.server;
             out += fmt::format(
@@ -384,6 +389,7 @@ json point_json(const PointResult& p) {
                           {"timeout", m.timeouts}, {"protocol", m.protocol_errors}, {"http", http}}},
               {"delayed", m.delayed},
               {"unfinished", m.unfinished},
+              {"latencies_over_60s", m.latency.clamped()},
               {"bytes_received", m.bytes_received},
               {"windows", p.windows},
               {"stable", p.stable}};

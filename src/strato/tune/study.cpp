@@ -574,6 +574,10 @@ Result<std::string> slurm_array(const StudyConfig& cfg, const SlurmOptions& opti
     std::error_code ec;
     const std::string dir = stdfs::absolute(options.dir, ec).lexically_normal().string();
     const std::string study = stdfs::absolute(options.study_file, ec).lexically_normal().string();
+    if (dir.find_first_of(" \t\n\r\"'") != std::string::npos)
+        return invalid_argument("tune slurm: the study directory '{}' holds blanks or quotes, which an #SBATCH --output "
+                                "line cannot carry; choose a --dir without them",
+                                dir);
     std::string binary = options.strato_binary;
     if (binary.empty()) binary = stdfs::read_symlink("/proc/self/exe", ec).string();
     if (binary.empty()) return io_error("cannot find this executable: {}", ec.message());
