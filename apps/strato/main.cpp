@@ -103,19 +103,23 @@ int main(int argc, char** argv) {
                 chain.push_back(at->get_name());
             }
             const auto subs = at->get_subcommands([](const CLI::App*) { return true; });
-            size_t matched = 0;
-            for (int i = 1; i < argc && !subs.empty(); ++i) {
+            // The word right after the command chain (after strato's own -q/-v at the top), if
+            // that is where a command belongs: an option's value is never taken for one.
+            int i = 1, matched = 0;
+            for (; i < argc; ++i) {
                 const std::string word = argv[i];
-                if (word.empty() || word[0] == '-') continue;
-                if (matched < chain.size() && word == chain[matched]) {
-                    ++matched;
+                if (matched < static_cast<int>(chain.size())) {
+                    if (word == chain[static_cast<size_t>(matched)]) ++matched;
                     continue;
                 }
-                if (matched < chain.size()) continue;
+                if (chain.empty() && (word == "-q" || word == "--quiet" || word == "-v" || word == "--verbose")) continue;
+                break;
+            }
+            if (!subs.empty() && i < argc && argv[i][0] != '-' && argv[i][0] != '\0') {
                 std::string names;
                 for (const auto* sub : subs) names += (names.empty() ? "" : ", ") + sub->get_name();
                 fmt::print(stderr, "strato: '{}' is not a command{} (commands: {})\nRun with --help for more information.\n",
-                           word, chain.empty() ? "" : " of " + fmt::format("{}", fmt::join(chain, " ")), names);
+                           argv[i], chain.empty() ? "" : fmt::format(" of {}", fmt::join(chain, " ")), names);
                 return 2;
             }
         }

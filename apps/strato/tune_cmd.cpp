@@ -81,7 +81,7 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         const nlohmann::json* b = nullptr;
         for (const auto& t : (*j)["trials"])
             if (t["best"].is_number() && t["state"] != "failed" && (!b || (c->maximize ? t["best"] > (*b)["best"] : t["best"] < (*b)["best"]))) b = &t;
-        if (!b) return void(*exit_code = report_error("tune", not_found("no trial has a result yet")));
+        if (!b) return void(*exit_code = report_error("tune", not_found("no trial has a result yet (failed trials do not count)")));
         fmt::print("{}\n", json_text(*b, 2));
         *exit_code = 0;
     });

@@ -13,6 +13,7 @@ struct Inner {
     std::vector<std::string> tags;
     std::vector<double> betas = {0.9, 0.99};
     std::vector<int64_t> widths;
+    std::string label;
     void visit(Visitor& v) {
         v.field("lr", lr, Range::positive());
         v.field("steps", steps, Range::between(1, 100));
@@ -21,6 +22,7 @@ struct Inner {
         v.field("tags", tags, {"x", "y"});
         v.field("betas", betas, Range::half_open(0, 1));
         v.field("widths", widths, Range::between(1, 64));
+        v.field("label", label);
     }
 };
 
@@ -57,6 +59,8 @@ TEST(Config, OverridesWinAndBareStringsWork) {
         EXPECT_EQ(w->name, text);
     }
     EXPECT_FALSE(load_string<Outer>("name = 5\n").is_ok());  // (in a file, the type is the file's)
+    EXPECT_EQ(load_string<Outer>("", {"inner.label=2"})->inner.label, "2");
+    EXPECT_FALSE(load_string<Outer>("", {"inner={label=2}"}).is_ok());  // (nested: the table's value, an error)
 }
 
 TEST(Config, IntegerArraysAreCheckedElementByElement) {

@@ -216,6 +216,16 @@ TEST(Slo, UnansweredRequestsMissTheObjective) {
     EXPECT_EQ(slo_miss_reason(p, 50'000'000), "");
     p.m.unfinished = 1;  // 1 of 101: p99 may still be within the objective
     EXPECT_EQ(slo_miss_reason(p, 50'000'000), "");
+    // ... unless the answered ones' tail is slow: with the unanswered one counted as the slowest,
+    // p99 of all lands on an answered 60 ms (of 995 answered at 1 ms and 5 at 60 ms, 5 unanswered).
+    PointResult q;
+    q.m.ok = 1000;
+    for (int i = 0; i < 995; ++i) q.m.latency.record(1'000'000);
+    for (int i = 0; i < 5; ++i) q.m.latency.record(60'000'000);
+    EXPECT_EQ(slo_miss_reason(q, 50'000'000), "");  // answered alone: p99 1 ms
+    q.m.unfinished = 6;
+    EXPECT_NE(slo_miss_reason(q, 50'000'000).find("unanswered requests counted as slower"), std::string::npos)
+        << slo_miss_reason(q, 50'000'000);
     p.m.unfinished = 5;
     EXPECT_EQ(slo_miss_reason(p, 50'000'000),
               "5 of 105 requests unanswered or never sent (p99 counts them as slower than the objective)");

@@ -122,6 +122,12 @@ TEST(Space, ParsesAndValidatesAgainstTheTrainConfig) {
     Status v = validate_against_train_config(typo);
     ASSERT_FALSE(v.is_ok());
     EXPECT_NE(v.message().find("optim.learning_rate"), std::string::npos) << v.message();
+    // ... blamed on itself, not on the parameter probed first ("data.batch_size" sorts before it).
+    StudyConfig typo2 = study("[study]\nbase = \"configs/fashion_mnist_mlp.toml\"\n[params]\n"
+                              "\"data.batch_size\" = { type = \"choice\", values = [32, 64] }\n"
+                              "\"optim.learning_rate\" = { type = \"uniform\", low = 0.1, high = 1 }\n");
+    v = validate_against_train_config(typo2);
+    EXPECT_NE(v.message().find("study.toml: parameter optim.learning_rate: "), std::string::npos) << v.message();
     // Both ends and every value are checked, not only the low end (found by review: trials failed
     // one by one on the values they drew).
     StudyConfig high = study("[study]\nbase = \"configs/fashion_mnist_mlp.toml\"\n[params]\n"
@@ -706,7 +712,7 @@ TEST(Executor, SlurmArrayScriptAndSharedJournal) {
     o.dir = r.dir + " two words";  // (#SBATCH --output cannot carry it)
     auto blank = slurm_array(r.cfg, o);
     ASSERT_FALSE(blank.is_ok());
-    EXPECT_NE(blank.status().message().find("holds blanks or quotes"), std::string::npos) << blank.status().message();
+    EXPECT_NE(blank.status().message().find("holds blanks, quotes or '%'"), std::string::npos) << blank.status().message();
 }
 
 }  // namespace

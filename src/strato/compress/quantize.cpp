@@ -104,6 +104,7 @@ Result<QuantizeResult> quantize_package(const QuantizeRequest& r) {
 
         // The float run's figures that do not describe this package: its best accuracy during
         // training, its training precision.
+        if (!info.metrics.is_object()) info.metrics = nlohmann::json::object();
         info.metrics.erase("best_test_acc");
         if (info.metrics.contains("precision")) info.metrics["precision"] = "int8";
         if (r.evaluate) {

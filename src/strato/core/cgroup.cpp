@@ -97,7 +97,7 @@ Result<Group> Group::create(const std::string& name, const Limits& limits) {
         return s;
     };
     std::string what;
-    if (limits.memory_bytes > 0) what += fmt::format("memory {:.3g} GiB", limits.memory_bytes / double(1ull << 30));
+    if (limits.memory_bytes > 0) what += fmt::format("memory {:.4g} GiB", limits.memory_bytes / double(1ull << 30));
     if (limits.cpus > 0) what += fmt::format("{}cpu {:.2f} core(s)", what.empty() ? "" : ", ", limits.cpus);
     const int64_t quota = static_cast<int64_t>(limits.cpus * kPeriodUs + 0.5);
     const std::string bytes = fmt::format("{}", static_cast<int64_t>(limits.memory_bytes));

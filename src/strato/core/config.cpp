@@ -138,7 +138,10 @@ public:
             auto v = n->value_exact<std::string>();
             // `--set run.name=nan` (or =2024, =true) reads as a number or a boolean in TOML; for a
             // string setting the flag's own text is meant.
-            if (!v && n->is_value() && n->source().path && n->source().path->rfind("--set ", 0) == 0) {
+            // (Only the flag's own value, parsed as "v = VALUE": it starts at line 1, column 5; a
+            // value nested in an inline table there is the table's, not the flag's text.)
+            if (!v && n->is_value() && n->source().path && n->source().path->rfind("--set ", 0) == 0 &&
+                n->source().begin.line == 1 && n->source().begin.column == 5) {
                 const std::string& flag = *n->source().path;
                 if (size_t eq = flag.find('='); eq != std::string::npos) v = flag.substr(eq + 1);
             }

@@ -525,7 +525,13 @@ Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxE
         STRATO_RETURN_IF_ERROR(fs::atomic_write(manifest_path, json_text(manifest, 2) + "\n"));
     }
     fs::remove_stale_temps(out);  // an export killed mid-write left its partial copy
-    STRATO_RETURN_IF_ERROR(fs::atomic_write(out, onnx_model.bytes));
+    {
+        const Status written = fs::atomic_write(out, onnx_model.bytes);
+        // In place although the write says otherwise (the directory's fsync after the rename
+        // failed): the old file is gone, so the old manifest must not come back.
+        if (auto have = fs::sha256_file(out); have && *have == fs::sha256_hex(onnx_model.bytes)) succeeded = true;
+        STRATO_RETURN_IF_ERROR(written);
+    }
 
     OnnxExportResult r;
     r.path = out.string();

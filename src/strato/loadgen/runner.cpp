@@ -197,9 +197,16 @@ std::string slo_miss_reason(const PointResult& p, int64_t slo) {
     if (p.m.errors() > 0) return fmt::format("{} errors", p.m.errors());
     // A request never answered (or never sent) is slower than any objective: counted so, more than
     // 1 % of them put p99 above it however good the answered ones' p99 is.
-    if (const int64_t all = p.m.ok + p.m.unfinished; p.m.unfinished > 0 && p.m.unfinished * 100 > all)
-        return fmt::format("{} of {} requests unanswered or never sent (p99 counts them as slower than the objective)",
-                           p.m.unfinished, all);
+    if (const int64_t all = p.m.ok + p.m.unfinished; p.m.unfinished > 0) {
+        if (p.m.unfinished * 100 > all)
+            return fmt::format("{} of {} requests unanswered or never sent (p99 counts them as slower than the objective)",
+                               p.m.unfinished, all);
+        // The p99 of all requests is the answered ones' quantile 99 * all / ok.
+        const double q = std::min(100.0, 99.0 * static_cast<double>(all) / static_cast<double>(p.m.ok));
+        if (p.m.latency.percentile(q) > slo)
+            return fmt::format("p99 {} ms > {} ms (the {} unanswered requests counted as slower)",
+                               ms(p.m.latency.percentile(q)), ms(slo), p.m.unfinished);
+    }
     if (p.m.latency.percentile(99) > slo)
         return fmt::format("p99 {} ms > {} ms", ms(p.m.latency.percentile(99)), ms(slo));
     if (p.rate_mode && p.m.throughput() < 0.9 * p.level)

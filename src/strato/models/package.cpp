@@ -226,10 +226,10 @@ Result<LoadedPackage> load_package(const std::string& dir) {
     if (shape.size() != 4 || shape[1] <= 0 || shape[2] <= 0 || shape[3] <= 0) {
         return invalid_argument("{}: /inputs/0/shape must be [-1, C, H, W]", manifest_path);
     }
-    // Sides past 2^16 (or 2^20 channels) are no image: their product could wrap around to a
-    // plausible size (a hand-edited [-1, 16, 2^60+49, 1] passed as 784 values).
-    if (shape[1] > (int64_t{1} << 20) || shape[2] > (int64_t{1} << 16) || shape[3] > (int64_t{1} << 16))
-        return invalid_argument("{}: /inputs/0/shape [-1, {}, {}, {}] is no image shape (channels up to 2^20, sides up "
+    // Sides past 2^16 (or 2^24 channels: a CSV's features) are no input shape: their product could
+    // wrap around to a plausible size (a hand-edited [-1, 16, 2^60+49, 1] passed as 784 values).
+    if (shape[1] > (int64_t{1} << 24) || shape[2] > (int64_t{1} << 16) || shape[3] > (int64_t{1} << 16))
+        return invalid_argument("{}: /inputs/0/shape [-1, {}, {}, {}] is no image shape (channels up to 2^24, sides up "
                                 "to 65536)",
                                 manifest_path, shape[1], shape[2], shape[3]);
     info.input_shape = {shape[1], shape[2], shape[3]};

@@ -215,6 +215,8 @@ Result<MonitorSummary> Monitor::run() {
             if (j.is_object() && j.contains("kind") && j["kind"] != "monitor") continue;
             if (!from_json(j, &s, &err)) return data_loss("{}:{}: {}", options_.replay, replay_line, err);
         } else {
+            // (CPU utilisation is a difference: the first sample gets 100 ms since the sampler began)
+            if (summary.samples == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
             s = sample();
         }
         ++summary.samples;

@@ -4,9 +4,8 @@
 #include <unistd.h>
 
 #include <fstream>
-#include <chrono>
 #include <sstream>
-#include <thread>
+#include <tuple>
 
 namespace strato::monitor {
 
@@ -21,32 +20,32 @@ bool read_text(const std::string& path, std::string* out) {
     return true;
 }
 
+// /proc/stat's first line: "cpu  user nice system idle iowait irq softirq steal ..." -> (busy, total)
+std::pair<uint64_t, uint64_t> cpu_times(const std::string& stat) {
+    std::istringstream ss(stat);
+    std::string cpu;
+    uint64_t v[8] = {};
+    ss >> cpu >> v[0] >> v[1] >> v[2] >> v[3] >> v[4] >> v[5] >> v[6] >> v[7];
+    uint64_t total = 0;
+    for (uint64_t x : v) total += x;
+    return {total - v[3] - v[4], total};
+}
+
 }  // namespace
 
-ProcSampler::ProcSampler(ProcOptions options) : options_(std::move(options)) {}
+// The CPU times now: the first sample's utilisation is since the sampler was made, not since boot.
+ProcSampler::ProcSampler(ProcOptions options) : options_(std::move(options)) {
+    std::string text;
+    if (read_text(options_.root + "/stat", &text)) std::tie(last_cpu_.busy, last_cpu_.total) = cpu_times(text);
+}
 
 void ProcSampler::sample(Snapshot& out) {
     const std::string& root = options_.root;
     std::string text;
     // /proc/stat: "cpu  user nice system idle iowait irq softirq steal ..."
-    const auto cpu_times = [](const std::string& stat) {
-        std::istringstream ss(stat);
-        std::string cpu;
-        uint64_t v[8] = {};
-        ss >> cpu >> v[0] >> v[1] >> v[2] >> v[3] >> v[4] >> v[5] >> v[6] >> v[7];
-        CpuTimes t;
-        for (uint64_t x : v) t.total += x;
-        t.busy = t.total - v[3] - v[4];
-        return t;
-    };
-    if (last_cpu_.total == 0 && read_text(root + "/stat", &text)) {
-        // The first sample: a utilisation "since the previous sample" would be since boot. Measured
-        // over the next 100 ms instead.
-        last_cpu_ = cpu_times(text);
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
     if (read_text(root + "/stat", &text)) {
-        const CpuTimes now = cpu_times(text);
+        CpuTimes now;
+        std::tie(now.busy, now.total) = cpu_times(text);
         uint64_t dt = now.total - last_cpu_.total;
         double util = dt > 0 ? 100.0 * static_cast<double>(now.busy - last_cpu_.busy) / static_cast<double>(dt) : 0;
         last_cpu_ = now;

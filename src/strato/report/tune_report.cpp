@@ -19,11 +19,13 @@ Result<std::string> render_tune_report(const json& st) {
     const bool maximize = st.value("mode", "max") == "max";
     std::vector<json> trials(st["trials"].begin(), st["trials"].end());
     std::stable_sort(trials.begin(), trials.end(), [&](const json& a, const json& b) {
-        const bool fa = a.value("state", "") == "failed", fb = b.value("state", "") == "failed";
-        if (fa != fb) return fb;  // failed trials after the others, as in the leaderboard
-        bool ha = a["best"].is_number(), hb = b["best"].is_number();
-        if (ha != hb) return ha;
-        if (!ha) return false;
+        // As the leaderboard: trials with a result that did not fail first, then failed trials
+        // with a result, then those without one.
+        const auto rank = [](const json& t) {
+            return !(t.contains("best") && t["best"].is_number()) ? 2 : t.value("state", "") == "failed" ? 1 : 0;
+        };
+        if (rank(a) != rank(b)) return rank(a) < rank(b);
+        if (rank(a) == 2) return false;
         double x = a["best"].get<double>(), y = b["best"].get<double>();
         return maximize ? x > y : x < y;
     });

@@ -350,21 +350,25 @@ Status validate_against_train_config(const StudyConfig& s) {
             for (const auto& v : p.values) probes.emplace_back(i, v);
         }
     }
-    // Each parameter alone first (the others left as the base config has them), so an unknown key
-    // is blamed on itself, not on whichever parameter was probed when the config failed to load.
-    for (size_t i = 0; i < s.params.size(); ++i) {
-        std::vector<std::string> sets = s.fixed;
-        sets.push_back(s.params[i].key + "=" + lows[i]);
-        auto cfg = train::load_train_config(s.base, sets);
-        if (!cfg.is_ok())
-            return cfg.status().with_context(fmt::format("{}: parameter {} = {}", s.source, s.params[i].key, lows[i]));
-    }
+    // An unknown key fails every probe, blamed on whichever parameter the probe was for: found by
+    // setting each parameter alone (only then: alone, a parameter may be invalid that is valid
+    // with another tuned one, fp16 with run.device).
+    const auto blame = [&](const Status& failed) -> Status {
+        for (size_t i = 0; i < s.params.size(); ++i) {
+            std::vector<std::string> sets = s.fixed;
+            sets.push_back(s.params[i].key + "=" + lows[i]);
+            auto alone = train::load_train_config(s.base, sets);
+            if (!alone.is_ok() && alone.status().message().find("unknown key '" + s.params[i].key + "'") != std::string::npos)
+                return alone.status().with_context(fmt::format("{}: parameter {}", s.source, s.params[i].key));
+        }
+        return failed;
+    };
     for (const auto& [which, literal] : probes) {
         std::vector<std::string> sets = s.fixed;
         for (size_t i = 0; i < s.params.size(); ++i) sets.push_back(s.params[i].key + "=" + (i == which ? literal : lows[i]));
         auto cfg = train::load_train_config(s.base, sets);
         if (!cfg.is_ok())
-            return cfg.status().with_context(fmt::format("{}: parameter {} = {}", s.source, s.params[which].key, literal));
+            return blame(cfg.status().with_context(fmt::format("{}: parameter {} = {}", s.source, s.params[which].key, literal)));
     }
     return Status::ok();
 }

@@ -574,9 +574,9 @@ Result<std::string> slurm_array(const StudyConfig& cfg, const SlurmOptions& opti
     std::error_code ec;
     const std::string dir = stdfs::absolute(options.dir, ec).lexically_normal().string();
     const std::string study = stdfs::absolute(options.study_file, ec).lexically_normal().string();
-    if (dir.find_first_of(" \t\n\r\"'") != std::string::npos)
-        return invalid_argument("tune slurm: the study directory '{}' holds blanks or quotes, which an #SBATCH --output "
-                                "line cannot carry; choose a --dir without them",
+    if (dir.find_first_of(" \t\n\r\"'%") != std::string::npos)
+        return invalid_argument("tune slurm: the study directory '{}' holds blanks, quotes or '%' (Slurm's pattern "
+                                "sign), which an #SBATCH --output line cannot carry; choose a --dir without them",
                                 dir);
     std::string binary = options.strato_binary;
     if (binary.empty()) binary = stdfs::read_symlink("/proc/self/exe", ec).string();
@@ -653,8 +653,9 @@ Result<std::string> leaderboard(const StudyConfig& cfg, const std::string& dir, 
     STRATO_ASSIGN_OR_RETURN(auto store, open_store(cfg, dir, false));
     STRATO_ASSIGN_OR_RETURN(auto trials, store->trials());
     std::stable_sort(trials.begin(), trials.end(), [&](const Trial& a, const Trial& b) {
-        if (rankable(a) != rankable(b)) return rankable(a);  // failed trials after the others
-        if (a.best.has_value() != b.best.has_value()) return a.best.has_value();
+        // Trials with a result that did not fail, then failed ones with a result, then the rest.
+        const auto rank = [](const Trial& t) { return rankable(t) ? 0 : t.best ? 1 : 2; };
+        if (rank(a) != rank(b)) return rank(a) < rank(b);
         return a.best && cfg.better(*a.best, *b.best);
     });
     int64_t epochs = 0;
