@@ -134,13 +134,19 @@ Assignment grid_point(const std::vector<const Param*>& order, int64_t index, boo
     return a;
 }
 
+// The size of the full product of the grid parameters (capped at 2^40).
+int64_t grid_product(const StudyConfig& s) {
+    int64_t product = 1;
+    for (const auto& p : s.params)
+        if (p.dist == Dist::kGrid) product = std::min<int64_t>(product * static_cast<int64_t>(p.values.size()), int64_t{1} << 40);
+    return product;
+}
+
 }  // namespace
 
 int64_t grid_size(const StudyConfig& s) {
     const auto order = draw_order(s);
-    int64_t product = 1;
-    for (const auto& p : s.params)
-        if (p.dist == Dist::kGrid) product = std::min<int64_t>(product * static_cast<int64_t>(p.values.size()), int64_t{1} << 40);
+    const int64_t product = grid_product(s);
     const bool conditional = std::any_of(s.params.begin(), s.params.end(),
                                          [](const Param& p) { return p.dist == Dist::kGrid && !p.when_key.empty(); });
     if (!conditional || product > kGridEnumerationLimit) return product;
@@ -161,9 +167,7 @@ Assignment sample(const StudyConfig& s, int index, const std::vector<Observation
     Assignment grid;
     if (s.sampler == "grid") {
         const int64_t points = grid_size(s);
-        int64_t product = 1;
-        for (const auto& p : s.params)
-            if (p.dist == Dist::kGrid) product = std::min<int64_t>(product * static_cast<int64_t>(p.values.size()), int64_t{1} << 40);
+        const int64_t product = grid_product(s);
         int64_t want = index % std::max<int64_t>(1, points);
         bool full = true;
         if (points == product) {
