@@ -9,6 +9,7 @@ clear messages.
 import json
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 import urllib.request
@@ -85,6 +86,10 @@ def main():
         p = run("compress", "quantize", "--model", int8, "--output", f"{tmp}/twice", expect=1)
         check("already quantized" in p.stderr, p.stderr)
         check(not os.path.exists(f"{tmp}/twice"), "nothing written for a refused quantization")
+        # Both wrong (an INT8 source, an existing package at --output): the source is named first.
+        shutil.copytree(fp32, f"{tmp}/float-copy")
+        p = run("compress", "quantize", "--model", int8, "--output", f"{tmp}/float-copy", expect=1)
+        check("already quantized" in p.stderr, p.stderr)
         p = run("compress", "quantize", "--model", fp32, "--output", f"{tmp}/nodata", "--dataset", "image-folder",
                 "--data", f"{tmp}/no-such-folder", expect=1)
         check("calibration data" in p.stderr and "no-such-folder" in p.stderr, p.stderr)

@@ -37,17 +37,16 @@ Result<QuantizeResult> quantize_package(const QuantizeRequest& r) {
         return invalid_argument("--output {} is inside the source package {}; write the INT8 package next to it",
                                 r.output, r.model);
     STRATO_RETURN_IF_ERROR(models::check_package_destination(r.output).with_context("--output"));
-    if (std::error_code ec; !r.overwrite && stdfs::exists(stdfs::path(r.output) / models::kPackageManifest, ec))
-        return Status(StatusCode::kAlreadyExists,
-                      fmt::format("--output {}: a model package is already there\nhint: pass --overwrite to replace it, "
-                                  "or choose another --output",
-                                  r.output));
-
     STRATO_ASSIGN_OR_RETURN(models::LoadedPackage pkg, models::load_package(r.model));
     if (pkg.info.quantized()) {
         return invalid_argument("{} is already quantized (INT8, {}); quantize its float package instead",
                                 r.model, pkg.info.quantization.value("scheme", "static"));
     }
+    if (std::error_code ec; !r.overwrite && stdfs::exists(stdfs::path(r.output) / models::kPackageManifest, ec))
+        return Status(StatusCode::kAlreadyExists,
+                      fmt::format("--output {}: a model package is already there\nhint: pass --overwrite to replace it, "
+                                  "or choose another --output",
+                                  r.output));
     data::DataConfig cfg;
     auto splits = train::open_package_data(pkg.info, r.data, &cfg);
     if (!splits) return Status(splits.status().code(), "calibration data: " + splits.status().message());
