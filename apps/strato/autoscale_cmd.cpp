@@ -74,6 +74,13 @@ void add_simulate(CLI::App& parent, int* exit_code) {
         for (const auto& [out, kind, flag] : {std::tuple{o->json_out, fs::OutputKind::kText, "--json"},
                                               std::tuple{o->report_out, fs::OutputKind::kHtml, "--report"}})
             if (Status s = fs::check_output_file(out, kind, flag); !out.empty() && !s.is_ok()) return fail(s);
+        if (Status s = check_distinct_files({{o->json_out, "--json", true},
+                                             {o->report_out, "--report", true},
+                                             {o->trace, "--trace", false},
+                                             {o->policy, "--policy", false},
+                                             {o->loadtest, "--loadtest", false}});
+            !s.is_ok())
+            return fail(s);
         auto cat = cloud::Catalog::builtin();
         if (!cat) return fail(cat.status());
         auto cfg = cloud::AutoscaleConfig::load(o->policy);
@@ -111,15 +118,15 @@ void add_simulate(CLI::App& parent, int* exit_code) {
         cloud::SimResult first;
         for (int i = 0; i < o->runs; ++i) {
             so.seed = o->seed + static_cast<uint64_t>(i);
-            so.timeline = i == 0;
+            so.timeline = i == 0 && (!o->json_out.empty() || !o->report_out.empty());  // (only outputs show it)
             auto r = cloud::simulate(*trace, *cat, so);
             if (!r) return fail(r.status());
             costs.push_back(r->cost);
             if (i == 0) first = std::move(*r);
         }
         const cloud::SimResult& r = first;
-        fmt::print("{} on {}: {:.2f} {} for {:.1f} node-hours over {}; max {} nodes, {} scaling actions, {} preemptions\n",
-                   o->trace, o->instance, r.cost, r.currency, r.node_hours, cloud::format_hours(r.duration_s / 3600),
+        fmt::print("{} on {} in {}: {:.2f} {} for {:.1f} node-hours over {}; max {} nodes, {} scaling actions, {} preemptions\n",
+                   o->trace, o->instance, r.region, r.cost, r.currency, r.node_hours, cloud::format_hours(r.duration_s / 3600),
                    r.max_nodes, r.scale_actions, r.preemptions);
         fmt::print("SLO (queueing delay <= {:g} s) violated {:.0f} s ({:.2f}% of the time); mean utilisation {:.1f}%\n",
                    so.slo_wait_s, r.slo_violation_s, 100 * r.slo_violation_s / std::max(r.duration_s, 1e-9),
@@ -132,6 +139,7 @@ void add_simulate(CLI::App& parent, int* exit_code) {
             fmt::print("cost over {} runs: mean {:.2f}, p10 {:.2f}, p90 {:.2f} {}\n", o->runs, mean,
                        costs[costs.size() / 10], costs[costs.size() * 9 / 10], r.currency);
         }
+        if (o->json_out.empty() && o->report_out.empty()) return void(*exit_code = 0);
         const nlohmann::json json = cloud::sim_to_json(r, so);
         if (!o->json_out.empty()) {
             Status s = fs::atomic_write(o->json_out, json_text(json) + "\n");

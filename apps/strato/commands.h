@@ -38,14 +38,24 @@ void add_compress_report_command(CLI::App& compress, const GlobalFlags& g, int* 
 /// and returns how many arguments CLI11 should parse (all of them for other commands).
 int split_launch_command(int argc, char** argv);
 
-/// Prints `strato <cmd>: error: <message>` (further lines as hints) to stderr; returns the exit code
-/// (130 for an interrupted run, 1 otherwise).
 /// The [data] section commands that read a dataset but train nothing take from their flags:
 /// `--config FILE` (its [data]), `--set key=value` overrides, then `--data PATH` / `--dataset KIND`.
 Result<data::DataConfig> data_config_from_flags(const std::string& config, const std::vector<std::string>& sets,
                                                 const std::string& data, const std::string& dataset);
 
+/// Prints `strato <cmd>: error: <message>` (further lines as hints) to stderr; returns the exit code
+/// (130 for an interrupted run, 1 otherwise).
 int report_error(const std::string& command, const Status& status);
+
+/// A file a command reads or writes, named by `flag` (empty paths are skipped).
+struct FileFlag {
+    std::string path;
+    const char* flag;
+    bool output;
+};
+/// Refuses an output that names the same file as another flag's input or output (compared as
+/// absolute paths with links resolved): it would replace the other (`--json trace.csv`).
+Status check_distinct_files(const std::vector<FileFlag>& files);
 
 /// A flag's number: finite and within [lo, hi] (CLI::Range lets NaN through: every comparison
 /// with NaN is false).

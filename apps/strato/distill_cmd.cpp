@@ -147,6 +147,7 @@ void add_compress_report_command(CLI::App& compress, const GlobalFlags&, int* ex
             const auto parent = std::filesystem::path(o->markdown).parent_path();
             if (std::error_code ec; s.is_ok() && !parent.empty() && !std::filesystem::is_directory(parent, ec))
                 s = not_found("--markdown {}: directory {} does not exist", o->markdown, parent.string());
+            if (s.is_ok()) s = check_distinct_files({{o->markdown, "--markdown", true}, {o->config, "--config", false}});
             if (!s.is_ok()) return void(*exit_code = report_error("compress report", s));
         }
         auto data = data_config_from_flags(o->config, o->sets, o->data, o->dataset);

@@ -62,25 +62,15 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
                                           std::tuple{f.csv, fs::OutputKind::kText, "--csv"},
                                           std::tuple{f.report_out, fs::OutputKind::kHtml, "--report"}})
         if (!out.empty()) STRATO_RETURN_IF_ERROR(fs::check_output_file(out, kind, flag));
-    {
-        // Two outputs on one path kept only the last; an output on an input (--csv body.json)
-        // replaced the request body.
-        std::vector<std::pair<std::string, const char*>> paths;
-        for (const auto& [path, flag] : {std::pair{f.json_out, "--json"}, std::pair{f.csv, "--csv"},
-                                         std::pair{f.report_out, "--report"}, std::pair{f.body_file, "--body-file"},
-                                         std::pair{f.input_data, "--input-data"}, std::pair{f.trace, "--trace"},
-                                         std::pair{f.intervals, "--request-intervals"}}) {
-            if (path.empty()) continue;
-            std::error_code ec;
-            std::string real = std::filesystem::weakly_canonical(std::filesystem::absolute(path, ec), ec).string();
-            if (ec || real.empty()) real = path;
-            for (const auto& [other, other_flag] : paths)
-                if (other == real)
-                    return invalid_argument("{} and {} name the same file {}: the output would replace the other",
-                                            other_flag, flag, path);
-            paths.emplace_back(real, flag);
-        }
-    }
+    // Two outputs on one path kept only the last; an output on an input (--csv body.json)
+    // replaced the request body.
+    STRATO_RETURN_IF_ERROR(check_distinct_files({{f.json_out, "--json", true},
+                                                 {f.csv, "--csv", true},
+                                                 {f.report_out, "--report", true},
+                                                 {f.body_file, "--body-file", false},
+                                                 {f.input_data, "--input-data", false},
+                                                 {f.trace, "--trace", false},
+                                                 {f.intervals, "--request-intervals", false}}));
     std::string url_text = f.url.empty() ? (f.model.empty() ? "" : "http://127.0.0.1:8000") : f.url;
     if (url_text.empty()) return invalid_argument("no target: give a URL (http://host:port/path) or --model NAME for a server on 127.0.0.1:8000");
     STRATO_ASSIGN_OR_RETURN(Url url, parse_url(url_text));

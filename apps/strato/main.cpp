@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include "commands.h"
 #include "strato/core/duration.h"
@@ -20,6 +21,22 @@ int report_error(const std::string& command, const Status& status) {
     fmt::print(stderr, "strato {}: error: {}\n", command, msg.substr(0, nl));
     if (nl != std::string::npos) fmt::print(stderr, "{}\n", msg.substr(nl + 1));
     return status.code() == StatusCode::kCancelled ? 130 : 1;
+}
+
+Status check_distinct_files(const std::vector<FileFlag>& files) {
+    std::vector<std::pair<std::string, const FileFlag*>> seen;
+    for (const FileFlag& f : files) {
+        if (f.path.empty()) continue;
+        std::error_code ec;
+        std::string real = std::filesystem::weakly_canonical(std::filesystem::absolute(f.path, ec), ec).string();
+        if (ec || real.empty()) real = f.path;
+        for (const auto& [other_real, other] : seen)
+            if (other_real == real && (f.output || other->output))
+                return invalid_argument("{} and {} name the same file {}: the output would replace the other",
+                                        other->flag, f.flag, f.path);
+        seen.emplace_back(real, &f);
+    }
+    return Status::ok();
 }
 
 CLI::Validator finite_range(double lo, double hi) {

@@ -57,6 +57,10 @@ void add_monitor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         mo.allow_remote_webhooks = o->allow_remote;
         mo.dcgm_labels = o->dcgm_labels;
         auto fail = [&](const Status& s) { *exit_code = report_error("monitor", s); };
+        if (Status s = check_distinct_files(
+                {{o->jsonl, "--jsonl", true}, {o->rules, "--rules", false}, {o->replay, "--replay", false}});
+            !s.is_ok())
+            return fail(s);
         for (int p : o->pids) {
             if (signals::process_gone(p))
                 return fail(not_found("--pid {}: no such process", p));

@@ -93,6 +93,7 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         std::string dir = tune::study_dir(*c, o->dir);
         std::string out = o->out.empty() ? dir + "/best.toml" : o->out;
         Status s = fs::check_output_file(out, fs::OutputKind::kText, "--out");
+        if (s.is_ok()) s = check_distinct_files({{out, "--out", true}, {o->study, "the study file", false}});
         if (s.is_ok()) s = tune::export_best(*c, dir, out);
         if (!s.is_ok()) return void(*exit_code = report_error("tune", s));
         fmt::print("{}\n", out);
@@ -136,6 +137,8 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         if (!script) return void(*exit_code = report_error("tune", script.status()));
         std::string out = o->out.empty() ? so.dir + "/slurm.sbatch" : o->out;
         if (Status s = fs::check_output_file(out, fs::OutputKind::kText, "--out"); !s.is_ok())
+            return void(*exit_code = report_error("tune", s));
+        if (Status s = check_distinct_files({{out, "--out", true}, {o->study, "the study file", false}}); !s.is_ok())
             return void(*exit_code = report_error("tune", s));
         if (Status s = fs::atomic_write(out, *script); !s.is_ok()) return void(*exit_code = report_error("tune", s));
         if (!o->submit) {

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The peer of strato's cluster simulator: the same model written the way one would in Python
 (heapq event queue, fluid work queue, HPA-style utilisation policy with cooldowns, boot delays,
-trace preemptions), to compare events per second and check that both agree on node-hours.
+trace preemptions; booting nodes count as the HPA counts pods not ready), to compare events per second and check that both agree on node-hours.
 
     sim_peer.py TRACE.csv PER_NODE_CAPACITY BOOT_S TICK_S   -> prints JSON
 """
@@ -79,9 +79,19 @@ def main():
                 nodes[arg]["ready"] = True
         elif kind == 1:
             n = len(nodes)
-            util = 100 * tick_served / tick_cap if tick_cap > 0 else (100.0 if rate > 0 else 0.0)
+            # no capacity-time yet (the first tick): the load on the capacity there is now
+            c = capacity()
+            util = (100 * tick_served / tick_cap if tick_cap > 0 else
+                    min(100.0, 100 * rate / c) if c > 0 else (100.0 if rate > 0 else 0.0))
             ratio = util / target
-            want = n if abs(ratio - 1) <= 0.1 else math.ceil(n * ratio - 1e-9)
+            ready = sum(1 for v in nodes.values() if v["ready"])
+            # the HPA's rule for pods not ready: idle when scaling up, needed when scaling down
+            if abs(ratio - 1) <= 0.1:
+                want = n
+            elif ratio > 1:
+                want = max(n, math.ceil(ready * ratio - 1e-9))
+            else:
+                want = min(n, max(0, math.ceil(ready * ratio - 1e-9)) + (n - ready))
             want = min(max(want, min_n), max_n)
             if want > n:
                 down_since = -1.0

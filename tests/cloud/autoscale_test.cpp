@@ -74,6 +74,10 @@ TEST(AutoscaleConfig, ParsesAndRejects) {
         {"autoscale = 7\n[[policy]]\nkind = \"backlog\"\nper_node = 1\n", "'autoscale' must be a table"},
         {"spot = \"yes\"\n[[policy]]\nkind = \"backlog\"\nper_node = 1\n", "'spot' must be a table, [spot]"},
         {"[policy]\nkind = \"backlog\"\nper_node = 1\n", "not a single [policy] table"},
+        // Found by review: a ladder step to itself rebooted every node again and again; a
+        // utilisation-only policy from zero nodes never scaled up.
+        {"[[policy]]\nkind = \"vertical\"\nladder = [\"g5.xlarge\", \"g5.xlarge\"]\n", "ladder lists g5.xlarge twice"},
+        {"[autoscale]\nmin_nodes = 0\n[[policy]]\nkind = \"utilization\"\n", "no policy can start a node from zero"},
     };
     for (const auto& [text, needle] : bad) {
         auto r = AutoscaleConfig::parse(text, "test.toml");
@@ -195,6 +199,64 @@ TEST(Simulator, ScalesWithLoadAndBillsNodeTime) {
     EXPECT_FALSE(simulate(trace("time_s,rate\n0,500\n"), cat, o).is_ok());
 }
 
+TEST(Autoscaler, UtilizationCountsBootingNodesAsTheHpaDoes) {
+    // Found by review: the utilisation of the ready nodes times every node (booting ones too)
+    // compounded 1 -> 2 -> 3 -> 5 -> 8 -> 12 -> 18 while the first ones booted.
+    Autoscaler a(config("[autoscale]\nmin_nodes = 1\nmax_nodes = 50\ncooldown_up = \"0s\"\n"
+                        "[[policy]]\nkind = \"utilization\"\ntarget = 70\n"));
+    Observation o{.t_s = 0, .nodes = 1, .ready = 1, .utilization = 100};
+    EXPECT_EQ(a.decide(o).nodes, 2);  // ceil(1 x 100 / 70)
+    o.t_s = 30, o.nodes = 2;          // the second still boots: ready ones alone are the base
+    EXPECT_EQ(a.decide(o).nodes, 2);
+    o.t_s = 60, o.ready = 2;
+    EXPECT_EQ(a.decide(o).nodes, 3);
+    // Scaling down, booting nodes are kept (counted as needed).
+    o.t_s = 90, o.nodes = 4, o.ready = 2, o.utilization = 20;
+    EXPECT_EQ(a.decide(o).nodes, 4);  // wants 1 + 2 booting = 3, held by down_after
+    o.t_s = 1000;
+    EXPECT_EQ(a.decide(o).nodes, 3);
+
+    const Catalog cat = Catalog::builtin().value();
+    SimOptions so;
+    so.config = config("[autoscale]\nmin_nodes = 1\nmax_nodes = 50\n[[policy]]\nkind = \"utilization\"\ntarget = 70\n");
+    so.instance = "g5.xlarge";
+    so.region = "us-east-1";
+    so.per_gpu_capacity = 600;
+    so.horizon_s = 3600;
+    SimResult r = simulate(trace("time_s,rate\n0,1000\n3600,1000\n"), cat, so).value();
+    EXPECT_GE(r.max_nodes, 3);  // 1000/s at 70 % of 600/s
+    EXPECT_LE(r.max_nodes, 5) << "scale-ups compounded while nodes booted";
+}
+
+TEST(Simulator, EveryNodeTypeNeedsAPriceInItsMarketAndSpotPicksTheCheapestSpotRegion) {
+    const Catalog cat = Catalog::builtin().value();
+    const Trace t = trace("time_s,rate\n0,100\n3600,100\n");
+    SimOptions o;
+    o.per_gpu_capacity = 600;
+    o.instance = "g5.xlarge";
+    // Found by review: a ladder step without a price gave a NaN cost and exit 0.
+    o.config = config("[[policy]]\nkind = \"vertical\"\nladder = [\"g5.xlarge\", \"ecs.gn7i-c8g1.2xlarge\"]\n");
+    EXPECT_NE(simulate(t, cat, o).status().message().find("vertical ladder: "), std::string::npos)
+        << simulate(t, cat, o).status().message();
+    EXPECT_NE(simulate(t, cat, o).status().message().find("ecs.gn7i-c8g1.2xlarge has no on-demand price"), std::string::npos)
+        << simulate(t, cat, o).status().message();
+    // [spot] fallback_ondemand = false was read and never used.
+    o.config = config("[[policy]]\nkind = \"backlog\"\nper_node = 100\n[spot]\nenabled = true\nfallback_ondemand = false\n");
+    o.instance = "p5.4xlarge";
+    EXPECT_NE(simulate(t, cat, o).status().message().find("has no spot price in the catalog and [spot] fallback_ondemand = false"),
+              std::string::npos)
+        << simulate(t, cat, o).status().message();
+    // With spot on and no region, the region of the cheapest spot price (find ranks by on-demand).
+    o.instance = "g5.xlarge";
+    const Instance* cheapest = nullptr;
+    for (const auto& in : cat.instances())
+        if (in.type == "g5.xlarge" && in.has_spot() && (!cheapest || in.spot_usd_h < cheapest->spot_usd_h)) cheapest = &in;
+    ASSERT_NE(cheapest, nullptr);
+    SimResult r = simulate(t, cat, o).value();
+    EXPECT_EQ(r.region, cheapest->region);
+    EXPECT_EQ(sim_to_json(r, o)["region"], cheapest->region);
+}
+
 TEST(Simulator, SpotPreemptionsFromTheTraceAreReplaced) {
     const Catalog cat = Catalog::builtin().value();
     SimOptions o;
@@ -269,6 +331,13 @@ TEST(Simulator, TimeRunsFromTheFirstRowAndRunsAreBounded) {
         << tiny.status().message();
     EXPECT_NE(parse_trace("time_s,rate\n0,1e308\n", "t.csv").status().message().find("rate in [0, 1e12]"),
               std::string::npos);
+    // Found by review: 1e7 ticks kept 1e7 timeline points (4.7 GB with the JSON); the timeline
+    // keeps every k-th tick past kTimelinePoints.
+    o.tick_s = 0.1;
+    SimResult many = simulate(trace("time_s,rate\n0,1\n25000,1\n"), cat, o).value();
+    EXPECT_LE(many.timeline.size(), kTimelinePoints + 1);
+    EXPECT_GE(many.timeline.size(), kTimelinePoints / 2);
+    EXPECT_NEAR(many.timeline[1].t_s - many.timeline[0].t_s, 0.3, 1e-9);  // every 3rd of 250,000 ticks
 }
 
 TEST(Simulator, MalformedTracesAreClearErrors) {

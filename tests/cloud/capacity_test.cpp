@@ -81,6 +81,16 @@ TEST(Capacity, ReplicasAndCostPerMillion) {
         << huge.status().message();
     req.target_qps = std::numeric_limits<double>::infinity();
     EXPECT_EQ(capacity_plan(cat, req).status().message(), "--qps must be a number > 0");
+    // Found by review: a TPU row was offered as a host of strato serve replicas.
+    req.target_qps = 20000;
+    req.instance_types.clear();
+    auto all = capacity_plan(cat, req);
+    ASSERT_TRUE(all.is_ok()) << all.status().message();
+    for (const auto& r : *all) EXPECT_TRUE(r.inst->accelerator.empty() || r.inst->gpu) << r.inst->key();
+    req.accelerators = {"tpu-v6e"};
+    EXPECT_NE(capacity_plan(cat, req).status().message().find("--gpu 'tpu-v6e': not a GPU of the GPU table"),
+              std::string::npos)
+        << capacity_plan(cat, req).status().message();
 }
 
 TEST(Manifests, ValidatesNamesAndRanges) {

@@ -80,6 +80,15 @@ TEST(Catalog, DuplicatesNegativesAndRowsWithoutGpusAreNamed) {
     bool warned = false;
     for (const auto& w : none->warnings()) warned |= w.find("aws/us-east-1/cpu has no accelerators") != std::string::npos;
     EXPECT_TRUE(warned);
+    // Blanks around text fields are not part of them (found by review: " us-east-1" was a region of
+    // its own, " A100" an unknown GPU, and "x " got past the duplicate check).
+    auto spaced = from_rows("aws, us-east-1, x, T4, 1, 4, 16, 25, 1, 0.2, src\naws,us-east-1,x ,T4,1,4,16,25,1,0.2,src\n");
+    EXPECT_NE(spaced.status().message().find("aws/us-east-1/x is listed twice"), std::string::npos)
+        << spaced.status().message();
+    auto trimmed = from_rows("aws, us-east-1, x, T4, 1, 4, 16, 25, 1, 0.2, src\n");
+    ASSERT_TRUE(trimmed.is_ok()) << trimmed.status().message();
+    EXPECT_TRUE(trimmed->find("x", "us-east-1").is_ok());
+    ASSERT_NE(trimmed->find("x", "us-east-1").value()->gpu, nullptr);
     std::string gpus = detail::kGpusCsv;
     gpus += gpus.substr(gpus.find('\n') + 1, gpus.find('\n', gpus.find('\n') + 1) - gpus.find('\n'));  // row 1 again
     auto twice = Catalog::parse(std::string(kHeader) + "aws,us-east-1,x,T4,1,4,16,25,1,0.2,src\n", "test.csv", gpus,
@@ -121,6 +130,9 @@ ondemand = 3.0
               std::string::npos);
     EXPECT_EQ(d.currency().code, "USD");  // a refused file changes nothing, not even the currency before the error
     EXPECT_NE(d.apply_overrides("[prices.\"p4d.24xlarge\"]\nondemand = 0\n", "o.toml").message().find("in (0, 1e7]"),
+              std::string::npos);
+    // Found by review: a provider under [prices] was accepted and changed nothing.
+    EXPECT_NE(d.apply_overrides("[prices.aws]\nondemand = 0.01\n", "o.toml").message().find("not per provider"),
               std::string::npos);
 }
 

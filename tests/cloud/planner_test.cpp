@@ -221,6 +221,47 @@ TEST(Planner, SaysWhichConstraintBinds) {
     EXPECT_EQ(p.binding.rfind("GPU memory: one replica needs", 0), 0u) << p.binding;
 }
 
+TEST(Planner, ARowWithoutVcpusIsPricedAsTheThroughputModelPricesIt) {
+    // Found by review: the pruning bound took a blank vcpus as no input pipeline at all (infinite
+    // cost) while the throughput model took it as no limit, so the cheapest row showed only with a
+    // larger --top.
+    const std::string header =
+        "provider,region,instance_type,accelerator,accelerator_count,vcpus,memory_gib,network_gbps,"
+        "ondemand_usd_per_hour,spot_usd_per_hour,source\n";
+    const Catalog cat = Catalog::parse(header + "aws,us-east-1,a.x,A100,8,,1000,400,1.0,,x\n"
+                                                "aws,us-east-1,b.x,A100,8,96,1000,400,2.0,,x\n"
+                                                "aws,us-east-1,c.x,A100,8,96,1000,400,3.0,,x\n",
+                                       "t.csv", detail::kGpusCsv, "g.csv", detail::kSpotCsv, "s.csv")
+                            .value();
+    PlanRequest req;
+    req.workload = resnet50();
+    for (int top : {1, 3}) {
+        req.top = top;
+        Plan p = make_plan(cat, req).value();
+        ASSERT_FALSE(p.ranked.empty());
+        EXPECT_EQ(p.ranked[0].inst->type, "a.x") << "--top " << top;
+        EXPECT_EQ(p.ranked[0].cost, plan_brute_force(cat, req).value().ranked[0].cost);
+    }
+    // A filter that matches only rows without a price in the market asked for says so.
+    req.ondemand = false;
+    Plan none = make_plan(cat, req).value();
+    EXPECT_TRUE(none.ranked.empty());
+    EXPECT_EQ(none.binding, "no instance that matches the filters has a spot price in the catalog");
+}
+
+TEST(Planner, SpotThatCannotCheckpointIsNamedAsTheBindingConstraint) {
+    const Catalog cat = Catalog::builtin().value();
+    PlanRequest req;
+    req.workload = resnet50();
+    req.ondemand = false;
+    req.spot_hazard_per_h = 100;
+    req.restart_s = 3600;
+    Plan p = make_plan(cat, req).value();
+    EXPECT_TRUE(p.ranked.empty());
+    EXPECT_EQ(p.binding.rfind("spot: on every candidate preemptions arrive faster", 0), 0u) << p.binding;
+    EXPECT_EQ(plan_brute_force(cat, req).value().binding, p.binding);
+}
+
 TEST(Planner, RejectsBadRequests) {
     const Catalog cat = Catalog::builtin().value();
     PlanRequest req;

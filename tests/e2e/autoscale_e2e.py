@@ -156,6 +156,12 @@ def simulate_capacity_manifests(tmp, loadtest_json):
     p = run("autoscale", "manifests", "--name", "fashion", "--kserve")
     isvc = yaml.safe_load(p.stdout)
     check(isvc["kind"] == "InferenceService" and isvc["apiVersion"] == "serving.kserve.io/v1beta1", str(isvc)[:300])
+    # Knative (KServe's default mode) allows one container port, named http1 or h2c, and probes
+    # on it only; the metrics port goes in KServe's annotations.
+    c = isvc["spec"]["predictor"]["containers"][0]
+    check(c["ports"] == [{"name": "http1", "containerPort": 8000}], str(c["ports"]))
+    check("port" not in c["readinessProbe"]["httpGet"] and "port" not in c["livenessProbe"]["httpGet"], str(c))
+    check(isvc["metadata"]["annotations"]["prometheus.kserve.io/port"] == "8002", str(isvc["metadata"]))
 
     # Without a load test no p99 was measured: null, not 0.
     p = run("autoscale", "capacity", "--replica-qps", "100", "--qps", "1000", "--json")
@@ -177,6 +183,11 @@ def simulate_capacity_manifests(tmp, loadtest_json):
         (["autoscale", "simulate", "--policy", seeds, "--trace", trace], "--per-gpu-capacity"),
         (["autoscale", "manifests", "--name", "Fashion_Model"], "not a valid Kubernetes name"),
         (["autoscale", "capacity", "--qps", "100"], "--loadtest"),
+        # Found by review: outputs on inputs (the trace became JSON), and on each other.
+        (["autoscale", "simulate", "--policy", seeds, "--trace", trace, "--per-gpu-capacity", "600", "--json", trace],
+         "--json and --trace name the same file"),
+        (["autoscale", "simulate", "--policy", seeds, "--trace", trace, "--per-gpu-capacity", "600", "--json",
+          os.path.join(tmp, "x.out"), "--report", os.path.join(tmp, "x.out")], "--json and --report name the same file"),
     ]
     for args, needle in cases:
         p = run(*args, expect=1)

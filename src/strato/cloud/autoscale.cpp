@@ -169,6 +169,8 @@ Result<AutoscaleConfig> AutoscaleConfig::parse(std::string_view toml_text, const
                         auto v = (*l)[k].value<std::string>();
                         if (!v || v->empty())
                             return invalid_argument("{}: ladder[{}] must be an instance type name", where, k);
+                        if (std::find(p.ladder.begin(), p.ladder.end(), *v) != p.ladder.end())
+                            return invalid_argument("{}: ladder lists {} twice (a step to itself only reboots)", where, *v);
                         p.ladder.push_back(*v);
                     }
                 }
@@ -200,6 +202,15 @@ Result<AutoscaleConfig> AutoscaleConfig::parse(std::string_view toml_text, const
         }
     }
     if (c.policies.empty()) return invalid_argument("{}: no [[policy]]: nothing would ever scale", source);
+    // Utilisation is measured on running nodes: from zero nodes only a backlog or a schedule can
+    // start one.
+    const bool from_zero = std::any_of(c.policies.begin(), c.policies.end(), [](const ScalePolicy& p) {
+        return p.kind == "backlog" || (p.kind == "schedule" && (p.nodes > 0 || p.otherwise > 0));
+    });
+    if (c.min_nodes == 0 && !from_zero)
+        return invalid_argument("{}: min_nodes = 0, but no policy can start a node from zero (utilisation is measured "
+                                "on running nodes); set min_nodes >= 1 or add a backlog policy",
+                                source);
     return c;
 }
 
@@ -232,8 +243,14 @@ Decision Autoscaler::decide(const Observation& o) {
             propose(n, fmt::format("backlog {:.0f} needs {} node(s) at {:g} each", o.backlog, n, p.per_node));
         } else if (p.kind == "utilization") {
             // As Kubernetes' HPA: ceil(nodes x utilisation / target), held within a 10 % tolerance.
-            double ratio = o.utilization / p.target;
-            int n = std::abs(ratio - 1) <= 0.1 ? o.nodes : nodes_for(o.nodes * ratio - 1e-9);
+            // Utilisation is measured on the ready nodes; nodes still booting count as idle when
+            // scaling up (so a boot does not compound into another scale-up) and as needed when
+            // scaling down, as the HPA treats pods that are not ready.
+            const double ratio = o.utilization / p.target;
+            const int ready = o.ready < 0 ? o.nodes : std::min(o.ready, o.nodes);
+            const int n = std::abs(ratio - 1) <= 0.1 ? o.nodes
+                          : ratio > 1              ? std::max(o.nodes, nodes_for(ready * ratio - 1e-9))
+                                                   : std::min(o.nodes, nodes_for(ready * ratio - 1e-9) + (o.nodes - ready));
             propose(n, fmt::format("utilization {:.0f}% of {} node(s), target {:g}%", o.utilization, o.nodes, p.target));
         } else if (p.kind == "schedule") {
             double wh = std::fmod(o.weekday_hour, 168.0);

@@ -27,8 +27,8 @@
 //     nodes = 4
 //     otherwise = 1
 //     [spot]
-//     enabled = true              # replace preempted spot nodes; fall back to on-demand when
-//     fallback_ondemand = true    # spot capacity is unavailable
+//     enabled = true              # spot nodes; a preempted one is replaced
+//     fallback_ondemand = true    # a type with no spot market runs on-demand (false: an error)
 //
 // The desired node count is the largest any horizontal policy asks for, clamped to
 // [min_nodes, max_nodes]; scale-ups wait out cooldown_up, scale-downs cooldown_down and must be
@@ -70,6 +70,7 @@ struct Observation {
     double t_s = 0;            // seconds since the trace start
     double weekday_hour = 0;   // hours since Monday 00:00 of the week containing t (the schedule clock)
     int nodes = 0;             // running or booting
+    int ready = -1;            // of those, running (-1: as many as nodes)
     std::string instance;      // current node type (vertical policy)
     double backlog = 0;        // work waiting (samples, requests)
     double utilization = 0;    // percent of capacity in use (GPU utilisation)

@@ -52,6 +52,19 @@ Result<std::vector<CapacityRow>> capacity_plan(const Catalog& catalog, const Cap
     if (!(req.headroom >= 0 && req.headroom < 1)) return invalid_argument("--headroom must be in [0, 1)");
     if (req.gpus_per_replica < 1) return invalid_argument("--gpus-per-replica must be >= 1");
     for (const auto& t : req.instance_types) STRATO_RETURN_IF_ERROR(catalog.find(t).status());
+    // A replica is strato serve: on a GPU of the GPU table, or on CPUs; not on another accelerator
+    // (a TPU).
+    const auto servable = [](const Instance& in) { return in.accelerator.empty() || in.gpu; };
+    for (const auto& a : req.accelerators) {
+        const bool listed = std::any_of(catalog.instances().begin(), catalog.instances().end(),
+                                        [&](const Instance& in) { return in.accelerator == a; });
+        const bool usable = std::any_of(catalog.instances().begin(), catalog.instances().end(),
+                                        [&](const Instance& in) { return in.accelerator == a && in.gpu; });
+        if (!usable)
+            return invalid_argument("--gpu '{}': {}", a,
+                                    listed ? "not a GPU of the GPU table, so strato serve cannot run on it"
+                                           : "no instance of the catalog has it");
+    }
     constexpr double kMaxInstances = 1e6;
     std::vector<CapacityRow> rows;
     int too_many = 0, too_few_gpus = 0;
@@ -63,7 +76,7 @@ Result<std::vector<CapacityRow>> capacity_plan(const Catalog& catalog, const Cap
             std::find(req.accelerators.begin(), req.accelerators.end(), in.accelerator) == req.accelerators.end())
             continue;
         double price = req.spot ? in.spot_usd_h : in.ondemand_usd_h;
-        if (!(price > 0) || !std::isfinite(price)) continue;
+        if (!(price > 0) || !std::isfinite(price) || !servable(in)) continue;
         CapacityRow r;
         r.inst = &in;
         r.replicas_per_instance = in.gpus > 0 ? std::max(1, in.gpus / req.gpus_per_replica) : 1;

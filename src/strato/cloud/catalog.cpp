@@ -305,6 +305,13 @@ Status Catalog::apply_overrides(std::string_view toml_text, const std::string& s
             for (auto&& [k, node] : *t) {
                 std::string key(k.str());
                 if (!type_known(key)) return unknown_type(key).with_context(fmt::format("{} [prices]", source));
+                // A price is per node type (a provider's types differ tenfold); discounts take providers.
+                if (std::none_of(instances_.begin(), instances_.end(),
+                                 [&](const Instance& in) { return in.type == key || in.key() == key; }))
+                    return invalid_argument("{}: prices.\"{}\": a price is set per instance type (\"p4d.24xlarge\" or "
+                                            "\"aws/us-east-1/p4d.24xlarge\"), not per provider; use [discounts] for a "
+                                            "provider",
+                                            source, key);
                 auto* p = node.as_table();
                 if (!p) return invalid_argument("{}: prices.\"{}\" must be a table with ondemand and/or spot", source, key);
                 for (auto&& [pk, pv] : *p) {

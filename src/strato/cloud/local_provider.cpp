@@ -471,6 +471,7 @@ Status LocalProvider::run() {
         obs.t_s = seconds_since(m.t0);
         obs.weekday_hour = local_week_hour();
         obs.nodes = m.live();
+        obs.ready = m.ready();
         obs.backlog = samples ? sum / samples : 0;
         obs.utilization = samples ? 100 * busy / samples : 0;
         Decision d = m.scaler.decide(obs);

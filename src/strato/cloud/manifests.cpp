@@ -45,24 +45,31 @@ std::string resources(const ManifestOptions& o, int indent) {
                        pad, q(o.cpu), q(o.memory), gpu);
 }
 
+// KServe's default (Serverless) mode runs the predictor as a Knative service, which allows one
+// container port, named http1 or h2c, and probes on that port only (Knative's validation refuses
+// anything else): the metrics port is announced by annotation instead, and the probes name no port.
 std::string container(const ManifestOptions& o, int indent) {
     std::string pad(indent, ' ');
+    const std::string ports = o.kserve ? fmt::format("{0}  - {{name: http1, containerPort: 8000}}\n", pad)
+                                       : fmt::format("{0}  - {{name: http, containerPort: 8000}}\n"
+                                                     "{0}  - {{name: metrics, containerPort: 8002}}\n",
+                                                     pad);
+    const char* port = o.kserve ? "" : ", port: http";
     return fmt::format(
         "{0}- name: strato\n"
         "{0}  image: {1}\n"
         "{0}  args: [\"serve\", \"--model-repository\", {2}, \"--http-port\", \"8000\", \"--metrics-port\", "
         "\"8002\", \"--http-address\", \"0.0.0.0\"]\n"
         "{0}  ports:\n"
-        "{0}  - {{name: http, containerPort: 8000}}\n"
-        "{0}  - {{name: metrics, containerPort: 8002}}\n"
+        "{4}"
         "{0}  readinessProbe:\n"
-        "{0}    httpGet: {{path: /v2/health/ready, port: http}}\n"
+        "{0}    httpGet: {{path: /v2/health/ready{5}}}\n"
         "{0}    periodSeconds: 2\n"
         "{0}  livenessProbe:\n"
-        "{0}    httpGet: {{path: /v2/health/live, port: http}}\n"
+        "{0}    httpGet: {{path: /v2/health/live{5}}}\n"
         "{0}    periodSeconds: 10\n"
         "{3}",
-        pad, q(o.image), q(o.model_dir), resources(o, indent + 2));
+        pad, q(o.image), q(o.model_dir), resources(o, indent + 2), ports, port);
 }
 
 }  // namespace
@@ -99,6 +106,10 @@ Result<std::string> kubernetes_manifests(const ManifestOptions& o) {
             "metadata:\n"
             "  name: {0}\n"
             "  namespace: {1}\n"
+            "  annotations:\n"
+            "    serving.kserve.io/enable-prometheus-scraping: \"true\"\n"
+            "    prometheus.kserve.io/port: \"8002\"\n"
+            "    prometheus.kserve.io/path: /metrics\n"
             "spec:\n"
             "  predictor:\n"
             "    minReplicas: {2}\n"

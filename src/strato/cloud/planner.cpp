@@ -55,7 +55,9 @@ double lower_bound(const PlanRequest& req, const ThroughputModel& model, const C
                    bool spot) {
     double r1 = model.single_gpu(req.workload, *in.gpu);
     double per_node = r1 * in.gpus;
-    if (req.workload.decode_per_vcpu > 0) per_node = std::min(per_node, req.workload.decode_per_vcpu * in.vcpus);
+    // (as the throughput model: a row without vCPUs has no input-pipeline limit)
+    if (req.workload.decode_per_vcpu > 0 && in.vcpus > 0)
+        per_node = std::min(per_node, req.workload.decode_per_vcpu * in.vcpus);
     double node_hours = req.workload.total_samples() / per_node / 3600;  // n nodes take node_hours / n each
     double startup_h = req.startup_s / 3600;
     if (req.objective == Objective::kCost)
@@ -71,9 +73,14 @@ std::string describe(const Candidate& c) {
     return fmt::format("{} {} x{} ({})", c.inst->provider, c.inst->type, c.nodes, market(c.spot));
 }
 
-void explain(Plan& plan, const PlanRequest& req, const std::vector<Candidate>& all, const Currency& cur) {
+void explain(Plan& plan, const PlanRequest& req, const std::vector<Candidate>& all, const Catalog& catalog) {
+    const Currency& cur = catalog.currency();
     if (all.empty()) {
-        plan.binding = "no instance matches the filters (provider, region, GPU, instance type)";
+        const bool matches = std::any_of(catalog.instances().begin(), catalog.instances().end(),
+                                         [&](const Instance& in) { return in_space(req, in); });
+        const char* price = req.spot && req.ondemand ? "a price" : req.spot ? "a spot price" : "an on-demand price";
+        plan.binding = matches ? fmt::format("no instance that matches the filters has {} in the catalog", price)
+                               : "no instance matches the filters (provider, region, GPU, instance type)";
         return;
     }
     const Candidate* fits_best = nullptr;
@@ -81,9 +88,14 @@ void explain(Plan& plan, const PlanRequest& req, const std::vector<Candidate>& a
     for (const auto& c : all) largest = std::max(largest, c.inst->gpu->memory_gb);
     const Candidate* fastest = nullptr;
     const Candidate* cheapest_in_time = nullptr;
+    bool outrun = false;
     for (const auto& c : all) {
         if (!c.tp.fits) continue;
         fits_best = &c;
+        if (c.spot_outrun) {
+            outrun = true;
+            continue;
+        }
         if (!fastest || c.expected_h < fastest->expected_h) fastest = &c;
         if (c.expected_h <= req.deadline_h && (!cheapest_in_time || c.cost < cheapest_in_time->cost)) cheapest_in_time = &c;
     }
@@ -92,6 +104,9 @@ void explain(Plan& plan, const PlanRequest& req, const std::vector<Candidate>& a
             "GPU memory: one replica needs {:.1f} GB per GPU (weights, gradients, optimizer state, activations of "
             "a batch of {}), the largest GPU considered has {:.0f} GB; lower --batch-per-gpu",
             need, req.workload.batch_per_gpu, largest);
+    } else if (!fastest && outrun) {
+        plan.binding = "spot: on every candidate preemptions arrive faster than checkpoints can save progress; allow "
+                       "on-demand (--market), or lower --restart or --spot-hazard";
     } else if (!cheapest_in_time) {
         plan.binding = fmt::format("deadline {}: the fastest candidate, {}, needs {}", format_hours(req.deadline_h),
                                    describe(*fastest), format_hours(fastest->expected_h));
@@ -198,7 +213,8 @@ Candidate evaluate(const PlanRequest& req, const ThroughputModel& model, const C
         c.p90_h = e.p90_wall_s / 3600;
         c.interruptions = e.expected_interruptions;
         c.checkpoint_interval_h = e.interval_s / 3600;
-        if (!e.feasible) c.why_not = "spot: preemptions arrive faster than checkpoints can save progress";
+        c.spot_outrun = !e.feasible;
+        if (c.spot_outrun) c.why_not = "spot: preemptions arrive faster than checkpoints can save progress";
     }
     // Every run first provisions its nodes and starts up (billed, not counted as work).
     const double startup_h = req.startup_s / 3600;
@@ -251,7 +267,7 @@ Result<Plan> plan_brute_force(const Catalog& catalog, const PlanRequest& req, co
     std::sort(ok.begin(), ok.end(), [&](const Candidate& a, const Candidate& b) { return ranks_before(a, b, req.objective); });
     if (ok.size() > static_cast<size_t>(req.top)) ok.resize(req.top);
     plan.ranked = std::move(ok);
-    if (plan.ranked.empty()) explain(plan, req, all, catalog.currency());
+    if (plan.ranked.empty()) explain(plan, req, all, catalog);
     annotate(plan, req);
     return plan;
 }
@@ -299,7 +315,7 @@ Result<Plan> make_plan(const Catalog& catalog, const PlanRequest& req, const Thr
         if (best.size() > static_cast<size_t>(req.top)) best.pop_back();
     }
     plan.ranked = std::move(best);
-    if (plan.ranked.empty()) explain(plan, req, rejected, cur);
+    if (plan.ranked.empty()) explain(plan, req, rejected, catalog);
     annotate(plan, req);
     return plan;
 }

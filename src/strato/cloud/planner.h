@@ -54,6 +54,7 @@ struct Candidate {
     double interruptions = 0;
     double checkpoint_interval_h = 0;
     bool feasible = false;
+    bool spot_outrun = false;       // spot: preemptions arrive faster than checkpoints save progress
     std::string why_not;            // the constraint it misses
     std::string reason;             // one line for the table
 

@@ -105,6 +105,7 @@ private:
     double now_ = 0, rate_ = 0, backlog_ = 0;
     double tick_served_ = 0, tick_capacity_ = 0;
     double cap_time_ = 0;  // integral of capacity
+    int64_t ticks_ = 0, timeline_stride_ = 1;
     SimResult r_;
 };
 
@@ -216,6 +217,8 @@ SimResult Sim::run() {
         if (tr_.points[i].t_s <= horizon) push(tr_.points[i].t_s, Ev::kTrace, static_cast<int32_t>(i));
     push(0, Ev::kTick);
     push(horizon, Ev::kEnd);
+    // The timeline keeps at most about kTimelinePoints points: every k-th tick of a longer run.
+    timeline_stride_ = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(horizon / o_.tick_s / kTimelinePoints)));
     int start = o_.initial_nodes >= 0 ? o_.initial_nodes : o_.config.min_nodes;
     for (int i = 0; i < start; ++i) {
         int id = launch(type_);
@@ -261,6 +264,7 @@ SimResult Sim::run() {
                 obs.t_s = now_;
                 obs.weekday_hour = o_.start_weekday_hour + now_ / 3600;
                 obs.nodes = count_alive();
+                obs.ready = count_ready();
                 obs.instance = type_->type;
                 obs.backlog = backlog_;
                 // No capacity-time yet (the first tick): the load on the capacity there is now.
@@ -309,7 +313,7 @@ SimResult Sim::run() {
                     r_.actions.emplace_back(now_, fmt::format("{} -> {} nodes: {}", alive, d.nodes, d.reason));
                 }
                 r_.max_nodes = std::max(r_.max_nodes, count_alive());
-                if (o_.timeline) {
+                if (o_.timeline && ticks_++ % timeline_stride_ == 0) {
                     double c = capacity();
                     r_.timeline.push_back({now_, count_alive(), count_ready(), rate_, c, backlog_, obs.utilization,
                                            c > 0 ? backlog_ / c : (backlog_ > 0 ? INFINITY : 0)});
@@ -343,10 +347,30 @@ Result<SimResult> simulate(const Trace& trace, const Catalog& catalog, const Sim
         return invalid_argument("--spot-hazard {} is not a rate in [0, 3600] preemptions per node-hour",
                                 o.spot_hazard_per_h);
     STRATO_ASSIGN_OR_RETURN(const Instance* start, catalog.find(o.instance, o.region));
-    if (!start->has_ondemand() && !(o.config.spot && start->has_spot()))
-        return invalid_argument("instance {} has no price in the catalog", start->key());
+    // With spot on, the cheapest region is the one with the cheapest spot price (find ranks by
+    // on-demand price).
+    if (o.region.empty() && o.config.spot)
+        for (const auto& in : catalog.instances())
+            if (in.type == start->type && in.has_spot() && (!start->has_spot() || in.spot_usd_h < start->spot_usd_h))
+                start = &in;
+    // Every node type the run may use (the start and the vertical ladder) must have a price in the
+    // market it runs in: a ladder step without one made the cost NaN.
+    auto priced = [&](const Instance* in) -> Status {
+        if (o.config.spot && !in->has_spot() && !o.config.fallback_ondemand)
+            return invalid_argument("{} has no spot price in the catalog and [spot] fallback_ondemand = false",
+                                    in->key());
+        if (!in->has_ondemand() && !(o.config.spot && in->has_spot()))
+            return invalid_argument("{} has no {}price in the catalog", in->key(), o.config.spot ? "" : "on-demand ");
+        return Status::ok();
+    };
+    STRATO_RETURN_IF_ERROR(priced(start));
     for (const auto& p : o.config.policies)
-        for (const auto& t : p.ladder) STRATO_RETURN_IF_ERROR(catalog.find(t).status().with_context("vertical ladder"));
+        for (const auto& t : p.ladder) {
+            auto step = catalog.find(t, start->region);
+            if (!step.is_ok()) step = catalog.find(t);  // (as the resize looks it up)
+            STRATO_RETURN_IF_ERROR(step.status().with_context("vertical ladder"));
+            STRATO_RETURN_IF_ERROR(priced(*step).with_context("vertical ladder"));
+        }
     // Time runs from the trace's first row (a trace in Unix time starts at 1.7e9 s, not at 0: it
     // is not billed from 1970), and a run is bounded: one control-loop tick costs a pass over the
     // nodes, and the timeline keeps a point per tick.
@@ -362,6 +386,7 @@ Result<SimResult> simulate(const Trace& trace, const Catalog& catalog, const Sim
     auto t0 = std::chrono::steady_clock::now();
     Sim sim(shifted, catalog, o, start);
     SimResult r = sim.run();
+    r.region = start->region;
     r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return r;
 }
@@ -401,6 +426,7 @@ nlohmann::json sim_to_json(const SimResult& r, const SimOptions& o) {
     for (const auto& [t, what] : r.actions) actions.push_back({{"t_s", t}, {"what", what}});
     nlohmann::json j = {{"kind", "strato-autoscale-sim"},
                         {"instance", o.instance},
+                        {"region", r.region},
                         {"currency", r.currency},
                         {"cost", r.cost},
                         {"node_hours", r.node_hours},

@@ -55,8 +55,10 @@ struct SimOptions {
     double horizon_s = 0;            // 0: the last trace point + one tick
     int initial_nodes = -1;          // -1: min_nodes
     uint64_t seed = 1;
-    bool timeline = true;            // record a point per tick
+    bool timeline = true;            // record a point per tick (every k-th on runs past kTimelinePoints ticks)
 };
+
+constexpr double kTimelinePoints = 100'000;
 
 struct TimelinePoint {
     double t_s;
@@ -75,6 +77,7 @@ struct SimResult {
     int64_t events = 0;
     double wall_s = 0;          // simulation run time
     std::string currency;
+    std::string region;         // of the node type (the cheapest when none was asked for)
     std::vector<TimelinePoint> timeline;
     std::vector<std::pair<double, std::string>> actions;  // (t, what and why)
 };

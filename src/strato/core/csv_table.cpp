@@ -59,9 +59,11 @@ Result<CsvTable> CsvTable::parse(std::string_view text, const std::string& sourc
         int row_line = line;
         STRATO_ASSIGN_OR_RETURN(std::vector<std::string> fields, read_record(text, pos, line, source));
         if (fields.size() == 1 && fields[0].empty()) continue;  // blank line
+        // Blanks around a field are not part of it: "time_s, rate" names the column rate, and
+        // "aws, us-east-1" is the region us-east-1.
+        for (auto& f : fields) f = std::string(trim_blanks(f));
         if (!have_header) {
             for (size_t i = 0; i < fields.size(); ++i) {
-                fields[i] = std::string(trim_blanks(fields[i]));  // "time_s, rate" names the column rate
                 if (!t.columns_.emplace(fields[i], i).second)
                     return invalid_argument("{}:{}: column '{}' appears twice in the header", source, row_line, fields[i]);
             }

@@ -1,8 +1,8 @@
 #pragma once
 // A small RFC 4180 CSV reader for tables read whole (the cloud catalog, traffic traces): quoted
 // fields with "" escapes, CRLF or LF, a UTF-8 byte-order mark skipped, a header row naming the
-// columns (names trimmed of spaces). Errors name the source and the line. Datasets have their own
-// streaming reader with typed columns (data/csv.h).
+// columns, every field (names too) trimmed of blanks. Errors name the source and the line.
+// Datasets have their own streaming reader with typed columns (data/csv.h).
 
 #include <string>
 #include <string_view>
