@@ -45,7 +45,6 @@ void add_launch_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     struct Opts {
         dist::LaunchOptions l;
         std::string nnodes = "1", nproc = "1";
-        bool no_python = false;
         std::string emit, out;
         dist::EmitOptions e;
     };
@@ -71,10 +70,12 @@ void add_launch_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         "PET_JOIN_TIMEOUT");
     opt("--last-call,--last_call", o->l.last_call_s, "Seconds to wait for more nodes once MIN have joined (default 30)",
         "PET_LAST_CALL");
-    opt("--master-addr,--master_addr", o->l.master_addr, "Host of rank 0 (static backend; default 127.0.0.1)",
-        "PET_MASTER_ADDR");
-    opt("--master-port,--master_port", o->l.master_port, "Port of rank 0's store (static backend; default 29500)",
-        "PET_MASTER_PORT");
+    auto* master_addr = opt("--master-addr,--master_addr", o->l.master_addr,
+                            "Host of rank 0 (static backend; default 127.0.0.1)", "PET_MASTER_ADDR");
+    auto* master_port = opt("--master-port,--master_port", o->l.master_port,
+                            "Port of rank 0's store (static backend; default 29500; on one node without it or "
+                            "--master-addr: a free port)",
+                            "PET_MASTER_PORT");
     opt("--max-restarts,--max_restarts", o->l.max_restarts, "Group restarts after a failure before giving up (default 0)",
         "PET_MAX_RESTARTS");
     opt("--monitor-interval,--monitor_interval", o->l.monitor_interval_s, "Seconds between worker checks (default 0.1)",
@@ -85,8 +86,9 @@ void add_launch_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         "PET_LOG_DIR");
     cmd->add_flag("--standalone", o->l.standalone, "One node: a local rendezvous, a free port, no rdzv flags needed")
         ->envname("PET_STANDALONE");
-    cmd->add_flag("--no-python,--no_python", o->no_python, "Accepted for torchrun compatibility (commands run as given; "
-                                                            "a .py script runs with /usr/bin/python3)");
+    cmd->add_flag("--no-python,--no_python", o->l.no_python,
+                  "Run the command as given, also a .py script (its #! line); without it a .py script runs with "
+                  "/usr/bin/python3 -u");
     cmd->add_option("--emit", o->emit, "Do not run: write the job for a cluster engine (slurm: an sbatch script with "
                                        "srun + strato launch per node; kubernetes: a Kubeflow PyTorchJob)")
         ->check(CLI::IsMember({"slurm", "kubernetes"}));
@@ -101,8 +103,9 @@ void add_launch_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
                     "With --emit: strato on the nodes (default: this executable for slurm, strato for kubernetes)");
     cmd->add_option("--rdzv-port", o->e.rdzv_port, "With --emit: the rendezvous port on the first node (default 29400)");
     cmd->add_flag("--quiet-workers", [o](int64_t) { o->l.tee = false; }, "Do not echo worker output (logs still kept)");
-    cmd->callback([o, exit_code] {
+    cmd->callback([o, exit_code, master_addr, master_port] {
         dist::LaunchOptions l = o->l;
+        l.master_given = master_addr->count() > 0 || master_port->count() > 0;
         l.command = g_worker_command;
         if (o->nproc == "cpu" || o->nproc == "auto") {
             l.nproc_per_node = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));

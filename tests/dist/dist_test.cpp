@@ -123,6 +123,15 @@ TEST(DistEnv, BadValuesNameTheVariable) {
     e = read_env(from({{"WORLD_SIZE", "2"}}));
     ASSERT_FALSE(e.is_ok());
     EXPECT_NE(e.status().message().find("RANK is not set"), std::string::npos);
+    // Found by review: a stray empty WORLD_SIZE, or WORLD_SIZE=1 alone, stopped plain training;
+    // a world of one never uses its master port.
+    for (auto vars : {std::map<std::string, std::string>{{"WORLD_SIZE", ""}},
+                      std::map<std::string, std::string>{{"WORLD_SIZE", "1"}},
+                      std::map<std::string, std::string>{{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_PORT", "99999"}}}) {
+        e = read_env(from(vars));
+        ASSERT_TRUE(e.is_ok()) << e.status().message();
+        EXPECT_FALSE(e->distributed());
+    }
 }
 
 TEST(HostList, Expands) {
@@ -166,6 +175,16 @@ TEST(Launch, BadOptionsAreErrorsBeforeAnyWorker) {
     EXPECT_FALSE(run_launch(o).is_ok());  // no endpoint
     o.rdzv_backend = "static";
     EXPECT_FALSE(run_launch(o).is_ok());  // static with 2 nodes needs --node-rank
+    // Found by review: a node rank past the nodes ran as rank 0; an id with a blank broke the
+    // rendezvous protocol, one with '/' or '..' put the logs elsewhere.
+    o.max_nodes = o.min_nodes = 1;
+    o.node_rank = 3;
+    EXPECT_NE(run_launch(o).status().message().find("--node-rank 3 is not below --nnodes 1"), std::string::npos);
+    o.node_rank = -1;
+    for (const char* id : {"my job", "../../escaped", "/tmp/abs", ".."}) {
+        o.rdzv_id = id;
+        EXPECT_NE(run_launch(o).status().message().find("--rdzv-id"), std::string::npos) << id;
+    }
 }
 
 RendezvousClient::Join join_as(const std::string& id, int local_world, int node_rank = -1) {

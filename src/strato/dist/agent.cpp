@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <deque>
 #include <functional>
 #include <filesystem>
@@ -109,6 +110,7 @@ private:
 
     const LaunchOptions& o_;
     std::vector<Worker> workers_;
+    bool echo_ = true;  // stdout still takes the workers' lines
 };
 
 Status Group::start(const Round& r, const std::string& run_id, const std::string& dir) {
@@ -116,7 +118,7 @@ Status Group::start(const Round& r, const std::string& run_id, const std::string
     workers_.clear();
     workers_.resize(static_cast<size_t>(o_.nproc_per_node));
     std::vector<std::string> argv_s = o_.command;
-    if (!argv_s.empty() && argv_s[0].size() > 3 && argv_s[0].ends_with(".py"))
+    if (!o_.no_python && !argv_s.empty() && argv_s[0].size() > 3 && argv_s[0].ends_with(".py"))
         argv_s.insert(argv_s.begin(), {"/usr/bin/python3", "-u"});
     for (int lr = 0; lr < o_.nproc_per_node; ++lr) {
         Worker& w = workers_[static_cast<size_t>(lr)];
@@ -181,10 +183,15 @@ Status Group::start(const Round& r, const std::string& run_id, const std::string
             dfl.sa_handler = SIG_DFL;
             sigaction(SIGINT, &dfl, nullptr);
             sigaction(SIGTERM, &dfl, nullptr);
+            sigaction(SIGPIPE, &dfl, nullptr);  // (an ignored signal stays ignored across exec)
             sigprocmask(SIG_SETMASK, &old_mask, nullptr);  // a stop already sent acts now, as on the worker
             prctl(PR_SET_PDEATHSIG, SIGKILL);  // a killed agent takes its workers with it
             if (getppid() != parent) _exit(1);
             setpgid(0, 0);  // the worker and its children are stopped together
+            // In a group of its own the worker is in the terminal's background: reading it would
+            // stop the worker (SIGTTIN) and hang the job. Workers read no input, as under a
+            // scheduler; a read sees end of file.
+            if (int null_fd = ::open("/dev/null", O_RDONLY); null_fd >= 0) dup2(null_fd, 0);
             dup2(pipefd[1], 1);
             dup2(pipefd[1], 2);
             close_range(3, ~0U, 0);
@@ -208,7 +215,15 @@ void Group::drain(Worker& w, bool final) {
         w.log << line << '\n';
         w.tail.emplace_back(line);
         if (w.tail.size() > kTailLines) w.tail.pop_front();
-        if (o_.tee) fmt::print("[{}]: {}\n", w.rank, line);
+        if (o_.tee && echo_) {
+            // A closed stdout (EPIPE) ends the echo; the logs keep every line.
+            if (std::fprintf(stdout, "[%d]: %.*s\n", w.rank, static_cast<int>(line.size()), line.data()) < 0 ||
+                std::fflush(stdout) != 0) {
+                echo_ = false;
+                log::warn("launch: standard output is closed ({}); worker output goes to the logs in {} only",
+                          strerror(errno), o_.log_dir);
+            }
+        }
     };
     // Whole lines are passed on after every read, so a worker writing without pause is never
     // held in memory; a run of kMaxLineBytes without a newline is passed on as a line of its own.
@@ -479,7 +494,17 @@ Result<int> run_launch(const LaunchOptions& in) {
             return invalid_argument("launch: the static backend with --nnodes {} needs --node-rank in 0..{}", o.max_nodes,
                                     o.max_nodes - 1);
     }
-    if (!rendezvous && o.max_nodes == 1) o.standalone = true;
+    if (!rendezvous && o.node_rank >= o.max_nodes)
+        return invalid_argument("launch: --node-rank {} is not below --nnodes {}", o.node_rank, o.max_nodes);
+    // One node: a free port on 127.0.0.1, unless --master-addr/--master-port say where (torchrun
+    // uses them).
+    if (!rendezvous && o.max_nodes == 1 && !o.master_given) o.standalone = true;
+    // The id names the log directory and travels in the rendezvous protocol's words.
+    if (o.rdzv_id.size() > 128 || o.rdzv_id == "." || o.rdzv_id == ".." ||
+        o.rdzv_id.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") !=
+            std::string::npos)
+        return invalid_argument("launch: --rdzv-id '{}': expected letters, digits, '.', '_' and '-' (at most 128)",
+                                o.rdzv_id);
     if (o.rdzv_id == "none" || o.rdzv_id.empty())
         o.rdzv_id = rendezvous ? "none" : fmt::format("{}-{}", host_name(), getpid());
     if (o.log_dir.empty()) o.log_dir = (stdfs::path("runs") / "launch" / o.rdzv_id).string();
@@ -487,6 +512,9 @@ Result<int> run_launch(const LaunchOptions& in) {
     // workers stopped in order) instead of killing the agent, also while it waits for the
     // rendezvous and before the first worker starts.
     signals::install_stop_handlers();
+    // Output piped into `head`, or a closed ssh session, must not kill the agent (and with it,
+    // through PR_SET_PDEATHSIG, every worker without a checkpoint): echoing stops, logs go on.
+    ::signal(SIGPIPE, SIG_IGN);
     STRATO_RETURN_IF_ERROR(fs::ensure_dir(o.log_dir));
 
     std::unique_ptr<Coordinator> coord;

@@ -30,6 +30,8 @@ struct LaunchOptions {
     bool standalone = false;
     std::string master_addr = "127.0.0.1";
     int master_port = 29500;            // static; standalone picks a free port
+    bool master_given = false;          // --master-addr/--master-port given: used on one node too (as torchrun)
+    bool no_python = false;             // run a .py command as given (its #! line), not with /usr/bin/python3
     int max_restarts = 0;
     double monitor_interval_s = 0.1;
     double stop_timeout_s = 30;         // SIGTERM -> SIGKILL

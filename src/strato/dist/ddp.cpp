@@ -20,12 +20,15 @@
 #endif
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <thread>
 
 #include <unistd.h>
 
 #include "strato/core/log.h"
+#include "strato/core/signals.h"
 #include "strato/models/torch_compat.h"
 
 namespace strato::dist {
@@ -36,6 +39,28 @@ using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+// libtorch 1.13's TCPStore client runs a background thread that throws when the other end is no
+// store (a port held by another program resets the connection): uncaught, it aborted the process
+// with SIGABRT and a core. It ends as an error naming the store instead.
+char g_store_where[512];
+[[noreturn]] void store_thread_failed() {
+    std::string what = "an unknown exception";
+    if (auto e = std::current_exception()) {
+        try {
+            std::rethrow_exception(e);
+        } catch (const std::exception& x) {
+            what = first_line(x.what());
+        } catch (...) {
+        }
+    }
+    std::fprintf(stderr,
+                 "strato: error: %s: a libtorch thread failed: %s\nhint: is MASTER_PORT held by a program that is no "
+                 "process-group store?\n",
+                 g_store_where, what.c_str());
+    std::fflush(stderr);
+    _exit(1);
+}
 
 }  // namespace
 
@@ -99,17 +124,29 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(const DistEnv& env, s
     im.timeout_s = o.timeout_s;
     const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
     // 1. The store: rank 0 hosts it (unless the agent does); the others connect, retrying.
+    std::snprintf(g_store_where, sizeof g_store_where, "rank %d, the store at %s:%d", env.rank, env.master_addr.c_str(),
+                  env.master_port);
+    std::set_terminate(store_thread_failed);
+    const bool server = env.rank == 0 && !env.agent_store;
     c10::intrusive_ptr<c10d::Store> store;
     try {
         c10d::TCPStoreOptions so;
         so.port = static_cast<uint16_t>(env.master_port);
-        so.isServer = env.rank == 0 && !env.agent_store;
+        so.isServer = server;
         so.numWorkers = static_cast<size_t>(env.world_size);
         so.waitWorkers = false;  // we wait below, and can then say who is missing
         so.timeout = timeout;
         store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
         store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("strato/attempt_{}", env.restart_count), store);
     } catch (const std::exception& e) {
+        if (signals::stop_requested())
+            return Status(StatusCode::kCancelled, fmt::format("rank {}: interrupted while connecting to the store at {}:{}",
+                                                              env.rank, env.master_addr, env.master_port));
+        if (server)
+            return Status(StatusCode::kUnavailable,
+                          fmt::format("rank 0: cannot host the store on port {}: {}\nhint: is another job or program "
+                                      "using MASTER_PORT {}?",
+                                      env.master_port, first_line(e.what()), env.master_port));
         return Status(StatusCode::kUnavailable,
                       fmt::format("rank {}: cannot reach rank 0's store at {}:{} within {:.0f} s: {}\nhint: is rank 0 "
                                   "running, and are MASTER_ADDR and MASTER_PORT right?",
@@ -125,6 +162,13 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(const DistEnv& env, s
         store->set(keys[static_cast<size_t>(env.rank)], std::vector<uint8_t>(me.begin(), me.end()));
         const auto deadline = Clock::now() + timeout;
         while (!store->check(keys)) {
+            if (signals::stop_requested()) {  // Ctrl-C while peers are missing stops now, not at the timeout
+                std::string missing;
+                for (int r = 0; r < env.world_size; ++r)
+                    if (!store->check({keys[static_cast<size_t>(r)]})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+                return Status(StatusCode::kCancelled,
+                              fmt::format("rank {}: interrupted while waiting for rank(s) {} to join", env.rank, missing));
+            }
             if (Clock::now() > deadline) {
                 std::string missing;
                 for (int r = 0; r < env.world_size; ++r)
@@ -138,6 +182,8 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(const DistEnv& env, s
             std::this_thread::sleep_for(std::chrono::milliseconds(50));
         }
     } catch (const std::exception& e) {
+        if (signals::stop_requested())
+            return Status(StatusCode::kCancelled, fmt::format("rank {}: interrupted while the ranks joined", env.rank));
         return Status(StatusCode::kUnavailable, fmt::format("rank {}: the store at {}:{} failed: {}", env.rank,
                                                             env.master_addr, env.master_port, first_line(e.what())));
     }

@@ -106,7 +106,8 @@ Result<DistEnv> read_env(const GetEnv& get_in) {
         if (d.local_world_size < 1 || d.local_rank < 0 || d.local_rank >= d.local_world_size)
             return invalid_argument("{}: local rank {} is outside the node's {} processes", d.source, d.local_rank,
                                     d.local_world_size);
-        if (d.master_port < 1 || d.master_port > 65535)
+        // (a world of one forms no group: its master port is never used)
+        if (d.world_size > 1 && (d.master_port < 1 || d.master_port > 65535))
             return invalid_argument("{}: master port {} is not a TCP port", d.source, d.master_port);
         return d;
     };
@@ -115,7 +116,11 @@ Result<DistEnv> read_env(const GetEnv& get_in) {
         STRATO_ASSIGN_OR_RETURN(d.master_port, int_var(get, "MASTER_PORT", 29500));
         return Status::ok();
     };
-    if (get("RANK") || get("WORLD_SIZE")) {
+    // Set and not empty (`WORLD_SIZE=` is unset, as int_var reads it); WORLD_SIZE=1 alone is one
+    // process, not a rank without its RANK.
+    const auto set = [&](const char* name) { return get(name) && *get(name); };
+    const bool world_of_one = !set("RANK") && set("WORLD_SIZE") && std::string_view(get("WORLD_SIZE")) == "1";
+    if ((set("RANK") || set("WORLD_SIZE")) && !world_of_one) {
         e.source = "strato";
         STRATO_ASSIGN_OR_RETURN(e.rank, int_var(get, "RANK", 0, true));
         STRATO_ASSIGN_OR_RETURN(e.world_size, int_var(get, "WORLD_SIZE", 1, true));
