@@ -77,6 +77,15 @@ TEST_F(FsTest, ReadLimitsRefuseBigFilesAndEndlessStreams) {
 
 // A package or checkpoint saved over an existing one: swapped in one step, so no instant leaves
 // neither at the name (the old two renames did: a crash between them lost `model/`).
+TEST_F(FsTest, ANamedPipeWithoutAWriterIsAnErrorNotAHang) {
+    // Found by review: a FIFO left in a run directory held `strato report` in open() forever.
+    const auto p = dir_ / "pipe";
+    ASSERT_EQ(::mkfifo(p.c_str(), 0600), 0);
+    auto r = read_file(p);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().message(), p.string() + " is a named pipe and nothing wrote to it within 5 s");
+}
+
 TEST_F(FsTest, ReplaceDirSwapsInANewDirectoryAndRemovesTheOld) {
     auto target = dir_ / "model", staged = dir_ / "model.tmp.1";
     ASSERT_TRUE(ensure_dir(staged).is_ok());

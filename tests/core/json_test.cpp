@@ -1,6 +1,7 @@
 // UTF-8 checks and JSON text that survives bytes which are not UTF-8.
 
 #include "strato/core/json.h"
+#include "strato/core/json_depth.h"
 
 #include <gtest/gtest.h>
 
@@ -25,6 +26,18 @@ TEST(JsonText, InvalidBytesBecomeReplacementCharacters) {
     EXPECT_THROW((void)j.dump(), nlohmann::json::type_error);
     EXPECT_EQ(json_text(j), "{\"n\":1,\"name\":\"caf\xef\xbf\xbd\"}");
     EXPECT_EQ(json_text(j, 1), "{\n \"n\": 1,\n \"name\": \"caf\xef\xbf\xbd\"\n}");
+}
+
+TEST(JsonDepth, DeepNestingIsRefusedBeforeParsing) {
+    // Found by review: 100,000 '[' in a run file crashed `strato report` (recursive printing).
+    const std::string deep = "{\"kind\":" + std::string(100000, '[') + std::string(100000, ']') + "}";
+    EXPECT_EQ(json_too_deep(deep), 8u + kMaxJsonDepth - 1);
+    EXPECT_TRUE(parse_json_bounded(deep).is_discarded());
+    const std::string ok = std::string(kMaxJsonDepth, '[') + std::string(kMaxJsonDepth, ']');
+    EXPECT_EQ(json_too_deep(ok), std::string_view::npos);
+    EXPECT_FALSE(parse_json_bounded(ok).is_discarded());
+    EXPECT_EQ(json_too_deep("{\"a\": \"[[[[\\\"[[[\"}", 2), std::string_view::npos);  // brackets in strings
+    EXPECT_TRUE(parse_json_bounded("{oops").is_discarded());
 }
 
 }  // namespace

@@ -1484,7 +1484,7 @@ def repository_explicit_mode(ctx):
                          "label file outside the model")
             for conf, needle, what in (
                     ('{"max_batch_size": [[8]]}', "array inside an array", "nested array"),
-                    ('{"max_batch_size":' + "[" * 200000 + "8" + "]" * 200000 + "}", "array inside an array", "array bomb"),
+                    ('{"max_batch_size":' + "[" * 200000 + "8" + "]" * 200000 + "}", "nests deeper than 64 levels", "array bomb"),
                     ('{"version_policy": {"specific": {}}}', "names no version", "specific policy without versions"),
                     ('{"version_policy": {"latest": {"num_versions": 0}}}', "num_versions", "latest 0 versions"),
                     ('{"default_model_filename": "/etc/passwd"}', "inside the version directory", "model file outside"),

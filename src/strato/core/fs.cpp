@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <ftw.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <openssl/evp.h>
 #include <unistd.h>
@@ -20,6 +21,9 @@
 
 namespace strato::fs {
 namespace {
+
+// How long a named pipe may wait for its writer to begin (`<(cmd)` is a pipe already written to).
+constexpr int kPipeWriterWaitMs = 5000;
 
 std::string os_error() { return std::strerror(errno); }
 
@@ -81,15 +85,28 @@ Status atomic_write(const stdfs::path& path, std::string_view data) {
 }
 
 Result<std::string> read_file(const stdfs::path& path, uint64_t max_bytes) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // Opened without blocking: a named pipe with no writer would hold open() forever (a FIFO left
+    // in a run directory hung `strato report`). A pipe gets kPipeWriterWait for a writer to
+    // begin, then it is read to its end.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         if (errno == ENOENT) return not_found("{} does not exist", path.string());
         return io_error("cannot open {}: {}", path.string(), os_error());
     }
     auto closer = std::unique_ptr<const int, void (*)(const int*)>(&fd, [](const int* f) { ::close(*f); });
+    if (const int flags = ::fcntl(fd, F_GETFL); flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
     struct stat st {};
     if (::fstat(fd, &st) != 0) return io_error("cannot stat {}: {}", path.string(), os_error());
     if (S_ISDIR(st.st_mode)) return invalid_argument("{} is a directory, expected a file", path.string());
+    if (S_ISFIFO(st.st_mode)) {
+        pollfd p{fd, POLLIN, 0};
+        int ready = 0;
+        do ready = ::poll(&p, 1, kPipeWriterWaitMs);
+        while (ready < 0 && errno == EINTR);
+        if (ready == 0)
+            return io_error("{} is a named pipe and nothing wrote to it within {} s", path.string(),
+                            kPipeWriterWaitMs / 1000);
+    }
     const bool regular = S_ISREG(st.st_mode);
     const uint64_t limit = regular ? max_bytes : std::min(max_bytes, kStreamReadLimit);
     auto too_big = [&] {

@@ -18,6 +18,7 @@
 
 #include "strato/core/fs.h"
 #include "strato/core/json.h"
+#include "strato/core/json_depth.h"
 #include "strato/core/log.h"
 #include "strato/models/package.h"
 #include "strato/models/zoo.h"
@@ -448,7 +449,7 @@ Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxE
     const stdfs::path manifest_path = stdfs::path(dir) / models::kPackageManifest;
     auto text = fs::read_file(manifest_path);
     if (!text) return not_found("{} is not a model package: {}", dir, text.status().message());
-    json manifest = json::parse(*text, nullptr, false);
+    json manifest = parse_json_bounded(*text);
     if (manifest.is_discarded() || !manifest.is_object())
         return data_loss("{}: not valid JSON", manifest_path.string());
 

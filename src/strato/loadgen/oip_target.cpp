@@ -16,6 +16,7 @@
 #include <random>
 
 #include "strato/core/fs.h"
+#include "strato/core/json_depth.h"
 #include "strato/serve/protocol/codec.h"
 
 namespace strato::loadgen {
@@ -100,7 +101,7 @@ std::string model_path(const InferTargetOptions& o) {
 
 Result<json> get_json(const Url& base, const std::string& target) {
     STRATO_ASSIGN_OR_RETURN(auto reply, http_request(base, "GET", target));
-    json j = json::parse(reply.body, nullptr, false);
+    json j = parse_json_bounded(reply.body);
     if (reply.status != 200) {
         std::string why = j.is_object() && j.contains("error") && j["error"].is_string() ? j["error"].get<std::string>()
                                                                                           : reply.body.substr(0, 200);
@@ -225,7 +226,7 @@ Result<Filler> idx_filler(const std::string& path, const std::vector<InputSpec>&
 // perf_analyzer's input data JSON: {"data": [{"INPUT": [..] | {"content": [..], "shape": [..]}}, ...]}.
 Result<Filler> json_filler(const std::string& path, std::vector<InputSpec>& inputs, int* variants) {
     STRATO_ASSIGN_OR_RETURN(auto text, fs::read_file(path));
-    json j = json::parse(text, nullptr, false);
+    json j = parse_json_bounded(text);
     if (j.is_discarded() || !j.is_object() || !j.contains("data") || !j["data"].is_array() || j["data"].empty())
         return invalid_argument("input data '{}': expected {{\"data\": [{{\"<input>\": [...]}}, ...]}} (perf_analyzer's format)", path);
     auto samples = std::make_shared<std::vector<std::map<std::string, Tensor>>>();

@@ -11,6 +11,7 @@
 
 #include "strato/core/fs.h"
 #include "strato/core/json.h"
+#include "strato/core/json_depth.h"
 #include "strato/core/log.h"
 #include "strato/core/parse.h"
 #include "strato/core/signals.h"
@@ -198,7 +199,7 @@ Result<LoadedPackage> load_package(const std::string& dir) {
     const std::string manifest_path = (stdfs::path(dir) / kPackageManifest).string();
     auto text = fs::read_file(manifest_path);
     if (!text) return not_found("{} is not a model package: {}", dir, text.status().message());
-    json m = json::parse(*text, nullptr, false);
+    json m = parse_json_bounded(*text);
     if (m.is_discarded()) return data_loss("{}: not valid JSON", manifest_path);
     if (!m.is_object()) return data_loss("{}: expected a JSON object, got {}", manifest_path, m.type_name());
     STRATO_ASSIGN_OR_RETURN(std::string format, get<std::string>(m, "format", manifest_path));
@@ -269,7 +270,7 @@ Result<LoadedPackage> load_package(const std::string& dir) {
             return data_loss("model package {}: {} is corrupt (sha256 {}, manifest says {})", dir, name,
                              got.substr(0, 12), want.substr(0, 12));
         }
-        if (name == "metrics.json") info.metrics = json::parse(*bytes, nullptr, false);
+        if (name == "metrics.json") info.metrics = parse_json_bounded(*bytes);
         if (name == kPackageWeights) {
             // The manifest is not covered by a checksum: a corrupt or hand-edited shape must not
             // build a network of many GB before the weights fail to fit it.

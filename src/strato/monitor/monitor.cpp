@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "strato/core/json.h"
+#include "strato/core/json_depth.h"
 #include "strato/core/log.h"
 #include "strato/core/serial_worker.h"
 #include "strato/core/signals.h"
@@ -208,7 +209,7 @@ Result<MonitorSummary> Monitor::run() {
             if (!std::getline(replay, line)) break;
             ++replay_line;
             if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-            auto j = nlohmann::json::parse(line, nullptr, false);
+            auto j = parse_json_bounded(line);
             std::string err;
             if (j.is_discarded()) return data_loss("{}:{}: not JSON", options_.replay, replay_line);
             // A training run's metrics.jsonl: only its "monitor" lines are samples.

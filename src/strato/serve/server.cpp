@@ -13,6 +13,7 @@
 #include <zlib.h>
 
 #include "strato/core/json.h"
+#include "strato/core/json_depth.h"
 #include "strato/core/log.h"
 #include "strato/core/serial_worker.h"
 #include "strato/serve/protocol/codec.h"
@@ -365,7 +366,9 @@ struct InferenceServer::Impl {
             return reply(error_response(405, "Method Not Allowed"));
         json body = json::object();
         if (!req.body.empty()) {
-            body = json::parse(req.body, nullptr, false);
+            if (json_too_deep(req.body) != std::string_view::npos)
+                return reply(error_response(400, fmt::format("the request body nests deeper than {} levels", kMaxJsonDepth)));
+            body = parse_json_bounded(req.body);
             if (body.is_discarded() || !body.is_object())
                 return reply(error_response(400, "the request body must be a JSON object"));
         }
@@ -392,7 +395,11 @@ struct InferenceServer::Impl {
                             return reply(error_response(501, "loading model files through the API ('file:' parameters) is not supported"));
                     if (auto c = p->find("config"); c != p->end()) {
                         if (!c->is_string()) return reply(error_response(400, "parameter 'config' must be a string holding the model config as JSON"));
-                        json cj = json::parse(c->get<std::string>(), nullptr, false);
+                        const std::string& text = c->get<std::string>();
+                        if (json_too_deep(text) != std::string_view::npos)
+                            return reply(error_response(400, fmt::format("parameter 'config' nests deeper than {} levels",
+                                                                         kMaxJsonDepth)));
+                        json cj = parse_json_bounded(text);
                         if (cj.is_discarded() || !cj.is_object())
                             return reply(error_response(400, "parameter 'config' is not a JSON object"));
                         config = std::move(cj);

@@ -10,6 +10,7 @@
 
 #include "strato/core/fs.h"
 #include "strato/core/json.h"
+#include "strato/core/json_depth.h"
 #include "strato/core/log.h"
 
 namespace strato::train {
@@ -68,7 +69,7 @@ Result<std::vector<nlohmann::json>> MetricsLog::read(const std::string& path) {
         ++lineno;
         if (in.eof()) break;  // no trailing newline: a torn last line
         if (line.empty()) continue;
-        auto j = nlohmann::json::parse(line, nullptr, false);
+        auto j = parse_json_bounded(line);
         if (j.is_discarded()) return data_loss("{}:{}: not valid JSON", path, lineno);
         out.push_back(std::move(j));
     }

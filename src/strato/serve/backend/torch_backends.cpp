@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "strato/core/fs.h"
+#include "strato/core/json_depth.h"
 #include "strato/models/package.h"
 #include "strato/models/torch_compat.h"
 #include "strato/serve/backend/backend.h"
@@ -182,7 +183,7 @@ Status package_autocomplete(ModelConfig* c, const std::string& version_dir) {
     std::string manifest = (stdfs::path(version_dir) / models::kPackageManifest).string();
     auto text = fs::read_file(manifest);
     if (!text) return text.status();
-    auto j = nlohmann::json::parse(*text, nullptr, false);
+    auto j = parse_json_bounded(*text);
     if (j.is_discarded() || !j.is_object()) return data_loss("{}: not a JSON object", manifest);
     auto shape = j.value("/inputs/0/shape"_json_pointer, nlohmann::json::array());
     auto out_shape = j.value("/outputs/0/shape"_json_pointer, nlohmann::json::array());

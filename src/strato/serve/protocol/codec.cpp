@@ -9,38 +9,16 @@
 #include <limits>
 #include <numeric>
 
+#include "strato/core/json_depth.h"
+
 namespace strato::serve {
 namespace {
 
 using json = nlohmann::json;
 
-constexpr int kMaxJsonDepth = 64;
-
-// nlohmann::json destroys nested values recursively, so a body of a million '[' would overflow
-// the stack; refuse deep nesting before parsing.
-Status check_json_depth(std::string_view s) {
-    int depth = 0;
-    bool in_string = false;
-    for (size_t i = 0; i < s.size(); ++i) {
-        char c = s[i];
-        if (in_string) {
-            if (c == '\\') ++i;
-            else if (c == '"') in_string = false;
-            continue;
-        }
-        if (c == '"') in_string = true;
-        else if (c == '[' || c == '{') {
-            if (++depth > kMaxJsonDepth)
-                return invalid_argument("JSON nests deeper than {} levels at byte {}", kMaxJsonDepth, i);
-        } else if (c == ']' || c == '}') {
-            --depth;
-        }
-    }
-    return Status::ok();
-}
-
 Result<json> parse_json(std::string_view text, std::string_view what) {
-    STRATO_RETURN_IF_ERROR(check_json_depth(text));
+    if (size_t at = json_too_deep(text); at != std::string_view::npos)
+        return invalid_argument("JSON nests deeper than {} levels at byte {}", kMaxJsonDepth, at);
     json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) {
         // Re-parse with exceptions only to get the position for the message.

@@ -1,0 +1,44 @@
+#pragma once
+// nlohmann::json parses, prints and destroys nested values recursively: a file of a hundred
+// thousand '[' overflows the stack (a 200 KB run file crashed `strato report`). Text from outside
+// -- files, request bodies -- is measured before it is parsed.
+
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <string_view>
+
+namespace strato {
+
+/// Deeper than any file or request strato reads or writes.
+constexpr int kMaxJsonDepth = 64;
+
+/// The byte offset where `text` (JSON) opens more than `max_depth` arrays and objects at once,
+/// or npos when it never does (brackets inside strings do not count).
+inline size_t json_too_deep(std::string_view text, int max_depth = kMaxJsonDepth) {
+    int depth = 0;
+    bool in_string = false;
+    for (size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (in_string) {
+            if (c == '\\') ++i;
+            else if (c == '"') in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > max_depth) return i;
+        } else if (c == ']' || c == '}') {
+            --depth;
+        }
+    }
+    return std::string_view::npos;
+}
+
+/// json::parse without exceptions, also refusing text nested deeper than kMaxJsonDepth: the
+/// result is discarded (is_discarded()) for either.
+inline nlohmann::json parse_json_bounded(std::string_view text) {
+    if (json_too_deep(text) != std::string_view::npos) return nlohmann::json(nlohmann::json::value_t::discarded);
+    return nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+}
+
+}  // namespace strato
