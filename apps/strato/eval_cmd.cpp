@@ -21,9 +21,15 @@ Result<data::DataConfig> data_config_from_flags(const std::string& config, const
     if (!data.empty()) cfg.data.path = data;
     if (!dataset.empty()) {
         // Through the config's own check of data.dataset (its list of kinds).
-        STRATO_ASSIGN_OR_RETURN(train::TrainConfig kind,
-                                config::load_string<train::TrainConfig>("", {"data.dataset=\"" + dataset + "\""}));
-        cfg.data.dataset = kind.data.dataset;
+        std::string quoted = "\"";
+        for (char c : dataset) quoted += c == '"' || c == '\\' ? std::string{'\\', c} : c < 0x20 ? std::string("?") : std::string{c};
+        auto kind = config::load_string<train::TrainConfig>("", {"data.dataset=" + quoted + "\""});
+        if (!kind) {
+            const std::string& m = kind.status().message();
+            const size_t colon = m.find("data.dataset:");  // the check's words, not the --set it went through
+            return invalid_argument("--dataset: {}", colon == std::string::npos ? m : m.substr(colon + 14));
+        }
+        cfg.data.dataset = kind->data.dataset;
     }
     return cfg.data;
 }

@@ -2,11 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
 #include "commands.h"
 #include "strato/core/duration.h"
+#include "strato/core/fs.h"
 #include "strato/core/json.h"
 #include "strato/core/log.h"
 #include "strato/core/signals.h"
@@ -57,11 +61,17 @@ void add_monitor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         mo.allow_remote_webhooks = o->allow_remote;
         mo.dcgm_labels = o->dcgm_labels;
         auto fail = [&](const Status& s) { *exit_code = report_error("monitor", s); };
+        // --jsonl appends: never to a model package's files or a file that is not text, never to
+        // an input (appending to the log being replayed grew it without end).
+        if (!o->jsonl.empty())
+            if (Status s = fs::check_output_file(o->jsonl, fs::OutputKind::kText, "--jsonl"); !s.is_ok()) return fail(s);
         if (Status s = check_distinct_files(
                 {{o->jsonl, "--jsonl", true}, {o->rules, "--rules", false}, {o->replay, "--replay", false}});
             !s.is_ok())
             return fail(s);
         for (int p : o->pids) {
+            if (std::find(mo.pids.begin(), mo.pids.end(), static_cast<pid_t>(p)) != mo.pids.end() || p == getpid())
+                continue;  // each process once (strato itself is always reported)
             if (signals::process_gone(p))
                 return fail(not_found("--pid {}: no such process", p));
             mo.pids.push_back(static_cast<pid_t>(p));

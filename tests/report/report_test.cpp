@@ -358,6 +358,12 @@ TEST_F(RunReportTest, ALoadTestOfAnotherShapeIsNamedAndTheRestRenders) {
     html = render();
     ASSERT_TRUE(html.is_ok()) << html.status().message();
     EXPECT_TRUE(contains(*html, "loadtest.json could not be read: it is not a JSON object"));
+    // Found by review: a level or SLO rate that is no number printed "nan".
+    write("loadtest.json", R"({"kind": "strato-loadtest", "points": [{"concurrency": "x", "throughput": 10}],
+                               "slo": {"found": true, "best_rate": "fast"}})");
+    html = render();
+    ASSERT_TRUE(html.is_ok()) << html.status().message();
+    EXPECT_FALSE(has_non_number(*html)) << *html;
 }
 
 TEST_F(RunReportTest, WriteIntoMissingDirectoryFails) {
@@ -422,6 +428,27 @@ TEST_F(RunReportTest, NullValuesAreGapsNotErrors) {
     ASSERT_TRUE(html.is_ok()) << html.status().message();
     EXPECT_TRUE(contains(*html, "25.00%"));
     EXPECT_FALSE(has_non_number(*html));
+}
+
+TEST_F(RunReportTest, AnEpochWithoutAccuracyIsNeverTheBestRow) {
+    // Found by review: a null first accuracy was marked best (NaN never loses a '>' comparison).
+    write("metrics.jsonl", "{\"kind\":\"eval\",\"step\":10,\"epoch\":1,\"test_acc\":null}\n"
+                           "{\"kind\":\"eval\",\"step\":20,\"epoch\":2,\"test_acc\":0.9}\n"
+                           "{\"kind\":\"eval\",\"step\":30,\"epoch\":3,\"test_acc\":0.8}\n");
+    auto html = render();
+    ASSERT_TRUE(html.is_ok()) << html.status().message();
+    const size_t best = html->find("<tr class=\"best\">");
+    ASSERT_NE(best, std::string::npos);
+    EXPECT_EQ(html->substr(best, 39), "<tr class=\"best\"><td class=\"num\">2</td>");
+    EXPECT_EQ(count(*html, "class=\"best\""), 1u);
+}
+
+TEST_F(RunReportTest, DeeplyNestedJsonIsAnErrorNotACrash) {
+    // Found by review: 100,000 nested arrays in metrics.json overflowed the stack.
+    write_full_run();
+    write("model/metrics.json", "{\"test_acc\":0.5,\"x\":" + std::string(100000, '[') + std::string(100000, ']') + "}");
+    auto html = render();
+    if (html.is_ok()) EXPECT_FALSE(contains(*html, "[[[[")) << "the nested value is not printed";
 }
 
 TEST_F(RunReportTest, MissingRunDirectoryIsNotFound) {

@@ -7,6 +7,7 @@
 
 #include "strato/core/fs.h"
 #include "strato/core/json.h"
+#include "strato/core/json_depth.h"
 #include "strato/report/page.h"
 #include "strato/report/svg_chart.h"
 
@@ -31,6 +32,12 @@ bool rate_mode(const json& lt) { return lt.value("mode", std::string()) == "requ
 double level_of(const json& p) {
     double v = num(p, "concurrency");
     return std::isfinite(v) ? v : num(p, "request_rate");
+}
+
+/// The point's load level as text ("–" when the file has none).
+std::string level_text(const json& p) {
+    const double v = level_of(p);
+    return std::isfinite(v) ? fmt::format("{:g}", v) : std::string("–");
 }
 
 // A hand-edited file: each field this page reads must have the type `strato loadtest --json` writes,
@@ -88,7 +95,7 @@ Result<std::string> loadtest_section_html(const json& lt) {
         p90.x.push_back(t), p90.y.push_back(num(lat, "p90") / 1e3);
         p99.x.push_back(t), p99.y.push_back(num(lat, "p99") / 1e3);
         // distribution: x in "nines" (1 = p90, 2 = p99, 3 = p99.9), y in ms
-        Series d{fmt::format("{} {:g}", rate ? "rate" : "c", level_of(p)), {}, {}};
+        Series d{fmt::format("{} {}", rate ? "rate" : "c", level_text(p)), {}, {}};
         if (p.contains("distribution_us") && p["distribution_us"].is_array())
             for (const auto& e : p["distribution_us"]) {
                 if (!e.is_array() || e.size() != 2 || !e[0].is_number() || !e[1].is_number()) continue;
@@ -138,10 +145,10 @@ Result<std::string> loadtest_section_html(const json& lt) {
         const json srv = p.value("server_us", json::object());
         double compute = num(srv, "compute_input") + num(srv, "compute_infer") + num(srv, "compute_output");
         html += fmt::format(
-            "<tr><td class=\"num\">{:g}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
+            "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
             "<td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
             "<td class=\"num\">{}</td><td class=\"num\">{}</td></tr>\n",
-            level_of(p), cell(num(p, "throughput"), 1), cell(num(lat, "p50") / 1e3, 2), cell(num(lat, "p90") / 1e3, 2),
+            level_text(p), cell(num(p, "throughput"), 1), cell(num(lat, "p50") / 1e3, 2), cell(num(lat, "p90") / 1e3, 2),
             cell(num(lat, "p99") / 1e3, 2), cell(num(lat, "p99_9") / 1e3, 2), cell(num(lat, "max") / 1e3, 2),
             cell(num(err, "total"), 0), cell(num(srv, "queue"), 0), cell(compute, 0));
     }
@@ -149,8 +156,8 @@ Result<std::string> loadtest_section_html(const json& lt) {
     if (lt.contains("slo") && lt["slo"].is_object()) {
         const json& s = lt["slo"];
         html += s.value("found", false)
-                    ? fmt::format("<p>Highest request rate meeting p99 ≤ {} ms: <b>{:.1f} req/s</b>.</p>\n",
-                                  cell(num(s, "p99_ms"), 1), num(s, "best_rate"))
+                    ? fmt::format("<p>Highest request rate meeting p99 ≤ {} ms: <b>{} req/s</b>.</p>\n",
+                                  cell(num(s, "p99_ms"), 1), cell(num(s, "best_rate"), 1))
                     : fmt::format("<p>No probed request rate met p99 ≤ {} ms.</p>\n", cell(num(s, "p99_ms"), 1));
     }
     return html + "</section>\n";
@@ -176,7 +183,7 @@ Result<std::string> render_loadtest_report(const json& lt) {
 
 Status write_loadtest_report(const std::string& json_path, const std::string& out_path) {
     STRATO_ASSIGN_OR_RETURN(auto text, fs::read_file(json_path));
-    json j = json::parse(text, nullptr, false);
+    json j = parse_json_bounded(text);
     if (j.is_discarded()) return invalid_argument("{} is not valid JSON", json_path);
     auto html = render_loadtest_report(j);
     if (!html) return html.status().with_context(json_path);

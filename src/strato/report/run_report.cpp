@@ -13,6 +13,7 @@
 
 #include "strato/core/fs.h"
 #include "strato/core/json.h"
+#include "strato/core/json_depth.h"
 #include "strato/report/loadtest_report.h"
 #include "strato/report/page.h"
 #include "strato/report/svg_chart.h"
@@ -74,7 +75,7 @@ Result<RunMetrics> parse_metrics(std::string_view text, const std::string& path)
         if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
 
         const std::string where = fmt::format("{}:{}", path, line_no);
-        const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+        const json j = parse_json_bounded(line);
         if (j.is_discarded() || !j.is_object()) {
             const std::string_view head = line.substr(0, 60);
             return data_loss("{}: not a JSON object: {}{}", where, json_text(std::string(head)),  // bytes shown escaped
@@ -116,7 +117,7 @@ json read_optional_json(const stdfs::path& path, std::vector<std::string>& notes
         notes.push_back(text.status().message());
         return nullptr;
     }
-    json j = json::parse(*text, nullptr, false);
+    json j = parse_json_bounded(*text);
     if (j.is_discarded() || !j.is_object()) {
         notes.push_back(fmt::format("{} is not a valid JSON object; its contents are left out", path.string()));
         return nullptr;
@@ -343,10 +344,11 @@ std::string charts_html(const RunMetrics& m) {
 
 std::string epoch_table(const RunMetrics& m) {
     if (m.eval.empty()) return "<p class=\"muted\">No evaluation recorded yet.</p>\n";
-    size_t best = 0;
-    for (size_t i = 0; i < m.eval.size(); ++i) {
-        if (m.eval[i].test_acc > m.eval[best].test_acc) best = i;
-    }
+    // The best finite accuracy (an epoch without one, NaN, never wins); none: no row is marked.
+    size_t best = m.eval.size();
+    for (size_t i = 0; i < m.eval.size(); ++i)
+        if (std::isfinite(m.eval[i].test_acc) && (best == m.eval.size() || m.eval[i].test_acc > m.eval[best].test_acc))
+            best = i;
     std::string out =
         "<div class=\"scroll\"><table class=\"epochs\">\n<thead><tr><th class=\"num\">epoch</th><th "
         "class=\"num\">step</th><th class=\"num\">train loss</th><th class=\"num\">train acc</th><th "
@@ -364,8 +366,6 @@ std::string epoch_table(const RunMetrics& m) {
     }
     return out + "</tbody></table></div>\n";
 }
-
-
 
 std::string run_name(const std::string& run_dir) {
     std::error_code ec;
@@ -478,7 +478,7 @@ Result<std::string> render_run_report(const std::string& run_dir) {
     // A load test of the served model (the quick start writes RUN_DIR/loadtest.json).
     if (stdfs::exists(dir / "loadtest.json", ec)) {
         auto lt = fs::read_file(dir / "loadtest.json");
-        json j = lt ? json::parse(*lt, nullptr, false) : json();
+        json j = lt ? parse_json_bounded(*lt) : json();
         Result<std::string> section = invalid_argument("it is not a JSON object");
         if (!lt) section = lt.status();
         try {
