@@ -86,8 +86,8 @@ Status atomic_write(const stdfs::path& path, std::string_view data) {
 
 Result<std::string> read_file(const stdfs::path& path, uint64_t max_bytes) {
     // Opened without blocking: a named pipe with no writer would hold open() forever (a FIFO left
-    // in a run directory hung `strato report`). A pipe gets kPipeWriterWait for a writer to
-    // begin, then it is read to its end.
+    // in a run directory hung `strato report`). A named pipe gets kPipeWriterWaitMs for a writer
+    // to begin, then it is read to its end.
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         if (errno == ENOENT) return not_found("{} does not exist", path.string());
@@ -98,7 +98,10 @@ Result<std::string> read_file(const stdfs::path& path, uint64_t max_bytes) {
     struct stat st {};
     if (::fstat(fd, &st) != 0) return io_error("cannot stat {}: {}", path.string(), os_error());
     if (S_ISDIR(st.st_mode)) return invalid_argument("{} is a directory, expected a file", path.string());
-    if (S_ISFIFO(st.st_mode)) {
+    // (A pipe named under /dev or /proc -- `<(cmd)`, /dev/stdin -- has its writer already: only
+    // named pipes elsewhere wait with a limit.)
+    const std::string& name = path.native();
+    if (S_ISFIFO(st.st_mode) && name.rfind("/dev/", 0) != 0 && name.rfind("/proc/", 0) != 0) {
         pollfd p{fd, POLLIN, 0};
         int ready = 0;
         do ready = ::poll(&p, 1, kPipeWriterWaitMs);

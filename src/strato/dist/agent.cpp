@@ -284,18 +284,22 @@ Group::State Group::poll(Failure* f) {
         }
         if (!w.exited) all_ok = false;
     }
-    // The first failure by rank among those that have exited (the order they are seen in).
-    for (auto& w : workers_) {
+    // The failure to report among those seen in this check: a worker killed by a signal before one
+    // that exited non-zero (peers of a killed rank exit 1 on the broken collective, and may be
+    // seen in the same check), then the lowest rank.
+    const Worker* first = nullptr;
+    for (const auto& w : workers_) {
         if (!w.exited || (WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0)) continue;
-        f->local_rank = w.local_rank;
-        f->rank = w.rank;
-        f->exit_code = WIFEXITED(w.status) ? WEXITSTATUS(w.status) : 0;
-        f->signal = WIFSIGNALED(w.status) ? WTERMSIG(w.status) : 0;
-        f->tail = w.tail;
-        if (auto e = fs::read_file(w.error_file)) f->worker_error = *e;
-        return State::kFailed;
+        if (!first || (WIFSIGNALED(w.status) && !WIFSIGNALED(first->status))) first = &w;
     }
-    return all_ok ? State::kSucceeded : State::kRunning;
+    if (!first) return all_ok ? State::kSucceeded : State::kRunning;
+    f->local_rank = first->local_rank;
+    f->rank = first->rank;
+    f->exit_code = WIFEXITED(first->status) ? WEXITSTATUS(first->status) : 0;
+    f->signal = WIFSIGNALED(first->status) ? WTERMSIG(first->status) : 0;
+    f->tail = first->tail;
+    if (auto e = fs::read_file(first->error_file)) f->worker_error = *e;
+    return State::kFailed;
 }
 
 void Group::stop(const std::function<void()>& tick) {
