@@ -98,6 +98,9 @@ Result<cloud::PlanRequest> build_request(const PlanFlags& f, const cloud::Catalo
     return r;
 }
 
+/// What --simulate may cost: about 10 s of stepping (some 3 M segments and preemptions a second).
+constexpr double kMaxSimulatedEvents = 3e7;
+
 /// Monte Carlo of a spot row: the simulated spread of its cost next to the analytical one.
 struct Simulated {
     double mean_h = 0, p10_h = 0, p90_h = 0, mean_cost = 0;
@@ -328,6 +331,17 @@ void add_plan_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         auto plan = cloud::make_plan(*cat, *req);
         double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         if (!plan) return void(*exit_code = report_error("plan", plan.status()));
+        // --simulate's work: each run steps through its checkpoint segments and preemptions (a
+        // high hazard at the flag's top made it hours).
+        double events = 0;
+        for (const auto& c : plan->ranked)
+            if (c.spot)
+                events += f->simulate * (c.interruptions + c.work_h / std::max(c.checkpoint_interval_h, 1e-9) + 1);
+        if (events > kMaxSimulatedEvents)
+            return void(*exit_code = report_error(
+                            "plan", invalid_argument("--simulate {}: the spot rows would take about {:.2g} simulated "
+                                                     "segments and preemptions, more than {:.0g}; simulate fewer runs",
+                                                     f->simulate, events, kMaxSimulatedEvents)));
         if (f->json)
             fmt::print("{}\n", json_text(to_json(*plan, *req, *cat, ms, f->simulate), 2));
         else

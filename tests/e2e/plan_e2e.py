@@ -105,6 +105,12 @@ def main():
             (["plan", "--prices", bad_prices], "unknown instance type 'p9.huge'"),
             (["plan", "--region", "mars-1"], "--region 'mars-1' is not in the catalog"),
             (["plan", "--run", os.path.join(tmp, "nope")], "nope"),
+            # Found by review: these ran for hours, or blamed a budget nobody gave.
+            (["plan", "--spot-hazard", "100", "--market", "spot", "--simulate", "100000"], "simulate fewer runs"),
+            (["plan", "--spot-hazard", "100", "--restart", "60m", "--market", "spot"],
+             "spot: on every candidate preemptions arrive faster"),
+            (["plan", "--market", "spot", "--instance", "p5.4xlarge"],
+             "no instance that matches the filters has a spot price"),
         ]
         for args, needle in cases:
             p = run(*args, expect=1)
