@@ -338,6 +338,11 @@ TEST(Simulator, TimeRunsFromTheFirstRowAndRunsAreBounded) {
     EXPECT_LE(many.timeline.size(), kTimelinePoints + 1);
     EXPECT_GE(many.timeline.size(), kTimelinePoints / 2);
     EXPECT_NEAR(many.timeline[1].t_s - many.timeline[0].t_s, 0.3, 1e-9);  // every 3rd of 250,000 ticks
+    // Ticks times nodes is bounded too (each tick walks the nodes).
+    o.config = config("[autoscale]\nmin_nodes = 1\nmax_nodes = 10000\n[[policy]]\nkind = \"utilization\"\n");
+    o.tick_s = 1;
+    EXPECT_NE(simulate(trace("time_s,rate\n0,1\n604800,1\n"), cat, o).status().message().find("node-ticks, more than 1e+09"),
+              std::string::npos);
 }
 
 TEST(Simulator, MalformedTracesAreClearErrors) {

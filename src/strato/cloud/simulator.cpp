@@ -383,6 +383,13 @@ Result<SimResult> simulate(const Trace& trace, const Catalog& catalog, const Sim
         return invalid_argument("{:.3g} s simulated in ticks of {:g} s is {:.3g} control-loop ticks, more than {:g}: "
                                 "use a longer --tick or a shorter --horizon",
                                 horizon, o.tick_s, horizon / o.tick_s, kMaxTicks);
+    // A tick walks the nodes (about 10 M node-ticks a second): 10,000 nodes for 1e7 ticks was hours.
+    constexpr double kMaxNodeTicks = 1e9;
+    const double node_ticks = horizon / o.tick_s * std::max(o.config.max_nodes, 1);
+    if (node_ticks > kMaxNodeTicks)
+        return invalid_argument("{:.3g} control-loop ticks over up to {} nodes is {:.3g} node-ticks, more than {:g}: "
+                                "use a longer --tick, a shorter --horizon or a smaller max_nodes",
+                                horizon / o.tick_s, o.config.max_nodes, node_ticks, kMaxNodeTicks);
     auto t0 = std::chrono::steady_clock::now();
     Sim sim(shifted, catalog, o, start);
     SimResult r = sim.run();
