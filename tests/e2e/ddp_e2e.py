@@ -3,11 +3,15 @@
 127.0.0.1): 2 processes x batch B/2 give the same weights as 1 process x batch B (also with
 gradient accumulation); a worker killed with SIGKILL mid-run restarts the group from the last
 checkpoint and, in deterministic mode, ends with the weights of an uninterrupted run; a rank
-whose peer never comes gives a clear error within the timeout; the same training under mpirun."""
+whose peer never comes gives a clear error within the timeout, also when the port is held by a
+program that is no store; Ctrl-C while waiting stops at once; the same training under mpirun."""
 import os
 import signal
+import socket
+import struct
 import subprocess
 import tempfile
+import threading
 import time
 
 import torch
@@ -124,8 +128,58 @@ def rank0_missing(tmp):
     check(p.returncode != 0 and "cannot reach rank 0's store" in p.stderr, p.stderr[-800:])
 
 
+def port_held_by_another_program(tmp):
+    # Found by review: a port held by a program that is no store made rank 1 abort (SIGABRT, a core)
+    # when it reset the connection, and hang past dist.timeout_s when it accepted and stayed silent;
+    # Ctrl-C while rank 0 waited for its peer went unseen until the timeout.
+    for mode in ("reset", "silent"):
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        port = listener.getsockname()[1]
+        held = []
+
+        def serve():
+            listener.settimeout(0.2)
+            end = time.time() + 40
+            while time.time() < end:
+                try:
+                    c, _ = listener.accept()
+                except OSError:
+                    continue
+                if mode == "reset":
+                    time.sleep(0.5)
+                    c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    c.close()
+                else:
+                    held.append(c)
+        t = threading.Thread(target=serve, daemon=True)
+        t.start()
+        env = dict(os.environ, RANK="1", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        t0 = time.time()
+        p = subprocess.run([STRATO, "-q", "train", *BASE, "--set", f"run.dir={tmp}", "--set", f"run.name=held-{mode}",
+                            "--set", "dist.timeout_s=2"], capture_output=True, text=True, env=env, timeout=120)
+        took = time.time() - t0
+        check(p.returncode == 1, f"{mode}: exit {p.returncode} (not a crash): {p.stderr[-600:]}")
+        check("127.0.0.1:%d" % port in p.stderr, f"{mode}: the store is named: {p.stderr[-600:]}")
+        check(took < 30, f"{mode}: ended within the timeout ({took:.1f} s)")
+        listener.close()
+    env = dict(os.environ, RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    proc = subprocess.Popen([STRATO, "-q", "train", *BASE, "--set", f"run.dir={tmp}", "--set", "run.name=waiting",
+                             "--set", "dist.timeout_s=60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    time.sleep(4)
+    t0 = time.time()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    check(proc.returncode == 130 and "interrupted while waiting for rank(s) 1" in err,
+          f"Ctrl-C while waiting: exit {proc.returncode}: {err[-600:]}")
+    check(time.time() - t0 < 10, f"Ctrl-C stopped the wait in {time.time() - t0:.1f} s")
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
+        port_held_by_another_program(tmp)
         equivalence(tmp)
         under_mpirun(tmp)
         kill_and_resume(tmp)

@@ -20,9 +20,12 @@
 #endif
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include <unistd.h>
@@ -61,6 +64,46 @@ char g_store_where[512];
     std::fflush(stderr);
     _exit(1);
 }
+
+// libtorch's store calls can block past their timeout (a port held by a program that accepts and
+// never answers), and a blocked call does not see Ctrl-C. While the ranks join, a watchdog ends
+// the process when joining outlasts the timeout by 5 s, or 2 s after a stop was asked.
+class JoinWatchdog {
+public:
+    explicit JoinWatchdog(double timeout_s) : thread_([this, timeout_s] { watch(timeout_s); }) {}
+    ~JoinWatchdog() {
+        {
+            std::lock_guard lock(mu_);
+            done_ = true;
+        }
+        cv_.notify_all();
+        thread_.join();
+    }
+
+private:
+    void watch(double timeout_s) {
+        const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                 std::chrono::duration<double>(timeout_s + 5));
+        std::optional<Clock::time_point> stop_seen;
+        std::unique_lock lock(mu_);
+        while (!cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return done_; })) {
+            if (signals::stop_requested() && !stop_seen) stop_seen = Clock::now();
+            const bool stopped = stop_seen && Clock::now() - *stop_seen > std::chrono::seconds(2);
+            if (!stopped && Clock::now() < deadline) continue;
+            std::fprintf(stderr, "strato: error: %s: %s\n", g_store_where,
+                         stopped ? "interrupted while a store call was blocked"
+                                 : "no answer from the store within the timeout (dist.timeout_s)\nhint: is MASTER_PORT "
+                                   "held by a program that is no process-group store?");
+            std::fflush(stderr);
+            _exit(stopped ? 130 : 1);
+        }
+    }
+
+    std::mutex mu_;
+    std::condition_variable cv_;
+    bool done_ = false;
+    std::thread thread_;  // last: it starts once the rest is built
+};
 
 }  // namespace
 
@@ -127,6 +170,7 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(const DistEnv& env, s
     std::snprintf(g_store_where, sizeof g_store_where, "rank %d, the store at %s:%d", env.rank, env.master_addr.c_str(),
                   env.master_port);
     std::set_terminate(store_thread_failed);
+    std::optional<JoinWatchdog> watchdog(std::in_place, o.timeout_s);
     const bool server = env.rank == 0 && !env.agent_store;
     c10::intrusive_ptr<c10d::Store> store;
     try {
@@ -187,6 +231,7 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(const DistEnv& env, s
         return Status(StatusCode::kUnavailable, fmt::format("rank {}: the store at {}:{} failed: {}", env.rank,
                                                             env.master_addr, env.master_port, first_line(e.what())));
     }
+    watchdog.reset();  // everyone joined
     // 3. The process group: NCCL for CUDA parameters where built in, else Gloo (which reduces
     // CUDA tensors through host copies).
     const bool on_cuda = !params.empty() && params.front().is_cuda();
