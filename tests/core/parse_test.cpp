@@ -2,6 +2,7 @@
 
 #include "strato/core/parse.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 namespace strato {
@@ -30,6 +31,12 @@ TEST(ParseHostPort, PortsAreWholeNumbersInRange) {
     EXPECT_EQ(parse_host_port(":1", "--listen", 0, "127.0.0.1")->port, 1);
     for (const char* bad : {"h:0", "h:65536", "h:99999999999", "h:80x", "h:", ":80", "h: 80", "bad host:80"})
         EXPECT_FALSE(parse_host_port(bad, "x").is_ok()) << bad;
+    // IPv6 was read as host ':' or '[::1]' (found by review): said to be unsupported.
+    for (const char* v6 : {"::1", "[::1]:29400", "fe80::1:80"})
+        EXPECT_EQ(parse_host_port(v6, "--rdzv-endpoint", 29400).status().message(),
+                  fmt::format("--rdzv-endpoint '{}': IPv6 addresses are not supported; give an IPv4 address or a host "
+                              "name",
+                              v6));
 }
 
 TEST(ParseNumber, FiniteNumbersOrMissing) {

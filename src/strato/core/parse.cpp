@@ -31,6 +31,11 @@ Result<double> parse_number(std::string_view text, double missing, std::string_v
 Result<HostPort> parse_host_port(std::string_view text, std::string_view what, int default_port,
                                  std::string_view default_host) {
     HostPort hp;
+    // Sockets here are IPv4: an IPv6 address ("::1", "[::1]:29400") is said to be one, not
+    // misread as host ":" or "[::1]".
+    if (text.find('[') != std::string_view::npos || text.find(':') != text.rfind(':'))
+        return invalid_argument("{} '{}': IPv6 addresses are not supported; give an IPv4 address or a host name", what,
+                                text);
     const size_t colon = text.rfind(':');
     hp.host = std::string(text.substr(0, colon));
     std::optional<int64_t> port = default_port;
