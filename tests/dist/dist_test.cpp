@@ -127,7 +127,10 @@ TEST(DistEnv, BadValuesNameTheVariable) {
     // a world of one never uses its master port.
     for (auto vars : {std::map<std::string, std::string>{{"WORLD_SIZE", ""}},
                       std::map<std::string, std::string>{{"WORLD_SIZE", "1"}},
-                      std::map<std::string, std::string>{{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_PORT", "99999"}}}) {
+                      std::map<std::string, std::string>{{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_PORT", "99999"}},
+                      // an explicit world of one inside an srun step stays one process
+                      std::map<std::string, std::string>{{"WORLD_SIZE", "1"}, {"SLURM_PROCID", "0"},
+                                                         {"SLURM_STEP_NUM_TASKS", "4"}}}) {
         e = read_env(from(vars));
         ASSERT_TRUE(e.is_ok()) << e.status().message();
         EXPECT_FALSE(e->distributed());
@@ -176,12 +179,13 @@ TEST(Launch, BadOptionsAreErrorsBeforeAnyWorker) {
     o.rdzv_backend = "static";
     EXPECT_FALSE(run_launch(o).is_ok());  // static with 2 nodes needs --node-rank
     // Found by review: a node rank past the nodes ran as rank 0; an id with a blank broke the
-    // rendezvous protocol, one with '/' or '..' put the logs elsewhere.
+    // rendezvous protocol, one with '/' or '..' put the logs elsewhere (such characters become
+    // '_' now; only ids that are no name are refused).
     o.max_nodes = o.min_nodes = 1;
     o.node_rank = 3;
     EXPECT_NE(run_launch(o).status().message().find("--node-rank 3 is not below --nnodes 1"), std::string::npos);
     o.node_rank = -1;
-    for (const char* id : {"my job", "../../escaped", "/tmp/abs", ".."}) {
+    for (const std::string& id : {std::string(".."), std::string("."), std::string(129, 'x')}) {
         o.rdzv_id = id;
         EXPECT_NE(run_launch(o).status().message().find("--rdzv-id"), std::string::npos) << id;
     }
@@ -439,6 +443,11 @@ TEST(Emit, SlurmScriptRunsOneLauncherPerNode) {
         EXPECT_NE(s->find(want), std::string::npos) << want << " not in\n" << *s;
     o.launch.min_nodes = 2;
     EXPECT_NE(emit_slurm(o)->find("#SBATCH --nodes=2-4\n"), std::string::npos);
+    // --no-python reaches the launcher on every node (found by review).
+    EXPECT_EQ(s->find("--no-python"), std::string::npos);
+    o.launch.no_python = true;
+    EXPECT_NE(emit_slurm(o)->find("--stop-timeout 30 --no-python --log-dir"), std::string::npos) << *emit_slurm(o);
+    EXPECT_NE(emit_pytorchjob(o)->find("\"--no-python\", \"strato\", \"train\""), std::string::npos) << *emit_pytorchjob(o);
     o.launch.command.clear();
     EXPECT_FALSE(emit_slurm(o).is_ok());
 }

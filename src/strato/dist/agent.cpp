@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <deque>
@@ -21,6 +22,7 @@
 
 #include "strato/core/fs.h"
 #include "strato/core/json.h"
+#include "strato/core/json_depth.h"
 #include "strato/core/log.h"
 #include "strato/core/parse.h"
 #include "strato/core/signals.h"
@@ -217,8 +219,8 @@ void Group::drain(Worker& w, bool final) {
         if (w.tail.size() > kTailLines) w.tail.pop_front();
         if (o_.tee && echo_) {
             // A closed stdout (EPIPE) ends the echo; the logs keep every line.
-            if (std::fprintf(stdout, "[%d]: %.*s\n", w.rank, static_cast<int>(line.size()), line.data()) < 0 ||
-                std::fflush(stdout) != 0) {
+            const std::string text = fmt::format("[{}]: {}\n", w.rank, line);  // (NUL bytes too)
+            if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0) {
                 echo_ = false;
                 log::warn("launch: standard output is closed ({}); worker output goes to the logs in {} only",
                           strerror(errno), o_.log_dir);
@@ -436,7 +438,7 @@ Status write_error_file(const std::string& log_dir, const std::string& attempt_d
         j["exit_code"] = f.exit_code;
     }
     if (!f.worker_error.empty()) {
-        auto w = nlohmann::json::parse(f.worker_error, nullptr, false);
+        auto w = parse_json_bounded(f.worker_error);
         j["worker_error"] = w.is_discarded() ? nlohmann::json(f.worker_error) : w;
     }
     std::string text = json_text(j, 2) + "\n";
@@ -503,12 +505,17 @@ Result<int> run_launch(const LaunchOptions& in) {
     // One node: a free port on 127.0.0.1, unless --master-addr/--master-port say where (torchrun
     // uses them).
     if (!rendezvous && o.max_nodes == 1 && !o.master_given) o.standalone = true;
-    // The id names the log directory and travels in the rendezvous protocol's words.
-    if (o.rdzv_id.size() > 128 || o.rdzv_id == "." || o.rdzv_id == ".." ||
-        o.rdzv_id.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") !=
-            std::string::npos)
-        return invalid_argument("launch: --rdzv-id '{}': expected letters, digits, '.', '_' and '-' (at most 128)",
-                                o.rdzv_id);
+    // The id names the log directory and travels in the rendezvous protocol's words: characters
+    // other than letters, digits, '.', '_' and '-' become '_' (on every node alike, so
+    // `--rdzv-id "$SLURM_JOB_NAME"` with blanks or '/' still meets; "a/../b" cannot leave the
+    // log directory).
+    if (o.rdzv_id.size() > 128) return invalid_argument("launch: --rdzv-id is longer than 128 characters");
+    std::string id = o.rdzv_id;
+    for (char& c : id)
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
+    if (id == "." || id == "..") return invalid_argument("launch: --rdzv-id '{}' is no name for a job", o.rdzv_id);
+    if (id != o.rdzv_id) log::info("launch: --rdzv-id '{}' is used as '{}'", o.rdzv_id, id);
+    o.rdzv_id = id;
     if (o.rdzv_id == "none" || o.rdzv_id.empty())
         o.rdzv_id = rendezvous ? "none" : fmt::format("{}-{}", host_name(), getpid());
     if (o.log_dir.empty()) o.log_dir = (stdfs::path("runs") / "launch" / o.rdzv_id).string();

@@ -169,7 +169,9 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(const DistEnv& env, s
     // 1. The store: rank 0 hosts it (unless the agent does); the others connect, retrying.
     std::snprintf(g_store_where, sizeof g_store_where, "rank %d, the store at %s:%d", env.rank, env.master_addr.c_str(),
                   env.master_port);
-    std::set_terminate(store_thread_failed);
+    // (Only while the ranks join: a later terminate -- a collective's timeout, a bug -- keeps its
+    // own message and core dump.)
+    const std::terminate_handler previous_terminate = std::set_terminate(store_thread_failed);
     std::optional<JoinWatchdog> watchdog(std::in_place, o.timeout_s);
     const bool server = env.rank == 0 && !env.agent_store;
     c10::intrusive_ptr<c10d::Store> store;
@@ -232,6 +234,7 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(const DistEnv& env, s
                                                             env.master_addr, env.master_port, first_line(e.what())));
     }
     watchdog.reset();  // everyone joined
+    std::set_terminate(previous_terminate);
     // 3. The process group: NCCL for CUDA parameters where built in, else Gloo (which reduces
     // CUDA tensors through host copies).
     const bool on_cuda = !params.empty() && params.front().is_cuda();

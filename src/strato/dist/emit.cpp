@@ -63,11 +63,11 @@ Result<std::string> emit_slurm(const EmitOptions& o) {
         "port=${{STRATO_RDZV_PORT:-{port}}}\n"
         "srun --kill-on-bad-exit=1 {strato} launch --nnodes {nnodes} --nproc-per-node {nproc} --rdzv-backend c10d \\\n"
         "    --rdzv-endpoint \"${{head_addr:-$head}}:$port\" --rdzv-id \"$SLURM_JOB_ID\" --max-restarts {restarts} \\\n"
-        "    --stop-timeout {stop:.0f} --log-dir \"${{STRATO_LAUNCH_LOGS:-runs/launch}}/$SLURM_JOB_ID\" \\\n"
+        "    --stop-timeout {stop:.0f}{no_python} --log-dir \"${{STRATO_LAUNCH_LOGS:-runs/launch}}/$SLURM_JOB_ID\" \\\n"
         "   {cmd}\n",
         fmt::arg("port", o.rdzv_port), fmt::arg("strato", fs::shell_quote(o.strato.empty() ? "strato" : o.strato)), fmt::arg("nnodes", nnodes(l)),
         fmt::arg("nproc", l.nproc_per_node), fmt::arg("restarts", l.max_restarts), fmt::arg("stop", l.stop_timeout_s),
-        fmt::arg("cmd", cmd));
+        fmt::arg("cmd", cmd), fmt::arg("no_python", l.no_python ? " --no-python" : ""));
     return s;
 }
 
@@ -77,6 +77,7 @@ Result<std::string> emit_pytorchjob(const EmitOptions& o) {
     std::string command = fmt::format("[{}, \"launch\", \"--nproc-per-node\", \"{}\", \"--stop-timeout\", \"{:.0f}\"",
                                       yq(o.strato.empty() ? "strato" : o.strato),
                                       l.nproc_per_node, l.stop_timeout_s);
+    if (l.no_python) command += ", \"--no-python\"";
     for (const auto& a : l.command) command += ", " + yq(a);
     command += "]";
     std::string resources;

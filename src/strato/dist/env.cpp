@@ -119,8 +119,8 @@ Result<DistEnv> read_env(const GetEnv& get_in) {
     // Set and not empty (`WORLD_SIZE=` is unset, as int_var reads it); WORLD_SIZE=1 alone is one
     // process, not a rank without its RANK.
     const auto set = [&](const char* name) { return get(name) && *get(name); };
-    const bool world_of_one = !set("RANK") && set("WORLD_SIZE") && std::string_view(get("WORLD_SIZE")) == "1";
-    if ((set("RANK") || set("WORLD_SIZE")) && !world_of_one) {
+    if (!set("RANK") && set("WORLD_SIZE") && std::string_view(get("WORLD_SIZE")) == "1") return e;  // (not Slurm's)
+    if (set("RANK") || set("WORLD_SIZE")) {
         e.source = "strato";
         STRATO_ASSIGN_OR_RETURN(e.rank, int_var(get, "RANK", 0, true));
         STRATO_ASSIGN_OR_RETURN(e.world_size, int_var(get, "WORLD_SIZE", 1, true));
