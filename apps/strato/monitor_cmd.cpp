@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include "commands.h"
@@ -62,8 +63,11 @@ void add_monitor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         mo.dcgm_labels = o->dcgm_labels;
         auto fail = [&](const Status& s) { *exit_code = report_error("monitor", s); };
         // --jsonl appends: never to a model package's files or a file that is not text, never to
-        // an input (appending to the log being replayed grew it without end).
-        if (!o->jsonl.empty())
+        // an input (appending to the log being replayed grew it without end). A pipe or a device
+        // (/dev/stdout, a log shipper's FIFO) takes the lines as they come.
+        std::error_code ec;
+        if (const auto type = std::filesystem::status(o->jsonl, ec).type();
+            !o->jsonl.empty() && (type == std::filesystem::file_type::regular || type == std::filesystem::file_type::not_found))
             if (Status s = fs::check_output_file(o->jsonl, fs::OutputKind::kText, "--jsonl"); !s.is_ok()) return fail(s);
         if (Status s = check_distinct_files(
                 {{o->jsonl, "--jsonl", true}, {o->rules, "--rules", false}, {o->replay, "--replay", false}});

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <thread>
@@ -84,6 +85,23 @@ TEST_F(FsTest, ANamedPipeWithoutAWriterIsAnErrorNotAHang) {
     auto r = read_file(p);
     ASSERT_FALSE(r.is_ok());
     EXPECT_EQ(r.status().message(), p.string() + " is a named pipe and nothing wrote to it within 5 s");
+}
+
+TEST_F(FsTest, APipeWhoseWriterIsSlowIsWaitedFor) {
+    // A writer already there (`<(cmd)` of a slow command) is waited for, however long it takes
+    // to write its first byte; only a pipe without a writer has a limit.
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    std::thread writer([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        ASSERT_EQ(::write(fds[1], "late", 4), 4);
+        ::close(fds[1]);
+    });
+    auto r = read_file("/proc/self/fd/" + std::to_string(fds[0]));
+    writer.join();
+    ::close(fds[0]);
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_EQ(*r, "late");
 }
 
 TEST_F(FsTest, ReplaceDirSwapsInANewDirectoryAndRemovesTheOld) {

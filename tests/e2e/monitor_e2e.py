@@ -130,11 +130,20 @@ def bad_inputs(tmp):
         (["monitor", "--rules", os.path.join(tmp, "missing.toml")], "missing.toml"),
         (["monitor", "--interval", "fast"], "duration 'fast'"),
         (["monitor", "--replay", os.path.join(tmp, "nope.jsonl"), "--no-exporter"], "nope.jsonl"),
+        # Found by review: appending to the replayed log grew it without end; --jsonl wrote into a
+        # file that is not text.
+        (["monitor", "--replay", os.path.join(tmp, "m.jsonl"), "--jsonl", os.path.join(tmp, "m.jsonl"), "--no-exporter"],
+         "name the same file"),
+        (["monitor", "--no-exporter", "--duration", "1s", "--jsonl", STRATO], "--jsonl"),
     ]
     for args, needle in cases:
         p = subprocess.run([STRATO, *args], capture_output=True, text=True, timeout=30)
         check(p.returncode == 1 and p.stderr.startswith("strato monitor: error: ") and needle in p.stderr,
               f"{args}: {p.returncode} {p.stderr!r}")
+    # A pipe takes the lines (/dev/stdout, a log shipper's FIFO).
+    p = subprocess.run([STRATO, "monitor", "--no-exporter", "--interval", "100ms", "--duration", "350ms", "--jsonl",
+                        "/dev/stdout"], capture_output=True, text=True, timeout=30)
+    check(p.returncode == 0 and p.stdout.count('"cpu_util"') >= 2, f"--jsonl /dev/stdout: {p.returncode} {p.stderr!r}")
     # Without a driver: a clean "no GPU" and CPU metrics only.
     env = dict(os.environ, STRATO_NVML_LIBRARY="/nonexistent/libnvidia-ml.so.1")
     p = subprocess.run([STRATO, "monitor", "--once", "--json"], capture_output=True, text=True, env=env, timeout=30)

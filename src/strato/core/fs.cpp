@@ -86,30 +86,40 @@ Status atomic_write(const stdfs::path& path, std::string_view data) {
 
 Result<std::string> read_file(const stdfs::path& path, uint64_t max_bytes) {
     // Opened without blocking: a named pipe with no writer would hold open() forever (a FIFO left
-    // in a run directory hung `strato report`). A named pipe gets kPipeWriterWaitMs for a writer
-    // to begin, then it is read to its end.
+    // in a run directory hung `strato report`).
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         if (errno == ENOENT) return not_found("{} does not exist", path.string());
         return io_error("cannot open {}: {}", path.string(), os_error());
     }
     auto closer = std::unique_ptr<const int, void (*)(const int*)>(&fd, [](const int* f) { ::close(*f); });
-    if (const int flags = ::fcntl(fd, F_GETFL); flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
     struct stat st {};
     if (::fstat(fd, &st) != 0) return io_error("cannot stat {}: {}", path.string(), os_error());
     if (S_ISDIR(st.st_mode)) return invalid_argument("{} is a directory, expected a file", path.string());
-    // (A pipe named under /dev or /proc -- `<(cmd)`, /dev/stdin -- has its writer already: only
-    // named pipes elsewhere wait with a limit.)
-    const std::string& name = path.native();
-    if (S_ISFIFO(st.st_mode) && name.rfind("/dev/", 0) != 0 && name.rfind("/proc/", 0) != 0) {
-        pollfd p{fd, POLLIN, 0};
-        int ready = 0;
-        do ready = ::poll(&p, 1, kPipeWriterWaitMs);
-        while (ready < 0 && errno == EINTR);
-        if (ready == 0)
-            return io_error("{} is a named pipe and nothing wrote to it within {} s", path.string(),
-                            kPipeWriterWaitMs / 1000);
+    std::string head;  // what a pipe's first read brought
+    if (S_ISFIFO(st.st_mode)) {
+        // A read that does not block tells a pipe with a writer (bytes, or "try again": it is
+        // still working, however long) from one without (end of file at once): only that one
+        // waits, kPipeWriterWaitMs at most, for a writer to begin.
+        char buf[4096];
+        ssize_t n = 0;
+        do n = ::read(fd, buf, sizeof buf);
+        while (n < 0 && errno == EINTR);
+        if (n > 0) {
+            head.assign(buf, static_cast<size_t>(n));
+        } else if (n == 0) {
+            pollfd p{fd, POLLIN, 0};
+            int ready = 0;
+            do ready = ::poll(&p, 1, kPipeWriterWaitMs);
+            while (ready < 0 && errno == EINTR);
+            if (ready == 0)
+                return io_error("{} is a named pipe and nothing wrote to it within {} s", path.string(),
+                                kPipeWriterWaitMs / 1000);
+        } else if (errno != EAGAIN) {
+            return io_error("cannot read {}: {}", path.string(), os_error());
+        }
     }
+    if (const int flags = ::fcntl(fd, F_GETFL); flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
     const bool regular = S_ISREG(st.st_mode);
     const uint64_t limit = regular ? max_bytes : std::min(max_bytes, kStreamReadLimit);
     auto too_big = [&] {
@@ -118,7 +128,7 @@ Result<std::string> read_file(const stdfs::path& path, uint64_t max_bytes) {
                                 limit >= (1u << 20) ? fmt::format("{} MiB", limit >> 20) : fmt::format("{} bytes", limit));
     };
     if (regular && static_cast<uint64_t>(st.st_size) > limit) return too_big();
-    std::string data;
+    std::string data = std::move(head);
     try {
         // st_size is a hint only: /proc files say 0, a growing log says less than it holds, a
         // sparse file says more than memory holds (then the read fails at the allocation below).
