@@ -14,6 +14,7 @@
 #include "strato/core/duration.h"
 #include "strato/core/fs.h"
 #include "strato/core/json.h"
+#include "strato/core/json_depth.h"
 #include "strato/core/log.h"
 #include "strato/core/signals.h"
 #include "strato/report/autoscale_report.h"
@@ -23,7 +24,7 @@ namespace {
 
 Result<nlohmann::json> read_json(const std::string& path) {
     STRATO_ASSIGN_OR_RETURN(std::string text, fs::read_file(path));
-    auto j = nlohmann::json::parse(text, nullptr, false);
+    auto j = parse_json_bounded(text);
     if (j.is_discarded()) return invalid_argument("{}: not valid JSON", path);
     return j;
 }

@@ -22,7 +22,10 @@ Result<data::DataConfig> data_config_from_flags(const std::string& config, const
     if (!dataset.empty()) {
         // Through the config's own check of data.dataset (its list of kinds).
         std::string quoted = "\"";
-        for (char c : dataset) quoted += c == '"' || c == '\\' ? std::string{'\\', c} : c < 0x20 ? std::string("?") : std::string{c};
+        for (char c : dataset)
+            quoted += c == '"' || c == '\\'                  ? std::string{'\\', c}
+                      : static_cast<unsigned char>(c) < 0x20 ? std::string("?")
+                                                             : std::string{c};
         auto kind = config::load_string<train::TrainConfig>("", {"data.dataset=" + quoted + "\""});
         if (!kind) {
             const std::string& m = kind.status().message();

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The peer of strato's cluster simulator: the same model written the way one would in Python
 (heapq event queue, fluid work queue, HPA-style utilisation policy with cooldowns, boot delays,
-trace preemptions; booting nodes count as the HPA counts pods not ready), to compare events per second and check that both agree on node-hours.
+trace preemptions; booting nodes idle when scaling up, kept when scaling down), to compare events per second and check that both agree on node-hours.
 
     sim_peer.py TRACE.csv PER_NODE_CAPACITY BOOT_S TICK_S   -> prints JSON
 """
@@ -85,7 +85,7 @@ def main():
                     min(100.0, 100 * rate / c) if c > 0 else (100.0 if rate > 0 else 0.0))
             ratio = util / target
             ready = sum(1 for v in nodes.values() if v["ready"])
-            # the HPA's rule for pods not ready: idle when scaling up, needed when scaling down
+            # booting nodes: idle when scaling up (the HPA's rule for pods not ready), kept when scaling down
             if abs(ratio - 1) <= 0.1:
                 want = n
             elif ratio > 1:

@@ -88,7 +88,7 @@ TEST(Capacity, ReplicasAndCostPerMillion) {
     ASSERT_TRUE(all.is_ok()) << all.status().message();
     for (const auto& r : *all) EXPECT_TRUE(r.inst->accelerator.empty() || r.inst->gpu) << r.inst->key();
     req.accelerators = {"tpu-v6e"};
-    EXPECT_NE(capacity_plan(cat, req).status().message().find("--gpu 'tpu-v6e': not a GPU of the GPU table"),
+    EXPECT_NE(capacity_plan(cat, req).status().message().find("--gpu 'tpu-v6e': not in the GPU table"),
               std::string::npos)
         << capacity_plan(cat, req).status().message();
 }

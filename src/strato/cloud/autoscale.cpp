@@ -243,9 +243,10 @@ Decision Autoscaler::decide(const Observation& o) {
             propose(n, fmt::format("backlog {:.0f} needs {} node(s) at {:g} each", o.backlog, n, p.per_node));
         } else if (p.kind == "utilization") {
             // As Kubernetes' HPA: ceil(nodes x utilisation / target), held within a 10 % tolerance.
-            // Utilisation is measured on the ready nodes; nodes still booting count as idle when
-            // scaling up (so a boot does not compound into another scale-up) and as needed when
-            // scaling down, as the HPA treats pods that are not ready.
+            // Utilisation is measured on the ready nodes. Scaling up, booting nodes count as idle,
+            // as the HPA counts pods that are not ready (a boot does not compound into another
+            // scale-up); scaling down, they are kept (the HPA would leave them out: strato does
+            // not take back capacity it has just started).
             const double ratio = o.utilization / p.target;
             const int ready = o.ready < 0 ? o.nodes : std::min(o.ready, o.nodes);
             const int n = std::abs(ratio - 1) <= 0.1 ? o.nodes

@@ -62,7 +62,8 @@ Result<std::vector<CapacityRow>> capacity_plan(const Catalog& catalog, const Cap
                                         [&](const Instance& in) { return in.accelerator == a && in.gpu; });
         if (!usable)
             return invalid_argument("--gpu '{}': {}", a,
-                                    listed ? "not a GPU of the GPU table, so strato serve cannot run on it"
+                                    listed ? "not in the GPU table (data/cloud/gpus.csv); replicas are placed on the "
+                                             "GPUs listed there"
                                            : "no instance of the catalog has it");
     }
     constexpr double kMaxInstances = 1e6;

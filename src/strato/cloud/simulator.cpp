@@ -217,7 +217,8 @@ SimResult Sim::run() {
         if (tr_.points[i].t_s <= horizon) push(tr_.points[i].t_s, Ev::kTrace, static_cast<int32_t>(i));
     push(0, Ev::kTick);
     push(horizon, Ev::kEnd);
-    // The timeline keeps at most about kTimelinePoints points: every k-th tick of a longer run.
+    // The timeline keeps at most about kTimelinePoints points: on a longer run one point per k
+    // ticks, with their peaks.
     timeline_stride_ = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(horizon / o_.tick_s / kTimelinePoints)));
     int start = o_.initial_nodes >= 0 ? o_.initial_nodes : o_.config.min_nodes;
     for (int i = 0; i < start; ++i) {
@@ -313,10 +314,18 @@ SimResult Sim::run() {
                     r_.actions.emplace_back(now_, fmt::format("{} -> {} nodes: {}", alive, d.nodes, d.reason));
                 }
                 r_.max_nodes = std::max(r_.max_nodes, count_alive());
-                if (o_.timeline && ticks_++ % timeline_stride_ == 0) {
-                    double c = capacity();
-                    r_.timeline.push_back({now_, count_alive(), count_ready(), rate_, c, backlog_, obs.utilization,
-                                           c > 0 ? backlog_ / c : (backlog_ > 0 ? INFINITY : 0)});
+                if (o_.timeline) {
+                    const double c = capacity();
+                    const TimelinePoint p{now_, count_alive(), count_ready(), rate_, c, backlog_, obs.utilization,
+                                          c > 0 ? backlog_ / c : (backlog_ > 0 ? INFINITY : 0)};
+                    if (ticks_++ % timeline_stride_ == 0) {
+                        r_.timeline.push_back(p);
+                    } else {  // a point stands for its ticks: their peaks of nodes, backlog and delay
+                        TimelinePoint& w = r_.timeline.back();
+                        w.nodes = std::max(w.nodes, p.nodes);
+                        w.backlog = std::max(w.backlog, p.backlog);
+                        w.wait_s = std::max(w.wait_s, p.wait_s);
+                    }
                 }
                 tick_served_ = tick_capacity_ = 0;
                 push(now_ + o_.tick_s, Ev::kTick);
@@ -364,13 +373,17 @@ Result<SimResult> simulate(const Trace& trace, const Catalog& catalog, const Sim
         return Status::ok();
     };
     STRATO_RETURN_IF_ERROR(priced(start));
-    for (const auto& p : o.config.policies)
+    for (const auto& p : o.config.policies) {
+        // Step by step as the resizes will go: each looked up in the region of the type before it.
+        std::string region = start->region;
         for (const auto& t : p.ladder) {
-            auto step = catalog.find(t, start->region);
+            auto step = catalog.find(t, region);
             if (!step.is_ok()) step = catalog.find(t);  // (as the resize looks it up)
             STRATO_RETURN_IF_ERROR(step.status().with_context("vertical ladder"));
             STRATO_RETURN_IF_ERROR(priced(*step).with_context("vertical ladder"));
+            region = (*step)->region;
         }
+    }
     // Time runs from the trace's first row (a trace in Unix time starts at 1.7e9 s, not at 0: it
     // is not billed from 1970), and a run is bounded: one control-loop tick costs a pass over the
     // nodes, and the timeline keeps a point per tick.

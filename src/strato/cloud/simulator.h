@@ -55,7 +55,7 @@ struct SimOptions {
     double horizon_s = 0;            // 0: the last trace point + one tick
     int initial_nodes = -1;          // -1: min_nodes
     uint64_t seed = 1;
-    bool timeline = true;            // record a point per tick (every k-th on runs past kTimelinePoints ticks)
+    bool timeline = true;            // record a point per tick (per k ticks, with their peaks, past kTimelinePoints)
 };
 
 constexpr double kTimelinePoints = 100'000;

@@ -9,6 +9,7 @@
 
 #include "strato/core/check.h"
 #include "strato/core/fs.h"
+#include "strato/core/json_depth.h"
 #include "strato/core/log.h"
 #include "strato/models/package.h"
 #include "strato/train/trainer.h"
@@ -507,7 +508,7 @@ Result<PruneReport> prune_package_impl(const PruneOptions& o) {
     }
     const stdfs::path manifest_path = stdfs::path(o.model) / models::kPackageManifest;
     if (auto text = fs::read_file(manifest_path); text) {
-        const json m = json::parse(*text, nullptr, false);
+        const json m = parse_json_bounded(*text);
         if (m.is_object() && m.contains("quantization") && m["quantization"].is_object()) {
             return invalid_argument(
                 "{} is an INT8 package (made by strato compress quantize); pruning needs the float "

@@ -200,7 +200,11 @@ Result<LoadedPackage> load_package(const std::string& dir) {
     auto text = fs::read_file(manifest_path);
     if (!text) return not_found("{} is not a model package: {}", dir, text.status().message());
     json m = parse_json_bounded(*text);
-    if (m.is_discarded()) return data_loss("{}: not valid JSON", manifest_path);
+    if (m.is_discarded())
+        return data_loss("{}: not valid JSON{}", manifest_path,
+                         json_too_deep(*text) != std::string_view::npos
+                             ? fmt::format(" (nested deeper than {} levels)", kMaxJsonDepth)
+                             : std::string());
     if (!m.is_object()) return data_loss("{}: expected a JSON object, got {}", manifest_path, m.type_name());
     STRATO_ASSIGN_OR_RETURN(std::string format, get<std::string>(m, "format", manifest_path));
     if (format != "strato-model") return invalid_argument("{}: /format is \"{}\", expected \"strato-model\"", manifest_path, format);

@@ -23,6 +23,7 @@
 #include "strato/core/config.h"
 #include "strato/core/fs.h"
 #include "strato/core/json.h"
+#include "strato/core/json_depth.h"
 #include "strato/core/log.h"
 #include "strato/core/parse.h"
 #include "strato/core/signals.h"
@@ -296,7 +297,7 @@ Status Executor::poll_results(int id, Running& r) {
     while (true) {
         size_t nl = chunk.find('\n', pos);
         if (nl == std::string::npos) break;  // a torn last line: read it next time
-        auto j = nlohmann::json::parse(chunk.substr(pos, nl - pos), nullptr, false);
+        auto j = parse_json_bounded(chunk.substr(pos, nl - pos));
         pos = nl + 1;
         // A trial's metrics.jsonl may come from the user's own script: a line of another shape is
         // skipped, never a type error that stops the study.
