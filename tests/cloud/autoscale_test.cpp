@@ -161,6 +161,16 @@ TEST(Autoscaler, VerticalAfterTenBusyMinutes) {
     EXPECT_FALSE(a.decide(o).resize);  // top of the ladder
 }
 
+// A simulation of `policy` on g5.xlarge nodes in us-east-1, each GPU serving `per_gpu_capacity`.
+SimOptions g5_options(const std::string& policy, double per_gpu_capacity) {
+    SimOptions o;
+    o.config = config(policy);
+    o.instance = "g5.xlarge";
+    o.region = "us-east-1";
+    o.per_gpu_capacity = per_gpu_capacity;
+    return o;
+}
+
 Trace trace(const std::string& csv) {
     auto t = parse_trace(csv, "trace.csv");
     EXPECT_TRUE(t.is_ok()) << t.status().message();
@@ -169,12 +179,10 @@ Trace trace(const std::string& csv) {
 
 TEST(Simulator, ScalesWithLoadAndBillsNodeTime) {
     const Catalog cat = Catalog::builtin().value();
-    SimOptions o;
-    o.config = config("[autoscale]\nmin_nodes = 1\nmax_nodes = 8\ncooldown_up = \"30s\"\ncooldown_down = \"2m\"\n"
-                      "down_after = \"2m\"\n[[policy]]\nkind = \"utilization\"\ntarget = 70\n");
-    o.instance = "g5.xlarge";
-    o.region = "us-east-1";
-    o.per_gpu_capacity = 1000;
+    SimOptions o = g5_options("[autoscale]\nmin_nodes = 1\nmax_nodes = 8\ncooldown_up = \"30s\"\n"
+                              "cooldown_down = \"2m\"\ndown_after = \"2m\"\n[[policy]]\nkind = \"utilization\"\n"
+                              "target = 70\n",
+                              1000);
     o.boot_s = 120;
     o.horizon_s = 3 * 3600;
     // One hour at 500/s, one at 4000/s, one at 500/s.
@@ -217,11 +225,8 @@ TEST(Autoscaler, UtilizationCountsBootingNodesAsTheHpaDoes) {
     EXPECT_EQ(a.decide(o).nodes, 3);
 
     const Catalog cat = Catalog::builtin().value();
-    SimOptions so;
-    so.config = config("[autoscale]\nmin_nodes = 1\nmax_nodes = 50\n[[policy]]\nkind = \"utilization\"\ntarget = 70\n");
-    so.instance = "g5.xlarge";
-    so.region = "us-east-1";
-    so.per_gpu_capacity = 600;
+    SimOptions so =
+        g5_options("[autoscale]\nmin_nodes = 1\nmax_nodes = 50\n[[policy]]\nkind = \"utilization\"\ntarget = 70\n", 600);
     so.horizon_s = 3600;
     SimResult r = simulate(trace("time_s,rate\n0,1000\n3600,1000\n"), cat, so).value();
     EXPECT_GE(r.max_nodes, 3);  // 1000/s at 70 % of 600/s
@@ -259,12 +264,9 @@ TEST(Simulator, EveryNodeTypeNeedsAPriceInItsMarketAndSpotPicksTheCheapestSpotRe
 
 TEST(Simulator, SpotPreemptionsFromTheTraceAreReplaced) {
     const Catalog cat = Catalog::builtin().value();
-    SimOptions o;
-    o.config = config("[autoscale]\nmin_nodes = 3\nmax_nodes = 3\n[[policy]]\nkind = \"backlog\"\nper_node = 1e9\n"
-                      "[spot]\nenabled = true\n");
-    o.instance = "g5.xlarge";
-    o.region = "us-east-1";
-    o.per_gpu_capacity = 100;
+    SimOptions o = g5_options("[autoscale]\nmin_nodes = 3\nmax_nodes = 3\n[[policy]]\nkind = \"backlog\"\n"
+                              "per_node = 1e9\n[spot]\nenabled = true\n",
+                              100);
     o.spot_hazard_per_h = 0;  // only the trace's preemptions
     SimResult r = simulate(trace("time_s,rate,preempt\n0,200,0\n600,200,2\n1200,200,0\n"), cat, o).value();
     EXPECT_EQ(r.preemptions, 2);
@@ -297,11 +299,8 @@ TEST(Simulator, EachNewSizeNodeRetiresTheNodeItReplaces) {
 
 TEST(Simulator, FirstTickUtilizationIsTheLoadOnTheRunningNodes) {
     const Catalog cat = Catalog::builtin().value();
-    SimOptions o;
-    o.config = config("[autoscale]\nmin_nodes = 2\nmax_nodes = 2\n[[policy]]\nkind = \"utilization\"\ntarget = 70\n");
-    o.instance = "g5.xlarge";
-    o.region = "us-east-1";
-    o.per_gpu_capacity = 1000;
+    SimOptions o =
+        g5_options("[autoscale]\nmin_nodes = 2\nmax_nodes = 2\n[[policy]]\nkind = \"utilization\"\ntarget = 70\n", 1000);
     o.horizon_s = 60;
     SimResult r = simulate(trace("time_s,rate\n0,500\n"), cat, o).value();
     ASSERT_FALSE(r.timeline.empty());
@@ -314,11 +313,8 @@ TEST(Simulator, FirstTickUtilizationIsTheLoadOnTheRunningNodes) {
 
 TEST(Simulator, TimeRunsFromTheFirstRowAndRunsAreBounded) {
     const Catalog cat = Catalog::builtin().value();
-    SimOptions o;
-    o.config = config("[autoscale]\nmin_nodes = 1\nmax_nodes = 1\n[[policy]]\nkind = \"utilization\"\ntarget = 70\n");
-    o.instance = "g5.xlarge";
-    o.region = "us-east-1";
-    o.per_gpu_capacity = 1000;
+    SimOptions o =
+        g5_options("[autoscale]\nmin_nodes = 1\nmax_nodes = 1\n[[policy]]\nkind = \"utilization\"\ntarget = 70\n", 1000);
     // A trace in Unix seconds: 60 s of load, billed for 90 s (to the last row and one tick), not since 1970.
     SimResult r = simulate(trace("time_s,rate\n1700000000,100\n1700000060,200\n"), cat, o).value();
     EXPECT_DOUBLE_EQ(r.duration_s, 90);

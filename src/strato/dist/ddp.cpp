@@ -207,24 +207,22 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(const DistEnv& env, s
         const std::string me = host;
         store->set(keys[static_cast<size_t>(env.rank)], std::vector<uint8_t>(me.begin(), me.end()));
         const auto deadline = Clock::now() + timeout;
+        const auto missing_ranks = [&] {
+            std::string missing;
+            for (int r = 0; r < env.world_size; ++r)
+                if (!store->check({keys[static_cast<size_t>(r)]})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+            return missing;
+        };
         while (!store->check(keys)) {
-            if (signals::stop_requested()) {  // Ctrl-C while peers are missing stops now, not at the timeout
-                std::string missing;
-                for (int r = 0; r < env.world_size; ++r)
-                    if (!store->check({keys[static_cast<size_t>(r)]})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-                return Status(StatusCode::kCancelled,
-                              fmt::format("rank {}: interrupted while waiting for rank(s) {} to join", env.rank, missing));
-            }
-            if (Clock::now() > deadline) {
-                std::string missing;
-                for (int r = 0; r < env.world_size; ++r)
-                    if (!store->check({keys[static_cast<size_t>(r)]})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+            if (signals::stop_requested())  // Ctrl-C while peers are missing stops now, not at the timeout
+                return Status(StatusCode::kCancelled, fmt::format("rank {}: interrupted while waiting for rank(s) {} to join",
+                                                                  env.rank, missing_ranks()));
+            if (Clock::now() > deadline)
                 return Status(StatusCode::kUnavailable,
                               fmt::format("rank {}: cannot form the process group of {} at {}:{} within {:.0f} s: rank(s) "
                                           "{} never joined\nhint: are all {} ranks running (strato launch starts them)?",
                                           env.rank, env.world_size, env.master_addr, env.master_port, o.timeout_s,
-                                          missing, env.world_size));
-            }
+                                          missing_ranks(), env.world_size));
             std::this_thread::sleep_for(std::chrono::milliseconds(50));
         }
     } catch (const std::exception& e) {
