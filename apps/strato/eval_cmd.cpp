@@ -20,13 +20,9 @@ Result<data::DataConfig> data_config_from_flags(const std::string& config, const
     }
     if (!data.empty()) cfg.data.path = data;
     if (!dataset.empty()) {
-        // Through the config's own check of data.dataset (its list of kinds).
-        std::string quoted = "\"";
-        for (char c : dataset)
-            quoted += c == '"' || c == '\\'                  ? std::string{'\\', c}
-                      : static_cast<unsigned char>(c) < 0x20 ? std::string("?")
-                                                             : std::string{c};
-        auto kind = config::load_string<train::TrainConfig>("", {"data.dataset=" + quoted + "\""});
+        // Through the config's own check of data.dataset (its list of kinds); --set reads a bare
+        // word as a string (quoting it itself).
+        auto kind = config::load_string<train::TrainConfig>("", {"data.dataset=" + dataset});
         if (!kind) {
             const std::string& m = kind.status().message();
             const size_t colon = m.find("data.dataset:");  // the check's words, not the --set it went through

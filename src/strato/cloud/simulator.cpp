@@ -313,10 +313,11 @@ SimResult Sim::run() {
                     ++r_.scale_actions;
                     r_.actions.emplace_back(now_, fmt::format("{} -> {} nodes: {}", alive, d.nodes, d.reason));
                 }
-                r_.max_nodes = std::max(r_.max_nodes, count_alive());
+                const int alive_now = count_alive();
+                r_.max_nodes = std::max(r_.max_nodes, alive_now);
                 if (o_.timeline) {
                     const double c = capacity();
-                    const TimelinePoint p{now_, count_alive(), count_ready(), rate_, c, backlog_, obs.utilization,
+                    const TimelinePoint p{now_, alive_now, count_ready(), rate_, c, backlog_, obs.utilization,
                                           c > 0 ? backlog_ / c : (backlog_ > 0 ? INFINITY : 0)};
                     if (ticks_++ % timeline_stride_ == 0) {
                         r_.timeline.push_back(p);

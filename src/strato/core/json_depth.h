@@ -1,7 +1,7 @@
 #pragma once
-// nlohmann::json parses, prints and destroys nested values recursively: a file of a hundred
-// thousand '[' overflows the stack (a 200 KB run file crashed `strato report`). Text from outside
-// -- files, request bodies -- is measured before it is parsed.
+// nlohmann::json prints, copies and compares nested values recursively: a file of a hundred
+// thousand '[' overflows the stack once it is used (a 200 KB run file crashed `strato report`).
+// Text from outside -- files, request bodies -- is measured before it is parsed.
 
 #include <nlohmann/json.hpp>
 
