@@ -591,6 +591,10 @@ TEST(ShardIndex, EveryBadFieldIsNamed) {
     // inputs fuzzer): still an error, not a crash.
     auto overflow = parse_shard_index("{\"format\": \"strato-shards\", \"samples\": 1e99999}", "i.json");
     EXPECT_NE(overflow.status().message().find("i.json: not valid JSON"), std::string::npos) << overflow.status().message();
+    // 100,000 nested arrays: measured before parsing, refused with where they get too deep.
+    auto deep = parse_shard_index(std::string(100000, '['), "i.json");
+    EXPECT_NE(deep.status().message().find("i.json: nested deeper than 64 levels at byte 64"), std::string::npos)
+        << deep.status().message();
 }
 
 // ---- stats, manifests, verify ----------------------------------------------------------------
@@ -725,6 +729,9 @@ TEST_F(Stats, ManifestFindsChangedMissingAndExtraFiles) {
         std::string::npos);
     put(root_ / "m4.json", "{\"format\": \"strato-manifest\", \"bytes\": 345e516}");
     EXPECT_NE(read_manifest((root_ / "m4.json").string()).status().message().find("not valid JSON"), std::string::npos);
+    put(root_ / "m5.json", "{\"files\": " + std::string(100000, '['));
+    EXPECT_NE(read_manifest((root_ / "m5.json").string()).status().message().find("nested deeper than 64 levels"),
+              std::string::npos);
 }
 
 TEST_F(Stats, FileNamesThatAreNotUtf8) {

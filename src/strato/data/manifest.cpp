@@ -9,6 +9,7 @@
 
 #include "strato/core/fs.h"
 #include "strato/core/json.h"
+#include "strato/core/json_depth.h"
 #include "strato/data/codec.h"
 #include "strato/data/mapped_file.h"
 #include "strato/data/shards.h"
@@ -387,6 +388,8 @@ nlohmann::json manifest_to_json(const Manifest& m) {
 }
 
 Result<Manifest> manifest_from_json(const std::string& text, const std::string& what) {
+    if (size_t at = json_too_deep(text); at != std::string_view::npos)
+        return invalid_argument("{}: nested deeper than {} levels at byte {}", what, kMaxJsonDepth, at);
     nlohmann::json j;
     try {
         j = nlohmann::json::parse(text);

@@ -18,6 +18,7 @@
 #include <unordered_map>
 
 #include "strato/core/fs.h"
+#include "strato/core/json_depth.h"
 #include "strato/data/tar.h"
 
 namespace strato::data {
@@ -147,6 +148,8 @@ int64_t ShardIndex::shard_of(int64_t index) const {
 
 Result<ShardIndex> parse_shard_index(std::string_view text, const std::string& what) {
     using nlohmann::json;
+    if (size_t at = json_too_deep(text); at != std::string_view::npos)
+        return data_loss("{}: nested deeper than {} levels at byte {}", what, kMaxJsonDepth, at);
     json j;
     try {
         j = json::parse(text);

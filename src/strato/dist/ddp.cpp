@@ -47,6 +47,14 @@ std::string first_line(const std::string& s) { return s.substr(0, s.find('\n'));
 // store (a port held by another program resets the connection): uncaught, it aborted the process
 // with SIGABRT and a core. It ends as an error naming the store instead.
 char g_store_where[512];
+// Before _exit: what the process printed so far reaches its log, unless another thread holds
+// stdout (then a flush could wait forever).
+void flush_stdout_if_free() {
+    if (ftrylockfile(stdout) != 0) return;
+    fflush_unlocked(stdout);
+    funlockfile(stdout);
+}
+
 [[noreturn]] void store_thread_failed() {
     std::string what = "an unknown exception";
     if (auto e = std::current_exception()) {
@@ -62,6 +70,7 @@ char g_store_where[512];
                  "process-group store?\n",
                  g_store_where, what.c_str());
     std::fflush(stderr);
+    flush_stdout_if_free();
     _exit(1);
 }
 
@@ -95,6 +104,7 @@ private:
                                  : "no answer from the store within the timeout (dist.timeout_s)\nhint: is MASTER_PORT "
                                    "held by a program that is no process-group store?");
             std::fflush(stderr);
+            flush_stdout_if_free();
             _exit(stopped ? 130 : 1);
         }
     }

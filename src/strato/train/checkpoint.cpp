@@ -9,6 +9,7 @@
 
 #include "strato/core/fs.h"
 #include "strato/core/json.h"
+#include "strato/core/json_depth.h"
 #include "strato/core/log.h"
 #include "strato/models/package.h"
 
@@ -156,7 +157,7 @@ Status CheckpointStore::verify_and_load(const std::string& name, torch::nn::Modu
                                         torch::optim::Optimizer& optim, TrainState& state) {
     const stdfs::path d = stdfs::path(dir_) / name;
     STRATO_ASSIGN_OR_RETURN(std::string mtext, fs::read_file(d / "manifest.json"));
-    json manifest = json::parse(mtext, nullptr, false);
+    json manifest = parse_json_bounded(mtext);
     if (manifest.is_discarded() || !manifest.contains("files")) return data_loss("manifest.json is not valid");
     std::map<std::string, std::string> bytes;
     for (const char* f : {"model.pt", "optim.pt", "rng.pt", "state.json"}) {
@@ -169,7 +170,7 @@ Status CheckpointStore::verify_and_load(const std::string& name, torch::nn::Modu
         if (fs::sha256_hex(b) != want) return data_loss("{} does not match its checksum (truncated or corrupt)", f);
         bytes[f] = std::move(b);
     }
-    json sj = json::parse(bytes["state.json"], nullptr, false);
+    json sj = parse_json_bounded(bytes["state.json"]);
     if (sj.is_discarded()) return data_loss("state.json is not valid JSON");
     STRATO_RETURN_IF_ERROR(state_from_json(sj, state));
     // An elastic restart may bring another number of processes: the position within the epoch

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "strato/core/json.h"
+#include "strato/core/json_depth.h"
 
 namespace strato::tune {
 
@@ -314,7 +315,7 @@ Result<std::vector<Trial>> Store::trials() {
         t.id = static_cast<int>(q.i64(0));
         // A trial's parameters are what it ran with: damaged ones are an error, not a trial that
         // silently ran with the base config's values (export-best wrote those).
-        auto j = nlohmann::json::parse(q.text(1), nullptr, false);
+        auto j = parse_json_bounded(q.text(1));
         if (!j.is_object())
             return data_loss("study store: trial {}'s parameters are not a JSON object (the study database is damaged)",
                              t.id);
