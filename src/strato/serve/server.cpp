@@ -261,7 +261,6 @@ struct InferenceServer::Impl {
     std::unique_ptr<Repository> repo;
     std::unique_ptr<http::Server> http;
     std::unique_ptr<http::Server> metrics_http;
-    metrics::Counter* http_requests = nullptr;
     std::atomic<bool> live{false};
     // Repository load/unload, one at a time on a thread of its own: a load can take seconds, and
     // each HTTP connection lives on one I/O thread, whose other connections would wait.
@@ -490,7 +489,7 @@ struct InferenceServer::Impl {
         auto found = repo->get(model, version);
         if (!found) return reply(status_response(found.status()));
         std::shared_ptr<ModelVersion> mv = *found;
-        auto fail = [&](const Status& s, metrics::Counter* reason) {
+        auto fail = [&](const Status& s, const std::shared_ptr<metrics::Counter>& reason) {
             mv->stats.fail.add((Clock::now() - received).count());
             reason->add();
             reply(status_response(s));
@@ -652,7 +651,7 @@ Repository& InferenceServer::repository() { return *impl_->repo; }
 std::string InferenceServer::render_metrics() {
     Impl& s = *impl_;
     for (const auto& mv : s.repo->all_versions()) mv->metrics.pending->set(mv->batcher->pending());
-    s.registry.gauge("process_resident_memory_bytes", "Resident memory of the server process in bytes", {}).set(resident_bytes());
+    s.registry.gauge("process_resident_memory_bytes", "Resident memory of the server process in bytes", {})->set(resident_bytes());
     return s.registry.render();
 }
 

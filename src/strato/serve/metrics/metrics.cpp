@@ -61,30 +61,54 @@ std::string render_labels(const Labels& labels) {
     return out;
 }
 
+namespace {
+
+// Whether rendered `labels` hold every one of `pieces`, whole pairs only: preceded by '{' or ','
+// and followed by ',' or '}' (model="fm" is not in model="fm2").
+bool has_pieces(const std::string& labels, const std::vector<std::string>& pieces) {
+    for (const auto& piece : pieces) {
+        bool found = false;
+        for (size_t at = labels.find(piece); at != std::string::npos && !found; at = labels.find(piece, at + 1)) {
+            const size_t end = at + piece.size();
+            found = at > 0 && (labels[at - 1] == '{' || labels[at - 1] == ',') && end < labels.size() &&
+                    (labels[end] == ',' || labels[end] == '}');
+        }
+        if (!found) return false;
+    }
+    return true;
+}
+
+}  // namespace
+
 void Registry::set_hidden(const Labels& match, bool hidden) {
     std::vector<std::string> pieces;
     for (const auto& kv : match) pieces.push_back(render_pair(kv));
     std::lock_guard lock(mu_);
-    if (hidden) hidden_.insert(std::move(pieces));
-    else hidden_.erase(pieces);
-}
-
-bool Registry::is_hidden(const std::string& labels) const {
-    for (const auto& pieces : hidden_) {
-        bool all = true;
-        for (const auto& piece : pieces) {
-            // whole pairs only: preceded by '{' or ',' and followed by ',' or '}' (model="fm" is not in model="fm2")
-            bool found = false;
-            for (size_t at = labels.find(piece); at != std::string::npos && !found; at = labels.find(piece, at + 1)) {
-                const size_t end = at + piece.size();
-                found = at > 0 && (labels[at - 1] == '{' || labels[at - 1] == ',') && end < labels.size() &&
-                        (labels[end] == ',' || labels[end] == '}');
-            }
-            all = all && found;
-        }
-        if (all) return true;
+    if (!hidden) {
+        auto h = hidden_.find(pieces);
+        if (h == hidden_.end()) return;
+        for (auto& [where, ptr] : h->second.series) families_.at(where.first).series[where.second] = std::move(ptr);
+        hidden_.erase(h);
+        return;
     }
-    return false;
+    auto [h, inserted] = hidden_.try_emplace(pieces);
+    if (!inserted) return;
+    h->second.order = ++hidden_order_;
+    for (auto& [name, f] : families_) {
+        for (auto it = f.series.begin(); it != f.series.end();) {
+            if (!has_pieces(it->first, pieces)) {
+                ++it;
+                continue;
+            }
+            h->second.series[{name, it->first}] = std::move(it->second);
+            it = f.series.erase(it);
+        }
+    }
+    if (hidden_.size() > kMaxHidden) {
+        auto oldest = std::min_element(hidden_.begin(), hidden_.end(),
+                                       [](const auto& a, const auto& b) { return a.second.order < b.second.order; });
+        hidden_.erase(oldest);
+    }
 }
 
 Registry::Family& Registry::family(const std::string& name, const std::string& help, Type type) {
@@ -97,47 +121,45 @@ Registry::Family& Registry::family(const std::string& name, const std::string& h
     return it->second;
 }
 
-Counter& Registry::counter(const std::string& name, const std::string& help, const Labels& labels) {
+std::shared_ptr<void> Registry::series(const std::string& name, const std::string& help, Type type,
+                                       const Labels& labels, const std::function<std::shared_ptr<void>()>& make,
+                                       const std::function<bool(void*)>& fits) {
     std::lock_guard lock(mu_);
-    Family& f = family(name, help, Type::kCounter);
+    Family& f = family(name, help, type);
     std::string key = render_labels(labels);
-    if (auto it = f.index.find(key); it != f.index.end()) return *static_cast<Counter*>(f.series[it->second].second);
-    Counter& c = counters_.emplace_back();
-    f.index[key] = f.series.size();
-    f.series.emplace_back(key, &c);
-    return c;
+    // A series made while its label set is hidden (a version loading again) stays hidden until the
+    // load is done, and finds the counts it had.
+    std::shared_ptr<void>* slot = nullptr;
+    for (auto& [pieces, h] : hidden_)
+        if (has_pieces(key, pieces)) {
+            slot = &h.series[{name, key}];
+            break;
+        }
+    if (!slot) slot = &f.series[key];
+    // Other buckets (a model reloaded with another max_batch_size): a fresh histogram takes the
+    // series (Prometheus reads the drop as a counter reset); the old one stays valid for its holders.
+    if (!*slot || !fits(slot->get())) *slot = make();
+    return *slot;
 }
 
-Gauge& Registry::gauge(const std::string& name, const std::string& help, const Labels& labels) {
-    std::lock_guard lock(mu_);
-    Family& f = family(name, help, Type::kGauge);
-    std::string key = render_labels(labels);
-    if (auto it = f.index.find(key); it != f.index.end()) return *static_cast<Gauge*>(f.series[it->second].second);
-    Gauge& g = gauges_.emplace_back();
-    f.index[key] = f.series.size();
-    f.series.emplace_back(key, &g);
-    return g;
+std::shared_ptr<Counter> Registry::counter(const std::string& name, const std::string& help, const Labels& labels) {
+    return std::static_pointer_cast<Counter>(series(
+        name, help, Type::kCounter, labels, [] { return std::make_shared<Counter>(); }, [](void*) { return true; }));
 }
 
-Histogram& Registry::histogram(const std::string& name, const std::string& help, const Labels& labels,
-                               const std::vector<uint64_t>& bounds, double unit) {
-    std::lock_guard lock(mu_);
-    Family& f = family(name, help, Type::kHistogram);
-    std::string key = render_labels(labels);
-    if (auto it = f.index.find(key); it != f.index.end()) {
-        auto*& series = f.series[it->second].second;
-        auto* h = static_cast<Histogram*>(series);
-        if (h->bounds() == bounds && h->unit() == unit) return *h;
-        // Other buckets (a model reloaded with another max_batch_size): a fresh histogram takes the
-        // series (Prometheus reads the drop as a counter reset); the old one stays valid for its holders.
-        Histogram& fresh = histograms_.emplace_back(bounds, unit);
-        series = &fresh;
-        return fresh;
-    }
-    Histogram& h = histograms_.emplace_back(bounds, unit);
-    f.index[key] = f.series.size();
-    f.series.emplace_back(key, &h);
-    return h;
+std::shared_ptr<Gauge> Registry::gauge(const std::string& name, const std::string& help, const Labels& labels) {
+    return std::static_pointer_cast<Gauge>(series(
+        name, help, Type::kGauge, labels, [] { return std::make_shared<Gauge>(); }, [](void*) { return true; }));
+}
+
+std::shared_ptr<Histogram> Registry::histogram(const std::string& name, const std::string& help, const Labels& labels,
+                                               const std::vector<uint64_t>& bounds, double unit) {
+    return std::static_pointer_cast<Histogram>(series(
+        name, help, Type::kHistogram, labels, [&] { return std::make_shared<Histogram>(bounds, unit); },
+        [&](void* p) {
+            const auto* h = static_cast<Histogram*>(p);
+            return h->bounds() == bounds && h->unit() == unit;
+        }));
 }
 
 namespace {
@@ -157,17 +179,17 @@ std::string Registry::render() const {
     for (const auto& [name, f] : families_) {
         static const char* kTypes[] = {"counter", "gauge", "histogram"};
         fmt::format_to(it, "# HELP {} {}\n# TYPE {} {}\n", name, f.help, name, kTypes[static_cast<int>(f.type)]);
-        for (const auto& [labels, ptr] : f.series) {
-            if (!hidden_.empty() && is_hidden(labels)) continue;
+        for (const auto& [labels, held] : f.series) {
+            const void* ptr = held.get();
             switch (f.type) {
                 case Type::kCounter:
-                    fmt::format_to(it, "{}{} {}\n", name, labels, static_cast<Counter*>(ptr)->value());
+                    fmt::format_to(it, "{}{} {}\n", name, labels, static_cast<const Counter*>(ptr)->value());
                     break;
                 case Type::kGauge:
-                    fmt::format_to(it, "{}{} {}\n", name, labels, static_cast<Gauge*>(ptr)->value());
+                    fmt::format_to(it, "{}{} {}\n", name, labels, static_cast<const Gauge*>(ptr)->value());
                     break;
                 case Type::kHistogram: {
-                    const auto* h = static_cast<Histogram*>(ptr);
+                    const auto* h = static_cast<const Histogram*>(ptr);
                     uint64_t cum = 0;
                     for (size_t i = 0; i < h->bounds().size(); ++i) {
                         cum += h->bucket(i);

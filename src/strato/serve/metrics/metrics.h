@@ -1,11 +1,11 @@
 #pragma once
 // A small Prometheus registry: counters, gauges and histograms with labels, rendered in the text
 // exposition format 0.0.4. Updates are lock-free atomics; series are created once (under a
-// mutex) and live as long as the registry, so callers may keep references to them.
+// mutex) and shared with their holders.
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -62,35 +62,45 @@ std::vector<uint64_t> latency_buckets_ns();
 
 class Registry {
 public:
-    Counter& counter(const std::string& name, const std::string& help, const Labels& labels);
-    Gauge& gauge(const std::string& name, const std::string& help, const Labels& labels);
-    Histogram& histogram(const std::string& name, const std::string& help, const Labels& labels,
-                         const std::vector<uint64_t>& bounds, double unit);
+    // The registry and whoever holds a series share it: a series nobody needs any more (a retired
+    // model version's, a histogram replaced by one with other buckets) is freed.
+    std::shared_ptr<Counter> counter(const std::string& name, const std::string& help, const Labels& labels);
+    std::shared_ptr<Gauge> gauge(const std::string& name, const std::string& help, const Labels& labels);
+    std::shared_ptr<Histogram> histogram(const std::string& name, const std::string& help, const Labels& labels,
+                                         const std::vector<uint64_t>& bounds, double unit);
     /// Hides (or shows again) every series whose labels include all of `match` — a model version
     /// that was unloaded leaves /metrics as Triton's do; loaded again, its series come back with
-    /// their counts (counters stay monotonic). The objects stay valid for whoever still holds them.
+    /// their counts (counters stay monotonic). The registry remembers the series of the last
+    /// kMaxHidden hidden label sets; older ones are forgotten (shown again later, they start at 0,
+    /// which Prometheus reads as a counter reset), so a server that deploys version after version
+    /// does not grow without end.
     void set_hidden(const Labels& match, bool hidden);
     /// The whole registry in the Prometheus text format.
     std::string render() const;
+
+    static constexpr size_t kMaxHidden = 64;
 
 private:
     enum class Type { kCounter, kGauge, kHistogram };
     struct Family {
         Type type;
         std::string help;
-        std::map<std::string, size_t> index;  // rendered labels -> position in series
-        std::vector<std::pair<std::string, void*>> series;
+        std::map<std::string, std::shared_ptr<void>> series;  // rendered labels -> the shown series
+    };
+    struct Hidden {
+        uint64_t order = 0;  // when it was hidden: the oldest is forgotten first
+        std::map<std::pair<std::string, std::string>, std::shared_ptr<void>> series;  // (family, labels)
     };
     Family& family(const std::string& name, const std::string& help, Type type);
-
-    bool is_hidden(const std::string& rendered_labels) const;
+    // The series of `name` with these labels, made by `make` when there is none or `fits` refuses it.
+    std::shared_ptr<void> series(const std::string& name, const std::string& help, Type type, const Labels& labels,
+                                 const std::function<std::shared_ptr<void>()>& make,
+                                 const std::function<bool(void*)>& fits);
 
     mutable std::mutex mu_;
     std::map<std::string, Family> families_;
-    std::set<std::vector<std::string>> hidden_;  // each: the `k="v"` pieces a hidden series has
-    std::deque<Counter> counters_;
-    std::deque<Gauge> gauges_;
-    std::deque<Histogram> histograms_;
+    std::map<std::vector<std::string>, Hidden> hidden_;  // keyed by the `k="v"` pieces a hidden series has
+    uint64_t hidden_order_ = 0;
 };
 
 /// `{a="x",b="y"}` with values escaped as the text format requires; "" for no labels.

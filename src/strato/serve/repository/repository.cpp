@@ -145,25 +145,25 @@ VersionMetrics make_metrics(metrics::Registry& r, const std::string& model, int6
     };
     const char* fail_help = "Number of failed inference requests, all batch sizes";
     VersionMetrics m;
-    m.success = &r.counter("nv_inference_request_success", "Number of successful inference requests, all batch sizes", l);
-    m.fail_rejected = &r.counter("nv_inference_request_failure", fail_help, with("reason", "REJECTED"));
-    m.fail_canceled = &r.counter("nv_inference_request_failure", fail_help, with("reason", "CANCELED"));
-    m.fail_backend = &r.counter("nv_inference_request_failure", fail_help, with("reason", "BACKEND"));
-    m.fail_other = &r.counter("nv_inference_request_failure", fail_help, with("reason", "OTHER"));
-    m.inference_count = &r.counter("nv_inference_count", "Number of inferences performed (does not include cached requests)", l);
-    m.exec_count = &r.counter("nv_inference_exec_count", "Number of model executions performed (does not include cached requests)", l);
-    m.request_us = &r.counter("nv_inference_request_duration_us", "Cumulative inference request duration in microseconds (includes cached requests)", l);
-    m.queue_us = &r.counter("nv_inference_queue_duration_us", "Cumulative inference queuing duration in microseconds (includes cached requests)", l);
-    m.input_us = &r.counter("nv_inference_compute_input_duration_us", "Cumulative compute input duration in microseconds (does not include cached requests)", l);
-    m.infer_us = &r.counter("nv_inference_compute_infer_duration_us", "Cumulative compute inference duration in microseconds (does not include cached requests)", l);
-    m.output_us = &r.counter("nv_inference_compute_output_duration_us", "Cumulative inference compute output duration in microseconds (does not include cached requests)", l);
-    m.pending = &r.gauge("nv_inference_pending_request_count", "Instantaneous number of pending requests awaiting execution per-model.", l);
+    m.success = r.counter("nv_inference_request_success", "Number of successful inference requests, all batch sizes", l);
+    m.fail_rejected = r.counter("nv_inference_request_failure", fail_help, with("reason", "REJECTED"));
+    m.fail_canceled = r.counter("nv_inference_request_failure", fail_help, with("reason", "CANCELED"));
+    m.fail_backend = r.counter("nv_inference_request_failure", fail_help, with("reason", "BACKEND"));
+    m.fail_other = r.counter("nv_inference_request_failure", fail_help, with("reason", "OTHER"));
+    m.inference_count = r.counter("nv_inference_count", "Number of inferences performed (does not include cached requests)", l);
+    m.exec_count = r.counter("nv_inference_exec_count", "Number of model executions performed (does not include cached requests)", l);
+    m.request_us = r.counter("nv_inference_request_duration_us", "Cumulative inference request duration in microseconds (includes cached requests)", l);
+    m.queue_us = r.counter("nv_inference_queue_duration_us", "Cumulative inference queuing duration in microseconds (includes cached requests)", l);
+    m.input_us = r.counter("nv_inference_compute_input_duration_us", "Cumulative compute input duration in microseconds (does not include cached requests)", l);
+    m.infer_us = r.counter("nv_inference_compute_infer_duration_us", "Cumulative compute inference duration in microseconds (does not include cached requests)", l);
+    m.output_us = r.counter("nv_inference_compute_output_duration_us", "Cumulative inference compute output duration in microseconds (does not include cached requests)", l);
+    m.pending = r.gauge("nv_inference_pending_request_count", "Instantaneous number of pending requests awaiting execution per-model.", l);
     auto lat = metrics::latency_buckets_ns();
-    m.request_hist = &r.histogram("strato_inference_request_duration_seconds",
+    m.request_hist = r.histogram("strato_inference_request_duration_seconds",
                                   "Inference request latency inside the server (queue + compute), aggregatable across replicas", l, lat, 1e9);
-    m.queue_hist = &r.histogram("strato_inference_queue_duration_seconds", "Time requests waited in the batcher queue", l, lat, 1e9);
-    m.infer_hist = &r.histogram("strato_inference_compute_infer_duration_seconds", "Model execution time per batch", l, lat, 1e9);
-    m.batch_hist = &r.histogram("strato_inference_batch_size", "Rows per model execution", l, batch_bounds(), 1.0);
+    m.queue_hist = r.histogram("strato_inference_queue_duration_seconds", "Time requests waited in the batcher queue", l, lat, 1e9);
+    m.infer_hist = r.histogram("strato_inference_compute_infer_duration_seconds", "Model execution time per batch", l, lat, 1e9);
+    m.batch_hist = r.histogram("strato_inference_batch_size", "Rows per model execution", l, batch_bounds(), 1.0);
     return m;
 }
 

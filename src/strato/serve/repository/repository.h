@@ -49,25 +49,25 @@ struct VersionStats {
     std::map<int64_t, BatchStat> batch_stats;
 };
 
-/// Prometheus series of one model version (owned by the registry).
+/// Prometheus series of one model version (shared with the registry).
 struct VersionMetrics {
-    metrics::Counter* success = nullptr;
-    metrics::Counter* fail_rejected = nullptr;
-    metrics::Counter* fail_canceled = nullptr;
-    metrics::Counter* fail_backend = nullptr;
-    metrics::Counter* fail_other = nullptr;
-    metrics::Counter* inference_count = nullptr;
-    metrics::Counter* exec_count = nullptr;
-    metrics::Counter* request_us = nullptr;
-    metrics::Counter* queue_us = nullptr;
-    metrics::Counter* input_us = nullptr;
-    metrics::Counter* infer_us = nullptr;
-    metrics::Counter* output_us = nullptr;
-    metrics::Gauge* pending = nullptr;
-    metrics::Histogram* request_hist = nullptr;
-    metrics::Histogram* queue_hist = nullptr;
-    metrics::Histogram* infer_hist = nullptr;
-    metrics::Histogram* batch_hist = nullptr;
+    std::shared_ptr<metrics::Counter> success;
+    std::shared_ptr<metrics::Counter> fail_rejected;
+    std::shared_ptr<metrics::Counter> fail_canceled;
+    std::shared_ptr<metrics::Counter> fail_backend;
+    std::shared_ptr<metrics::Counter> fail_other;
+    std::shared_ptr<metrics::Counter> inference_count;
+    std::shared_ptr<metrics::Counter> exec_count;
+    std::shared_ptr<metrics::Counter> request_us;
+    std::shared_ptr<metrics::Counter> queue_us;
+    std::shared_ptr<metrics::Counter> input_us;
+    std::shared_ptr<metrics::Counter> infer_us;
+    std::shared_ptr<metrics::Counter> output_us;
+    std::shared_ptr<metrics::Gauge> pending;
+    std::shared_ptr<metrics::Histogram> request_hist;
+    std::shared_ptr<metrics::Histogram> queue_hist;
+    std::shared_ptr<metrics::Histogram> infer_hist;
+    std::shared_ptr<metrics::Histogram> batch_hist;
 };
 
 struct ModelVersion {
