@@ -206,6 +206,19 @@ TEST(Http, ChunkedBodyOverTheLimitIs413Too) {
     c.send("POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n800\r\n" + std::string(2048, 'a') + "\r\n0\r\n\r\n");
     std::string r = c.response();
     EXPECT_NE(r.find("413"), std::string::npos) << r;
+    EXPECT_NE(r.find("(--http-max-input-size)"), std::string::npos) << r;
+
+    // A server whose limit no flag sets (autoscale's front end, monitor) names none.
+    ServerOptions o = opts();
+    o.body_limit_flag = "";
+    Server quiet(o, echo());
+    ASSERT_TRUE(quiet.start().is_ok());
+    Conn q(quiet.port());
+    q.send("POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n800\r\n" + std::string(2048, 'a') +
+           "\r\n0\r\n\r\n");
+    r = q.response();
+    EXPECT_NE(r.find("exceeds the limit of"), std::string::npos) << r;
+    EXPECT_EQ(r.find("(--"), std::string::npos) << r;
 }
 
 TEST(Http, SlowHeadersAreCutOffAtTheHeaderDeadline) {

@@ -426,6 +426,7 @@ Status LocalProvider::start() {
     so.port = static_cast<uint16_t>(m.o.port);
     so.threads = 2;
     so.server_name = "strato-autoscale";
+    so.body_limit_flag = "";  // no flag sets it here
     so.thread_name = "autoscale-http";
     m.front = std::make_unique<serve::http::Server>(
         so, [this](serve::http::Request&& req, serve::http::Reply reply) { impl_->handle(std::move(req), std::move(reply)); });

@@ -110,6 +110,7 @@ Result<std::unique_ptr<Monitor>> Monitor::create(MonitorOptions options) {
         so.max_connections = 256;  // a scraper needs one; idle ones must not take the descriptors /proc reads need
         so.idle_timeout = std::chrono::seconds(75);  // longer than the common 60 s scrape interval
         so.server_name = "strato-monitor";
+        so.body_limit_flag = "";  // no flag sets it here
         so.thread_name = "monitor-http";
         Monitor* self = m.get();
         m->exporter_->server = std::make_unique<serve::http::Server>(so, [self](serve::http::Request&& req,

@@ -164,10 +164,15 @@ private:
         });
     }
 
+    std::string limit_flag() const {
+        const std::string& f = shared_->opts.body_limit_flag;
+        return f.empty() ? "" : " (" + f + ")";
+    }
+
     void on_error(beast::error_code ec) {
         if (ec == bhttp::error::body_limit)
-            return fail(413, fmt::format("request body exceeds the limit of {} bytes (--http-max-input-size)",
-                                         shared_->opts.body_limit));
+            return fail(413, fmt::format("request body exceeds the limit of {} bytes{}", shared_->opts.body_limit,
+                                         limit_flag()));
         if (ec == bhttp::error::header_limit) return fail(431, "request header is larger than 65536 bytes");
         fail(400, fmt::format("malformed HTTP request: {}", ec.message()));
     }
@@ -196,8 +201,8 @@ private:
         }
         auto cl = parser_->content_length();
         if (cl && *cl > shared_->opts.body_limit) {
-            fail(413, fmt::format("request body of {} bytes exceeds the limit of {} bytes (--http-max-input-size)", *cl,
-                                  shared_->opts.body_limit));
+            fail(413, fmt::format("request body of {} bytes exceeds the limit of {} bytes{}", *cl,
+                                  shared_->opts.body_limit, limit_flag()));
             return false;
         }
         set_deadline(shared_->opts.body_timeout);

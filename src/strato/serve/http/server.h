@@ -48,6 +48,7 @@ struct ServerOptions {
     uint16_t port = 0;  // 0: an ephemeral port, see Server::port()
     int threads = 8;
     uint64_t body_limit = uint64_t{64} << 20;  // Triton's --http-max-input-size default
+    std::string body_limit_flag = "--http-max-input-size";  // named by a 413 ("": the limit is not the user's)
     std::chrono::milliseconds header_timeout{30'000};  // from the first byte of a request to its end of headers
     std::chrono::milliseconds body_timeout{60'000};
     std::chrono::milliseconds idle_timeout{300'000};  // keep-alive connection with no request
