@@ -87,6 +87,19 @@ TEST_F(FsTest, ANamedPipeWithoutAWriterIsAnErrorNotAHang) {
     EXPECT_EQ(r.status().message(), p.string() + " is a named pipe and nothing wrote to it within 5 s");
 }
 
+TEST_F(FsTest, CheckRegularFileRefusesPipesDirectoriesAndDevices) {
+    // Found by review: a FIFO named model.pt held serve's loader in libtorch's open() forever.
+    const auto p = dir_ / "model.pt";
+    ASSERT_EQ(::mkfifo(p.c_str(), 0600), 0);
+    EXPECT_EQ(check_regular_file(p).message(), p.string() + " is a named pipe, expected a regular file");
+    EXPECT_EQ(check_regular_file("/dev/null").message(), "/dev/null is a device, expected a regular file");
+    EXPECT_EQ(check_regular_file(dir_).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(check_regular_file(dir_ / "none").code(), StatusCode::kNotFound);
+    ASSERT_TRUE(atomic_write(dir_ / "f", "x").is_ok());
+    std::filesystem::create_symlink(dir_ / "f", dir_ / "link");
+    EXPECT_TRUE(check_regular_file(dir_ / "link").is_ok());
+}
+
 TEST_F(FsTest, APipeWhoseWriterIsSlowIsWaitedFor) {
     // A writer already there (`<(cmd)` of a slow command) is waited for, however long it takes
     // to write its first byte; only a pipe without a writer has a limit.

@@ -74,6 +74,10 @@ protected:
 
 TEST_F(RepositoryTest, VersionPolicyLatestServesTheHighestVersions) {
     for (int v : {1, 2, 3}) version("m", v, std::to_string(v));
+    // Every int64 is a version (19 digits were ignored); past it, not a version.
+    fs::create_directories(root / "big" / "9223372036854775807");
+    std::ofstream(root / "big" / "9223372036854775807" / "model.fake") << 7;
+    fs::create_directories(root / "big" / "9223372036854775808");
     fs::create_directories(root / "m" / "07");  // names starting with 0 are not versions
     config("m", "version_policy: { latest: { num_versions: 2 } }");
     Repository repo(options(ControlMode::kNone), &registry);
@@ -85,6 +89,9 @@ TEST_F(RepositoryTest, VersionPolicyLatestServesTheHighestVersions) {
     EXPECT_EQ(repo.get("m", "1").status().code(), StatusCode::kNotFound);
     EXPECT_EQ(repo.get("other", "").status().code(), StatusCode::kInvalidArgument);
     EXPECT_EQ((*latest)->config.platform, "fake_platform");  // filled in from the backend
+    auto big = repo.get("big", "");
+    ASSERT_TRUE(big.is_ok()) << big.status().message();
+    EXPECT_EQ((*big)->version, INT64_MAX);
     EXPECT_TRUE(repo.ready());
 }
 
@@ -129,6 +136,16 @@ TEST_F(RepositoryTest, PollPicksUpNewVersionsAndKeepsServingWhenAReloadFails) {
     config("m", "max_batch_size: eight");  // a broken edit
     repo.poll_once();
     ASSERT_TRUE(repo.get("m", "").is_ok());  // the old version keeps serving
+    EXPECT_EQ((*repo.get("m", ""))->version, 2);
+    // ... and the index says why the reload failed (it said nothing).
+    for (const auto& e : repo.index(false))
+        if (e.name == "m") EXPECT_NE(e.reason.find("max_batch_size"), std::string::npos) << e.reason;
+    // A repository that cannot be listed (moved away, an NFS error) is no empty one: nothing is
+    // unloaded (everything was, the server still ready with no model).
+    fs::rename(root, root.string() + ".moved");
+    repo.poll_once();
+    fs::rename(root.string() + ".moved", root);
+    ASSERT_TRUE(repo.get("m", "").is_ok());
     EXPECT_EQ((*repo.get("m", ""))->version, 2);
     fs::remove_all(root / "m");
     repo.poll_once();

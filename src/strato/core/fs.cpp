@@ -84,6 +84,19 @@ Status atomic_write(const stdfs::path& path, std::string_view data) {
     return fsync_dir(dir);
 }
 
+Status check_regular_file(const stdfs::path& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+        if (errno == ENOENT) return not_found("{} does not exist", path.string());
+        return io_error("cannot stat {}: {}", path.string(), os_error());
+    }
+    if (S_ISDIR(st.st_mode)) return invalid_argument("{} is a directory, expected a file", path.string());
+    if (!S_ISREG(st.st_mode))
+        return invalid_argument("{} is a {}, expected a regular file", path.string(),
+                                S_ISFIFO(st.st_mode) ? "named pipe" : S_ISSOCK(st.st_mode) ? "socket" : "device");
+    return Status::ok();
+}
+
 Result<std::string> read_file(const stdfs::path& path, uint64_t max_bytes) {
     // Opened without blocking: a named pipe with no writer would hold open() forever (a FIFO left
     // in a run directory hung `strato report`).

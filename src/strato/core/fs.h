@@ -26,6 +26,9 @@ inline constexpr uint64_t kStreamReadLimit = 1ull << 30;
 /// Reads a whole file; errors name the path and the OS reason. More than `max_bytes` is an error
 /// (a regular file is refused by its size before any of it is read).
 Result<std::string> read_file(const stdfs::path& path, uint64_t max_bytes = UINT64_MAX);
+/// OK when `path` (links followed) is a regular file: a library that opens a path itself (libtorch,
+/// OpenCV) would wait in open() for ever on a named pipe without a writer.
+Status check_regular_file(const stdfs::path& path);
 /// Puts the directory `staged` (complete, fsynced) at `target`, replacing what is there, so that a
 /// crash at any instant leaves either the old or the new directory at `target`: an atomic swap
 /// (renameat2 RENAME_EXCHANGE) where the file system has one, else the old one moved aside first.

@@ -8,6 +8,7 @@
 #include <opencv2/core.hpp>
 #include <opencv2/dnn.hpp>
 
+#include "strato/core/fs.h"
 #include "strato/serve/backend/backend.h"
 
 namespace strato::serve {
@@ -97,6 +98,7 @@ Result<std::shared_ptr<Model>> onnx_load(const ModelConfig& c, const std::string
                 return Status{StatusCode::kUnimplemented,
                               fmt::format("'{}': the OpenCV DNN runtime serves TYPE_FP32 tensors only", t.name)};
     std::string path = (std::filesystem::path(version_dir) / (c.default_model_filename.empty() ? "model.onnx" : c.default_model_filename)).string();
+    STRATO_RETURN_IF_ERROR(strato::fs::check_regular_file(path));
     std::vector<cv::dnn::Net> nets;
     try {
         for (int64_t i = 0; i < c.instance_count(); ++i) {

@@ -347,6 +347,7 @@ Result<std::shared_ptr<Model>> torchscript_load(const ModelConfig& c, const std:
     std::string path = model_file(c, version_dir, "model.pt");
     for (const auto& t : c.inputs) STRATO_RETURN_IF_ERROR(to_scalar(t.dtype).status().with_context("input '" + t.name + "'"));
     for (const auto& t : c.outputs) STRATO_RETURN_IF_ERROR(to_scalar(t.dtype).status().with_context("output '" + t.name + "'"));
+    STRATO_RETURN_IF_ERROR(strato::fs::check_regular_file(path));
     try {
         torch::jit::Module m = torch::jit::load(path, torch_device(device));
         m.eval();

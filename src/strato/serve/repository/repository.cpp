@@ -123,9 +123,22 @@ Status run_warmup(const std::vector<WarmupRequest>& requests, Model& m, const st
     return Status::ok();
 }
 
+// The entries of `dir`, without exceptions: a range-for over a directory_iterator throws when
+// reading the directory fails midway (an I/O error on a network file system), which on the poll
+// thread would end the server. `ec` says why listing stopped.
+std::vector<fs::directory_entry> list_dir(const fs::path& dir, std::error_code& ec) {
+    std::vector<fs::directory_entry> out;
+    ec.clear();
+    fs::directory_iterator it(dir, ec), end;
+    for (; !ec && it != end; it.increment(ec)) out.push_back(*it);
+    return out;
+}
+
 bool is_version_dir_name(const std::string& s) {
-    if (s.empty() || s.size() > 18 || s[0] == '0') return false;
-    return std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (s.empty() || s[0] == '0' || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        return false;
+    // Every int64 version: 9223372036854775807 at most.
+    return s.size() < 19 || (s.size() == 19 && s <= "9223372036854775807");
 }
 
 // Powers of two from 1 to 65536 rows, the same for every model and config: replicas and reloads
@@ -214,13 +227,13 @@ std::string Repository::fingerprint(const Entry& e) const {
     fs::path dir(e.dir);
     if (!fs::is_directory(dir, ec)) return "";
     std::vector<fs::path> items;
-    for (const auto& it : fs::directory_iterator(dir, ec)) items.push_back(it.path());
+    for (const auto& it : list_dir(dir, ec)) items.push_back(it.path());
     std::sort(items.begin(), items.end());
     for (const auto& p : items) {
         add(p);
         if (fs::is_directory(p, ec)) {
             std::vector<fs::path> inner;
-            for (const auto& it : fs::directory_iterator(p, ec)) inner.push_back(it.path());
+            for (const auto& it : list_dir(p, ec)) inner.push_back(it.path());
             std::sort(inner.begin(), inner.end());
             for (const auto& q : inner) add(q);
         }
@@ -258,9 +271,10 @@ Result<std::map<int64_t, std::shared_ptr<ModelVersion>>> Repository::build(const
         found[1] = e.dir;
     } else {
         std::error_code ec;
-        for (const auto& it : fs::directory_iterator(e.dir, ec)) {
+        for (const auto& it : list_dir(e.dir, ec)) {
             std::string n = it.path().filename().string();
-            if (it.is_directory(ec) && is_version_dir_name(n)) found[std::stoll(n)] = it.path().string();
+            std::error_code ec2;
+            if (it.is_directory(ec2) && is_version_dir_name(n)) found[std::stoll(n)] = it.path().string();
         }
         if (ec) return io_error("cannot list {}: {}", e.dir, ec.message());
     }
@@ -491,9 +505,9 @@ Status Repository::start() {
                std::find(opt_.startup_models.begin(), opt_.startup_models.end(), "*") != opt_.startup_models.end();
     if (all) {
         for (const auto& p : opt_.paths)
-            for (const auto& it : fs::directory_iterator(p, ec)) {
+            for (const auto& it : list_dir(p, ec)) {
                 const std::string n = it.path().filename().string();
-                if (!it.is_directory(ec)) continue;
+                if (std::error_code ec2; !it.is_directory(ec2)) continue;
                 if (valid_model_name(n)) to_load.insert(n);
                 else if (n[0] != '.')
                     log::warn("serve: {}: {} is not a valid model name (control characters, '\\' or bytes that are "
@@ -595,7 +609,8 @@ std::vector<IndexEntry> Repository::index(bool ready_only) const {
         for (const auto& [n, e] : entries_) {
             seen.insert(n);
             if (!e.versions.empty()) {
-                for (const auto& [v, mv] : e.versions) out.push_back({n, std::to_string(v), "READY", ""});
+                // A reload that failed leaves the versions serving; its reason is shown with them.
+                for (const auto& [v, mv] : e.versions) out.push_back({n, std::to_string(v), "READY", e.reason});
             } else if (!ready_only) {
                 out.push_back({n, "", model_state_name(e.state), e.reason});
             }
@@ -604,9 +619,10 @@ std::vector<IndexEntry> Repository::index(bool ready_only) const {
     if (!ready_only) {
         std::error_code ec;
         for (const auto& p : opt_.paths)
-            for (const auto& it : fs::directory_iterator(p, ec)) {
+            for (const auto& it : list_dir(p, ec)) {
                 std::string n = it.path().filename().string();
-                if (it.is_directory(ec) && valid_model_name(n) && seen.insert(n).second) out.push_back({n, "", "", ""});
+                std::error_code ec2;
+                if (it.is_directory(ec2) && valid_model_name(n) && seen.insert(n).second) out.push_back({n, "", "", ""});
             }
     }
     std::sort(out.begin(), out.end(), [](const IndexEntry& a, const IndexEntry& b) {
@@ -666,11 +682,30 @@ Status Repository::unload(const std::string& name) {
 void Repository::poll_once() {
     std::lock_guard lock(load_mu_);
     std::set<std::string> on_disk;
-    std::error_code ec;
-    for (const auto& p : opt_.paths)
-        for (const auto& it : fs::directory_iterator(p, ec))
-            if (it.is_directory(ec) && valid_model_name(it.path().filename().string()))
+    // A repository that cannot be listed (moved away, an NFS hiccup, permissions) is no empty
+    // one: the models stay as they are, and the server says why once.
+    std::string error;
+    for (const auto& p : opt_.paths) {
+        std::error_code ec;
+        for (const auto& it : list_dir(p, ec)) {
+            std::error_code ec2;
+            if (it.is_directory(ec2) && valid_model_name(it.path().filename().string()))
                 on_disk.insert(it.path().filename().string());
+        }
+        if (ec) {
+            error = fmt::format("{}: {}", p, ec.message());
+            break;
+        }
+    }
+    if (!error.empty()) {
+        if (error != poll_error_)
+            log::error("serve: cannot list the model repository ({}); the loaded models stay as they are until it can be",
+                       error);
+        poll_error_ = error;
+        return;
+    }
+    if (!poll_error_.empty()) log::info("serve: the model repository can be listed again");
+    poll_error_.clear();
     std::vector<std::string> reload, remove;
     {
         std::lock_guard l2(mu_);

@@ -160,6 +160,7 @@ private:
     metrics::Registry* registry_;
     mutable std::mutex mu_;           // guards entries_
     std::mutex load_mu_;              // one load/unload at a time
+    std::string poll_error_;          // why the last poll could not list the repository (said once)
     std::map<std::string, Entry> entries_;
     std::thread poller_;
     std::mutex poll_mu_;
