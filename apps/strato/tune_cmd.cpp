@@ -93,7 +93,11 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         std::string dir = tune::study_dir(*c, o->dir);
         std::string out = o->out.empty() ? dir + "/best.toml" : o->out;
         Status s = fs::check_output_file(out, fs::OutputKind::kText, "--out");
-        if (s.is_ok()) s = check_distinct_files({{out, "--out", true}, {o->study, "the study file", false}});
+        // (the base train config too: overwritten, every later trial trained on the best one's values)
+        if (s.is_ok())
+            s = check_distinct_files({{out, "--out", true},
+                                      {o->study, "the study file", false},
+                                      {c->base, "the study's base train config", false}});
         if (s.is_ok()) s = tune::export_best(*c, dir, out);
         if (!s.is_ok()) return void(*exit_code = report_error("tune", s));
         fmt::print("{}\n", out);
@@ -118,8 +122,10 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         *exit_code = 0;
     });
     auto* sl = add("slurm", "Write (and with --submit, submit) a Slurm array job whose tasks run the study together");
-    sl->add_option("--tasks", o->slurm.tasks, "Array tasks, each an executor of the study (default 2)");
-    sl->add_option("--task-parallel", o->slurm.parallel, "Trials each task runs at once (default 1)");
+    sl->add_option("--tasks", o->slurm.tasks, "Array tasks, each an executor of the study (default 2)")
+        ->check(CLI::Range(1, 1000000));
+    sl->add_option("--task-parallel", o->slurm.parallel, "Trials each task runs at once (default 1)")
+        ->check(CLI::Range(1, 4096));
     sl->add_option("--partition", o->slurm.partition, "sbatch --partition");
     sl->add_option("--account", o->slurm.account, "sbatch --account");
     sl->add_option("--time", o->slurm.time, "sbatch --time (e.g. 04:00:00)");
@@ -138,7 +144,10 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         std::string out = o->out.empty() ? so.dir + "/slurm.sbatch" : o->out;
         if (Status s = fs::check_output_file(out, fs::OutputKind::kText, "--out"); !s.is_ok())
             return void(*exit_code = report_error("tune", s));
-        if (Status s = check_distinct_files({{out, "--out", true}, {o->study, "the study file", false}}); !s.is_ok())
+        if (Status s = check_distinct_files({{out, "--out", true},
+                                             {o->study, "the study file", false},
+                                             {c->base, "the study's base train config", false}});
+            !s.is_ok())
             return void(*exit_code = report_error("tune", s));
         if (Status s = fs::atomic_write(out, *script); !s.is_ok()) return void(*exit_code = report_error("tune", s));
         if (!o->submit) {

@@ -72,6 +72,8 @@ TEST(Space, ParsesAndValidatesAgainstTheTrainConfig) {
         {"\"train.epochs\" = { type = \"int\", low = 3, high = 4 }", "the executor sets it"},
         {"\"run.dir\" = { type = \"choice\", values = [\"a\", \"b\"] }", "the executor sets it"},
         {"\"optim.lr\" = { type = \"uniform\", low = 0.1, high = 1, q = \"x\" }", "q must be a number"},
+        {"\"optim.lr\" = { type = \"loguniform\", low = 0.1, high = 1, q = 0.1 }", "not loguniform"},
+        {"\"model.width\" = { type = \"int\", low = 16, high = 20, q = 16 }", "q 16 is larger than high - low (4)"},
         {"\"optim.name\" = { type = \"choice\", values = [\"sgd\"], when = 5 }", "when must be a string"},
         {"\"optim.name\" = { type = \"choice\", values = [\"a\", \"b\"], when = \"model.norm == x\" }\n"
          "\"model.norm\" = { type = \"choice\", values = [\"x\", \"y\"], when = \"optim.name == a\" }",
@@ -94,7 +96,9 @@ TEST(Space, ParsesAndValidatesAgainstTheTrainConfig) {
         {"set = [1, 2]", "set must be an array"},
         {"set = [\"train.epochs=40\"]", "the executor sets train.epochs"},
         {"name = 5", "name must be a string"},
-        {"name = \"a b\\ntouch /tmp/x #\"", "control characters"},
+        {"name = \"a b\\ntouch /tmp/x #\"", "name must be 1 to 100 letters, digits"},
+        {"name = \"../../escaped\"", "not starting with '.'"},
+        {"name = \"my study%j\"", "letters, digits, '.', '_' or '-'"},
         {"sampler = 5", "sampler must be a string"},
         {"scheduler = [\"fifo\"]", "scheduler must be a string"},
         {"mode = 1", "mode must be a string"},
@@ -111,6 +115,24 @@ TEST(Space, ParsesAndValidatesAgainstTheTrainConfig) {
         ASSERT_FALSE(r.is_ok()) << setting;
         EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
     }
+    // [tpe]: a typo or no candidates were accepted (every TPE trial then took a choice's first value).
+    for (const auto& [tpe, needle] : std::vector<std::pair<std::string, std::string>>{
+             {"typo_key = 5", "study.toml [tpe]: unknown key 'typo_key'"},
+             {"candidates = 0", "candidates in 1..100000"},
+             {"startup_trials = -3", "startup_trials >= 1"}}) {
+        auto r = StudyConfig::parse("[study]\nbase = \"configs/fashion_mnist_mlp.toml\"\n[tpe]\n" + tpe +
+                                        "\n[params]\n\"optim.lr\" = { type = \"uniform\", low = 0.1, high = 1 }\n",
+                                    "study.toml", STRATO_SOURCE_DIR);
+        ASSERT_FALSE(r.is_ok()) << tpe;
+        EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+    }
+    // A high off the q lattice comes down to it: 60 was drawn (clamped), no multiple of 16 from 16.
+    StudyConfig lattice = study("[study]\nbase = \"configs/fashion_mnist_mlp.toml\"\n[params]\n"
+                                "\"model.width\" = { type = \"int\", low = 16, high = 60, q = 16 }\n");
+    ASSERT_EQ(lattice.params.size(), 1u);
+    EXPECT_EQ(lattice.params[0].high, 48);
+    for (double x : {lattice.params[0].internal_low(), 47.0, 60.0, lattice.params[0].internal_high()})
+        EXPECT_EQ(std::stoi(lattice.params[0].from_internal(x)) % 16, 0) << x;
     auto sched = StudyConfig::parse("[study]\nbase = \"configs/fashion_mnist_mlp.toml\"\n[scheduler]\nmax_t = 1e3\n"
                                     "[params]\n\"optim.lr\" = { type = \"uniform\", low = 0.1, high = 1 }\n",
                                     "study.toml", STRATO_SOURCE_DIR);
@@ -557,6 +579,63 @@ TEST(Executor, BracketsHaveTheirOwnRungs) {
     expect_contiguous_results(r);
 }
 
+// Found by review: a trial that failed (killed after a good first epoch) held the rung's only
+// promotion place, and no trial was promoted.
+TEST(Executor, AFailedTrialTakesNoPromotionPlace) {
+    setenv("FAKE_TRAIN_FAIL_LR", "0.01", 1);  // the best lr: it tops rung 0, then fails
+    StudyRun r;
+    r.dir = testing::TempDir() + "/tune_exec_failed_top";
+    std::filesystem::remove_all(r.dir);
+    r.cfg = study(R"([study]
+name = "failed-top"
+base = "configs/fashion_mnist_mlp.toml"
+trials = 3
+parallel = 1
+sampler = "grid"
+scheduler = "asha"
+[scheduler]
+grace = 1
+max_t = 3
+reduction = 3
+[params]
+"optim.lr" = { type = "grid", values = [1e-6, 2e-6, 0.01] }
+)");
+    auto s = run_fake(r);
+    unsetenv("FAKE_TRAIN_FAIL_LR");
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    EXPECT_EQ(s->failed, 1);
+    EXPECT_EQ(s->completed, 1) << "the best trial that did not fail goes on to max_t";
+    auto st = open_db(r);
+    for (const auto& t : *st->trials())
+        if (t.params.at("optim.lr") == "2e-06") EXPECT_EQ(t.epochs, 3) << "trial " << t.id;
+}
+
+// Found by review: with the strato binary gone, every trial "failed (exit 127)" with an empty
+// log, for good. Now the run stops with the reason and the trial waits for the next run.
+TEST(Executor, ATrialThatCannotStartStopsTheRunAndIsNotFailed) {
+    auto r = fake_study("cannot-start", "max_t = 2", "trials = 2\nparallel = 1\nscheduler = \"fifo\"");
+    RunOptions o;
+    o.dir = r.dir;
+    o.strato_binary = r.dir + "/no-such-strato";
+    o.quiet = true;
+    auto s = run_study(r.cfg, o);
+    ASSERT_FALSE(s.is_ok());
+    EXPECT_NE(s.status().message().find("cannot start trial-0001: " + o.strato_binary + ": No such file or directory"),
+              std::string::npos)
+        << s.status().message();
+    {
+        auto st = open_db(r);
+        auto trials = *st->trials();
+        ASSERT_EQ(trials.size(), 1u);
+        EXPECT_EQ(trials[0].state, TrialState::kRunning);
+        EXPECT_EQ(trials[0].owner, "");
+    }
+    auto again = run_fake(r);
+    ASSERT_TRUE(again.is_ok()) << again.status().message();
+    EXPECT_EQ(again->completed, 2);
+    EXPECT_EQ(again->failed, 0);
+}
+
 TEST(Executor, ShutdownStopsTrialsOnceAndTheNextRunFinishes) {
     setenv("FAKE_TRAIN_EPOCH_S", "0.3", 1);
     auto r = fake_study("shutdown", "grace = 1\nmax_t = 6\nreduction = 2", "trials = 4\nparallel = 2\nscheduler = \"fifo\"");
@@ -594,6 +673,11 @@ TEST(Executor, ShutdownStopsTrialsOnceAndTheNextRunFinishes) {
                 << "trial " << t.id << " was killed by a second signal instead of stopping at a checkpoint";
         }
     }
+    // status says so: no process runs them (it said "2 running").
+    auto board = leaderboard(r.cfg, r.dir, 10);
+    ASSERT_TRUE(board.is_ok()) << board.status().message();
+    EXPECT_NE(board->find(" interrupted"), std::string::npos) << *board;
+    EXPECT_EQ(board->find(" running"), std::string::npos) << *board;
     signals::reset();
     auto second = run_fake(r);
     unsetenv("FAKE_TRAIN_EPOCH_S");
@@ -708,7 +792,19 @@ TEST(Executor, SlurmArrayScriptAndSharedJournal) {
     EXPECT_EQ(*open_db(r)->journal(), "delete");
     o.tasks = 0;
     EXPECT_FALSE(slurm_array(r.cfg, o).is_ok());
+    // Found by review: --cpus-per-task=-2147483648 and --parallel 1073741824 (which tune run refuses).
     o.tasks = 3;
+    o.parallel = 1073741824;
+    auto huge = slurm_array(r.cfg, o);
+    ASSERT_FALSE(huge.is_ok());
+    EXPECT_NE(huge.status().message().find("--task-parallel in 1..4096, got 3 and 1073741824"), std::string::npos)
+        << huge.status().message();
+    o.parallel = 4096;
+    auto most = slurm_array(r.cfg, o);
+    ASSERT_TRUE(most.is_ok()) << most.status().message();
+    EXPECT_NE(most->find("#SBATCH --cpus-per-task=8192\n"), std::string::npos) << *most;
+    EXPECT_NE(most->find("#SBATCH --mem=6145G\n"), std::string::npos) << *most;
+    o.parallel = 2;
     o.dir = r.dir + " two words";  // (#SBATCH --output cannot carry it)
     auto blank = slurm_array(r.cfg, o);
     ASSERT_FALSE(blank.is_ok());

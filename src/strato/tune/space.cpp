@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <toml++/toml.h>
 
 #include "strato/core/fs.h"
+#include "strato/core/log.h"
 #include "strato/train/train_config.h"
 
 namespace strato::tune {
@@ -100,6 +102,19 @@ Result<Param> parse_param(const std::string& key, const toml::node& node, const 
         if (!(p.low < p.high)) return invalid_argument("{}: low {} must be below high {}", where, p.low, p.high);
         if (p.dist == Dist::kLogUniform && p.low <= 0) return invalid_argument("{}: loguniform needs low > 0", where);
         if (p.q < 0) return invalid_argument("{}: q must be >= 0", where);
+        if (p.q > 0) {
+            // Drawn values are low + k q: a high off that lattice was drawn anyway (clamped), as a
+            // value no other draw could give. It comes down to the lattice, as Optuna does.
+            if (p.dist == Dist::kLogUniform) return invalid_argument("{}: q is for uniform and int, not loguniform", where);
+            const double steps = std::floor((p.high - p.low) / p.q + 1e-9);
+            if (steps < 1) return invalid_argument("{}: q {} is larger than high - low ({})", where, p.q, p.high - p.low);
+            const double on_lattice = p.low + steps * p.q;
+            if (std::fabs(on_lattice - p.high) > 1e-9 * std::max(1.0, std::fabs(p.high))) {
+                log::warn("{}: high {} is not low + a multiple of q {}; the highest value drawn is {}", where, p.high, p.q,
+                          on_lattice);
+                p.high = on_lattice;
+            }
+        }
     } else {
         auto* arr = (*t)["values"].as_array();
         if (!arr || arr->empty()) return invalid_argument("{}: {} needs a non-empty values = [...]", where, type);
@@ -184,11 +199,14 @@ Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string&
     if (!st) return invalid_argument("{}: missing [study] (name, base, metric, trials, ...)", source);
     const std::string in_study = source + " [study]";
     STRATO_ASSIGN_OR_RETURN(s.name, string_setting(*st, "name", "study", in_study));
-    if (s.name.empty() || std::any_of(s.name.begin(), s.name.end(), [](char c) {
-            return static_cast<unsigned char>(c) < 0x20 || c == 0x7f || c == '"' || c == '\\' || c == '\'';
+    // The name is the default study directory (runs/tune/<name>) and the Slurm job's name: "../x"
+    // put the study elsewhere, a blank or '%' broke the #SBATCH line.
+    if (s.name.empty() || s.name.size() > 100 || s.name[0] == '.' ||
+        !std::all_of(s.name.begin(), s.name.end(), [](char c) {
+            return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
         }))
-        return invalid_argument("{}: name must be non-empty, without quotes, backslashes or control characters (it "
-                                "names the study's Slurm job and script)",
+        return invalid_argument("{}: name must be 1 to 100 letters, digits, '.', '_' or '-', not starting with '.' (it "
+                                "names the study's directory runs/tune/<name> and its Slurm job)",
                                 in_study);
     auto base = (*st)["base"].value<std::string>();
     if (!base) return invalid_argument("{} [study]: missing base = \"TRAIN_CONFIG.toml\"", source);
@@ -275,8 +293,15 @@ Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string&
         return invalid_argument("{} [scheduler]: brackets must be >= 1, and more than 1 only with scheduler = \"asha\"",
                                 source);
     if (auto* tpe = doc["tpe"].as_table()) {
+        for (auto&& [k, v] : *tpe)
+            if (k.str() != "startup_trials" && k.str() != "candidates")
+                return invalid_argument("{} [tpe]: unknown key '{}' (expected startup_trials, candidates)", source, k.str());
         STRATO_ASSIGN_OR_RETURN(s.tpe_startup, int_setting(*tpe, "startup_trials", 10, source + " [tpe]"));
         STRATO_ASSIGN_OR_RETURN(s.tpe_candidates, int_setting(*tpe, "candidates", 24, source + " [tpe]"));
+        // No candidates made every TPE trial take a choice's first value, whatever scored best.
+        if (s.tpe_startup < 1 || s.tpe_candidates < 1 || s.tpe_candidates > 100000)
+            return invalid_argument("{} [tpe]: need startup_trials >= 1 and candidates in 1..100000, got {} and {}", source,
+                                    s.tpe_startup, s.tpe_candidates);
     }
     auto* params = doc["params"].as_table();
     if (!params || params->empty()) return invalid_argument("{}: [params] is empty: nothing to tune", source);

@@ -80,10 +80,16 @@ std::string process_start(pid_t pid) {
     return field;
 }
 
+// The host as far as process ids go: containers that share a host name (host networking) but
+// not a PID namespace cannot check each other's processes, and took each other's live trials.
 std::string host_name() {
     char h[256] = {};
     gethostname(h, sizeof h - 1);
-    return h;
+    std::error_code ec;
+    const std::string ns = stdfs::read_symlink("/proc/self/ns/pid", ec).string();  // "pid:[4026531836]"
+    const size_t a = ns.find('['), b = ns.find(']');
+    if (ec || a == std::string::npos || b == std::string::npos || b < a) return h;
+    return std::string(h) + "#" + ns.substr(a + 1, b - a - 1);
 }
 
 /// Another executor's lease: on this host its process is checked directly (so a study killed
@@ -194,6 +200,10 @@ Status Executor::launch(const Trial& t) {
     sigemptyset(&stop_signals);
     sigaddset(&stop_signals, SIGINT);
     sigaddset(&stop_signals, SIGTERM);
+    // A trial that cannot even start (the strato binary removed or replaced while the study runs)
+    // is no failed trial: the child sends exec's errno through this pipe, closed on a good exec.
+    int exec_pipe[2];
+    if (pipe2(exec_pipe, O_CLOEXEC) != 0) return io_error("pipe: {}", strerror(errno));
     pthread_sigmask(SIG_BLOCK, &stop_signals, &old_mask);
     pid_t pid = fork();
     if (pid == 0) {
@@ -205,7 +215,11 @@ Status Executor::launch(const Trial& t) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);  // a killed executor takes its trials with it
         if (getppid() != parent) _exit(1);
         setpgid(0, 0);  // Ctrl-C reaches the executor only; it stops the trials once, in order
-        close_range(3, ~0U, 0);
+        if (exec_pipe[1] != 3) {
+            dup2(exec_pipe[1], 3);
+            fcntl(3, F_SETFD, FD_CLOEXEC);
+        }
+        close_range(4, ~0U, 0);
         int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
         if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
         if (group) {
@@ -216,11 +230,28 @@ Status Executor::launch(const Trial& t) {
         }
         setenv("OMP_NUM_THREADS", env_threads.c_str(), 1);
         execv(argv[0], argv.data());
+        const int e = errno;
+        (void)!write(3, &e, sizeof e);
         _exit(127);
     }
     const int fork_errno = errno;
     pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
-    if (pid < 0) return io_error("fork: {}", strerror(fork_errno));
+    close(exec_pipe[1]);
+    if (pid < 0) {
+        close(exec_pipe[0]);
+        return io_error("fork: {}", strerror(fork_errno));
+    }
+    int exec_errno = 0;
+    ssize_t got = 0;
+    do got = read(exec_pipe[0], &exec_errno, sizeof exec_errno);
+    while (got < 0 && errno == EINTR);
+    close(exec_pipe[0]);
+    if (got == static_cast<ssize_t>(sizeof exec_errno)) {
+        while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+        }
+        (void)store_->set_owner(t.id, "");  // given up, as an interrupted trial: the next run takes it
+        return io_error("cannot start {}: {}: {}", trial_name(t.id), argv[0], strerror(exec_errno));
+    }
     r.pid = pid;
     running_[t.id] = std::move(r);
     if (!o_.quiet)
@@ -406,10 +437,20 @@ Result<std::optional<Trial>> Executor::next_job() {
                         return signed_value(x.value) != signed_value(y.value) ? signed_value(x.value) > signed_value(y.value)
                                                                               : x.trial < y.trial;
                     });
+                    // The top 1/eta of the rung go on. A trial that failed after reaching the rung
+                    // cannot, and takes no place: the next best does (a failed trial at the top
+                    // held the only place and nobody was promoted).
                     const size_t n = rung.size() / static_cast<size_t>(c_.reduction);
-                    for (size_t i = 0; i < n; ++i) {
+                    const auto trial_of = [&](const RungEntry& r) {
+                        return std::find_if(trials.begin(), trials.end(), [&](const Trial& x) { return x.id == r.trial; });
+                    };
+                    std::erase_if(rung, [&](const RungEntry& r) {
+                        auto t = trial_of(r);
+                        return t != trials.end() && t->state == TrialState::kFailed;
+                    });
+                    for (size_t i = 0; i < std::min(n, rung.size()); ++i) {
                         if (rung[i].promoted) continue;
-                        auto t = std::find_if(trials.begin(), trials.end(), [&](const Trial& x) { return x.id == rung[i].trial; });
+                        auto t = trial_of(rung[i]);
                         if (t == trials.end() || t->state != TrialState::kPaused) continue;
                         STRATO_RETURN_IF_ERROR(store_->promote(b, k, t->id, ms[static_cast<size_t>(k) + 1], owner_));
                         t->state = TrialState::kRunning;
@@ -487,6 +528,9 @@ Result<RunSummary> Executor::run() {
             log::info("tune: per-trial limits through {}", cgroups_ ? "cgroups" : "RLIMIT_AS (no cgroups: " + s.message() + ")");
     }
     bool cancelled = false;
+    // A trial that could not start: the running ones stop at a checkpoint, then the run ends with
+    // this error (and the trial is taken up again by the next run).
+    Status cannot_start;
     auto last_beat = std::chrono::steady_clock::now();
     for (;;) {
         STRATO_RETURN_IF_ERROR(reap());
@@ -494,19 +538,20 @@ Result<RunSummary> Executor::run() {
             STRATO_RETURN_IF_ERROR(beat());  // also while stopping: checkpoints can take a while
             last_beat = std::chrono::steady_clock::now();
         }
-        if (signals::stop_requested()) {
-            cancelled = true;
+        if (signals::stop_requested() || !cannot_start.is_ok()) {
+            cancelled = cannot_start.is_ok();
             if (running_.empty()) break;
             for (auto& [id, r] : running_) signal_once(r);
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
             continue;
         }
-        STRATO_RETURN_IF_ERROR(adopt());
-        while (static_cast<int>(running_.size()) < c_.parallel) {
+        cannot_start = adopt();
+        while (cannot_start.is_ok() && static_cast<int>(running_.size()) < c_.parallel) {
             STRATO_ASSIGN_OR_RETURN(auto job, next_job());
             if (!job) break;
-            STRATO_RETURN_IF_ERROR(launch(*job));
+            cannot_start = launch(*job);
         }
+        if (!cannot_start.is_ok()) continue;
         if (running_.empty()) {
             // Nothing runs here and nothing can start. Done, unless other executors still run
             // trials, whose results may promote trials or leave trials to take over.
@@ -518,6 +563,10 @@ Result<RunSummary> Executor::run() {
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
+    if (!cannot_start.is_ok())
+        return Status(cannot_start.code(), cannot_start.message() +
+                                               "\nhint: the running trials stopped at a checkpoint; once it can start, "
+                                               "`strato tune run` again continues the study");
     if (cancelled)
         return Status(StatusCode::kCancelled, "interrupted; the running trials saved checkpoints\nhint: run the same "
                                               "command again to continue the study");
@@ -570,7 +619,10 @@ Result<RunSummary> run_study(const StudyConfig& cfg, const RunOptions& options) 
 }
 
 Result<std::string> slurm_array(const StudyConfig& cfg, const SlurmOptions& options) {
-    if (options.tasks < 1 || options.parallel < 1) return invalid_argument("tune slurm: --tasks and --parallel must be >= 1");
+    // (tune run's own bound on --parallel; each task runs `tune run --parallel <task-parallel>`)
+    if (options.tasks < 1 || options.tasks > 1000000 || options.parallel < 1 || options.parallel > 4096)
+        return invalid_argument("tune slurm: need --tasks in 1..1000000 and --task-parallel in 1..4096, got {} and {}",
+                                options.tasks, options.parallel);
     STRATO_RETURN_IF_ERROR(validate_against_train_config(cfg));
     std::error_code ec;
     const std::string dir = stdfs::absolute(options.dir, ec).lexically_normal().string();
@@ -600,15 +652,15 @@ Result<std::string> slurm_array(const StudyConfig& cfg, const SlurmOptions& opti
         fmt::arg("name", cfg.name), fmt::arg("tasks", options.tasks), fmt::arg("dir", dir),
         fmt::arg("par", options.parallel), fmt::arg("study_q", fs::shell_quote(study)), fmt::arg("dir_q", fs::shell_quote(dir)),
         fmt::arg("job", "strato-tune-" + cfg.name), fmt::arg("last", options.tasks - 1),
-        fmt::arg("cpus", options.parallel * std::max(1, static_cast<int>(std::ceil(std::max<double>(
-                                                          cfg.threads_per_trial, cfg.cpus_per_trial))))));
+        fmt::arg("cpus", int64_t{options.parallel} * std::max<int64_t>(1, static_cast<int64_t>(std::ceil(std::max<double>(
+                                                                   cfg.threads_per_trial, cfg.cpus_per_trial))))));
     if (!options.partition.empty()) s += "#SBATCH --partition=" + options.partition + "\n";
     if (!options.account.empty()) s += "#SBATCH --account=" + options.account + "\n";
     if (!options.time.empty()) s += "#SBATCH --time=" + options.time + "\n";
     if (!options.mem.empty())
         s += "#SBATCH --mem=" + options.mem + "\n";
     else if (cfg.memory_limit_gb > 0)
-        s += fmt::format("#SBATCH --mem={}G\n", static_cast<int>(std::ceil(cfg.memory_limit_gb * options.parallel)) + 1);
+        s += fmt::format("#SBATCH --mem={}G\n", static_cast<int64_t>(std::ceil(cfg.memory_limit_gb * options.parallel)) + 1);
     for (const auto& e : options.extra) s += "#SBATCH " + e + "\n";
     s += fmt::format("set -eu\nexport OMP_NUM_THREADS={}\nexec {} tune run {} --dir {} --parallel {}\n",
                      cfg.threads_per_trial, fs::shell_quote(binary), fs::shell_quote(study), fs::shell_quote(dir), options.parallel);
@@ -661,13 +713,21 @@ Result<std::string> leaderboard(const StudyConfig& cfg, const std::string& dir, 
     });
     int64_t epochs = 0;
     std::map<std::string, int> states;
-    for (const auto& t : trials) epochs += t.epochs, ++states[state_name(t.state)];
-    std::string out = fmt::format("study {} ({} sampler, {} scheduler): {} of {} trials, {} epochs trained ({} of a full "
-                                  "budget of {}); states:",
-                                  cfg.name, cfg.sampler, cfg.scheduler, trials.size(), cfg.trials, epochs,
+    const std::string host = host_name();
+    for (const auto& t : trials) {
+        epochs += t.epochs;
+        // "running" with no executor left (stopped by Ctrl-C, killed): the next run takes it up.
+        ++states[t.state == TrialState::kRunning && !owner_alive(t, host) ? "interrupted" : state_name(t.state)];
+    }
+    // A study extended with `tune run --trials N` has more trials than its file says.
+    const int64_t planned = std::max<int64_t>(cfg.trials, static_cast<int64_t>(trials.size()));
+    std::string out = fmt::format("study {} ({} sampler, {} scheduler): {} of {} trials{}, {} epochs trained ({} of a "
+                                  "full budget of {}); states:",
+                                  cfg.name, cfg.sampler, cfg.scheduler, trials.size(), planned,
+                                  planned > cfg.trials ? fmt::format(" (extended from {})", cfg.trials) : "", epochs,
                                   fmt::format("{:.0f}%", 100.0 * static_cast<double>(epochs) /
-                                                             (static_cast<double>(cfg.trials) * cfg.max_t)),
-                                  int64_t{cfg.trials} * cfg.max_t);
+                                                             (static_cast<double>(planned) * cfg.max_t)),
+                                  planned * cfg.max_t);
     for (const auto& [s, n] : states) out += fmt::format(" {} {}", n, s);
     out += fmt::format("\n\n{:>4}  {:<11} {:>10} {:>7}  {}\n", "rank", "trial", cfg.metric, "epochs", "parameters");
     int rank = 0;
