@@ -1,6 +1,7 @@
 // strato data bench PATH [--transform SPEC]... [--workers N] [--batch-size B]: input pipeline speed.
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <turbojpeg.h>
 
 #include <chrono>
@@ -9,6 +10,7 @@
 #include "commands.h"
 #include "strato/core/fs.h"
 #include "strato/core/json.h"
+#include "strato/data/codec.h"
 #include "strato/data/data_config.h"
 #include "strato/data/image_folder.h"
 #include "strato/data/loader.h"
@@ -22,13 +24,15 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-/// Single-thread libjpeg-turbo decode of every file, whole, no transforms: the floor a JPEG
-/// pipeline is measured against.
+/// Single-thread libjpeg-turbo decode of every JPEG among the first `limit` files, whole, no
+/// transforms: the floor a JPEG pipeline is measured against. Other files (PNG) and JPEGs that
+/// do not decode are not counted; none decoded is an error, not a rate.
 Result<double> raw_decode_rate(const data::SampleSource& src, int64_t limit, int64_t channels) {
     tjhandle tj = tjInitDecompress();
     if (!tj) return internal_error("cannot initialise libjpeg-turbo");
     std::vector<uint8_t> buf;
     const int64_t n = std::min(limit, src.size());
+    int64_t decoded = 0;
     const auto t0 = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < n; ++i) {
         data::EncodedSample s;
@@ -39,13 +43,45 @@ Result<double> raw_decode_rate(const data::SampleSource& src, int64_t limit, int
         int w = 0, h = 0, sub = 0, cs = 0;
         const auto* p = reinterpret_cast<const unsigned char*>(s.bytes.data());
         if (tjDecompressHeader3(tj, p, s.bytes.size(), &w, &h, &sub, &cs) != 0) continue;  // not a JPEG
+        // The pipeline's own limit: a header claiming 65000x65000 would make this allocate 12 GB.
+        if (w <= 0 || h <= 0 || int64_t{w} * h > data::kMaxImagePixels) continue;
         buf.resize(static_cast<size_t>(w) * h * channels);
-        tjDecompress2(tj, p, s.bytes.size(), buf.data(), w, 0, h, channels == 1 ? TJPF_GRAY : TJPF_RGB,
-                      TJFLAG_FASTDCT | TJFLAG_FASTUPSAMPLE);
+        decoded += tjDecompress2(tj, p, s.bytes.size(), buf.data(), w, 0, h, channels == 1 ? TJPF_GRAY : TJPF_RGB,
+                                 TJFLAG_FASTDCT | TJFLAG_FASTUPSAMPLE) == 0;
     }
     tjDestroy(tj);
-    return static_cast<double>(n) / seconds_since(t0);
+    const double secs = seconds_since(t0);
+    if (decoded == 0)
+        return invalid_argument("--raw-decode: none of the {} file(s) is a JPEG libjpeg-turbo decodes; it times JPEG "
+                                "decoding only",
+                                n);
+    return static_cast<double>(decoded) / secs;
 }
+
+/// The first `n` samples of a dataset: `--limit N` (the loader shuffles; stopping it after N
+/// samples took N from all of them, other ones each epoch).
+class FirstSamples final : public data::Dataset {
+public:
+    FirstSamples(std::shared_ptr<data::Dataset> all, int64_t n) : all_(std::move(all)), n_(std::min(n, all_->size())) {}
+    int64_t size() const override { return n_; }
+    data::ImageShape shape() const override { return all_->shape(); }
+    const std::vector<std::string>& class_names() const override { return all_->class_names(); }
+    Status load(int64_t index, uint8_t* dst, int64_t* label) const override { return all_->load(index, dst, label); }
+    Status load_random(int64_t index, uint64_t seed, uint8_t* dst, int64_t* label) const override {
+        return all_->load_random(index, seed, dst, label);
+    }
+    std::vector<int64_t> group_starts() const override {
+        std::vector<int64_t> g;
+        for (int64_t s : all_->group_starts())
+            if (s < n_) g.push_back(s);
+        return g;
+    }
+    void will_read(const std::vector<int64_t>& order, int64_t from) const override { all_->will_read(order, from); }
+
+private:
+    std::shared_ptr<data::Dataset> all_;
+    int64_t n_;
+};
 
 }  // namespace
 
@@ -93,6 +129,12 @@ void add_data_bench_command(CLI::App& data, const GlobalFlags&, int* exit_code) 
             if (!s) return fail(s.status());
             source = *s;
         } else {
+            // A root of splits: stats, verify and pack read train/ and test/ as splits; here they
+            // were two classes (or "no images in its class folders" for packed splits).
+            const auto splits = data::dataset_splits(o->path);
+            if (splits.size() > 1 || (splits.size() == 1 && !splits[0].empty()))
+                return fail(invalid_argument("{} holds splits ({}); bench one of them, e.g. {}/{}", o->path,
+                                             fmt::join(splits, ", "), o->path, splits[0]));
             auto s = data::ImageFolderSource::open(o->path);
             if (!s) return fail(s.status());
             source = *s;
@@ -116,9 +158,10 @@ void add_data_bench_command(CLI::App& data, const GlobalFlags&, int* exit_code) 
         if (o->channels == 1) lo.mean = {0.5}, lo.std = {0.25};
         lo.skip_bad = true;
         std::shared_ptr<data::Dataset> dataset = *ds;
+        if (o->limit > 0 && o->limit < dataset->size()) dataset = std::make_shared<FirstSamples>(dataset, o->limit);
         auto loader = data::Loader::create(dataset, lo);
         if (!loader) return fail(loader.status());
-        const int64_t per_epoch = o->limit > 0 ? std::min(o->limit, dataset->size()) : dataset->size();
+        const int64_t per_epoch = dataset->size();
         const auto total = static_cast<int64_t>(o->epochs * static_cast<double>(per_epoch));
         int64_t seen = 0, timed = 0, batches = 0;
         std::chrono::steady_clock::time_point t0;

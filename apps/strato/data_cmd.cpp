@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "commands.h"
+#include "strato/core/fs.h"
 #include "strato/core/json.h"
 #include "strato/core/progress.h"
 #include "strato/core/signals.h"
@@ -99,9 +100,16 @@ void add_data_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
     pack->add_option("src", o->src, "Image folder: SRC/<class>/*.jpg|png, or SRC/train and SRC/test holding those")
         ->required();
     pack->add_option("dst", o->dst, "Output directory (DST/train, DST/test for splits)")->required();
-    pack->add_option("--shard-size", o->shard_size, "Bytes per shard at most: 256MB, 1GiB (default 256MiB)");
-    pack->add_option("--workers", o->workers, "Threads writing shards (default: one per core)");
-    pack->add_option("--seed", o->seed, "Seed of the pack-time shuffle (default 0)");
+    // (checked by the parser: a usage error, exit 2, as every other flag's bad value)
+    pack->add_option("--shard-size", o->shard_size, "Bytes per shard at most: 256MB, 1GiB (default 256MiB)")
+        ->check(CLI::Validator(
+            [](std::string& v) {
+                auto size = parse_size(v);
+                return size ? std::string() : size.status().message();
+            },
+            "SIZE"));
+    pack->add_option("--workers", o->workers, "Threads writing shards (default: one per core)")->check(CLI::Range(0, 4096));
+    pack->add_option("--seed", o->seed, "Seed of the pack-time shuffle (default 0)")->check(CLI::NonNegativeNumber);
     pack->add_flag("--no-shuffle", o->no_shuffle, "Keep the folder's sorted order (shards then hold one class each)");
     pack->add_flag("--json", o->json, "Print the result as JSON");
     pack->callback([o, &g, exit_code] {
@@ -150,9 +158,19 @@ void add_data_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
     stats->add_option("path", o->path, "Image folder, a root with train/ test/, or a shard directory")->required();
     stats->add_option("--manifest", o->manifest,
                       "Also hash every file and write a manifest here (pins the dataset version)");
-    stats->add_option("--workers", o->workers, "Threads (default: one per core)");
+    stats->add_option("--workers", o->workers, "Threads (default: one per core)")->check(CLI::Range(0, 4096));
     stats->add_flag("--json", o->json, "Print the result as JSON");
     stats->callback([o, &g, exit_code] {
+        // Checked before every byte is hashed: the manifest may not replace a shard, an index, a
+        // model's file or a device, nor lie in the dataset it describes (the next check would
+        // count it as an extra file).
+        if (!o->manifest.empty()) {
+            Status s = fs::check_output_file(o->manifest, fs::OutputKind::kText, "--manifest");
+            if (s.is_ok() && fs::is_within(o->manifest, o->path))
+                s = invalid_argument("--manifest {} lies inside the dataset {}; write it beside the dataset",
+                                     o->manifest, o->path);
+            if (!s.is_ok()) return void(*exit_code = report_error("data stats", s));
+        }
         BytesProgress bar(g.quiet || o->json);
         data::StatsOptions so;
         so.hash = !o->manifest.empty();
@@ -185,7 +203,7 @@ void add_data_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
     verify->add_option("path", o->path, "Image folder, a root with train/ test/, or a shard directory")->required();
     verify->add_option("--manifest", o->manifest, "Manifest from `strato data stats --manifest` to compare against");
     verify->add_flag("--decode", o->decode, "Decode every image fully (slower; catches corrupt image data)");
-    verify->add_option("--workers", o->workers, "Threads (default: one per core)");
+    verify->add_option("--workers", o->workers, "Threads (default: one per core)")->check(CLI::Range(0, 4096));
     verify->add_flag("--json", o->json, "Print the result as JSON");
     verify->callback([o, &g, exit_code] {
         std::optional<data::Manifest> manifest;

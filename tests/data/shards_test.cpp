@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <png.h>
+#include <sys/stat.h>
 #include <turbojpeg.h>
 #include <unistd.h>
 
@@ -386,6 +387,52 @@ TEST_F(Pack, SplitsArePackedSeparatelyWithTheTrainingClasses) {
         << bad.status().message();
 }
 
+// Found by review: each of these passed a half-written or stale dataset as "ok".
+TEST_F(Pack, UnfinishedSplitsStaleIndexesAndPipesAreErrors) {
+    make_folder(root_ / "src" / "train", 2, 3);
+    make_folder(root_ / "src" / "test", 2, 2);
+    // A pack stopped while the second split was written: test/ has shards but no index.json.
+    ASSERT_TRUE(pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), {}).is_ok());
+    stdfs::remove(root_ / "dst" / "test" / "index.json");
+    auto unfinished = dataset_stats((root_ / "dst").string());
+    ASSERT_FALSE(unfinished.is_ok());
+    EXPECT_NE(unfinished.status().message().find("test/ has no index.json while train/ has one"), std::string::npos)
+        << unfinished.status().message();
+    ASSERT_TRUE(pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), {}).is_ok());  // finished
+    EXPECT_TRUE(dataset_stats((root_ / "dst").string()).is_ok());
+
+    // A split pack into a folder that held an unsplit one: the old root index.json won.
+    ASSERT_TRUE(pack_image_folder((root_ / "src" / "test").string(), (root_ / "mix").string(), {}).is_ok());
+    ASSERT_TRUE(pack_image_folder((root_ / "src").string(), (root_ / "mix").string(), {}).is_ok());
+    auto mix = dataset_stats((root_ / "mix").string());
+    ASSERT_TRUE(mix.is_ok()) << mix.status().message();
+    ASSERT_EQ(mix->splits.size(), 2u);
+    EXPECT_EQ(mix->splits[0].samples, 6);
+    // ... and the other way round: the split indexes go.
+    ASSERT_TRUE(pack_image_folder((root_ / "src" / "test").string(), (root_ / "mix").string(), {}).is_ok());
+    EXPECT_FALSE(stdfs::exists(root_ / "mix" / "train" / "index.json"));
+
+    // A manifest pins every file: a shard that cannot be read fails it instead of being left out.
+    stdfs::remove(root_ / "dst" / "train" / "shard-000000.tar");
+    auto missing = dataset_stats((root_ / "dst").string(), {.hash = true});
+    ASSERT_FALSE(missing.is_ok());
+    EXPECT_NE(missing.status().message().find("1 file(s) could not be read (first: train/shard-000000.tar"),
+              std::string::npos)
+        << missing.status().message();
+
+    // A named pipe in a shard's place held open() for ever (stats, verify, and pack's resume).
+    ASSERT_EQ(::mkfifo((root_ / "dst" / "train" / "shard-000000.tar").c_str(), 0600), 0);
+    auto pipe = verify_dataset((root_ / "dst").string(), {});
+    ASSERT_TRUE(pipe.is_ok()) << pipe.status().message();
+    EXPECT_FALSE(pipe->ok());
+    ASSERT_FALSE(pipe->problems.empty());
+    EXPECT_NE(pipe->problems[0].detail.find("not a regular file"), std::string::npos) << pipe->problems[0].detail;
+    auto repack = pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), {});
+    EXPECT_TRUE(repack.is_ok() || repack.status().message().find("not a regular file") != std::string::npos)
+        << repack.status().message();
+
+}
+
 TEST_F(Pack, BadArgumentsAreClearErrors) {
     make_folder(root_ / "src", 1, 2);
     auto inside = pack_image_folder((root_ / "src").string(), (root_ / "src" / "shards").string(), {});
@@ -585,6 +632,12 @@ TEST(ShardIndex, EveryBadFieldIsNamed) {
     auto dup = parse_shard_index(twice.dump(), "i.json");
     EXPECT_NE(dup.status().message().find("shards[1].name: expected a name no other shard has"), std::string::npos)
         << dup.status().message();
+    nlohmann::json same = good;
+    same["classes"] = {"a", "a"};
+    auto two = parse_shard_index(same.dump(), "i.json");
+    EXPECT_NE(two.status().message().find("classes[1]: expected a name no other class has ('a' is also classes[0])"),
+              std::string::npos)
+        << two.status().message();
     auto not_json = parse_shard_index("{\"format\": ", "i.json");
     EXPECT_NE(not_json.status().message().find("i.json: not valid JSON"), std::string::npos);
     // A number JSON cannot hold is nlohmann's out_of_range, not its parse_error (found by the
@@ -662,9 +715,14 @@ TEST_F(Stats, HugeFilesAreUnreadableSamplesAndLinkLoopsAreErrors) {
     put(root_ / "d" / "train" / "dog" / "1.png", png(50, 16, 4));
     put(root_ / "d" / "train" / "dog" / "huge.jpg", "");
     ASSERT_EQ(::truncate((root_ / "d" / "train" / "dog" / "huge.jpg").c_str(), int64_t{15} << 40), 0);
-    auto st = dataset_stats((root_ / "d").string(), {.hash = true});
+    auto st = dataset_stats((root_ / "d").string());
     ASSERT_TRUE(st.is_ok()) << st.status().message();
     EXPECT_EQ(st->splits[0].unreadable, 1);
+    // A manifest would leave it out, so none is made.
+    auto hashed = dataset_stats((root_ / "d").string(), {.hash = true});
+    ASSERT_FALSE(hashed.is_ok());
+    EXPECT_NE(hashed.status().message().find("1 file(s) could not be read (first: train/dog/huge.jpg"), std::string::npos)
+        << hashed.status().message();
     ASSERT_EQ(st->splits[0].unreadable_examples.size(), 1u);
     EXPECT_NE(st->splits[0].unreadable_examples[0].find("huge.jpg is larger than 512 MiB"), std::string::npos)
         << st->splits[0].unreadable_examples[0];
@@ -735,22 +793,26 @@ TEST_F(Stats, ManifestFindsChangedMissingAndExtraFiles) {
 }
 
 TEST_F(Stats, FileNamesThatAreNotUtf8) {
-    // Linux names are bytes: a Latin-1 "caf\xe9.jpg" and a stray 0xff. Packing sanitises the key
-    // (the index is JSON) and the shards verify; a manifest, which must give the name back byte
-    // for byte, refuses it naming the file.
+    // Linux names are bytes: a Latin-1 "caf\xe9.jpg" and a stray 0xff. Packing sanitises a file's
+    // key (the index is JSON) and the shards verify; a class folder's name, which labels the
+    // model's outputs, is refused (it came out as U+FFFD, and "cl\xff" and "cl\xfe" as one class);
+    // a manifest, which must give the name back byte for byte, refuses it naming the file.
     make_folder(root_ / "d", 2, 3);
     stdfs::rename(root_ / "d" / "class0/img.000.jpg", root_ / "d" / "class0/caf\xe9.jpg");
-    stdfs::create_directories(root_ / "d" / "cl\xffss");
-    put(root_ / "d" / "cl\xffss" / "x.png", png(4, 4, 7));
     auto packed = pack_image_folder((root_ / "d").string(), (root_ / "s").string(), {});
     ASSERT_TRUE(packed.is_ok()) << packed.status().message();
     auto src = ShardSource::open(std::make_shared<LocalStore>((root_ / "s").string())).value();
-    EXPECT_EQ(src->size(), 7);
+    EXPECT_EQ(src->size(), 6);
     const auto& keys = src->index().keys;
     EXPECT_NE(std::find(keys.begin(), keys.end(), "class0/caf_"), keys.end());
-    EXPECT_NE(std::find(keys.begin(), keys.end(), "cl_ss/x"), keys.end());
-    EXPECT_EQ(src->class_names()[2], "cl\xef\xbf\xbdss");  // U+FFFD in the index's class list
     EXPECT_TRUE(verify_dataset((root_ / "s").string(), {.decode = true}).value().ok());
+    stdfs::create_directories(root_ / "d" / "cl\xffss");
+    put(root_ / "d" / "cl\xffss" / "x.png", png(4, 4, 7));
+    auto refused = pack_image_folder((root_ / "d").string(), (root_ / "s2").string(), {});
+    ASSERT_FALSE(refused.is_ok());
+    EXPECT_NE(refused.status().message().find("the class folder name \"cl\xef\xbf\xbdss\" is not UTF-8"),
+              std::string::npos)
+        << refused.status().message();
 
     auto st = dataset_stats((root_ / "d").string(), {.hash = true}).value();
     Status w = write_manifest((root_ / "m.json").string(), *st.manifest);

@@ -151,8 +151,15 @@ def main():
         # Bad input: one clear line each.
         p = run("data", "pack", os.path.join(tmp, "nope"), dst, expect=1)
         check("nope does not exist" in p.stderr, p.stderr)
-        p = run("data", "pack", src, dst, "--shard-size", "12XB", expect=1)
+        p = run("data", "pack", src, dst, "--shard-size", "12XB", expect=2)  # a usage error, as other flags'
         check("--shard-size: size '12XB' is not a size" in p.stderr, p.stderr)
+        p = run("data", "pack", src, dst, "--workers", "-3", expect=2)
+        p = run("data", "pack", src, dst, "--seed", "-1", expect=2)
+        # --manifest may not replace what is not a manifest, nor lie inside the dataset.
+        p = run("data", "stats", src, "--manifest", os.path.join(src, "m.json"), expect=1)
+        check("lies inside the dataset" in p.stderr, p.stderr)
+        p = run("data", "stats", src, "--manifest", "/dev/null", expect=1)
+        check("not a regular file" in p.stderr, p.stderr)
         p = run("data", "verify", src, "--manifest", os.path.join(tmp, "missing.json"), expect=1)
         check("missing.json does not exist" in p.stderr, p.stderr)
         p = run("data", "stats", os.path.join(tmp, "nope"), expect=1)

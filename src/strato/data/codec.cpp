@@ -14,12 +14,11 @@
 namespace strato::data {
 namespace {
 
-constexpr int64_t kMaxPixels = int64_t{64} << 20;  // refuse bigger headers before allocating
 
 Status check_size(const std::string& name, int64_t w, int64_t h) {
-    if (w <= 0 || h <= 0 || w * h > kMaxPixels) {
+    if (w <= 0 || h <= 0 || w * h > kMaxImagePixels) {
         return invalid_argument("{}: image header says {}x{} pixels, outside 1 to {} megapixels (corrupt?)", name, w, h,
-                                kMaxPixels >> 20);
+                                kMaxImagePixels >> 20);
     }
     return Status::ok();
 }
@@ -143,7 +142,7 @@ bool run_jpeg(JpegJob* job) {
     job->created = true;
     read_header(job);
     if (job->header_only) return true;
-    if (static_cast<int64_t>(c.image_width) * c.image_height > kMaxPixels) return true;  // checked by the caller
+    if (static_cast<int64_t>(c.image_width) * c.image_height > kMaxImagePixels) return true;  // checked by the caller
 
     if (job->rw <= 0 || job->rh <= 0) job->rx = 0, job->ry = 0, job->rw = job->width, job->rh = job->height;
     // The smallest M/8 keeping the region at least min_w x min_h.

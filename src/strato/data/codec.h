@@ -23,6 +23,8 @@ namespace strato::data {
 /// ~200 MB even as an uncompressed PNG; a bigger file is not an image sample (a disk image, a
 /// sparse file, a video renamed .jpg) and reading it whole would exhaust memory.
 inline constexpr uint64_t kMaxImageFileBytes = 512ull << 20;
+/// Bigger headers are refused before anything is allocated for the pixels.
+inline constexpr int64_t kMaxImagePixels = int64_t{64} << 20;
 
 enum class ImageFormat { kJpeg, kPng };
 

@@ -79,6 +79,16 @@ Status open_scan(const std::string& path, Scan* scan) {
     } else {
         for (const char* s : {"train", "val", "test"})
             if (file_exists(stdfs::path(path) / s / kShardIndexName)) shard_splits.emplace_back(s);
+        // A split folder without its index beside ones with theirs: a pack stopped before it
+        // finished that split (they are packed one after another). Checking the others only
+        // said "ok".
+        if (!shard_splits.empty())
+            for (const char* s : {"train", "val", "test"})
+                if (std::find(shard_splits.begin(), shard_splits.end(), s) == shard_splits.end() &&
+                    stdfs::is_directory(stdfs::path(path) / s, ec))
+                    return data_loss("{}: {}/ has no {} while {}/ has one: a `strato data pack` that did not finish "
+                                     "(run it again: it keeps the finished shards)",
+                                     path, s, kShardIndexName, shard_splits.front());
     }
     if (!shard_splits.empty()) {
         scan->kind = "shards";
@@ -456,7 +466,26 @@ Result<DatasetStats> dataset_stats(const std::string& path, const StatsOptions& 
     out.path = path;
     out.kind = scan.kind;
     for (const SplitScan& sp : scan.splits) out.splits.push_back(split_stats(sp));
-    if (options.hash) out.manifest = manifest_of(scan);
+    if (options.hash) {
+        // A manifest pins the dataset: one that leaves out a file it could not read (permissions,
+        // a shard gone) would pin another one.
+        std::vector<size_t> unhashed;
+        for (size_t i = 0; i < scan.items.size(); ++i)
+            if (scan.file_bytes[i] < 0 || scan.sha256[i].empty()) unhashed.push_back(i);
+        if (!unhashed.empty()) {
+            const std::string& first = scan.items[unhashed[0]].rel;
+            std::string why;
+            for (const auto& p : scan.problems)
+                if (p.path == first) {
+                    why = ": " + p.detail;
+                    break;
+                }
+            return data_loss("{}: {} file(s) could not be read (first: {}{}), so no manifest was written: it would "
+                             "leave them out",
+                             path, unhashed.size(), first, why);
+        }
+        out.manifest = manifest_of(scan);
+    }
     return out;
 }
 

@@ -12,7 +12,9 @@
 namespace strato::data {
 
 Result<MappedFile> MappedFile::open(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // Without blocking: a named pipe in a shard's place would hold open() for ever (and pack, which
+    // reads finished shards on a resume, past SIGTERM). It is refused as no regular file below.
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         if (errno == ENOENT) return not_found("{} does not exist", path);
         return io_error("cannot open {}: {}", path, std::strerror(errno));

@@ -418,10 +418,36 @@ Result<std::vector<PackedSplit>> pack_image_folder(const std::string& src, const
     }
     std::vector<PackedSplit> out;
     std::vector<std::string> class_names;
-    for (const std::string& split : dataset_splits(src)) {
+    const std::vector<std::string> splits = dataset_splits(src);
+    // A pack of the other layout in the same folder: its index would win over (a root index.json)
+    // or sit beside (train/index.json) the new one, and readers took the old dataset.
+    {
+        std::vector<stdfs::path> stale;
+        if (splits.size() == 1 && splits[0].empty()) {
+            for (const char* s : {"train", "val", "test"}) stale.push_back(stdfs::path(dst) / s / kShardIndexName);
+        } else {
+            stale.push_back(stdfs::path(dst) / kShardIndexName);
+        }
+        for (const auto& p : stale) {
+            if (!stdfs::exists(p, ec)) continue;
+            log::warn("data pack: {} is the index of an earlier pack of another layout; removed (its shards beside it "
+                      "are no longer read)",
+                      p.string());
+            stdfs::remove(p, ec);
+            if (ec) return io_error("cannot remove {}: {}", p.string(), ec.message());
+        }
+    }
+    for (const std::string& split : splits) {
         const stdfs::path from = split.empty() ? stdfs::path(src) : stdfs::path(src) / split;
         STRATO_ASSIGN_OR_RETURN(FolderIndex idx, index_image_folder(from.string(), class_names));
         if (class_names.empty()) class_names = idx.class_names;  // train's classes label every split
+        // index.json holds class names as JSON strings, which are UTF-8: other bytes came out as
+        // U+FFFD, and two classes could end up with one name.
+        for (const auto& c : idx.class_names)
+            if (!is_utf8(c))
+                return invalid_argument("{}: the class folder name {} is not UTF-8, which index.json cannot record; "
+                                        "rename it",
+                                        from.string(), json_text(c));
         PackedSplit done;
         STRATO_RETURN_IF_ERROR(
             pack_split(idx, split.empty() ? stdfs::path(dst) : stdfs::path(dst) / split, split, options, &done));

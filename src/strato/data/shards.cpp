@@ -172,7 +172,11 @@ Result<ShardIndex> parse_shard_index(std::string_view text, const std::string& w
     if (!classes.is_array() || classes.empty()) return bad("classes", "a non-empty array of class names");
     for (size_t c = 0; c < classes.size(); ++c) {
         if (!classes[c].is_string()) return bad(fmt::format("classes[{}]", c), "a string");
-        idx.class_names.push_back(classes[c].get<std::string>());
+        const std::string name = classes[c].get<std::string>();
+        if (auto it = std::find(idx.class_names.begin(), idx.class_names.end(), name); it != idx.class_names.end())
+            return bad(fmt::format("classes[{}]", c),
+                       fmt::format("a name no other class has ('{}' is also classes[{}])", name, it - idx.class_names.begin()));
+        idx.class_names.push_back(name);
     }
     const auto num_classes = static_cast<int64_t>(idx.class_names.size());
     if (!j.contains("samples") || !j["samples"].is_number_integer() || j["samples"].get<int64_t>() < 0) {
