@@ -24,48 +24,70 @@ void add_doctor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     auto o = std::make_shared<Opts>();
     auto* cmd = app.add_subcommand("doctor", "Check this machine: libtorch, BLAS, threads, CPU features (AVX-512, AMX), "
                                              "GPUs, memory and disk");
-    cmd->add_flag("--json", o->json, "Print the checks as JSON");
-    cmd->add_option("--dir", o->dir, "Where free disk space matters (default: runs)");
-    cmd->add_option("--peers", o->peers, "HOST:PORT of other nodes (comma-separated): round-trip time, < 2 ms wanted "
-                                         "for data parallelism; over an echo when they run `strato doctor --listen`")
-        ->delimiter(',');
-    cmd->add_option("--samples", o->samples, "Round trips per peer (default 20)")->check(CLI::Range(1, 100000));
-    cmd->add_option("--listen", o->listen, "Answer other nodes' --peers probes on [HOST:]PORT until Ctrl-C");
-    cmd->footer("Exit code 1 when a check FAILs (for example the slow reference BLAS, or an unreachable peer).\n"
-                "Examples:\n"
-                "  node2$ strato doctor --listen 0.0.0.0:29999\n"
-                "  node1$ strato doctor --peers node2:29999,node3:29999");
+    auto* json = cmd->add_flag("--json", o->json, "Print the checks as JSON");
+    auto* dir = cmd->add_option("--dir", o->dir, "Where free disk space matters (default: runs)");
+    // Bad addresses are usage errors (exit 2), refused by the parser before any check runs.
+    auto* peers = cmd->add_option("--peers", o->peers,
+                                  "HOST:PORT of other nodes (comma-separated): round-trip time, < 2 ms wanted for data "
+                                  "parallelism; over an echo when they run `strato doctor --listen`. FAILs when more "
+                                  "than half the round trips fail")
+                      ->delimiter(',')
+                      ->check(
+                          [](const std::string& text) {
+                              auto hp = parse_host_port(text, "peer");
+                              return hp.is_ok() ? std::string() : hp.status().message();
+                          },
+                          "HOST:PORT");
+    auto* samples = cmd->add_option("--samples", o->samples, "Round trips per peer (default 20; each within 3 s)")
+                        ->check(CLI::Range(1, 100000));
+    // The listener runs no checks: flags for them would be silently ignored.
+    cmd->add_option("--listen", o->listen,
+                    "Answer other nodes' --peers probes on [HOST:]PORT until Ctrl-C (HOST an IPv4 address, "
+                    "default 0.0.0.0; port 0: any free port, printed)")
+        ->check(
+            [](const std::string& text) {
+                auto hp = dist::parse_listen_address(text);
+                return hp.is_ok() ? std::string() : hp.status().message();
+            },
+            "[HOST:]PORT")
+        ->excludes(peers)
+        ->excludes(json)
+        ->excludes(samples)
+        ->excludes(dir);
+    cmd->footer(
+        "Exit code 1 when a check FAILs (for example the slow reference BLAS, an unreachable peer, or one that\n"
+        "fails more than half of its round trips), 2 for a usage error.\n"
+        "Examples:\n"
+        "  node2$ strato doctor --listen 0.0.0.0:29999\n"
+        "  node1$ strato doctor --peers node2:29999,node3:29999");
     cmd->callback([o, exit_code] {
         if (!o->listen.empty()) {
-            std::string host = "0.0.0.0", port = o->listen;
-            if (size_t c = o->listen.rfind(':'); c != std::string::npos) host = o->listen.substr(0, c), port = o->listen.substr(c + 1);
-            auto port_number = parse_int(port, 0, 65535);  // 0: any free port, printed
-            if (!port_number) {
-                *exit_code = report_error("doctor", invalid_argument("--listen '{}': expected [HOST:]PORT with a port in 0..65535", o->listen));
-                return;
-            }
+            const HostPort at = dist::parse_listen_address(o->listen).value();
             signals::install_stop_handlers();
-            Status s = dist::serve_echo(host, static_cast<int>(*port_number), [] { return signals::stop_requested(); },
-                                        [&](int p) { fmt::print("listening on {}:{} (Ctrl-C to stop)\n", host, p); std::fflush(stdout); });
+            Status s = dist::serve_echo(
+                at.host, at.port, [] { return signals::stop_requested(); },
+                [&](int p) {
+                    fmt::print("listening on {}:{} (Ctrl-C to stop)\n", at.host, p);
+                    std::fflush(stdout);
+                });
             *exit_code = s.is_ok() ? 0 : report_error("doctor", s);
             return;
-        }
-        for (const auto& p : o->peers) {
-            if (Status s = parse_host_port(p, "--peers").status(); !s.is_ok())
-                return void(*exit_code = report_error("doctor", s));
         }
         auto checks = doctor::run_checks(o->dir);
         if (!o->peers.empty()) {
             for (const auto& p : dist::probe_peers(o->peers, std::max(1, o->samples), 3.0)) {
                 doctor::Check c;
                 c.name = "peer " + p.target;
-                if (!p.reachable || p.samples == 0) {
+                c.value = dist::describe(p);
+                if (p.failing()) {
                     c.level = doctor::Level::kFail;
-                    c.value = "unreachable: " + p.error;
-                    c.hint = "is the host up, the port open, and a firewall in the way?";
+                    c.hint = p.reachable ? "the peer took the connection, then did not answer in time: is it "
+                                           "overloaded, hung, or dropping packets?"
+                                         : "is the host up, the port open, and a firewall in the way?";
+                } else if (p.failed > 0) {
+                    c.level = doctor::Level::kWarn;
+                    c.hint = "some round trips failed: packet loss or an overloaded peer?";
                 } else {
-                    c.value = fmt::format("round trip median {:.3f} ms (min {:.3f}, max {:.3f}; {} samples, {})", p.median_ms,
-                                          p.min_ms, p.max_ms, p.samples, p.echo ? "echo" : "TCP handshake");
                     c.level = p.median_ms < 2.0 ? doctor::Level::kOk : doctor::Level::kWarn;
                     c.hint = "over 2 ms between nodes slows gradient all-reduce: same placement group or rack?";
                 }

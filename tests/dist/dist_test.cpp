@@ -1,16 +1,21 @@
-// The distributed environment readers, Slurm host lists, --nnodes, and the rendezvous between
-// node agents over real TCP on 127.0.0.1. The agent itself (worker processes, restarts, error
-// files, two launchers as two nodes) is tested end to end by tests/e2e/launch_e2e.py.
+// The distributed environment readers, Slurm host lists, --nnodes, the rendezvous between node
+// agents and the `doctor --peers` probes against misbehaving peers, over real TCP on 127.0.0.1.
+// The agent itself (worker processes, restarts, error files, two launchers as two nodes) is
+// tested end to end by tests/e2e/launch_e2e.py.
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <future>
 #include <map>
 #include <thread>
@@ -476,6 +481,296 @@ TEST(Peers, EchoAndDeadPorts) {
     EXPECT_FALSE(probes[1].reachable);
     EXPECT_FALSE(probes[2].reachable);
     EXPECT_NE(probes[2].error.find("HOST:PORT"), std::string::npos);
+}
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// A listening socket on 127.0.0.1, on a port the kernel picks.
+struct Listener {
+    int fd = -1;
+    int port = 0;
+    explicit Listener(int backlog) {
+        fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t len = sizeof a;
+        EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+        EXPECT_EQ(::listen(fd, backlog), 0);
+        getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+        port = ntohs(a.sin_port);
+    }
+    ~Listener() { ::close(fd); }
+    std::string target() const { return fmt::format("127.0.0.1:{}", port); }
+};
+
+// A peer that misbehaves: takes one connection and runs `serve` on it in a thread until the
+// probe hangs up or the test ends (`stop`), so that no test can hang on it.
+class FakePeer {
+public:
+    using Serve = std::function<void(int fd, const std::atomic<bool>& stop)>;
+    explicit FakePeer(Serve serve) : listener_(16) {
+        thread_ = std::thread([this, serve] {
+            pollfd p{listener_.fd, POLLIN, 0};
+            while (!stop_ && ::poll(&p, 1, 50) == 0) continue;
+            if (stop_) return;
+            int c = ::accept(listener_.fd, nullptr, nullptr);
+            if (c < 0) return;
+            serve(c, stop_);
+            ::close(c);
+        });
+    }
+    ~FakePeer() {
+        stop_ = true;
+        thread_.join();
+    }
+    std::string target() const { return listener_.target(); }
+
+    // Waits for one whole line; false when the probe hung up or the test ends.
+    static bool read_line(int fd, const std::atomic<bool>& stop) {
+        for (;;) {
+            pollfd p{fd, POLLIN, 0};
+            if (stop) return false;
+            if (::poll(&p, 1, 50) == 0) continue;
+            char ch;
+            if (::recv(fd, &ch, 1, 0) != 1) return false;
+            if (ch == '\n') return true;
+        }
+    }
+    static bool send_all(int fd, const char* s) {
+        size_t n = strlen(s);
+        return ::send(fd, s, n, MSG_NOSIGNAL) == static_cast<ssize_t>(n);
+    }
+
+private:
+    Listener listener_;
+    std::atomic<bool> stop_{false};
+    std::thread thread_;
+};
+
+// Answers the first `pongs` pings, then reads the rest and never answers.
+FakePeer::Serve silent_after(int pongs) {
+    return [pongs](int fd, const std::atomic<bool>& stop) {
+        for (int i = 0; FakePeer::read_line(fd, stop); ++i)
+            if (i < pongs && !FakePeer::send_all(fd, "strato-pong\n")) return;
+    };
+}
+
+// Found by review: a peer that took the first connection, then stopped accepting (a full
+// backlog) was reported "unreachable: " with no reason, the handshake loop having dropped it.
+TEST(Peers, APeerThatStopsAcceptingFailsWithTheReason) {
+    Listener full(0);  // room for one connection that nobody accepts: later SYNs are dropped
+    auto t0 = Clock::now();
+    auto probes = probe_peers({full.target()}, 5, 0.5);
+    ASSERT_EQ(probes.size(), 1u);
+    const PeerProbe& p = probes[0];
+    EXPECT_TRUE(p.reachable);
+    EXPECT_FALSE(p.echo);
+    EXPECT_EQ(p.samples, 0);
+    EXPECT_EQ(p.failed, 5);
+    EXPECT_TRUE(p.failing());
+    EXPECT_EQ(p.error,
+              "connect timed out after 0.5 s on sample 1 (the first connect succeeded; samples 2..5 not tried)");
+    EXPECT_EQ(describe(p), "5 of 5 samples failed: " + p.error);
+    EXPECT_LT(seconds_since(t0), 3.0) << "one connect timeout, not one per sample";
+}
+
+// Found by review: the timeout applied to each byte, so a peer trickling its pong a byte at a
+// time stretched every round trip (and the run to minutes) and passed as a slow peer.
+TEST(Peers, ATrickledPongFailsItsSampleAtTheTimeout) {
+    FakePeer peer([](int fd, const std::atomic<bool>& stop) {
+        while (FakePeer::read_line(fd, stop)) {
+            for (const char* c = "strato-pong\n"; *c; ++c) {
+                if (stop || ::send(fd, c, 1, MSG_NOSIGNAL) != 1) return;
+                std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            }
+        }
+    });
+    auto t0 = Clock::now();
+    auto probes = probe_peers({peer.target()}, 3, 0.5);
+    const double took = seconds_since(t0);
+    ASSERT_EQ(probes.size(), 1u);
+    const PeerProbe& p = probes[0];
+    EXPECT_TRUE(p.reachable);
+    EXPECT_TRUE(p.echo) << "an answer that starts like a pong is strato's echo";
+    EXPECT_EQ(p.samples, 0);
+    EXPECT_EQ(p.failed, 3);
+    EXPECT_TRUE(p.failing());
+    EXPECT_NE(p.error.find("of the pong's 12 bytes within 0.5 s on sample 1 (samples 2..3 not tried)"),
+              std::string::npos)
+        << p.error;
+    EXPECT_GE(took, 0.45);
+    EXPECT_LT(took, 1.5) << "the whole pong within the timeout, not each byte";
+}
+
+// Found by review: a peer that answered once, then went silent, was "1 samples, echo", a mere
+// warning, and nothing said that the other round trips timed out.
+TEST(Peers, APeerThatGoesSilentCountsTheFailedSamples) {
+    {
+        FakePeer peer(silent_after(1));
+        auto t0 = Clock::now();
+        const PeerProbe p = probe_peers({peer.target()}, 5, 0.5).at(0);
+        EXPECT_LT(seconds_since(t0), 1.5) << "one timeout, not one per sample";
+        EXPECT_TRUE(p.reachable && p.echo);
+        EXPECT_EQ(p.samples, 1);
+        EXPECT_EQ(p.failed, 4);
+        EXPECT_TRUE(p.failing()) << "more than half failed";
+        EXPECT_EQ(p.error, "no pong within 0.5 s on sample 2 (samples 3..5 not tried)");
+        EXPECT_EQ(describe(p).rfind("4 of 5 samples failed: no pong within 0.5 s on sample 2", 0), 0u) << describe(p);
+        EXPECT_NE(describe(p).find("1 samples, echo"), std::string::npos) << describe(p);
+    }
+    {
+        // Only the last round trip lost: reported, counted, but a warning, not a failure.
+        FakePeer peer(silent_after(4));
+        const PeerProbe p = probe_peers({peer.target()}, 5, 0.5).at(0);
+        EXPECT_EQ(p.samples, 4);
+        EXPECT_EQ(p.failed, 1);
+        EXPECT_FALSE(p.failing());
+        EXPECT_EQ(p.error, "no pong within 0.5 s on sample 5");
+        EXPECT_EQ(describe(p).rfind("1 of 5 samples failed: ", 0), 0u) << describe(p);
+    }
+    {
+        // A peer that hangs up mid-probe says so.
+        FakePeer peer([](int fd, const std::atomic<bool>& stop) {
+            if (FakePeer::read_line(fd, stop)) FakePeer::send_all(fd, "strato-pong\n");
+            FakePeer::read_line(fd, stop);
+        });
+        const PeerProbe p = probe_peers({peer.target()}, 3, 0.5).at(0);
+        EXPECT_EQ(p.samples, 1);
+        EXPECT_EQ(p.failed, 2);
+        EXPECT_TRUE(p.failing());
+        EXPECT_EQ(p.error, "the peer closed the connection on sample 2 (sample 3 not tried)");
+    }
+}
+
+// Runs serve_echo on a free port of 127.0.0.1 for the length of a test.
+class EchoServer {
+public:
+    EchoServer() {
+        thread_ = std::thread([this] {
+            (void)serve_echo(
+                "127.0.0.1", 0, [this] { return stop_.load(); }, [this](int p) { bound_.set_value(p); });
+        });
+        port_ = bound_.get_future().get();
+    }
+    ~EchoServer() {
+        stop_ = true;
+        thread_.join();
+    }
+    std::string target() const { return fmt::format("127.0.0.1:{}", port_); }
+    // A blocking client socket connected to the server, its receive buffer `rcvbuf` bytes if set.
+    int connect_client(int rcvbuf = 0) const {
+        int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a.sin_port = htons(static_cast<uint16_t>(port_));
+        EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+        return fd;
+    }
+
+private:
+    std::atomic<bool> stop_{false};
+    std::promise<int> bound_;
+    int port_ = 0;
+    std::thread thread_;
+};
+
+// Whether the server hung up on `fd` within `timeout_s` (end of stream or a reset), reading
+// and discarding whatever it sent before.
+bool hung_up_within(int fd, double timeout_s) {
+    auto t0 = Clock::now();
+    char buf[65536];
+    while (seconds_since(t0) < timeout_s) {
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, 50) <= 0) continue;
+        ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN)) return true;
+    }
+    return false;
+}
+
+// Found by review: the echo server's sockets were blocking, so one client that sent lines
+// and never read its pongs blocked the single server loop in send() for every other client.
+TEST(Peers, AFloodingClientCannotStallTheEchoServer) {
+    EchoServer server;
+    int flood = server.connect_client(4096);
+    ASSERT_GE(::fcntl(flood, F_SETFL, O_NONBLOCK), 0);
+    const std::string lines(64 * 1024, '\n');  // 12 bytes of pong per byte sent
+    bool dropped = false, stalled = false;
+    for (auto t0 = Clock::now(); !dropped && !stalled && seconds_since(t0) < 3;) {
+        if (::send(flood, lines.data(), lines.size(), MSG_NOSIGNAL) >= 0) continue;
+        if (errno != EAGAIN) {
+            dropped = true;  // reset by the server
+            break;
+        }
+        pollfd p{flood, POLLOUT, 0};
+        // A second with no room: the server has stopped reading from us, stuck in a send.
+        if (::poll(&p, 1, 1000) == 0) stalled = true;
+    }
+    EXPECT_FALSE(stalled) << "the server stopped reading";
+    // Another client is answered, over the echo, on every round trip.
+    const PeerProbe p = probe_peers({server.target()}, 3, 0.5).at(0);
+    EXPECT_TRUE(p.echo) << describe(p);
+    EXPECT_EQ(p.samples, 3) << describe(p);
+    EXPECT_TRUE(dropped || hung_up_within(flood, 1.0)) << "a client that never reads its pongs is dropped";
+    ::close(flood);  // also frees a server stuck in send(), so the test ends without the fix
+}
+
+// Pongs that do not fit the client's socket at once wait in the server for it, none lost.
+TEST(Peers, EchoServerKeepsPongsForASlowReader) {
+    EchoServer server;
+    int c = server.connect_client(4096);
+    std::string pings;
+    for (int i = 0; i < 2000; ++i) pings += "strato-ping\n";  // 24 KB of pongs: under the server's 64 KiB
+    ASSERT_EQ(::send(c, pings.data(), pings.size(), MSG_NOSIGNAL), static_cast<ssize_t>(pings.size()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the server's send fills our buffer
+    std::string got;
+    char buf[4096];
+    for (auto t0 = Clock::now(); got.size() < pings.size() && seconds_since(t0) < 3;) {
+        pollfd p{c, POLLIN, 0};
+        if (::poll(&p, 1, 50) <= 0) continue;
+        ssize_t n = ::recv(c, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        got.append(buf, static_cast<size_t>(n));
+    }
+    ::close(c);
+    ASSERT_EQ(got.size(), pings.size());
+    EXPECT_EQ(got.find_first_not_of("strato-pong\n"), std::string::npos);
+    EXPECT_EQ(got.substr(0, 24), "strato-pong\nstrato-pong\n");
+}
+
+// Found by review: an unterminated line only ever got cleared; a line longer than any ping
+// now ends the connection.
+TEST(Peers, EchoServerDropsAnEndlessLine) {
+    EchoServer server;
+    int c = server.connect_client();
+    const std::string line(8192, 'x');
+    ASSERT_EQ(::send(c, line.data(), line.size(), MSG_NOSIGNAL), static_cast<ssize_t>(line.size()));
+    EXPECT_TRUE(hung_up_within(c, 2.0));
+    ::close(c);
+    EXPECT_EQ(probe_peers({server.target()}, 2, 0.5).at(0).samples, 2) << "the server goes on";
+}
+
+TEST(Peers, ListenAddress) {
+    auto any = parse_listen_address("29999");
+    ASSERT_TRUE(any.is_ok());
+    EXPECT_EQ(any->host, "0.0.0.0");
+    EXPECT_EQ(any->port, 29999);
+    auto local = parse_listen_address("127.0.0.1:0");
+    ASSERT_TRUE(local.is_ok());
+    EXPECT_EQ(local->host, "127.0.0.1");
+    EXPECT_EQ(local->port, 0);
+    for (const char* bad :
+         {"", "abc", "65536", "-1", ":21005", "localhost:21005", "127.0.0.1:", "127.0.0.1:21005x", " 21005"}) {
+        auto r = parse_listen_address(bad);
+        ASSERT_FALSE(r.is_ok()) << bad;
+        EXPECT_EQ(r.status().message(),
+                  fmt::format("'{}': expected [HOST:]PORT with HOST an IPv4 address and a port in 0..65535", bad));
+    }
+    EXPECT_NE(parse_listen_address("[::1]:21001").status().message().find("IPv6"), std::string::npos);
 }
 
 }  // namespace

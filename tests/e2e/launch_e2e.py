@@ -4,7 +4,7 @@ and PET_* variables), a failing worker restarting the whole group with an error 
 killed by SIGKILL, restarts used up, SIGTERM to the launcher, two launchers as two nodes through
 the rendezvous on 127.0.0.1 (a failure on one restarts both), and a node that never joins giving
 a clear error within the join timeout; --emit kubernetes as a PyTorchJob; doctor --peers against
-doctor --listen and a dead port."""
+doctor --listen and a dead port, and its usage errors."""
 import json
 import os
 import signal
@@ -256,6 +256,14 @@ def doctor_peers(tmp):
         server.send_signal(signal.SIGINT)
         server.wait(timeout=10)
     check(server.returncode == 0, f"doctor --listen exit {server.returncode}")
+    # Bad addresses are usage errors (exit 2) the parser refuses, and so are flags the listener
+    # would silently ignore.
+    for args in (["--peers", "127.0.0.1"], ["--peers", "127.0.0.1:0"], ["--peers", "127.0.0.1:65536"],
+                 ["--peers", "[::1]:21001"], ["--peers", ""], ["--listen", "abc"], ["--listen", "65536"],
+                 ["--listen", ":21005"], ["--listen", "0", "--peers", "127.0.0.1:1"], ["--listen", "0", "--json"]):
+        p = subprocess.run([STRATO, "doctor", *args], capture_output=True, text=True, timeout=30)
+        check(p.returncode == 2 and (f"{args[0]}: " in p.stderr or "excludes --listen" in p.stderr),
+              f"doctor {args}: exit {p.returncode}, {p.stderr}")
 
 
 def main():

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <map>
 
@@ -26,11 +27,35 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+Clock::time_point plus(Clock::time_point t, double s) {
+    return t + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+Clock::time_point after(double s) { return plus(Clock::now(), s); }
 
 constexpr char kPing[] = "strato-ping\n";
 constexpr char kPong[] = "strato-pong\n";
+constexpr size_t kPingSize = sizeof kPing - 1, kPongSize = sizeof kPong - 1;
 
-/// Connects with a timeout; returns the socket or -1 with `err` set.
+// The echo server's limits. A client whose unsent pongs pass kOutMax sends and never reads; a
+// line past kLineMax is no ping. Either is dropped rather than hold memory (or, with a blocking
+// send, the whole loop) for the other clients.
+constexpr size_t kOutMax = 64 * 1024;
+constexpr size_t kLineMax = 1024;
+
+/// poll() on one socket until `deadline`: > 0 ready, 0 timed out, < 0 error (errno set).
+int wait_for(int fd, short events, Clock::time_point deadline) {
+    for (;;) {
+        const double left = std::chrono::duration<double, std::milli>(deadline - Clock::now()).count();
+        if (left <= 0) return 0;
+        pollfd p{fd, events, 0};
+        // Rounded up: poll(0) just before the deadline would spin.
+        int r = ::poll(&p, 1, static_cast<int>(std::ceil(left)));
+        if (r < 0 && errno == EINTR) continue;
+        return r;
+    }
+}
+
+/// Connects with a timeout; returns a non-blocking socket or -1 with `err` set.
 int connect_to(const sockaddr_in& a, double timeout_s, std::string* err) {
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return *err = strerror(errno), -1;
@@ -41,9 +66,9 @@ int connect_to(const sockaddr_in& a, double timeout_s, std::string* err) {
         return -1;
     }
     if (rc != 0) {
-        pollfd p{fd, POLLOUT, 0};
-        if (::poll(&p, 1, static_cast<int>(timeout_s * 1000)) <= 0) {
-            *err = fmt::format("no answer within {:.0f} s", timeout_s);
+        int ready = wait_for(fd, POLLOUT, after(timeout_s));
+        if (ready <= 0) {
+            *err = ready == 0 ? fmt::format("connect timed out after {:g} s", timeout_s) : strerror(errno);
             ::close(fd);
             return -1;
         }
@@ -61,25 +86,59 @@ int connect_to(const sockaddr_in& a, double timeout_s, std::string* err) {
     return fd;
 }
 
-bool read_exact(int fd, char* buf, size_t n, double timeout_s) {
-    size_t got = 0;
-    while (got < n) {
-        pollfd p{fd, POLLIN, 0};
-        if (::poll(&p, 1, static_cast<int>(timeout_s * 1000)) <= 0) return false;
-        ssize_t r = ::recv(fd, buf + got, n - got, 0);
-        if (r <= 0) return false;
-        got += static_cast<size_t>(r);
+enum class Read { kOk, kTimeout, kClosed, kError };
+
+/// Reads buf[*got, n) by `deadline`. The deadline covers the whole message, not each byte: a
+/// peer that trickles its answer a byte at a time must not stretch one round trip past the
+/// timeout. `*err_no` is errno for kError.
+Read read_by(int fd, char* buf, size_t n, size_t* got, Clock::time_point deadline, int* err_no) {
+    while (*got < n) {
+        int ready = wait_for(fd, POLLIN, deadline);
+        if (ready == 0) return Read::kTimeout;
+        if (ready < 0) return *err_no = errno, Read::kError;
+        ssize_t r = ::recv(fd, buf + *got, n - *got, 0);
+        if (r == 0) return Read::kClosed;
+        if (r < 0) {
+            if (errno == EAGAIN || errno == EINTR) continue;
+            return *err_no = errno, Read::kError;
+        }
+        *got += static_cast<size_t>(r);
     }
-    return true;
+    return Read::kOk;
+}
+
+/// Sends the ping; empty, or why not.
+std::string send_ping(int fd) {
+    ssize_t n = ::send(fd, kPing, kPingSize, MSG_NOSIGNAL);
+    if (n == static_cast<ssize_t>(kPingSize)) return {};
+    return fmt::format("cannot send the ping: {}", n < 0 ? strerror(errno) : "the socket buffer is full");
+}
+
+/// Why a round trip that ended with `r` after `got` bytes failed.
+std::string read_failure(Read r, size_t got, int err_no, double timeout_s) {
+    switch (r) {
+        case Read::kOk:
+            return "an answer that is not strato's pong";
+        case Read::kTimeout:
+            return got == 0 ? fmt::format("no pong within {:g} s", timeout_s)
+                            : fmt::format("only {} of the pong's {} bytes within {:g} s", got, kPongSize, timeout_s);
+        case Read::kClosed:
+            return "the peer closed the connection";
+        case Read::kError:
+            break;
+    }
+    return strerror(err_no);
 }
 
 }  // namespace
 
 std::vector<PeerProbe> probe_peers(const std::vector<std::string>& targets, int samples, double timeout_s) {
+    samples = std::max(1, samples);
     std::vector<PeerProbe> out;
     for (const auto& t : targets) {
         PeerProbe p;
         p.target = t;
+        p.requested = samples;
         auto target = parse_host_port(t, "peer");
         if (!target) {
             p.error = "expected HOST:PORT with a port in 1..65535";
@@ -100,6 +159,8 @@ std::vector<PeerProbe> probe_peers(const std::vector<std::string>& targets, int 
         freeaddrinfo(res);
         addr.sin_port = htons(static_cast<uint16_t>(port));
         std::vector<double> rtts;
+        int failed_at = -1;  // the first failed sample (0-based); the rest are not tried
+        std::string why;     // why it failed
         // First: is it strato's echo? Then ping-pong over one connection; else time handshakes.
         int fd = connect_to(addr, timeout_s, &p.error);
         if (fd < 0) {
@@ -107,18 +168,40 @@ std::vector<PeerProbe> probe_peers(const std::vector<std::string>& targets, int 
             continue;
         }
         p.reachable = true;
-        char buf[sizeof kPong - 1];
+        char buf[kPongSize];
+        size_t got = 0;
+        int err_no = 0;
         auto t0 = Clock::now();
-        if (::send(fd, kPing, sizeof kPing - 1, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof kPing - 1) &&
-            read_exact(fd, buf, sizeof buf, std::min(timeout_s, 1.0)) && std::memcmp(buf, kPong, sizeof buf) == 0) {
-            p.echo = true;
-            rtts.push_back(ms_since(t0));
-            for (int i = 1; i < samples; ++i) {
-                t0 = Clock::now();
-                if (::send(fd, kPing, sizeof kPing - 1, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof kPing - 1) ||
-                    !read_exact(fd, buf, sizeof buf, timeout_s))
-                    break;
+        why = send_ping(fd);
+        Read r = Read::kError;
+        if (why.empty()) {
+            // Another service gets 1 s to show it is no echo; an answer that starts like a pong
+            // is strato's echo however slow, and gets the whole timeout.
+            r = read_by(fd, buf, kPongSize, &got, plus(t0, std::min(timeout_s, 1.0)), &err_no);
+            if (r == Read::kTimeout && got > 0 && std::memcmp(buf, kPong, got) == 0)
+                r = read_by(fd, buf, kPongSize, &got, plus(t0, timeout_s), &err_no);
+        }
+        p.echo = got > 0 && std::memcmp(buf, kPong, got) == 0;
+        if (p.echo) {
+            if (r == Read::kOk) {
                 rtts.push_back(ms_since(t0));
+            } else {
+                failed_at = 0;
+                why = read_failure(r, got, err_no, timeout_s);
+            }
+            for (int i = 1; i < samples && failed_at < 0; ++i) {
+                got = 0;
+                t0 = Clock::now();
+                why = send_ping(fd);
+                if (why.empty()) {
+                    r = read_by(fd, buf, kPongSize, &got, plus(t0, timeout_s), &err_no);
+                    if (r == Read::kOk && std::memcmp(buf, kPong, kPongSize) == 0) {
+                        rtts.push_back(ms_since(t0));
+                        continue;
+                    }
+                    why = read_failure(r, got, err_no, timeout_s);
+                }
+                failed_at = i;
             }
             ::close(fd);
         } else {
@@ -127,10 +210,26 @@ std::vector<PeerProbe> probe_peers(const std::vector<std::string>& targets, int 
                 std::string err;
                 t0 = Clock::now();
                 int c = connect_to(addr, timeout_s, &err);
-                if (c < 0) break;
+                if (c < 0) {
+                    failed_at = i;
+                    why = err;
+                    break;
+                }
                 rtts.push_back(ms_since(t0));
                 ::close(c);
             }
+        }
+        if (failed_at >= 0) {
+            p.failed = samples - failed_at;
+            // A peer that took the probe's first connection, then stopped accepting (a full
+            // backlog, a hung process), is reachable yet measures nothing: say so.
+            std::string notes = p.echo ? "" : "the first connect succeeded";
+            if (failed_at + 1 < samples) {
+                notes += notes.empty() ? "" : "; ";
+                notes += failed_at + 2 == samples ? fmt::format("sample {} not tried", samples)
+                                                  : fmt::format("samples {}..{} not tried", failed_at + 2, samples);
+            }
+            p.error = fmt::format("{} on sample {}{}", why, failed_at + 1, notes.empty() ? "" : " (" + notes + ")");
         }
         if (!rtts.empty()) {
             std::sort(rtts.begin(), rtts.end());
@@ -144,9 +243,36 @@ std::vector<PeerProbe> probe_peers(const std::vector<std::string>& targets, int 
     return out;
 }
 
+std::string describe(const PeerProbe& p) {
+    if (!p.reachable) return "unreachable: " + p.error;
+    const std::string rtt =
+        p.samples == 0 ? std::string()
+                       : fmt::format("round trip median {:.3f} ms (min {:.3f}, max {:.3f}; {} samples, {})",
+                                     p.median_ms, p.min_ms, p.max_ms, p.samples, p.echo ? "echo" : "TCP handshake");
+    if (p.failed == 0) return rtt;
+    return fmt::format("{} of {} samples failed: {}{}", p.failed, p.requested, p.error, rtt.empty() ? "" : "; " + rtt);
+}
+
+Result<HostPort> parse_listen_address(std::string_view text) {
+    if (text.find('[') != std::string_view::npos || text.find(':') != text.rfind(':'))
+        return invalid_argument("'{}': IPv6 addresses are not supported; give an IPv4 address", text);
+    HostPort hp{"0.0.0.0", 0};
+    std::string_view port = text;
+    if (size_t c = text.rfind(':'); c != std::string_view::npos) {
+        hp.host = std::string(text.substr(0, c));
+        port = text.substr(c + 1);
+    }
+    in_addr a{};
+    auto number = parse_int(port, 0, 65535);  // 0: any free port, printed
+    if (!number || inet_pton(AF_INET, hp.host.c_str(), &a) != 1)
+        return invalid_argument("'{}': expected [HOST:]PORT with HOST an IPv4 address and a port in 0..65535", text);
+    hp.port = static_cast<int>(*number);
+    return hp;
+}
+
 Status serve_echo(const std::string& host, int port, const std::function<bool()>& stop,
                   const std::function<void(int)>& bound) {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return io_error("socket: {}", strerror(errno));
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -165,38 +291,54 @@ Status serve_echo(const std::string& host, int port, const std::function<bool()>
     socklen_t len = sizeof a;
     getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
     if (bound) bound(ntohs(a.sin_port));
-    std::map<int, std::string> clients;
+    struct Client {
+        size_t line = 0;  // bytes of the line not yet ended
+        std::string out;  // pongs the client has not taken yet
+    };
+    std::map<int, Client> clients;
+    std::vector<pollfd> fds;
     while (!stop()) {
-        std::vector<pollfd> fds{{fd, POLLIN, 0}};
-        for (auto& [c, b] : clients) fds.push_back({c, POLLIN, 0});
+        fds.assign(1, {fd, POLLIN, 0});
+        for (auto& [c, cl] : clients)
+            fds.push_back({c, static_cast<short>(POLLIN | (cl.out.empty() ? 0 : POLLOUT)), 0});
         ::poll(fds.data(), fds.size(), 200);
         if (fds[0].revents & POLLIN) {
-            int c = ::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
-            if (c >= 0) {
+            // Non-blocking, so that no send or recv to one client can hold up the others.
+            for (int c; (c = ::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0;) {
                 setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
                 clients[c];
             }
         }
         for (size_t i = 1; i < fds.size(); ++i) {
-            if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-            char buf[256];
-            ssize_t n = ::recv(fds[i].fd, buf, sizeof buf, 0);
-            if (n <= 0) {
-                ::close(fds[i].fd);
-                clients.erase(fds[i].fd);
-                continue;
+            const int c = fds[i].fd;
+            Client& cl = clients[c];
+            bool drop = false;
+            if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
+                char buf[4096];
+                ssize_t n = ::recv(c, buf, sizeof buf, 0);
+                if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) drop = true;
+                for (ssize_t k = 0; k < n; ++k) {
+                    if (buf[k] != '\n') {
+                        ++cl.line;
+                        continue;
+                    }
+                    cl.line = 0;
+                    cl.out += kPong;
+                }
+                drop |= cl.line > kLineMax;
             }
-            auto& pending = clients[fds[i].fd];
-            pending.append(buf, static_cast<size_t>(n));
-            size_t nl;
-            while ((nl = pending.find('\n')) != std::string::npos) {
-                pending.erase(0, nl + 1);
-                (void)!::send(fds[i].fd, kPong, sizeof kPong - 1, MSG_NOSIGNAL);
+            if (!drop && !cl.out.empty()) {
+                ssize_t n = ::send(c, cl.out.data(), cl.out.size(), MSG_NOSIGNAL);
+                if (n > 0) cl.out.erase(0, static_cast<size_t>(n));
+                if (n < 0 && errno != EAGAIN && errno != EINTR) drop = true;
             }
-            if (pending.size() > 4096) pending.clear();
+            if (drop || cl.out.size() > kOutMax) {
+                ::close(c);
+                clients.erase(c);
+            }
         }
     }
-    for (auto& [c, b] : clients) ::close(c);
+    for (auto& [c, cl] : clients) ::close(c);
     ::close(fd);
     return Status::ok();
 }
