@@ -435,6 +435,19 @@ TEST_F(Pack, UnfinishedSplitsStaleIndexesAndPipesAreErrors) {
 
 TEST_F(Pack, BadArgumentsAreClearErrors) {
     make_folder(root_ / "src", 1, 2);
+    {
+        // Another pack writing the same folder (found by review: the second removed the first's
+        // temporary shards).
+        auto held = fs::lock_dir(root_ / "busy");
+        ASSERT_TRUE(held.is_ok()) << held.status().message();
+        auto busy = pack_image_folder((root_ / "src").string(), (root_ / "busy/").string(), {});
+        ASSERT_FALSE(busy.is_ok());
+        EXPECT_NE(busy.status().message().find("busy/ is in use by another strato process (pid " +
+                                               std::to_string(::getpid()) + ")"),
+                  std::string::npos)
+            << busy.status().message();
+    }
+    EXPECT_TRUE(pack_image_folder((root_ / "src").string(), (root_ / "busy").string(), {}).is_ok());
     auto inside = pack_image_folder((root_ / "src").string(), (root_ / "src" / "shards").string(), {});
     EXPECT_NE(inside.status().message().find("is inside the source"), std::string::npos) << inside.status().message();
     // `strato data pack SRC/train SRC`: shards and index.json into the dataset root itself.

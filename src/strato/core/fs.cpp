@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <ftw.h>
+#include <sys/file.h>
 #include <poll.h>
 #include <sys/stat.h>
 #include <openssl/evp.h>
@@ -82,6 +83,43 @@ Status atomic_write(const stdfs::path& path, std::string_view data) {
         return st;
     }
     return fsync_dir(dir);
+}
+
+DirLock& DirLock::operator=(DirLock&& o) noexcept {
+    if (this != &o) {
+        if (fd_ >= 0) ::close(fd_);
+        fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+}
+
+DirLock::~DirLock() {
+    if (fd_ >= 0) ::close(fd_);
+}
+
+Result<DirLock> lock_dir(const stdfs::path& dir) {
+    std::error_code ec;
+    stdfs::path d = stdfs::absolute(dir, ec).lexically_normal();  // "out/" and "./out" lock "out"
+    if (d.filename().empty()) d = d.parent_path();
+    const stdfs::path parent = d.parent_path();
+    STRATO_RETURN_IF_ERROR(ensure_dir(parent));
+    const stdfs::path lock = parent / fmt::format(".{}.lock", d.filename().string());
+    const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return io_error("cannot create the lock file {}: {}", lock.string(), os_error());
+    DirLock held(fd);
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        char buf[24] = {};
+        const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+        std::string_view text(buf, n > 0 ? static_cast<size_t>(n) : 0);
+        text = trim_blanks(text.substr(0, text.find('\n')));
+        return Status(StatusCode::kAlreadyExists, fmt::format("{} is in use by another strato process (pid {})",
+                                                              dir.string(), text.empty() ? "?" : std::string(text)));
+    }
+    const std::string pid = std::to_string(::getpid()) + "\n";
+    if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+        // (the lock holds without it; a refused process then names no pid)
+    }
+    return held;
 }
 
 Status check_regular_file(const stdfs::path& path) {

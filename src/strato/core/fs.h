@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "strato/core/status.h"
 
@@ -29,6 +30,25 @@ Result<std::string> read_file(const stdfs::path& path, uint64_t max_bytes = UINT
 /// OK when `path` (links followed) is a regular file: a library that opens a path itself (libtorch,
 /// OpenCV) would wait in open() for ever on a named pipe without a writer.
 Status check_regular_file(const stdfs::path& path);
+/// An exclusive lock on a directory, for one process at a time: an flock on
+/// "<parent>/.<name>.lock", beside the directory (so that deleting the directory keeps the lock),
+/// holding the owner's pid. Released when the object goes, or the process ends however it ends.
+class DirLock {
+public:
+    DirLock() = default;
+    explicit DirLock(int fd) : fd_(fd) {}
+    DirLock(DirLock&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+    DirLock& operator=(DirLock&& o) noexcept;
+    DirLock(const DirLock&) = delete;
+    DirLock& operator=(const DirLock&) = delete;
+    ~DirLock();
+
+private:
+    int fd_ = -1;
+};
+/// Takes `dir`'s lock, creating its parent if needed. Held by another process: kAlreadyExists,
+/// "<dir> is in use by another strato process (pid N)".
+Result<DirLock> lock_dir(const stdfs::path& dir);
 /// Puts the directory `staged` (complete, fsynced) at `target`, replacing what is there, so that a
 /// crash at any instant leaves either the old or the new directory at `target`: an atomic swap
 /// (renameat2 RENAME_EXCHANGE) where the file system has one, else the old one moved aside first.

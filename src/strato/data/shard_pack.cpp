@@ -416,6 +416,13 @@ Result<std::vector<PackedSplit>> pack_image_folder(const std::string& src, const
     if (fs::is_within(src, dst)) {  // index.json in an ancestor would make stats/verify of it check the shards only
         return invalid_argument("the destination {} holds the source {}; pack to a directory outside it", dst, src);
     }
+    // One pack at a time into a folder: a second removed the first's temporary shards under it.
+    auto lock = fs::lock_dir(dst);
+    if (!lock) {
+        if (lock.status().code() != StatusCode::kAlreadyExists) return lock.status();
+        return Status(StatusCode::kAlreadyExists,
+                      fmt::format("the destination {}\nhint: wait for that pack to finish", lock.status().message()));
+    }
     std::vector<PackedSplit> out;
     std::vector<std::string> class_names;
     const std::vector<std::string> splits = dataset_splits(src);

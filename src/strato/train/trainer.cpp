@@ -116,42 +116,16 @@ void set_lr(torch::optim::Optimizer& opt, double lr) {
     for (auto& g : opt.param_groups()) g.options().set_lr(lr);
 }
 
-struct FdCloser {
-    void operator()(const int* fd) const {
-        if (*fd >= 0) ::close(*fd);
-        delete fd;
-    }
-};
-using RunLock = std::unique_ptr<int, FdCloser>;
-
 /// One process at a time trains in a run directory (a second one, with --resume, truncated the
-/// first's metrics.jsonl and renamed its checkpoints away): an flock on "<run.dir>/.<name>.lock",
-/// beside the directory so that --overwrite, which deletes it, keeps the lock. Released when the
-/// process ends, however it ends.
-Result<RunLock> lock_run_dir(const stdfs::path& dir) {
-    const stdfs::path parent = dir.parent_path().empty() ? stdfs::path(".") : dir.parent_path();
-    STRATO_RETURN_IF_ERROR(fs::ensure_dir(parent).with_context("run.dir"));
-    const stdfs::path lock = parent / ("." + dir.filename().string() + ".lock");
-    const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return io_error("run.dir {}: cannot create the run's lock file {} there: {}", parent.string(), lock.string(),
-                        std::strerror(errno));
-    RunLock held(new int(fd));
-    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        char buf[24] = {};
-        const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
-        std::string_view text(buf, n > 0 ? static_cast<size_t>(n) : 0);
-        text = trim_blanks(text.substr(0, text.find('\n')));
-        const std::string pid = text.empty() ? "?" : std::string(text);
-        return Status(StatusCode::kAlreadyExists,
-                      fmt::format("run directory {} is in use by another strato process (pid {})\nhint: wait for it to "
-                                  "finish, or give this run another run.name",
-                                  dir.string(), pid));
-    }
-    const std::string pid = std::to_string(::getpid()) + "\n";
-    if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0)
-        log::debug("cannot write the pid into {}: {}", lock.string(), std::strerror(errno));
-    return held;
+/// first's metrics.jsonl and renamed its checkpoints away): fs::lock_dir's lock beside the
+/// directory, so that --overwrite, which deletes it, keeps the lock.
+Result<fs::DirLock> lock_run_dir(const stdfs::path& dir) {
+    auto lock = fs::lock_dir(dir);
+    if (lock.is_ok()) return lock;
+    if (lock.status().code() != StatusCode::kAlreadyExists) return lock.status().with_context("run.dir");
+    return Status(StatusCode::kAlreadyExists,
+                  fmt::format("run directory {}\nhint: wait for it to finish, or give this run another run.name",
+                              lock.status().message()));
 }
 
 /// Prepares the run directory: refuses to clobber a previous run unless asked.
@@ -359,7 +333,7 @@ private:
     const TrainOptions& opts_;
     TrainHooks hooks_;
     std::string run_dir_;
-    RunLock lock_;  // of the run directory, on rank 0
+    fs::DirLock lock_;  // of the run directory, on rank 0
     data::DataSplits splits_;
     std::unique_ptr<data::Loader> train_loader_, test_loader_;
     models::Net net_;
