@@ -68,7 +68,11 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
                                                  {f.csv, "--csv", true},
                                                  {f.report_out, "--report", true},
                                                  {f.body_file, "--body-file", false},
-                                                 {f.input_data, "--input-data", false},
+                                                 // (zero and random are no files; a plain HTTP target reads none)
+                                                 {f.model.empty() || f.input_data == "zero" || f.input_data == "random"
+                                                      ? std::string()
+                                                      : f.input_data,
+                                                  "--input-data", false},
                                                  {f.trace, "--trace", false},
                                                  {f.intervals, "--request-intervals", false}}));
     std::string url_text = f.url.empty() ? (f.model.empty() ? "" : "http://127.0.0.1:8000") : f.url;
@@ -260,7 +264,9 @@ void add_loadtest_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
     cmd->add_option("-d,--duration", f->duration, "Measured time per level (after the warm-up)")->group(meas);
     cmd->add_option("-n,--requests", f->requests, "Measure this many requests per level instead of a duration")->check(CLI::Range(int64_t{1}, int64_t{1} << 40))->group(meas);
     cmd->add_option("--warmup", f->warmup, "Load before measuring (not counted)")->group(meas);
-    cmd->add_option("--stability-percentage", f->stability, "perf_analyzer's rule: measure windows until 3 agree within this % (0: off)")->check(finite_range(0, 100))->group(meas);
+    // (windows of a fixed count of requests: the count ran out after the first, and three empty
+    // windows "agreed" on 0 req/s)
+    cmd->add_option("--stability-percentage", f->stability, "perf_analyzer's rule: measure windows until 3 agree within this % (0: off)")->check(finite_range(0, 100))->group(meas)->excludes("--requests");
     cmd->add_option("-p,--measurement-interval", f->window, "Stability window length; with --trace/--request-intervals, the timeline's (default: 5s or 1/100 of the run) (bare numbers are ms)")->group(meas);
     cmd->add_option("--max-trials", f->max_trials, "Stability windows at most")->check(CLI::Range(3, 1000))->group(meas);
     cmd->add_option("--grace", f->grace, "After the deadline, wait this long for outstanding requests")->group(meas);

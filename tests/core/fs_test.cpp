@@ -237,6 +237,10 @@ TEST_F(FsTest, OutputFilesReplaceOnlyWhatTheCommandWrites) {
     EXPECT_NE(check_output_file(bin, OutputKind::kText, "--markdown").message().find("is not a text file"),
               std::string::npos);
     EXPECT_NE(check_output_file(dir_, OutputKind::kText, "-o").message().find("is a directory"), std::string::npos);
+    // A folder that is not there is said before the work (a load test's results were lost after it).
+    EXPECT_EQ(check_output_file(dir_ / "nope" / "x.json", OutputKind::kText, "--json").message(),
+              "--json " + (dir_ / "nope" / "x.json").string() + ": the directory " + (dir_ / "nope").string() +
+                  " does not exist");
     // A model package's manifest is text, yet not a table's to replace (found by review).
     const auto pkg = dir_ / "model";
     ASSERT_TRUE(ensure_dir(pkg).is_ok());

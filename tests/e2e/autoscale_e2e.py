@@ -68,6 +68,16 @@ def local_provider(tmp, model):
 
         scaled = load_until(12, 6, lambda st: sum(r["state"] == "ready" for r in st["replicas"]) >= 2)
         check(scaled, f"scaled up to 2 or more replicas under load: {status(port)}")
+        # Statistics through the front end are every replica's summed, as one server's (they came
+        # from one replica: a load test's server breakdown covered part of the requests).
+        def inferences(p):
+            with urllib.request.urlopen(f"http://127.0.0.1:{p}/v2/models/fm/stats", timeout=10) as r:
+                return sum(m["inference_count"] for m in json.loads(r.read())["model_stats"])
+        ready = [r["port"] for r in status(port)["replicas"] if r["state"] == "ready"]
+        each = [inferences(p) for p in ready]
+        total = inferences(port)
+        check(total == sum(each) and total > max(each) > 0 or (len([e for e in each if e]) < 2 and total == sum(each)),
+              f"stats through the front end: {total}, the replicas' {each}")
         lt1 = loads[-1][0]
         shrunk = load_until(1, 5, lambda st: len(st["replicas"]) == 1)
         st = status(port)

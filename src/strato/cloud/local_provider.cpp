@@ -20,6 +20,7 @@
 
 #include "strato/core/fs.h"
 #include "strato/core/json.h"
+#include "strato/core/json_depth.h"
 #include "strato/core/log.h"
 #include "strato/core/signals.h"
 #include "strato/loadgen/http_parse.h"
@@ -58,6 +59,38 @@ bool forwarded(const std::string& name) {
 }
 
 constexpr int64_t kRequestTimeoutMs = 120'000;  // a request through the proxy (504 past it)
+
+// Adds one replica's Triton statistics (/v2/models[/NAME]/stats) to `into`: counts and durations
+// add up, the last inference is the latest; models match by name and version, batch statistics
+// by batch size.
+void add_stats(nlohmann::json& into, const nlohmann::json& from, const std::string& key = "") {
+    if (into.is_object() && from.is_object()) {
+        for (auto it = from.begin(); it != from.end(); ++it) {
+            if (!into.contains(it.key())) into[it.key()] = it.value();
+            else add_stats(into[it.key()], it.value(), it.key());
+        }
+    } else if (into.is_array() && from.is_array() && (key == "model_stats" || key == "batch_stats")) {
+        for (const auto& f : from) {
+            auto it = std::find_if(into.begin(), into.end(), [&](const nlohmann::json& x) {
+                if (!x.is_object() || !f.is_object()) return false;
+                if (key == "batch_stats") return x.value("batch_size", int64_t{-1}) == f.value("batch_size", int64_t{-2});
+                return x.value("name", std::string()) == f.value("name", std::string()) &&
+                       x.value("version", std::string()) == f.value("version", std::string());
+            });
+            if (it == into.end()) into.push_back(f);
+            else add_stats(*it, f);
+        }
+    } else if (into.is_number_integer() && from.is_number_integer() && key != "batch_size") {
+        const auto a = into.get<uint64_t>(), b = from.get<uint64_t>();
+        into = key == "last_inference" ? std::max(a, b) : a + b;
+    } else if (into.is_number() && from.is_number() && key != "batch_size") {
+        into = into.get<double>() + from.get<double>();
+    }
+}
+
+bool is_stats_path(const std::string& path) {
+    return path.starts_with("/v2/models") && (path == "/v2/models/stats" || path.ends_with("/stats"));
+}
 
 }  // namespace
 
@@ -139,6 +172,13 @@ struct LocalProvider::Impl {
             std::vector<std::string> headers;
             for (const auto& [k, v] : req.headers)
                 if (forwarded(k)) headers.push_back(k + ": " + v);
+            // Statistics are every replica's summed, as one server's would be (from one replica, a
+            // load test's server breakdown covered half the requests of two).
+            if (req.method == "GET" && is_stats_path(req.target.substr(0, req.target.find('?')))) {
+                out = all_stats(req.target, headers);
+                --in_flight;
+                return reply(std::move(out));
+            }
             // One retry on another replica when a replica cannot be reached (it just died).
             for (int attempt = 0; attempt < 2; ++attempt) {
                 std::shared_ptr<Replica> r = pick();
@@ -177,6 +217,38 @@ struct LocalProvider::Impl {
             --in_flight;
             reply(std::move(out));
         });
+    }
+
+    serve::http::Response all_stats(const std::string& target, const std::vector<std::string>& headers) {
+        std::vector<std::shared_ptr<Replica>> ready;
+        {
+            std::lock_guard<std::mutex> lock(mu);
+            for (const auto& r : replicas)
+                if (r->state == 1) ready.push_back(r);
+        }
+        serve::http::Response out;
+        out.content_type = "application/json";
+        nlohmann::json sum;
+        for (const auto& r : ready) {
+            auto res = loadgen::http_request(r->url, "GET", target, {}, 10'000, headers);
+            if (!res.is_ok()) continue;  // gone meanwhile: the others still count
+            if (res->status != 200) {  // an unknown model, say: as the replica answered
+                out.status = static_cast<unsigned>(res->status);
+                out.body = std::move(res->body);
+                return out;
+            }
+            auto j = parse_json_bounded(res->body);
+            if (j.is_discarded()) continue;
+            if (sum.is_null()) sum = std::move(j);
+            else add_stats(sum, j);
+        }
+        if (sum.is_null()) {
+            out.status = 503;
+            out.body = R"({"error":"no replica is ready"})";
+            return out;
+        }
+        out.body = json_text(sum);
+        return out;
     }
 
     std::string status_json() const {

@@ -307,6 +307,11 @@ Status check_output_file(const stdfs::path& path, OutputKind kind, std::string_v
         return invalid_argument("{} {}: the place belongs to the model package {}; not writing there (choose a "
                                 "path outside it)",
                                 flag, path.string(), parent.string());
+    // A folder that is not there failed the write only after the whole run (a load test's results lost).
+    if (!stdfs::is_directory(parent, ec))
+        return invalid_argument("{} {}: the directory {} does not exist", flag, path.string(), parent.string());
+    if (::access(parent.c_str(), W_OK) != 0)
+        return invalid_argument("{} {}: cannot write in {}: {}", flag, path.string(), parent.string(), os_error());
     const auto st = stdfs::status(path, ec);
     if (ec || st.type() == stdfs::file_type::not_found) return Status::ok();
     if (stdfs::is_directory(st)) return invalid_argument("{} {}: is a directory; expected a file name", flag, path.string());

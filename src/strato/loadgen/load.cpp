@@ -81,6 +81,7 @@ void Measurement::merge(const Measurement& o) {
     protocol_errors += o.protocol_errors;
     delayed += o.delayed;
     unfinished += o.unfinished;
+    late += o.late;
     bytes_received += o.bytes_received;
 }
 
@@ -172,6 +173,7 @@ struct Worker {
     void connect(Conn& c);
     void on_connected(Conn& c);
     void on_event(Conn& c, uint32_t ev);
+    bool reserve();  // one request of the budget, counted busy; false when the budget is spent
     void send(Conn& c, int64_t intended);
     void write_some(Conn& c);
     void on_readable(Conn& c);
@@ -203,15 +205,16 @@ struct LoadSession::Impl {
     LoadOptions options;
     std::vector<asio::ip::tcp::endpoint> endpoints;
     std::vector<std::unique_ptr<Worker>> workers;
-    std::atomic<int64_t> budget{-1};  // requests that may still be sent; < 0 without a limit
+    std::atomic<bool> limited{false};  // sends are counted against `budget`
+    std::atomic<int64_t> budget{-1};   // requests that may still be sent
     std::atomic<int64_t> done{0};
     int64_t window_start = 0;
     int64_t start_ns = 0;             // a schedule's time zero
     bool stopped = false;
 
     bool take_budget() {
-        if (options.request_budget < 0) return true;
-        return budget.fetch_sub(1, std::memory_order_relaxed) > 0;
+        if (!limited.load(std::memory_order_acquire)) return true;
+        return budget.fetch_sub(1) > 0;
     }
 };
 
@@ -363,15 +366,23 @@ void Worker::next_or_idle(Conn& c) {
     c.state = ConnState::kIdle;
     if (stopping) return;
     if (owner->options.mode == LoadOptions::Mode::kClosed) {
-        if (owner->take_budget()) send(c, now_ns());
+        if (reserve()) send(c, now_ns());
         return;
     }
     dispatch();
 }
 
+bool Worker::reserve() {
+    // Busy before the budget is taken: the runner, seeing the budget spent and no worker busy,
+    // ends the point, and must not do so between the two.
+    busy.fetch_add(1);  // (sequentially consistent with the budget: see idle_after_budget)
+    if (owner->take_budget()) return true;
+    busy.fetch_sub(1, std::memory_order_relaxed);
+    return false;
+}
+
 void Worker::send(Conn& c, int64_t intended) {
     c.state = ConnState::kBusy;
-    busy.fetch_add(1, std::memory_order_relaxed);
     c.intended_ns = intended;
     c.sent_ns = now_ns();
     c.parser.reset();
@@ -525,7 +536,7 @@ void Worker::dispatch() {
     for (auto& c : conns) {
         if (pending.empty()) return;
         if (c->state == ConnState::kIdle) {
-            if (!owner->take_budget()) {
+            if (!reserve()) {
                 pending.clear();
                 return;
             }
@@ -618,6 +629,7 @@ Result<std::unique_ptr<LoadSession>> LoadSession::start(const Target& target, co
     impl->target = target;
     impl->options = options;
     impl->budget = options.request_budget;
+    impl->limited = options.request_budget >= 0;
     {
         asio::io_context io;
         asio::ip::tcp::resolver resolver(io);
@@ -629,8 +641,10 @@ Result<std::unique_ptr<LoadSession>> LoadSession::start(const Target& target, co
         for (const auto& e : results) impl->endpoints.push_back(e.endpoint());
         if (impl->endpoints.empty()) return Status(StatusCode::kUnavailable, fmt::format("'{}' has no address", target.url.host));
     }
-    int threads = options.mode == LoadOptions::Mode::kClosed ? std::min(options.threads, options.concurrency)
-                                                             : options.threads;
+    // (an open loop's thread holds a connection from the start: more threads than --max-connections
+    // opened one each)
+    int threads = std::min(options.threads, options.mode == LoadOptions::Mode::kClosed ? options.concurrency
+                                                                                         : options.max_connections);
     for (int i = 0; i < threads; ++i) {
         impl->workers.push_back(std::make_unique<Worker>(impl.get(), i));
         const Worker& w = *impl->workers.back();
@@ -684,9 +698,28 @@ Measurement LoadSession::stop(int64_t grace_ns) {
     }
     for (auto& w : impl_->workers)
         if (w->thread.joinable()) w->thread.join();
-    Measurement tail = snapshot();  // only the unfinished count matters here
+    // What ended in the grace was counted nowhere, and a run's counts did not add up to what was
+    // sent: answers are `late` (in neither the latencies nor the throughput of the window, which
+    // had ended), failures are errors, the rest unfinished.
+    Measurement tail = snapshot();
+    last.late += tail.ok + tail.late;
     last.unfinished += tail.unfinished;
+    tail.latency = LatencyHistogram();
+    tail.ok = tail.late = tail.unfinished = tail.delayed = tail.bytes_received = 0;
+    last.merge(tail);
     return last;
+}
+
+void LoadSession::set_budget(int64_t n) {
+    impl_->budget.store(n, std::memory_order_relaxed);
+    impl_->limited.store(true, std::memory_order_release);
+}
+
+bool LoadSession::idle_after_budget() const {
+    if (!impl_->limited.load() || impl_->budget.load() > 0) return false;
+    for (const auto& w : impl_->workers)
+        if (w->busy.load() > 0) return false;
+    return true;
 }
 
 LoadSession::~LoadSession() {

@@ -43,6 +43,7 @@ struct Measurement {
     int64_t protocol_errors = 0;    // a response that is not HTTP/1.x
     int64_t delayed = 0;            // open loop: sent more than 1 ms after the intended time
     int64_t unfinished = 0;         // still outstanding (or never sent) when the run stopped
+    int64_t late = 0;               // answered in the grace after the window ended (not in latency or throughput)
     int64_t bytes_received = 0;
     double seconds = 0;             // length of the window
 
@@ -93,6 +94,10 @@ public:
     Measurement stop(int64_t grace_ns);
     /// Requests finished so far (any outcome), for --requests.
     int64_t requests_done() const;
+    /// From now on, send `n` more requests (--requests after a warm-up).
+    void set_budget(int64_t n);
+    /// True once a budget is set, spent, and nothing is outstanding.
+    bool idle_after_budget() const;
 
     LoadSession(const LoadSession&) = delete;
     LoadSession& operator=(const LoadSession&) = delete;
