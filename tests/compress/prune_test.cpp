@@ -597,6 +597,13 @@ TEST(PrunePackage, BadInputIsRefusedClearly) {
     ASSERT_FALSE(inside.is_ok());
     EXPECT_NE(inside.status().message().find("is inside it"), std::string::npos) << inside.status().message();
     EXPECT_TRUE(stdfs::exists(src));
+    o = base;
+    o.output = (stdfs::path(src) / "x").string();  // found by review: a run inside the source package
+    auto nested = prune_package(o);
+    ASSERT_FALSE(nested.is_ok());
+    EXPECT_NE(nested.status().message().find("is inside the source package"), std::string::npos)
+        << nested.status().message();
+    EXPECT_FALSE(stdfs::exists(stdfs::path(src) / "x"));
 
     // An INT8 package (strato compress quantize adds a top-level "quantization" object).
     const stdfs::path manifest = stdfs::path(src) / models::kPackageManifest;

@@ -176,6 +176,20 @@ TEST_F(Cli, SmallRunEndToEnd) {
     expect_one_error(train("configs/fashion_mnist_mlp.toml" + sets + " --resume --set model.width=32"),
                      "(the weights were saved with another model config)");
     EXPECT_EQ(fs::read_file(run + "/config.toml").value(), config_before);
+    // ... and so with its metrics gone (found by review: the next resume warned of a change that
+    // never trained).
+    stdfs::rename(run + "/metrics.jsonl", dir_ + "/metrics.jsonl.bak");
+    expect_one_error(train("configs/fashion_mnist_mlp.toml" + sets + " --resume --set data.batch_size=16"),
+                     "metrics.jsonl does not exist");
+    EXPECT_EQ(fs::read_file(run + "/config.toml").value(), config_before);
+    stdfs::rename(dir_ + "/metrics.jsonl.bak", run + "/metrics.jsonl");
+    // A folder of the user's where the package goes fails before training, not after it.
+    stdfs::create_directories(dir_ + "/runs/squat/model");
+    ASSERT_TRUE(fs::atomic_write(dir_ + "/runs/squat/model/notes.txt", "mine\n").is_ok());
+    expect_one_error(train("configs/fashion_mnist_mlp.toml" + sets + " --set run.name=squat --overwrite"),
+                     "exists and is not a model package");
+    EXPECT_FALSE(stdfs::exists(dir_ + "/runs/squat/metrics.jsonl"));
+    EXPECT_TRUE(stdfs::exists(dir_ + "/runs/squat/model/notes.txt"));
     // eval loads the package without the training config.
     auto ev = run_strato("eval --model " + run + "/model --set data.limit_test=512 --json", dir_);
     ASSERT_EQ(ev.code, 0) << ev.err;

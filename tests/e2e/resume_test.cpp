@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "proc.h"
 #include "strato/core/fs.h"
@@ -52,11 +53,17 @@ void expect_same_weights(const std::string& a, const std::string& b) {
     for (const auto& p : ba) EXPECT_TRUE(torch::equal(p.value(), bb[p.key()])) << p.key();
 }
 
-std::vector<std::pair<std::string, int64_t>> metric_keys(const std::string& run) {
+// Each line's kind, step, and for a training window its mean loss and accuracy: a resumed run's
+// first window averaged only the steps after the resume (found by review).
+std::vector<std::tuple<std::string, int64_t, double, double>> metric_keys(const std::string& run) {
     auto lines = train::MetricsLog::read(run + "/metrics.jsonl");
     EXPECT_TRUE(lines.is_ok());
-    std::vector<std::pair<std::string, int64_t>> keys;
-    for (const auto& j : *lines) keys.emplace_back(j["kind"].get<std::string>(), j["step"].get<int64_t>());
+    std::vector<std::tuple<std::string, int64_t, double, double>> keys;
+    for (const auto& j : *lines) {
+        const bool window = j["kind"] == "train";
+        keys.emplace_back(j["kind"].get<std::string>(), j["step"].get<int64_t>(),
+                          window ? j["loss"].get<double>() : 0.0, window ? j["acc"].get<double>() : 0.0);
+    }
     return keys;
 }
 

@@ -564,6 +564,10 @@ Result<PruneReport> prune_package_impl(const PruneOptions& o) {
     if (fs::is_within(o.model, report.run_dir))
         return invalid_argument("--output {}: the source package {} is inside it; choose another directory",
                                 report.run_dir, o.model);
+    // ... nor a run inside the source package (a later save of that package would delete it)
+    if (fs::is_within(report.run_dir, o.model))
+        return invalid_argument("--output {} is inside the source package {}; write the pruned run next to it",
+                                report.run_dir, o.model);
 
     // The source's accuracy on the test split the pruned model is measured on: its metrics.json may
     // count another (10,000 samples against --set data.limit_test=500: "89.20 % -> 93.40 %").

@@ -195,10 +195,12 @@ Result<Variant> parse_variant(const std::string& spec) {
     return v;
 }
 
+// A package's files lie at its top (its manifest names no sub-directories): what sits in a
+// folder inside it (a run someone put there) is not the model's size.
 Result<std::pair<int64_t, int64_t>> directory_size(const std::string& dir) {
     std::error_code ec;
     int64_t bytes = 0, files = 0;
-    for (stdfs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    for (stdfs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
         if (!it->is_regular_file(ec)) continue;
         const auto n = it->file_size(ec);
         if (ec) break;

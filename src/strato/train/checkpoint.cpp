@@ -31,6 +31,9 @@ json state_to_json(const TrainState& s) {
             {"epoch_loss_sum", s.epoch_loss_sum},
             {"epoch_correct", s.epoch_correct},
             {"epoch_seen", s.epoch_seen},
+            {"window_loss_sum", s.window_loss_sum},
+            {"window_correct", s.window_correct},
+            {"window_seen", s.window_seen},
             {"loss_scale", s.loss_scale},
             {"loss_scale_clean_steps", s.loss_scale_clean_steps}};
 }
@@ -48,6 +51,10 @@ Status state_from_json(const json& j, TrainState& s) {
         s.epoch_loss_sum = j.at("epoch_loss_sum").get<double>();
         s.epoch_correct = j.at("epoch_correct").get<int64_t>();
         s.epoch_seen = j.at("epoch_seen").get<int64_t>();
+        // (absent in checkpoints from before they were kept: the window starts at the resume)
+        s.window_loss_sum = j.value("window_loss_sum", 0.0);
+        s.window_correct = j.value("window_correct", int64_t{0});
+        s.window_seen = j.value("window_seen", int64_t{0});
         s.loss_scale = j.value("loss_scale", 0.0);  // absent in checkpoints of fp32/bf16 runs before fp16
         s.loss_scale_clean_steps = j.value("loss_scale_clean_steps", int64_t{0});
     } catch (const json::exception& e) {

@@ -29,6 +29,11 @@ struct TrainState {
     double epoch_loss_sum = 0.0;
     int64_t epoch_correct = 0;
     int64_t epoch_seen = 0;
+    // running sums of the current train.log_every window (a resumed run's first "train" line
+    // averaged only the steps after the resume)
+    double window_loss_sum = 0.0;
+    int64_t window_correct = 0;
+    int64_t window_seen = 0;
     // fp16 dynamic loss scaling (train.precision = "fp16")
     double loss_scale = 0.0;  // 0: none yet
     int64_t loss_scale_clean_steps = 0;

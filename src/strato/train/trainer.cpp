@@ -153,6 +153,9 @@ Status prepare_run_dir(const TrainConfig& cfg, const TrainOptions& opts) {
                             "start over, or --set run.name=NEW",
                             dir.string())};
     }
+    // The package is saved at the end: a folder of the user's in its place failed the run only
+    // then, after the whole training.
+    STRATO_RETURN_IF_ERROR(models::check_package_destination((dir / "model").string()));
     st = fs::check_writable_dir(dir);
     if (!st.is_ok()) return {st.code(), fmt::format("run directory: {}", st.message())};
     return fs::ensure_dir(dir / "checkpoints");
@@ -515,9 +518,6 @@ Status Trainer::setup() {
             log::info("no checkpoint in {}; starting from scratch", store_->dir());
         }
     }
-    // Written once the checkpoint took the network: a resume refused (weights of another model
-    // config) leaves the run's config as it was.
-    if (rank0_) STRATO_RETURN_IF_ERROR(fs::atomic_write(cfg_path, resolved));
     if (env_.distributed()) {
         dist::DdpOptions d;
         d.timeout_s = cfg_.dist.timeout_s;
@@ -527,7 +527,10 @@ Status Trainer::setup() {
         STRATO_ASSIGN_OR_RETURN(ddp_, dist::DataParallel::create(env_, net_->parameters(), net_->buffers(), d));
         STRATO_RETURN_IF_ERROR(ddp_->broadcast_state());
         // The checkpoint holds the epoch's sums over all ranks: rank 0 carries them on.
-        if (!rank0_) state_.epoch_loss_sum = 0, state_.epoch_correct = state_.epoch_seen = 0;
+        if (!rank0_) {
+            state_.epoch_loss_sum = 0, state_.epoch_correct = state_.epoch_seen = 0;
+            state_.window_loss_sum = 0, state_.window_correct = state_.window_seen = 0;
+        }
         log::info("data parallel: {}; {} gradient buckets over {}", env_.describe(), ddp_->bucket_count(),
                   ddp_->backend());
     }
@@ -553,6 +556,10 @@ Status Trainer::setup() {
                                 MetricsLog::open((stdfs::path(run_dir_) / "metrics.jsonl").string(), state_.metrics_lines));
         metrics_ = std::make_unique<MetricsLog>(std::move(m));
     }
+    // Written once the checkpoint took the network and the metrics could be resumed: a resume
+    // refused (weights of another model config, metrics.jsonl gone) leaves the run's config as
+    // it was, and the next resume does not warn of a change that never trained.
+    if (rank0_) STRATO_RETURN_IF_ERROR(fs::atomic_write(cfg_path, resolved));
     if (cfg_.train.monitor_every > 0 && rank0_) {
         monitor::MonitorOptions mo;
         mo.port = -1;  // samples only; `strato monitor` is the exporter
@@ -568,14 +575,21 @@ Status Trainer::checkpoint() {
     if (ddp_) {
         // Every rank checkpoints at the same step; rank 0 saves the epoch's sums over all ranks.
         STRATO_ASSIGN_OR_RETURN(auto g, ddp_->sum({state_.epoch_loss_sum, static_cast<double>(state_.epoch_correct),
-                                                   static_cast<double>(state_.epoch_seen)}));
+                                                   static_cast<double>(state_.epoch_seen), state_.window_loss_sum,
+                                                   static_cast<double>(state_.window_correct),
+                                                   static_cast<double>(state_.window_seen)}));
         if (rank0_) {
             state_.epoch_loss_sum = g[0];
             state_.epoch_correct = static_cast<int64_t>(g[1]);
             state_.epoch_seen = static_cast<int64_t>(g[2]);
+            state_.window_loss_sum = g[3];
+            state_.window_correct = static_cast<int64_t>(g[4]);
+            state_.window_seen = static_cast<int64_t>(g[5]);
         } else {
             state_.epoch_loss_sum = 0;
             state_.epoch_correct = state_.epoch_seen = 0;
+            state_.window_loss_sum = 0;
+            state_.window_correct = state_.window_seen = 0;
             return Status::ok();
         }
     }
@@ -595,8 +609,11 @@ Status Trainer::train_epoch(bool& stop) {
     ProgressBar bar(batches, fmt::format("epoch {}/{}", epoch + 1, cfg_.train.epochs), opts_.quiet || !rank0_);
 
     auto window_start = Clock::now();
-    double window_loss = 0;
-    int64_t window_correct = 0, window_seen = 0, micro = 0;
+    // The window's sums live in the state, so that a checkpoint carries them across a resume.
+    if (state_.next_batch == 0) state_.window_loss_sum = 0, state_.window_correct = state_.window_seen = 0;
+    double& window_loss = state_.window_loss_sum;
+    int64_t &window_correct = state_.window_correct, &window_seen = state_.window_seen;
+    int64_t micro = 0;
     const auto smoothing = cfg_.train.label_smoothing;
     // Loss and accuracy sums still on the GPU (pending_), moved into the window and epoch sums.
     int64_t pending_seen = 0;
