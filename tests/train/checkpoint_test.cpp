@@ -153,6 +153,31 @@ TEST_F(Checkpoints, CorruptLatestFallsBackToThePreviousOne) {
     EXPECT_NE(none.status().message().find("step-000000003"), std::string::npos);
 }
 
+// A state.json edited with its checksum fixed: a step of 1e300 read as an int64 was undefined
+// behaviour ("after 1 epochs, -9223372036854775689 steps"); now the checkpoint is refused.
+TEST_F(Checkpoints, StateCountsMustBeWholeNumbersInRange) {
+    CheckpointStore store(dir_.string(), CheckpointConfig{.every_steps = 0, .keep_last = 2, .keep_best = false});
+    TrainState st;
+    st.step = 1;
+    st.window_seen = 64;
+    ASSERT_TRUE(store.save(st, *net_, *opt_).is_ok());
+    const std::string saved = *fs::read_file(step_dir(1) / "state.json");
+    for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+             {"step", 1e300}, {"next_batch", -5}, {"window_seen", "many"}}) {
+        auto state = nlohmann::json::parse(saved);
+        state[key] = value;
+        const std::string text = state.dump();
+        ASSERT_TRUE(fs::atomic_write(step_dir(1) / "state.json", text).is_ok());
+        auto manifest = nlohmann::json::parse(*fs::read_file(step_dir(1) / "manifest.json"));
+        manifest["files"]["state.json"]["sha256"] = fs::sha256_hex(text);
+        ASSERT_TRUE(fs::atomic_write(step_dir(1) / "manifest.json", manifest.dump()).is_ok());
+        auto loaded = store.load_latest(*net_, *opt_);
+        ASSERT_FALSE(loaded.is_ok()) << key;
+        EXPECT_NE(loaded.status().message().find(key + " must be a whole number"), std::string::npos)
+            << loaded.status().message();
+    }
+}
+
 TEST_F(Checkpoints, KeepsLastKAndTheBest) {
     CheckpointStore store(dir_.string(), CheckpointConfig{.every_steps = 0, .keep_last = 2, .keep_best = true});
     for (int64_t s = 1; s <= 5; ++s) {

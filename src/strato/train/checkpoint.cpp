@@ -39,6 +39,16 @@ json state_to_json(const TrainState& s) {
 }
 
 Status state_from_json(const json& j, TrainState& s) {
+    // Counts are whole numbers >= 0 (best_step >= -1): 1e300 read as an int64 was undefined
+    // behaviour and printed "-9223372036854775689 steps".
+    for (const char* k : {"step", "epoch", "next_batch", "metrics_lines", "best_step", "bad_evals", "epoch_correct",
+                          "epoch_seen", "window_correct", "window_seen", "loss_scale_clean_steps"}) {
+        if (!j.is_object() || !j.contains(k)) continue;  // (required ones are named below)
+        const json& v = j[k];
+        if (!v.is_number_integer() || v.get<int64_t>() < (std::string_view(k) == "best_step" ? -1 : 0))
+            return data_loss("state.json: {} must be a whole number >= {}, got {}", k,
+                             std::string_view(k) == "best_step" ? -1 : 0, json_text(v));
+    }
     try {
         s.step = j.at("step").get<int64_t>();
         s.epoch = j.at("epoch").get<int64_t>();
