@@ -36,6 +36,12 @@ TEST(Synthetic, SeededImagesWithoutFiles) {
     EXPECT_EQ(x, y);  // the same data every time
     EXPECT_EQ(lx, 5);
     EXPECT_EQ(a->mean.size(), 3u);
+    // Transforms on data used as loaded were accepted and ignored (found by review).
+    c.train_transforms = {"bogus xyz"};
+    auto t = open_datasets(c);
+    ASSERT_FALSE(t.is_ok());
+    EXPECT_NE(t.status().message().find("data.train.transforms: synthetic data is used as loaded"), std::string::npos)
+        << t.status().message();
 }
 
 TEST(Idx, ReadsDebianFashionMnist) {

@@ -119,6 +119,13 @@ Result<DataSplits> open_datasets(const DataConfig& cfg) {
     namespace stdfs = std::filesystem;
     DataSplits out;
     std::error_code ec;
+    // Transforms run on decoded image files: arrays loaded as they are took them without a word.
+    if (cfg.dataset == "synthetic" || cfg.dataset == "csv" || cfg.dataset == "fashion-mnist" || cfg.dataset == "idx")
+        for (const auto& [split, list] : {std::pair{"train", &cfg.train_transforms}, std::pair{"test", &cfg.test_transforms}})
+            if (!list->empty())
+                return invalid_argument("data.{}.transforms: {} data is used as loaded; transforms apply to image "
+                                        "folders and shards",
+                                        split, cfg.dataset);
     if (cfg.dataset == "synthetic") {
         // Seeded random pixels: the same data on every run and rank, no files.
         const int64_t side = cfg.image_size > 0 ? cfg.image_size : 224;
