@@ -29,8 +29,8 @@ void add_doctor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     // Bad addresses are usage errors (exit 2), refused by the parser before any check runs.
     auto* peers = cmd->add_option("--peers", o->peers,
                                   "HOST:PORT of other nodes (comma-separated): round-trip time, < 2 ms wanted for data "
-                                  "parallelism; over an echo when they run `strato doctor --listen`. FAILs when more "
-                                  "than half the round trips fail")
+                                  "parallelism; over an echo when they run `strato doctor --listen`. FAILs when fewer "
+                                  "than half the round trips are measured (probing stops at the first that fails)")
                       ->delimiter(',')
                       ->check(
                           [](const std::string& text) {
@@ -55,8 +55,8 @@ void add_doctor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         ->excludes(samples)
         ->excludes(dir);
     cmd->footer(
-        "Exit code 1 when a check FAILs (for example the slow reference BLAS, an unreachable peer, or one that\n"
-        "fails more than half of its round trips), 2 for a usage error.\n"
+        "Exit code 1 when a check FAILs (for example the slow reference BLAS, an unreachable peer, or one whose\n"
+        "round trips fail before half are measured), 2 for a usage error.\n"
         "Examples:\n"
         "  node2$ strato doctor --listen 0.0.0.0:29999\n"
         "  node1$ strato doctor --peers node2:29999,node3:29999");

@@ -430,7 +430,6 @@ TEST_F(Pack, UnfinishedSplitsStaleIndexesAndPipesAreErrors) {
     auto repack = pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), {});
     EXPECT_TRUE(repack.is_ok() || repack.status().message().find("not a regular file") != std::string::npos)
         << repack.status().message();
-
 }
 
 TEST_F(Pack, BadArgumentsAreClearErrors) {
@@ -438,7 +437,8 @@ TEST_F(Pack, BadArgumentsAreClearErrors) {
     {
         // Another pack writing the same folder (found by review: the second removed the first's
         // temporary shards).
-        auto held = fs::lock_dir(root_ / "busy");
+        stdfs::create_directories(root_ / "busy");
+        auto held = fs::lock_file(root_ / "busy" / ".pack.lock", "x");
         ASSERT_TRUE(held.is_ok()) << held.status().message();
         auto busy = pack_image_folder((root_ / "src").string(), (root_ / "busy/").string(), {});
         ASSERT_FALSE(busy.is_ok());

@@ -572,7 +572,7 @@ TEST(Peers, APeerThatStopsAcceptingFailsWithTheReason) {
     EXPECT_TRUE(p.failing());
     EXPECT_EQ(p.error,
               "connect timed out after 0.5 s on sample 1 (the first connect succeeded; samples 2..5 not tried)");
-    EXPECT_EQ(describe(p), "5 of 5 samples failed: " + p.error);
+    EXPECT_EQ(describe(p), "0 of 5 samples measured: " + p.error);
     EXPECT_LT(seconds_since(t0), 3.0) << "one connect timeout, not one per sample";
 }
 
@@ -617,7 +617,7 @@ TEST(Peers, APeerThatGoesSilentCountsTheFailedSamples) {
         EXPECT_EQ(p.failed, 4);
         EXPECT_TRUE(p.failing()) << "more than half failed";
         EXPECT_EQ(p.error, "no pong within 0.5 s on sample 2 (samples 3..5 not tried)");
-        EXPECT_EQ(describe(p).rfind("4 of 5 samples failed: no pong within 0.5 s on sample 2", 0), 0u) << describe(p);
+        EXPECT_EQ(describe(p).rfind("1 of 5 samples measured: no pong within 0.5 s on sample 2", 0), 0u) << describe(p);
         EXPECT_NE(describe(p).find("1 samples, echo"), std::string::npos) << describe(p);
     }
     {
@@ -628,7 +628,7 @@ TEST(Peers, APeerThatGoesSilentCountsTheFailedSamples) {
         EXPECT_EQ(p.failed, 1);
         EXPECT_FALSE(p.failing());
         EXPECT_EQ(p.error, "no pong within 0.5 s on sample 5");
-        EXPECT_EQ(describe(p).rfind("1 of 5 samples failed: ", 0), 0u) << describe(p);
+        EXPECT_EQ(describe(p).rfind("4 of 5 samples measured: ", 0), 0u) << describe(p);
     }
     {
         // A peer that hangs up mid-probe says so.

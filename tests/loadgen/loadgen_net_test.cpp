@@ -287,7 +287,10 @@ TEST(LoadNet, RequestCountAfterAWarmupSendsThatMany) {
     ASSERT_TRUE(p.is_ok());
     const int64_t measured = p->m.ok + p->m.errors() + p->m.late + p->m.unfinished;
     EXPECT_GE(measured, 100);
-    EXPECT_LE(measured, 104);  // with the warm-up's requests still in flight, at most one per connection
+    // With the warm-up's requests still in flight (one per connection) and what is sent between
+    // the warm-up's end and the budget (a few, more on a loaded machine); polling the count let
+    // hundreds more through against this server.
+    EXPECT_LE(measured, 124);
     EXPECT_EQ(p->m.unfinished, 0);
 }
 
@@ -305,6 +308,20 @@ TEST(LoadNet, OpenLoopKeepsToMaxConnectionsWhateverTheThreads) {
     ASSERT_TRUE(p.is_ok());
     EXPECT_LE(server.connections(), 2);
     EXPECT_GT(p->m.ok, 10);
+}
+
+// Found by review: -n against a dead port never ended (refused connects take no budget).
+TEST(LoadNet, RequestCountEndsAgainstADeadPort) {
+    RunOptions o;
+    o.load.concurrency = 2;
+    o.load.threads = 1;
+    o.warmup_s = 0.1;
+    o.requests = 5;
+    const int64_t t0 = now_ns();
+    auto p = run_point(target_for(free_port()), o, 2);
+    ASSERT_TRUE(p.is_ok()) << p.status().message();
+    EXPECT_GT(p->m.connect_errors, 0);
+    EXPECT_LT(static_cast<double>(now_ns() - t0) / 1e9, 10.0);
 }
 
 TEST(LoadNet, RequestCountStopsTheRun) {

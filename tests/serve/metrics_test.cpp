@@ -69,6 +69,15 @@ TEST(Metrics, VersionAfterVersionTheOldestHiddenSeriesAreForgottenAndFreed) {
     const Labels last{{"model", "m"}, {"version", std::to_string(Registry::kMaxHidden + 10)}};
     EXPECT_EQ(r.counter("c", "C", last)->value(), Registry::kMaxHidden + 10);
     EXPECT_EQ(r.counter("c", "C", {{"model", "m"}, {"version", "1"}})->value(), 0u);
+    // A hidden version asked for again (loading once more) is not the next to be forgotten, even
+    // if it was the oldest hidden (found by review: a rollback to it lost its series).
+    const Labels oldest{{"model", "m"}, {"version", "11"}};
+    EXPECT_EQ(r.counter("c", "C", oldest)->value(), 11u);
+    r.set_hidden({{"model", "other"}, {"version", "1"}}, true);  // one more hidden: one is forgotten
+    auto again = r.counter("c", "C", oldest);
+    r.set_hidden(oldest, false);
+    EXPECT_EQ(again->value(), 11u);
+    EXPECT_NE(r.render().find("c{model=\"m\",version=\"11\"} 11\n"), std::string::npos) << r.render();
     // Asked for again, a forgotten version's series is a new, shown one; the hidden stay hidden.
     EXPECT_NE(r.render().find("c{model=\"m\",version=\"1\"} 0\n"), std::string::npos) << r.render();
     EXPECT_EQ(r.render().find("version=\"2\""), std::string::npos) << r.render();

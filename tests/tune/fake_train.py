@@ -9,7 +9,8 @@ or SIGINT finishes the epoch, writes an "interrupted" line and exits 130; a seco
 it at once (as the real trainer exits without its checkpoint).
 Environment: FAKE_TRAIN_EPOCH_S (seconds per epoch, default 0.05), FAKE_TRAIN_ALLOC_MB (touch
 this much memory at start), FAKE_TRAIN_ODD_LINES (write lines of other shapes before each eval line), FAKE_TRAIN_FAIL_LR (a
-trial with this optim.lr exits 1 after its first epoch)."""
+trial with this optim.lr exits 1 after its first epoch), FAKE_TRAIN_SLOW_RUN (a run of this
+run.name takes 5 times as long per epoch)."""
 import json
 import math
 import os
@@ -64,6 +65,8 @@ with open(path, "w") as f:  # the checkpoint's epochs, written again
         f.write(json.dumps(d) + "\n")
 epoch = len(done)
 per_epoch = float(os.environ.get("FAKE_TRAIN_EPOCH_S", "0.05"))
+if os.environ.get("FAKE_TRAIN_SLOW_RUN") == sets["run.name"]:
+    per_epoch *= 5  # this one trial runs on while the others finish
 while epoch < stop_after:
     if stopping[0]:
         time.sleep(0.3)  # saving the checkpoint takes a while

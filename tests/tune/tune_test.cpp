@@ -634,6 +634,41 @@ TEST(Executor, ATrialThatCannotStartStopsTheRunAndIsNotFailed) {
     ASSERT_TRUE(again.is_ok()) << again.status().message();
     EXPECT_EQ(again->completed, 2);
     EXPECT_EQ(again->failed, 0);
+
+    // With trials running beside it (found by review: they were stopped, then stored as failed
+    // "exit 130"): the binary goes away while two trials run; the third cannot start, the other
+    // running one stops at a checkpoint and is given up, none fails.
+    setenv("FAKE_TRAIN_EPOCH_S", "0.1", 1);
+    setenv("FAKE_TRAIN_SLOW_RUN", "trial-0002", 1);  // still running when trial 3 cannot start
+    auto p = fake_study("cannot-start-2", "max_t = 6", "trials = 3\nparallel = 2\nscheduler = \"fifo\"");
+    const std::string binary = p.dir + "-fake_train.py";
+    std::filesystem::copy_file(FAKE_TRAIN, binary, std::filesystem::copy_options::overwrite_existing);
+    std::thread remover([&] {
+        // once both first trials have an epoch (they run), the binary goes
+        for (int i = 0; i < 12000; ++i) {
+            auto a = fs::read_file(p.dir + "/trials/trial-0001/metrics.jsonl");
+            auto b = fs::read_file(p.dir + "/trials/trial-0002/metrics.jsonl");
+            if (a && b && a->find("eval") != std::string::npos && b->find("eval") != std::string::npos) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        std::filesystem::remove(binary);
+    });
+    RunOptions o2;
+    o2.dir = p.dir;
+    o2.strato_binary = binary;
+    o2.quiet = true;
+    auto stopped = run_study(p.cfg, o2);
+    remover.join();
+    unsetenv("FAKE_TRAIN_EPOCH_S");
+    unsetenv("FAKE_TRAIN_SLOW_RUN");
+    ASSERT_FALSE(stopped.is_ok());
+    EXPECT_NE(stopped.status().message().find("cannot start trial-0003"), std::string::npos) << stopped.status().message();
+    auto st = open_db(p);
+    auto trials = *st->trials();
+    ASSERT_EQ(trials.size(), 3u);
+    for (const auto& t : trials) EXPECT_NE(t.state, TrialState::kFailed) << "trial " << t.id << ": " << t.error;
+    EXPECT_EQ(trials[1].state, TrialState::kRunning);  // stopped at a checkpoint, for the next run
+    EXPECT_LT(trials[1].epochs, 6);
 }
 
 TEST(Executor, ShutdownStopsTrialsOnceAndTheNextRunFinishes) {

@@ -103,7 +103,10 @@ Result<DirLock> lock_dir(const stdfs::path& dir) {
     if (d.filename().empty()) d = d.parent_path();
     const stdfs::path parent = d.parent_path();
     STRATO_RETURN_IF_ERROR(ensure_dir(parent));
-    const stdfs::path lock = parent / fmt::format(".{}.lock", d.filename().string());
+    return lock_file(parent / fmt::format(".{}.lock", d.filename().string()), dir.string());
+}
+
+Result<DirLock> lock_file(const stdfs::path& lock, const std::string& what) {
     const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) return io_error("cannot create the lock file {}: {}", lock.string(), os_error());
     DirLock held(fd);
@@ -112,8 +115,8 @@ Result<DirLock> lock_dir(const stdfs::path& dir) {
         const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
         std::string_view text(buf, n > 0 ? static_cast<size_t>(n) : 0);
         text = trim_blanks(text.substr(0, text.find('\n')));
-        return Status(StatusCode::kAlreadyExists, fmt::format("{} is in use by another strato process (pid {})",
-                                                              dir.string(), text.empty() ? "?" : std::string(text)));
+        return Status(StatusCode::kAlreadyExists, fmt::format("{} is in use by another strato process (pid {})", what,
+                                                              text.empty() ? "?" : std::string(text)));
     }
     const std::string pid = std::to_string(::getpid()) + "\n";
     if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
@@ -310,10 +313,14 @@ Status check_output_file(const stdfs::path& path, OutputKind kind, std::string_v
     // A folder that is not there failed the write only after the whole run (a load test's results lost).
     if (!stdfs::is_directory(parent, ec))
         return invalid_argument("{} {}: the directory {} does not exist", flag, path.string(), parent.string());
-    if (::access(parent.c_str(), W_OK) != 0)
-        return invalid_argument("{} {}: cannot write in {}: {}", flag, path.string(), parent.string(), os_error());
     const auto st = stdfs::status(path, ec);
-    if (ec || st.type() == stdfs::file_type::not_found) return Status::ok();
+    if (ec || st.type() == stdfs::file_type::not_found) {
+        // (a new file is created in the directory; an existing one the write itself judges:
+        // replaced or appended to, its own permissions count)
+        if (::access(parent.c_str(), W_OK) != 0)
+            return invalid_argument("{} {}: cannot create it in {}: {}", flag, path.string(), parent.string(), os_error());
+        return Status::ok();
+    }
     if (stdfs::is_directory(st)) return invalid_argument("{} {}: is a directory; expected a file name", flag, path.string());
     if (!stdfs::is_regular_file(st))
         return invalid_argument("{} {}: exists and is not a regular file; not writing over it", flag, path.string());

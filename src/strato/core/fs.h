@@ -49,6 +49,9 @@ private:
 /// Takes `dir`'s lock, creating its parent if needed. Held by another process: kAlreadyExists,
 /// "<dir> is in use by another strato process (pid N)".
 Result<DirLock> lock_dir(const stdfs::path& dir);
+/// The same with the lock file at `lock` (inside the directory it guards, for one that is never
+/// deleted whole); `what` names the directory in the error.
+Result<DirLock> lock_file(const stdfs::path& lock, const std::string& what);
 /// Puts the directory `staged` (complete, fsynced) at `target`, replacing what is there, so that a
 /// crash at any instant leaves either the old or the new directory at `target`: an atomic swap
 /// (renameat2 RENAME_EXCHANGE) where the file system has one, else the old one moved aside first.

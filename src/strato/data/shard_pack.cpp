@@ -417,7 +417,9 @@ Result<std::vector<PackedSplit>> pack_image_folder(const std::string& src, const
         return invalid_argument("the destination {} holds the source {}; pack to a directory outside it", dst, src);
     }
     // One pack at a time into a folder: a second removed the first's temporary shards under it.
-    auto lock = fs::lock_dir(dst);
+    // (The lock file lies inside: the destination's parent may be no place to write.)
+    STRATO_RETURN_IF_ERROR(fs::ensure_dir(dst));
+    auto lock = fs::lock_file(stdfs::path(dst) / ".pack.lock", dst);
     if (!lock) {
         if (lock.status().code() != StatusCode::kAlreadyExists) return lock.status();
         return Status(StatusCode::kAlreadyExists,
@@ -426,6 +428,21 @@ Result<std::vector<PackedSplit>> pack_image_folder(const std::string& src, const
     std::vector<PackedSplit> out;
     std::vector<std::string> class_names;
     const std::vector<std::string> splits = dataset_splits(src);
+    // Every split is indexed and checked before anything in the destination changes.
+    std::vector<FolderIndex> indexes;
+    for (const std::string& split : splits) {
+        const stdfs::path from = split.empty() ? stdfs::path(src) : stdfs::path(src) / split;
+        STRATO_ASSIGN_OR_RETURN(FolderIndex idx, index_image_folder(from.string(), class_names));
+        if (class_names.empty()) class_names = idx.class_names;  // train's classes label every split
+        // index.json holds class names as JSON strings, which are UTF-8: other bytes came out as
+        // U+FFFD, and two classes could end up with one name.
+        for (const auto& c : idx.class_names)
+            if (!is_utf8(c))
+                return invalid_argument("{}: the class folder name {} is not UTF-8, which index.json cannot record; "
+                                        "rename it",
+                                        from.string(), json_text(c));
+        indexes.push_back(std::move(idx));
+    }
     // A pack of the other layout in the same folder: its index would win over (a root index.json)
     // or sit beside (train/index.json) the new one, and readers took the old dataset.
     {
@@ -444,20 +461,11 @@ Result<std::vector<PackedSplit>> pack_image_folder(const std::string& src, const
             if (ec) return io_error("cannot remove {}: {}", p.string(), ec.message());
         }
     }
-    for (const std::string& split : splits) {
-        const stdfs::path from = split.empty() ? stdfs::path(src) : stdfs::path(src) / split;
-        STRATO_ASSIGN_OR_RETURN(FolderIndex idx, index_image_folder(from.string(), class_names));
-        if (class_names.empty()) class_names = idx.class_names;  // train's classes label every split
-        // index.json holds class names as JSON strings, which are UTF-8: other bytes came out as
-        // U+FFFD, and two classes could end up with one name.
-        for (const auto& c : idx.class_names)
-            if (!is_utf8(c))
-                return invalid_argument("{}: the class folder name {} is not UTF-8, which index.json cannot record; "
-                                        "rename it",
-                                        from.string(), json_text(c));
+    for (size_t i = 0; i < splits.size(); ++i) {
+        const std::string& split = splits[i];
         PackedSplit done;
         STRATO_RETURN_IF_ERROR(
-            pack_split(idx, split.empty() ? stdfs::path(dst) : stdfs::path(dst) / split, split, options, &done));
+            pack_split(indexes[i], split.empty() ? stdfs::path(dst) : stdfs::path(dst) / split, split, options, &done));
         if (options.progress) options.progress({split, done.bytes, done.bytes, done.shards, done.shards});
         out.push_back(std::move(done));
     }

@@ -250,7 +250,8 @@ std::string describe(const PeerProbe& p) {
                        : fmt::format("round trip median {:.3f} ms (min {:.3f}, max {:.3f}; {} samples, {})",
                                      p.median_ms, p.min_ms, p.max_ms, p.samples, p.echo ? "echo" : "TCP handshake");
     if (p.failed == 0) return rtt;
-    return fmt::format("{} of {} samples failed: {}{}", p.failed, p.requested, p.error, rtt.empty() ? "" : "; " + rtt);
+    // (measured, not "failed": probing stops at the first failure, the rest are not tried)
+    return fmt::format("{} of {} samples measured: {}{}", p.samples, p.requested, p.error, rtt.empty() ? "" : "; " + rtt);
 }
 
 Result<HostPort> parse_listen_address(std::string_view text) {

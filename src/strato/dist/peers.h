@@ -24,10 +24,10 @@ struct PeerProbe {
     std::string error;
     int requested = 0;    // samples asked for
     int samples = 0;      // round trips measured
-    int failed = 0;       // samples that failed, with those left untried after the first failure
+    int failed = 0;       // samples not measured: the one that failed and those not tried after it
     double min_ms = 0, median_ms = 0, max_ms = 0;
 
-    /// Unreachable, or more than half of the samples failed.
+    /// Unreachable, or more than half of the samples not measured.
     bool failing() const { return !reachable || samples == 0 || 2 * failed > requested; }
 };
 
@@ -38,8 +38,9 @@ struct PeerProbe {
 std::vector<PeerProbe> probe_peers(const std::vector<std::string>& targets, int samples, double timeout_s);
 
 /// One line for `strato doctor`: the round trip, why the peer is unreachable, or how many of the
-/// samples failed and why. Example: "4 of 5 samples failed: no pong within 3 s on sample 2
-/// (samples 3..5 not tried); round trip median 0.051 ms (min 0.051, max 0.051; 1 samples, echo)".
+/// samples were measured and why the next failed. Example: "1 of 5 samples measured: no pong
+/// within 3 s on sample 2 (samples 3..5 not tried); round trip median 0.051 ms (min 0.051, max
+/// 0.051; 1 samples, echo)".
 std::string describe(const PeerProbe& p);
 
 /// `--listen [HOST:]PORT`: HOST an IPv4 address (default 0.0.0.0), PORT in 0..65535 (0: any

@@ -96,7 +96,7 @@ Result<PointResult> run_point(const Target& target, const RunOptions& o, double 
         (void)session->snapshot();
         // --requests counts from here: N more are sent (it measured 130-140 of 100 while the
         // count was only polled).
-        if (o.requests > 0) session->set_budget(o.requests);
+        if (o.requests > 0) session->set_budget(o.requests);  // (give or take what is sent between the two)
     }
     std::optional<ServerStats> before;
     if (o.server_stats)
@@ -132,12 +132,18 @@ Result<PointResult> run_point(const Target& target, const RunOptions& o, double 
                 }
             }
         }
-        (void)session->stop(grace);
+        // What ended after the last window counts as late, failed or unfinished, as after a
+        // duration (it was dropped, and the counts did not add up to what was sent).
+        Measurement after = session->stop(grace);
         size_t first = windows.size() >= 3 ? windows.size() - 3 : 0;
         for (size_t k = first; k < windows.size(); ++k) {
             out.m.merge(windows[k]);
             out.m.seconds += windows[k].seconds;
         }
+        after.late += after.ok;
+        after.ok = after.delayed = after.bytes_received = 0;
+        after.latency = LatencyHistogram();
+        out.m.merge(after);
         out.windows = static_cast<int>(windows.size());
         if (o.server_stats && readings[first] && readings.back())
             out.server = server_breakdown(*readings[first], *readings.back());
@@ -160,6 +166,10 @@ Result<PointResult> run_point(const Target& target, const RunOptions& o, double 
             // Every budgeted request answered (with the warm-up's last ones, which also count).
             if (session->idle_after_budget()) return true;
             const int64_t done = session->requests_done();
+            // Failures that take no budget (a refused connect) end it too: N of them, plus as many
+            // as the warm-up can have had in flight (it ran until killed against a dead port).
+            const int64_t in_flight_max = out.rate_mode ? lo.max_connections : lo.concurrency;
+            if (done - base_done >= o.requests + in_flight_max) return true;
             if (done != last_done) last_done = done, last_progress = now_ns();
             if (now_ns() - last_progress > stall_ns) {
                 log::warn("loadtest: no request finished for {:.0f} s ({} of {} done); ending this point",

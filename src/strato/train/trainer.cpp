@@ -613,6 +613,9 @@ Status Trainer::train_epoch(bool& stop) {
     if (state_.next_batch == 0) state_.window_loss_sum = 0, state_.window_correct = state_.window_seen = 0;
     double& window_loss = state_.window_loss_sum;
     int64_t &window_correct = state_.window_correct, &window_seen = state_.window_seen;
+    // The rate counts what this process trained since window_start (after a resume the window's
+    // earlier samples were trained before it).
+    int64_t seen_since_start = 0;
     int64_t micro = 0;
     const auto smoothing = cfg_.train.label_smoothing;
     // Loss and accuracy sums still on the GPU (pending_), moved into the window and epoch sums.
@@ -699,6 +702,7 @@ Status Trainer::train_epoch(bool& stop) {
             pending_ = pending_.defined() ? pending_ + sums : sums;
         }
         window_seen += b.size;
+        seen_since_start += b.size;
         state_.epoch_seen += b.size;
         pending_seen += b.size;
         if (device_.is_cpu()) flush();
@@ -730,12 +734,13 @@ Status Trainer::train_epoch(bool& stop) {
         const double secs = seconds_since(window_start);
         bar.update(b.index + 1, fmt::format("loss {:.4f}  {:.0f} samples/s",
                                             device_.is_cpu() ? window_loss / static_cast<double>(std::max<int64_t>(1, window_seen)) : bar_loss,
-                                            static_cast<double>(window_seen) / std::max(1e-9, secs)));
+                                            static_cast<double>(seen_since_start) / std::max(1e-9, secs)));
         if (state_.step % cfg_.train.log_every == 0) {
             flush();  // on a GPU this waits for the window's work, so the rate below counts it
             const double window_s = seconds_since(window_start);
             STRATO_ASSIGN_OR_RETURN(auto w, global_sum({window_loss, static_cast<double>(window_correct),
-                                                        static_cast<double>(window_seen)}));
+                                                        static_cast<double>(window_seen),
+                                                        static_cast<double>(seen_since_start)}));
             if (metrics_)
                 STRATO_RETURN_IF_ERROR(metrics_->append({{"kind", "train"},
                                                          {"step", state_.step},
@@ -743,10 +748,10 @@ Status Trainer::train_epoch(bool& stop) {
                                                          {"loss", w[0] / w[2]},
                                                          {"acc", w[1] / w[2]},
                                                          {"lr", lr},
-                                                         {"samples_per_s", w[2] / std::max(1e-9, window_s)}}));
+                                                         {"samples_per_s", w[3] / std::max(1e-9, window_s)}}));
             window_start = Clock::now();
             window_loss = 0;
-            window_correct = window_seen = 0;
+            window_correct = window_seen = seen_since_start = 0;
         }
         if (monitor_ && state_.step % cfg_.train.monitor_every == 0) {
             nlohmann::json sample = monitor::to_json(monitor_->sample());

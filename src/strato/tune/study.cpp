@@ -158,6 +158,7 @@ private:
     std::map<int, Running> running_;
     std::string host_, owner_;
     bool cgroups_ = false;
+    bool shutting_down_ = false;  // stopping the trials because one could not start (not by a signal)
 };
 
 Status Executor::launch(const Trial& t) {
@@ -250,7 +251,8 @@ Status Executor::launch(const Trial& t) {
         while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
         }
         (void)store_->set_owner(t.id, "");  // given up, as an interrupted trial: the next run takes it
-        return io_error("cannot start {}: {}: {}", trial_name(t.id), argv[0], strerror(exec_errno));
+        return Status(StatusCode::kUnavailable,  // (what tells it from the study's own errors)
+                      fmt::format("cannot start {}: {}: {}", trial_name(t.id), argv[0], strerror(exec_errno)));
     }
     r.pid = pid;
     running_[t.id] = std::move(r);
@@ -362,7 +364,7 @@ Status Executor::reap() {
         // What a trial answers to our SIGTERM: the trainer's checkpointed exit (130), or the
         // signal itself when it came before the trainer's handler was installed.
         const bool terminated = code == 130 || code == 128 + SIGTERM;
-        if (signals::stop_requested() && terminated && !r.stop_requested) {
+        if ((signals::stop_requested() || shutting_down_) && terminated && !r.stop_requested) {
             // Our own shutdown: it stays running in the store, free for the next executor.
             STRATO_RETURN_IF_ERROR(store_->set_owner(id, ""));
         } else if (r.stop_requested && (code == 0 || terminated)) {
@@ -540,6 +542,7 @@ Result<RunSummary> Executor::run() {
         }
         if (signals::stop_requested() || !cannot_start.is_ok()) {
             cancelled = cannot_start.is_ok();
+            shutting_down_ = true;  // the trials it stops are given up for the next run, not failed
             if (running_.empty()) break;
             for (auto& [id, r] : running_) signal_once(r);
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -551,6 +554,8 @@ Result<RunSummary> Executor::run() {
             if (!job) break;
             cannot_start = launch(*job);
         }
+        if (!cannot_start.is_ok() && cannot_start.code() != StatusCode::kUnavailable)
+            return cannot_start;  // the study database or a fork, not a trial that cannot start
         if (!cannot_start.is_ok()) continue;
         if (running_.empty()) {
             // Nothing runs here and nothing can start. Done, unless other executors still run

@@ -133,6 +133,7 @@ std::shared_ptr<void> Registry::series(const std::string& name, const std::strin
     for (auto& [pieces, h] : hidden_)
         if (has_pieces(key, pieces)) {
             slot = &h.series[{name, key}];
+            h.order = ++hidden_order_;  // in use again: the last to be forgotten
             break;
         }
     if (!slot) slot = &f.series[key];

@@ -186,9 +186,11 @@ VersionMetrics make_metrics(metrics::Registry& r, const std::string& model, int6
 void hide_metrics(metrics::Registry* r, const std::string& model, const std::map<int64_t, std::shared_ptr<ModelVersion>>& gone,
                   const std::map<int64_t, std::shared_ptr<ModelVersion>>& kept = {}) {
     if (!r) return;
+    // Shown first: hiding the retired ones may forget the oldest hidden set, which must not be
+    // one that is loaded again here.
+    for (const auto& [v, mv] : kept) r->set_hidden({{"model", model}, {"version", std::to_string(v)}}, false);
     for (const auto& [v, mv] : gone)
         if (!kept.count(v)) r->set_hidden({{"model", model}, {"version", std::to_string(v)}}, true);
-    for (const auto& [v, mv] : kept) r->set_hidden({{"model", model}, {"version", std::to_string(v)}}, false);
 }
 
 }  // namespace
