@@ -278,7 +278,9 @@ TEST_F(Compare, AnInt8PackageIsARowLikeAnyOther) {
     EXPECT_NE(r.status().message().find("this one is INT8"), std::string::npos) << r.status().message();
 }
 
-TEST(DirectorySize, CountsEveryFileBelow) {
+// A package's files lie at its top: a folder inside it (a run someone put there, found by review:
+// the same model was reported 4x larger) is not the model's size.
+TEST(DirectorySize, CountsThePackagesOwnFiles) {
     const auto d = stdfs::temp_directory_path() / fmt::format("strato-dirsize-{}", ::getpid());
     stdfs::remove_all(d);
     stdfs::create_directories(d / "sub");
@@ -286,8 +288,8 @@ TEST(DirectorySize, CountsEveryFileBelow) {
     { std::ofstream(d / "sub" / "b") << std::string(32, 'b'); }
     auto s = directory_size(d.string());
     ASSERT_TRUE(s.is_ok());
-    EXPECT_EQ(s->first, 42);
-    EXPECT_EQ(s->second, 2);
+    EXPECT_EQ(s->first, 10);
+    EXPECT_EQ(s->second, 1);
     stdfs::remove_all(d);
     EXPECT_FALSE(directory_size(d.string()).is_ok());
 }

@@ -195,8 +195,6 @@ Result<Variant> parse_variant(const std::string& spec) {
     return v;
 }
 
-// A package's files lie at its top (its manifest names no sub-directories): what sits in a
-// folder inside it (a run someone put there) is not the model's size.
 Result<std::pair<int64_t, int64_t>> directory_size(const std::string& dir) {
     std::error_code ec;
     int64_t bytes = 0, files = 0;

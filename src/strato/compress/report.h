@@ -86,7 +86,8 @@ struct CompareReport {
 /// cannot be loaded or evaluated is an error naming its label and directory.
 Result<CompareReport> compare(const std::vector<Variant>& variants, const CompareOptions& opts);
 
-/// Sum of the sizes of the regular files under `dir` (recursively), and how many there are.
+/// Sum of the sizes of the regular files at the top of `dir` (a package is flat: what sits in a
+/// folder inside it is not the model's), and how many there are.
 Result<std::pair<int64_t, int64_t>> directory_size(const std::string& dir);
 
 nlohmann::json to_json(const CompareReport& r);
