@@ -85,6 +85,13 @@ void Measurement::merge(const Measurement& o) {
     bytes_received += o.bytes_received;
 }
 
+void Measurement::merge_after_window(Measurement after) {
+    after.late += after.ok;
+    after.ok = after.delayed = after.bytes_received = 0;
+    after.latency = LatencyHistogram();
+    merge(after);
+}
+
 Result<bool> is_loopback_host(const std::string& host) {
     asio::io_context io;
     tcp::resolver resolver(io);
@@ -701,12 +708,7 @@ Measurement LoadSession::stop(int64_t grace_ns) {
     // What ended in the grace was counted nowhere, and a run's counts did not add up to what was
     // sent: answers are `late` (in neither the latencies nor the throughput of the window, which
     // had ended), failures are errors, the rest unfinished.
-    Measurement tail = snapshot();
-    last.late += tail.ok + tail.late;
-    last.unfinished += tail.unfinished;
-    tail.latency = LatencyHistogram();
-    tail.ok = tail.late = tail.unfinished = tail.delayed = tail.bytes_received = 0;
-    last.merge(tail);
+    last.merge_after_window(snapshot());
     return last;
 }
 

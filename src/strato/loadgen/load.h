@@ -50,6 +50,9 @@ struct Measurement {
     int64_t errors() const;
     double throughput() const { return seconds > 0 ? static_cast<double>(ok) / seconds : 0.0; }
     void merge(const Measurement& other);  // adds the counts; `seconds` is the caller's to set
+    /// Adds what ended after this window had closed: its answers as `late` (in neither the
+    /// latencies nor the throughput), its failures as errors, its unfinished as unfinished.
+    void merge_after_window(Measurement after);
 };
 
 /// The monotonic clock every load-generator timestamp uses, in ns.

@@ -140,10 +140,7 @@ Result<PointResult> run_point(const Target& target, const RunOptions& o, double 
             out.m.merge(windows[k]);
             out.m.seconds += windows[k].seconds;
         }
-        after.late += after.ok;
-        after.ok = after.delayed = after.bytes_received = 0;
-        after.latency = LatencyHistogram();
-        out.m.merge(after);
+        out.m.merge_after_window(std::move(after));
         out.windows = static_cast<int>(windows.size());
         if (o.server_stats && readings[first] && readings.back())
             out.server = server_breakdown(*readings[first], *readings.back());
