@@ -150,6 +150,18 @@ def main():
                             {"input": {"content": sample, "shape": [2, 1, 28, 28]}}]}, open(f"{tmp}/mixed.json", "w"))
         _, err, _ = run([url, "--model", "cnn", "--input-data", f"{tmp}/mixed.json", "-n", "4"], expect=1)
         check("data[1].input has shape [2,1,28,28], data[0] has [1,1,28,28]" in err, f"mixed shapes: {err}")
+        # A shape the model does not take sent a 400 for every request, found after the run:
+        # refused up front, naming the sample, the input and the model's shape.
+        json.dump({"data": [{"input": {"content": sample[:784], "shape": [1, 28, 28]}}]}, open(f"{tmp}/rank.json", "w"))
+        _, err, _ = run([url, "--model", "cnn", "--input-data", f"{tmp}/rank.json", "-n", "4"], expect=1)
+        check("data[0].input has shape [1,28,28], but the model's input is [-1,1,28,28]" in err
+              and "3 dimensions, expected 4" in err, f"wrong rank: {err}")
+        json.dump({"data": [{"input": {"content": sample[:784], "shape": [1, 1, 784, 1]}}]}, open(f"{tmp}/dim.json", "w"))
+        _, err, _ = run([url, "--model", "cnn", "--input-data", f"{tmp}/dim.json", "-n", "4"], expect=1)
+        check("dimension 2 is 784, expected 28" in err, f"wrong dimension: {err}")
+        json.dump({"data": [{"input": {"content": [], "shape": [0, 1, 28, 28]}}]}, open(f"{tmp}/b0.json", "w"))
+        _, err, _ = run([url, "--model", "cnn", "--input-data", f"{tmp}/b0.json", "-n", "4"], expect=1)
+        check("a batch of 0, expected 1.." in err, f"batch 0 in a file: {err}")
         json.dump({"data": [{"input": {"content": sample[:784], "shape": [1, 1, 28, 28]}}]}, open(f"{tmp}/one.json", "w"))
         run([url, "--model", "cnn", "--input-data", f"{tmp}/one.json", "-b", "4", "-n", "20", "--warmup", "0",
              "--csv", f"{tmp}/b.csv", "--json", f"{tmp}/b.json"])

@@ -116,6 +116,7 @@ struct InputSpec {
     std::string name;
     DataType dtype = DataType::kInvalid;
     std::vector<int64_t> shape;  // full request shape, batch included when the model batches
+    std::vector<int64_t> declared;  // the shape in the model's metadata (-1: variable)
 };
 
 // One sample's data source for every input: returns the bytes of input i for variant v.
@@ -224,7 +225,32 @@ Result<Filler> idx_filler(const std::string& path, const std::vector<InputSpec>&
 }
 
 // perf_analyzer's input data JSON: {"data": [{"INPUT": [..] | {"content": [..], "shape": [..]}}, ...]}.
-Result<Filler> json_filler(const std::string& path, std::vector<InputSpec>& inputs, int* variants) {
+// A data file's shape for one input must be one the model takes: its metadata's rank, its fixed
+// dimensions, and a batch in 1..max_batch_size when the model batches (otherwise every request
+// of the run gets a 400 and the user learns it after the run).
+static Status check_file_shape(const std::string& path, size_t sample, const InputSpec& in,
+                               const std::vector<int64_t>& shape, int64_t max_batch) {
+    auto refuse = [&](std::string_view why) {
+        return invalid_argument("input data '{}': data[{}].{} has shape {}, but the model's input is {}{}: {}", path,
+                                sample, in.name, serve::shape_string(shape), serve::shape_string(in.declared),
+                                max_batch > 0 ? fmt::format(" (max_batch_size {})", max_batch) : "", why);
+    };
+    if (shape.size() != in.declared.size())
+        return refuse(fmt::format("{} dimensions, expected {}", shape.size(), in.declared.size()));
+    for (size_t i = 0; i < shape.size(); ++i) {
+        if (max_batch > 0 && i == 0) {
+            if (shape[0] < 1 || shape[0] > max_batch)
+                return refuse(fmt::format("a batch of {}, expected 1..{}", shape[0], max_batch));
+        } else if (shape[i] < 0) {
+            return refuse(fmt::format("dimension {} is {}", i, shape[i]));
+        } else if (in.declared[i] >= 0 && shape[i] != in.declared[i]) {
+            return refuse(fmt::format("dimension {} is {}, expected {}", i, shape[i], in.declared[i]));
+        }
+    }
+    return Status::ok();
+}
+
+Result<Filler> json_filler(const std::string& path, std::vector<InputSpec>& inputs, int64_t max_batch, int* variants) {
     STRATO_ASSIGN_OR_RETURN(auto text, fs::read_file(path));
     json j = parse_json_bounded(text);
     if (j.is_discarded() || !j.is_object() || !j.contains("data") || !j["data"].is_array() || j["data"].empty())
@@ -250,6 +276,14 @@ Result<Filler> json_filler(const std::string& path, std::vector<InputSpec>& inpu
                 } catch (const json::exception&) {
                     return invalid_argument("input data '{}': data[{}].{}.shape is not a list of integers", path, s, in.name);
                 }
+                STRATO_RETURN_IF_ERROR(check_file_shape(path, s, in, t.shape, max_batch));
+            } else {
+                for (int64_t d : t.shape)
+                    if (d < 0)
+                        return invalid_argument("input data '{}': data[{}].{} gives no \"shape\" and the model's input {} "
+                                                "has a variable dimension; add \"shape\": [...] to the sample or give "
+                                                "--shape {}:d1,d2,...",
+                                                path, s, in.name, serve::shape_string(in.declared), in.name);
             }
             json flat = content.flatten();
             std::vector<json> values;
@@ -327,6 +361,7 @@ Result<Target> build_infer_target(const Url& base, const InferTargetOptions& o) 
             spec.name = in.at("name").get<std::string>();
             spec.dtype = serve::parse_datatype(in.at("datatype").get<std::string>());
             spec.shape = in.at("shape").get<std::vector<int64_t>>();
+            spec.declared = spec.shape;
         } catch (const json::exception&) {
             return invalid_argument("model '{}': an input in the metadata lacks name, datatype or shape", o.model);
         }
@@ -337,15 +372,16 @@ Result<Target> build_infer_target(const Url& base, const InferTargetOptions& o) 
             if (max_batch > 0) spec.shape.insert(spec.shape.begin(), o.batch_size);
         } else {
             if (max_batch > 0 && !spec.shape.empty()) spec.shape[0] = o.batch_size;
+            // A perf_analyzer data file may give the shape per sample (checked as it is read).
             for (int64_t d : spec.shape)
-                if (d < 0)
+                if (d < 0 && !o.input_data.ends_with(".json"))
                     return invalid_argument("model '{}' input '{}' has a variable dimension {}; give it with --shape {}:d1,d2,...",
                                             o.model, spec.name, serve::shape_string(spec.shape), spec.name);
         }
         // The shape comes from the server: a request of gigabytes (or an element count that
         // overflows) is a misconfigured model, not something to allocate.
         double elements = 1;
-        for (int64_t d : spec.shape) elements *= static_cast<double>(d);
+        for (int64_t d : spec.shape) elements *= static_cast<double>(std::max<int64_t>(d, 1));
         if (elements > kMaxInputElements)
             return invalid_argument("model '{}' input '{}' of shape {} has {:.3g} elements per request, more than the "
                                     "{:.3g} a load test sends; give a smaller one with --shape {}:d1,d2,...",
@@ -363,7 +399,7 @@ Result<Target> build_infer_target(const Url& base, const InferTargetOptions& o) 
     double request_bytes = 0;
     for (const auto& spec : inputs) {
         double elements = 1;
-        for (int64_t d : spec.shape) elements *= static_cast<double>(d);
+        for (int64_t d : spec.shape) elements *= static_cast<double>(std::max<int64_t>(d, 1));
         const double each = spec.dtype == DataType::kBytes ? 4.0 + static_cast<double>(o.string_length)
                                                            : static_cast<double>(serve::datatype_size(spec.dtype));
         request_bytes += elements * each;
@@ -397,7 +433,7 @@ Result<Target> build_infer_target(const Url& base, const InferTargetOptions& o) 
             return out;
         };
     } else if (d.ends_with(".json")) {
-        STRATO_ASSIGN_OR_RETURN(fill, json_filler(d, inputs, &variants));
+        STRATO_ASSIGN_OR_RETURN(fill, json_filler(d, inputs, max_batch, &variants));
     } else if (d.ends_with(".idx") || d.ends_with(".gz") || d.find("ubyte") != std::string::npos) {
         STRATO_ASSIGN_OR_RETURN(fill, idx_filler(d, inputs, o.batch_size));
     } else {
