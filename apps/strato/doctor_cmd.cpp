@@ -30,7 +30,7 @@ void add_doctor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     auto* peers = cmd->add_option("--peers", o->peers,
                                   "HOST:PORT of other nodes (comma-separated): round-trip time, < 2 ms wanted for data "
                                   "parallelism; over an echo when they run `strato doctor --listen`. FAILs when fewer "
-                                  "than half the round trips are measured (probing stops at the first that fails)")
+                                  "than half the round trips are measured (a lost one is counted and probing goes on; 3 lost in a row end it)")
                       ->delimiter(',')
                       ->check(
                           [](const std::string& text) {

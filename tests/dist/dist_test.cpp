@@ -505,20 +505,21 @@ struct Listener {
     std::string target() const { return fmt::format("127.0.0.1:{}", port); }
 };
 
-// A peer that misbehaves: takes one connection and runs `serve` on it in a thread until the
-// probe hangs up or the test ends (`stop`), so that no test can hang on it.
+// A peer that misbehaves: takes connections one at a time and runs `serve` on each in a thread
+// until the probe hangs up or the test ends (`stop`), so that no test can hang on it.
 class FakePeer {
 public:
     using Serve = std::function<void(int fd, const std::atomic<bool>& stop)>;
     explicit FakePeer(Serve serve) : listener_(16) {
         thread_ = std::thread([this, serve] {
-            pollfd p{listener_.fd, POLLIN, 0};
-            while (!stop_ && ::poll(&p, 1, 50) == 0) continue;
-            if (stop_) return;
-            int c = ::accept(listener_.fd, nullptr, nullptr);
-            if (c < 0) return;
-            serve(c, stop_);
-            ::close(c);
+            while (!stop_) {
+                pollfd p{listener_.fd, POLLIN, 0};
+                if (::poll(&p, 1, 50) <= 0) continue;
+                int c = ::accept(listener_.fd, nullptr, nullptr);
+                if (c < 0) return;
+                serve(c, stop_);
+                ::close(c);
+            }
         });
     }
     ~FakePeer() {
@@ -570,10 +571,10 @@ TEST(Peers, APeerThatStopsAcceptingFailsWithTheReason) {
     EXPECT_EQ(p.samples, 0);
     EXPECT_EQ(p.failed, 5);
     EXPECT_TRUE(p.failing());
-    EXPECT_EQ(p.error,
-              "connect timed out after 0.5 s on sample 1 (the first connect succeeded; samples 2..5 not tried)");
+    EXPECT_EQ(p.error, "connect timed out after 0.5 s on sample 1 (the first connect succeeded; 3 samples failed; "
+                       "3 failed in a row: samples 4..5 not tried)");
     EXPECT_EQ(describe(p), "0 of 5 samples measured: " + p.error);
-    EXPECT_LT(seconds_since(t0), 3.0) << "one connect timeout, not one per sample";
+    EXPECT_LT(seconds_since(t0), 3.5) << "1 s to tell it is no echo, three connect timeouts, not one per sample";
 }
 
 // Found by review: the timeout applied to each byte, so a peer trickling its pong a byte at a
@@ -588,37 +589,57 @@ TEST(Peers, ATrickledPongFailsItsSampleAtTheTimeout) {
         }
     });
     auto t0 = Clock::now();
-    auto probes = probe_peers({peer.target()}, 3, 0.5);
+    auto probes = probe_peers({peer.target()}, 5, 0.5);
     const double took = seconds_since(t0);
     ASSERT_EQ(probes.size(), 1u);
     const PeerProbe& p = probes[0];
     EXPECT_TRUE(p.reachable);
     EXPECT_TRUE(p.echo) << "an answer that starts like a pong is strato's echo";
     EXPECT_EQ(p.samples, 0);
-    EXPECT_EQ(p.failed, 3);
+    EXPECT_EQ(p.failed, 5);
     EXPECT_TRUE(p.failing());
-    EXPECT_NE(p.error.find("of the pong's 12 bytes within 0.5 s on sample 1 (samples 2..3 not tried)"),
+    EXPECT_NE(p.error.find("of the pong's 12 bytes within 0.5 s on sample 1 (3 samples failed; 3 failed in a row: "
+                           "samples 4..5 not tried)"),
               std::string::npos)
         << p.error;
-    EXPECT_GE(took, 0.45);
-    EXPECT_LT(took, 1.5) << "the whole pong within the timeout, not each byte";
+    EXPECT_GE(took, 1.45);
+    EXPECT_LT(took, 2.5) << "the whole pong within the timeout, not each byte; three in a row end the probe";
 }
 
 // Found by review: a peer that answered once, then went silent, was "1 samples, echo", a mere
-// warning, and nothing said that the other round trips timed out.
+// warning, and nothing said that the other round trips timed out. Then one lost round trip
+// ended the probe (and made a FAIL): the probe reconnects and goes on, up to 3 failed in a row.
 TEST(Peers, APeerThatGoesSilentCountsTheFailedSamples) {
     {
+        // Each connection answers once: every other sample is lost, the others measured.
         FakePeer peer(silent_after(1));
         auto t0 = Clock::now();
         const PeerProbe p = probe_peers({peer.target()}, 5, 0.5).at(0);
-        EXPECT_LT(seconds_since(t0), 1.5) << "one timeout, not one per sample";
+        EXPECT_LT(seconds_since(t0), 2.0) << "one timeout per lost sample";
         EXPECT_TRUE(p.reachable && p.echo);
+        EXPECT_EQ(p.samples, 3);
+        EXPECT_EQ(p.failed, 2);
+        EXPECT_FALSE(p.failing()) << "most were measured";
+        EXPECT_EQ(p.error, "no pong within 0.5 s on sample 2 (2 samples failed)");
+        EXPECT_EQ(describe(p).rfind("3 of 5 samples measured: no pong within 0.5 s on sample 2", 0), 0u) << describe(p);
+        EXPECT_NE(describe(p).find("3 samples, echo"), std::string::npos) << describe(p);
+    }
+    {
+        // Silent after the first pong, also on new connections: three timeouts end it.
+        std::atomic<int> connections{0};
+        FakePeer peer([&connections](int fd, const std::atomic<bool>& stop) {
+            bool first = connections++ == 0;
+            for (int i = 0; FakePeer::read_line(fd, stop); ++i)
+                if (first && i == 0 && !FakePeer::send_all(fd, "strato-pong\n")) return;
+        });
+        auto t0 = Clock::now();
+        const PeerProbe p = probe_peers({peer.target()}, 10, 0.5).at(0);
+        EXPECT_LT(seconds_since(t0), 2.5) << "three timeouts, not one per sample";
         EXPECT_EQ(p.samples, 1);
-        EXPECT_EQ(p.failed, 4);
-        EXPECT_TRUE(p.failing()) << "more than half failed";
-        EXPECT_EQ(p.error, "no pong within 0.5 s on sample 2 (samples 3..5 not tried)");
-        EXPECT_EQ(describe(p).rfind("1 of 5 samples measured: no pong within 0.5 s on sample 2", 0), 0u) << describe(p);
-        EXPECT_NE(describe(p).find("1 samples, echo"), std::string::npos) << describe(p);
+        EXPECT_EQ(p.failed, 9);
+        EXPECT_TRUE(p.failing());
+        EXPECT_EQ(p.error, "no pong within 0.5 s on sample 2 (3 samples failed; 3 failed in a row: samples 5..10 not "
+                           "tried)");
     }
     {
         // Only the last round trip lost: reported, counted, but a warning, not a failure.
@@ -637,10 +658,10 @@ TEST(Peers, APeerThatGoesSilentCountsTheFailedSamples) {
             FakePeer::read_line(fd, stop);
         });
         const PeerProbe p = probe_peers({peer.target()}, 3, 0.5).at(0);
-        EXPECT_EQ(p.samples, 1);
-        EXPECT_EQ(p.failed, 2);
-        EXPECT_TRUE(p.failing());
-        EXPECT_EQ(p.error, "the peer closed the connection on sample 2 (sample 3 not tried)");
+        EXPECT_EQ(p.samples, 2) << "sample 3 over a new connection";
+        EXPECT_EQ(p.failed, 1);
+        EXPECT_FALSE(p.failing());
+        EXPECT_EQ(p.error, "the peer closed the connection on sample 2");
     }
 }
 

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -132,6 +133,8 @@ std::string read_failure(Read r, size_t got, int err_no, double timeout_s) {
 
 }  // namespace
 
+constexpr int kMaxFailedInARow = 3;
+
 std::vector<PeerProbe> probe_peers(const std::vector<std::string>& targets, int samples, double timeout_s) {
     samples = std::max(1, samples);
     std::vector<PeerProbe> out;
@@ -159,8 +162,16 @@ std::vector<PeerProbe> probe_peers(const std::vector<std::string>& targets, int 
         freeaddrinfo(res);
         addr.sin_port = htons(static_cast<uint16_t>(port));
         std::vector<double> rtts;
-        int failed_at = -1;  // the first failed sample (0-based); the rest are not tried
-        std::string why;     // why it failed
+        // A failed sample is counted and the probe goes on (over a new connection: a late pong
+        // on the old one would be taken for the next sample's), until kMaxFailedInARow fail in a
+        // row: one lost round trip does not fail a peer, and a silent one costs a few timeouts.
+        int tried = 0, failures = 0, in_a_row = 0, first_failed = -1;
+        std::string first_why;
+        auto fail = [&](int sample, std::string why) {
+            if (first_failed < 0) first_failed = sample, first_why = std::move(why);
+            ++failures;
+            ++in_a_row;
+        };
         // First: is it strato's echo? Then ping-pong over one connection; else time handshakes.
         int fd = connect_to(addr, timeout_s, &p.error);
         if (fd < 0) {
@@ -172,7 +183,7 @@ std::vector<PeerProbe> probe_peers(const std::vector<std::string>& targets, int 
         size_t got = 0;
         int err_no = 0;
         auto t0 = Clock::now();
-        why = send_ping(fd);
+        std::string why = send_ping(fd);
         Read r = Read::kError;
         if (why.empty()) {
             // Another service gets 1 s to show it is no echo; an answer that starts like a pong
@@ -183,13 +194,23 @@ std::vector<PeerProbe> probe_peers(const std::vector<std::string>& targets, int 
         }
         p.echo = got > 0 && std::memcmp(buf, kPong, got) == 0;
         if (p.echo) {
+            tried = 1;
             if (r == Read::kOk) {
                 rtts.push_back(ms_since(t0));
             } else {
-                failed_at = 0;
-                why = read_failure(r, got, err_no, timeout_s);
+                fail(0, read_failure(r, got, err_no, timeout_s));
+                ::close(fd);
+                fd = -1;
             }
-            for (int i = 1; i < samples && failed_at < 0; ++i) {
+            for (int i = 1; i < samples && in_a_row < kMaxFailedInARow; ++i, ++tried) {
+                if (fd < 0) {
+                    std::string err;
+                    fd = connect_to(addr, timeout_s, &err);
+                    if (fd < 0) {
+                        fail(i, "cannot connect again: " + err);
+                        continue;
+                    }
+                }
                 got = 0;
                 t0 = Clock::now();
                 why = send_ping(fd);
@@ -197,39 +218,44 @@ std::vector<PeerProbe> probe_peers(const std::vector<std::string>& targets, int 
                     r = read_by(fd, buf, kPongSize, &got, plus(t0, timeout_s), &err_no);
                     if (r == Read::kOk && std::memcmp(buf, kPong, kPongSize) == 0) {
                         rtts.push_back(ms_since(t0));
+                        in_a_row = 0;
                         continue;
                     }
                     why = read_failure(r, got, err_no, timeout_s);
                 }
-                failed_at = i;
+                fail(i, why);
+                ::close(fd);
+                fd = -1;
             }
-            ::close(fd);
+            if (fd >= 0) ::close(fd);
         } else {
             ::close(fd);
-            for (int i = 0; i < samples; ++i) {
+            for (int i = 0; i < samples && in_a_row < kMaxFailedInARow; ++i, ++tried) {
                 std::string err;
                 t0 = Clock::now();
                 int c = connect_to(addr, timeout_s, &err);
                 if (c < 0) {
-                    failed_at = i;
-                    why = err;
-                    break;
+                    fail(i, err);
+                    continue;
                 }
                 rtts.push_back(ms_since(t0));
+                in_a_row = 0;
                 ::close(c);
             }
         }
-        if (failed_at >= 0) {
-            p.failed = samples - failed_at;
+        if (failures > 0) {
+            p.failed = failures + (samples - tried);
             // A peer that took the probe's first connection, then stopped accepting (a full
             // backlog, a hung process), is reachable yet measures nothing: say so.
-            std::string notes = p.echo ? "" : "the first connect succeeded";
-            if (failed_at + 1 < samples) {
-                notes += notes.empty() ? "" : "; ";
-                notes += failed_at + 2 == samples ? fmt::format("sample {} not tried", samples)
-                                                  : fmt::format("samples {}..{} not tried", failed_at + 2, samples);
-            }
-            p.error = fmt::format("{} on sample {}{}", why, failed_at + 1, notes.empty() ? "" : " (" + notes + ")");
+            std::vector<std::string> notes;
+            if (!p.echo && rtts.empty()) notes.push_back("the first connect succeeded");
+            if (failures > 1) notes.push_back(fmt::format("{} samples failed", failures));
+            if (tried < samples)
+                notes.push_back(fmt::format("{} failed in a row: {} not tried", kMaxFailedInARow,
+                                            tried + 1 == samples ? fmt::format("sample {}", samples)
+                                                                 : fmt::format("samples {}..{}", tried + 1, samples)));
+            p.error = fmt::format("{} on sample {}{}", first_why, first_failed + 1,
+                                  notes.empty() ? "" : fmt::format(" ({})", fmt::join(notes, "; ")));
         }
         if (!rtts.empty()) {
             std::sort(rtts.begin(), rtts.end());

@@ -19,12 +19,12 @@ struct PeerProbe {
     std::string target;   // host:port
     bool reachable = false;
     bool echo = false;    // answered strato's ping (else: TCP connect time)
-    // Why the peer is unreachable, or why the first failed sample failed; empty when every
-    // sample was measured.
+    // Why the peer is unreachable, or why the first failed sample failed (with how many failed
+    // and how many were not tried); empty when every sample was measured.
     std::string error;
     int requested = 0;    // samples asked for
     int samples = 0;      // round trips measured
-    int failed = 0;       // samples not measured: the one that failed and those not tried after it
+    int failed = 0;       // samples not measured: those that failed and those not tried
     double min_ms = 0, median_ms = 0, max_ms = 0;
 
     /// Unreachable, or more than half of the samples not measured.
@@ -32,9 +32,9 @@ struct PeerProbe {
 };
 
 /// Probes each "host:port" `samples` times; never throws. A round trip (or handshake) that takes
-/// longer than `timeout_s` in all is a failed sample; probing a peer stops at its first failed
-/// sample (an echo connection that timed out may still deliver the late answer), so a silent
-/// peer costs one timeout, not one per sample.
+/// longer than `timeout_s` in all is a failed sample; the probe goes on after it (an echo over a
+/// new connection, since the old one may still deliver the late answer) and stops after 3
+/// failed in a row, so a silent peer costs three timeouts, not one per sample.
 std::vector<PeerProbe> probe_peers(const std::vector<std::string>& targets, int samples, double timeout_s);
 
 /// One line for `strato doctor`: the round trip, why the peer is unreachable, or how many of the
