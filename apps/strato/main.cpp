@@ -49,6 +49,17 @@ CLI::Validator finite_range(double lo, double hi) {
         fmt::format("NUMBER in [{}, {}]", lo, hi));
 }
 
+CLI::Validator duration_flag(const std::string& default_unit, bool positive) {
+    return CLI::Validator(
+        [default_unit, positive](std::string& text) -> std::string {
+            auto ns = parse_duration_ns(text, default_unit);
+            if (!ns) return ns.status().message();
+            if (positive && *ns == 0) return fmt::format("duration '{}': expected more than 0", text);
+            return {};
+        },
+        fmt::format("DURATION (bare numbers: {})", default_unit));
+}
+
 Result<int64_t> parse_busy_poll_ns(const std::string& text) {
     auto ns = parse_duration_ns(text, "us");
     if (!ns) return ns.status().with_context("--busy-poll");

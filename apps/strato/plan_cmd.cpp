@@ -278,25 +278,30 @@ void add_plan_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     cmd->add_option("--optimizer", f->optimizer, "sgd or adam (optimizer state in GPU memory)")
         ->check(CLI::IsMember({"sgd", "adam"}));
     cmd->add_option("--objective", f->objective, "cost (default) or time")->check(CLI::IsMember({"cost", "time"}));
-    cmd->add_option("--deadline", f->deadline, "Finish within this time: 8h, 90m, 2d (a bare number is hours)");
+    cmd->add_option("--deadline", f->deadline, "Finish within this time: 8h, 90m, 2d (a bare number is hours)")
+        ->check(duration_flag("h", true));
     cmd->add_option("--budget", f->budget, "Spend at most this much (catalog currency)")->check(finite_range(1e-9, 1e15));
     cmd->add_option("--provider", f->providers, "Only these clouds (aws, gcp, azure, ...)");
     cmd->add_option("--region", f->regions, "Only these regions");
     cmd->add_option("--gpu", f->gpus, "Only these accelerators (T4, A10G, A100, H100, ...)");
     cmd->add_option("--instance", f->instances, "Only these instance types");
-    cmd->add_option("--max-nodes", f->max_nodes, "Largest node count to consider (default 16)");
+    cmd->add_option("--max-nodes", f->max_nodes, "Largest node count to consider (default 16)")->check(CLI::Range(1, 1024));
     cmd->add_option("--market", f->market, "ondemand, spot or both (default)")
         ->check(CLI::IsMember({"ondemand", "spot", "both"}));
     cmd->add_option("--checkpoint-gbs", f->checkpoint_gbs, "Checkpoint write bandwidth in GB/s (default 1)")
         ->check(finite_range(1e-6, 1e6));
-    cmd->add_option("--restart", f->restart, "Time from a preemption to training again (default 10m)");
-    cmd->add_option("--startup", f->startup, "Provisioning and start-up before the first step, billed (default 5m)");
+    cmd->add_option("--restart", f->restart, "Time from a preemption to training again (default 10m)")
+        ->check(duration_flag("s", false));
+    cmd->add_option("--startup", f->startup, "Provisioning and start-up before the first step, billed (default 5m)")
+        ->check(duration_flag("s", false));
     cmd->add_option("--spot-hazard", f->spot_hazard, "Preemptions per node-hour (default: catalog rates)")
         ->check(finite_range(0, 100));
-    cmd->add_option("--catalog", f->catalog, "Instance CSV (SkyPilot-derived format of data/cloud/instances.csv)");
-    cmd->add_option("--gpu-table", f->gpus_csv, "GPU table CSV (format of data/cloud/gpus.csv; with --catalog)");
+    auto* catalog = cmd->add_option("--catalog", f->catalog, "Instance CSV (SkyPilot-derived format of data/cloud/instances.csv)");
+    cmd->add_option("--gpu-table", f->gpus_csv, "GPU table CSV (format of data/cloud/gpus.csv; with --catalog)")
+        ->needs(catalog);
     cmd->add_option("--spot-rates", f->spot_csv,
-                    "Spot interruption CSV (format of data/cloud/spot_interruptions.csv; with --catalog)");
+                    "Spot interruption CSV (format of data/cloud/spot_interruptions.csv; with --catalog)")
+        ->needs(catalog);
     cmd->add_option("--prices", f->prices, "TOML price overrides: discounts, negotiated prices, currency (docs/plan.md)");
     cmd->add_option("--top", f->top, "Rows to show (default 10)")->check(CLI::Range(1, 1000000));
     cmd->add_option("--simulate", f->simulate,

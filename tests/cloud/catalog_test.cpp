@@ -136,6 +136,38 @@ ondemand = 3.0
               std::string::npos);
 }
 
+// Found by review: a region's [prices] entry lost to its type's when the type sorted later; a
+// top-level `discounts = 0.5` was ignored; catalog prices of 1e308 made every cost inf (tied
+// and ranked "cheapest"); fp32_tflops of 1e-300 gave 300-digit day counts.
+TEST(Catalog, RegionPriceWinsNonTablesAndValuesOutOfRangeAreRefused) {
+    for (const char* text : {"[prices.\"aws/us-east-1/g4dn.xlarge\"]\nondemand = 0.01\n[prices.\"g4dn.xlarge\"]\nondemand = 5.0\n",
+                             "[prices.\"g4dn.xlarge\"]\nondemand = 5.0\n[prices.\"aws/us-east-1/g4dn.xlarge\"]\nondemand = 0.01\n"}) {
+        Catalog c = Catalog::builtin().value();
+        ASSERT_TRUE(c.apply_overrides(text, "o.toml").is_ok()) << text;
+        for (const auto& in : c.instances())
+            if (in.type == "g4dn.xlarge") EXPECT_DOUBLE_EQ(in.ondemand_usd_h, in.region == "us-east-1" ? 0.01 : 5.0) << in.key();
+    }
+    Catalog d = Catalog::builtin().value();
+    EXPECT_EQ(d.apply_overrides("discounts = 0.5\n", "o.toml").message(),
+              "o.toml: discounts must be a table ([discounts] with one entry per provider or instance type)");
+    EXPECT_FALSE(d.apply_overrides("prices = 3\n", "o.toml").is_ok());
+    auto pricey = from_rows("aws,us-east-1,x,T4,1,4,16,25,1e308,,src\n");
+    EXPECT_EQ(pricey.status().message(), "test.csv:2 ondemand_usd_per_hour: 1e+308 is out of range; expected up to 1e+07");
+    const std::string gpu_header =
+        "name,memory_gb,memory_bw_gbs,fp32_tflops,tensor_tflops,bf16,int8_tops,tdp_w,nvlink_gbs,compute_efficiency,"
+        "estimate,source\n";
+    auto slow = Catalog::parse(std::string(kHeader) + "aws,us-east-1,x,T4,1,4,16,25,1,,src\n", "test.csv",
+                               gpu_header + "T4,16,320,1e-300,,0,0,70,0,1,0,src\n", "gpus.csv", detail::kSpotCsv,
+                               "spot.csv");
+    EXPECT_EQ(slow.status().message(), "gpus.csv:2 fp32_tflops: 1e-300 is out of range; expected 0.001 to 1e+06");
+    auto fine = Catalog::parse(std::string(kHeader) + "aws,us-east-1,x,T4,1,4,16,25,1,,src\n", "test.csv",
+                               gpu_header + "T4,16,320,8.1,65,0,130,70,0,0.38,1,src\n", "gpus.csv", detail::kSpotCsv,
+                               "spot.csv");
+    EXPECT_TRUE(fine.is_ok()) << fine.status().message();
+    EXPECT_EQ(from_rows("aws,us-east-1,x,T4,1,4,16,25,1,0.2\n").status().message(),
+              "test.csv:2: expected 11 fields as in the header, got 10");
+}
+
 TEST(Catalog, HazardFromMonthlyRate) {
     EXPECT_NEAR(hazard_per_hour(0.3), -std::log(0.7) / 730, 1e-12);
     EXPECT_EQ(hazard_per_hour(0), 0);

@@ -125,6 +125,11 @@ TEST(Spot, PoissonQuantiles) {
     EXPECT_EQ(poisson_quantile(1, 0.5), 1);
     EXPECT_EQ(poisson_quantile(4, 0.9), 7);
     EXPECT_NEAR(poisson_quantile(10000, 0.9), 10000 + 1.2816 * 100, 2);
+    // Found by review: a mean past int64 (1e21 interruptions) was cast to an integer (UB): the
+    // 10-90 % range came out below the mean.
+    EXPECT_NEAR(poisson_quantile(1e21, 0.1), 1e21 - 1.2816 * std::sqrt(1e21), 1e11);
+    EXPECT_GT(poisson_quantile(1e21, 0.9), 1e21);
+    EXPECT_EQ(poisson_quantile(INFINITY, 0.5), INFINITY);
 }
 
 PlanRequest random_request(std::mt19937_64& rng, const std::vector<Workload>& presets) {
@@ -247,6 +252,46 @@ TEST(Planner, ARowWithoutVcpusIsPricedAsTheThroughputModelPricesIt) {
     Plan none = make_plan(cat, req).value();
     EXPECT_TRUE(none.ranked.empty());
     EXPECT_EQ(none.binding, "no instance that matches the filters has a spot price in the catalog");
+}
+
+// Found by review: GPUs x nodes x batch multiplied as ints overflowed (a catalog may list 1e6
+// accelerators): negative samples/s, time and cost, ranked first.
+TEST(Planner, HugeCountsNeverOverflowIntoNegativeTimes) {
+    const std::string header =
+        "provider,region,instance_type,accelerator,accelerator_count,vcpus,memory_gib,network_gbps,"
+        "ondemand_usd_per_hour,spot_usd_per_hour,source\n";
+    const Catalog cat = Catalog::parse(header + "aws,us-east-1,big,T4,1000000,1000000,16,25,0.5,0.2,x\n", "t.csv",
+                                       detail::kGpusCsv, "g.csv", detail::kSpotCsv, "s.csv")
+                            .value();
+    PlanRequest req;
+    req.workload = resnet50();
+    req.workload.batch_per_gpu = 1 << 20;
+    req.workload.activations = 1;
+    req.objective = Objective::kTime;
+    req.max_nodes = 1024;
+    Plan p = make_plan(cat, req).value();
+    for (const auto& c : p.ranked) {
+        EXPECT_GT(c.tp.samples_per_s, 0) << c.inst->type << " x" << c.nodes;
+        EXPECT_GT(c.expected_h, 0) << c.inst->type << " x" << c.nodes;
+        EXPECT_GT(c.cost, 0) << c.inst->type << " x" << c.nodes;
+    }
+}
+
+// Found by review: an empty plan whose instances all lack a GPU-table entry said "no instance
+// matches the filters" when no filter was given.
+TEST(Planner, InstancesTheGpuTableLacksAreNamedAsTheReason) {
+    const std::string header =
+        "provider,region,instance_type,accelerator,accelerator_count,vcpus,memory_gib,network_gbps,"
+        "ondemand_usd_per_hour,spot_usd_per_hour,source\n";
+    const Catalog cat = Catalog::parse(header + "gcp,us-central1,tpu-v4,TPUv4,4,240,400,100,12,4,x\n", "t.csv",
+                                       detail::kGpusCsv, "g.csv", detail::kSpotCsv, "s.csv")
+                            .value();
+    PlanRequest req;
+    req.workload = resnet50();
+    Plan p = make_plan(cat, req).value();
+    EXPECT_TRUE(p.ranked.empty());
+    EXPECT_EQ(p.binding, "the instances that match the filters have no accelerator the GPU table knows (theirs: TPUv4; "
+                         "see strato plan --list and --gpu-table)");
 }
 
 TEST(Planner, SpotThatCannotCheckpointIsNamedAsTheBindingConstraint) {

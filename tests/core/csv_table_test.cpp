@@ -32,5 +32,27 @@ TEST(Csv, ByteOrderMarkAndSpacedHeaderNamesAndDuplicates) {
     EXPECT_EQ(CsvTable::parse("\n\n", "t.csv").status().message(), "t.csv: empty file (expected a header row)");
 }
 
+// Found by review: text after a closing quote was glued to the field ("g4dn"xlarge read as
+// g4dnxlarge); a file with lone-CR line ends (old Mac exports) was one record, and its error
+// spoke of a duplicate column; a line of blanks was a record of one empty field.
+TEST(Csv, TextAfterAClosingQuoteLoneCrLinesAndBlankLines) {
+    auto glued = CsvTable::parse("a,b\n\"g4dn\"xlarge,1\n", "t.csv");
+    ASSERT_FALSE(glued.is_ok());
+    EXPECT_EQ(glued.status().message(), "t.csv:2: field 1: after its closing quote, expected ',' or the end of the line, "
+                                        "got 'x' (a quote inside a quoted field is written \"\")");
+    auto spaced = CsvTable::parse("a,b\n\"x\" , 2\n", "t.csv");
+    ASSERT_TRUE(spaced.is_ok()) << spaced.status().message();
+    EXPECT_EQ(spaced->at(0, "a"), "x");
+    auto cr = CsvTable::parse("a,b\r1,2\r3,4\r", "t.csv");
+    ASSERT_TRUE(cr.is_ok()) << cr.status().message();
+    EXPECT_EQ(cr->rows(), 2u);
+    EXPECT_EQ(cr->at(1, "b"), "4");
+    EXPECT_EQ(cr->line(1), 3);
+    auto blanks = CsvTable::parse("a,b\n  \t\n1,2\n", "t.csv");
+    ASSERT_TRUE(blanks.is_ok()) << blanks.status().message();
+    EXPECT_EQ(blanks->rows(), 1u);
+    EXPECT_EQ(blanks->line(0), 3);
+}
+
 }  // namespace
 }  // namespace strato

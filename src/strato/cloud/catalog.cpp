@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <tuple>
 #include <unordered_map>
 #include <toml++/toml.h>
 
@@ -30,7 +31,10 @@ Result<std::vector<GpuSpec>> parse_gpus(std::string_view text, std::string_view 
         {"name", "memory_gb", "memory_bw_gbs", "fp32_tflops", "tensor_tflops", "bf16", "nvlink_gbs"}));
     std::vector<GpuSpec> out;
     for (size_t r = 0; r < t.rows(); ++r) {
-        auto where = [&](std::string_view col) { return fmt::format("{}:{} {}", t.source(), t.line(r), col); };
+        auto where = [&](std::string_view col) {
+            return col.empty() ? fmt::format("{}:{}", t.source(), t.line(r))
+                               : fmt::format("{}:{} {}", t.source(), t.line(r), col);
+        };
         GpuSpec g;
         g.name = t.at(r, "name");
         if (g.name.empty()) return invalid_argument("{}: empty GPU name", where("name"));
@@ -54,6 +58,18 @@ Result<std::vector<GpuSpec>> parse_gpus(std::string_view text, std::string_view 
         for (const auto& [col, v] : {std::pair<const char*, double>{"tensor_tflops", g.tensor_tflops},
                                      {"int8_tops", g.int8_tops}, {"tdp_w", g.tdp_w}, {"nvlink_gbs", g.nvlink_gbs}})
             if (v < 0) return invalid_argument("{}: must not be negative, got {:g}", where(col), v);
+        // Far beyond any GPU, or so small that a plan's times overflow: a typo, not a GPU.
+        for (const auto& [col, v, lo, hi] :
+             {std::tuple<const char*, double, double, double>{"memory_gb", g.memory_gb, 0, 1e5},
+              {"memory_bw_gbs", g.memory_bw_gbs, 1e-3, 1e6},
+              {"fp32_tflops", g.fp32_tflops, 1e-3, 1e6},
+              {"tensor_tflops", g.tensor_tflops, 0, 1e6},
+              {"int8_tops", g.int8_tops, 0, 1e6},
+              {"tdp_w", g.tdp_w, 0, 1e5},
+              {"nvlink_gbs", g.nvlink_gbs, 0, 1e6}})
+            if (v > hi || (v > 0 && v < lo))
+                return invalid_argument("{}: {:g} is out of range; expected {}{:g}", where(col), v,
+                                        lo > 0 ? fmt::format("{:g} to ", lo) : "up to ", hi);
         for (const auto& other : out)
             if (other.name == g.name) return invalid_argument("{}: GPU '{}' is listed twice", where("name"), g.name);
         if (g.tensor_tflops <= 0) g.tensor_tflops = g.fp32_tflops;
@@ -113,7 +129,10 @@ Result<Catalog> Catalog::parse(std::string_view instances, std::string_view inst
                                               "ondemand_usd_per_hour", "spot_usd_per_hour"}));
     std::unordered_map<std::string, int> lines_by_key;
     for (size_t r = 0; r < t.rows(); ++r) {
-        auto where = [&](std::string_view col) { return fmt::format("{}:{} {}", t.source(), t.line(r), col); };
+        auto where = [&](std::string_view col) {
+            return col.empty() ? fmt::format("{}:{}", t.source(), t.line(r))
+                               : fmt::format("{}:{} {}", t.source(), t.line(r), col);
+        };
         Instance in;
         in.provider = t.at(r, "provider");
         in.region = t.at(r, "region");
@@ -144,6 +163,13 @@ Result<Catalog> Catalog::parse(std::string_view instances, std::string_view inst
                                      {"ondemand_usd_per_hour", in.ondemand_usd_h},
                                      {"spot_usd_per_hour", in.spot_usd_h}})
             if (v < 0) return invalid_argument("{}: must not be negative, got {:g}", where(col), v);
+        // A price past 1e7 an hour (as --prices allows) or a network past 1e5 Gb/s is a typo;
+        // 1e308 made every cost inf, and ties of inf ranked as "cheapest".
+        for (const auto& [col, v, hi] : {std::tuple<const char*, double, double>{"memory_gib", in.memory_gib, 1e8},
+                                         {"network_gbps", in.network_gbps, 1e5},
+                                         {"ondemand_usd_per_hour", in.ondemand_usd_h, 1e7},
+                                         {"spot_usd_per_hour", in.spot_usd_h, 1e7}})
+            if (v > hi) return invalid_argument("{}: {:g} is out of range; expected up to {:g}", where(col), v, hi);
         if (auto [it, fresh] = lines_by_key.emplace(in.key(), in.line); !fresh)
             return invalid_argument("{}: {} is listed twice (also on line {})", where("instance_type"), in.key(),
                                     it->second);
@@ -273,7 +299,11 @@ Status Catalog::apply_overrides(std::string_view toml_text, const std::string& s
                 currency_.per_usd = *v;
             } else if (key == "discount") {
                 STRATO_ASSIGN_OR_RETURN(global, fraction(node, "discount"));
-            } else if (key != "discounts" && key != "prices") {
+            } else if (key == "discounts" || key == "prices") {
+                if (!node.is_table())
+                    return invalid_argument("{}: {} must be a table ([{}] with one entry per provider or instance type)",
+                                            source, key, key);
+            } else {
                 return invalid_argument("{}: unknown key '{}' (expected currency, usd_to_cny, discount, [discounts], [prices])",
                                         source, key);
             }
@@ -301,6 +331,12 @@ Status Catalog::apply_overrides(std::string_view toml_text, const std::string& s
             }
             in.ondemand_usd_h = in.list_ondemand_usd_h * (1 - d);
         }
+        struct Price {
+            std::string key;
+            bool ondemand;
+            double value;
+        };
+        std::vector<Price> prices;
         if (auto* t = doc["prices"].as_table()) {
             for (auto&& [k, node] : *t) {
                 std::string key(k.str());
@@ -322,13 +358,16 @@ Status Catalog::apply_overrides(std::string_view toml_text, const std::string& s
                         return invalid_argument("{}: prices.\"{}\".{}: expected ondemand or spot = a price per hour in (0, "
                                                 "1e7]",
                                                 source, key, field);
-                    for (auto& in : instances_) {
-                        if (in.type != key && in.key() != key) continue;
-                        (field == "ondemand" ? in.ondemand_usd_h : in.spot_usd_h) = *v;
-                    }
+                    prices.push_back({key, field == "ondemand", *v});
                 }
             }
         }
+        // A region's price ("aws/us-east-1/g4dn.xlarge") wins over its type's ("g4dn.xlarge"),
+        // whichever the file lists first.
+        for (bool by_key : {false, true})
+            for (const auto& [key, ondemand, v] : prices)
+                for (auto& in : instances_)
+                    if (by_key ? in.key() == key : in.type == key) (ondemand ? in.ondemand_usd_h : in.spot_usd_h) = v;
         return Status::ok();
     };
     Status st = apply();

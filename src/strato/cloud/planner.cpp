@@ -79,8 +79,21 @@ void explain(Plan& plan, const PlanRequest& req, const std::vector<Candidate>& a
         const bool matches = std::any_of(catalog.instances().begin(), catalog.instances().end(),
                                          [&](const Instance& in) { return in_space(req, in); });
         const char* price = req.spot && req.ondemand ? "a price" : req.spot ? "a spot price" : "an on-demand price";
-        plan.binding = matches ? fmt::format("no instance that matches the filters has {} in the catalog", price)
-                               : "no instance matches the filters (provider, region, GPU, instance type)";
+        // Listed, but not plannable: no accelerators, or an accelerator the GPU table lacks.
+        std::vector<std::string> unplannable;
+        for (const auto& in : catalog.instances())
+            if (listed(req.providers, in.provider) && listed(req.regions, in.region) &&
+                listed(req.accelerators, in.accelerator) && listed(req.instance_types, in.type) &&
+                std::find(unplannable.begin(), unplannable.end(), in.accelerator) == unplannable.end())
+                unplannable.push_back(in.accelerator.empty() ? "(none)" : in.accelerator);
+        if (matches)
+            plan.binding = fmt::format("no instance that matches the filters has {} in the catalog", price);
+        else if (!unplannable.empty())
+            plan.binding = fmt::format("the instances that match the filters have no accelerator the GPU table knows "
+                                       "(theirs: {}; see strato plan --list and --gpu-table)",
+                                       fmt::join(unplannable, ", "));
+        else
+            plan.binding = "no instance matches the filters (provider, region, GPU, instance type)";
         return;
     }
     const Candidate* fits_best = nullptr;
@@ -223,7 +236,9 @@ Candidate evaluate(const PlanRequest& req, const ThroughputModel& model, const C
     c.p90_h += startup_h;
     c.cost = c.price_per_h * c.expected_h;
     c.cost_p90 = c.price_per_h * c.p90_h;
-    if (!c.tp.fits)
+    if (!(std::isfinite(c.cost) && std::isfinite(c.expected_h) && c.tp.samples_per_s > 0))
+        c.why_not = "its time or cost is beyond any number (a catalog value far out of range?)";
+    else if (!c.tp.fits)
         c.why_not = fmt::format("needs {:.1f} GB per GPU, {} has {:.0f} GB", c.tp.memory_needed_gb, inst.accelerator,
                                 inst.gpu->memory_gb);
     else if (c.expected_h > req.deadline_h)

@@ -11,15 +11,17 @@ double young_interval(double checkpoint_s, double hazard_per_s, double work_s) {
     return std::clamp(tau, std::min(std::max(checkpoint_s, 1.0), work_s), work_s);
 }
 
-int64_t poisson_quantile(double mu, double q) {
+double poisson_quantile(double mu, double q) {
     if (!(mu > 0)) return 0;
+    if (!std::isfinite(mu)) return mu;
     if (mu > 500) {  // normal approximation; the pmf recursion underflows this far out
         double lo = -8, hi = 8;  // solve Phi(z) = q by bisection
         for (int i = 0; i < 60; ++i) {
             double mid = (lo + hi) / 2;
             (0.5 * std::erfc(-mid / std::sqrt(2.0)) < q ? lo : hi) = mid;
         }
-        return std::max<int64_t>(0, static_cast<int64_t>(std::ceil(mu + hi * std::sqrt(mu))));
+        // In doubles: mu may pass any integer type (1e21 interruptions of a hopeless spot plan).
+        return std::max(0.0, std::ceil(mu + hi * std::sqrt(mu)));
     }
     double p = std::exp(-mu), cdf = p;
     int64_t k = 0;
@@ -28,7 +30,7 @@ int64_t poisson_quantile(double mu, double q) {
         p *= mu / k;
         cdf += p;
     }
-    return k;
+    return static_cast<double>(k);
 }
 
 SpotEstimate estimate_spot(const SpotJob& job) {

@@ -38,6 +38,6 @@ double young_interval(double checkpoint_s, double hazard_per_s, double work_s);
 SpotEstimate estimate_spot(const SpotJob& job);
 
 /// The q-quantile of a Poisson distribution with mean `mu` (smallest k with CDF(k) >= q).
-int64_t poisson_quantile(double mu, double q);
+double poisson_quantile(double mu, double q);
 
 }  // namespace strato::cloud

@@ -100,7 +100,8 @@ Throughput ThroughputModel::estimate(const Workload& w, const Instance& inst, in
     Throughput t;
     const GpuSpec& gpu = *inst.gpu;
     const int g = std::max(inst.gpus, 1);
-    const int total = g * nodes;
+    // In doubles: a catalog may list up to 1e6 accelerators, times nodes times the batch.
+    const double total = static_cast<double>(g) * nodes;
     double tc = 0, tm = 0;
     double r1 = single_gpu(w, gpu, &tc, &tm);
     t.per_gpu_samples_per_s = r1;
@@ -127,7 +128,7 @@ Throughput ThroughputModel::estimate(const Workload& w, const Instance& inst, in
     if (g > 1) eff *= intra_node_efficiency(gpu);
     if (nodes > 1) eff *= inter_node_efficiency(net);
     double rate = total * w.batch_per_gpu / t.step_s * eff;
-    t.input_limit = w.decode_per_vcpu > 0 ? w.decode_per_vcpu * inst.vcpus * nodes : 0;
+    t.input_limit = w.decode_per_vcpu > 0 ? w.decode_per_vcpu * static_cast<double>(inst.vcpus) * nodes : 0;
     if (t.input_limit > 0 && t.input_limit < rate) {
         rate = t.input_limit;
         t.bound = "input pipeline";

@@ -15,6 +15,7 @@ Result<std::vector<std::string>> read_record(std::string_view text, size_t& pos,
                                              const std::string& source) {
     std::vector<std::string> fields(1);
     bool quoted = false;
+    bool closed = false;  // the field's closing quote was read: only blanks may follow it
     const int start_line = line;
     while (pos < text.size()) {
         char c = text[pos++];
@@ -25,19 +26,27 @@ Result<std::vector<std::string>> read_record(std::string_view text, size_t& pos,
                     ++pos;
                 } else {
                     quoted = false;
+                    closed = true;
                 }
             } else {
                 if (c == '\n') ++line;
                 fields.back() += c;
             }
-        } else if (c == '"' && fields.back().empty()) {
+        } else if (c == '"' && fields.back().empty() && !closed) {
             quoted = true;
         } else if (c == ',') {
             fields.emplace_back();
-        } else if (c == '\n') {
+            closed = false;
+        } else if (c == '\n' || c == '\r') {
+            // A line ends at LF, CRLF or a lone CR (old Mac exports).
+            if (c == '\r' && pos < text.size() && text[pos] == '\n') ++pos;
             ++line;
             return fields;
-        } else if (c != '\r') {
+        } else if (closed && c != ' ' && c != '\t') {
+            return invalid_argument("{}:{}: field {}: after its closing quote, expected ',' or the end of the line, got "
+                                    "'{}' (a quote inside a quoted field is written \"\")",
+                                    source, line, fields.size(), c);
+        } else if (!closed) {
             fields.back() += c;
         }
     }
@@ -58,10 +67,10 @@ Result<CsvTable> CsvTable::parse(std::string_view text, const std::string& sourc
     while (pos < text.size()) {
         int row_line = line;
         STRATO_ASSIGN_OR_RETURN(std::vector<std::string> fields, read_record(text, pos, line, source));
-        if (fields.size() == 1 && fields[0].empty()) continue;  // blank line
         // Blanks around a field are not part of it: "time_s, rate" names the column rate, and
         // "aws, us-east-1" is the region us-east-1.
         for (auto& f : fields) f = std::string(trim_blanks(f));
+        if (fields.size() == 1 && fields[0].empty()) continue;  // a blank line, or one of blanks
         if (!have_header) {
             for (size_t i = 0; i < fields.size(); ++i) {
                 if (!t.columns_.emplace(fields[i], i).second)

@@ -9,7 +9,16 @@ namespace strato {
 Result<int64_t> parse_duration_ns(const std::string& text, const std::string& default_unit) {
     std::string_view s(text);
     size_t i = 0;
-    while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+    auto digit = [&](size_t k) { return k < s.size() && std::isdigit(static_cast<unsigned char>(s[k])); };
+    while (i < s.size() && (digit(i) || s[i] == '.')) ++i;
+    // An exponent ("1e3", "2.5E-1h"), not a unit starting with e.
+    if (i > 0 && i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+        size_t k = i + 1 + (i + 1 < s.size() && (s[i + 1] == '+' || s[i + 1] == '-'));
+        if (digit(k)) {
+            i = k;
+            while (digit(i)) ++i;
+        }
+    }
     double v = 0;
     auto [p, ec] = std::from_chars(s.data(), s.data() + i, v);
     if (i == 0 || ec != std::errc() || p != s.data() + i || v < 0)
