@@ -24,9 +24,7 @@ namespace {
 
 Result<nlohmann::json> read_json(const std::string& path) {
     STRATO_ASSIGN_OR_RETURN(std::string text, fs::read_file(path));
-    auto j = parse_json_bounded(text);
-    if (j.is_discarded()) return invalid_argument("{}: not valid JSON", path);
-    return j;
+    return parse_json_named(text, path);
 }
 
 /// "mon 08:00" -> hours since Monday 00:00.

@@ -30,7 +30,8 @@ void add_report_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
                                           : (in / "report.html").string();
         // (a default output inside an input that is no run directory: the input's own error says more)
         Status st = Status::ok();
-        if (!o->out.empty() || loadtest || std::filesystem::is_directory(in))
+        std::error_code ec;
+        if (!o->out.empty() || loadtest || std::filesystem::is_regular_file(in / "metrics.jsonl", ec))
             st = fs::check_output_file(out, fs::OutputKind::kHtml, "--out");
         if (!st.is_ok()) return void(*exit_code = report_error("report", st));
         st = loadtest ? report::write_loadtest_report(o->run_dir, out) : report::write_run_report(o->run_dir, out);

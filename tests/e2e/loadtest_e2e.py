@@ -223,6 +223,14 @@ def main():
         print("== strato report on a load-test JSON")
         run(["report", f"{tmp}/lt.json", "--out", f"{tmp}/r.html"])
         check("Latency vs throughput" in open(f"{tmp}/r.html").read(), "strato report lt.json")
+        # A broken load-test JSON says where (it said only "is not valid JSON").
+        with open(f"{tmp}/broken.json", "w") as f:
+            f.write('{"kind": "strato-loadtest",\n "points": [1, 2,}\n')
+        _, err, _ = run(["report", f"{tmp}/broken.json"], expect=1)
+        check("broken.json: not valid JSON (parse error at line 2, column" in err, f"broken JSON: {err}")
+        # A model package is no run directory: its own error, not one about the default output.
+        _, err, _ = run(["report", pkg], expect=1)
+        check("has no metrics.jsonl" in err, f"report on a model package: {err}")
 
         print("== plain HTTP targets")
         out, _, _ = run([f"{url}/v2/health/live", "-n", "100", "--warmup", "0", "--concurrency", "4"])

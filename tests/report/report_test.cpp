@@ -169,6 +169,70 @@ TEST(SvgChart, ManyPointsDrawNoMarkers) {
     EXPECT_EQ(count(svg, "<circle"), 0u);
 }
 
+// Found by review: a positive denormal (5e-324) on a log axis made its 1-2-5 start 0 and the
+// decade loop ran until memory ran out; a span of denormals gave an axis without ticks.
+TEST(SvgChart, DenormalsNeitherLoopNorLoseTheTicks) {
+    for (bool log_y : {true, false}) {
+        const std::string svg = line_chart_svg({{"loss", {1, 2, 3}, {1.0, 5e-324, 3.0}}}, {.title = "t", .log_y = log_y});
+        expect_clean_svg(svg);
+        EXPECT_LT(svg.size(), 20000u);
+    }
+    const std::string flat = line_chart_svg({{"lr", {1, 2}, {5e-324, 5e-324}}}, {.title = "t"});
+    expect_clean_svg(flat);
+    EXPECT_GE(count(flat, "text-anchor=\"end\""), 2u) << "y tick labels";
+    const std::string narrow = line_chart_svg({{"lr", {0, 5e-324}, {1, 2}}}, {.title = "t"});
+    expect_clean_svg(narrow);
+    EXPECT_GE(count(narrow, "text-anchor=\"middle\">"), 2u) << "x tick labels";
+}
+
+// Found by review: every point became a path vertex (200k steps: 10 MB for a 480-pixel plot).
+// Per pixel column the first, lowest, highest and last point are kept: the same picture.
+TEST(SvgChart, DenseSeriesAreReducedPerPixelColumnKeepingTheExtremes) {
+    Series s{"loss", {}, {}};
+    for (int i = 0; i < 200000; ++i) {
+        s.x.push_back(i);
+        s.y.push_back(1 + std::sin(i * 0.001));
+    }
+    s.y[123457] = 50;  // one spike must survive
+    const std::string svg = line_chart_svg({s}, {.title = "t"});
+    expect_clean_svg(svg);
+    EXPECT_LT(svg.size(), 100000u);
+    const size_t d = svg.find(" d=\"M");
+    ASSERT_NE(d, std::string::npos);
+    const std::string path = svg.substr(d, svg.find('"', d + 4) - d);
+    // The spike is the lowest y pixel of the path: the top of the plot area.
+    double min_y = 1e9;
+    for (size_t pos = path.find(','); pos != std::string::npos; pos = path.find(',', pos + 1))
+        min_y = std::min(min_y, std::stod(path.substr(pos + 1)));
+    const std::string all = line_chart_svg({{"loss", {0, 1, 2}, {0, 50, 2}}}, {.title = "t"});  // the same y range
+    const size_t c = all.find("<circle cx=\"", all.find("<circle cx=\"") + 1);
+    const double spike_y = std::stod(all.substr(all.find("cy=\"", c) + 4));
+    EXPECT_NEAR(min_y, spike_y, 0.15);
+}
+
+// Found by review: 120 series wrapped the legend past the chart and turned the plot upside
+// down. The legend keeps at most 4 rows and says how many it leaves out.
+TEST(SvgChart, ALongLegendIsCappedAndThePlotKeepsItsRoom) {
+    std::vector<Series> many;
+    for (int i = 0; i < 120; ++i) many.push_back({"concurrency " + std::to_string(i), {1, 2}, {1.0 * i, 2.0 * i}});
+    const std::string svg = line_chart_svg(many, {.title = "t"});
+    expect_clean_svg(svg);
+    EXPECT_LE(count(svg, "stroke-width=\"3\""), 40u);
+    const size_t more = svg.find(" more</text>");
+    ASSERT_NE(more, std::string::npos);
+    const size_t plus = svg.rfind('+', more);
+    const int shown = static_cast<int>(count(svg, "stroke-width=\"3\""));
+    EXPECT_EQ(std::stoi(svg.substr(plus + 1)), 120 - shown);
+    // The y axis line runs from the plot's top (y1) down to its bottom (y0).
+    const size_t axis = svg.find("<g stroke=\"#888\"");
+    const size_t second = svg.find("<line ", svg.find("<line ", axis) + 1);
+    const auto attr = [&](const char* name) {
+        const size_t at = svg.find(name, second) + std::string(name).size();
+        return std::stod(svg.substr(at));
+    };
+    EXPECT_GT(attr("y2=\"") - attr("y1=\""), 40) << "plot height";
+}
+
 TEST(SvgChart, TextIsEscaped) {
     const std::string svg = line_chart_svg({{"<b>&\"x\"", {1, 2}, {1, 2}}, {"y'", {1}, {1}}},
                                            {.title = "a<b", .x_label = "x&y", .y_label = ">"});
@@ -210,6 +274,12 @@ TEST(SvgChart, TickLabels) {
     EXPECT_EQ(detail::format_tick(1e-4, 2e-5, 1e-4), "1e-4");
     EXPECT_EQ(detail::format_tick(3e-5, 1e-5, 1e-4), "3e-5");
     EXPECT_EQ(detail::format_tick(-2, 1, 4), "-2");
+}
+
+// Found by review: a NUL from an input went into the page, and the next report refused to
+// overwrite it as "not an HTML report"; control characters are not allowed in SVG either.
+TEST(HtmlEscape, ControlCharactersBecomeReplacementCharacters) {
+    EXPECT_EQ(html_escape(std::string("a\0b\x01" "c\x7f\td\n", 9)), "a&#xFFFD;b&#xFFFD;c&#xFFFD;\td\n");
 }
 
 TEST(HtmlEscape, EscapesMarkupCharacters) {
@@ -370,6 +440,27 @@ TEST_F(RunReportTest, WriteIntoMissingDirectoryFails) {
     write_full_run();
     Status st = write_run_report(dir_.string(), (root_ / "nope" / "report.html").string());
     EXPECT_FALSE(st.is_ok());
+}
+
+// Found by review: 200k evaluations made a 56 MB page (one table row each). The table keeps
+// the first and last 100 and the best; a row says how many are left out.
+TEST_F(RunReportTest, ALongEvaluationTableKeepsItsEdgesAndTheBest) {
+    write_full_run();
+    std::string lines;
+    for (int e = 1; e <= 5000; ++e)
+        lines += fmt::format(R"({{"kind":"eval","step":{},"epoch":{},"train_loss":0.5,"train_acc":0.5,)"
+                             R"("test_loss":0.5,"test_acc":{},"epoch_time_s":1,"eval_time_s":1}})"
+                             "\n",
+                             e, e, e == 2500 ? 0.9876 : 0.5);
+    write("metrics.jsonl", lines);
+    auto html = render();
+    ASSERT_TRUE(html.is_ok()) << html.status().message();
+    EXPECT_LT(html->size(), 600000u);
+    EXPECT_EQ(count(*html, "<tr class=\"gap\">"), 2u);
+    EXPECT_TRUE(contains(*html, "… 2399 evaluations not shown")) << "101..2499";
+    EXPECT_TRUE(contains(*html, "… 2400 evaluations not shown")) << "2501..4900";
+    EXPECT_TRUE(contains(*html, "98.76%"));
+    EXPECT_TRUE(contains(*html, "<td class=\"num\">5,000</td>") || contains(*html, "<td class=\"num\">5000</td>"));
 }
 
 TEST_F(RunReportTest, TornLastLineIsIgnored) {

@@ -6,7 +6,10 @@
 #include <nlohmann/json.hpp>
 
 #include <cstddef>
+#include <string>
 #include <string_view>
+
+#include "strato/core/status.h"
 
 namespace strato {
 
@@ -39,6 +42,22 @@ inline size_t json_too_deep(std::string_view text, int max_depth = kMaxJsonDepth
 inline nlohmann::json parse_json_bounded(std::string_view text) {
     if (json_too_deep(text) != std::string_view::npos) return nlohmann::json(nlohmann::json::value_t::discarded);
     return nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+}
+
+/// Parses JSON text from outside. An error (of `code`) names `what` and says where: the byte
+/// where it nests deeper than kMaxJsonDepth, or the parser's line, column and what it expected.
+inline Result<nlohmann::json> parse_json_named(std::string_view text, const std::string& what,
+                                               StatusCode code = StatusCode::kInvalidArgument) {
+    if (size_t at = json_too_deep(text); at != std::string_view::npos)
+        return Status(code, fmt::format("{}: nested deeper than {} levels at byte {}", what, kMaxJsonDepth, at));
+    try {
+        return nlohmann::json::parse(text.begin(), text.end());
+    } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e99999
+        std::string why = e.what();
+        if (why.rfind("[json.exception.", 0) == 0 && why.find("] ") != std::string::npos)
+            why = why.substr(why.find("] ") + 2);
+        return Status(code, fmt::format("{}: not valid JSON ({})", what, why));
+    }
 }
 
 }  // namespace strato

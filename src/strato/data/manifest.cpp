@@ -398,14 +398,7 @@ nlohmann::json manifest_to_json(const Manifest& m) {
 }
 
 Result<Manifest> manifest_from_json(const std::string& text, const std::string& what) {
-    if (size_t at = json_too_deep(text); at != std::string_view::npos)
-        return invalid_argument("{}: nested deeper than {} levels at byte {}", what, kMaxJsonDepth, at);
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e99999
-        return invalid_argument("{}: not valid JSON ({})", what, e.what());
-    }
+    STRATO_ASSIGN_OR_RETURN(nlohmann::json j, parse_json_named(text, what));
     auto bad = [&](const std::string& field, const std::string& expected) {
         return invalid_argument("{}: {}: expected {} (a manifest from `strato data stats --manifest`)", what, field,
                                 expected);

@@ -148,14 +148,7 @@ int64_t ShardIndex::shard_of(int64_t index) const {
 
 Result<ShardIndex> parse_shard_index(std::string_view text, const std::string& what) {
     using nlohmann::json;
-    if (size_t at = json_too_deep(text); at != std::string_view::npos)
-        return data_loss("{}: nested deeper than {} levels at byte {}", what, kMaxJsonDepth, at);
-    json j;
-    try {
-        j = json::parse(text);
-    } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e99999
-        return data_loss("{}: not valid JSON ({})", what, e.what());
-    }
+    STRATO_ASSIGN_OR_RETURN(json j, parse_json_named(text, what, StatusCode::kDataLoss));
     auto bad = [&](const std::string& path, const std::string& expected) {
         return data_loss("{}: {}: expected {}", what, path, expected);
     };

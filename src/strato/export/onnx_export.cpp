@@ -449,9 +449,9 @@ Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxE
     const stdfs::path manifest_path = stdfs::path(dir) / models::kPackageManifest;
     auto text = fs::read_file(manifest_path);
     if (!text) return not_found("{} is not a model package: {}", dir, text.status().message());
-    json manifest = parse_json_bounded(*text);
-    if (manifest.is_discarded() || !manifest.is_object())
-        return data_loss("{}: not valid JSON", manifest_path.string());
+    STRATO_ASSIGN_OR_RETURN(json manifest, parse_json_named(*text, manifest_path.string(), StatusCode::kDataLoss));
+    if (!manifest.is_object())
+        return data_loss("{}: expected a JSON object, got {}", manifest_path.string(), manifest.type_name());
 
     stdfs::path out = options.output.empty() ? stdfs::path(dir) / kOnnxFile : stdfs::path(options.output);
     for (int hops = 0; stdfs::is_symlink(out, ec); ++hops) {  // written where it points, as `>` would; the link stays

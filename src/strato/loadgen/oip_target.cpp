@@ -252,8 +252,8 @@ static Status check_file_shape(const std::string& path, size_t sample, const Inp
 
 Result<Filler> json_filler(const std::string& path, std::vector<InputSpec>& inputs, int64_t max_batch, int* variants) {
     STRATO_ASSIGN_OR_RETURN(auto text, fs::read_file(path));
-    json j = parse_json_bounded(text);
-    if (j.is_discarded() || !j.is_object() || !j.contains("data") || !j["data"].is_array() || j["data"].empty())
+    STRATO_ASSIGN_OR_RETURN(json j, parse_json_named(text, fmt::format("input data '{}'", path)));
+    if (!j.is_object() || !j.contains("data") || !j["data"].is_array() || j["data"].empty())
         return invalid_argument("input data '{}': expected {{\"data\": [{{\"<input>\": [...]}}, ...]}} (perf_analyzer's format)", path);
     auto samples = std::make_shared<std::vector<std::map<std::string, Tensor>>>();
     for (size_t s = 0; s < j["data"].size(); ++s) {

@@ -199,12 +199,7 @@ Result<LoadedPackage> load_package(const std::string& dir) {
     const std::string manifest_path = (stdfs::path(dir) / kPackageManifest).string();
     auto text = fs::read_file(manifest_path);
     if (!text) return not_found("{} is not a model package: {}", dir, text.status().message());
-    json m = parse_json_bounded(*text);
-    if (m.is_discarded())
-        return data_loss("{}: not valid JSON{}", manifest_path,
-                         json_too_deep(*text) != std::string_view::npos
-                             ? fmt::format(" (nested deeper than {} levels)", kMaxJsonDepth)
-                             : std::string());
+    STRATO_ASSIGN_OR_RETURN(json m, parse_json_named(*text, manifest_path, StatusCode::kDataLoss));
     if (!m.is_object()) return data_loss("{}: expected a JSON object, got {}", manifest_path, m.type_name());
     STRATO_ASSIGN_OR_RETURN(std::string format, get<std::string>(m, "format", manifest_path));
     if (format != "strato-model") return invalid_argument("{}: /format is \"{}\", expected \"strato-model\"", manifest_path, format);

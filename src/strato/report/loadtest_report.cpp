@@ -183,8 +183,7 @@ Result<std::string> render_loadtest_report(const json& lt) {
 
 Status write_loadtest_report(const std::string& json_path, const std::string& out_path) {
     STRATO_ASSIGN_OR_RETURN(auto text, fs::read_file(json_path));
-    json j = parse_json_bounded(text);
-    if (j.is_discarded()) return invalid_argument("{} is not valid JSON", json_path);
+    STRATO_ASSIGN_OR_RETURN(json j, parse_json_named(text, json_path));
     auto html = render_loadtest_report(j);
     if (!html) return html.status().with_context(json_path);
     return fs::atomic_write(out_path, *html);

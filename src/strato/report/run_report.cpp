@@ -354,7 +354,21 @@ std::string epoch_table(const RunMetrics& m) {
         "class=\"num\">step</th><th class=\"num\">train loss</th><th class=\"num\">train acc</th><th "
         "class=\"num\">test loss</th><th class=\"num\">test acc</th><th class=\"num\">epoch time</th><th "
         "class=\"num\">eval time</th></tr></thead>\n<tbody>\n";
-    for (size_t i = 0; i < m.eval.size(); ++i) {
+    // A run of thousands of evaluations made a page of megabytes: the first and last kEdgeRows and
+    // the best are shown, each gap as one row saying how many it holds.
+    constexpr size_t kEdgeRows = 100;
+    const size_t n = m.eval.size();
+    auto shown = [&](size_t i) { return i < kEdgeRows || i + kEdgeRows >= n || i == best; };
+    for (size_t i = 0; i < n; ++i) {
+        if (!shown(i)) {
+            size_t gap = 0;
+            while (i + gap < n && !shown(i + gap)) ++gap;
+            out += fmt::format("<tr class=\"gap\"><td colspan=\"8\" class=\"muted\">… {} evaluations not shown "
+                               "(metrics.jsonl has them all) …</td></tr>\n",
+                               gap);
+            i += gap - 1;
+            continue;
+        }
         const auto& e = m.eval[i];
         out += fmt::format(
             "<tr{}><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td "

@@ -21,13 +21,16 @@ constexpr double kLabelFont = 12;
 constexpr double kTitleFont = 14;
 constexpr int kMarkerPointsMax = 40;  // series with at most this many points get markers
 constexpr double kHuge = 1e300;       // beyond this, ranges overflow: treated like infinity
+constexpr double kTiny = 1e-300;      // below this, log10 and 1-2-5 steps underflow (5e-324 looped)
+constexpr int kLegendRowsMax = 4;     // more series than fit are summed up as "+N more"
+constexpr double kPointsPerPixel = 4; // denser series are reduced per pixel column (first/min/max/last)
 
 // A rough width of `text` in a sans-serif font of size `font` (no font metrics in an SVG writer).
 double text_width(std::string_view text, double font) { return 0.6 * font * static_cast<double>(text.size()); }
 
 std::string px(double v) { return fmt::format("{:.1f}", v); }
 
-bool usable(double v, bool log) { return std::isfinite(v) && std::abs(v) < kHuge && (!log || v > 0); }
+bool usable(double v, bool log) { return std::isfinite(v) && std::abs(v) < kHuge && (!log || v >= kTiny); }
 
 // 1, 2 or 5 times a power of ten: the largest <= v (down) or the smallest >= v (up); v > 0.
 double nice125(double v, bool up) {
@@ -96,8 +99,9 @@ struct Axis {
 // Linear axis; `tight` keeps the data range unless widening to the nearest ticks costs little.
 Axis linear_axis(double lo, double hi, int target, bool tight) {
     // NOTE: a span below ~1e-12 of the magnitude is a constant for doubles; ticks cannot split it.
-    if (!(hi - lo > 1e-12 * std::max(std::abs(lo), std::abs(hi)))) {
-        const double pad = lo == 0 ? 1 : std::abs(lo) * 0.05;
+    // A span of denormals cannot be ticked either (its step underflows to 0).
+    if (!(hi - lo > 1e-12 * std::max(std::abs(lo), std::abs(hi))) || hi - lo < kTiny) {
+        const double pad = std::abs(lo) < kTiny ? 1 : std::abs(lo) * 0.05;
         lo -= pad;
         hi += pad;
     }
@@ -145,7 +149,8 @@ Axis log_axis(double lo, double hi, int target) {
     } else {
         const int every = std::max(1, (decades + target - 1) / std::max(1, target));
         const double d0 = std::ceil(std::log10(a.lo) - 1e-9);
-        for (double d = d0; d <= std::log10(a.hi) + 1e-9; d += every) a.ticks.push_back(std::pow(10.0, d));
+        for (double d = d0; d <= std::log10(a.hi) + 1e-9 && a.ticks.size() < 64; d += every)
+            a.ticks.push_back(std::pow(10.0, d));
     }
     if (a.ticks.size() < 2) a.ticks = {a.lo, a.hi};
     for (double v : a.ticks) {
@@ -221,7 +226,12 @@ std::string html_escape(std::string_view text) {
                 out += "&#39;";
                 break;
             default:
-                out += c;
+                // Control characters are not allowed in XML (SVG) and a NUL marks a file as
+                // binary: the replacement character shows where one was.
+                if ((static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f)
+                    out += "&#xFFFD;";
+                else
+                    out += c;
         }
     }
     return out;
@@ -229,7 +239,7 @@ std::string html_escape(std::string_view text) {
 
 std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions& options) {
     const double width = std::max(200, options.width);
-    const double height = std::max(140, options.height);
+    double height = std::max(140, options.height);
     const bool log = options.log_y;
 
     // Data ranges over the points that can be drawn.
@@ -260,17 +270,38 @@ std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions
         double x, y;
     };
     std::vector<LegendItem> legend_pos;
+    size_t legend_more = 0;  // series left out of the legend (its rows are capped)
+    LegendItem more_pos{0, 0};
     double top = 14 + kTitleFont;
     if (legend) {
-        double lx = 12, ly = top + 10;
+        const double row0 = top + 10;
+        double lx = 12, ly = row0;
+        std::vector<double> ends;  // where each placed item ends
         for (const auto& s : series) {
             const double w = 22 + text_width(s.name, kTickFont) + 16;
             if (lx > 12 && lx + w > width - 12) {
+                if (ly + 17 > row0 + 17 * (kLegendRowsMax - 1)) break;
                 lx = 12;
                 ly += 17;
             }
             legend_pos.push_back({lx, ly});
             lx += w;
+            ends.push_back(lx);
+        }
+        legend_more = series.size() - legend_pos.size();
+        if (legend_more > 0) {
+            // "+N more" after the last item that leaves room for it.
+            for (;;) {
+                const double w = text_width(fmt::format("+{} more", legend_more), kTickFont) + 4;
+                const LegendItem last = legend_pos.back();
+                if (ends.back() + w <= width - 12 || legend_pos.size() == 1) {
+                    more_pos = {ends.back(), last.y};
+                    break;
+                }
+                legend_pos.pop_back();
+                ends.pop_back();
+                ++legend_more;
+            }
         }
         top = ly + 6;
     }
@@ -278,6 +309,7 @@ std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions
 
     // The y axis first: its label widths decide the left margin.
     const double bottom_margin = 24 + (options.x_label.empty() ? 0 : 18);
+    height = std::max(height, top + bottom_margin + 60);  // room for a plot below the legend
     const double plot_h_guess = std::max(40.0, height - top - bottom_margin);
     const Axis y_axis = log ? log_axis(y_lo, y_hi, std::max(2, static_cast<int>(plot_h_guess / 22)))
                             : linear_axis(y_lo, y_hi, std::max(2, static_cast<int>(plot_h_guess / 40)), false);
@@ -354,14 +386,46 @@ std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions
         if (count == 0) continue;
         std::string d;
         bool pen_down = false;
+        auto vertex = [&](size_t i) {
+            d += fmt::format("{}{},{}", pen_down ? " L" : (d.empty() ? "M" : " M"), px(sx(s.x[i])), px(sy(s.y[i])));
+            pen_down = true;
+        };
+        // Far more points than pixels (a long run's every step): per pixel column of a stretch,
+        // its first, lowest, highest and last point draw the same line in a fraction of the bytes.
+        const bool reduce = static_cast<double>(count) > kPointsPerPixel * (x1 - x0);
+        long column = 0;
+        size_t first = 0, low = 0, high = 0, last = 0;
+        bool open = false;
+        auto flush = [&] {
+            if (!open) return;
+            size_t picks[] = {first, low, high, last};
+            std::sort(std::begin(picks), std::end(picks));
+            for (size_t j = 0; j < 4; ++j)
+                if (j == 0 || picks[j] != picks[j - 1]) vertex(picks[j]);
+            open = false;
+        };
         for (size_t i = 0; i < n; ++i) {
             if (!ok(i)) {
+                flush();
                 pen_down = false;
                 continue;
             }
-            d += fmt::format("{}{},{}", pen_down ? " L" : (d.empty() ? "M" : " M"), px(sx(s.x[i])), px(sy(s.y[i])));
-            pen_down = true;
+            if (!reduce) {
+                vertex(i);
+                continue;
+            }
+            const long c = std::lround(sx(s.x[i]));
+            if (open && c != column) flush();
+            if (!open) {
+                open = true;
+                column = c;
+                first = low = high = i;
+            }
+            if (s.y[i] < s.y[low]) low = i;
+            if (s.y[i] > s.y[high]) high = i;
+            last = i;
         }
+        flush();
         out += fmt::format("<g class=\"series\" data-name=\"{}\">\n", html_escape(s.name));
         out += fmt::format(
             "<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\" stroke-linejoin=\"round\" "
@@ -386,7 +450,7 @@ std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions
 
     if (legend) {
         out += fmt::format("<g class=\"legend\" font-size=\"{}\" fill=\"#333\">\n", kTickFont);
-        for (size_t k = 0; k < series.size(); ++k) {
+        for (size_t k = 0; k < legend_pos.size(); ++k) {
             const auto& p = legend_pos[k];
             const bool dashed = static_cast<int>(k) >= kPaletteSize;
             out += fmt::format(
@@ -395,6 +459,9 @@ std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions
                 px(p.x), px(p.y), px(p.x + 16), px(p.y), kPalette[k % kPaletteSize],
                 dashed ? " stroke-dasharray=\"6 3\"" : "", px(p.x + 22), px(p.y), html_escape(series[k].name));
         }
+        if (legend_more > 0)
+            out += fmt::format("<text x=\"{}\" y=\"{}\" dominant-baseline=\"middle\" fill=\"#777\">+{} more</text>\n",
+                               px(more_pos.x), px(more_pos.y), legend_more);
         out += "</g>\n";
     }
     out += "</svg>\n";
