@@ -62,8 +62,8 @@ Status check_distinct_files(const std::vector<FileFlag>& files);
 CLI::Validator finite_range(double lo, double hi);
 
 /// A flag's duration (250ms, 10s, 2m, 8h, 3d; a bare number in `default_unit`), more than 0 when
-/// `positive`: a usage error (exit 2) when malformed.
-CLI::Validator duration_flag(const std::string& default_unit, bool positive);
+/// `positive` and at least `min_s`: a usage error (exit 2) otherwise.
+CLI::Validator duration_flag(const std::string& default_unit, bool positive, double min_s = 0);
 
 /// `--busy-poll D` of loadtest and serve, in ns: a duration (bare numbers are µs) from 0 to 10 ms.
 Result<int64_t> parse_busy_poll_ns(const std::string& text);

@@ -30,10 +30,13 @@ Status check_distinct_files(const std::vector<FileFlag>& files) {
         std::error_code ec;
         std::string real = std::filesystem::weakly_canonical(std::filesystem::absolute(f.path, ec), ec).string();
         if (ec || real.empty()) real = f.path;
-        for (const auto& [other_real, other] : seen)
-            if (other_real == real && (f.output || other->output))
+        for (const auto& [other_real, other] : seen) {
+            // Two names of one file (a hard link, a bind mount) are the same file too.
+            const bool same = other_real == real || std::filesystem::equivalent(other->path, f.path, ec);
+            if (same && (f.output || other->output))
                 return invalid_argument("{} and {} name the same file {}: the output would replace the other",
                                         other->flag, f.flag, f.path);
+        }
         seen.emplace_back(real, &f);
     }
     return Status::ok();
@@ -49,12 +52,13 @@ CLI::Validator finite_range(double lo, double hi) {
         fmt::format("NUMBER in [{}, {}]", lo, hi));
 }
 
-CLI::Validator duration_flag(const std::string& default_unit, bool positive) {
+CLI::Validator duration_flag(const std::string& default_unit, bool positive, double min_s) {
     return CLI::Validator(
-        [default_unit, positive](std::string& text) -> std::string {
+        [default_unit, positive, min_s](std::string& text) -> std::string {
             auto ns = parse_duration_ns(text, default_unit);
             if (!ns) return ns.status().message();
             if (positive && *ns == 0) return fmt::format("duration '{}': expected more than 0", text);
+            if (static_cast<double>(*ns) < min_s * 1e9) return fmt::format("duration '{}': expected at least {:g}s", text, min_s);
             return {};
         },
         fmt::format("DURATION (bare numbers: {})", default_unit));

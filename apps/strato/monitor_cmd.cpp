@@ -29,18 +29,25 @@ void add_monitor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     auto o = std::make_shared<Opts>();
     auto* cmd = app.add_subcommand(
         "monitor", "Sample CPU, memory, disk, network, processes and GPUs (NVML); Prometheus exporter, JSONL, alerts");
-    cmd->add_option("--port", o->port, "Prometheus exporter port (default 9400, as NVIDIA's DCGM exporter; 0: any free)")
-        ->check(CLI::Range(0, 65535));
+    auto* port = cmd->add_option("--port", o->port,
+                                 "Prometheus exporter port (default 9400, as NVIDIA's DCGM exporter; 0: any free; "
+                                 "with --replay only when given)")
+                     ->check(CLI::Range(0, 65535));
     cmd->add_option("--address", o->address, "Exporter address (default 127.0.0.1; 0.0.0.0 to be scraped from elsewhere)");
     cmd->add_flag("--no-exporter", o->no_exporter, "Do not serve /metrics");
-    cmd->add_option("--interval", o->interval, "Time between samples (default 1s)");
-    auto* duration_flag = cmd->add_option("--duration", o->duration, "Stop after this long (default: until Ctrl-C)");
-    cmd->add_option("--jsonl", o->jsonl, "Append every sample to this JSONL file");
-    cmd->add_option("--rules", o->rules, "Alert rules (TOML [[rule]] tables: when = \"gpu_util < 20 for 10m\")");
+    auto* interval = cmd->add_option("--interval", o->interval, "Time between samples (default 1s, at least 10ms)")
+                         ->check(strato::cli::duration_flag("s", true, 0.01));
+    auto* duration = cmd->add_option("--duration", o->duration, "Stop after this long (default: until Ctrl-C)")
+                         ->check(strato::cli::duration_flag("s", true));
+    auto* jsonl = cmd->add_option("--jsonl", o->jsonl, "Append every sample to this JSONL file");
+    auto* rules = cmd->add_option("--rules", o->rules, "Alert rules (TOML [[rule]] tables: when = \"gpu_util < 20 for 10m\")");
     cmd->add_option("--pid", o->pids, "Also report these processes (CPU time, resident memory, threads)");
-    cmd->add_option("--replay", o->replay, "Run the rules over a JSONL log written by --jsonl instead of sampling");
-    cmd->add_flag("--once", o->once, "Print one sample (Prometheus text, or --json) and exit");
-    cmd->add_flag("--json", o->json, "With --once: print the sample as JSON");
+    auto* replay = cmd->add_option("--replay", o->replay,
+                                   "Run the rules over a JSONL log written by --jsonl instead of sampling");
+    auto* once = cmd->add_flag("--once", o->once, "Print one sample (Prometheus text, or --json) and exit");
+    // --once samples and prints: what only a run does (rules, a log, an exporter) is a usage error.
+    once->excludes(rules)->excludes(jsonl)->excludes(replay)->excludes(port)->excludes(duration)->excludes(interval);
+    cmd->add_flag("--json", o->json, "With --once: print the sample as JSON")->needs(once);
     cmd->add_flag("--dcgm-labels", o->dcgm_labels,
                   "GPU labels UUID and modelName exactly as the DCGM exporter (default uuid, model_name)");
     cmd->add_flag("--allow-remote-webhooks", o->allow_remote, "Allow webhooks to hosts other than this machine");
@@ -52,11 +59,13 @@ void add_monitor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         "  strato monitor --replay gpu.jsonl --rules alerts.toml --no-exporter\n"
         "GPU metrics use the DCGM exporter's names (DCGM_FI_DEV_GPU_UTIL, ...) through NVML loaded at run\n"
         "time; without a GPU driver strato reports \"no GPU\" and CPU metrics only.\n"
-        "Exit status: 0; 3 when a rule with action = \"exit\" fired; 1 on errors.");
-    cmd->callback([o, exit_code, duration_flag] {
+        "Exit status: 0; 3 when a rule with action = \"exit\" fired; 2 on bad flags; 1 on other errors.");
+    cmd->callback([o, exit_code, port] {
         monitor::MonitorOptions mo;
         mo.address = o->address;
-        mo.port = o->no_exporter || o->once ? -1 : o->port;
+        // A replay is a dry run of rules: it serves metrics only when asked (port 9400 is likely
+        // taken by the live monitor or a DCGM exporter whose log it replays).
+        mo.port = o->no_exporter || o->once || (!o->replay.empty() && port->count() == 0) ? -1 : o->port;
         mo.jsonl = o->jsonl;
         mo.replay = o->replay;
         mo.allow_remote_webhooks = o->allow_remote;
@@ -69,6 +78,8 @@ void add_monitor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         if (const auto type = std::filesystem::status(o->jsonl, ec).type();
             !o->jsonl.empty() && (type == std::filesystem::file_type::regular || type == std::filesystem::file_type::not_found))
             if (Status s = fs::check_output_file(o->jsonl, fs::OutputKind::kText, "--jsonl"); !s.is_ok()) return fail(s);
+        if (!o->jsonl.empty() && std::filesystem::is_directory(o->jsonl, ec))
+            return fail(invalid_argument("--jsonl {} is a directory; name a file to append to", o->jsonl));
         if (Status s = check_distinct_files(
                 {{o->jsonl, "--jsonl", true}, {o->rules, "--rules", false}, {o->replay, "--replay", false}});
             !s.is_ok())
@@ -80,14 +91,8 @@ void add_monitor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
                 return fail(not_found("--pid {}: no such process", p));
             mo.pids.push_back(static_cast<pid_t>(p));
         }
-        auto interval = parse_duration_s(o->interval);
-        if (!interval) return fail(interval.status().with_context("--interval"));
-        auto duration = parse_duration_s(o->duration);
-        if (!duration) return fail(duration.status().with_context("--duration"));
-        if (duration_flag->count() > 0 && !(*duration > 0))
-            return fail(invalid_argument("--duration must be longer than 0 (leave it out to run until Ctrl-C)"));
-        mo.interval_s = *interval;
-        mo.duration_s = *duration;
+        mo.interval_s = *parse_duration_s(o->interval);  // (checked by the flag's validator)
+        mo.duration_s = *parse_duration_s(o->duration);
         if (!o->rules.empty()) {
             auto rules = monitor::load_rules(o->rules);
             if (!rules) return fail(rules.status());
@@ -104,7 +109,11 @@ void add_monitor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         }
         signals::install_stop_handlers();
         log::info("monitor: {}; {}{} rule(s)", (*m)->gpu_summary(),
-                  (*m)->port() >= 0 ? fmt::format("metrics at http://{}:{}/metrics; ", o->address, (*m)->port()) : "",
+                  (*m)->port() >= 0 ? fmt::format("metrics at http://{}:{}/metrics; ",
+                                                  o->address.find(':') != std::string::npos ? "[" + o->address + "]"
+                                                                                             : o->address,
+                                                  (*m)->port())
+                                    : "",
                   mo.rules.size());
         auto summary = (*m)->run();
         if (!summary) return fail(summary.status());

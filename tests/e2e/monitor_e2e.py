@@ -112,9 +112,10 @@ def alerts_and_exporter(tmp):
         check(len(lines) >= 10 and lines[-1]["gpu_util"] == {"0": 99, "1": 99}, f"jsonl {lines[-1] if lines else None}")
 
         # The same log replayed: the idle rule fires again, deterministically, without sampling.
-        replay = subprocess.run([STRATO, "monitor", "--replay", os.path.join(tmp, "m.jsonl"), "--rules", rules,
-                                 "--no-exporter"], capture_output=True, text=True, timeout=60)
-        check(replay.returncode == 3, f"replay: {replay.returncode} {replay.stderr}")
+        # A replay serves no metrics unless --port is given (9400 is the live monitor's).
+        replay = subprocess.run([STRATO, "monitor", "--replay", os.path.join(tmp, "m.jsonl"), "--rules", rules],
+                                capture_output=True, text=True, timeout=60)
+        check(replay.returncode == 3 and "metrics at" not in replay.stderr, f"replay: {replay.returncode} {replay.stderr}")
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -125,10 +126,16 @@ def bad_inputs(tmp):
     rules = os.path.join(tmp, "bad.toml")
     with open(rules, "w") as f:
         f.write('[[rule]]\nwhen = "gpu_util < twenty"\n')
+    os.link(os.path.join(tmp, "m.jsonl"), os.path.join(tmp, "hard.jsonl"))
     cases = [
-        (["monitor", "--rules", rules, "--once"], "'twenty' is not a finite number"),
+        (["monitor", "--rules", rules, "--no-exporter"], "'twenty' is not a finite number"),
         (["monitor", "--rules", os.path.join(tmp, "missing.toml")], "missing.toml"),
-        (["monitor", "--interval", "fast"], "duration 'fast'"),
+        # Found by review: a hard link to the replayed log got past the same-file check (the log
+        # grew without end); a failed write (a full disk) was ignored; a directory failed late.
+        (["monitor", "--replay", os.path.join(tmp, "m.jsonl"), "--jsonl", os.path.join(tmp, "hard.jsonl")],
+         "name the same file"),
+        (["monitor", "--no-exporter", "--duration", "1s", "--jsonl", "/dev/full"], "cannot write to /dev/full"),
+        (["monitor", "--no-exporter", "--duration", "1s", "--jsonl", tmp], "is a directory"),
         (["monitor", "--replay", os.path.join(tmp, "nope.jsonl"), "--no-exporter"], "nope.jsonl"),
         # Found by review: appending to the replayed log grew it without end; --jsonl wrote into a
         # file that is not text.
@@ -138,8 +145,40 @@ def bad_inputs(tmp):
     ]
     for args, needle in cases:
         p = subprocess.run([STRATO, *args], capture_output=True, text=True, timeout=30)
-        check(p.returncode == 1 and p.stderr.startswith("strato monitor: error: ") and needle in p.stderr,
+        check(p.returncode == 1 and "\nstrato monitor: error: " in "\n" + p.stderr and needle in p.stderr,
               f"{args}: {p.returncode} {p.stderr!r}")
+    # Usage errors exit 2: malformed or too short durations, and --once with what only a run does
+    # (it ignored --rules, --jsonl, --replay and --port).
+    usage = [
+        (["monitor", "--interval", "fast"], "duration 'fast'"),
+        (["monitor", "--interval", "1ns"], "expected at least 0.01s"),
+        (["monitor", "--duration", "0"], "expected more than 0"),
+        (["monitor", "--once", "--rules", rules], "excludes"),
+        (["monitor", "--once", "--replay", os.path.join(tmp, "m.jsonl")], "excludes"),
+        (["monitor", "--json"], "requires --once"),
+    ]
+    for args, needle in usage:
+        p = subprocess.run([STRATO, *args], capture_output=True, text=True, timeout=30)
+        check(p.returncode == 2 and needle in p.stderr, f"{args}: {p.returncode} {p.stderr!r}")
+    # Found by review: appending to a log whose last line was cut off glued the next record onto
+    # it, and the replay stopped there. The new run starts a line; the replay skips the torn one.
+    torn = os.path.join(tmp, "torn.jsonl")
+    with open(torn, "w") as f:
+        f.write('{"t": 1, "cpu_util": 5}\n{"t": 2, "cpu_u')
+    p = subprocess.run([STRATO, "monitor", "--no-exporter", "--interval", "100ms", "--duration", "250ms", "--jsonl",
+                        torn], capture_output=True, text=True, timeout=30)
+    check(p.returncode == 0 and "cut-off line" in p.stderr, f"append to a torn log: {p.returncode} {p.stderr!r}")
+    p = subprocess.run([STRATO, "monitor", "--replay", torn], capture_output=True, text=True, timeout=30)
+    check(p.returncode == 0 and "torn.jsonl:2: not JSON" in p.stderr, f"replay of a torn log: {p.returncode} {p.stderr!r}")
+    def is_json(line):
+        try:
+            return isinstance(json.loads(line), dict)
+        except ValueError:
+            return False
+    with open(torn) as f:
+        lines = f.read().splitlines()
+    check(len(lines) >= 4 and not is_json(lines[1]) and all(is_json(x) for x in lines[2:]),
+          f"records after the torn line: {lines!r}")
     # A pipe takes the lines (/dev/stdout, a log shipper's FIFO).
     p = subprocess.run([STRATO, "monitor", "--no-exporter", "--interval", "100ms", "--duration", "350ms", "--jsonl",
                         "/dev/stdout"], capture_output=True, text=True, timeout=30)

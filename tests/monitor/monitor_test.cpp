@@ -75,7 +75,7 @@ TEST(AlertRule, RulesFileErrorsNameTheRule) {
 }
 
 TEST(AlertEngine, FiresAfterTheDurationPerSeriesAndResolves) {
-    AlertEngine e({*parse_condition("gpu_util < 20 for 10m")});
+    AlertEngine e({*parse_condition("gpu_util < 20 for 10m")}, /*max_gap_s=*/3600);
     e.evaluate(gpus(0, {5, 50}));
     EXPECT_TRUE(e.evaluate(gpus(300, {5, 50})).empty());  // pending
     auto fired = e.evaluate(gpus(600, {5, 50}));
@@ -118,7 +118,7 @@ TEST(AlertEngine, ResolvesWhenTheSeriesIsGone) {
 }
 
 TEST(AlertEngine, AggregatesOverSeries) {
-    AlertEngine e({*parse_condition("avg(gpu_util) > 90 for 10m")});
+    AlertEngine e({*parse_condition("avg(gpu_util) > 90 for 10m")}, /*max_gap_s=*/3600);
     e.evaluate(gpus(0, {95, 92}));
     auto fired = e.evaluate(gpus(600, {95, 89}));
     ASSERT_EQ(fired.size(), 1u);
@@ -128,6 +128,53 @@ TEST(AlertEngine, AggregatesOverSeries) {
     EXPECT_EQ(j["version"], "4");
     EXPECT_EQ(j["alerts"][0]["status"], "firing");
     EXPECT_EQ(j["alerts"][0]["startsAt"], "1970-01-01T00:00:00Z");
+}
+
+// Found by review: "for" compared sample times only, so two logs joined (t = 1000, 1001,
+// 90000) fired a "for 10m" after three samples, a clock that went back never fired, and a
+// live wall-clock step fired early.
+TEST(AlertEngine, AGapOrABackwardClockRestartsThePendingDuration) {
+    AlertEngine e({*parse_condition("gpu_util < 20 for 10m")});  // gaps past 300 s
+    e.evaluate(gpus(1000, {5}));
+    e.evaluate(gpus(1001, {5}));
+    EXPECT_TRUE(e.evaluate(gpus(90000, {5})).empty()) << "a gap is no ten minutes of samples";
+    for (double t = 90060; t < 90600; t += 60) EXPECT_TRUE(e.evaluate(gpus(t, {5})).empty()) << t;
+    EXPECT_EQ(e.evaluate(gpus(90600, {5})).size(), 1u);
+
+    AlertEngine back({*parse_condition("gpu_util < 20 for 1m")});
+    back.evaluate(gpus(1000, {5}));
+    back.evaluate(gpus(1030, {5}));
+    EXPECT_TRUE(back.evaluate(gpus(500, {5})).empty()) << "the clock went back: pending again";
+    EXPECT_TRUE(back.evaluate(gpus(530, {5})).empty());
+    auto fired = back.evaluate(gpus(560, {5}));
+    ASSERT_EQ(fired.size(), 1u);
+    EXPECT_EQ(fired[0].since_unix_s, 500);
+
+    // Live samples measure on the monotonic clock: a wall-clock step of an hour changes nothing.
+    AlertEngine live({*parse_condition("gpu_util < 20 for 10m")});
+    Snapshot a = gpus(1000, {5}), b = gpus(4600, {5});
+    a.mono_s = 50;
+    b.mono_s = 51;
+    live.evaluate(a);
+    EXPECT_TRUE(live.evaluate(b).empty());
+}
+
+TEST(Conditions, TabsUpperCaseForAndLabelSelectors) {
+    auto tab = parse_condition("cpu_util\t>=\t0\tFOR 1s");
+    ASSERT_TRUE(tab.is_ok()) << tab.status().message();
+    EXPECT_EQ(tab->metric, "cpu_util");
+    EXPECT_EQ(tab->for_s, 1);
+    auto labels = parse_condition("gpu_util{gpu=\"0\"} < 20");
+    ASSERT_FALSE(labels.is_ok());
+    EXPECT_NE(labels.status().message().find("label selectors ({...}) are not supported"), std::string::npos)
+        << labels.status().message();
+    // A webhook URL is checked with the rules, naming the file and the rule.
+    auto hook = parse_rules("[[rule]]\nname = \"h\"\nwhen = \"cpu_util > 1\"\naction = \"webhook\"\n"
+                            "webhook = \"http://127.0.0.1:9/x y\"\n",
+                            "r.toml");
+    ASSERT_FALSE(hook.is_ok());
+    EXPECT_EQ(hook.status().message().rfind("r.toml rule 1 (h): webhook: URL", 0), 0u) << hook.status().message();
+    EXPECT_NE(hook.status().message().find("percent-encode"), std::string::npos);
 }
 
 TEST(Exposition, PrometheusTextAndJsonRoundTrip) {

@@ -35,7 +35,15 @@ Result<Url> parse_url(std::string_view url) {
     Url out;
     constexpr std::string_view kScheme = "http://";
     if (url.substr(0, 8) == "https://")
-        return invalid_argument("URL '{}': https is not supported; the load generator speaks plain http://", url);
+        return invalid_argument("URL '{}': https is not supported; strato's HTTP client speaks plain http://", url);
+    // A space or a control character would end the request line early or start a header of its
+    // own ("/x y\r\nX-Injected: 1"): percent-encode them.
+    for (size_t i = 0; i < url.size(); ++i) {
+        const auto c = static_cast<unsigned char>(url[i]);
+        if (c <= 0x20 || c == 0x7f)
+            return invalid_argument("URL '{}': a space or control character at position {}; percent-encode it (%20)",
+                                    url, i + 1);
+    }
     if (url.substr(0, kScheme.size()) != kScheme)
         return invalid_argument("URL '{}': expected http://host[:port][/path]", url);
     std::string_view rest = url.substr(kScheme.size());

@@ -12,6 +12,7 @@
 #include "strato/core/duration.h"
 #include "strato/core/fs.h"
 #include "strato/core/json.h"
+#include "strato/loadgen/http_parse.h"
 
 namespace strato::monitor {
 
@@ -35,8 +36,9 @@ Result<AlertRule> parse_condition(std::string_view expr) {
     };
     std::string s(expr);
     size_t pos = 0;
+    auto blank = [&](size_t i) { return s[i] == ' ' || s[i] == '\t'; };
     auto skip = [&] {
-        while (pos < s.size() && s[pos] == ' ') ++pos;
+        while (pos < s.size() && blank(pos)) ++pos;
     };
     auto word = [&] {
         skip();
@@ -60,6 +62,9 @@ Result<AlertRule> parse_condition(std::string_view expr) {
     }
     if (r.metric.empty()) return bad("no metric name");
     skip();
+    if (pos < s.size() && s[pos] == '{')
+        return bad("label selectors ({...}) are not supported: a rule watches every series of its metric; combine "
+                   "them with avg(), min(), max() or sum()");
     for (const char* op : {"<=", ">=", "==", "!=", "<", ">"}) {
         if (s.compare(pos, std::strlen(op), op) == 0) {
             r.op = op;
@@ -70,7 +75,7 @@ Result<AlertRule> parse_condition(std::string_view expr) {
     if (r.op.empty()) return bad("no comparison (<, <=, >, >=, ==, !=)");
     skip();
     size_t b = pos;
-    while (pos < s.size() && s[pos] != ' ') ++pos;
+    while (pos < s.size() && !blank(pos)) ++pos;
     std::string num = s.substr(b, pos - b);
     auto [p, ec] = std::from_chars(num.data(), num.data() + num.size(), r.threshold);
     if (num.empty() || ec != std::errc() || p != num.data() + num.size() || !std::isfinite(r.threshold))
@@ -78,10 +83,12 @@ Result<AlertRule> parse_condition(std::string_view expr) {
     skip();
     if (pos < s.size()) {
         const size_t at = pos;
-        if (word() != "for") return bad("unexpected '" + s.substr(at) + "'");
+        std::string f = word();
+        std::transform(f.begin(), f.end(), f.begin(), [](unsigned char c) { return std::tolower(c); });
+        if (f != "for") return bad("unexpected '" + s.substr(at) + "'");
         skip();
         std::string d = s.substr(pos);
-        while (!d.empty() && d.back() == ' ') d.pop_back();
+        while (!d.empty() && (d.back() == ' ' || d.back() == '\t')) d.pop_back();
         auto secs = parse_duration_s(d, "s");
         if (!secs.is_ok()) return bad(secs.status().message());
         r.for_s = *secs;
@@ -136,6 +143,9 @@ Result<std::vector<AlertRule>> parse_rules(std::string_view toml_text, const std
         if (rule.action == "webhook" && rule.webhook.empty())
             return invalid_argument("{} ({}): action = \"webhook\" needs webhook = \"http://127.0.0.1:PORT/path\"", where,
                                     rule.name);
+        if (!rule.webhook.empty())
+            if (auto url = loadgen::parse_url(rule.webhook); !url.is_ok())
+                return url.status().with_context(fmt::format("{} ({}): webhook", where, rule.name));
         rules.push_back(std::move(rule));
     }
     return rules;
@@ -149,6 +159,9 @@ Result<std::vector<AlertRule>> load_rules(const std::string& path) {
 namespace {
 
 std::string iso_time(double unix_s) {
+    // A replayed log's "t" is anything; gmtime cannot place years past 9999 (1e300 printed a
+    // negative year).
+    if (!(unix_s >= 0 && unix_s < 253402300800.0)) return fmt::format("t={:g}", unix_s);
     std::time_t t = static_cast<std::time_t>(unix_s);
     std::tm tm{};
     gmtime_r(&t, &tm);
@@ -204,6 +217,12 @@ std::string AlertEvent::webhook_json() const {
 std::vector<AlertEvent> AlertEngine::evaluate(const Snapshot& s) {
     state_.resize(rules_.size());
     std::vector<AlertEvent> events;
+    const double clock = s.mono_s >= 0 ? s.mono_s : s.unix_s;
+    if (last_clock_ >= 0 && (clock < last_clock_ || clock - last_clock_ > max_gap_s_))
+        for (auto& states : state_)
+            for (auto& [series, st] : states)
+                if (!st.firing) st.since = -1;
+    last_clock_ = clock;
     for (size_t i = 0; i < rules_.size(); ++i) {
         const AlertRule& r = rules_[i];
         std::vector<std::pair<std::string, double>> values;
@@ -226,13 +245,13 @@ std::vector<AlertEvent> AlertEngine::evaluate(const Snapshot& s) {
         for (const auto& [series, v] : values) {
             State& st = states[series];
             if (r.holds(v)) {
-                if (st.since < 0) st.since = s.unix_s;
-                if (!st.firing && s.unix_s - st.since >= r.for_s) {
+                if (st.since < 0) st.since = clock, st.since_unix = s.unix_s;
+                if (!st.firing && clock - st.since >= r.for_s) {
                     st.firing = true;
-                    events.push_back({&r, series, true, v, st.since, s.unix_s});
+                    events.push_back({&r, series, true, v, st.since_unix, s.unix_s});
                 }
             } else {
-                if (st.firing) events.push_back({&r, series, false, v, st.since, s.unix_s});
+                if (st.firing) events.push_back({&r, series, false, v, st.since_unix, s.unix_s});
                 st = State{};
             }
             st.seen = true;
@@ -244,7 +263,7 @@ std::vector<AlertEvent> AlertEngine::evaluate(const Snapshot& s) {
                 ++it;
                 continue;
             }
-            if (it->second.firing) events.push_back({&r, it->first, false, NAN, it->second.since, s.unix_s});
+            if (it->second.firing) events.push_back({&r, it->first, false, NAN, it->second.since_unix, s.unix_s});
             it = states.erase(it);
         }
     }

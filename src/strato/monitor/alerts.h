@@ -60,8 +60,14 @@ struct AlertEvent {
 
 class AlertEngine {
 public:
-    explicit AlertEngine(std::vector<AlertRule> rules) : rules_(std::move(rules)) {}
-    /// Advances every rule to `s` and returns the alerts that fired or resolved at it.
+    /// A gap of more than `max_gap_s` between samples (two logs joined, a machine asleep), or a
+    /// clock that went back, restarts the "for" of conditions not yet firing: a "for 10m" needs
+    /// ten minutes of samples, not two samples ten minutes apart.
+    explicit AlertEngine(std::vector<AlertRule> rules, double max_gap_s = 300)
+        : rules_(std::move(rules)), max_gap_s_(max_gap_s) {}
+    /// Advances every rule to `s` and returns the alerts that fired or resolved at it. Durations
+    /// are measured on `s.mono_s` when set (a live sampler: a wall-clock step changes nothing),
+    /// else on `s.unix_s` (a replayed log).
     std::vector<AlertEvent> evaluate(const Snapshot& s);
     const std::vector<AlertRule>& rules() const { return rules_; }
     /// Alerts firing now.
@@ -69,11 +75,14 @@ public:
 
 private:
     struct State {
-        double since = -1;  // condition holding since (unix s); -1: not holding
+        double since = -1;       // condition holding since, on the engine's clock; -1: not holding
+        double since_unix = 0;   // the same moment on the wall clock (for messages)
         bool firing = false;
         bool seen = false;  // in the snapshot being evaluated
     };
     std::vector<AlertRule> rules_;
+    double max_gap_s_;
+    double last_clock_ = -1;  // the previous sample's clock; -1: none yet
     std::vector<std::map<std::string, State>> state_;  // per rule, per series
 };
 

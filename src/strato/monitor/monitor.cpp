@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <set>
@@ -77,7 +79,8 @@ Result<std::unique_ptr<Monitor>> Monitor::create(MonitorOptions options) {
     std::unique_ptr<Monitor> m(new Monitor);
     m->options_ = options;
     m->proc_ = ProcSampler({"/proc", options.pids});
-    m->alerts_ = std::make_unique<AlertEngine>(options.rules);
+    // A gap past Prometheus's 5-minute staleness (or three intervals) restarts pending "for"s.
+    m->alerts_ = std::make_unique<AlertEngine>(options.rules, std::max(300.0, 3 * options.interval_s));
     if (options.replay.empty()) {
         auto nvml = Nvml::open(options.nvml_library);
         if (nvml.is_ok()) {
@@ -119,11 +122,19 @@ Result<std::unique_ptr<Monitor>> Monitor::create(MonitorOptions options) {
             std::string path = req.target.substr(0, req.target.find('?'));
             if (req.method != "GET" && req.method != "HEAD") {
                 r.status = 405;
-                r.body = "only GET\n";
+                r.headers.emplace_back("Allow", "GET, HEAD");
+                r.body = "only GET and HEAD\n";
             } else if (path == "/metrics") {
                 r.content_type = "text/plain; version=0.0.4; charset=utf-8";
                 std::lock_guard<std::mutex> lock(self->text_mu_);
                 r.body = self->text_;
+                if (r.body.empty()) {
+                    // Before the first sample: an empty 200 reads as "every series gone".
+                    r.status = 503;
+                    r.content_type = "text/plain";
+                    r.headers.emplace_back("Retry-After", "1");
+                    r.body = "no sample yet; the first comes within a second\n";
+                }
             } else if (path == "/" || path == "/health") {
                 r.content_type = "text/plain";
                 r.body = "strato monitor: metrics at /metrics\n";
@@ -150,6 +161,7 @@ void Monitor::stop() { stop_ = true; }
 Snapshot Monitor::sample() {
     Snapshot s;
     s.unix_s = unix_now();
+    s.mono_s = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
     proc_.sample(s);
     if (nvml_) nvml_->sample(s);
     else s.notes.push_back(gpu_summary_);
@@ -169,8 +181,10 @@ void Monitor::warn_unknown_metrics(const Snapshot& s) const {
     for (const auto& m : s.metrics) names.insert(m.alias.empty() ? m.name : m.alias);
     for (const auto& r : options_.rules)
         if (s.find(r.metric).empty())
-            log::warn("rule {}: no metric '{}' in this machine's samples, so it never fires here (metrics: {})", r.name,
-                      r.metric, fmt::join(names, ", "));
+            log::warn("rule {}: no metric '{}' in {}, so it never fires here (metrics: {})", r.name, r.metric,
+                      options_.replay.empty() ? "this machine's samples"
+                                              : "the replayed log (a log keeps the short names)",
+                      fmt::join(names, ", "));
 }
 
 Status Monitor::fire(const AlertEvent& e, MonitorSummary& summary) {
@@ -190,11 +204,22 @@ Result<MonitorSummary> Monitor::run() {
     MonitorSummary summary;
     std::ofstream jsonl;
     if (!options_.jsonl.empty()) {
+        // A log whose last line was cut off (a run killed mid-write) gets a line end first, so the
+        // next record starts a line of its own instead of joining the broken one.
+        bool torn = false;
+        if (std::ifstream old(options_.jsonl, std::ios::binary | std::ios::ate); old && old.tellg() > 0) {
+            old.seekg(-1, std::ios::end);
+            torn = old.get() != '\n';
+        }
         jsonl.open(options_.jsonl, std::ios::app);
-        if (!jsonl) return io_error("cannot append to {}", options_.jsonl);
+        if (!jsonl) return io_error("cannot append to {}: {}", options_.jsonl, std::strerror(errno));
+        if (torn) {
+            log::warn("monitor: {} ends in a cut-off line; the new samples start on a line of their own", options_.jsonl);
+            jsonl << '\n';
+        }
     }
     std::ifstream replay;
-    int64_t replay_line = 0;
+    int64_t replay_line = 0, skipped = 0;
     if (!options_.replay.empty()) {
         replay.open(options_.replay);
         if (!replay) return not_found("cannot read {}", options_.replay);
@@ -212,7 +237,13 @@ Result<MonitorSummary> Monitor::run() {
             if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
             auto j = parse_json_bounded(line);
             std::string err;
-            if (j.is_discarded()) return data_loss("{}:{}: not JSON", options_.replay, replay_line);
+            if (j.is_discarded()) {
+                // A line cut off when a monitor was killed, with the next run's lines after it.
+                if (++skipped <= 3)
+                    log::warn("monitor: {}:{}: not JSON (a line cut off by a killed run?); skipped", options_.replay,
+                              replay_line);
+                continue;
+            }
             // A training run's metrics.jsonl: only its "monitor" lines are samples.
             if (j.is_object() && j.contains("kind") && j["kind"] != "monitor") continue;
             if (!from_json(j, &s, &err)) return data_loss("{}:{}: {}", options_.replay, replay_line, err);
@@ -227,6 +258,7 @@ Result<MonitorSummary> Monitor::run() {
         if (jsonl.is_open()) {
             jsonl << json_text(to_json(s)) << '\n';
             jsonl.flush();
+            if (!jsonl) return io_error("cannot write to {} (a full disk?): {}", options_.jsonl, std::strerror(errno));
         }
         for (const AlertEvent& e : alerts_->evaluate(s)) STRATO_RETURN_IF_ERROR(fire(e, summary));
         if (!summary.exit_alert.empty()) break;
@@ -235,6 +267,9 @@ Result<MonitorSummary> Monitor::run() {
             break;
         if (replay.is_open()) continue;  // replay as fast as the file reads
         next += interval;
+        // Behind (the process was stopped, the machine slept): skip the missed samples rather
+        // than take them back to back.
+        if (const auto now = std::chrono::steady_clock::now(); next <= now) next += ((now - next) / interval + 1) * interval;
         // --duration ends the run on time, not at the next sample after it
         const auto wake = options_.duration_s > 0
                               ? std::min(next, start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -248,6 +283,10 @@ Result<MonitorSummary> Monitor::run() {
             break;
     }
     if (webhooks_) webhooks_->flush(std::chrono::seconds(5));
+    if (replay.is_open() && summary.samples == 0)
+        return data_loss("{}: no samples in it (expected JSON lines with a numeric \"t\", as --jsonl writes{})",
+                         options_.replay, skipped > 0 ? fmt::format("; {} lines were not JSON", skipped) : "");
+    if (skipped > 3) log::warn("monitor: {} lines of {} were not JSON and were skipped", skipped, options_.replay);
     return summary;
 }
 

@@ -46,9 +46,14 @@ void ProcSampler::sample(Snapshot& out) {
     if (read_text(root + "/stat", &text)) {
         CpuTimes now;
         std::tie(now.busy, now.total) = cpu_times(text);
-        uint64_t dt = now.total - last_cpu_.total;
-        double util = dt > 0 ? 100.0 * static_cast<double>(now.busy - last_cpu_.busy) / static_cast<double>(dt) : 0;
-        last_cpu_ = now;
+        // Samples closer than a clock tick see no CPU time pass: that is no reading, not 0 % (a
+        // burst of them read as an idle machine and fired "cpu_util < X" rules).
+        const uint64_t dt = now.total - last_cpu_.total;
+        if (dt > 0) {
+            last_util_ = 100.0 * static_cast<double>(now.busy - last_cpu_.busy) / static_cast<double>(dt);
+            last_cpu_ = now;
+        }
+        const double util = last_util_;
         out.add("strato_cpu_utilization_percent", "cpu_util", "Busy CPU time since the previous sample, percent of all cores",
                 util);
         const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));

@@ -35,6 +35,7 @@ private:
     };
     ProcOptions options_;
     CpuTimes last_cpu_;
+    double last_util_ = 0;  // repeated when no CPU time passed since the last sample
 };
 
 }  // namespace strato::monitor

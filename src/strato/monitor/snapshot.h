@@ -23,6 +23,7 @@ struct Metric {
 
 struct Snapshot {
     double unix_s = 0;            // wall clock of the sample
+    double mono_s = -1;           // a monotonic clock (live samples), for durations; -1: none (a replay)
     std::vector<Metric> metrics;
     std::vector<std::string> notes;  // "no GPU: ..." and other sampler conditions
 
