@@ -66,11 +66,13 @@ void add_eval_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
             nlohmann::json j = {{"model", o->model},          {"arch", r->arch},
                                 {"parameters", r->parameters}, {"accuracy", r->result.accuracy},
                                 {"loss", r->result.loss},      {"samples", r->result.count},
-                                {"seconds", r->result.seconds}};
+                                {"skipped", r->result.skipped}, {"seconds", r->result.seconds}};
             fmt::print("{}\n", json_text(j, 2));
         } else {
-            fmt::print("{} ({} parameters) on {} samples: accuracy {:.2f}%, loss {:.4f} ({:.1f} s)\n", r->arch,
-                       r->parameters, r->result.count, 100 * r->result.accuracy, r->result.loss, r->result.seconds);
+            fmt::print("{} ({} parameters) on {} samples{}: accuracy {:.2f}%, loss {:.4f} ({:.1f} s)\n", r->arch,
+                       r->parameters, r->result.count,
+                       r->result.skipped > 0 ? fmt::format(" ({} unreadable skipped)", r->result.skipped) : "",
+                       100 * r->result.accuracy, r->result.loss, r->result.seconds);
         }
         *exit_code = 0;
     });

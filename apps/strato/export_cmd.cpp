@@ -23,12 +23,13 @@ void add_export_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
     auto* cmd =
         app.add_subcommand("export", "Write a model package as an ONNX file (dynamic batch axis), checked by libonnx");
     cmd->add_option("--model", o->model, "Model package directory (runs/NAME/model)")->required();
-    cmd->add_option("--format", o->format, "Output format (onnx)")->capture_default_str();
+    cmd->add_option("--format", o->format, "Output format (onnx)")->capture_default_str()->check(CLI::IsMember({"onnx"}));
     cmd->add_option("--output", o->output,
                     "Output file (default: <model>/model.onnx, recorded in the package manifest)");
     cmd->add_option("--opset", o->opset,
                     fmt::format("ONNX opset ({}..{})", exporter::kOnnxOpsetMin, exporter::kOnnxOpsetMax))
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(CLI::Range(exporter::kOnnxOpsetMin, exporter::kOnnxOpsetMax));
     cmd->add_flag("--json", o->json, "Print the result as JSON");
     cmd->footer(
         "Examples:\n  strato export --model runs/fashion_mnist_cnn/model\n"
@@ -36,10 +37,6 @@ void add_export_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         "The graph takes the package's normalised input (see strato-model.json /preprocessing) and\n"
         "returns the logits; the batch axis is dynamic. See docs/export.md.");
     cmd->callback([o, &g, exit_code] {
-        if (o->format != "onnx") {
-            return void(*exit_code = report_error(
-                            "export", invalid_argument("--format '{}' is not supported (expected onnx)", o->format)));
-        }
         auto r = exporter::export_package_onnx(o->model, {.output = o->output, .opset = o->opset});
         if (!r) return void(*exit_code = report_error("export", r.status()));
         if (o->json) {

@@ -387,6 +387,26 @@ TEST_F(Pack, SplitsArePackedSeparatelyWithTheTrainingClasses) {
         << bad.status().message();
 }
 
+// Found by review: a model's labels became folder paths as they were ("../../outside" scored
+// another tree as a class), and Fashion-MNIST's "T-shirt/top" could never be a folder.
+TEST_F(Pack, ClassNamesBecomeFoldersSafely) {
+    EXPECT_EQ(class_folder("T-shirt/top").value(), "T-shirt_top");
+    for (const char* bad : {"", ".", "..", "a\0b"})
+        EXPECT_FALSE(class_folder(std::string(bad, bad[0] == 'a' ? 3 : strlen(bad))).is_ok()) << bad;
+    EXPECT_EQ(class_folder("../../outside").value(), ".._.._outside");
+    make_folder(root_ / "eval", 2, 1);  // class0, class1: an image each
+    stdfs::rename(root_ / "eval" / "class0", root_ / "eval" / "T-shirt_top");
+    auto idx = index_image_folder((root_ / "eval").string(), {"T-shirt/top", "class1"});
+    ASSERT_TRUE(idx.is_ok()) << idx.status().message();
+    EXPECT_EQ(idx->files.size(), 2u);
+    EXPECT_EQ(idx->files[0].label, 0);
+    EXPECT_EQ(idx->class_names[0], "T-shirt/top");
+    auto escape = index_image_folder((root_ / "eval").string(), {"T-shirt/top", ".."});
+    ASSERT_FALSE(escape.is_ok());
+    EXPECT_NE(escape.status().message().find("class name '..' cannot be a folder name"), std::string::npos)
+        << escape.status().message();
+}
+
 // Found by review: each of these passed a half-written or stale dataset as "ok".
 TEST_F(Pack, UnfinishedSplitsStaleIndexesAndPipesAreErrors) {
     make_folder(root_ / "src" / "train", 2, 3);

@@ -209,6 +209,17 @@ def main():
         p = train(tmp, "skip", folder, "image-folder", "data.on_bad_sample=skip")
         check("2 sample(s) skipped" in p.stderr, f"skipped samples should be reported:\n{p.stderr[-1500:]}")
         check(accuracy(tmp, "skip") >= 0.8, "training with skipped samples should still learn")
+        # Found by review: an evaluation scored the copy that fills a bad sample's slot, so it
+        # counted (and judged) another sample twice. It leaves bad samples out and says so.
+        test_images = sum(len(files) for _, _, files in os.walk(os.path.join(folder, "test")))
+        with open(os.path.join(folder, "test", "red", "zz-broken.jpg"), "wb") as f:
+            f.write(good[: len(good) // 3])
+        p = run("eval", "--model", os.path.join(tmp, "runs", "skip", "model"), "--dataset", "image-folder",
+                "--data", folder, "--set", 'data.test.transforms=["resize size=28", "center-crop size=24"]',
+                "--set", "data.on_bad_sample=skip", "--json")
+        r = json.loads(p.stdout)
+        check(r["samples"] == test_images and r["skipped"] == 1, f"eval with a bad sample: {r}, {test_images} readable")
+        os.remove(os.path.join(folder, "test", "red", "zz-broken.jpg"))
     finally:
         if nginx:
             nginx.kill()

@@ -198,6 +198,7 @@ Result<Batch> Loader::assemble_unchecked(int64_t b) const {
     }
     batch.images.resize(static_cast<size_t>(batch.size * s.numel()));
     batch.labels.resize(static_cast<size_t>(batch.size));
+    batch.replaced.clear();
     const bool floats = dataset_->is_float();
     std::vector<uint8_t> raw(floats ? 0 : static_cast<size_t>(s.numel()));
     const int64_t plane = s.height * s.width, pad = opts_.crop_padding;
@@ -230,6 +231,7 @@ Result<Batch> Loader::assemble_unchecked(int64_t b) const {
                 if (!st.is_ok() && !is_bad_sample(st))
                     return st.with_context(fmt::format("loading a replacement for bad sample {}", idx));
             }
+            batch.replaced.push_back(i);
             if (!st.is_ok())
                 return invalid_argument(
                     "{} (data.on_bad_sample = \"skip\" replaces bad samples, but this is no longer a few bad files): {}",

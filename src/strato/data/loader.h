@@ -91,6 +91,9 @@ struct Batch {
     ImageShape shape;
     FloatBuffer images;           // [size, C, H, W], normalised
     std::vector<int64_t> labels;  // [size]
+    // Slots holding a replacement for a bad sample (data.on_bad_sample = "skip"): training takes
+    // them, so batches keep their size; an evaluation leaves them out of its scores.
+    std::vector<int64_t> replaced;
 };
 
 struct LoaderPosition {

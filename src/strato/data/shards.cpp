@@ -58,6 +58,16 @@ std::vector<std::string> dataset_splits(const std::string& root) {
     return out;
 }
 
+Result<std::string> class_folder(const std::string& name) {
+    // A model's labels are text from its manifest: "../../x" read another tree as a class.
+    if (name.empty() || name == "." || name == ".." || name.find('\0') != std::string::npos)
+        return invalid_argument("class name '{}' cannot be a folder name", name);
+    std::string folder = name;
+    std::replace(folder.begin(), folder.end(), '/', '_');
+    if (folder == "." || folder == "..") return invalid_argument("class name '{}' cannot be a folder name", name);
+    return folder;
+}
+
 Result<FolderIndex> index_image_folder(const std::string& root, const std::vector<std::string>& class_names) {
     std::error_code ec;
     if (!stdfs::is_directory(root, ec)) return not_found("image folder {} does not exist or is not a directory", root);
@@ -72,14 +82,19 @@ Result<FolderIndex> index_image_folder(const std::string& root, const std::vecto
         idx.class_names = found;
     } else {
         idx.class_names = class_names;
+        std::vector<std::string> folders;
+        for (const auto& name : class_names) {
+            STRATO_ASSIGN_OR_RETURN(std::string folder, class_folder(name));
+            folders.push_back(std::move(folder));
+        }
         for (const auto& f : found) {
-            if (std::find(class_names.begin(), class_names.end(), f) == class_names.end()) {
-                const size_t shown = std::min<size_t>(class_names.size(), 20);
+            if (std::find(folders.begin(), folders.end(), f) == folders.end()) {
+                const size_t shown = std::min<size_t>(folders.size(), 20);
                 return invalid_argument("{}: class folder '{}' is not one of the {} classes of the training split or "
-                                        "model ({}{})",
-                                        root, f, class_names.size(),
-                                        fmt::join(class_names.begin(), class_names.begin() + static_cast<long>(shown), ", "),
-                                        shown < class_names.size() ? ", ..." : "");
+                                        "model (folders {}{}; a '/' in a class name is '_' in its folder)",
+                                        root, f, folders.size(),
+                                        fmt::join(folders.begin(), folders.begin() + static_cast<long>(shown), ", "),
+                                        shown < folders.size() ? ", ..." : "");
             }
         }
     }
@@ -106,7 +121,8 @@ Result<FolderIndex> index_image_folder(const std::string& root, const std::vecto
             root, d.string(), at->second, d.lexically_relative(root).begin()->string());
     };
     for (size_t c = 0; c < idx.class_names.size(); ++c) {
-        const stdfs::path dir = stdfs::path(root) / idx.class_names[c];
+        STRATO_ASSIGN_OR_RETURN(const std::string folder, class_folder(idx.class_names[c]));
+        const stdfs::path dir = stdfs::path(root) / folder;
         if (!stdfs::is_directory(dir, ec)) continue;  // a split may miss a class
         STRATO_RETURN_IF_ERROR(first_visit(dir));
         std::vector<ImageFile> files;

@@ -58,8 +58,13 @@ struct FolderIndex {
     std::vector<std::pair<std::string, int64_t>> dirs;
 };
 
-/// Indexes `root`. With `class_names` given (the training split's), a class folder not in the
-/// list is an error; a listed class without a folder has no samples.
+/// The folder of class `name`: the name with each '/' as '_' (Fashion-MNIST's "T-shirt/top" is
+/// the folder T-shirt_top). Names that cannot be a folder ("", ".", "..", a NUL) are refused.
+Result<std::string> class_folder(const std::string& name);
+
+/// Indexes `root`. With `class_names` given (the training split's or a model's), a class folder
+/// not among them (as class_folder() names them) is an error; a listed class without a folder
+/// has no samples.
 Result<FolderIndex> index_image_folder(const std::string& root, const std::vector<std::string>& class_names = {});
 
 /// The splits of a dataset root: {"train", "val", "test"} (those present) when `root/train` and

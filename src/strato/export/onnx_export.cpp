@@ -466,6 +466,12 @@ Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxE
         return not_found("cannot write {}: directory {} does not exist", out.string(), out_dir.string());
     }
     const bool in_package = stdfs::equivalent(out_dir, stdfs::path(dir), ec);
+    // Another package's folder: its manifest lists its files with checksums, and a file written
+    // over one of them (its own model.onnx) broke that package without a word.
+    if (!in_package && stdfs::exists(out_dir / models::kPackageManifest, ec))
+        return invalid_argument("--output {}: {} is another model package; not writing into it (export that package "
+                                "with --model {}, or choose a place outside packages)",
+                                out.string(), out_dir.string(), out_dir.string());
     const std::string name = out.filename().string();
     json& files = manifest["files"];
     const bool listed = in_package && files.is_object() && files.contains(name);

@@ -229,9 +229,18 @@ Result<EvalResult> evaluate(models::NetImpl& net, data::Loader& loader, bool bf1
         }
         logits = logits.to(torch::kFloat);
         auto y = on_device(labels_tensor(b), device);
+        if (!b.replaced.empty()) {
+            // A bad sample's slot holds a copy of another sample: scored, it would count twice.
+            auto keep = torch::ones({b.size}, torch::kBool);
+            for (int64_t i : b.replaced) keep[i] = false;
+            auto rows = on_device(keep.nonzero().squeeze(1), device);
+            logits = logits.index_select(0, rows);
+            y = y.index_select(0, rows);
+            r.skipped += static_cast<int64_t>(b.replaced.size());
+        }
         loss_sum += F::cross_entropy(logits, y, F::CrossEntropyFuncOptions().reduction(torch::kSum)).item<double>();
         correct += logits.argmax(1).eq(y).sum().item<int64_t>();
-        r.count += b.size;
+        r.count += y.size(0);
     }
     net.train(was_training);
     if (r.count > 0) {

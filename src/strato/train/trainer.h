@@ -84,7 +84,8 @@ torch::Tensor distillation_loss(const torch::Tensor& student_logits, const torch
 struct EvalResult {
     double loss = 0.0;
     double accuracy = 0.0;
-    int64_t count = 0;
+    int64_t count = 0;    // samples scored
+    int64_t skipped = 0;  // unreadable samples left out (data.on_bad_sample = "skip")
     double seconds = 0.0;
 };
 
