@@ -198,6 +198,16 @@ TEST_F(Cli, SmallRunEndToEnd) {
     // --resume on a finished run is a no-op that still succeeds.
     auto resumed = train("configs/fashion_mnist_mlp.toml" + sets + " --resume");
     EXPECT_EQ(resumed.code, 0) << resumed.err;
+    // Found by review: a run stopped mid-epoch and resumed at another batch size took its batch
+    // index as a place in the new order (the rest of the epoch skipped or trained twice).
+    const std::string mid = sets + " --set run.name=mid --set data.batch_size=64 --set train.max_steps=3";
+    ASSERT_EQ(train("configs/fashion_mnist_mlp.toml" + mid).code, 0);
+    expect_one_error(train("configs/fashion_mnist_mlp.toml" + mid + " --resume --set train.max_steps=5 --set "
+                                                                    "data.batch_size=32"),
+                     "the checkpoint is in the middle of epoch 1 (batch 3 at data.batch_size 64); resuming it at "
+                     "data.batch_size 32 would skip or repeat part of the epoch");
+    auto same = train("configs/fashion_mnist_mlp.toml" + mid + " --resume --set train.max_steps=5");
+    EXPECT_EQ(same.code, 0) << same.err;
 }
 
 }  // namespace

@@ -494,7 +494,8 @@ Status Trainer::setup() {
     // The resolved config: every key with its value, as the run used it.
     const std::string resolved = config::dump(cfg_);
     const stdfs::path cfg_path = stdfs::path(run_dir_) / "config.toml";
-    if (auto old = fs::read_file(cfg_path); old && opts_.resume && *old != resolved) {
+    const auto old_config = opts_.resume ? fs::read_file(cfg_path) : Result<std::string>(not_found("not resuming"));
+    if (old_config && *old_config != resolved) {
         log::warn("the config differs from the one this run started with ({}); continuing with the new one",
                   cfg_path.string());
     }
@@ -520,6 +521,18 @@ Status Trainer::setup() {
     if (opts_.resume) {
         STRATO_ASSIGN_OR_RETURN(auto restored, store_->load_latest(*net_, *optim_));
         if (restored) {
+            // The position in an epoch counts batches: at another batch size, batch N is another
+            // place in the epoch's order, and the rest of the epoch was skipped or trained twice.
+            if (restored->next_batch > 0 && old_config) {
+                auto before = config::load_string<TrainConfig>(*old_config);
+                if (before && before->data.batch_size != cfg_.data.batch_size)
+                    return invalid_argument(
+                        "the checkpoint is in the middle of epoch {} (batch {} at data.batch_size {}); resuming it at "
+                        "data.batch_size {} would skip or repeat part of the epoch\nhint: resume with data.batch_size "
+                        "= {}, or start a new run from the package",
+                        restored->epoch + 1, restored->next_batch, before->data.batch_size, cfg_.data.batch_size,
+                        before->data.batch_size);
+            }
             state_ = *restored;
             log::info("resuming {} from step {} (epoch {}, batch {})", run_dir_, state_.step, state_.epoch + 1,
                       state_.next_batch);
