@@ -126,6 +126,8 @@ struct HttpStore::Impl {
         uint64_t last_use = 0;  // tick of the last local_path or release
         uint64_t generation = 0;
         Status error;     // of the last fetch, if it failed
+        std::string corrupt_sha;  // the checksum a fetch found the server's file does not have
+        Clock::time_point corrupt_at;  // ... and when
         int pin_fd = -1;  // holds a shared flock on the file while in use, against other processes' eviction
     };
 
@@ -431,6 +433,7 @@ void HttpStore::Impl::end_fetch(Entry& e, const ShardInfo& s, const Status& st, 
         e.state = State::kAbsent;
         used_bytes -= e.bytes;
         e.error = st;
+        if (st.code() == StatusCode::kDataLoss) e.corrupt_sha = s.sha256, e.corrupt_at = Clock::now();
     }
     ++changes;
     cv.notify_all();
@@ -570,6 +573,10 @@ Result<std::string> HttpStore::read_meta(const std::string& name) const {
     return impl_->client->get(impl_->url_of(name), impl_->options.meta_bytes_max);
 }
 
+// A shard whose file failed its checksum is not fetched again for this long: its samples (and a
+// bad sample's replacements) each asked for it, and each download failed the same way.
+constexpr std::chrono::seconds kCorruptRetryAfter{60};
+
 Result<std::string> HttpStore::local_path(const ShardInfo& shard) {
     Impl& m = *impl_;
     STRATO_RETURN_IF_ERROR(m.check_shard(shard));
@@ -600,6 +607,13 @@ Result<std::string> HttpStore::local_path(const ShardInfo& shard) {
             m.used_bytes -= e.bytes;  // gone: another process evicted it
             e.state = Impl::State::kAbsent;
             continue;
+        }
+        // The server's file failed its checksum twice: for a while it will again (a bad sample's
+        // replacements in the same shard downloaded it once each).
+        if (e.state == Impl::State::kAbsent && !e.error.is_ok() && e.corrupt_sha == shard.sha256 &&
+            Clock::now() - e.corrupt_at < kCorruptRetryAfter) {
+            account();
+            return e.error;
         }
         waited = true;
         if (e.state == Impl::State::kBusy) {
