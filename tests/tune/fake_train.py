@@ -9,7 +9,7 @@ or SIGINT finishes the epoch, writes an "interrupted" line and exits 130; a seco
 it at once (as the real trainer exits without its checkpoint).
 Environment: FAKE_TRAIN_EPOCH_S (seconds per epoch, default 0.05), FAKE_TRAIN_ALLOC_MB (touch
 this much memory at start), FAKE_TRAIN_ODD_LINES (write lines of other shapes before each eval line), FAKE_TRAIN_FAIL_LR (a
-trial with this optim.lr exits 1 after its first epoch), FAKE_TRAIN_SLOW_RUN (a run of this
+trial with this optim.lr exits 1 after its first epoch, or after FAKE_TRAIN_FAIL_EPOCH), FAKE_TRAIN_SLOW_RUN (a run of this
 run.name takes 5 times as long per epoch)."""
 import json
 import math
@@ -82,6 +82,7 @@ while epoch < stop_after:
             f.write('not json\n[1, 2]\n{"kind": 3}\n{"kind": "eval", "epoch": "two", "test_acc": 0.5}\n'
                     '{"kind": "eval", "epoch": 1, "test_acc": "high"}\n{"kind": "eval", "test_acc": 0.9}\n')
         f.write(json.dumps({"kind": "eval", "epoch": epoch, "test_acc": acc}) + "\n")
-    if os.environ.get("FAKE_TRAIN_FAIL_LR") and float(os.environ["FAKE_TRAIN_FAIL_LR"]) == lr:
+    if os.environ.get("FAKE_TRAIN_FAIL_LR") and float(os.environ["FAKE_TRAIN_FAIL_LR"]) == lr \
+            and epoch >= int(os.environ.get("FAKE_TRAIN_FAIL_EPOCH", "1")):
         sys.exit(1)  # a crash after a good epoch (out of memory, a node lost)
 sys.exit(0)

@@ -610,6 +610,39 @@ reduction = 3
         if (t.params.at("optim.lr") == "2e-06") EXPECT_EQ(t.epochs, 3) << "trial " << t.id;
 }
 
+// ... but one promoted from the rung that fails at the next has had its place: the rung's next
+// best is not promoted after it (the rung promoted more than 1/reduction).
+TEST(Executor, ATrialThatFailsAfterItsPromotionKeepsItsPlace) {
+    setenv("FAKE_TRAIN_FAIL_LR", "0.01", 1);  // the best: promoted from rung 0, fails at epoch 2
+    setenv("FAKE_TRAIN_FAIL_EPOCH", "2", 1);
+    StudyRun r;
+    r.dir = testing::TempDir() + "/tune_exec_failed_promoted";
+    std::filesystem::remove_all(r.dir);
+    r.cfg = study(R"([study]
+name = "failed-promoted"
+base = "configs/fashion_mnist_mlp.toml"
+trials = 3
+parallel = 1
+sampler = "grid"
+scheduler = "asha"
+[scheduler]
+grace = 1
+max_t = 3
+reduction = 3
+[params]
+"optim.lr" = { type = "grid", values = [1e-6, 2e-6, 0.01] }
+)");
+    auto s = run_fake(r);
+    unsetenv("FAKE_TRAIN_FAIL_LR");
+    unsetenv("FAKE_TRAIN_FAIL_EPOCH");
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    EXPECT_EQ(s->failed, 1);
+    EXPECT_EQ(s->completed, 0) << "rung 0 of 3 promotes one trial, and it was the one that failed";
+    auto st = open_db(r);
+    for (const auto& t : *st->trials())
+        if (t.params.at("optim.lr") != "0.01") EXPECT_EQ(t.epochs, 1) << "trial " << t.id;
+}
+
 // Found by review: with the strato binary gone, every trial "failed (exit 127)" with an empty
 // log, for good. Now the run stops with the reason and the trial waits for the next run.
 TEST(Executor, ATrialThatCannotStartStopsTheRunAndIsNotFailed) {

@@ -439,16 +439,17 @@ Result<std::optional<Trial>> Executor::next_job() {
                         return signed_value(x.value) != signed_value(y.value) ? signed_value(x.value) > signed_value(y.value)
                                                                               : x.trial < y.trial;
                     });
-                    // The top 1/eta of the rung go on. A trial that failed after reaching the rung
-                    // cannot, and takes no place: the next best does (a failed trial at the top
-                    // held the only place and nobody was promoted).
+                    // The top 1/eta of the rung go on. A trial that failed at the rung cannot, and
+                    // takes no place: the next best does (a failed trial at the top held the only
+                    // place and nobody was promoted). One promoted from it that failed later has
+                    // had its place: the rung promotes no more than 1/eta.
                     const size_t n = rung.size() / static_cast<size_t>(c_.reduction);
                     const auto trial_of = [&](const RungEntry& r) {
                         return std::find_if(trials.begin(), trials.end(), [&](const Trial& x) { return x.id == r.trial; });
                     };
                     std::erase_if(rung, [&](const RungEntry& r) {
                         auto t = trial_of(r);
-                        return t != trials.end() && t->state == TrialState::kFailed;
+                        return !r.promoted && t != trials.end() && t->state == TrialState::kFailed;
                     });
                     for (size_t i = 0; i < std::min(n, rung.size()); ++i) {
                         if (rung[i].promoted) continue;
