@@ -10,6 +10,15 @@
 namespace strato::cloud {
 namespace {
 
+const char* kInstanceHeader =
+    "provider,region,instance_type,accelerator,accelerator_count,vcpus,memory_gib,network_gbps,"
+    "ondemand_usd_per_hour,spot_usd_per_hour,source\n";
+
+// A catalog of `rows` under the instance header, with the built-in GPU and spot tables.
+Catalog catalog_of(const std::string& rows) {
+    return Catalog::parse(std::string(kInstanceHeader) + rows, "t.csv", detail::kGpusCsv, "g.csv", detail::kSpotCsv, "s.csv").value();
+}
+
 Workload resnet50(Precision p = Precision::kAmp) {
     Workload w = find_workload("resnet50-imagenet").value();
     w.precision = p;
@@ -230,14 +239,9 @@ TEST(Planner, ARowWithoutVcpusIsPricedAsTheThroughputModelPricesIt) {
     // Found by review: the pruning bound took a blank vcpus as no input pipeline at all (infinite
     // cost) while the throughput model took it as no limit, so the cheapest row showed only with a
     // larger --top.
-    const std::string header =
-        "provider,region,instance_type,accelerator,accelerator_count,vcpus,memory_gib,network_gbps,"
-        "ondemand_usd_per_hour,spot_usd_per_hour,source\n";
-    const Catalog cat = Catalog::parse(header + "aws,us-east-1,a.x,A100,8,,1000,400,1.0,,x\n"
-                                                "aws,us-east-1,b.x,A100,8,96,1000,400,2.0,,x\n"
-                                                "aws,us-east-1,c.x,A100,8,96,1000,400,3.0,,x\n",
-                                       "t.csv", detail::kGpusCsv, "g.csv", detail::kSpotCsv, "s.csv")
-                            .value();
+    const Catalog cat = catalog_of("aws,us-east-1,a.x,A100,8,,1000,400,1.0,,x\n"
+                                   "aws,us-east-1,b.x,A100,8,96,1000,400,2.0,,x\n"
+                                   "aws,us-east-1,c.x,A100,8,96,1000,400,3.0,,x\n");
     PlanRequest req;
     req.workload = resnet50();
     for (int top : {1, 3}) {
@@ -257,12 +261,7 @@ TEST(Planner, ARowWithoutVcpusIsPricedAsTheThroughputModelPricesIt) {
 // Found by review: GPUs x nodes x batch multiplied as ints overflowed (a catalog may list 1e6
 // accelerators): negative samples/s, time and cost, ranked first.
 TEST(Planner, HugeCountsNeverOverflowIntoNegativeTimes) {
-    const std::string header =
-        "provider,region,instance_type,accelerator,accelerator_count,vcpus,memory_gib,network_gbps,"
-        "ondemand_usd_per_hour,spot_usd_per_hour,source\n";
-    const Catalog cat = Catalog::parse(header + "aws,us-east-1,big,T4,1000000,1000000,16,25,0.5,0.2,x\n", "t.csv",
-                                       detail::kGpusCsv, "g.csv", detail::kSpotCsv, "s.csv")
-                            .value();
+    const Catalog cat = catalog_of("aws,us-east-1,big,T4,1000000,1000000,16,25,0.5,0.2,x\n");
     PlanRequest req;
     req.workload = resnet50();
     req.workload.batch_per_gpu = 1 << 20;
@@ -280,12 +279,7 @@ TEST(Planner, HugeCountsNeverOverflowIntoNegativeTimes) {
 // Found by review: an empty plan whose instances all lack a GPU-table entry said "no instance
 // matches the filters" when no filter was given.
 TEST(Planner, InstancesTheGpuTableLacksAreNamedAsTheReason) {
-    const std::string header =
-        "provider,region,instance_type,accelerator,accelerator_count,vcpus,memory_gib,network_gbps,"
-        "ondemand_usd_per_hour,spot_usd_per_hour,source\n";
-    const Catalog cat = Catalog::parse(header + "gcp,us-central1,tpu-v4,TPUv4,4,240,400,100,12,4,x\n", "t.csv",
-                                       detail::kGpusCsv, "g.csv", detail::kSpotCsv, "s.csv")
-                            .value();
+    const Catalog cat = catalog_of("gcp,us-central1,tpu-v4,TPUv4,4,240,400,100,12,4,x\n");
     PlanRequest req;
     req.workload = resnet50();
     Plan p = make_plan(cat, req).value();

@@ -579,15 +579,15 @@ TEST(Executor, BracketsHaveTheirOwnRungs) {
     expect_contiguous_results(r);
 }
 
-// Found by review: a trial that failed (killed after a good first epoch) held the rung's only
-// promotion place, and no trial was promoted.
-TEST(Executor, AFailedTrialTakesNoPromotionPlace) {
-    setenv("FAKE_TRAIN_FAIL_LR", "0.01", 1);  // the best lr: it tops rung 0, then fails
-    StudyRun r;
-    r.dir = testing::TempDir() + "/tune_exec_failed_top";
+// Three grid trials under ASHA (grace 1, max_t 3, reduction 3: rung 0 promotes one), the best
+// of them (lr 0.01) made to fail by the fake trainer after `fail_epoch` epochs.
+Result<RunSummary> run_with_failing_best(StudyRun& r, const std::string& name, const char* fail_epoch) {
+    setenv("FAKE_TRAIN_FAIL_LR", "0.01", 1);
+    setenv("FAKE_TRAIN_FAIL_EPOCH", fail_epoch, 1);
+    r.dir = testing::TempDir() + "/tune_exec_" + name;
     std::filesystem::remove_all(r.dir);
-    r.cfg = study(R"([study]
-name = "failed-top"
+    r.cfg = study(fmt::format(R"([study]
+name = "{}"
 base = "configs/fashion_mnist_mlp.toml"
 trials = 3
 parallel = 1
@@ -598,10 +598,20 @@ grace = 1
 max_t = 3
 reduction = 3
 [params]
-"optim.lr" = { type = "grid", values = [1e-6, 2e-6, 0.01] }
-)");
+"optim.lr" = {{ type = "grid", values = [1e-6, 2e-6, 0.01] }}
+)",
+                              name));
     auto s = run_fake(r);
     unsetenv("FAKE_TRAIN_FAIL_LR");
+    unsetenv("FAKE_TRAIN_FAIL_EPOCH");
+    return s;
+}
+
+// Found by review: a trial that failed (killed after a good first epoch) held the rung's only
+// promotion place, and no trial was promoted.
+TEST(Executor, AFailedTrialTakesNoPromotionPlace) {
+    StudyRun r;
+    auto s = run_with_failing_best(r, "failed-top", "1");  // it tops rung 0, then fails
     ASSERT_TRUE(s.is_ok()) << s.status().message();
     EXPECT_EQ(s->failed, 1);
     EXPECT_EQ(s->completed, 1) << "the best trial that did not fail goes on to max_t";
@@ -613,28 +623,8 @@ reduction = 3
 // ... but one promoted from the rung that fails at the next has had its place: the rung's next
 // best is not promoted after it (the rung promoted more than 1/reduction).
 TEST(Executor, ATrialThatFailsAfterItsPromotionKeepsItsPlace) {
-    setenv("FAKE_TRAIN_FAIL_LR", "0.01", 1);  // the best: promoted from rung 0, fails at epoch 2
-    setenv("FAKE_TRAIN_FAIL_EPOCH", "2", 1);
     StudyRun r;
-    r.dir = testing::TempDir() + "/tune_exec_failed_promoted";
-    std::filesystem::remove_all(r.dir);
-    r.cfg = study(R"([study]
-name = "failed-promoted"
-base = "configs/fashion_mnist_mlp.toml"
-trials = 3
-parallel = 1
-sampler = "grid"
-scheduler = "asha"
-[scheduler]
-grace = 1
-max_t = 3
-reduction = 3
-[params]
-"optim.lr" = { type = "grid", values = [1e-6, 2e-6, 0.01] }
-)");
-    auto s = run_fake(r);
-    unsetenv("FAKE_TRAIN_FAIL_LR");
-    unsetenv("FAKE_TRAIN_FAIL_EPOCH");
+    auto s = run_with_failing_best(r, "failed-promoted", "2");  // promoted from rung 0, fails at epoch 2
     ASSERT_TRUE(s.is_ok()) << s.status().message();
     EXPECT_EQ(s->failed, 1);
     EXPECT_EQ(s->completed, 0) << "rung 0 of 3 promotes one trial, and it was the one that failed";
