@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "strato/core/config.h"
+#include "strato/core/toml_guard.h"
 
 namespace strato::config {
 namespace {
@@ -34,6 +35,24 @@ struct Outer {
         v.section("inner", [&] { inner.visit(v); });
     }
 };
+
+// Found by review: toml++ parses a dotted key one stack frame per part, and a policy file with a
+// key of 50,000 parts crashed strato autoscale (SIGSEGV). Such keys are refused before parsing.
+TEST(Config, KeysOfThousandsOfDottedPartsAreRefusedBeforeParsing) {
+    std::string parts;
+    for (int i = 0; i < 50000; ++i) parts += i ? ".a" : "a";
+    for (const std::string& text : {"x = 1\n" + parts + " = 1\n", "x = 1\n[" + parts + "]\n"}) {
+        Status s = check_toml_keys(text, "p.toml");
+        EXPECT_EQ(s.message(), "p.toml:2: a key of more than 128 dotted parts; expected a config key");
+    }
+    // Dots in strings, comments, numbers and times are no key parts.
+    const std::string dots(300, '.');
+    std::string fine = "a.b.c = 1.5\nt = 07:32:00.999\ns = \"" + dots + "\"\n# " + dots + "\nm = '''\n" + dots +
+                       "\n'''\nv = [";
+    for (int i = 0; i < 300; ++i) fine += "1.5, ";
+    fine += "]\n";
+    EXPECT_TRUE(check_toml_keys(fine, "f.toml").is_ok()) << check_toml_keys(fine, "f.toml").message();
+}
 
 TEST(Config, ReadsTypedValuesAndKeepsDefaults) {
     auto r = load_string<Outer>("name = \"x\"\n[inner]\nlr = 1\nflag = true\ntags = [\"y\"]\n");

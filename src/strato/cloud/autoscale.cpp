@@ -1,3 +1,4 @@
+#include "strato/core/toml_guard.h"
 #include "strato/cloud/autoscale.h"
 
 #include <fmt/format.h>
@@ -106,6 +107,7 @@ Status only_keys(const toml::table& t, std::initializer_list<std::string_view> k
 
 Result<AutoscaleConfig> AutoscaleConfig::parse(std::string_view toml_text, const std::string& source) {
     toml::table doc;
+    STRATO_RETURN_IF_ERROR(check_toml_keys(toml_text, source));
     try {
         doc = toml::parse(toml_text, source);
     } catch (const toml::parse_error& e) {

@@ -1,3 +1,4 @@
+#include "strato/core/toml_guard.h"
 #include "strato/cloud/catalog.h"
 
 #include <fmt/format.h>
@@ -270,6 +271,7 @@ Status Catalog::apply_overrides(std::string_view toml_text, const std::string& s
     for (const auto& in : instances_) saved_prices.push_back({in.ondemand_usd_h, in.spot_usd_h});
     auto apply = [&]() -> Status {
         toml::table doc;
+        STRATO_RETURN_IF_ERROR(check_toml_keys(toml_text, source));
         try {
             doc = toml::parse(toml_text, source);
         } catch (const toml::parse_error& e) {

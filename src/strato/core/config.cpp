@@ -1,3 +1,4 @@
+#include "strato/core/toml_guard.h"
 #include "strato/core/config.h"
 
 #include <fmt/format.h>
@@ -333,6 +334,7 @@ Result<Document> Document::from_string(std::string_view text, const std::string&
     Document doc;
     doc.impl_ = std::make_shared<Impl>();
     doc.impl_->source = source_name;
+    STRATO_RETURN_IF_ERROR(check_toml_keys(text, source_name));
     try {
         doc.impl_->root = toml::parse(text, source_name);
     } catch (const toml::parse_error& e) {

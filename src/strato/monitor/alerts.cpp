@@ -1,3 +1,4 @@
+#include "strato/core/toml_guard.h"
 #include "strato/monitor/alerts.h"
 
 #include <fmt/format.h>
@@ -98,6 +99,7 @@ Result<AlertRule> parse_condition(std::string_view expr) {
 
 Result<std::vector<AlertRule>> parse_rules(std::string_view toml_text, const std::string& source) {
     toml::table doc;
+    STRATO_RETURN_IF_ERROR(check_toml_keys(toml_text, source));
     try {
         doc = toml::parse(toml_text, source);
     } catch (const toml::parse_error& e) {

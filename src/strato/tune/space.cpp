@@ -1,3 +1,4 @@
+#include "strato/core/toml_guard.h"
 #include "strato/tune/space.h"
 
 #include <fmt/format.h>
@@ -184,6 +185,7 @@ bool executor_key(std::string_view key) {
 
 Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string& source, const std::string& base_dir) {
     toml::table doc;
+    STRATO_RETURN_IF_ERROR(check_toml_keys(text, source));
     try {
         doc = toml::parse(text, source);
     } catch (const toml::parse_error& e) {

@@ -1,3 +1,4 @@
+#include "strato/core/toml_guard.h"
 #include "strato/serve/repository/model_config.h"
 
 #include <fmt/format.h>
@@ -604,6 +605,7 @@ Result<ModelConfig> parse_model_config_pbtxt(std::string_view text, const std::s
 
 Result<ModelConfig> parse_model_config_toml(std::string_view text, const std::string& source) {
     toml::table table;
+    STRATO_RETURN_IF_ERROR(check_toml_keys(text, source));
     try {
         table = toml::parse(text, source);
     } catch (const toml::parse_error& e) {
