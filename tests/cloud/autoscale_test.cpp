@@ -274,6 +274,27 @@ TEST(Simulator, SpotPreemptionsFromTheTraceAreReplaced) {
     EXPECT_NEAR(r.cost, r.node_hours * 0.4246, 1e-9);  // spot price
     // Capacity dipped to 1 node (100/s) for the boot time while 200/s arrived.
     EXPECT_GT(r.slo_violation_s, 0);
+    // Found by review: a row reclaiming more nodes than run reclaimed the replacements it had just
+    // launched, again and again ("1000 preemptions" of 3 nodes), each with a scan of every node.
+    SimResult many = simulate(trace("time_s,rate,preempt\n0,200,0\n600,200,1000\n1200,200,0\n"), cat, o).value();
+    EXPECT_EQ(many.preemptions, 3);
+    EXPECT_EQ(many.timeline.back().ready, 3);
+}
+
+// Found by review: every preemption kept an action string, with or without --json (a harsh
+// hazard over a long trace needed tens of GB). The first 100,000 are kept, the rest counted.
+TEST(Simulator, ActionsAreCappedAndCounted) {
+    const Catalog cat = Catalog::builtin().value();
+    SimOptions o = g5_options("[autoscale]\nmin_nodes = 10\nmax_nodes = 10\n[[policy]]\nkind = \"backlog\"\n"
+                              "per_node = 1e9\n[spot]\nenabled = true\n",
+                              100);
+    o.spot_hazard_per_h = 100;
+    o.tick_s = 3600;
+    SimResult r = simulate(trace("time_s,rate\n0,100\n604800,100\n"), cat, o).value();
+    EXPECT_GT(r.preemptions, 150000);
+    EXPECT_EQ(r.actions.size(), SimResult::kMaxActions);
+    EXPECT_EQ(r.actions_dropped, r.preemptions + r.scale_actions - static_cast<int64_t>(SimResult::kMaxActions));
+    EXPECT_EQ(sim_to_json(r, o)["actions_dropped"], r.actions_dropped);
 }
 
 TEST(Simulator, EachNewSizeNodeRetiresTheNodeItReplaces) {

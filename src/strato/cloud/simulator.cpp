@@ -106,7 +106,14 @@ private:
     double tick_served_ = 0, tick_capacity_ = 0;
     double cap_time_ = 0;  // integral of capacity
     int64_t ticks_ = 0, timeline_stride_ = 1;
+    // Slots of stopped nodes, the lowest reused first (as a scan from the start found them).
+    std::priority_queue<int, std::vector<int>, std::greater<>> free_;
     SimResult r_;
+
+    void act(std::string what) {
+        if (r_.actions.size() < SimResult::kMaxActions) r_.actions.emplace_back(now_, std::move(what));
+        else ++r_.actions_dropped;
+    }
 };
 
 int Sim::launch(const Instance* type, int replaces) {
@@ -117,12 +124,13 @@ int Sim::launch(const Instance* type, int replaces) {
     n.launched = now_;
     n.replaces = replaces;
     if (replaces >= 0) n.replaces_gen = nodes_[replaces].gen;
+    // A stopped node's slot (a scan of every node per launch made a scale-up to 10,000 nodes
+    // quadratic).
     int id = -1;
-    for (size_t i = 0; i < nodes_.size(); ++i)
-        if (!nodes_[i].alive) {
-            id = static_cast<int>(i);
-            break;
-        }
+    if (!free_.empty()) {
+        id = free_.top();
+        free_.pop();
+    }
     if (id < 0) {
         id = static_cast<int>(nodes_.size());
         nodes_.push_back(n);
@@ -152,6 +160,7 @@ void Sim::stop(int id) {
     r_.node_hours += (now_ - n.launched) / 3600;
     n.alive = false;
     n.ready = false;
+    free_.push(id);
 }
 
 void Sim::preempt(int id) {
@@ -159,7 +168,7 @@ void Sim::preempt(int id) {
     bool retiring = nodes_[id].retire_when_replaced;
     int old = replaced(nodes_[id]);
     stop(id);
-    r_.actions.emplace_back(now_, "spot node preempted; replacement launched");
+    act("spot node preempted; replacement launched");
     if (!retiring) launch(type_, old);  // spot again (or on-demand when the type has no spot market)
 }
 
@@ -236,13 +245,18 @@ SimResult Sim::run() {
             case Ev::kTrace: {
                 const TracePoint& p = tr_.points[e.arg];
                 rate_ = p.rate;
-                for (int k = 0; k < p.preempt; ++k) {
-                    // The trace reclaims the oldest live spot node.
-                    int victim = -1;
+                // The trace reclaims the oldest live spot nodes, each at most once (their
+                // replacements, launched here, are not reclaimed in the same row).
+                if (p.preempt > 0) {
+                    std::vector<int> spot;
                     for (size_t i = 0; i < nodes_.size(); ++i)
-                        if (nodes_[i].alive && nodes_[i].spot && (victim < 0 || nodes_[i].launched < nodes_[victim].launched))
-                            victim = static_cast<int>(i);
-                    if (victim >= 0) preempt(victim);
+                        if (nodes_[i].alive && nodes_[i].spot) spot.push_back(static_cast<int>(i));
+                    const size_t k = std::min(spot.size(), static_cast<size_t>(p.preempt));
+                    std::partial_sort(spot.begin(), spot.begin() + static_cast<long>(k), spot.end(), [&](int a, int b) {
+                        return nodes_[a].launched != nodes_[b].launched ? nodes_[a].launched < nodes_[b].launched : a < b;
+                    });
+                    for (size_t j = 0; j < k; ++j)
+                        if (nodes_[spot[j]].alive) preempt(spot[j]);
                 }
                 break;
             }
@@ -286,32 +300,35 @@ SimResult Sim::run() {
                         type_ = *next;
                         for (int id : old) launch(type_, id);
                         ++r_.scale_actions;
-                        r_.actions.emplace_back(now_, d.reason);
+                        act(d.reason);
                     }
                 }
                 int alive = count_alive();
                 if (d.nodes > alive) {
                     for (int i = alive; i < d.nodes; ++i) launch(type_);
                     ++r_.scale_actions;
-                    r_.actions.emplace_back(now_, fmt::format("{} -> {} nodes: {}", alive, d.nodes, d.reason));
+                    act(fmt::format("{} -> {} nodes: {}", alive, d.nodes, d.reason));
                 } else if (d.nodes < alive) {
-                    // Remove booting nodes first, then the newest (a real provider drains them first).
-                    for (int k = alive - d.nodes; k > 0; --k) {
-                        int victim = -1;
-                        for (size_t i = 0; i < nodes_.size(); ++i) {
-                            const Node& n = nodes_[i];
-                            if (!n.alive || n.retire_when_replaced) continue;
-                            if (victim < 0 || (!n.ready && nodes_[victim].ready) ||
-                                (n.ready == nodes_[victim].ready && n.launched > nodes_[victim].launched))
-                                victim = static_cast<int>(i);
-                        }
-                        if (victim < 0) continue;
+                    // Remove booting nodes first, then the newest (a real provider drains them
+                    // first): one ordering of the candidates, not a scan per removed node.
+                    std::vector<int> candidates;
+                    for (size_t i = 0; i < nodes_.size(); ++i)
+                        if (nodes_[i].alive && !nodes_[i].retire_when_replaced) candidates.push_back(static_cast<int>(i));
+                    const size_t k = std::min(candidates.size(), static_cast<size_t>(alive - d.nodes));
+                    std::partial_sort(candidates.begin(), candidates.begin() + static_cast<long>(k), candidates.end(),
+                                      [&](int a, int b) {
+                                          const Node &x = nodes_[a], &y = nodes_[b];
+                                          if (x.ready != y.ready) return !x.ready;
+                                          return x.launched != y.launched ? x.launched > y.launched : a < b;
+                                      });
+                    for (size_t j = 0; j < k; ++j) {
+                        const int victim = candidates[j];
                         int old = replaced(nodes_[victim]);
                         stop(victim);
                         if (old >= 0) stop(old);  // the old-size node it was to replace goes with it
                     }
                     ++r_.scale_actions;
-                    r_.actions.emplace_back(now_, fmt::format("{} -> {} nodes: {}", alive, d.nodes, d.reason));
+                    act(fmt::format("{} -> {} nodes: {}", alive, d.nodes, d.reason));
                 }
                 const int alive_now = count_alive();
                 r_.max_nodes = std::max(r_.max_nodes, alive_now);
@@ -460,6 +477,7 @@ nlohmann::json sim_to_json(const SimResult& r, const SimOptions& o) {
                         {"max_nodes", r.max_nodes},
                         {"preemptions", r.preemptions},
                         {"scale_actions", r.scale_actions},
+                        {"actions_dropped", r.actions_dropped},
                         {"events", r.events},
                         {"wall_s", r.wall_s},
                         {"events_per_s", r.wall_s > 0 ? r.events / r.wall_s : 0},

@@ -79,7 +79,9 @@ struct SimResult {
     std::string currency;
     std::string region;         // of the node type (the cheapest when none was asked for)
     std::vector<TimelinePoint> timeline;
-    std::vector<std::pair<double, std::string>> actions;  // (t, what and why)
+    std::vector<std::pair<double, std::string>> actions;  // (t, what and why); the first kMaxActions
+    int64_t actions_dropped = 0;                           // those past kMaxActions, counted only
+    static constexpr size_t kMaxActions = 100000;
 };
 
 Result<SimResult> simulate(const Trace& trace, const Catalog& catalog, const SimOptions& options);

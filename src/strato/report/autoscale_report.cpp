@@ -74,6 +74,10 @@ Result<std::string> render_autoscale_report(const json& sim) {
         for (const auto& a : sim["actions"])
             html += fmt::format("<tr><td class=\"num\">{}</td><td>{}</td></tr>\n", cell(num(a, "t_s") / 3600),
                                 html_escape(a.value("what", "")));
+    if (const double dropped = num(sim, "actions_dropped"); dropped > 0)
+        html += fmt::format("<tr class=\"gap\"><td></td><td class=\"muted\">… {:.0f} later actions not kept (the "
+                            "simulation keeps the first {})</td></tr>\n",
+                            dropped, sim.contains("actions") && sim["actions"].is_array() ? sim["actions"].size() : 0);
     html += "</tbody></table></div></section>\n";
     return html + page_foot();
 }
