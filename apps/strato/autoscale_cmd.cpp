@@ -33,6 +33,9 @@ Result<double> parse_week_clock(const std::string& text) {
     if (sp == std::string::npos) return invalid_argument("--start '{}': expected DAY HH:MM, e.g. \"mon 08:00\"", text);
     STRATO_ASSIGN_OR_RETURN(int mask, cloud::parse_days(text.substr(0, sp)));
     STRATO_ASSIGN_OR_RETURN(double h, cloud::parse_clock(text.substr(sp + 1)));
+    // One day: the clock at the trace start ("mon-fri" has no one place in the week).
+    if ((mask & (mask - 1)) != 0)
+        return invalid_argument("--start '{}': expected one day, such as \"mon 08:00\" (a range is no clock)", text);
     int day = 0;
     while (!(mask >> day & 1)) ++day;
     return day * 24 + h;
@@ -52,16 +55,22 @@ void add_simulate(CLI::App& parent, int* exit_code) {
     cmd->add_option("--trace", o->trace, "Load trace CSV: time_s,rate[,preempt]")->required();
     cmd->add_option("--instance", o->instance, "Node type at the start (default g5.xlarge)");
     cmd->add_option("--region", o->region, "Region of the node type (default: its cheapest)");
-    cmd->add_option("--per-gpu-capacity", o->per_gpu, "Work units per second one GPU serves")->check(finite_range(1e-9, 1e12));
-    cmd->add_option("--loadtest", o->loadtest, "Take the per-replica capacity from a `strato loadtest --json` result");
-    cmd->add_option("--slo-p99", o->slo_p99, "With --loadtest: the p99 objective the capacity must meet (default 100ms)");
-    cmd->add_option("--boot", o->boot, "Node start-up time (default 3m)");
-    cmd->add_option("--tick", o->tick, "Control-loop period (default 30s)");
-    cmd->add_option("--slo", o->slo, "Queueing-delay objective (default 60s)");
+    auto* per_gpu = cmd->add_option("--per-gpu-capacity", o->per_gpu, "Work units per second one GPU serves")
+                        ->check(finite_range(1e-9, 1e12));
+    // One source of capacity: --loadtest quietly won over --per-gpu-capacity.
+    auto* loadtest = cmd->add_option("--loadtest", o->loadtest,
+                                     "Take the per-replica capacity from a `strato loadtest --json` result")
+                         ->excludes(per_gpu);
+    cmd->add_option("--slo-p99", o->slo_p99, "With --loadtest: the p99 objective the capacity must meet (default 100ms)")
+        ->needs(loadtest)
+        ->check(duration_flag("ms", true));
+    cmd->add_option("--boot", o->boot, "Node start-up time (default 3m)")->check(duration_flag("s", false));
+    cmd->add_option("--tick", o->tick, "Control-loop period (default 30s)")->check(duration_flag("s", true));
+    cmd->add_option("--slo", o->slo, "Queueing-delay objective (default 60s)")->check(duration_flag("s", true));
     cmd->add_option("--spot-hazard", o->hazard, "Preemptions per spot node-hour (default: catalog rates)")
         ->check(finite_range(0, 3600));
     cmd->add_option("--start", o->start, "Schedule clock at the trace start (default \"mon 00:00\")");
-    cmd->add_option("--horizon", o->horizon, "Simulated time (default: the trace end)");
+    cmd->add_option("--horizon", o->horizon, "Simulated time (default: the trace end)")->check(duration_flag("s", true));
     cmd->add_option("--initial-nodes", o->initial, "Nodes at the start (default min_nodes)")->check(CLI::Range(0, 1000000));
     cmd->add_option("--runs", o->runs, "Repeat with seeds 1..N and report the spread of cost (spot preemptions are random)")
         ->check(CLI::Range(1, 100000));
@@ -108,7 +117,8 @@ void add_simulate(CLI::App& parent, int* exit_code) {
             *out = *v;
         }
         auto start = parse_week_clock(o->start);
-        if (!start) return fail(start.status());
+        if (!start) return fail(start.status().message().starts_with("--start") ? start.status()
+                                                                              : start.status().with_context("--start"));
         so.start_weekday_hour = *start;
         if (o->hazard >= 0) so.spot_hazard_per_h = o->hazard;
         so.initial_nodes = o->initial;
@@ -165,10 +175,13 @@ void add_capacity(CLI::App& parent, int* exit_code) {
     };
     auto o = std::make_shared<Opts>();
     auto* cmd = parent.add_subcommand("capacity", "Replicas and cost per million requests for a target rate, from a load test");
-    cmd->add_option("--loadtest", o->loadtest, "`strato loadtest --json` result of one replica");
-    cmd->add_option("--slo-p99", o->slo_p99, "p99 objective the replica must meet (default 100ms)");
+    auto* loadtest = cmd->add_option("--loadtest", o->loadtest, "`strato loadtest --json` result of one replica");
+    cmd->add_option("--slo-p99", o->slo_p99, "p99 objective the replica must meet (default 100ms)")
+        ->needs(loadtest)
+        ->check(duration_flag("ms", true));
     cmd->add_option("--replica-qps", o->replica_qps, "Requests/s one replica sustains (instead of --loadtest)")
-        ->check(finite_range(1e-9, 1e12));
+        ->check(finite_range(1e-9, 1e12))
+        ->excludes(loadtest);
     cmd->add_option("--qps", o->qps, "Target requests per second")->required()->check(finite_range(1e-9, 1e12));
     cmd->add_option("--headroom", o->headroom, "Fraction of capacity kept free (default 0.2)")->check(finite_range(0, 0.99));
     cmd->add_option("--gpus-per-replica", o->gpus_per_replica, "GPUs one replica uses (default 1)")->check(CLI::Range(1, 1024));

@@ -137,6 +137,15 @@ TEST(Manifests, ValuesAreQuotedOrRefusedNeverYamlOfTheirOwn) {
     refused([](ManifestOptions& b) { b.pending_per_pod = 1e300; }, "--pending-per-pod");
     refused([](ManifestOptions& b) { b.pending_per_pod = -3; }, "--pending-per-pod");
     refused([](ManifestOptions& b) { b.kserve = true, b.pending_per_pod = 2.7; }, "whole number");
+    // Found by review: DEL and U+FFFE made YAML that parsers refuse, NEL (U+0085) a line break, and
+    // bytes that are not UTF-8 became U+FFFD: another path.
+    for (const char* dir : {"/m\x7fx", "/m\xef\xbf\xbex", "/m\xc2\x85x", "/m\xffx", "/m\tx"})
+        refused([&](ManifestOptions& b) { b.model_dir = dir; }, "only printable ASCII");
+    {
+        ManifestOptions b = o;
+        b.pending_per_pod = 123456.7;  // {:g} wrote 123457
+        EXPECT_NE(kubernetes_manifests(b)->find("averageValue: \"123456.7\""), std::string::npos);
+    }
     for (const char* cpu : {"2", "500m", "1.5", "1e3"}) {
         ManifestOptions b = o;
         b.cpu = cpu;

@@ -206,9 +206,20 @@ def simulate_capacity_manifests(tmp, loadtest_json):
     for args in (["autoscale", "local", "--policy", seeds, "--port", "99999"],
                  ["autoscale", "simulate", "--policy", seeds, "--trace", trace, "--per-gpu-capacity", "1", "--spot-hazard", "nan"],
                  ["autoscale", "simulate", "--policy", seeds, "--trace", trace, "--per-gpu-capacity", "1", "--initial-nodes", "-7"],
-                 ["autoscale", "capacity", "--replica-qps", "100", "--qps", "100", "--top", "0"]):
+                 ["autoscale", "capacity", "--replica-qps", "100", "--qps", "100", "--top", "0"],
+                 # Found by review: --loadtest quietly won over --per-gpu-capacity, --slo-p99 without
+                 # a load test was ignored, and durations were checked after the run was set up.
+                 ["autoscale", "simulate", "--policy", seeds, "--trace", trace, "--loadtest", "lt.json",
+                  "--per-gpu-capacity", "1"],
+                 ["autoscale", "simulate", "--policy", seeds, "--trace", trace, "--per-gpu-capacity", "1",
+                  "--slo-p99", "5ms"],
+                 ["autoscale", "simulate", "--policy", seeds, "--trace", trace, "--per-gpu-capacity", "1", "--tick", "0"],
+                 ["autoscale", "capacity", "--loadtest", "lt.json", "--qps", "100", "--replica-qps", "100"]):
         p = run(*args, expect=2)
         check(args[-2] in p.stderr, f"{args}: {p.stderr!r}")
+    p = run("autoscale", "simulate", "--policy", seeds, "--trace", trace, "--per-gpu-capacity", "1", "--start",
+            "mon-fri 08:00", expect=1)
+    check("--start 'mon-fri 08:00': expected one day" in p.stderr, p.stderr)
     # A trace in Unix seconds is simulated from its first row, not billed from 1970.
     epoch = os.path.join(tmp, "epoch.csv")
     with open(epoch, "w") as f:

@@ -85,6 +85,13 @@ Result<std::string> kubernetes_manifests(const ManifestOptions& o) {
         return invalid_argument("--image '{}' is not an image reference (registry/name:tag, no blanks or quotes)", o.image);
     if (o.model_dir.empty() || o.model_dir[0] != '/')
         return invalid_argument("--model-repository '{}' must be an absolute path inside the container", o.model_dir);
+    // YAML refuses some characters even quoted (DEL, U+FFFE) and reads others as line breaks
+    // (NEL): a path of printable ASCII means in the manifest what it meant here.
+    for (char c : o.model_dir)
+        if (c < 0x20 || c > 0x7e)
+            return invalid_argument("--model-repository '{}': only printable ASCII characters, please (a path inside "
+                                    "the container)",
+                                    o.model_dir);
     if (!quantity(o.cpu)) return invalid_argument("--cpu '{}' is not a Kubernetes quantity (2, 500m, 1.5)", o.cpu);
     if (!quantity(o.memory)) return invalid_argument("--memory '{}' is not a Kubernetes quantity (4Gi, 512Mi)", o.memory);
     if (o.gpus < 0 || o.gpus > 64) return invalid_argument("--gpus {} must be 0..64", o.gpus);
@@ -126,8 +133,8 @@ Result<std::string> kubernetes_manifests(const ManifestOptions& o) {
     std::string metric =
         o.pending_per_pod > 0
             ? fmt::format("  - type: Pods\n    pods:\n      metric:\n        name: nv_inference_pending_request_count\n"
-                          "      target:\n        type: AverageValue\n        averageValue: \"{:g}\"\n",
-                          o.pending_per_pod)
+                          "      target:\n        type: AverageValue\n        averageValue: \"{}\"\n",
+                          o.pending_per_pod)  // (every digit: {:g} rounded 123456.7 to 123457)
             : fmt::format("  - type: Resource\n    resource:\n      name: cpu\n      target:\n        type: Utilization\n"
                           "        averageUtilization: {}\n",
                           o.target_cpu_percent);
