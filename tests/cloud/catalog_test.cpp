@@ -59,7 +59,7 @@ TEST(Catalog, BadFilesNameTheLine) {
               std::string::npos)
         << bad.status().message();
     auto huge = from_rows("aws,us-east-1,x,T4,1e40,4,16,25,1,0.2,src\n");
-    EXPECT_NE(huge.status().message().find("accelerator_count and vcpus must be whole numbers up to 1e6, got 1e+40 and 4"),
+    EXPECT_NE(huge.status().message().find("accelerator_count and vcpus must be whole numbers from 0 to 1e6, got 1e+40 and 4"),
               std::string::npos)
         << huge.status().message();
     EXPECT_FALSE(from_rows("aws,us-east-1,x,T4,1,2.5,16,25,1,0.2,src\n").is_ok());
@@ -164,6 +164,12 @@ TEST(Catalog, RegionPriceWinsNonTablesAndValuesOutOfRangeAreRefused) {
                                gpu_header + "T4,16,320,8.1,65,0,130,70,0,0.38,1,src\n", "gpus.csv", detail::kSpotCsv,
                                "spot.csv");
     EXPECT_TRUE(fine.is_ok()) << fine.status().message();
+    auto tiny = Catalog::parse(std::string(kHeader) + "aws,us-east-1,x,T4,1,4,16,25,1,,src\n", "test.csv",
+                               gpu_header + "T4,16,320,8.1,1e-300,0,0,70,0,1,0,src\n", "gpus.csv", detail::kSpotCsv,
+                               "spot.csv");
+    EXPECT_EQ(tiny.status().message(), "gpus.csv:2 tensor_tflops: 1e-300 is out of range; expected 0.001 to 1e+06");
+    EXPECT_NE(from_rows("aws,us-east-1,x,T4,-1e300,4,16,25,1,,src\n").status().message().find("from 0 to 1e6"),
+              std::string::npos);
     EXPECT_EQ(from_rows("aws,us-east-1,x,T4,1,4,16,25,1,0.2\n").status().message(),
               "test.csv:2: expected 11 fields as in the header, got 10");
 }

@@ -284,8 +284,11 @@ TEST(Planner, InstancesTheGpuTableLacksAreNamedAsTheReason) {
     req.workload = resnet50();
     Plan p = make_plan(cat, req).value();
     EXPECT_TRUE(p.ranked.empty());
-    EXPECT_EQ(p.binding, "the instances that match the filters have no accelerator the GPU table knows (theirs: TPUv4; "
+    EXPECT_EQ(p.binding, "the instances that match the filters have accelerators the GPU table does not know (TPUv4; "
                          "see strato plan --list and --gpu-table)");
+    const Catalog cpus = catalog_of("aws,us-east-1,c1,,0,4,16,25,1,,x\naws,us-east-1,c2,,0,8,32,25,2,,x\n"
+                                    "aws,us-east-1,c3,T4,0,8,32,25,2,,x\n");
+    EXPECT_EQ(make_plan(cpus, req).value().binding, "the instances that match the filters have no accelerators");
 }
 
 TEST(Planner, SpotThatCannotCheckpointIsNamedAsTheBindingConstraint) {

@@ -442,6 +442,25 @@ void expect_same(const std::vector<Batch>& a, const std::vector<Batch>& b) {
     }
 }
 
+// Found by review: the cached listing checked each class folder's mtime at root/<class name>,
+// so a class "T-shirt/top" (folder T-shirt_top) never saw its new images.
+TEST_F(Folder, TheCacheWatchesTheFolderOfANameWithASlash) {
+    write("T-shirt_top/a.jpg", jpeg_of(gradient(20, 20)));
+    const std::vector<std::string> classes = {"T-shirt/top", "class0", "class1", "class2", "empty"};
+    auto first = ImageFolderSource::open((root_ / "img").string(), classes);
+    ASSERT_TRUE(first.is_ok()) << first.status().message();
+    const int64_t before = (*first)->size();
+    EXPECT_TRUE(ImageFolderSource::open((root_ / "img").string(), classes).value()->index_from_cache());
+    write("T-shirt_top/b.jpg", jpeg_of(gradient(20, 20)));
+    auto again = ImageFolderSource::open((root_ / "img").string(), classes).value();
+    EXPECT_FALSE(again->index_from_cache());
+    EXPECT_EQ(again->size(), before + 1);
+    auto clash = ImageFolderSource::open((root_ / "img").string(), {"a/b", "a_b"});
+    ASSERT_FALSE(clash.is_ok());
+    EXPECT_NE(clash.status().message().find("classes 'a/b' and 'a_b' would both be the folder 'a_b'"), std::string::npos)
+        << clash.status().message();
+}
+
 TEST_F(Folder, IndexIsCachedAndEmptyClassesReported) {
     auto src = ImageFolderSource::open((root_ / "img").string()).value();
     EXPECT_EQ(src->size(), 21);

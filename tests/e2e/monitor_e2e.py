@@ -165,7 +165,7 @@ def bad_inputs(tmp):
     torn = os.path.join(tmp, "torn.jsonl")
     with open(torn, "w") as f:
         f.write('{"t": 1, "cpu_util": 5}\n{"t": 2, "cpu_u')
-    p = subprocess.run([STRATO, "monitor", "--no-exporter", "--interval", "100ms", "--duration", "250ms", "--jsonl",
+    p = subprocess.run([STRATO, "monitor", "--no-exporter", "--interval", "100ms", "--duration", "600ms", "--jsonl",
                         torn], capture_output=True, text=True, timeout=30)
     check(p.returncode == 0 and "cut-off line" in p.stderr, f"append to a torn log: {p.returncode} {p.stderr!r}")
     p = subprocess.run([STRATO, "monitor", "--replay", torn], capture_output=True, text=True, timeout=30)
@@ -179,6 +179,15 @@ def bad_inputs(tmp):
         lines = f.read().splitlines()
     check(len(lines) >= 4 and not is_json(lines[1]) and all(is_json(x) for x in lines[2:]),
           f"records after the torn line: {lines!r}")
+    # A FIFO with a reader takes the lines (found by review: the torn-line check opened it to
+    # read and waited for ever for a writer).
+    fifo = os.path.join(tmp, "ship.fifo")
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", fifo], stdout=subprocess.PIPE, text=True)
+    p = subprocess.run([STRATO, "monitor", "--no-exporter", "--interval", "100ms", "--duration", "350ms", "--jsonl",
+                        fifo], capture_output=True, text=True, timeout=30)
+    shipped = reader.communicate(timeout=30)[0]
+    check(p.returncode == 0 and shipped.count("\n") >= 2, f"--jsonl FIFO: {p.returncode} {p.stderr!r} {shipped!r}")
     # A pipe takes the lines (/dev/stdout, a log shipper's FIFO).
     p = subprocess.run([STRATO, "monitor", "--no-exporter", "--interval", "100ms", "--duration", "350ms", "--jsonl",
                         "/dev/stdout"], capture_output=True, text=True, timeout=30)

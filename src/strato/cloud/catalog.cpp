@@ -64,10 +64,10 @@ Result<std::vector<GpuSpec>> parse_gpus(std::string_view text, std::string_view 
              {std::tuple<const char*, double, double, double>{"memory_gb", g.memory_gb, 0, 1e5},
               {"memory_bw_gbs", g.memory_bw_gbs, 1e-3, 1e6},
               {"fp32_tflops", g.fp32_tflops, 1e-3, 1e6},
-              {"tensor_tflops", g.tensor_tflops, 0, 1e6},
-              {"int8_tops", g.int8_tops, 0, 1e6},
-              {"tdp_w", g.tdp_w, 0, 1e5},
-              {"nvlink_gbs", g.nvlink_gbs, 0, 1e6}})
+              {"tensor_tflops", g.tensor_tflops, 1e-3, 1e6},
+              {"int8_tops", g.int8_tops, 1e-3, 1e6},
+              {"tdp_w", g.tdp_w, 1e-3, 1e5},
+              {"nvlink_gbs", g.nvlink_gbs, 1e-3, 1e6}})
             if (v > hi || (v > 0 && v < lo))
                 return invalid_argument("{}: {:g} is out of range; expected {}{:g}", where(col), v,
                                         lo > 0 ? fmt::format("{:g} to ", lo) : "up to ", hi);
@@ -146,8 +146,9 @@ Result<Catalog> Catalog::parse(std::string_view instances, std::string_view inst
         double gpus_n = 0, vcpus = 0;
         STRATO_ASSIGN_OR_RETURN(gpus_n, parse_number(t.at(r, "accelerator_count"), 0, where("accelerator_count")));
         STRATO_ASSIGN_OR_RETURN(vcpus, parse_number(t.at(r, "vcpus"), 0, where("vcpus")));
-        if (gpus_n > 1e6 || vcpus > 1e6 || gpus_n != std::floor(gpus_n) || vcpus != std::floor(vcpus))
-            return invalid_argument("{}: accelerator_count and vcpus must be whole numbers up to 1e6, got {:g} and {:g}",
+        if (!(gpus_n >= 0 && vcpus >= 0 && gpus_n <= 1e6 && vcpus <= 1e6) || gpus_n != std::floor(gpus_n) ||
+            vcpus != std::floor(vcpus))  // (all before the casts below: -1e300 is no int)
+            return invalid_argument("{}: accelerator_count and vcpus must be whole numbers from 0 to 1e6, got {:g} and {:g}",
                                     where(""), gpus_n, vcpus);
         in.gpus = static_cast<int>(gpus_n);
         in.vcpus = static_cast<int>(vcpus);

@@ -80,20 +80,29 @@ void explain(Plan& plan, const PlanRequest& req, const std::vector<Candidate>& a
                                          [&](const Instance& in) { return in_space(req, in); });
         const char* price = req.spot && req.ondemand ? "a price" : req.spot ? "a spot price" : "an on-demand price";
         // Listed, but not plannable: no accelerators, or an accelerator the GPU table lacks.
-        std::vector<std::string> unplannable;
-        for (const auto& in : catalog.instances())
-            if (listed(req.providers, in.provider) && listed(req.regions, in.region) &&
-                listed(req.accelerators, in.accelerator) && listed(req.instance_types, in.type) &&
-                std::find(unplannable.begin(), unplannable.end(), in.accelerator) == unplannable.end())
-                unplannable.push_back(in.accelerator.empty() ? "(none)" : in.accelerator);
-        if (matches)
+        std::vector<std::string> unknown;  // accelerators the GPU table lacks
+        bool none = false;                 // rows without accelerators
+        for (const auto& in : catalog.instances()) {
+            if (!(listed(req.providers, in.provider) && listed(req.regions, in.region) &&
+                  listed(req.accelerators, in.accelerator) && listed(req.instance_types, in.type)))
+                continue;
+            if (in.gpus == 0 || in.accelerator.empty()) none = true;
+            else if (!in.gpu && std::find(unknown.begin(), unknown.end(), in.accelerator) == unknown.end())
+                unknown.push_back(in.accelerator);
+        }
+        if (matches) {
             plan.binding = fmt::format("no instance that matches the filters has {} in the catalog", price);
-        else if (!unplannable.empty())
-            plan.binding = fmt::format("the instances that match the filters have no accelerator the GPU table knows "
-                                       "(theirs: {}; see strato plan --list and --gpu-table)",
-                                       fmt::join(unplannable, ", "));
-        else
+        } else if (!unknown.empty() || none) {
+            std::vector<std::string> why;
+            if (!unknown.empty())
+                why.push_back(fmt::format("accelerators the GPU table does not know ({}; see strato plan --list and "
+                                          "--gpu-table)",
+                                          fmt::join(unknown, ", ")));
+            if (none) why.push_back("no accelerators");
+            plan.binding = fmt::format("the instances that match the filters have {}", fmt::join(why, " or "));
+        } else {
             plan.binding = "no instance matches the filters (provider, region, GPU, instance type)";
+        }
         return;
     }
     const Candidate* fits_best = nullptr;

@@ -83,8 +83,11 @@ Result<FolderIndex> index_image_folder(const std::string& root, const std::vecto
     } else {
         idx.class_names = class_names;
         std::vector<std::string> folders;
-        for (const auto& name : class_names) {
-            STRATO_ASSIGN_OR_RETURN(std::string folder, class_folder(name));
+        for (size_t c = 0; c < class_names.size(); ++c) {
+            STRATO_ASSIGN_OR_RETURN(std::string folder, class_folder(class_names[c]));
+            if (auto same = std::find(folders.begin(), folders.end(), folder); same != folders.end())
+                return invalid_argument("classes '{}' and '{}' would both be the folder '{}' ('/' is '_' in a folder)",
+                                        class_names[static_cast<size_t>(same - folders.begin())], class_names[c], folder);
             folders.push_back(std::move(folder));
         }
         for (const auto& f : found) {

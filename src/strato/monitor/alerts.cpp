@@ -220,10 +220,25 @@ std::vector<AlertEvent> AlertEngine::evaluate(const Snapshot& s) {
     state_.resize(rules_.size());
     std::vector<AlertEvent> events;
     const double clock = s.mono_s >= 0 ? s.mono_s : s.unix_s;
-    if (last_clock_ >= 0 && (clock < last_clock_ || clock - last_clock_ > max_gap_s_))
-        for (auto& states : state_)
-            for (auto& [series, st] : states)
-                if (!st.firing) st.since = -1;
+    if (last_clock_ >= 0) {
+        const double gap = clock - last_clock_;
+        double limit = max_gap_s_;
+        if (!gaps_.empty()) {
+            std::vector<double> sorted = gaps_;
+            const size_t mid = (sorted.size() - 1) / 2;  // (the lower median: one long gap of two is no norm)
+            std::nth_element(sorted.begin(), sorted.begin() + static_cast<long>(mid), sorted.end());
+            limit = std::max(limit, 3 * sorted[mid]);
+        }
+        // (the first gap has nothing to be compared with: a sparse log's first is its norm)
+        if (gap < 0 || (!gaps_.empty() && gap > limit))
+            for (auto& states : state_)
+                for (auto& [series, st] : states)
+                    if (!st.firing) st.since = -1;
+        if (gap >= 0) {
+            if (gaps_.size() == kGapHistory) gaps_.erase(gaps_.begin());
+            gaps_.push_back(gap);
+        }
+    }
     last_clock_ = clock;
     for (size_t i = 0; i < rules_.size(); ++i) {
         const AlertRule& r = rules_[i];

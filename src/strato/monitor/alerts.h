@@ -60,9 +60,10 @@ struct AlertEvent {
 
 class AlertEngine {
 public:
-    /// A gap of more than `max_gap_s` between samples (two logs joined, a machine asleep), or a
-    /// clock that went back, restarts the "for" of conditions not yet firing: a "for 10m" needs
-    /// ten minutes of samples, not two samples ten minutes apart.
+    /// A gap between samples longer than `max_gap_s` and than 3 times the median of the recent
+    /// gaps (two logs joined, a machine asleep), or a clock that went back, restarts the "for" of
+    /// conditions not yet firing: a "for 10m" needs ten minutes of samples, not two samples ten
+    /// minutes apart. (The median: a log sampled every 6 minutes has no gaps at 6 minutes.)
     explicit AlertEngine(std::vector<AlertRule> rules, double max_gap_s = 300)
         : rules_(std::move(rules)), max_gap_s_(max_gap_s) {}
     /// Advances every rule to `s` and returns the alerts that fired or resolved at it. Durations
@@ -82,7 +83,9 @@ private:
     };
     std::vector<AlertRule> rules_;
     double max_gap_s_;
-    double last_clock_ = -1;  // the previous sample's clock; -1: none yet
+    double last_clock_ = -1;    // the previous sample's clock; -1: none yet
+    std::vector<double> gaps_;  // the last kGapHistory gaps between samples, oldest first
+    static constexpr size_t kGapHistory = 64;
     std::vector<std::map<std::string, State>> state_;  // per rule, per series
 };
 

@@ -12,6 +12,8 @@
 #include <fstream>
 #include <thread>
 
+#include <time.h>
+
 #include "strato/core/json.h"
 #include "strato/core/json_depth.h"
 #include "strato/core/log.h"
@@ -161,7 +163,11 @@ void Monitor::stop() { stop_ = true; }
 Snapshot Monitor::sample() {
     Snapshot s;
     s.unix_s = unix_now();
-    s.mono_s = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    // CLOCK_BOOTTIME: monotonic, and counting a suspend (steady_clock's CLOCK_MONOTONIC stops),
+    // so a machine asleep is a gap between samples.
+    timespec ts{};
+    ::clock_gettime(CLOCK_BOOTTIME, &ts);
+    s.mono_s = static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
     proc_.sample(s);
     if (nvml_) nvml_->sample(s);
     else s.notes.push_back(gpu_summary_);
@@ -207,7 +213,10 @@ Result<MonitorSummary> Monitor::run() {
         // A log whose last line was cut off (a run killed mid-write) gets a line end first, so the
         // next record starts a line of its own instead of joining the broken one.
         bool torn = false;
-        if (std::ifstream old(options_.jsonl, std::ios::binary | std::ios::ate); old && old.tellg() > 0) {
+        std::error_code ec;
+        // (a regular file only: opening a FIFO to read waited for ever for a writer)
+        if (std::ifstream old; std::filesystem::is_regular_file(options_.jsonl, ec) &&
+                               (old.open(options_.jsonl, std::ios::binary | std::ios::ate), old) && old.tellg() > 0) {
             old.seekg(-1, std::ios::end);
             torn = old.get() != '\n';
         }
@@ -248,9 +257,11 @@ Result<MonitorSummary> Monitor::run() {
             if (j.is_object() && j.contains("kind") && j["kind"] != "monitor") continue;
             if (!from_json(j, &s, &err)) return data_loss("{}:{}: {}", options_.replay, replay_line, err);
         } else {
-            // (CPU utilisation is a difference: the first sample gets 100 ms since the sampler began)
+            // (CPU utilisation is a difference: the first sample gets 100 ms since the sampler began;
+            // the schedule starts there, or a short interval's second sample counted as missed)
             if (summary.samples == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
             s = sample();
+            if (summary.samples == 0) next = std::chrono::steady_clock::now();
         }
         ++summary.samples;
         if (summary.samples == 1) warn_unknown_metrics(s);
