@@ -61,6 +61,9 @@ Status check_distinct_files(const std::vector<FileFlag>& files);
 /// with NaN is false).
 CLI::Validator finite_range(double lo, double hi);
 
+/// A flag's number: finite, above `lo` and at most `hi`.
+CLI::Validator finite_above(double lo, double hi);
+
 /// A flag's duration (250ms, 10s, 2m, 8h, 3d; a bare number in `default_unit`), more than 0 when
 /// `positive` and at least `min_s`: a usage error (exit 2) otherwise.
 CLI::Validator duration_flag(const std::string& default_unit, bool positive, double min_s = 0);

@@ -38,7 +38,8 @@ void add_quantize_command(CLI::App& compress, const GlobalFlags& g, int* exit_co
         ->check(CLI::IsMember(models::observer_names()))
         ->capture_default_str();
     cmd->add_option("--percentile", o->r.quant.percentile, "Clipping percentile of the percentile observer")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(finite_above(50, 100));
     cmd->add_flag("--per-tensor-weights", o->per_tensor, "One weight scale per layer instead of per output channel");
     cmd->add_option("--seed", o->seed, "Seed of the calibration sample")->capture_default_str();
     cmd->add_option("--config", o->config, "Take the [data] section from this training config");

@@ -31,9 +31,11 @@ void add_compress_distill_command(CLI::App& compress, const GlobalFlags& g, int*
                     "The student's training config (TOML), e.g. configs/fashion_mnist_student.toml")
         ->required();
     cmd->add_option("--temperature", o->d.temperature, "Softmax temperature T > 0 for teacher and student")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(finite_above(0, 100));
     cmd->add_option("--alpha", o->d.alpha, "Weight of the teacher's term in [0, 1]; 1 - alpha goes to the labels")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(finite_range(0, 1));
     cmd->add_option("--set", o->sets, "Override a key of the student's config: --set train.epochs=5 (repeatable)");
     cmd->add_flag("--resume", o->resume, "Continue from the run's latest checkpoint (starts fresh when there is none)");
     cmd->add_flag("--overwrite", o->overwrite, "Delete an existing run directory of the same name first");

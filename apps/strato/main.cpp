@@ -52,6 +52,16 @@ CLI::Validator finite_range(double lo, double hi) {
         fmt::format("NUMBER in [{}, {}]", lo, hi));
 }
 
+CLI::Validator finite_above(double lo, double hi) {
+    return CLI::Validator(
+        [lo, hi](std::string& text) -> std::string {
+            auto v = parse_number(text, NAN, "");
+            if (!v.is_ok() || !(*v > lo && *v <= hi)) return fmt::format("expected a number in ({}, {}], got '{}'", lo, hi, text);
+            return {};
+        },
+        fmt::format("NUMBER in ({}, {}]", lo, hi));
+}
+
 CLI::Validator duration_flag(const std::string& default_unit, bool positive, double min_s) {
     return CLI::Validator(
         [default_unit, positive, min_s](std::string& text) -> std::string {

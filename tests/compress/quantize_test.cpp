@@ -166,6 +166,38 @@ public:
     torch::nn::Sequential features, classifier;
 };
 
+// Found by review: an INT8 package whose scales were 0, NaN or negative (or zero points off
+// 0..255) loaded silently and scored 12 %. Packing refuses them, naming the layer.
+TEST(Quantize, BadScalesAndZeroPointsAreRefusedWhenPacked) {
+    ModelConfig cfg;
+    cfg.arch = "cnn";
+    cfg.depth = 2;
+    cfg.width = 8;
+    const data::ImageShape shape{1, 28, 28};
+    auto calib = torch::randn({32, 1, 28, 28});
+    for (const auto& [name, value] : std::vector<std::pair<std::string, double>>{
+             {"scale", 0}, {"scale", std::nan("")}, {"scale", -1}, {"zero_point", 1000}, {"weight_scale", 0}}) {
+        auto b = build_and_quantize(cfg, shape, calib);
+        torch::NoGradGuard no_grad;
+        bool changed = false;
+        for (auto& item : b.q->named_buffers()) {
+            const std::string& key = item.key();
+            if (!changed && key.size() >= name.size() && key.compare(key.size() - name.size(), name.size(), name) == 0 &&
+                (name != "scale" || key.find("weight_scale") == std::string::npos)) {
+                item.value().fill_(value);
+                changed = true;
+            }
+        }
+        ASSERT_TRUE(changed) << name;
+        Status st = b.q->prepack();
+        ASSERT_FALSE(st.is_ok()) << name << " = " << value;
+        EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+        EXPECT_EQ(st.message().rfind("INT8 layer ", 0), 0u) << st.message();
+        EXPECT_NE(st.message().find(name == "zero_point" ? "not in 0..255" : "positive finite"), std::string::npos)
+            << st.message();
+    }
+}
+
 TEST(Quantize, UnsupportedLayerIsNamed) {
     ModelConfig cfg;
     cfg.arch = "cnn";

@@ -114,6 +114,15 @@ def main():
         check("is not a model package" in p.stderr and os.path.exists(os.path.join(mine, "notes.txt")), p.stderr)
         p = run("compress", "quantize", "--model", fp32, "--output", int8, expect=1)
         check("pass --overwrite" in p.stderr, p.stderr)
+        # Found by review: a trailing slash (a shell's completion) was "not a directory of its
+        # own"; values out of range were found after the data was opened (exit 1).
+        p = run("compress", "quantize", "--model", fp32, "--output", int8 + "/", expect=1)
+        check("pass --overwrite" in p.stderr, f"--output with a slash: {p.stderr}")
+        for args in (["compress", "quantize", "--model", fp32, "--percentile", "150"],
+                     ["compress", "distill", "--teacher", fp32, "--config", "c.toml", "--alpha", "1.5"],
+                     ["compress", "distill", "--teacher", fp32, "--config", "c.toml", "--temperature", "0"]):
+            p = run(*args, expect=2)
+            check(args[-2] in p.stderr, f"{args}: {p.stderr}")
         # Reports do not write over their inputs.
         p = run("report", base, "--out", os.path.join(fp32, "weights.pt"), expect=1)
         check("belongs to the model package" in p.stderr, p.stderr)
@@ -150,6 +159,12 @@ def main():
                 "--no-report", *LIMITS, expect=1)
         check("which this run reads" in p.stderr, p.stderr)
         check(open(os.path.join(fp32, "strato-model.json")).read() == teacher_manifest, "the teacher is still the teacher")
+        # Found by review: a run directory inside the teacher's package filled it with a run.
+        before = sorted(os.listdir(fp32))
+        p = run("compress", "distill", "--teacher", fp32, "--config", "configs/fashion_mnist_student.toml",
+                "--set", "train.epochs=1", "--set", f"run.dir={fp32}", "--set", "run.name=kd", "--no-report", *LIMITS,
+                expect=1)
+        check("is inside" in p.stderr and sorted(os.listdir(fp32)) == before, f"run inside the teacher: {p.stderr}")
 
         # ---- the comparison table over all of them ----
         p = run("compress", "report", "--model", f"fp32={fp32}", "--model", f"bf16={fp32}@bf16",

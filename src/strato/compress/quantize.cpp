@@ -89,6 +89,9 @@ Result<QuantizeResult> quantize_package(const QuantizeRequest& r) {
                   r.quant.observer, out.calibration_s, out.engine);
 
         models::PackageInfo info = pkg.info;
+        // Absolute, as prune and distill record theirs: "cnn" said nothing from another directory.
+        std::error_code abs_ec;
+        const std::string source = stdfs::absolute(r.model, abs_ec).lexically_normal().string();
         info.quantization = {
             {"scheme", "static"},
             {"weights", r.quant.per_channel ? "int8 symmetric per output channel" : "int8 symmetric per tensor"},
@@ -96,7 +99,7 @@ Result<QuantizeResult> quantize_package(const QuantizeRequest& r) {
             {"engine", out.engine},
             {"observer", r.quant.observer},
             {"calibration", {{"split", "train"}, {"samples", samples}, {"batches", batches}, {"seed", r.seed}}},
-            {"source", r.model},
+            {"source", source},
             {"source_parameters", models::parameter_count(*pkg.net)},
             {"layers", out.layers}};
         if (r.quant.observer == "percentile") info.quantization["percentile"] = r.quant.percentile;
@@ -119,9 +122,9 @@ Result<QuantizeResult> quantize_package(const QuantizeRequest& r) {
             info.metrics["test_samples"] = q.count;
             info.metrics["source_test_acc"] = f.accuracy;
         } else {
-            for (const char* k : {"test_acc", "test_loss"}) info.metrics.erase(k);
+            for (const char* k : {"test_acc", "test_loss", "test_samples"}) info.metrics.erase(k);
         }
-        info.metrics["compression"] = {{"method", "int8"}, {"source", r.model}, {"observer", r.quant.observer}};
+        info.metrics["compression"] = {{"method", "int8"}, {"source", source}, {"observer", r.quant.observer}};
         STRATO_RETURN_IF_ERROR(models::save_package(r.output, info, *qnet));
     } catch (const c10::Error& e) {
         return internal_error("libtorch: {}", models::torch_error_message(e));

@@ -123,10 +123,17 @@ bool stale_leftover(const std::string& name, const std::string& base) {
     return false;
 }
 
+// "out/" and "out/." are the directory out (a shell's completion adds the slash).
+stdfs::path package_path(const std::string& dir) {
+    stdfs::path p = stdfs::path(dir).lexically_normal();
+    while (!p.empty() && !p.has_filename() && p.has_parent_path() && p != p.root_path()) p = p.parent_path();
+    return p;
+}
+
 }  // namespace
 
 Status check_package_destination(const std::string& dir) {
-    const stdfs::path final_dir(dir);
+    const stdfs::path final_dir = package_path(dir);
     const std::string base = final_dir.filename().string();
     if (base.empty() || base == "." || base == "..")
         return invalid_argument("{}: a package is saved as a directory of its own; name it (e.g. {}/model)", dir, dir);
@@ -145,7 +152,7 @@ Status check_package_destination(const std::string& dir) {
 
 Status save_package(const std::string& dir, const PackageInfo& info, NetImpl& net) {
     STRATO_RETURN_IF_ERROR(check_package_destination(dir));
-    stdfs::path final_dir(dir);
+    const stdfs::path final_dir = package_path(dir);
     stdfs::path parent = final_dir.parent_path().empty() ? stdfs::path(".") : final_dir.parent_path();
     const std::string base = final_dir.filename().string();
     std::error_code ec;

@@ -167,6 +167,12 @@ protected:
     void pack() override {
         cached_scale_ = scale_.item<float>();
         cached_zero_point_ = zero_point_.item<int64_t>();
+        // From a package's weights file: a scale of 0, NaN or inf, or a zero point off the uint8
+        // range, loaded silently and gave garbage (12 % accuracy).
+        TORCH_CHECK(std::isfinite(cached_scale_) && cached_scale_ > 0, "activation scale ", cached_scale_,
+                    " is not a positive finite number");
+        TORCH_CHECK(cached_zero_point_ >= 0 && cached_zero_point_ <= 255, "activation zero point ", cached_zero_point_,
+                    " is not in 0..255");
     }
     double scale() const { return cached_scale_; }
     int64_t zero_point() const { return cached_zero_point_; }
@@ -247,6 +253,8 @@ public:
 
     void pack() override {
         Requant::pack();
+        TORCH_CHECK(weight_scale_.isfinite().all().item<bool>() && weight_scale_.gt(0).all().item<bool>(),
+                    "weight scales must be positive finite numbers");
         auto q = at::_make_per_channel_quantized_tensor(weight_.contiguous(), weight_scale_.to(torch::kDouble),
                                                         torch::zeros({weight_.size(0)}, torch::kLong), 0);
         if (kind_ == kLinear) {
@@ -788,11 +796,14 @@ Status QuantizedNet::calibrate(const std::function<Status(const Feed&)>& for_eac
 
 Status QuantizedNet::prepack(bool primitives) {
     STRATO_RETURN_IF_ERROR(select_engine());
-    try {
-        torch::NoGradGuard no_grad;
-        for (auto& op : ops_) op->pack();
-    } catch (const c10::Error& e) {
-        return internal_error("packing the int8 weights for {}: {}", engine(), torch_error_message(e));
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < ops_.size(); ++i) {
+        try {
+            ops_[i]->pack();
+        } catch (const c10::Error& e) {
+            return data_loss("INT8 layer {} of {}: {} (packing its weights for {})", i + 1, ops_.size(),
+                             torch_error_message(e), engine());
+        }
     }
     graph_.reset();
     if (primitives && at::hasMKLDNN()) {

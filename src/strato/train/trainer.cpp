@@ -128,15 +128,27 @@ Result<fs::DirLock> lock_run_dir(const stdfs::path& dir) {
                               lock.status().message()));
 }
 
-/// Prepares the run directory: refuses to clobber a previous run unless asked.
-Status prepare_run_dir(const TrainConfig& cfg, const TrainOptions& opts) {
+/// Refuses a run directory that holds what the run reads, or lies inside it. Before the run's
+/// lock: that file, beside the run directory, would land in the input too.
+Status check_run_dir_inputs(const TrainConfig& cfg, const TrainOptions& opts) {
     const stdfs::path dir = cfg.run_dir();
     for (const auto& in : opts.inputs) {
         if (fs::is_within(in, dir / "model") || (opts.overwrite && fs::is_within(in, dir)))
             return invalid_argument("run directory {}: it holds {}, which this run reads; {} it would destroy it -- "
                                     "choose another run.name",
                                     dir.string(), in, opts.overwrite ? "--overwrite" : "saving the new package");
+        // The other way round: a run written into the package it reads (a teacher) filled that
+        // package with checkpoints, logs and a model/ of its own.
+        if (fs::is_within(dir, in))
+            return invalid_argument("run directory {} is inside {}, which this run reads; choose a run.dir outside it",
+                                    dir.string(), in);
     }
+    return Status::ok();
+}
+
+/// Prepares the run directory: refuses to clobber a previous run unless asked.
+Status prepare_run_dir(const TrainConfig& cfg, const TrainOptions& opts) {
+    const stdfs::path dir = cfg.run_dir();
     Status st = fs::check_writable_dir(cfg.run.dir);
     if (!st.is_ok()) return {st.code(), fmt::format("run.dir: {}", st.message())};
     std::error_code ec;
@@ -481,6 +493,7 @@ Status Trainer::setup() {
     torch::manual_seed(seed);
     STRATO_ASSIGN_OR_RETURN(net_, models::create_model(cfg_.model, splits_.train->shape(), splits_.train->num_classes()));
     if (rank0_) {
+        STRATO_RETURN_IF_ERROR(check_run_dir_inputs(cfg_, opts_));
         STRATO_ASSIGN_OR_RETURN(lock_, lock_run_dir(run_dir_));
         STRATO_RETURN_IF_ERROR(prepare_run_dir(cfg_, opts_));
         log::add_file_sink((stdfs::path(run_dir_) / "events.log").string());
