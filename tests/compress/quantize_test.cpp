@@ -193,6 +193,7 @@ TEST(Quantize, BadScalesAndZeroPointsAreRefusedWhenPacked) {
         ASSERT_FALSE(st.is_ok()) << name << " = " << value;
         EXPECT_EQ(st.code(), StatusCode::kDataLoss);
         EXPECT_EQ(st.message().rfind("INT8 layer ", 0), 0u) << st.message();
+        EXPECT_EQ(st.message().find("[bad quantization parameter]"), std::string::npos) << st.message();
         EXPECT_NE(st.message().find(name == "zero_point" ? "not in 0..255" : "positive finite"), std::string::npos)
             << st.message();
     }

@@ -451,6 +451,7 @@ TEST_F(Folder, TheCacheWatchesTheFolderOfANameWithASlash) {
     ASSERT_TRUE(first.is_ok()) << first.status().message();
     const int64_t before = (*first)->size();
     EXPECT_TRUE(ImageFolderSource::open((root_ / "img").string(), classes).value()->index_from_cache());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a coarse mtime clock: another tick
     write("T-shirt_top/b.jpg", jpeg_of(gradient(20, 20)));
     auto again = ImageFolderSource::open((root_ / "img").string(), classes).value();
     EXPECT_FALSE(again->index_from_cache());

@@ -70,7 +70,11 @@ Result<std::vector<GpuSpec>> parse_gpus(std::string_view text, std::string_view 
               {"nvlink_gbs", g.nvlink_gbs, 1e-3, 1e6}})
             if (v > hi || (v > 0 && v < lo))
                 return invalid_argument("{}: {:g} is out of range; expected {}{:g}", where(col), v,
-                                        lo > 0 ? fmt::format("{:g} to ", lo) : "up to ", hi);
+                                        col == std::string_view("memory_bw_gbs") || col == std::string_view("fp32_tflops")
+                                            ? fmt::format("{:g} to ", lo)
+                                        : lo > 0 ? fmt::format("0, or {:g} to ", lo)
+                                                 : "up to ",
+                                        hi);
         for (const auto& other : out)
             if (other.name == g.name) return invalid_argument("{}: GPU '{}' is listed twice", where("name"), g.name);
         if (g.tensor_tflops <= 0) g.tensor_tflops = g.fp32_tflops;

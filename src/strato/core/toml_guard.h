@@ -16,24 +16,31 @@ namespace strato {
 constexpr int kMaxTomlKeyParts = 128;
 
 /// An error naming `source` and the line where `text` (TOML) has a key of more than
-/// kMaxTomlKeyParts dotted parts; ok otherwise. Dots inside strings, comments and numbers
-/// (1.5, 07:32:00.999) do not count.
+/// kMaxTomlKeyParts dotted parts; ok otherwise. Keys are where TOML has them: before a line's
+/// `=`, in `[table]` headers, and before each `=` of an inline table; dots in strings, comments
+/// and values (1.5, 07:32:00.999) do not count, and all-digit parts (`0.0.0 = 1`) do.
 inline Status check_toml_keys(std::string_view text, const std::string& source) {
     int line = 1, dots = 0;
-    auto digit = [&](size_t i) { return i < text.size() && text[i] >= '0' && text[i] <= '9'; };
+    bool key = true;          // at a key: the start of a line, a header, after '{' or ',' in an inline table
+    std::string nesting;      // the open '{' (inline tables) and '[' (arrays) of the value being read
+    auto fail = [&] {
+        return invalid_argument("{}:{}: a key of more than {} dotted parts; expected a config key", source, line,
+                                kMaxTomlKeyParts);
+    };
     for (size_t i = 0; i < text.size(); ++i) {
         const char c = text[i];
         if (c == '\n') {
             ++line;
-            dots = 0;
+            if (nesting.empty()) key = true, dots = 0;  // (inside a multi-line array the value goes on)
         } else if (c == '#') {
             while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
         } else if (c == '"' || c == '\'') {
             // A string: basic ("...", with escapes) or literal ('...'), single or triple quoted.
-            const bool triple = text.substr(i, 3) == std::string_view(c == '"' ? "\"\"\"" : "'''");
+            const bool triple = text.substr(i, 3) == std::string_view(c == '"' ? "\"\"\"" : "\'\'\'");
             const std::string_view close = triple ? text.substr(i, 3) : text.substr(i, 1);
             for (i += close.size(); i < text.size(); ++i) {
                 if (c == '"' && text[i] == '\\') {
+                    if (i + 1 < text.size() && text[i + 1] == '\n') ++line;
                     ++i;
                 } else if (text.substr(i, close.size()) == close) {
                     i += close.size() - 1;
@@ -43,10 +50,16 @@ inline Status check_toml_keys(std::string_view text, const std::string& source) 
                     ++line;
                 }
             }
-        } else if (c == '.' && !(i > 0 && digit(i - 1) && digit(i + 1))) {
-            if (++dots > kMaxTomlKeyParts)
-                return invalid_argument("{}:{}: a key of more than {} dotted parts; expected a config key", source,
-                                        line, kMaxTomlKeyParts);
+        } else if (key) {
+            if (c == '.' && ++dots > kMaxTomlKeyParts) return fail();
+            if (c == '=') key = false, dots = 0;
+        } else if (c == '{' || c == '[') {
+            nesting.push_back(c);
+            if (c == '{') key = true, dots = 0;
+        } else if ((c == '}' || c == ']') && !nesting.empty()) {
+            nesting.pop_back();
+        } else if (c == ',' && !nesting.empty() && nesting.back() == '{') {
+            key = true, dots = 0;
         }
     }
     return Status::ok();

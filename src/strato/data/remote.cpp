@@ -34,6 +34,10 @@ namespace {
 namespace stdfs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
+// A shard whose file failed its checksum is not fetched again for this long: its samples (and a
+// bad sample's replacements) each asked for it, and each download failed the same way.
+constexpr std::chrono::seconds kCorruptRetryAfter{60};
+
 constexpr std::string_view kPart = ".part";          // a download in progress (resumable)
 constexpr std::string_view kVerified = ".verified";  // sidecar: the sha256 a cached file was checked against
 
@@ -168,6 +172,8 @@ struct HttpStore::Impl {
     void unpin(Entry& e);
     void begin_fetch(Entry& e, const ShardInfo& s);
     void end_fetch(Entry& e, const ShardInfo& s, const Status& st, bool ahead);
+    /// The shard's file failed its checksum less than kCorruptRetryAfter ago.
+    bool recently_corrupt(const Entry& e, const ShardInfo& s) const;
     void shutdown();
 };
 
@@ -417,7 +423,13 @@ void HttpStore::Impl::begin_fetch(Entry& e, const ShardInfo& s) {
     e.bytes = s.bytes;
     e.verified_sha.clear();
     e.error = Status::ok();
+    e.corrupt_sha.clear();
     used_bytes += e.bytes;
+}
+
+bool HttpStore::Impl::recently_corrupt(const Entry& e, const ShardInfo& s) const {
+    return e.state == State::kAbsent && !e.error.is_ok() && e.corrupt_sha == s.sha256 &&
+           Clock::now() - e.corrupt_at < kCorruptRetryAfter;
 }
 
 void HttpStore::Impl::end_fetch(Entry& e, const ShardInfo& s, const Status& st, bool ahead) {
@@ -447,7 +459,7 @@ void HttpStore::Impl::worker() {
         if (stopping) return;
         ShardInfo s = queue.front();
         Entry& e = entries[s.name];
-        if ((e.state == State::kReady && e.verified_sha == s.sha256) || e.state == State::kBusy) {
+        if ((e.state == State::kReady && e.verified_sha == s.sha256) || e.state == State::kBusy || recently_corrupt(e, s)) {
             queue.pop_front();
             continue;
         }
@@ -573,10 +585,6 @@ Result<std::string> HttpStore::read_meta(const std::string& name) const {
     return impl_->client->get(impl_->url_of(name), impl_->options.meta_bytes_max);
 }
 
-// A shard whose file failed its checksum is not fetched again for this long: its samples (and a
-// bad sample's replacements) each asked for it, and each download failed the same way.
-constexpr std::chrono::seconds kCorruptRetryAfter{60};
-
 Result<std::string> HttpStore::local_path(const ShardInfo& shard) {
     Impl& m = *impl_;
     STRATO_RETURN_IF_ERROR(m.check_shard(shard));
@@ -610,8 +618,8 @@ Result<std::string> HttpStore::local_path(const ShardInfo& shard) {
         }
         // The server's file failed its checksum twice: for a while it will again (a bad sample's
         // replacements in the same shard downloaded it once each).
-        if (e.state == Impl::State::kAbsent && !e.error.is_ok() && e.corrupt_sha == shard.sha256 &&
-            Clock::now() - e.corrupt_at < kCorruptRetryAfter) {
+        if (m.recently_corrupt(e, shard)) {
+            waited = true;  // (no file given: a miss)
             account();
             return e.error;
         }

@@ -123,10 +123,15 @@ bool stale_leftover(const std::string& name, const std::string& base) {
     return false;
 }
 
-// "out/" and "out/." are the directory out (a shell's completion adds the slash).
+// "out/" and "out/." are the directory out (a shell's completion adds the slash); nothing else
+// is rewritten ("a/b/.." stays, and is refused: lexically it is not where links lead).
 stdfs::path package_path(const std::string& dir) {
-    stdfs::path p = stdfs::path(dir).lexically_normal();
-    while (!p.empty() && !p.has_filename() && p.has_parent_path() && p != p.root_path()) p = p.parent_path();
+    std::string p = dir;
+    for (;;) {
+        if (p.size() > 1 && p.back() == '/') p.pop_back();
+        else if (p.size() > 2 && p.ends_with("/.")) p.resize(p.size() - 2);
+        else break;
+    }
     return p;
 }
 

@@ -143,6 +143,9 @@ public:
 
 namespace {
 
+// Marks a packing error that is a package's parameter out of range (data), not the engine's.
+constexpr const char* kBadQParam = "[bad quantization parameter] ";
+
 /// FusedNet keeps activations in oneDNN's blocked layout between convolutions (when libtorch has
 /// oneDNN); ops that need a plain tensor convert back.
 torch::Tensor to_blocked(const torch::Tensor& x) { return x.is_mkldnn() || !at::hasMKLDNN() ? x : x.to_mkldnn(); }
@@ -169,10 +172,10 @@ protected:
         cached_zero_point_ = zero_point_.item<int64_t>();
         // From a package's weights file: a scale of 0, NaN or inf, or a zero point off the uint8
         // range, loaded silently and gave garbage (12 % accuracy).
-        TORCH_CHECK(std::isfinite(cached_scale_) && cached_scale_ > 0, "activation scale ", cached_scale_,
+        TORCH_CHECK(std::isfinite(cached_scale_) && cached_scale_ > 0, kBadQParam, "activation scale ", cached_scale_,
                     " is not a positive finite number");
-        TORCH_CHECK(cached_zero_point_ >= 0 && cached_zero_point_ <= 255, "activation zero point ", cached_zero_point_,
-                    " is not in 0..255");
+        TORCH_CHECK(cached_zero_point_ >= 0 && cached_zero_point_ <= 255, kBadQParam, "activation zero point ",
+                    cached_zero_point_, " is not in 0..255");
     }
     double scale() const { return cached_scale_; }
     int64_t zero_point() const { return cached_zero_point_; }
@@ -253,7 +256,7 @@ public:
 
     void pack() override {
         Requant::pack();
-        TORCH_CHECK(weight_scale_.isfinite().all().item<bool>() && weight_scale_.gt(0).all().item<bool>(),
+        TORCH_CHECK(weight_scale_.isfinite().all().item<bool>() && weight_scale_.gt(0).all().item<bool>(), kBadQParam,
                     "weight scales must be positive finite numbers");
         auto q = at::_make_per_channel_quantized_tensor(weight_.contiguous(), weight_scale_.to(torch::kDouble),
                                                         torch::zeros({weight_.size(0)}, torch::kLong), 0);
@@ -801,8 +804,14 @@ Status QuantizedNet::prepack(bool primitives) {
         try {
             ops_[i]->pack();
         } catch (const c10::Error& e) {
-            return data_loss("INT8 layer {} of {}: {} (packing its weights for {})", i + 1, ops_.size(),
-                             torch_error_message(e), engine());
+            // A package's parameters out of range are its data; anything else is the engine's.
+            std::string msg = torch_error_message(e);
+            if (const size_t at = msg.find(qops::kBadQParam); at != std::string::npos) {
+                msg.erase(at, std::string_view(qops::kBadQParam).size());
+                return data_loss("INT8 layer {}: {}", ops_[i]->path.empty() ? fmt::format("#{}", i + 1) : ops_[i]->path,
+                                 msg);
+            }
+            return internal_error("packing the int8 weights for {}: {}", engine(), msg);
         }
     }
     graph_.reset();

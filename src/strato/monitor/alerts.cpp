@@ -229,8 +229,7 @@ std::vector<AlertEvent> AlertEngine::evaluate(const Snapshot& s) {
             std::nth_element(sorted.begin(), sorted.begin() + static_cast<long>(mid), sorted.end());
             limit = std::max(limit, 3 * sorted[mid]);
         }
-        // (the first gap has nothing to be compared with: a sparse log's first is its norm)
-        if (gap < 0 || (!gaps_.empty() && gap > limit))
+        if (gap < 0 || gap > limit)
             for (auto& states : state_)
                 for (auto& [series, st] : states)
                     if (!st.firing) st.since = -1;

@@ -61,7 +61,8 @@ struct AlertEvent {
 class AlertEngine {
 public:
     /// A gap between samples longer than `max_gap_s` and than 3 times the median of the recent
-    /// gaps (two logs joined, a machine asleep), or a clock that went back, restarts the "for" of
+    /// gaps (the first gap: longer than `max_gap_s`) -- two logs joined, a machine asleep -- or a
+    /// clock that went back, restarts the "for" of
     /// conditions not yet firing: a "for 10m" needs ten minutes of samples, not two samples ten
     /// minutes apart. (The median: a log sampled every 6 minutes has no gaps at 6 minutes.)
     explicit AlertEngine(std::vector<AlertRule> rules, double max_gap_s = 300)

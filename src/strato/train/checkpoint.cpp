@@ -23,6 +23,7 @@ json state_to_json(const TrainState& s) {
     return {{"step", s.step},
             {"epoch", s.epoch},
             {"next_batch", s.next_batch},
+            {"batch_size", s.batch_size},
             {"metrics_lines", s.metrics_lines},
             {"best_acc", s.best_acc},
             {"best_step", s.best_step},
@@ -41,7 +42,7 @@ json state_to_json(const TrainState& s) {
 Status state_from_json(const json& j, TrainState& s) {
     // Counts are whole numbers >= 0 (best_step >= -1): 1e300 read as an int64 was undefined
     // behaviour and printed "-9223372036854775689 steps".
-    for (const char* k : {"step", "epoch", "next_batch", "metrics_lines", "best_step", "bad_evals", "epoch_correct",
+    for (const char* k : {"step", "epoch", "next_batch", "batch_size", "metrics_lines", "best_step", "bad_evals", "epoch_correct",
                           "epoch_seen", "window_correct", "window_seen", "loss_scale_clean_steps"}) {
         if (!j.is_object() || !j.contains(k)) continue;  // (required ones are named below)
         const json& v = j[k];
@@ -53,6 +54,7 @@ Status state_from_json(const json& j, TrainState& s) {
         s.step = j.at("step").get<int64_t>();
         s.epoch = j.at("epoch").get<int64_t>();
         s.next_batch = j.at("next_batch").get<int64_t>();
+        s.batch_size = j.value("batch_size", int64_t{0});
         s.metrics_lines = j.at("metrics_lines").get<int64_t>();
         s.best_acc = j.at("best_acc").get<double>();
         s.best_step = j.at("best_step").get<int64_t>();

@@ -20,6 +20,7 @@ struct TrainState {
     int64_t step = 0;        // optimizer steps done
     int64_t epoch = 0;       // current epoch
     int64_t next_batch = 0;  // next loader batch within the epoch
+    int64_t batch_size = 0;  // data.batch_size next_batch counts in (0: a checkpoint from before it was kept)
     int64_t metrics_lines = 0;
     double best_acc = -1.0;
     int64_t best_step = -1;

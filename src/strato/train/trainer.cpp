@@ -536,16 +536,20 @@ Status Trainer::setup() {
         if (restored) {
             // The position in an epoch counts batches: at another batch size, batch N is another
             // place in the epoch's order, and the rest of the epoch was skipped or trained twice.
-            if (restored->next_batch > 0 && old_config) {
-                auto before = config::load_string<TrainConfig>(*old_config);
-                if (before && before->data.batch_size != cfg_.data.batch_size)
-                    return invalid_argument(
-                        "the checkpoint is in the middle of epoch {} (batch {} at data.batch_size {}); resuming it at "
-                        "data.batch_size {} would skip or repeat part of the epoch\nhint: resume with data.batch_size "
-                        "= {}, or start a new run from the package",
-                        restored->epoch + 1, restored->next_batch, before->data.batch_size, cfg_.data.batch_size,
-                        before->data.batch_size);
-            }
+            // The checkpoint says (older ones: the run's config.toml).
+            int64_t was = restored->batch_size;
+            if (was == 0 && old_config)
+                if (auto before = config::load_string<TrainConfig>(*old_config); before) was = before->data.batch_size;
+            if (restored->next_batch > 0 && was > 0 && was != cfg_.data.batch_size)
+                return invalid_argument(
+                    "the checkpoint is in the middle of epoch {} (batch {} at data.batch_size {}); resuming it at "
+                    "data.batch_size {} would skip or repeat part of the epoch\nhint: resume with data.batch_size "
+                    "= {}, or start a new run from the package",
+                    restored->epoch + 1, restored->next_batch, was, cfg_.data.batch_size, was);
+            if (restored->next_batch > 0 && was == 0)
+                log::warn("cannot tell the data.batch_size the checkpoint's epoch position counts in (an old "
+                          "checkpoint, and {} unreadable); resuming at {}",
+                          cfg_path.string(), cfg_.data.batch_size);
             state_ = *restored;
             log::info("resuming {} from step {} (epoch {}, batch {})", run_dir_, state_.step, state_.epoch + 1,
                       state_.next_batch);
@@ -630,6 +634,7 @@ Status Trainer::checkpoint() {
     }
     STRATO_RETURN_IF_ERROR(metrics_->sync());
     TrainState s = state_;
+    s.batch_size = cfg_.data.batch_size;
     s.metrics_lines = metrics_->lines();
     s.elapsed_s = state_.elapsed_s + seconds_since(process_start_);
     return store_->save(s, *net_, *optim_);
