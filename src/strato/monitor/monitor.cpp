@@ -280,7 +280,8 @@ Result<MonitorSummary> Monitor::run() {
         next += interval;
         // Behind (the process was stopped, the machine slept): skip the missed samples rather
         // than take them back to back.
-        if (const auto now = std::chrono::steady_clock::now(); next <= now) next += ((now - next) / interval + 1) * interval;
+        if (const auto now = std::chrono::steady_clock::now(); next <= now && interval.count() > 0)
+            next += ((now - next) / interval + 1) * interval;
         // --duration ends the run on time, not at the next sample after it
         const auto wake = options_.duration_s > 0
                               ? std::min(next, start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
