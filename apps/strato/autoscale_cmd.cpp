@@ -103,19 +103,15 @@ void add_simulate(CLI::App& parent, int* exit_code) {
         if (!o->loadtest.empty()) {
             auto lt = read_json(o->loadtest);
             if (!lt) return fail(lt.status());
-            auto slo = parse_duration_s(o->slo_p99, "ms");
-            if (!slo) return fail(slo.status().with_context("--slo-p99"));
-            auto cap = cloud::replica_capacity(*lt, *slo * 1000);
+            auto cap = cloud::replica_capacity(*lt, *parse_duration_s(o->slo_p99, "ms") * 1000);  // (validated)
             if (!cap) return fail(cap.status());
             so.per_gpu_capacity = cap->qps;
         }
         if (!(so.per_gpu_capacity > 0)) return fail(invalid_argument("give --per-gpu-capacity or --loadtest"));
-        for (auto [flag, text, out] : {std::tuple{"--boot", &o->boot, &so.boot_s}, {"--tick", &o->tick, &so.tick_s},
-                                       {"--slo", &o->slo, &so.slo_wait_s}, {"--horizon", &o->horizon, &so.horizon_s}}) {
-            auto v = parse_duration_s(*text);
-            if (!v) return fail(v.status().with_context(flag));
-            *out = *v;
-        }
+        // (Durations were checked by their flags' validators.)
+        for (auto [text, out] : {std::pair{&o->boot, &so.boot_s}, {&o->tick, &so.tick_s}, {&o->slo, &so.slo_wait_s},
+                                 {&o->horizon, &so.horizon_s}})
+            *out = *parse_duration_s(*text);
         auto start = parse_week_clock(o->start);
         if (!start) return fail(start.status().message().starts_with("--start") ? start.status()
                                                                               : start.status().with_context("--start"));
@@ -208,9 +204,7 @@ void add_capacity(CLI::App& parent, int* exit_code) {
         if (!o->loadtest.empty()) {
             auto lt = read_json(o->loadtest);
             if (!lt) return fail(lt.status());
-            auto slo = parse_duration_s(o->slo_p99, "ms");
-            if (!slo) return fail(slo.status().with_context("--slo-p99"));
-            auto c = cloud::replica_capacity(*lt, *slo * 1000);
+            auto c = cloud::replica_capacity(*lt, *parse_duration_s(o->slo_p99, "ms") * 1000);  // (validated)
             if (!c) return fail(c.status());
             cap = *c;
             req.replica_qps = cap.qps;
@@ -287,7 +281,7 @@ void add_local(CLI::App& parent, int* exit_code) {
     cmd->add_option("--serve-arg", o->serve_args, "Further `strato serve` flag for the replicas (repeatable)");
     cmd->add_option("--port", o->port, "Front-end port (default 8000; 0: a free port, printed)")->check(CLI::Range(0, 65535));
     cmd->add_option("--address", o->address, "Front-end address (default 127.0.0.1)");
-    cmd->add_option("--tick", o->tick, "Control-loop period (default 1s)");
+    cmd->add_option("--tick", o->tick, "Control-loop period (default 1s)")->check(duration_flag("s", true, 0.01));
     cmd->add_option("--log-dir", o->log_dir, "Replica logs (default: a new directory under /tmp)");
     cmd->footer("The front end answers the Open Inference Protocol like one server; GET /strato/replicas shows\n"
                 "the replicas and every scaling action as JSON.");
@@ -303,9 +297,7 @@ void add_local(CLI::App& parent, int* exit_code) {
         for (const auto& m : o->models) lo.serve_args.insert(lo.serve_args.end(), {"--model", m});
         for (const auto& r : o->repos) lo.serve_args.insert(lo.serve_args.end(), {"--model-repository", r});
         lo.serve_args.insert(lo.serve_args.end(), o->serve_args.begin(), o->serve_args.end());
-        auto tick = parse_duration_s(o->tick);
-        if (!tick) return fail(tick.status());
-        lo.tick_s = *tick;
+        lo.tick_s = *parse_duration_s(o->tick);  // (validated)
         auto p = cloud::LocalProvider::create(lo);
         if (!p) return fail(p.status());
         signals::install_stop_handlers();

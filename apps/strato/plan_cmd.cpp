@@ -73,11 +73,8 @@ Result<cloud::PlanRequest> build_request(const PlanFlags& f, const cloud::Catalo
     if (!f.precision.empty()) w.precision = f.precision == "fp32" ? cloud::Precision::kFp32 : cloud::Precision::kAmp;
     if (!f.optimizer.empty()) w.optimizer = f.optimizer;
     r.objective = f.objective == "time" ? cloud::Objective::kTime : cloud::Objective::kCost;
-    if (!f.deadline.empty()) {
-        auto s = parse_duration_s(f.deadline, "h");
-        if (!s) return s.status().with_context("--deadline");
-        r.deadline_h = *s / 3600;
-    }
+    // (Durations were checked by their flags' validators.)
+    if (!f.deadline.empty()) r.deadline_h = *parse_duration_s(f.deadline, "h") / 3600;
     if (f.budget != 0) r.budget = f.budget;
     r.providers = f.providers;
     r.regions = f.regions;
@@ -87,11 +84,8 @@ Result<cloud::PlanRequest> build_request(const PlanFlags& f, const cloud::Catalo
     r.ondemand = f.market != "spot";
     r.spot = f.market != "ondemand";
     r.storage_gbs = f.checkpoint_gbs;
-    for (auto [flag, text, out] : {std::tuple{"--restart", &f.restart, &r.restart_s}, {"--startup", &f.startup, &r.startup_s}}) {
-        auto v = parse_duration_s(*text);
-        if (!v) return v.status().with_context(flag);
-        *out = *v;
-    }
+    r.restart_s = *parse_duration_s(f.restart);
+    r.startup_s = *parse_duration_s(f.startup);
     if (f.spot_hazard >= 0) r.spot_hazard_per_h = f.spot_hazard;
     r.top = f.top;
     STRATO_RETURN_IF_ERROR(r.validate(cat));

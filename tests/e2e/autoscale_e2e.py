@@ -214,6 +214,7 @@ def simulate_capacity_manifests(tmp, loadtest_json):
                  ["autoscale", "simulate", "--policy", seeds, "--trace", trace, "--per-gpu-capacity", "1",
                   "--slo-p99", "5ms"],
                  ["autoscale", "simulate", "--policy", seeds, "--trace", trace, "--per-gpu-capacity", "1", "--tick", "0"],
+                 ["autoscale", "local", "--policy", seeds, "--tick", "1ms"],
                  ["autoscale", "capacity", "--loadtest", "lt.json", "--qps", "100", "--replica-qps", "100"]):
         p = run(*args, expect=2)
         check(args[-2] in p.stderr, f"{args}: {p.stderr!r}")

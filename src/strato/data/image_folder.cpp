@@ -94,12 +94,8 @@ Result<std::shared_ptr<ImageFolderSource>> ImageFolderSource::open(const std::st
     // The cached index is valid while the root's and every class folder's mtime are unchanged
     // (adding, removing or renaming a file changes its folder's mtime).
     const int64_t root_mtime = mtime_ns(root);
-    // A class's folder: "T-shirt/top" is T-shirt_top/ (a name that cannot be a folder:
-    // index_image_folder says so).
-    auto folder_of = [](const std::string& name) {
-        auto f = class_folder(name);
-        return f.is_ok() ? *f : std::string();
-    };
+    // A class's folder: "T-shirt/top" is T-shirt_top/.
+    STRATO_ASSIGN_OR_RETURN(const std::vector<std::string> folders, class_folders(class_names));
     const stdfs::path cache = index_cache_path(root);
     IndexFile index;
     bool cached = false;
@@ -108,7 +104,7 @@ Result<std::shared_ptr<ImageFolderSource>> ImageFolderSource::open(const std::st
             cached = index.classes.size() == class_names.size();
             for (size_t c = 0; cached && c < class_names.size(); ++c)
                 cached = index.classes[c].second == class_names[c] &&
-                         index.classes[c].first == mtime_ns(stdfs::path(root) / folder_of(class_names[c]));
+                         index.classes[c].first == mtime_ns(stdfs::path(root) / folders[c]);
             for (size_t d = 0; cached && d < index.dirs.size(); ++d)
                 cached = index.dirs[d].first == mtime_ns(stdfs::path(root) / index.dirs[d].second);
         }
@@ -117,8 +113,8 @@ Result<std::shared_ptr<ImageFolderSource>> ImageFolderSource::open(const std::st
         // The listing itself is the packer's (shards.h), so both see the same files. Folder
         // mtimes are read before it: a file added meanwhile makes the next open list again.
         index = {};
-        for (const auto& c : class_names)  // (a name that is no folder: index_image_folder says so)
-            index.classes.emplace_back(mtime_ns(stdfs::path(root) / folder_of(c)), c);
+        for (size_t c = 0; c < class_names.size(); ++c)
+            index.classes.emplace_back(mtime_ns(stdfs::path(root) / folders[c]), class_names[c]);
         STRATO_ASSIGN_OR_RETURN(FolderIndex listed, index_image_folder(root, class_names));
         bool cacheable = true;
         for (auto& f : listed.files) {

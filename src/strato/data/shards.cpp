@@ -68,6 +68,19 @@ Result<std::string> class_folder(const std::string& name) {
     return folder;
 }
 
+Result<std::vector<std::string>> class_folders(const std::vector<std::string>& names) {
+    std::vector<std::string> folders;
+    folders.reserve(names.size());
+    for (size_t c = 0; c < names.size(); ++c) {
+        STRATO_ASSIGN_OR_RETURN(std::string folder, class_folder(names[c]));
+        if (auto same = std::find(folders.begin(), folders.end(), folder); same != folders.end())
+            return invalid_argument("classes '{}' and '{}' would both be the folder '{}' ('/' is '_' in a folder)",
+                                    names[static_cast<size_t>(same - folders.begin())], names[c], folder);
+        folders.push_back(std::move(folder));
+    }
+    return folders;
+}
+
 Result<FolderIndex> index_image_folder(const std::string& root, const std::vector<std::string>& class_names) {
     std::error_code ec;
     if (!stdfs::is_directory(root, ec)) return not_found("image folder {} does not exist or is not a directory", root);
@@ -78,18 +91,13 @@ Result<FolderIndex> index_image_folder(const std::string& root, const std::vecto
         if (e.is_directory(ec)) found.push_back(e.path().filename().string());
     if (ec) return io_error("cannot list {}: {}", root, ec.message());
     std::sort(found.begin(), found.end());
+    std::vector<std::string> folders;  // class c's images are under root/folders[c]
     if (class_names.empty()) {
         idx.class_names = found;
+        folders = found;
     } else {
         idx.class_names = class_names;
-        std::vector<std::string> folders;
-        for (size_t c = 0; c < class_names.size(); ++c) {
-            STRATO_ASSIGN_OR_RETURN(std::string folder, class_folder(class_names[c]));
-            if (auto same = std::find(folders.begin(), folders.end(), folder); same != folders.end())
-                return invalid_argument("classes '{}' and '{}' would both be the folder '{}' ('/' is '_' in a folder)",
-                                        class_names[static_cast<size_t>(same - folders.begin())], class_names[c], folder);
-            folders.push_back(std::move(folder));
-        }
+        STRATO_ASSIGN_OR_RETURN(folders, class_folders(class_names));
         for (const auto& f : found) {
             if (std::find(folders.begin(), folders.end(), f) == folders.end()) {
                 const size_t shown = std::min<size_t>(folders.size(), 20);
@@ -124,8 +132,7 @@ Result<FolderIndex> index_image_folder(const std::string& root, const std::vecto
             root, d.string(), at->second, d.lexically_relative(root).begin()->string());
     };
     for (size_t c = 0; c < idx.class_names.size(); ++c) {
-        STRATO_ASSIGN_OR_RETURN(const std::string folder, class_folder(idx.class_names[c]));
-        const stdfs::path dir = stdfs::path(root) / folder;
+        const stdfs::path dir = stdfs::path(root) / folders[c];
         if (!stdfs::is_directory(dir, ec)) continue;  // a split may miss a class
         STRATO_RETURN_IF_ERROR(first_visit(dir));
         std::vector<ImageFile> files;

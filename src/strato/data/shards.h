@@ -62,6 +62,9 @@ struct FolderIndex {
 /// the folder T-shirt_top). Names that cannot be a folder ("", ".", "..", a NUL) are refused.
 Result<std::string> class_folder(const std::string& name);
 
+/// class_folder() of each name, in order; two names of one folder ("a/b" and "a_b") are an error.
+Result<std::vector<std::string>> class_folders(const std::vector<std::string>& names);
+
 /// Indexes `root`. With `class_names` given (the training split's or a model's), a class folder
 /// not among them (as class_folder() names them) is an error; a listed class without a folder
 /// has no samples.
