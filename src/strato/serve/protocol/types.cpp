@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <array>
+#include <charconv>
 #include <cstring>
 #include <limits>
 
@@ -61,6 +62,12 @@ DataType parse_datatype(std::string_view name) {
 DataType parse_config_datatype(std::string_view name) {
     for (const auto& i : kTypes)
         if (i.config_name == name) return i.type;
+    // The enum's number, as protobuf's text format allows (kTypes is in model_config.proto's order:
+    // TYPE_BOOL = 1 ... TYPE_BF16 = 14).
+    size_t n = 0;
+    if (auto [p, ec] = std::from_chars(name.data(), name.data() + name.size(), n);
+        ec == std::errc() && p == name.data() + name.size() && n >= 1 && n <= kTypes.size())
+        return kTypes[n - 1].type;
     return DataType::kInvalid;
 }
 

@@ -34,7 +34,7 @@ std::string_view datatype_name(DataType t);
 std::string_view datatype_config_name(DataType t);
 /// Parses a protocol name; kInvalid when unknown.
 DataType parse_datatype(std::string_view name);
-/// Parses a configuration name (TYPE_*); kInvalid when unknown.
+/// Parses a configuration name (TYPE_*) or its enum number (11 is TYPE_FP32); kInvalid when unknown.
 DataType parse_config_datatype(std::string_view name);
 /// Bytes per element; 0 for BYTES (variable length).
 size_t datatype_size(DataType t);

@@ -97,13 +97,7 @@ private:
                     char c = s_[pos_++];
                     if (c == '\n') return error("newline inside a string");
                     if (c == '\\' && pos_ < s_.size()) {
-                        char e = s_[pos_++];
-                        switch (e) {
-                            case 'n': n.scalar += '\n'; break;
-                            case 't': n.scalar += '\t'; break;
-                            case 'r': n.scalar += '\r'; break;
-                            default: n.scalar += e; break;
-                        }
+                        STRATO_RETURN_IF_ERROR(escape(&n.scalar));
                     } else {
                         n.scalar += c;
                     }
@@ -127,6 +121,70 @@ private:
         if (b == pos_) return error(fmt::format("unexpected '{}', expected a value", s_[pos_]));
         n.scalar = std::string(s_.substr(b, pos_ - b));
         return n;
+    }
+
+    // The escape after a '\\' in a string, as protobuf's text format reads it: \n \t \r \a \b \f \v
+    // \\ \' \" \?, octal \ooo, hex \xhh, and \uXXXX / \UXXXXXXXX as UTF-8.
+    Status escape(std::string* out) {
+        const char e = s_[pos_++];
+        auto digits = [&](int base, size_t max) {
+            uint32_t v = 0;
+            size_t n = 0;
+            for (; n < max && pos_ < s_.size(); ++n, ++pos_) {
+                const char c = s_[pos_];
+                int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : 99;
+                if (d >= base) break;
+                v = v * static_cast<uint32_t>(base) + static_cast<uint32_t>(d);
+            }
+            return std::pair{v, n};
+        };
+        switch (e) {
+            case 'n': *out += '\n'; return Status::ok();
+            case 't': *out += '\t'; return Status::ok();
+            case 'r': *out += '\r'; return Status::ok();
+            case 'a': *out += '\a'; return Status::ok();
+            case 'b': *out += '\b'; return Status::ok();
+            case 'f': *out += '\f'; return Status::ok();
+            case 'v': *out += '\v'; return Status::ok();
+            case '\\': case '\'': case '"': case '?': *out += e; return Status::ok();
+            case 'x': case 'X': {
+                auto [v, n] = digits(16, 2);
+                if (n == 0) return error("'\\x' needs hex digits");
+                *out += static_cast<char>(v);
+                return Status::ok();
+            }
+            case 'u': case 'U': {
+                const size_t want = e == 'u' ? 4 : 8;
+                auto [v, n] = digits(16, want);
+                if (n != want || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
+                    return error(fmt::format("'\\{}' needs {} hex digits of a Unicode code point", e, want));
+                if (v < 0x80) {
+                    *out += static_cast<char>(v);
+                } else if (v < 0x800) {
+                    *out += static_cast<char>(0xc0 | (v >> 6));
+                    *out += static_cast<char>(0x80 | (v & 0x3f));
+                } else if (v < 0x10000) {
+                    *out += static_cast<char>(0xe0 | (v >> 12));
+                    *out += static_cast<char>(0x80 | ((v >> 6) & 0x3f));
+                    *out += static_cast<char>(0x80 | (v & 0x3f));
+                } else {
+                    *out += static_cast<char>(0xf0 | (v >> 18));
+                    *out += static_cast<char>(0x80 | ((v >> 12) & 0x3f));
+                    *out += static_cast<char>(0x80 | ((v >> 6) & 0x3f));
+                    *out += static_cast<char>(0x80 | (v & 0x3f));
+                }
+                return Status::ok();
+            }
+            default:
+                if (e >= '0' && e <= '7') {
+                    --pos_;
+                    auto [v, n] = digits(8, 3);
+                    if (v > 0xff) return error("an octal escape above \\377");
+                    *out += static_cast<char>(v);
+                    return Status::ok();
+                }
+                return error(fmt::format("unknown escape '\\{}' in a string", e));
+        }
     }
 
     Result<Node> value(int depth) {
@@ -233,6 +291,9 @@ Result<Node> from_toml(const toml::node& n, int depth, const std::string& source
         out.scalar = fmt::format("{}", f->get());
     } else if (const auto* b = n.as_boolean()) {
         out.scalar = b->get() ? "true" : "false";
+    } else {
+        return invalid_argument("{}:{}: a date or time is no value of a model config (expected a number, string or "
+                                "boolean)", source, out.line);
     }
     return out;
 }
@@ -275,9 +336,13 @@ Result<Node> from_json(const json& j, int depth, const std::string& source) {
 
 // ---- mapping the tree onto ModelConfig --------------------------------------------------------
 
+/// Where a tree came from: the text format has its own literals (0x10, 010, t) and writes maps
+/// as repeated key/value entries; TOML and JSON write maps as tables/objects.
+enum class Form { kPbtxt, kToml, kJson };
+
 class Mapper {
 public:
-    explicit Mapper(std::string source) : source_(std::move(source)) {}
+    Mapper(std::string source, Form form) : source_(std::move(source)), form_(form) {}
 
     Status error(const Node& n, const std::string& msg) const {
         if (n.line > 0) return invalid_argument("{}:{}: {}", source_, n.line, msg);
@@ -286,17 +351,65 @@ public:
 
     Result<int64_t> to_int(const Node& n, const std::string& field) const {
         if (n.is_message) return error(n, fmt::format("'{}' must be an integer, not a message", field));
-        int64_t v = 0;
         const std::string& s = n.scalar;
-        auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-        if (ec != std::errc() || p != s.data() + s.size())
+        // The text format reads integers as C does: 0x10 is 16 and 010 is 8 (as Triton would).
+        std::string_view digits = s;
+        const bool negative = !digits.empty() && digits[0] == '-';
+        if (negative) digits.remove_prefix(1);
+        int base = 10;
+        if (form_ == Form::kPbtxt && digits.size() > 1 && digits[0] == '0') {
+            const bool hex = digits[1] == 'x' || digits[1] == 'X';
+            base = hex ? 16 : 8;
+            digits.remove_prefix(hex ? 2 : 1);
+        }
+        uint64_t magnitude = 0;
+        auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), magnitude, base);
+        const uint64_t limit = negative ? uint64_t{1} << 63 : (uint64_t{1} << 63) - 1;
+        if (digits.empty() || ec != std::errc() || p != digits.data() + digits.size() || magnitude > limit)
             return error(n, fmt::format("'{}' must be an integer, got '{}'", field, s));
-        return v;
+        return negative ? static_cast<int64_t>(0 - magnitude) : static_cast<int64_t>(magnitude);
     }
     Result<bool> to_bool(const Node& n, const std::string& field) const {
-        if (!n.is_message && (n.scalar == "true" || n.scalar == "True" || n.scalar == "1")) return true;
-        if (!n.is_message && (n.scalar == "false" || n.scalar == "False" || n.scalar == "0")) return false;
+        const bool text = form_ == Form::kPbtxt;  // (t and f are the text format's too)
+        if (!n.is_message && (n.scalar == "true" || n.scalar == "True" || n.scalar == "1" || (text && n.scalar == "t")))
+            return true;
+        if (!n.is_message && (n.scalar == "false" || n.scalar == "False" || n.scalar == "0" || (text && n.scalar == "f")))
+            return false;
         return error(n, fmt::format("'{}' must be true or false, got '{}'", field, n.scalar));
+    }
+
+    /// A field that is not repeated may appear once in its message: protobuf refuses
+    /// "max_batch_size: 8 max_batch_size: 16" (the last one would quietly win).
+    Status once_each(const Node& msg, const std::string& where, std::initializer_list<std::string_view> repeated) const {
+        std::set<std::string_view> seen;
+        for (const auto& [k, v] : msg.fields)
+            if (std::find(repeated.begin(), repeated.end(), k) == repeated.end() && !seen.insert(k).second)
+                return error(v, fmt::format("'{}' is given twice in {} (it is not a repeated field)", k, where));
+        return Status::ok();
+    }
+
+    /// The entries of a map field (parameters, model_warmup inputs) as (key, value) pairs. The
+    /// text format writes each entry as `FIELD { key: "k" value: V }`, TOML and JSON as one
+    /// table/object `FIELD { k: V, ... }`; `msg` is one such field's value.
+    Result<std::vector<std::pair<std::string, const Node*>>> map_entries(const Node& msg, const std::string& field) const {
+        STRATO_RETURN_IF_ERROR(want_message(msg, field));
+        std::vector<std::pair<std::string, const Node*>> out;
+        if (form_ != Form::kPbtxt) {
+            for (const auto& [k, v] : msg.fields) out.emplace_back(k, &v);
+            return out;
+        }
+        STRATO_RETURN_IF_ERROR(once_each(msg, field, {}));
+        const Node* key = nullptr;
+        const Node* value = nullptr;
+        for (const auto& [k, v] : msg.fields) {
+            if (k == "key") key = &v;
+            else if (k == "value") value = &v;
+            else return unknown(v, field + " (a map entry)", k, {"key", "value"});
+        }
+        if (!key || !value) return error(msg, fmt::format("an entry of '{}' needs both key and value", field));
+        STRATO_ASSIGN_OR_RETURN(std::string name, to_string(*key, "key"));
+        out.emplace_back(std::move(name), value);
+        return out;
     }
     Result<std::string> to_string(const Node& n, const std::string& field) const {
         if (n.is_message) return error(n, fmt::format("'{}' must be a string, not a message", field));
@@ -325,6 +438,7 @@ public:
 
     Result<TensorSpec> tensor(const Node& n, const std::string& kind) const {
         STRATO_RETURN_IF_ERROR(want_message(n, kind));
+        STRATO_RETURN_IF_ERROR(once_each(n, kind, {"dims"}));
         TensorSpec t;
         for (const auto& [k, v] : n.fields) {
             if (k == "name") {
@@ -352,6 +466,7 @@ public:
 
     Result<DynamicBatching> batching(const Node& n) const {
         STRATO_RETURN_IF_ERROR(want_message(n, "dynamic_batching"));
+        STRATO_RETURN_IF_ERROR(once_each(n, "dynamic_batching", {"preferred_batch_size", "priority_queue_policy"}));
         DynamicBatching b;
         for (const auto& [k, v] : n.fields) {
             if (k == "preferred_batch_size") {
@@ -363,6 +478,7 @@ public:
                 STRATO_ASSIGN_OR_RETURN(b.preserve_ordering, to_bool(v, k));
             } else if (k == "default_queue_policy") {
                 STRATO_RETURN_IF_ERROR(want_message(v, k));
+                STRATO_RETURN_IF_ERROR(once_each(v, k, {}));
                 for (const auto& [pk, pv] : v.fields) {
                     if (pk == "max_queue_size") {
                         STRATO_ASSIGN_OR_RETURN(b.max_queue_size, to_int(pv, pk));
@@ -371,7 +487,7 @@ public:
                     } else if (pk == "allow_timeout_override") {
                         STRATO_ASSIGN_OR_RETURN(b.allow_timeout_override, to_bool(pv, pk));
                     } else if (pk == "timeout_action") {
-                        if (pv.scalar != "REJECT")
+                        if (pv.scalar != "REJECT" && !(form_ == Form::kPbtxt && pv.scalar == "0"))
                             return Status{StatusCode::kUnimplemented,
                                     fmt::format("{}:{}: timeout_action '{}' is not supported (only REJECT)", source_, pv.line, pv.scalar)};
                     } else {
@@ -395,6 +511,7 @@ public:
         if (n.fields.size() != 1) return error(n, "version_policy needs exactly one of 'latest', 'all' or 'specific'");
         const auto& [k, v] = n.fields[0];
         STRATO_RETURN_IF_ERROR(want_message(v, k));
+        STRATO_RETURN_IF_ERROR(once_each(v, "version_policy." + k, {"versions"}));
         if (k == "latest") {
             p.kind = VersionPolicy::Kind::kLatest;
             for (const auto& [lk, lv] : v.fields) {
@@ -418,6 +535,7 @@ public:
 
     Result<InstanceGroup> instance_group(const Node& n) const {
         STRATO_RETURN_IF_ERROR(want_message(n, "instance_group"));
+        STRATO_RETURN_IF_ERROR(once_each(n, "instance_group", {"gpus", "profile", "secondary_devices"}));
         InstanceGroup g;
         for (const auto& [k, v] : n.fields) {
             if (k == "name") {
@@ -426,6 +544,10 @@ public:
                 STRATO_ASSIGN_OR_RETURN(g.count, to_int(v, k));
             } else if (k == "kind") {
                 STRATO_ASSIGN_OR_RETURN(g.kind, to_string(v, k));
+                // The enum's number in the text format (model_config.proto: KIND_AUTO = 0 ... KIND_MODEL = 3).
+                static constexpr const char* kKinds[] = {"KIND_AUTO", "KIND_GPU", "KIND_CPU", "KIND_MODEL"};
+                if (form_ == Form::kPbtxt && g.kind.size() == 1 && g.kind[0] >= '0' && g.kind[0] <= '3')
+                    g.kind = kKinds[g.kind[0] - '0'];
                 if (g.kind != "KIND_CPU" && g.kind != "KIND_GPU" && g.kind != "KIND_AUTO" && g.kind != "KIND_MODEL")
                     return error(v, fmt::format("unknown instance_group kind '{}' (expected KIND_CPU, KIND_GPU, KIND_AUTO or KIND_MODEL)",
                                                 g.kind));
@@ -443,6 +565,7 @@ public:
 
     Result<WarmupInput> warmup_input(const Node& n) const {
         STRATO_RETURN_IF_ERROR(want_message(n, "model_warmup input"));
+        STRATO_RETURN_IF_ERROR(once_each(n, "model_warmup input", {"dims"}));
         WarmupInput in;
         int fills = 0;
         for (const auto& [k, v] : n.fields) {
@@ -471,6 +594,7 @@ public:
 
     Result<WarmupSample> warmup(const Node& n) const {
         STRATO_RETURN_IF_ERROR(want_message(n, "model_warmup"));
+        STRATO_RETURN_IF_ERROR(once_each(n, "model_warmup", {"inputs"}));
         WarmupSample w;
         for (const auto& [k, v] : n.fields) {
             if (k == "name") {
@@ -481,22 +605,9 @@ public:
                 STRATO_ASSIGN_OR_RETURN(w.count, to_int(v, k));
                 if (w.count == 0) w.count = 1;  // Triton: 0 means once
             } else if (k == "inputs") {
-                // pbtxt: inputs { key: "x" value: { ... } } (repeated); JSON/TOML: inputs { x: { ... } }
-                STRATO_RETURN_IF_ERROR(want_message(v, k));
-                const Node* key = nullptr;
-                const Node* value = nullptr;
-                for (const auto& [ik, iv] : v.fields) {
-                    if (ik == "key") {
-                        key = &iv;
-                    } else if (ik == "value") {
-                        value = &iv;
-                    } else {
-                        STRATO_ASSIGN_OR_RETURN(w.inputs[ik], warmup_input(iv));
-                    }
-                }
-                if (key || value) {
-                    if (!key || !value) return error(v, "model_warmup inputs needs both key and value");
-                    STRATO_ASSIGN_OR_RETURN(std::string name, to_string(*key, "key"));
+                STRATO_ASSIGN_OR_RETURN(auto entries, map_entries(v, "model_warmup inputs"));
+                for (const auto& [name, value] : entries) {
+                    if (w.inputs.count(name)) return error(*value, fmt::format("model_warmup input '{}' is given twice", name));
                     STRATO_ASSIGN_OR_RETURN(w.inputs[name], warmup_input(*value));
                 }
             } else {
@@ -507,6 +618,9 @@ public:
     }
 
     Result<ModelConfig> config(const Node& root) const {
+        STRATO_RETURN_IF_ERROR(once_each(root, "the model config",
+                                         {"input", "output", "instance_group", "model_warmup", "parameters", "batch_input",
+                                          "batch_output", "cc_model_filenames", "metric_tags", "model_repository_agents"}));
         ModelConfig c;
         for (const auto& [k, v] : root.fields) {
             if (k == "name") {
@@ -541,25 +655,25 @@ public:
                     return error(v, fmt::format("default_model_filename '{}' must name a file inside the version directory",
                                                 c.default_model_filename));
             } else if (k == "parameters") {
-                STRATO_RETURN_IF_ERROR(want_message(v, k));
-                // pbtxt: parameters { key: "k" value: { string_value: "v" } }; JSON: {"k": {"string_value": "v"}}
-                std::string key, value;
-                bool pbtxt_form = false;
-                for (const auto& [pk, pv] : v.fields) {
-                    if (pk == "key") {
-                        STRATO_ASSIGN_OR_RETURN(key, to_string(pv, pk));
-                        pbtxt_form = true;
-                    } else if (pk == "value" && pv.is_message) {
-                        for (const auto& [vk, vv] : pv.fields)
-                            if (vk == "string_value") value = vv.scalar;
-                    } else if (pv.is_message) {
-                        for (const auto& [vk, vv] : pv.fields)
-                            if (vk == "string_value") c.parameters[pk] = vv.scalar;
+                // pbtxt: parameters { key: "k" value: { string_value: "v" } }; JSON: {"k": {"string_value": "v"}};
+                // TOML: [parameters] k = "v" or k = { string_value = "v" }.
+                STRATO_ASSIGN_OR_RETURN(auto entries, map_entries(v, k));
+                for (const auto& [name, value] : entries) {
+                    std::string text;
+                    if (value->is_message) {
+                        STRATO_RETURN_IF_ERROR(once_each(*value, "parameter '" + name + "'", {}));
+                        for (const auto& [vk, vv] : value->fields) {
+                            if (vk != "string_value") return unknown(vv, "parameter '" + name + "'", vk, {"string_value"});
+                            STRATO_ASSIGN_OR_RETURN(text, to_string(vv, vk));
+                        }
+                    } else if (form_ == Form::kToml) {
+                        text = value->scalar;
                     } else {
-                        c.parameters[pk] = pv.scalar;  // TOML: [parameters] k = "v"
+                        return error(*value, fmt::format("parameter '{}' must be {{ string_value: \"...\" }}", name));
                     }
+                    if (!c.parameters.emplace(name, std::move(text)).second)
+                        return error(*value, fmt::format("parameter '{}' is given twice", name));
                 }
-                if (pbtxt_form) c.parameters[key] = value;
             } else if (k == "sequence_batching" || k == "ensemble_scheduling") {
                 return Status{StatusCode::kUnimplemented, fmt::format("{}:{}: '{}' is not supported by strato serve", source_, v.line, k)};
             } else if (k == "optimization" || k == "response_cache" || k == "model_transaction_policy" ||
@@ -578,9 +692,13 @@ public:
 
 private:
     std::string source_;
+    Form form_;
 };
 
 bool valid_tensor_name(const std::string& n) { return !n.empty() && n.size() <= 256; }
+
+constexpr int64_t kMaxElements = int64_t{1} << 40;  // of one row of a tensor (its products stay far from overflow)
+constexpr double kMaxWarmupBytes = double(1 << 30);
 
 }  // namespace
 
@@ -600,7 +718,7 @@ std::vector<int64_t> ModelConfig::full_shape(const TensorSpec& t) const {
 Result<ModelConfig> parse_model_config_pbtxt(std::string_view text, const std::string& source) {
     PbtxtParser p(text, source);
     STRATO_ASSIGN_OR_RETURN(Node root, p.parse());
-    return Mapper(source).config(root);
+    return Mapper(source, Form::kPbtxt).config(root);
 }
 
 Result<ModelConfig> parse_model_config_toml(std::string_view text, const std::string& source) {
@@ -612,13 +730,13 @@ Result<ModelConfig> parse_model_config_toml(std::string_view text, const std::st
         return invalid_argument("{}:{}: {}", source, e.source().begin.line, e.description());
     }
     STRATO_ASSIGN_OR_RETURN(Node root, from_toml(table, 0, source));
-    return Mapper(source).config(root);
+    return Mapper(source, Form::kToml).config(root);
 }
 
 Result<ModelConfig> parse_model_config_json(const json& j, const std::string& source) {
     if (!j.is_object()) return invalid_argument("{}: the model config must be a JSON object", source);
     STRATO_ASSIGN_OR_RETURN(Node root, from_json(j, 0, source));
-    return Mapper(source).config(root);
+    return Mapper(source, Form::kJson).config(root);
 }
 
 Status validate_model_config(const ModelConfig& c, const std::string& source) {
@@ -636,8 +754,13 @@ Status validate_model_config(const ModelConfig& c, const std::string& source) {
             if (!seen.insert(t.name).second) return err(fmt::format("{} '{}' is declared twice", kind, t.name));
             if (t.dtype == DataType::kInvalid) return err(fmt::format("{} '{}' needs a data_type", kind, t.name));
             if (t.dims.empty()) return err(fmt::format("{} '{}' needs dims (an empty shape is not allowed)", kind, t.name));
-            for (int64_t d : t.dims)
+            int64_t elements = 1;
+            for (int64_t d : t.dims) {
                 if (d < -1 || d == 0) return err(fmt::format("{} '{}': dims must be positive or -1, got {}", kind, t.name, shape_string(t.dims)));
+                if (d > 0 && elements > kMaxElements / d)
+                    return err(fmt::format("{} '{}': dims {} hold more than 2^40 elements", kind, t.name, shape_string(t.dims)));
+                if (d > 0) elements *= d;
+            }
             // The load API takes a config from the client: a label file outside the model's
             // directory would hand any file the server can read back as class names.
             if (!t.label_filename.empty() && !relative_inside(t.label_filename))
@@ -680,6 +803,13 @@ Status validate_model_config(const ModelConfig& c, const std::string& source) {
             for (size_t i = 0; fits && i < in.dims.size(); ++i) fits = in.dims[i] > 0 && (spec->dims[i] == -1 || spec->dims[i] == in.dims[i]);
             if (!fits)
                 return err(fmt::format("{}: input '{}' dims {} do not match the input's {}", what, name, shape_string(in.dims), shape_string(spec->dims)));
+            // Warm-up data is made in memory, batch_size rows of it: bounded before anything is allocated.
+            double bytes = static_cast<double>(std::max<int64_t>(w.batch_size, 1)) *
+                           static_cast<double>(in.dtype == DataType::kBytes ? 4 : datatype_size(in.dtype));
+            for (int64_t d : in.dims) bytes *= static_cast<double>(d);
+            if (bytes > kMaxWarmupBytes)
+                return err(fmt::format("{}: input '{}' would be {:.3g} bytes of warm-up data for {} rows (at most 1 GiB)", what,
+                                       name, bytes, std::max<int64_t>(w.batch_size, 1)));
             if (in.fill == WarmupInput::Fill::kRandom && in.dtype == DataType::kBytes)
                 return err(fmt::format("{}: input '{}': random_data is for numeric inputs (use zero_data or input_data_file)", what, name));
             if (in.fill == WarmupInput::Fill::kFile && !relative_inside(in.input_data_file))
