@@ -84,8 +84,14 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     cmd->add_option("--http-body-timeout-secs", o->body_timeout, "Deadline for a request's body")->check(CLI::Range(1, 3600));
     cmd->add_option("--max-queue-size", o->max_queue, "Queued requests per model version when its config sets none (full: 503)")->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
     cmd->add_option("--exit-timeout-secs", o->exit_timeout, "On SIGTERM/SIGINT: how long to wait for requests in flight")->check(CLI::Range(0, 3600));
-    cmd->add_option("--infer-token-file", o->infer_token_file, "File holding a bearer token required on /v2 (health probes stay open)");
-    cmd->add_option("--repository-token-file", o->repo_token_file, "File holding a bearer token required on /v2/repository/*");
+    // An empty value (an unset variable in a launch script) would start a server without the token.
+    const CLI::Validator token_file(
+        [](std::string& v) { return v.empty() ? std::string("expected a file path (an empty one would turn the token off)") : ""; },
+        "FILE");
+    cmd->add_option("--infer-token-file", o->infer_token_file, "File holding a bearer token required on /v2 (health probes stay open)")
+        ->check(token_file);
+    cmd->add_option("--repository-token-file", o->repo_token_file, "File holding a bearer token required on /v2/repository/*")
+        ->check(token_file);
     cmd->add_option("--intra-op-threads", o->intra_threads, "libtorch threads per model execution (0 = cores)")
         ->check(CLI::Range(0, 1024));
     cmd->add_option("--busy-poll", o->busy_poll, "HTTP I/O threads poll for the next request this long before sleeping (bare numbers are us; 0: off). Lower latency at low load, most of all in VMs whose idle vCPUs wake slowly; costs that much CPU per idle gap, and wants a core the intra-op threads do not use");

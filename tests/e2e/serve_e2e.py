@@ -1493,6 +1493,17 @@ def repository_explicit_mode(ctx):
                     ('{"max_batch_size": 18446744073709551615}', "max_batch_size", "uint64 max_batch_size")):
                 expect_error(post(f"/v2/repository/models/{MODEL}/load", {"parameters": {"config": conf}}), 400, [needle], what)
                 check(request(p, "GET", f"/v2/models/{MODEL}/ready").status == 200, f"{MODEL} not ready after: {what}")
+            # Found by review: output dims the package does not have were advertised; a config given
+            # twice kept the last; "parameters" that is no object loaded the model anyway.
+            outs7 = [{"name": "logits", "data_type": "TYPE_FP32", "dims": [7]},
+                     {"name": "probabilities", "data_type": "TYPE_FP32", "dims": [7]}]
+            expect_error(post(f"/v2/repository/models/{MODEL}/load",
+                              {"parameters": {"config": json.dumps({"max_batch_size": 4, "output": outs7})}}),
+                         400, ["output 'logits' dims [7] do not match the package's 10 classes"], "output dims")
+            expect_error(post(f"/v2/repository/models/{MODEL}/load", {"parameters": "garbage"}), 400,
+                         ["'parameters' must be a JSON object"], "parameters not an object")
+            for path in ("/v2/repository/myrepo/index", f"/v2/repository/myrepo/models/{MODEL}/load"):
+                expect_error(post(path), 501, ["'repository_name' specification is not supported"], path)
             expect_error(post(f"/v2/repository/models/{MODEL}/load", b"[1]"), 400, ["object"], "load body not an object")
             expect_error(post(f"/v2/repository/models/{MODEL}/load", b"{bad"), 400, [], "load body malformed")
             # a failed reload keeps the loaded version
@@ -1861,6 +1872,35 @@ def sigterm_under_load(ctx):
 
 
 @test
+def exit_timeout_counts_only_lost_requests(ctx):
+    # Found by review: requests still queued at --exit-timeout-secs were run and answered 200, yet
+    # the exit code said they were lost (1). The exit code counts what went unanswered.
+    cfg = 'max_batch_size: 8\ndynamic_batching { max_queue_delay_microseconds: 3000000 }\n'
+    root = ctx.repo_with("slow_batch_repo", {MODEL: {"1": "pkg", "config.pbtxt": cfg}})
+    srv = Server("slowbatch", ["--model-repository", root, "--exit-timeout-secs", "1"], ctx.tmp)
+    body, hdr = binary_infer_body([ctx.images[0]])
+    got = []
+    def one():
+        try:
+            got.append(request(srv.port, "POST", f"/v2/models/{MODEL}/infer", body, hdr, timeout=20).status)
+        except Exception as e:  # noqa: BLE001 - recorded and checked below
+            got.append(repr(e))
+    threads = [threading.Thread(target=one, daemon=True) for _ in range(2)]
+    try:
+        for t in threads:
+            t.start()
+        time.sleep(0.7)  # both queued, waiting out the 3 s batching delay
+        rc, dt = srv.terminate(timeout=20)
+        for t in threads:
+            t.join(timeout=20)
+    finally:
+        srv.kill()
+    check(got == [200, 200], f"queued requests at SIGTERM: {got}")
+    check(rc == 0, f"exit {rc} although every request was answered; stderr:\n{srv.stderr_tail()}")
+    return f"2 queued requests answered after the 1 s exit timeout, exit 0 in {dt:.1f}s"
+
+
+@test
 def reload_under_load(ctx):
     root = ctx.repo_with("poll_repo", {MODEL: {"1": "pkg"}})
     mdir = os.path.join(root, MODEL)
@@ -1954,6 +1994,12 @@ def cli_errors(ctx):
         (["--model", f"bad/name={PKG}"], "bad/name"),
         (["--model", f"{MODEL}={PKG}", "--busy-poll", "20ms"], "--busy-poll must be between 0 and 10ms"),
         (["--model", f"{MODEL}={PKG}", "--busy-poll", "soon"], "--busy-poll"),
+        # Found by review: an empty token file (an unset variable) started an open server; one
+        # repository given twice made its models "not unique"; '*' hid a typo beside it.
+        (["--model", f"{MODEL}={PKG}", "--infer-token-file", ""], "an empty one would turn the token off"),
+        (["--model-repository", dup_repo, "--model-repository", dup_repo + "/"], "are the same directory"),
+        (["--model-repository", dup_repo, "--model-control-mode", "explicit", "--load-model", "*", "--load-model", "typo"],
+         "cannot be given with other --load-model names"),
     ]
     s = Soft()
     for args, needle in cases:

@@ -277,6 +277,97 @@ TEST_F(RepositoryTest, AModelInTwoRepositoriesIsNotUnique) {
         << st.message();
 }
 
+// Found by review: a model in two repositories failed to load without an entry, so the server said
+// it was ready; in poll mode a copy that appeared later went unnoticed; one directory given twice
+// made every model "not unique".
+TEST_F(RepositoryTest, ANameInTwoRepositoriesKeepsTheServerUnreadyAndPollNoticesCopies) {
+    version("m", 1, "1");
+    const fs::path other = root.string() + "-other";
+    fs::create_directories(other);
+    auto opt = options(ControlMode::kPoll);
+    opt.paths.push_back(other.string());
+    {
+        Repository repo(opt, &registry);
+        ASSERT_TRUE(repo.start().is_ok());
+        EXPECT_TRUE(repo.ready());
+        fs::create_directories(other / "m" / "1");
+        std::ofstream(other / "m" / "1" / "model.fake") << "2";
+        repo.poll_once();
+        ASSERT_TRUE(repo.get("m", "").is_ok());  // serving as after a failed reload ...
+        bool said = false;
+        for (const auto& e : repo.index(false))
+            if (e.name == "m") said = e.reason.find("not unique across the model repositories") != std::string::npos;
+        EXPECT_TRUE(said);  // ... and the index says why
+        fs::remove_all(root / "m");
+        repo.poll_once();
+        ASSERT_TRUE(repo.get("m", "").is_ok());
+        for (const auto& e : repo.index(false))
+            if (e.name == "m") EXPECT_EQ(e.reason, "");
+        version("m", 1, "1");  // two copies again, at a start this time
+    }
+    Repository repo(opt, &registry);
+    ASSERT_TRUE(repo.start().is_ok());
+    EXPECT_FALSE(repo.ready());
+    bool listed = false;
+    for (const auto& e : repo.index(false))
+        if (e.name == "m") {
+            listed = true;
+            EXPECT_EQ(e.state, "UNAVAILABLE");
+            EXPECT_NE(e.reason.find("not unique"), std::string::npos) << e.reason;
+        }
+    EXPECT_TRUE(listed);
+    fs::remove_all(other / "m");
+    repo.poll_once();  // one copy left: it loads
+    EXPECT_TRUE(repo.get("m", "").is_ok());
+    EXPECT_TRUE(repo.ready());
+    fs::remove_all(other);
+
+    auto twice = options(ControlMode::kNone);
+    twice.paths.push_back(root.string() + "/");
+    Status st = Repository(twice, &registry).start();
+    EXPECT_NE(st.message().find("are the same directory"), std::string::npos) << st.message();
+    auto star = options(ControlMode::kExplicit);
+    star.startup_models = {"*", "typo"};
+    st = Repository(star, &registry).start();
+    EXPECT_NE(st.message().find("cannot be given with other --load-model names"), std::string::npos) << st.message();
+}
+
+// Found by review (checked against tritonserver's version selection): a specific policy naming a
+// version without a directory loads the others; in poll mode a model whose version directories
+// are all removed is unloaded (a failed reload kept it serving); a config that is a dangling link,
+// or two config files, are errors rather than silently ignored.
+TEST_F(RepositoryTest, VersionsFollowTheDirectoriesAndConfigFilesAreNotSkippedSilently) {
+    version("spec", 1, "1");
+    config("spec", "version_policy: { specific: { versions: [1, 3] } }");
+    version("gone", 1, "1");
+    version("both", 1, "1");
+    config("both", "max_batch_size: 2");
+    std::ofstream(root / "both" / "config.toml") << "max_batch_size = 4\n";
+    version("dangling", 1, "1");
+    fs::create_symlink(root / "nowhere.pbtxt", root / "dangling" / "config.pbtxt");
+    Repository repo(options(ControlMode::kPoll), &registry);
+    ASSERT_TRUE(repo.start().is_ok());
+    ASSERT_TRUE(repo.get("spec", "").is_ok());
+    EXPECT_EQ((*repo.get("spec", ""))->version, 1);
+    std::map<std::string, std::string> reasons;
+    for (const auto& e : repo.index(false)) reasons[e.name] = e.reason;
+    EXPECT_NE(reasons["both"].find("both"), std::string::npos) << reasons["both"];
+    EXPECT_NE(reasons["both"].find("keep one"), std::string::npos) << reasons["both"];
+    EXPECT_NE(reasons["dangling"].find("dangling/config.pbtxt does not exist"), std::string::npos) << reasons["dangling"];
+    EXPECT_FALSE(repo.get("both", "").is_ok());
+    EXPECT_FALSE(repo.get("dangling", "").is_ok());
+    ASSERT_TRUE(repo.get("gone", "").is_ok());
+    fs::remove_all(root / "gone" / "1");
+    repo.poll_once();
+    EXPECT_FALSE(repo.get("gone", "").is_ok());
+    for (const auto& e : repo.index(false))
+        if (e.name == "gone") EXPECT_NE(e.reason.find("no version directories"), std::string::npos) << e.reason;
+    version("gone", 2, "2");
+    repo.poll_once();
+    ASSERT_TRUE(repo.get("gone", "").is_ok());
+    EXPECT_EQ((*repo.get("gone", ""))->version, 2);
+}
+
 // SIGTERM while a long model_warmup ran was ignored until every model had loaded.
 TEST_F(RepositoryTest, AnInterruptStopsTheStartupLoads) {
     version("a", 1, "1");

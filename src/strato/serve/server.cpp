@@ -371,6 +371,10 @@ struct InferenceServer::Impl {
             if (body.is_discarded() || !body.is_object())
                 return reply(error_response(400, "the request body must be a JSON object"));
         }
+        // Triton's routes take a repository name (/v2/repository/REPO/index, .../REPO/models/M/load)
+        // and refuse it: UNSUPPORTED, as here.
+        if ((seg.size() == 4 && seg[3] == "index") || (seg.size() == 6 && seg[3] == "models" && (seg[5] == "load" || seg[5] == "unload")))
+            return reply(error_response(501, "'repository_name' specification is not supported"));
         if (seg.size() == 3 && seg[2] == "index") {
             bool ready_only = body.contains("ready") && body["ready"].is_boolean() && body["ready"].get<bool>();
             json a = json::array();
@@ -388,7 +392,9 @@ struct InferenceServer::Impl {
             if (!valid_model_name(model)) return reply(error_response(400, fmt::format("invalid model name '{}'", model)));
             std::optional<json> config;
             if (seg[4] == "load") {
-                if (auto p = body.find("parameters"); p != body.end() && p->is_object()) {
+                if (auto p = body.find("parameters"); p != body.end() && !p->is_object())
+                    return reply(error_response(400, "'parameters' must be a JSON object"));
+                if (auto p = body.find("parameters"); p != body.end()) {
                     for (auto it = p->begin(); it != p->end(); ++it)
                         if (it.key().rfind("file:", 0) == 0)
                             return reply(error_response(501, "loading model files through the API ('file:' parameters) is not supported"));
@@ -661,7 +667,9 @@ int64_t InferenceServer::shutdown(std::chrono::milliseconds timeout) {
     if (s.http) left = s.http->drain(timeout);
     s.manager.stop();
     if (s.repo) s.repo->stop();  // runs what is queued
-    if (s.http) s.http->drain(std::chrono::milliseconds(1000));
+    // What is left once the queued requests ran and their replies had a second to go out: a request
+    // answered after the timeout is not lost (the exit code says whether any was).
+    if (s.http) left = s.http->drain(std::chrono::milliseconds(1000));
     if (s.metrics_http) s.metrics_http->stop();
     if (s.http) s.http->stop();
     s.http.reset();

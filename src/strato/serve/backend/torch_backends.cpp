@@ -235,6 +235,10 @@ Result<std::shared_ptr<Model>> package_load(const ModelConfig& c, const std::str
     if (c.inputs[0].dims != std::vector<int64_t>{s.channels, s.height, s.width})
         return invalid_argument("input dims {} do not match the package's input shape [{},{},{}]", shape_string(c.inputs[0].dims),
                                 s.channels, s.height, s.width);
+    for (const auto& o : c.outputs)  // (metadata would advertise them; every reply would differ)
+        if (o.dims != std::vector<int64_t>{pkg.info.num_classes})
+            return invalid_argument("output '{}' dims {} do not match the package's {} classes ([{}])", o.name, shape_string(o.dims),
+                                    pkg.info.num_classes, pkg.info.num_classes);
     auto flag = [&](const char* key) {
         auto it = c.parameters.find(key);
         return it == c.parameters.end() || it->second != "false";

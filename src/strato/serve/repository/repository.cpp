@@ -141,6 +141,17 @@ bool is_version_dir_name(const std::string& s) {
     return s.size() < 19 || (s.size() == 19 && s <= "9223372036854775807");
 }
 
+// The numeric version directories of a model directory.
+std::map<int64_t, std::string> version_dirs(const std::string& dir, std::error_code& ec) {
+    std::map<int64_t, std::string> found;
+    for (const auto& it : list_dir(dir, ec)) {
+        std::string n = it.path().filename().string();
+        std::error_code ec2;
+        if (it.is_directory(ec2) && is_version_dir_name(n)) found[std::stoll(n)] = it.path().string();
+    }
+    return found;
+}
+
 // Powers of two from 1 to 65536 rows, the same for every model and config: replicas and reloads
 // with another max_batch_size aggregate (a reload used to keep the first load's buckets).
 std::vector<uint64_t> batch_bounds() {
@@ -211,8 +222,9 @@ Result<std::string> Repository::locate(const std::string& name) const {
     }
     // As tritonserver: a name in two repositories is not served from whichever comes first.
     if (found.size() > 1)
-        return invalid_argument("failed to load '{}': the model is not unique across the model repositories ({})",
-                                name, fmt::join(found, ", "));
+        return Status{StatusCode::kAlreadyExists,
+                      fmt::format("failed to load '{}': the model is not unique across the model repositories ({})", name,
+                                  fmt::join(found, ", "))};
     if (found.size() == 1) return found[0];
     return invalid_argument("failed to load '{}': no model directory '{}' in the model repository ({})", name, name,
                             fmt::join(opt_.paths, ", "));
@@ -253,11 +265,17 @@ Result<std::map<int64_t, std::shared_ptr<ModelVersion>>> Repository::build(const
     } else if (!e.package) {
         std::error_code ec;
         fs::path pb = fs::path(e.dir) / "config.pbtxt", tm = fs::path(e.dir) / "config.toml";
-        if (fs::exists(pb, ec)) {
+        // symlink_status: a dangling link is a config that cannot be read, not a missing one (the
+        // model would load with filled-in defaults without a word).
+        const bool has_pb = fs::exists(fs::symlink_status(pb, ec)), has_tm = fs::exists(fs::symlink_status(tm, ec));
+        if (has_pb && has_tm)
+            return invalid_argument("model '{}': both {} and {} exist; keep one (they could say different things)", name,
+                                    pb.string(), tm.string());
+        if (has_pb) {
             source = pb.string();
             STRATO_ASSIGN_OR_RETURN(std::string text, strato::fs::read_file(source, strato::fs::kTextFileLimit));
             STRATO_ASSIGN_OR_RETURN(base, parse_model_config_pbtxt(text, source));
-        } else if (fs::exists(tm, ec)) {
+        } else if (has_tm) {
             source = tm.string();
             STRATO_ASSIGN_OR_RETURN(std::string text, strato::fs::read_file(source, strato::fs::kTextFileLimit));
             STRATO_ASSIGN_OR_RETURN(base, parse_model_config_toml(text, source));
@@ -273,11 +291,7 @@ Result<std::map<int64_t, std::shared_ptr<ModelVersion>>> Repository::build(const
         found[1] = e.dir;
     } else {
         std::error_code ec;
-        for (const auto& it : list_dir(e.dir, ec)) {
-            std::string n = it.path().filename().string();
-            std::error_code ec2;
-            if (it.is_directory(ec2) && is_version_dir_name(n)) found[std::stoll(n)] = it.path().string();
-        }
+        found = version_dirs(e.dir, ec);
         if (ec) return io_error("cannot list {}: {}", e.dir, ec.message());
     }
     if (found.empty())
@@ -295,11 +309,19 @@ Result<std::map<int64_t, std::shared_ptr<ModelVersion>>> Repository::build(const
         int64_t n = 0;
         for (auto it = found.rbegin(); it != found.rend() && n < pol.num_versions; ++it, ++n) chosen.insert(*it);
     } else {
+        // As tritonserver: a named version without its directory is reported and skipped; the
+        // others load.
         for (int64_t v : pol.versions) {
             auto it = found.find(v);
-            if (it == found.end()) return not_found("model '{}': version_policy names version {} but {}/{} does not exist", name, v, e.dir, v);
-            chosen.insert(*it);
+            if (it == found.end())
+                log::error("serve: model '{}': version_policy names version {} but {}/{} does not exist; it is not served",
+                           name, v, e.dir, v);
+            else
+                chosen.insert(*it);
         }
+        if (chosen.empty())
+            return not_found("model '{}': none of the versions version_policy names ({}) is in {}", name,
+                             fmt::join(pol.versions, ", "), e.dir);
     }
 
     std::map<int64_t, std::shared_ptr<ModelVersion>> out;
@@ -419,7 +441,7 @@ void Repository::retire(std::map<int64_t, std::shared_ptr<ModelVersion>> old) {
     retirees_.push_back({std::move(t), done});
 }
 
-Status Repository::load_locked(const std::string& name, const std::optional<nlohmann::json>& config_json) {
+Status Repository::load_locked(const std::string& name, const std::optional<nlohmann::json>& config_json, bool poll) {
     Entry proto;
     {
         std::lock_guard lock(mu_);
@@ -431,8 +453,20 @@ Status Repository::load_locked(const std::string& name, const std::optional<nloh
     }
     if (!proto.package) {
         auto dir = locate(name);
+        if (!dir && dir.status().code() == StatusCode::kAlreadyExists) {
+            // A name in two repositories is a model that cannot load: UNAVAILABLE with its reason
+            // (the server is not ready while it lasts), its serving versions kept as after any
+            // failed reload. No fingerprint: once one copy goes, the next poll loads it again.
+            std::lock_guard lock(mu_);
+            Entry& e = entries_[name];
+            if (e.reason != dir.status().message()) log::error("serve: {}", dir.status().message());
+            e.reason = dir.status().message();
+            e.fingerprint.clear();
+            if (e.versions.empty()) e.state = ModelState::kUnavailable;
+            return dir.status();
+        }
         if (!dir) {
-            log::error("serve: {}", dir.status().message());  // e.g. a name in two repositories, at start
+            log::error("serve: {}", dir.status().message());
             return dir.status();
         }
         proto.dir = *dir;
@@ -452,7 +486,10 @@ Status Repository::load_locked(const std::string& name, const std::optional<nloh
         try {
             return build(name, proto, config_json);
         } catch (const std::exception& ex) {
-            return invalid_argument("{}: {}", proto.dir, ex.what());
+            // (libtorch's errors append a stack trace: the reason shown in the index is the message)
+            std::string what = ex.what();
+            if (auto at = what.find("\nException raised from "); at != std::string::npos) what.resize(at);
+            return invalid_argument("{}: {}", proto.dir, what);
         }
     }();
     std::map<int64_t, std::shared_ptr<ModelVersion>> old;
@@ -460,12 +497,30 @@ Status Repository::load_locked(const std::string& name, const std::optional<nloh
         std::lock_guard lock(mu_);
         Entry& e = entries_[name];
         e.fingerprint = fp;
-        if (!built) {
+        std::error_code ec;
+        if (!built && poll && !e.versions.empty() && !proto.package && version_dirs(proto.dir, ec).empty() && !ec) {
+            // Every version directory left the repository: those versions are unloaded (as
+            // tritonserver does in poll mode), not kept as after a failed reload.
+            old = std::move(e.versions);
+            e.versions.clear();
+            hide_metrics(registry_, name, old);
+            e.state = ModelState::kUnavailable;
+            e.reason = built.status().message();
+            log::info("serve: '{}' has no version directories left; unloaded", name);
+        } else if (!built) {
             e.reason = built.status().message();
             if (e.versions.empty()) e.state = ModelState::kUnavailable;
             log::error("serve: failed to load '{}': {}", name, e.reason);
             return built.status();
         }
+    }
+    if (!built) {
+        retire(std::move(old));
+        return built.status();
+    }
+    {
+        std::lock_guard lock(mu_);
+        Entry& e = entries_[name];
         old = std::move(e.versions);
         e.versions = std::move(built).value();
         e.state = ModelState::kReady;
@@ -481,8 +536,14 @@ Status Repository::load_locked(const std::string& name, const std::optional<nloh
 
 Status Repository::start() {
     std::error_code ec;
-    for (const auto& p : opt_.paths)
-        if (!fs::is_directory(p, ec)) return not_found("--model-repository {}: not a directory", p);
+    for (size_t i = 0; i < opt_.paths.size(); ++i) {
+        if (!fs::is_directory(opt_.paths[i], ec)) return not_found("--model-repository {}: not a directory", opt_.paths[i]);
+        // One directory twice ("repo" and "repo/") would make every model "not unique".
+        for (size_t j = 0; j < i; ++j)
+            if (fs::equivalent(opt_.paths[i], opt_.paths[j], ec))
+                return invalid_argument("--model-repository {} and --model-repository {} are the same directory",
+                                        opt_.paths[j], opt_.paths[i]);
+    }
     std::map<std::string, std::string> package_dirs;
     for (const auto& [name, dir] : opt_.packages) {
         if (!valid_model_name(name)) return invalid_argument("--model {}={}: '{}' is not a valid model name", name, dir, name);
@@ -503,8 +564,12 @@ Status Repository::start() {
     }
     std::set<std::string> to_load;
     for (const auto& [name, dir] : opt_.packages) to_load.insert(name);
-    bool all = opt_.mode != ControlMode::kExplicit ||
-               std::find(opt_.startup_models.begin(), opt_.startup_models.end(), "*") != opt_.startup_models.end();
+    const bool star = std::find(opt_.startup_models.begin(), opt_.startup_models.end(), "*") != opt_.startup_models.end();
+    // As tritonserver: '*' is all models, and naming others beside it is an error (a typo among
+    // them would go unnoticed).
+    if (star && opt_.startup_models.size() > 1)
+        return invalid_argument("--load-model '*' loads every model; it cannot be given with other --load-model names");
+    bool all = opt_.mode != ControlMode::kExplicit || star;
     if (all) {
         for (const auto& p : opt_.paths)
             for (const auto& it : list_dir(p, ec)) {
@@ -652,6 +717,7 @@ Status Repository::load(const std::string& name, const std::optional<nlohmann::j
     // read, a GPU instance group without a GPU) with INVALID_ARG, an HTTP 400; only the control-mode
     // refusals above are UNAVAILABLE (503).
     Status st = load_locked(name, config_json);
+    if (st.code() == StatusCode::kCancelled) return {StatusCode::kUnavailable, "the server is shutting down"};
     return st.is_ok() ? st : Status(StatusCode::kInvalidArgument, st.message());
 }
 
@@ -717,6 +783,12 @@ void Repository::poll_once() {
                 reload.push_back(n);
                 continue;
             }
+            // A copy of the model that appeared in another repository (or left it), or a model
+            // that moved between repositories: loaded again, which says so.
+            if (auto dir = locate(n); dir ? *dir != it->second.dir : dir.status().message() != it->second.reason) {
+                reload.push_back(n);
+                continue;
+            }
             Entry probe;
             probe.dir = it->second.dir;
             if (fingerprint(probe) != it->second.fingerprint) reload.push_back(n);
@@ -726,7 +798,7 @@ void Repository::poll_once() {
         for (const auto& [n, e] : entries_)
             if (!e.package && !on_disk.count(n) && e.state != ModelState::kLoading) remove.push_back(n);
     }
-    for (const auto& n : reload) (void)load_locked(n, std::nullopt);
+    for (const auto& n : reload) (void)load_locked(n, std::nullopt, /*poll=*/true);
     for (const auto& n : remove) {
         std::map<int64_t, std::shared_ptr<ModelVersion>> old;
         {

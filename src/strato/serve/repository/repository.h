@@ -152,7 +152,9 @@ private:
     std::string fingerprint(const Entry& e) const;
     Result<std::map<int64_t, std::shared_ptr<ModelVersion>>> build(const std::string& name, const Entry& e,
                                                                    const std::optional<nlohmann::json>& config_json);
-    Status load_locked(const std::string& name, const std::optional<nlohmann::json>& config_json);
+    /// `poll`: a reload the poll thread asked for (a model whose version directories are all gone
+    /// is unloaded rather than kept as after a failed reload).
+    Status load_locked(const std::string& name, const std::optional<nlohmann::json>& config_json, bool poll = false);
     void retire(std::map<int64_t, std::shared_ptr<ModelVersion>> old);
     void poll_loop();
 
