@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "strato/compress/quantize.h"
 #include "strato/core/json.h"
+#include "strato/core/log.h"
 #include "strato/train/train_config.h"
 #include "strato/train/trainer.h"
 
@@ -77,6 +78,14 @@ void add_quantize_command(CLI::App& compress, const GlobalFlags& g, int* exit_co
         train::configure_threads(o->threads);
         auto q = compress::quantize_package(r);
         if (!q) return void(*exit_code = report_error("compress quantize", q.status()));
+        // The package is written either way (it is what was asked for), but a collapse is not
+        // left to a reader to notice in a line of numbers.
+        if (q->float_accuracy && *q->float_accuracy - *q->int8_accuracy > 0.01)
+            log::warn("compress quantize: the INT8 model is {:.2f} points less accurate than the float one ({:.2f}% -> "
+                      "{:.2f}%); the {} observer's activation ranges fit this model badly: try --observer histogram, or "
+                      "--observer percentile with a --percentile closer to 100",
+                      100 * (*q->float_accuracy - *q->int8_accuracy), 100 * *q->float_accuracy, 100 * *q->int8_accuracy,
+                      r.quant.observer);
         if (o->json) {
             nlohmann::json j = {{"model", r.model},
                                 {"output", q->output},

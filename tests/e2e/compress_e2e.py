@@ -8,6 +8,7 @@ clear messages.
 """
 import json
 import os
+import time
 import re
 import shutil
 import subprocess
@@ -114,6 +115,22 @@ def main():
         check("is not a model package" in p.stderr and os.path.exists(os.path.join(mine, "notes.txt")), p.stderr)
         p = run("compress", "quantize", "--model", fp32, "--output", int8, expect=1)
         check("pass --overwrite" in p.stderr, p.stderr)
+        # Found by review: an INT8 model that lost most of its accuracy (--percentile 51 clips nearly
+        # every activation) was reported in a line of numbers only.
+        p = run("compress", "quantize", "--model", fp32, "--output", os.path.join(tmp, "clipped"), "--observer", "percentile",
+                "--percentile", "51", *LIMITS)
+        check("points less accurate than the float one" in p.stderr and "--percentile closer to 100" in p.stderr, p.stderr)
+        p = run("compress", "quantize", "--model", fp32, "--output", os.path.join(tmp, "fine"), *LIMITS)
+        check("less accurate" not in p.stderr, f"a warning on a good INT8 model: {p.stderr}")
+        # Found by review: a file above --output, or a dangling link at it, failed only after
+        # calibration and evaluation; now before any work (no "calibrat" progress in the output).
+        os.symlink(os.path.join(tmp, "nowhere"), os.path.join(tmp, "dangling"))
+        for out, needle in ((os.path.join(mine, "notes.txt", "int8"), "notes.txt is a file, not a directory"),
+                            (os.path.join(tmp, "dangling"), "which does not exist")):
+            t0 = time.time()
+            p = run("compress", "quantize", "--model", fp32, "--output", out, expect=1)
+            check(needle in p.stderr, f"--output {out}: {p.stderr}")
+            check(time.time() - t0 < 20, f"--output {out} was refused only after {time.time() - t0:.0f}s")
         # Found by review: a trailing slash (a shell's completion) was "not a directory of its
         # own"; values out of range were found after the data was opened (exit 1).
         p = run("compress", "quantize", "--model", fp32, "--output", int8 + "/", expect=1)

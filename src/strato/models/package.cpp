@@ -144,6 +144,23 @@ Status check_package_destination(const std::string& dir) {
         return invalid_argument("{}: a package is saved as a directory of its own; name it (e.g. {}/model)", dir, dir);
     // A package replaces an earlier package, never another directory (a run, a user's folder).
     std::error_code ec;
+    // Found before the work that precedes a save (calibration, evaluation), not after it: a dangling
+    // link where the package goes, or a file where a folder above it must be.
+    if (!stdfs::exists(final_dir, ec) && stdfs::is_symlink(stdfs::symlink_status(final_dir, ec)))
+        return invalid_argument("{} is a symbolic link to {}, which does not exist; not saving a package through it", dir,
+                                stdfs::read_symlink(final_dir, ec).string());
+    for (stdfs::path up = final_dir.parent_path(); !up.empty(); up = up.parent_path()) {
+        if (stdfs::exists(up, ec)) {
+            if (!stdfs::is_directory(up, ec))
+                return invalid_argument("{}: {} is a file, not a directory; the package cannot be saved below it", dir,
+                                        up.string());
+            break;
+        }
+        if (stdfs::is_symlink(stdfs::symlink_status(up, ec)))
+            return invalid_argument("{}: {} is a symbolic link to nothing; the package cannot be saved below it", dir,
+                                    up.string());
+        if (up == up.parent_path()) break;
+    }
     if (stdfs::exists(final_dir, ec)) {
         if (!stdfs::is_directory(final_dir, ec))
             return invalid_argument("{} exists and is not a directory; not replacing it with a model package", dir);
