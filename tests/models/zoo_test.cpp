@@ -386,6 +386,10 @@ TEST_F(Package, ManifestFieldsThatDoNotFitAreRefused) {
         {"/format_version", 2, "/format_version is 2, and this strato reads version 1"},
         {"/labels", {"a", "b", "c"}, "/labels has 3 names for 10 classes"},
         {"/num_classes", 0, "/num_classes must be in 1..10000000, got 0"},
+        // Found by review: 10.5 read as 10, and a fixed batch dimension passed for [-1, C, H, W].
+        {"/num_classes", 10.5, "/num_classes must be an integer, got 10.5"},
+        {"/inputs/0/shape", {-1, 1, 28.5, 28}, "/shape must hold integers, got [-1,1,28.5,28]"},
+        {"/inputs/0/shape", {1, 1, 28, 28}, "/inputs/0/shape must be [-1, C, H, W]"},
         {"/precision", "int8", "/precision is \"int8\" but the package has no /quantization"},
         {"/files/..~1..~1..~1etc~1hostname", {{"sha256", "x"}}, "expected the name of a file in the package"},
     };
@@ -413,6 +417,13 @@ TEST_F(Package, SavesReplaceOnlyPackagesAndTheirOwnLeftovers) {
     EXPECT_TRUE(stdfs::exists(dir_ / "run" / "metrics.jsonl"));
     EXPECT_FALSE(save_package((dir_ / "run" / "metrics.jsonl").string(), info_, *net_).is_ok());
     EXPECT_FALSE(save_package((dir_ / ".").string(), info_, *net_).is_ok());
+    // A file above the destination, or a dangling link at it: refused with what is in the way.
+    st = save_package((dir_ / "run" / "metrics.jsonl" / "x" / "model").string(), info_, *net_);
+    EXPECT_NE(st.message().find("metrics.jsonl is a file, not a directory"), std::string::npos) << st.message();
+    stdfs::create_symlink(dir_ / "nowhere", dir_ / "dangling");
+    st = save_package((dir_ / "dangling").string(), info_, *net_);
+    EXPECT_NE(st.message().find("which does not exist"), std::string::npos) << st.message();
+    EXPECT_FALSE(stdfs::exists(dir_ / "nowhere"));
 
     // Next to the package: a user's backup, a live process's staging copy (pid 1 is alive), and a
     // dead process's leftovers (a pid above the kernel's limit is no process).

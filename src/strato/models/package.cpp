@@ -3,11 +3,13 @@
 #include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
 #include <map>
 #include <sstream>
+#include <type_traits>
 
 #include "strato/core/fs.h"
 #include "strato/core/json.h"
@@ -99,6 +101,14 @@ Status write_file(const stdfs::path& p, std::string_view data) { return fs::atom
 template <typename T>
 Result<T> get(const json& j, const char* key, const std::string& where) {
     if (!j.contains(key)) return invalid_argument("{}: missing key /{}", where, key);
+    // json's get<int64_t>() takes 10.5 as 10: a count or a dimension must be written as an integer.
+    auto not_integer = [](const json& v) { return !v.is_number_integer(); };
+    if constexpr (std::is_integral_v<T>) {
+        if (not_integer(j.at(key))) return invalid_argument("{}: /{} must be an integer, got {}", where, key, j.at(key).dump());
+    } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+        if (j.at(key).is_array() && std::any_of(j.at(key).begin(), j.at(key).end(), not_integer))
+            return invalid_argument("{}: /{} must hold integers, got {}", where, key, j.at(key).dump());
+    }
     try {
         return j.at(key).get<T>();
     } catch (const json::exception&) {
@@ -252,7 +262,7 @@ Result<LoadedPackage> load_package(const std::string& dir) {
     std::vector<int64_t> shape;
     if (!inputs.is_array() || inputs.empty()) return invalid_argument("{}: /inputs must be a non-empty array", manifest_path);
     STRATO_ASSIGN_OR_RETURN(shape, get<std::vector<int64_t>>(inputs[0], "shape", manifest_path + " /inputs/0"));
-    if (shape.size() != 4 || shape[1] <= 0 || shape[2] <= 0 || shape[3] <= 0) {
+    if (shape.size() != 4 || shape[0] != -1 || shape[1] <= 0 || shape[2] <= 0 || shape[3] <= 0) {
         return invalid_argument("{}: /inputs/0/shape must be [-1, C, H, W]", manifest_path);
     }
     // Sides past 2^16 (or 2^24 channels: a CSV's features) are no input shape: their product could
