@@ -16,6 +16,7 @@
 #include "strato/data/loader.h"
 #include "strato/data/remote.h"
 #include "strato/data/shards.h"
+#include "strato/data/transforms.h"
 
 namespace strato::cli {
 namespace {
@@ -98,7 +99,15 @@ void add_data_bench_command(CLI::App& data, const GlobalFlags&, int* exit_code) 
     auto* cmd = data.add_subcommand("bench", "Measure the input pipeline: images/s through decode, transforms and batching");
     cmd->add_option("path", o->path, "An image folder (class per subfolder) or a shard directory/URL (index.json)")->required();
     cmd->add_option("--transform", o->transforms,
-                    "A transform, repeatable, in order (default: resize to --image-size); see docs/data.md");
+                    "A transform, repeatable, in order (default: resize to --image-size); see docs/data.md")
+        ->check(CLI::Validator(
+            [](std::string& v) {
+                Status st = data::Pipeline::check_spec(v, "--transform");
+                // (CLI11 puts the flag's name in front)
+                const std::string m = st.message();
+                return st.is_ok() ? std::string() : m.rfind("--transform: ", 0) == 0 ? m.substr(13) : m;
+            },
+            "SPEC"));
     cmd->add_option("--workers", o->workers, "Loader threads (0 = decode in the consuming thread)")
         ->check(CLI::Range(0, 256));
     cmd->add_option("--batch-size", o->batch, "Samples per batch")->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
@@ -108,7 +117,8 @@ void add_data_bench_command(CLI::App& data, const GlobalFlags&, int* exit_code) 
         ->check(finite_range(1e-6, 1e6));
     cmd->add_option("--channels", o->channels, "1 (gray) or 3 (RGB)")->check(CLI::IsMember({1, 3}));
     cmd->add_option("--image-size", o->image_size, "Output side when no transform fixes it")->check(CLI::Range(0, 16384));
-    cmd->add_option("--cache", o->cache, "none, encoded or decoded (RAM cache after the first read)");
+    cmd->add_option("--cache", o->cache, "none, encoded or decoded (RAM cache after the first read)")
+        ->check(CLI::IsMember({"none", "encoded", "decoded"}));
     cmd->add_flag("--accurate-decode", o->accurate, "libjpeg's accurate IDCT and fancy upsampling");
     cmd->add_flag("--raw-decode", o->raw, "Also time a single-thread whole-image libjpeg-turbo decode of the same files");
     cmd->add_flag("--json", o->json, "Print the result as JSON");

@@ -2,14 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 
 #include "commands.h"
-#include "strato/core/fs.h"
 #include "strato/core/json.h"
 #include "strato/core/progress.h"
 #include "strato/core/signals.h"
@@ -44,7 +45,33 @@ Result<int64_t> parse_size(const std::string& text) {
         return invalid_argument("size '{}' is not a size; expected a number with an optional unit: 256MB, 1GiB, 500k",
                                 text);
     }
-    return static_cast<int64_t>(v * mult);
+    // "1.5" is not 1 byte: a size is a whole number of bytes (1.5GiB is).
+    const double bytes = v * mult, whole = std::round(bytes);
+    if (std::fabs(bytes - whole) > 1e-6 * std::max(1.0, bytes))
+        return invalid_argument("size '{}' is not a whole number of bytes ({} B); expected e.g. 256MB, 1.5GiB", text,
+                                bytes);
+    return static_cast<int64_t>(whole);
+}
+
+/// "0" .. "18446744073709551615": the whole string, no sign, no clamping (CLI11's conversion
+/// clamps an overflow, and NonNegativeNumber's message spoke of doubles).
+std::string check_u64(const std::string& text) {
+    const std::string expected = "expected an integer in [0, 18446744073709551615]";
+    if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos)
+        return fmt::format("{}, got '{}'", expected, text);
+    errno = 0;
+    (void)std::strtoull(text.c_str(), nullptr, 10);
+    if (errno == ERANGE) return fmt::format("{}, got {} (too large)", expected, text);
+    return {};
+}
+
+/// A file name flag: an empty one wrote (or compared with) nothing and still said ok.
+CLI::Validator non_empty_file() {
+    return CLI::Validator(
+        [](std::string& v) {
+            return v.empty() ? std::string("expected a file name, got an empty one") : std::string();
+        },
+        "FILE");
 }
 
 /// A progress bar over bytes, made when the first report comes (and remade per split).
@@ -105,11 +132,16 @@ void add_data_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         ->check(CLI::Validator(
             [](std::string& v) {
                 auto size = parse_size(v);
-                return size ? std::string() : size.status().message();
+                if (!size) return size.status().message();
+                if (*size < data::kShardSizeMin)
+                    return fmt::format("size '{}' is {} bytes, below the smallest shard ({} bytes); try 256MB", v,
+                                       *size, data::kShardSizeMin);
+                return std::string();
             },
             "SIZE"));
     pack->add_option("--workers", o->workers, "Threads writing shards (default: one per core)")->check(CLI::Range(0, 4096));
-    pack->add_option("--seed", o->seed, "Seed of the pack-time shuffle (default 0)")->check(CLI::NonNegativeNumber);
+    pack->add_option("--seed", o->seed, "Seed of the pack-time shuffle (default 0)")
+        ->check(CLI::Validator([](std::string& v) { return check_u64(v); }, "UINT64"));
     pack->add_flag("--no-shuffle", o->no_shuffle, "Keep the folder's sorted order (shards then hold one class each)");
     pack->add_flag("--json", o->json, "Print the result as JSON");
     pack->callback([o, &g, exit_code] {
@@ -157,7 +189,9 @@ void add_data_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
                                       "image folder or shard directory; optionally a content manifest");
     stats->add_option("path", o->path, "Image folder, a root with train/ test/, or a shard directory")->required();
     stats->add_option("--manifest", o->manifest,
-                      "Also hash every file and write a manifest here (pins the dataset version)");
+                      "Also hash every file and write a manifest here (pins the dataset version); replaces only an "
+                      "earlier manifest")
+        ->check(non_empty_file());
     stats->add_option("--workers", o->workers, "Threads (default: one per core)")->check(CLI::Range(0, 4096));
     stats->add_flag("--json", o->json, "Print the result as JSON");
     stats->callback([o, &g, exit_code] {
@@ -165,10 +199,7 @@ void add_data_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         // model's file or a device, nor lie in the dataset it describes (the next check would
         // count it as an extra file).
         if (!o->manifest.empty()) {
-            Status s = fs::check_output_file(o->manifest, fs::OutputKind::kText, "--manifest");
-            if (s.is_ok() && fs::is_within(o->manifest, o->path))
-                s = invalid_argument("--manifest {} lies inside the dataset {}; write it beside the dataset",
-                                     o->manifest, o->path);
+            Status s = data::check_manifest_output(o->manifest, o->path, "--manifest");
             if (!s.is_ok()) return void(*exit_code = report_error("data stats", s));
         }
         BytesProgress bar(g.quiet || o->json);
@@ -201,7 +232,8 @@ void add_data_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
                                        "Check a dataset against a manifest (missing, changed, extra files), a "
                                        "shard directory against its index, every image's header or pixels");
     verify->add_option("path", o->path, "Image folder, a root with train/ test/, or a shard directory")->required();
-    verify->add_option("--manifest", o->manifest, "Manifest from `strato data stats --manifest` to compare against");
+    verify->add_option("--manifest", o->manifest, "Manifest from `strato data stats --manifest` to compare against")
+        ->check(non_empty_file());
     verify->add_flag("--decode", o->decode, "Decode every image fully (slower; catches corrupt image data)");
     verify->add_option("--workers", o->workers, "Threads (default: one per core)")->check(CLI::Range(0, 4096));
     verify->add_flag("--json", o->json, "Print the result as JSON");

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -17,6 +18,7 @@
 #include <thread>
 
 #include "strato/core/fs.h"
+#include "strato/data/codec.h"
 #include "strato/data/manifest.h"
 #include "strato/data/tar.h"
 
@@ -881,6 +883,234 @@ TEST_F(Stats, VerifyChecksShardsAndDecodesWhenAsked) {
     stdfs::remove(root_ / "s" / "shard-000000.tar");
     r = verify_dataset((root_ / "s").string()).value();
     EXPECT_EQ(r.count("missing"), 1);
+}
+
+// ---- found by the hostile review of the data subsystem -----------------------------------------
+
+// `data stats --manifest FILE` replaced any text file: another dataset's index.json, a CSV table.
+TEST_F(Stats, AManifestReplacesOnlyAnEarlierManifest) {
+    make_folder(root_ / "d", 2, 2);
+    auto st = dataset_stats((root_ / "d").string(), {.hash = true}).value();
+    pack_image_folder((root_ / "d").string(), (root_ / "s").string(), {}).value();
+    const std::string index = get(root_ / "s" / "index.json");
+    put(root_ / "table.csv", "a,b\n1,2\n");
+    put(root_ / "config.json", "{\"train\": {\"epochs\": 3}}\n");
+    const std::vector<std::pair<stdfs::path, std::string>> refused = {
+        {root_ / "s" / "index.json", "is a shard index (format \"strato-shards\"), not a strato manifest"},
+        {root_ / "table.csv", "is a text file that is not JSON (it starts \"a,b\"), not a strato manifest"},
+        {root_ / "config.json", "is a JSON file without \"format\": \"strato-manifest\""},
+    };
+    for (const auto& [path, what] : refused) {
+        const std::string before = get(path);
+        Status w = write_manifest(path.string(), *st.manifest);
+        EXPECT_NE(w.message().find(path.string() + ": the file exists and " + what), std::string::npos) << w.message();
+        EXPECT_EQ(get(path), before);
+        Status c = check_manifest_output(path.string(), (root_ / "d").string(), "--manifest");
+        EXPECT_NE(c.message().find("--manifest " + path.string()), std::string::npos) << c.message();
+    }
+    EXPECT_EQ(get(root_ / "s" / "index.json"), index);
+    // A new file, an empty one and an earlier manifest may be written.
+    ASSERT_TRUE(write_manifest((root_ / "m.json").string(), *st.manifest).is_ok());
+    EXPECT_TRUE(write_manifest((root_ / "m.json").string(), *st.manifest).is_ok());
+    put(root_ / "empty.json", "");
+    EXPECT_TRUE(write_manifest((root_ / "empty.json").string(), *st.manifest).is_ok());
+    EXPECT_TRUE(check_manifest_output((root_ / "new.json").string(), (root_ / "d").string(), "--manifest").is_ok());
+    // Inside the dataset, or no name at all.
+    EXPECT_NE(check_manifest_output((root_ / "d" / "m.json").string(), (root_ / "d").string(), "--manifest")
+                  .message()
+                  .find("lies inside the dataset"),
+              std::string::npos);
+    EXPECT_NE(check_manifest_output("", "", "--manifest").message().find("--manifest: expected a file name"),
+              std::string::npos);
+}
+
+// Renaming the source's test/ to val/ and packing again left DST/test (old samples), which stats
+// listed and training evaluated on.
+TEST_F(Pack, ARepackRemovesSplitsTheSourceNoLongerHas) {
+    make_folder(root_ / "src" / "train", 2, 3);
+    make_folder(root_ / "src" / "test", 2, 2);
+    pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), {}).value();
+    ASSERT_TRUE(stdfs::exists(root_ / "dst" / "test" / "index.json"));
+    stdfs::rename(root_ / "src" / "test", root_ / "src" / "val");
+    auto again = pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), {});
+    ASSERT_TRUE(again.is_ok()) << again.status().message();
+    EXPECT_FALSE(stdfs::exists(root_ / "dst" / "test"));
+    for (const auto& e : stdfs::directory_iterator(root_ / "dst"))
+        EXPECT_EQ(e.path().filename().string().rfind(".stale-", 0), std::string::npos) << e.path();
+    auto st = dataset_stats((root_ / "dst").string());
+    ASSERT_TRUE(st.is_ok()) << st.status().message();
+    ASSERT_EQ(st->splits.size(), 2u);
+    EXPECT_EQ(st->splits[0].name, "train");
+    EXPECT_EQ(st->splits[1].name, "val");
+    EXPECT_TRUE(verify_dataset((root_ / "dst").string()).value().ok());
+
+    // A stale split holding something no pack writes is refused before anything changes.
+    stdfs::rename(root_ / "src" / "val", root_ / "src" / "test");
+    put(root_ / "dst" / "val" / "notes.txt", "mine");
+    const std::string val_index = get(root_ / "dst" / "val" / "index.json");
+    auto refused = pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), {});
+    ASSERT_FALSE(refused.is_ok());
+    EXPECT_NE(refused.status().message().find("val/ is a split of an earlier pack that " + (root_ / "src").string() +
+                                              " no longer has, and holds notes.txt"),
+              std::string::npos)
+        << refused.status().message();
+    EXPECT_EQ(get(root_ / "dst" / "val" / "index.json"), val_index);
+    EXPECT_FALSE(stdfs::exists(root_ / "dst" / "test"));
+}
+
+// The dataset hash hashed names unescaped: a folder named "p\n<sha>  q" made two datasets one.
+TEST_F(Stats, DatasetHashEscapesNamesAsSha256sumDoes) {
+    const std::string h1(64, '1'), h2(64, '2');
+    const std::map<std::string, std::string> two = {{"p", h1}, {"q", h2}};
+    const std::map<std::string, std::string> one = {{"p\n" + h2 + "  q", h1}};
+    EXPECT_NE(dataset_hash(one), dataset_hash(two));
+    // Ordinary names: unchanged, sha256sum's lines.
+    EXPECT_EQ(dataset_hash(two), fs::sha256_hex(h1 + "  p\n" + h2 + "  q\n"));
+    // '\\', '\n' and '\r' in a name: a leading '\\' and escapes, as sha256sum prints them.
+    EXPECT_EQ(dataset_hash({{"a\\b\nc\rd", h1}, {"e", h2}}),
+              fs::sha256_hex("\\" + h1 + "  a\\\\b\\nc\\rd\n" + h2 + "  e\n"));
+
+    // On disk: a class folder with a newline in its name, through a manifest and back.
+    make_folder(root_ / "d", 2, 1);
+    stdfs::rename(root_ / "d" / "class1", root_ / "d" / "class\n1");
+    auto st = dataset_stats((root_ / "d").string(), {.hash = true});
+    ASSERT_TRUE(st.is_ok()) << st.status().message();
+    ASSERT_TRUE(write_manifest((root_ / "m.json").string(), *st->manifest).is_ok());
+    auto m = read_manifest((root_ / "m.json").string());
+    ASSERT_TRUE(m.is_ok()) << m.status().message();
+    EXPECT_EQ(m->dataset_hash, st->manifest->dataset_hash);
+    EXPECT_TRUE(verify_dataset((root_ / "d").string(), {.manifest = &*m}).value().ok());
+}
+
+nlohmann::json edit_index(const stdfs::path& p, const std::function<void(nlohmann::json&)>& f) {
+    auto j = nlohmann::json::parse(get(p));
+    f(j);
+    put(p, j.dump());
+    return j;
+}
+
+// An index.json that dropped a sample (the shard still holds it) or listed one twice verified ok.
+TEST_F(Stats, VerifyFindsMembersTheIndexLeavesOutOrListsTwice) {
+    make_folder(root_ / "d", 2, 3);
+    pack_image_folder((root_ / "d").string(), (root_ / "s").string(), {}).value();
+    const stdfs::path index = root_ / "s" / "index.json";
+    const std::string good = get(index);
+    ASSERT_TRUE(verify_dataset((root_ / "s").string()).value().ok());
+    std::string dropped_key;
+    edit_index(index, [&](nlohmann::json& j) {
+        auto& sh = j["shards"][0];
+        dropped_key = sh["keys"][2];
+        for (const char* k : {"keys", "offsets", "sizes", "labels"}) sh[k].erase(2);
+        sh["samples"] = sh["samples"].get<int64_t>() - 1;
+        j["samples"] = j["samples"].get<int64_t>() - 1;
+    });
+    auto r = verify_dataset((root_ / "s").string()).value();
+    ASSERT_EQ(r.problems.size(), 1u);
+    EXPECT_EQ(r.problems[0].kind, "corrupt");
+    EXPECT_EQ(r.problems[0].path.rfind("shard-000000.tar:" + dropped_key + ".", 0), 0u) << r.problems[0].path;
+    EXPECT_NE(r.problems[0].detail.find("that index.json does not list"), std::string::npos) << r.problems[0].detail;
+    EXPECT_NE(r.problems[0].detail.find("with its '" + dropped_key + ".cls'"), std::string::npos)
+        << r.problems[0].detail;
+
+    put(index, good);
+    edit_index(index, [&](nlohmann::json& j) {
+        auto& sh = j["shards"][0];
+        for (const char* k : {"keys", "offsets", "sizes", "labels"}) sh[k][1] = sh[k][0];
+    });
+    r = verify_dataset((root_ / "s").string()).value();
+    std::map<std::string, int> details;
+    for (const auto& p : r.problems)
+        details[p.detail.find("lists it twice") != std::string::npos ? "twice" : "left out"]++;
+    EXPECT_EQ(details["twice"], 1) << (r.problems.empty() ? "" : r.problems[0].detail);
+    EXPECT_EQ(details["left out"], 1);  // the sample whose place the copy took
+}
+
+// A pack without splits killed before its index.json: stats/verify called the folder an image
+// folder without classes; its journal's temp files stayed for good.
+TEST_F(Pack, AKilledPackWithoutSplitsSaysSoAndItsTempFilesGo) {
+    make_folder(root_ / "src", 2, 3);
+    pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), {}).value();
+    const std::string index = get(root_ / "dst" / "index.json");
+    stdfs::remove(root_ / "dst" / "index.json");
+    put(root_ / "dst" / ".pack-journal.json.tmp.4242.0", "{\"half");
+    put(root_ / "dst" / "index.json.tmp.4242.1", "{\"half");
+    for (bool verify : {false, true}) {
+        Status st = verify ? verify_dataset((root_ / "dst").string()).status()
+                           : dataset_stats((root_ / "dst").string()).status();
+        EXPECT_NE(st.message().find(".pack-journal.json and no index.json: a `strato data pack` that did not finish "
+                                    "(run it again"),
+                  std::string::npos)
+            << st.message();
+    }
+    // The same for a split pack killed in its first split.
+    make_folder(root_ / "src2" / "train", 2, 2);
+    make_folder(root_ / "src2" / "test", 2, 1);
+    pack_image_folder((root_ / "src2").string(), (root_ / "dst2").string(), {}).value();
+    stdfs::remove_all(root_ / "dst2" / "test");
+    stdfs::remove(root_ / "dst2" / "train" / "index.json");
+    EXPECT_NE(dataset_stats((root_ / "dst2").string()).status().message().find("train/.pack-journal.json and no"),
+              std::string::npos);
+
+    auto again = pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), {});
+    ASSERT_TRUE(again.is_ok()) << again.status().message();
+    EXPECT_EQ(get(root_ / "dst" / "index.json"), index);
+    EXPECT_FALSE(stdfs::exists(root_ / "dst" / ".pack-journal.json.tmp.4242.0"));
+    EXPECT_FALSE(stdfs::exists(root_ / "dst" / "index.json.tmp.4242.1"));
+    EXPECT_TRUE(verify_dataset((root_ / "dst").string()).value().ok());
+}
+
+/// The entropy-coded data of a baseline JPEG: [start, end) between the SOS header and EOI.
+std::pair<size_t, size_t> scan_data(const std::string& j) {
+    const size_t sos = j.find("\xFF\xDA");
+    EXPECT_NE(sos, std::string::npos);
+    const size_t len = (static_cast<uint8_t>(j[sos + 2]) << 8) | static_cast<uint8_t>(j[sos + 3]);
+    return {sos + 2 + len, j.size() - 2};
+}
+
+// `verify --decode` passed JPEGs whose data libjpeg only warned about (and filled with grey).
+TEST_F(Stats, VerifyDecodeRefusesJpegsLibjpegOnlyWarnsAbout) {
+    const std::string good = jpeg(64, 64, 3);
+    const auto [begin, end] = scan_data(good);
+    ASSERT_GT(end - begin, 200u);
+    std::map<std::string, std::string> bad;
+    // Cut in the middle, EOI after: "premature end of data segment".
+    bad["cut"] = good.substr(0, begin + (end - begin) / 2) + "\xFF\xD9";
+    // Sixteen one bits and more: no Huffman code is that ("bad Huffman code").
+    std::string huff = good;
+    for (size_t i = begin + (end - begin) / 3; i < begin + (end - begin) / 3 + 40; i += 2)
+        huff.replace(i, 2, "\xFF\x00", 2);
+    bad["huffman"] = huff;
+    // Bytes after the last MCU, before EOI: "extraneous bytes before marker".
+    bad["extraneous"] = good.substr(0, end) + std::string(8, '\x01') + "\xFF\xD9";
+    // The header claims 1024x1024 over a 37x37 scan.
+    std::string big = jpeg(37, 37, 4);
+    const size_t sof = big.find("\xFF\xC0");
+    ASSERT_NE(sof, std::string::npos);
+    big.replace(sof + 5, 4, std::string("\x04\x00\x04\x00", 4));
+    bad["header"] = big;
+
+    put(root_ / "d" / "a" / "good.jpg", good);
+    for (const auto& [name, bytes] : bad) {
+        put(root_ / "d" / "a" / (name + ".jpg"), bytes);
+        // Training's decode keeps tolerating the warnings (as other readers do).
+        EXPECT_TRUE(decode_image(bytes, name).is_ok()) << name;
+        DecodeRequest strict;
+        strict.strict = true;
+        auto d = decode_image(bytes, name, strict);
+        EXPECT_FALSE(d.is_ok()) << name;
+        EXPECT_NE(d.status().message().find("Corrupt JPEG data"), std::string::npos) << name << ": "
+                                                                                      << d.status().message();
+    }
+    DecodeRequest strict;
+    strict.strict = true;
+    EXPECT_TRUE(decode_image(good, "good", strict).is_ok());
+    auto r = verify_dataset((root_ / "d").string(), {.decode = true}).value();
+    std::set<std::string> corrupt;
+    for (const auto& p : r.problems) {
+        EXPECT_EQ(p.kind, "corrupt") << p.path;
+        corrupt.insert(p.path);
+    }
+    EXPECT_EQ(corrupt, (std::set<std::string>{"a/cut.jpg", "a/extraneous.jpg", "a/header.jpg", "a/huffman.jpg"}));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import struct
+import subprocess
 import tarfile
 import tempfile
 import zlib
@@ -162,6 +163,51 @@ def main():
         check("not a regular file" in p.stderr, p.stderr)
         p = run("data", "verify", src, "--manifest", os.path.join(tmp, "missing.json"), expect=1)
         check("missing.json does not exist" in p.stderr, p.stderr)
+        # ... nor any file that is not an earlier manifest (it overwrote a CSV table, an index.json).
+        table = os.path.join(tmp, "table.csv")
+        with open(table, "w") as f:
+            f.write("a,b\n1,2\n")
+        for target, what in ((table, "is a text file that is not JSON"),
+                             (os.path.join(dst, "train", "index.json"), "is a shard index")):
+            before = open(target, "rb").read()
+            p = run("data", "stats", src, "--manifest", target, expect=1)
+            check(what in p.stderr and target in p.stderr, p.stderr)
+            check(open(target, "rb").read() == before, f"{target} was overwritten")
+        for sub in ("stats", "verify"):  # an empty name wrote (compared with) nothing and said ok
+            p = run("data", sub, src, "--manifest", "", expect=2)
+            check("--manifest: expected a file name" in p.stderr, p.stderr)
+        # Usage errors (exit 2) naming the flag, not library errors (exit 1) or silent clamping.
+        for size in ("1", "1k", "1.5"):
+            p = run("data", "pack", src, os.path.join(tmp, "small"), "--shard-size", size, expect=2)
+            check("--shard-size: size '" + size + "'" in p.stderr, p.stderr)
+        for seed in ("18446744073709551616", "abc"):
+            p = run("data", "pack", src, os.path.join(tmp, "small"), "--seed", seed, expect=2)
+            check("--seed: expected an integer in [0, 18446744073709551615]" in p.stderr, p.stderr)
+        p = run("data", "bench", os.path.join(dst, "train"), "--image-size", "16", "--cache", "bogus", expect=2)
+        check("--cache" in p.stderr and "data.cache" not in p.stderr, p.stderr)
+        p = run("data", "bench", os.path.join(dst, "train"), "--transform", "center-crop size=0", expect=2)
+        check("--transform: 'center-crop size=0' size: expected an integer in [1, 16384], got 0" in p.stderr, p.stderr)
+        # A repack after test/ became val/ leaves no stale test/ (training evaluates on test/ when it exists).
+        os.rename(os.path.join(src, "test"), os.path.join(src, "val"))
+        run("data", "pack", src, dst, "--shard-size", "8KB", "--seed", "3")
+        check(not os.path.exists(os.path.join(dst, "test")), "stale test/ after a repack")
+        p = run("data", "stats", dst)
+        check("val: 6 samples" in p.stdout and "test:" not in p.stdout, p.stdout)
+        os.rename(os.path.join(src, "val"), os.path.join(src, "test"))
+        # A name with a newline: the dataset hash is sha256sum's, escapes included.
+        weird = os.path.join(tmp, "weird")
+        os.makedirs(os.path.join(weird, "a\nb"))
+        os.makedirs(os.path.join(weird, "c"))
+        with open(os.path.join(weird, "a\nb", "x\\y.png"), "wb") as f:
+            f.write(png(4, 4, 1))
+        with open(os.path.join(weird, "c", "z.png"), "wb") as f:
+            f.write(png(4, 4, 2))
+        p = run("data", "stats", weird, "--json", "--manifest", os.path.join(tmp, "weird.json"))
+        recipe = subprocess.run(["sh", "-c", "cd \"$0\" && find . -type f -iname '*.png' -printf '%P\\0' | "
+                                 "LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum", weird],
+                                capture_output=True, text=True)
+        got = json.loads(p.stdout).get("dataset_hash") if p.returncode == 0 else None
+        check(got is not None and recipe.stdout.split()[0] == got, f"recipe {recipe.stdout} {recipe.stderr} vs {got}")
         p = run("data", "stats", os.path.join(tmp, "nope"), expect=1)
         check("does not exist" in p.stderr, p.stderr)
         p = run("data", "--help")

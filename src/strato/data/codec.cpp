@@ -75,7 +75,27 @@ struct JpegError {
     jpeg_error_mgr mgr;
     std::jmp_buf jump;
     char message[JMSG_LENGTH_MAX];
+    bool strict = false;  // DecodeRequest::strict
 };
+
+/// libjpeg-turbo's warnings (jerror.h) that mean the entropy-coded data is damaged: libjpeg
+/// carries on and fills what it could not decode with grey.
+bool corrupt_data_warning(int code) {
+    switch (code) {
+        case JWRN_HIT_MARKER:        // premature end of data segment (also a header larger than its scan)
+        case JWRN_HUFF_BAD_CODE:     // bad Huffman code
+        case JWRN_MUST_RESYNC:       // found marker instead of RSTn
+        case JWRN_NOT_SEQUENTIAL:    // invalid SOS parameters for sequential JPEG
+        case JWRN_EXTRANEOUS_DATA:   // extraneous bytes before marker
+        case JWRN_BOGUS_PROGRESSION: // inconsistent progression sequence
+#if JPEG_LIB_VERSION >= 70 || defined(D_ARITH_CODING_SUPPORTED)
+        case JWRN_ARITH_BAD_CODE:    // bad arithmetic code
+#endif
+            return true;
+        default:
+            return false;
+    }
+}
 
 void jpeg_error_exit(j_common_ptr c) {
     auto* e = reinterpret_cast<JpegError*>(c->err);
@@ -85,8 +105,12 @@ void jpeg_error_exit(j_common_ptr c) {
 
 void jpeg_emit_message(j_common_ptr c, int level) {
     // Warnings (level -1) are ignored like every other reader does ("extraneous bytes before
-    // marker"), except a premature end of data: the rest of the image would be grey.
-    if (level == -1 && c->err->msg_code == JWRN_JPEG_EOF) jpeg_error_exit(c);
+    // marker"), except a premature end of data: the rest of the image would be grey. A strict
+    // decode (`strato data verify --decode`) fails on every corrupt-data warning too.
+    if (level != -1) return;
+    const auto* e = reinterpret_cast<const JpegError*>(c->err);
+    if (c->err->msg_code == JWRN_JPEG_EOF || (e->strict && corrupt_data_warning(c->err->msg_code)))
+        jpeg_error_exit(c);
 }
 
 /// Everything a decode touches lives here, not in locals of the function that calls setjmp, so
@@ -101,6 +125,7 @@ struct JpegJob {
     bool header_only = false;
     int out_channels = 3;
     bool fast = true;
+    bool strict = false;  // corrupt-data warnings are errors, and the data is read to its end
     // region of the stored image (full-scale pixels), and the smallest size needed
     int64_t rx = 0, ry = 0, rw = 0, rh = 0, min_w = 0, min_h = 0;
     // out
@@ -137,6 +162,7 @@ bool run_jpeg(JpegJob* job) {
     c.err = jpeg_std_error(&job->err.mgr);
     job->err.mgr.error_exit = jpeg_error_exit;
     job->err.mgr.emit_message = jpeg_emit_message;
+    job->err.strict = job->strict;
     if (setjmp(job->err.jump)) return false;
     jpeg_create_decompress(&c);
     job->created = true;
@@ -189,6 +215,8 @@ bool run_jpeg(JpegJob* job) {
         }
         std::memcpy(out.row(y), job->row.data() + skip, static_cast<size_t>(out.width) * comps);
     }
+    // Strict and the whole image read: the rest of the file up to EOI too (its warnings count).
+    if (job->strict && c.output_scanline == c.output_height) jpeg_finish_decompress(&c);
     return true;
 }
 
@@ -241,6 +269,7 @@ Result<Decoded> decode_jpeg(std::string_view bytes, const std::string& name, con
     full.size = job.size;
     full.out_channels = job.out_channels;
     full.fast = req.fast;
+    full.strict = req.strict;
     full.rx = std::min(ax, bx), full.ry = std::min(ay, by);
     full.rw = std::abs(bx - ax) + 1, full.rh = std::abs(by - ay) + 1;
     full.min_w = transposed(o) ? req.min_h : req.min_w;

@@ -56,6 +56,11 @@ struct DecodeRequest {
     // Fast integer IDCT and upsampling (as Pillow's default draft-free decode is not): a few
     // percent of PSNR for up to 30 % speed. Off = libjpeg's accurate IDCT and fancy upsampling.
     bool fast = true;
+    // Damaged JPEG data that libjpeg decodes anyway, filling the rest with grey (its corrupt-data
+    // warnings: a bad Huffman code, a premature end of a data segment, a marker where a restart
+    // belongs, extraneous bytes) is an error, not only a file that ends early. For checking
+    // (`strato data verify --decode`); training tolerates those warnings, as other readers do.
+    bool strict = false;
 };
 
 struct Decoded {

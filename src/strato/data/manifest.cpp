@@ -114,6 +114,13 @@ Status open_scan(const std::string& path, Scan* scan) {
             scan->splits.push_back(std::move(sp));
         }
     } else {
+        // Shards and a journal but no index: a pack killed before it wrote index.json (the
+        // folder is no image folder either).
+        for (const char* s : {"", "train", "val", "test"})
+            if (file_exists(stdfs::path(path) / s / kPackJournalName))
+                return data_loss("{}: {}{} and no {}: a `strato data pack` that did not finish (run it again: it "
+                                 "keeps the finished shards)",
+                                 path, *s ? std::string(s) + "/" : std::string(), kPackJournalName, kShardIndexName);
         scan->kind = "image-folder";
         std::vector<std::string> class_names;
         for (const std::string& s : dataset_splits(path)) {
@@ -150,7 +157,11 @@ Status open_scan(const std::string& path, Scan* scan) {
 void check_image(Scan& scan, SplitScan& sp, int64_t i, std::string_view bytes, const std::string& name, bool decode) {
     auto info = probe_image(bytes, name);
     Status st = info.status();
-    if (st.is_ok() && decode) st = decode_image(bytes, name).status();
+    if (st.is_ok() && decode) {
+        DecodeRequest strict;
+        strict.strict = true;  // a damaged JPEG that libjpeg decodes to grey is corrupt here
+        st = decode_image(bytes, name, strict).status();
+    }
     const auto k = static_cast<size_t>(i);
     if (!st.is_ok()) {
         {
@@ -229,6 +240,20 @@ void scan_shard(Scan& scan, size_t item, const ScanOptions& o) {
         } else {
             std::unordered_map<int64_t, size_t> at;
             for (size_t k = 0; k < members->size(); ++k) at[(*members)[k].data_offset] = k;
+            // Every member belongs to exactly one sample: an index that left a sample out (the
+            // shard still holds it) or listed one twice described another dataset.
+            std::vector<int64_t> owner(members->size(), -1);  // the sample whose image or .cls it is
+            auto claim = [&](size_t k, int64_t i, const std::string& name) {
+                if (owner[k] < 0) {
+                    owner[k] = i;
+                    return true;
+                }
+                scan.problem(name, "corrupt",
+                             fmt::format("the member '{}' at offset {} is also sample {}'s: index.json lists it twice",
+                                         (*members)[k].name, (*members)[k].data_offset,
+                                         idx.keys[static_cast<size_t>(owner[k])]));
+                return false;
+            };
             for (int64_t i = first; i < last; ++i) {
                 const auto u = static_cast<size_t>(i);
                 const std::string name = fmt::format("{}:{}", it.rel, idx.keys[u]);
@@ -237,6 +262,7 @@ void scan_shard(Scan& scan, size_t item, const ScanOptions& o) {
                     scan.problem(name, "corrupt", fmt::format("no tar member starts at offset {}", idx.offsets[u]));
                     continue;
                 }
+                if (!claim(found->second, i, name)) continue;
                 const TarMember& img = (*members)[found->second];
                 if (img.size != idx.sizes[u] || img.name.rfind(idx.keys[u] + ".", 0) != 0) {
                     scan.problem(name, "corrupt",
@@ -253,7 +279,22 @@ void scan_shard(Scan& scan, size_t item, const ScanOptions& o) {
                     scan.problem(
                         name, "corrupt",
                         fmt::format("expected a member '{}.cls' holding {} after the image", idx.keys[u], want));
+                } else {
+                    claim(next, i, name);
                 }
+            }
+            for (size_t k = 0; k < members->size(); ++k) {
+                if (owner[k] >= 0) continue;
+                const TarMember& m = (*members)[k];
+                const bool pair = k + 1 < members->size() && owner[k + 1] < 0 &&
+                                  m.name.find('.') != std::string::npos &&
+                                  (*members)[k + 1].name == m.name.substr(0, m.name.rfind('.')) + ".cls";
+                scan.problem(fmt::format("{}:{}", it.rel, m.name), "corrupt",
+                             fmt::format("a member at offset {}{} that index.json does not list (a sample left out "
+                                         "of the index)",
+                                         m.data_offset, pair ? fmt::format(", with its '{}'", (*members)[k + 1].name)
+                                                             : std::string()));
+                if (pair) ++k;
             }
         }
     }
@@ -380,9 +421,33 @@ std::string human_bytes(int64_t b) {
 
 std::string dataset_hash(const std::map<std::string, std::string>& sha256) {
     std::string lines;
-    for (const auto& [path, h] : sha256) lines += h + "  " + path + "\n";  // std::map: bytewise path order
+    for (const auto& [path, h] : sha256) {  // std::map: bytewise path order
+        // As sha256sum prints a name holding '\\', '\n' or '\r': the line starts with '\\' and those
+        // are escaped. Unescaped, a folder "a\n<sha>  b" made two datasets' lines the same.
+        if (path.find_first_of("\\\n\r") == std::string::npos) {
+            lines += h + "  " + path + "\n";
+            continue;
+        }
+        lines += "\\" + h + "  ";
+        for (char c : path) {
+            if (c == '\\') lines += "\\\\";
+            else if (c == '\n') lines += "\\n";
+            else if (c == '\r') lines += "\\r";
+            else lines += c;
+        }
+        lines += "\n";
+    }
     return fs::sha256_hex(lines);
 }
+
+namespace {
+/// The dataset hash before names were escaped: manifests written then are still read.
+std::string dataset_hash_unescaped(const std::map<std::string, std::string>& sha256) {
+    std::string lines;
+    for (const auto& [path, h] : sha256) lines += h + "  " + path + "\n";
+    return fs::sha256_hex(lines);
+}
+}  // namespace
 
 nlohmann::json manifest_to_json(const Manifest& m) {
     nlohmann::json files = nlohmann::json::array();
@@ -420,14 +485,47 @@ Result<Manifest> manifest_from_json(const std::string& text, const std::string& 
         m.bytes[f[0].get<std::string>()] = f[1].get<int64_t>();
     }
     m.dataset_hash = dataset_hash(m.sha256);
-    if (j.contains("dataset_hash") && j["dataset_hash"] != m.dataset_hash) {
+    if (j.contains("dataset_hash") && j["dataset_hash"] != m.dataset_hash &&
+        j["dataset_hash"] != dataset_hash_unescaped(m.sha256)) {
         return invalid_argument("{}: dataset_hash {} does not match its files (computed {}); the manifest was edited",
                                 what, json_text(j["dataset_hash"]), m.dataset_hash);
     }
     return m;
 }
 
+Status check_manifest_output(const std::string& path, const std::string& dataset, const std::string& flag) {
+    if (path.empty()) return invalid_argument("{}: expected a file name, got an empty one", flag);
+    STRATO_RETURN_IF_ERROR(fs::check_output_file(path, fs::OutputKind::kText, flag));
+    if (!dataset.empty() && fs::is_within(path, dataset))
+        return invalid_argument("{} {} lies inside the dataset {}; write it beside the dataset", flag, path, dataset);
+    std::error_code ec;
+    if (!stdfs::exists(path, ec) || stdfs::file_size(path, ec) == 0) return Status::ok();
+    // Read whole (a manifest is a few hundred bytes per file): only a strato manifest may be replaced.
+    auto text = fs::read_file(path);
+    if (!text.is_ok()) return text.status().with_context(flag);
+    const nlohmann::json j = parse_json_bounded(*text);
+    std::string what;
+    if (j.is_discarded()) {
+        std::string first = text->substr(0, std::min(text->find('\n'), size_t{60}));
+        what = fmt::format("a text file that is not JSON (it starts {})", json_text(first));
+    } else if (!j.is_object()) {
+        what = "JSON that is not an object";
+    } else if (!j.contains("format") || !j["format"].is_string()) {
+        what = "a JSON file without \"format\": \"strato-manifest\"";
+    } else if (j["format"] == kManifestFormat) {
+        return Status::ok();
+    } else if (j["format"] == kShardIndexFormat) {
+        what = "a shard index (format \"strato-shards\")";
+    } else {
+        what = fmt::format("a JSON file of format {}", json_text(j["format"]));
+    }
+    return invalid_argument("{} {}: the file exists and is {}, not a strato manifest; not writing over it (remove it "
+                            "or choose another name)",
+                            flag, path, what);
+}
+
 Status write_manifest(const std::string& path, const Manifest& m) {
+    STRATO_RETURN_IF_ERROR(check_manifest_output(path));
     // Paths are compared byte for byte when the manifest is checked: JSON holds only UTF-8.
     for (const auto& [file, hash] : m.sha256)
         if (!is_utf8(file))

@@ -10,7 +10,9 @@
 // over them, so a dataset version can be pinned:
 //
 //   dataset hash = SHA-256 of the lines "<sha256>  <path>\n" sorted by path (bytewise), which is
-//   what `sha256sum` prints, so `LC_ALL=C sort -k2 | sha256sum` over its output agrees.
+//   what `sha256sum` prints, so `LC_ALL=C sort -k2 | sha256sum` over its output agrees. As there,
+//   a path holding '\\', '\n' or '\r' makes the line "\\<sha256>  <path>" with those escaped
+//   ("\\\\", "\\n", "\\r"): a name with a newline cannot forge another file's line.
 //
 //   auto st = dataset_stats("photos", {.hash = true}).value();
 //   write_manifest("photos.manifest.json", *st.manifest);
@@ -45,7 +47,13 @@ struct Manifest {
 std::string dataset_hash(const std::map<std::string, std::string>& sha256);
 nlohmann::json manifest_to_json(const Manifest& m);
 Result<Manifest> manifest_from_json(const std::string& text, const std::string& what);
-/// Atomic write, one file per line (diffs well).
+/// Fails unless `path` may take a manifest: it does not exist, is empty, or already holds a strato
+/// manifest (an earlier one). Anything else (a shard index, a CSV table, a config) is refused,
+/// naming the file and what it holds. With `dataset`, a path inside the dataset is refused too.
+/// `flag` names the option in messages ("--manifest").
+Status check_manifest_output(const std::string& path, const std::string& dataset = "",
+                             const std::string& flag = "manifest");
+/// Atomic write, one file per line (diffs well). Checks check_manifest_output() first.
 Status write_manifest(const std::string& path, const Manifest& m);
 Result<Manifest> read_manifest(const std::string& path);
 

@@ -20,6 +20,8 @@
 #include <thread>
 #include <unordered_set>
 
+#include <unistd.h>
+
 #include "strato/core/fs.h"
 #include "strato/core/json.h"
 #include "strato/core/log.h"
@@ -33,7 +35,7 @@ namespace strato::data {
 namespace stdfs = std::filesystem;
 namespace {
 
-constexpr const char* kJournalName = ".pack-journal.json";
+constexpr const char* kJournalName = kPackJournalName;
 constexpr const char* kJournalFormat = "strato-pack-journal";
 
 /// Replaces what WebDataset or a tar name cannot take ('.', '/', '\', control characters,
@@ -246,18 +248,101 @@ Status write_shard(const FolderIndex& idx, const std::vector<std::string>& keys,
     return Status::ok();
 }
 
-/// Removes what an earlier pack left that this one does not own: temp files, and shards past the
-/// end of the plan.
+/// A temp file of fs::atomic_write() for `name`: "<name>.tmp.<pid>.<n>".
+bool atomic_temp_of(const std::string& n, const std::string& name) {
+    const std::string prefix = name + ".tmp.";
+    return n.size() > prefix.size() && n.compare(0, prefix.size(), prefix) == 0 &&
+           n.find_first_not_of("0123456789.", prefix.size()) == std::string::npos;
+}
+
+/// `shard-NNNNNN.tar` (tail "") or `shard-NNNNNN.tar.tmp` (tail ".tmp"), with its number.
+bool shard_file_name(const std::string& n, unsigned* num, bool* tmp) {
+    if (n.size() != 16 && n.size() != 20) return false;
+    if (n.compare(0, 6, "shard-") != 0 || n.compare(12, 4, ".tar") != 0) return false;
+    if (n.size() == 20 && n.compare(16, 4, ".tmp") != 0) return false;
+    for (size_t i = 6; i < 12; ++i)
+        if (n[i] < '0' || n[i] > '9') return false;
+    *num = static_cast<unsigned>(std::stoul(n.substr(6, 6)));
+    *tmp = n.size() == 20;
+    return true;
+}
+
+/// What a pack writes into a split folder (shards, their temp files, index.json, the journal).
+bool pack_file_name(const std::string& n) {
+    unsigned num = 0;
+    bool tmp = false;
+    return n == kShardIndexName || n == kJournalName || atomic_temp_of(n, kShardIndexName) ||
+           atomic_temp_of(n, kJournalName) || shard_file_name(n, &num, &tmp);
+}
+
+/// Removes what an earlier pack left that this one does not own: temp files (of shards, of the
+/// journal and index.json: a killed run's), and shards past the end of the plan.
 void remove_leftovers(const stdfs::path& dir, size_t shards) {
     std::error_code ec;
     for (const auto& e : stdfs::directory_iterator(dir, ec)) {
         const std::string n = e.path().filename().string();
         unsigned num = 0;
-        char tail[8] = {0};
-        const bool shard_name = n.size() >= 16 && std::sscanf(n.c_str(), "shard-%6u.tar%7s", &num, tail) >= 1;
-        if (!shard_name) continue;
-        if (std::strcmp(tail, ".tmp") == 0 || (tail[0] == '\0' && num >= shards && n.size() == 16))
+        bool tmp = false;
+        if (atomic_temp_of(n, kJournalName) || atomic_temp_of(n, kShardIndexName) ||
+            (shard_file_name(n, &num, &tmp) && (tmp || num >= shards)))
             stdfs::remove(e.path(), ec);
+    }
+}
+
+constexpr const char* kStalePrefix = ".stale-";
+
+/// The split folders of an earlier pack into `dst` that the source (`splits`) no longer has: a
+/// test/ left beside a new val/ would be listed by stats and taken for evaluation. Checked before
+/// anything changes: such a folder may hold only what a pack writes.
+Result<std::vector<std::string>> stale_split_folders(const std::string& src, const std::string& dst,
+                                                     const std::vector<std::string>& splits) {
+    std::vector<std::string> stale;
+    if (splits.size() == 1 && splits[0].empty()) return stale;  // (the layout switch handles these)
+    for (const char* s : {"train", "val", "test"}) {
+        if (std::find(splits.begin(), splits.end(), s) != splits.end()) continue;
+        const stdfs::path dir = stdfs::path(dst) / s;
+        std::error_code ec;
+        if (!stdfs::is_directory(stdfs::symlink_status(dir, ec))) continue;
+        bool packed = false;
+        for (const auto& e : stdfs::directory_iterator(dir, ec)) {
+            const std::string n = e.path().filename().string();
+            if (!pack_file_name(n) || !e.is_regular_file(ec))
+                return invalid_argument("{}/ is a split of an earlier pack that {} no longer has, and holds {}, "
+                                           "which a pack does not write; move it away, then pack again",
+                                           dir.string(), src, n);
+            packed = true;
+        }
+        if (ec) return io_error("cannot list {}: {}", dir.string(), ec.message());
+        if (packed || stdfs::is_empty(dir, ec)) stale.emplace_back(s);
+    }
+    return stale;
+}
+
+/// Takes a stale split folder away in one step (a rename: readers see it whole or not at
+/// all), then deletes it.
+Status remove_stale_split(const std::string& dst, const std::string& split) {
+    const stdfs::path dir = stdfs::path(dst) / split;
+    const stdfs::path gone = stdfs::path(dst) / fmt::format("{}{}.{}", kStalePrefix, split, ::getpid());
+    STRATO_RETURN_IF_ERROR(fs::remove_tree(gone));
+    std::error_code ec;
+    stdfs::rename(dir, gone, ec);
+    if (ec) return io_error("cannot move {} out of the way: {}", dir.string(), ec.message());
+    STRATO_RETURN_IF_ERROR(fs::fsync_dir(dst));
+    log::warn("data pack: removed {}/, a split of an earlier pack that the source no longer has", dir.string());
+    return fs::remove_tree(gone);
+}
+
+/// Deletes what an interrupted removal of a stale split left: DST/.stale-<split>.<pid>/.
+void remove_stale_leftovers(const std::string& dst) {
+    std::error_code ec;
+    for (const auto& e : stdfs::directory_iterator(dst, ec)) {
+        const std::string n = e.path().filename().string();
+        for (const char* s : {"train", "val", "test"}) {
+            const std::string p = fmt::format("{}{}.", kStalePrefix, s);
+            if (n.size() > p.size() && n.compare(0, p.size(), p) == 0 &&
+                n.find_first_not_of("0123456789", p.size()) == std::string::npos && e.is_directory(ec))
+                (void)fs::remove_tree(e.path());
+        }
     }
 }
 
@@ -404,9 +489,10 @@ Status pack_split(const FolderIndex& idx, const stdfs::path& dir, const std::str
 
 Result<std::vector<PackedSplit>> pack_image_folder(const std::string& src, const std::string& dst,
                                                    const PackOptions& options) {
-    if (options.shard_size < tar_member_bytes(1) + kTarEndBytes) {
-        return invalid_argument("shard size {} bytes is too small (a shard holds at least a few KiB; try 256MB)",
-                                options.shard_size);
+    static_assert(kShardSizeMin == tar_member_bytes(1) + kTarEndBytes);
+    if (options.shard_size < kShardSizeMin) {
+        return invalid_argument("shard size {} bytes is too small (at least {} bytes; try 256MB)", options.shard_size,
+                                kShardSizeMin);
     }
     std::error_code ec;
     if (!stdfs::is_directory(src, ec)) return not_found("{} does not exist or is not a directory", src);
@@ -443,6 +529,8 @@ Result<std::vector<PackedSplit>> pack_image_folder(const std::string& src, const
                                         from.string(), json_text(c));
         indexes.push_back(std::move(idx));
     }
+    STRATO_ASSIGN_OR_RETURN(const std::vector<std::string> stale_splits, stale_split_folders(src, dst, splits));
+    remove_stale_leftovers(dst);
     // A pack of the other layout in the same folder: its index would win over (a root index.json)
     // or sit beside (train/index.json) the new one, and readers took the old dataset.
     {
@@ -469,6 +557,8 @@ Result<std::vector<PackedSplit>> pack_image_folder(const std::string& src, const
         if (options.progress) options.progress({split, done.bytes, done.bytes, done.shards, done.shards});
         out.push_back(std::move(done));
     }
+    // Only now, with every new split complete: the old ones go.
+    for (const std::string& s : stale_splits) STRATO_RETURN_IF_ERROR(remove_stale_split(dst, s));
     return out;
 }
 

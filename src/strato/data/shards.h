@@ -36,6 +36,11 @@ namespace strato::data {
 inline constexpr const char* kShardIndexFormat = "strato-shards";
 inline constexpr int kShardIndexVersion = 1;
 inline constexpr const char* kShardIndexName = "index.json";
+/// A pack's record of its finished shards, beside them until the next pack (no index.json
+/// beside it: a pack that did not finish).
+inline constexpr const char* kPackJournalName = ".pack-journal.json";
+/// The smallest shard size a pack takes: one member of a byte, its .cls, the tar end.
+inline constexpr int64_t kShardSizeMin = 2048;
 
 // ---- image folders ---------------------------------------------------------------------------
 

@@ -401,6 +401,10 @@ Result<std::shared_ptr<Pipeline>> Pipeline::parse(const std::vector<std::string>
     return p;
 }
 
+Status Pipeline::check_spec(const std::string& spec, const std::string& where) {
+    return parse_op(spec, where).status();
+}
+
 bool Pipeline::random() const {
     for (const auto& op : ops_)
         if (op->kind != OpKind::kResize && op->kind != OpKind::kCenterCrop) return true;

@@ -43,6 +43,10 @@ public:
     static Result<std::shared_ptr<Pipeline>> parse(const std::vector<std::string>& specs, ImageShape output,
                                                    const std::string& where);
 
+    /// Checks one transform string alone (name, keys, values), as parse() does; for a command
+    /// line's flag, where the whole list is checked later. Errors start with `where`.
+    static Status check_spec(const std::string& spec, const std::string& where);
+
     /// Decodes `bytes` and writes the transformed CHW image into `dst` (output().numel() bytes).
     /// `seed` drives every random choice.
     Status run(std::string_view bytes, const std::string& name, uint64_t seed, uint8_t* dst) const;
