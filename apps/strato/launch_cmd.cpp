@@ -93,15 +93,20 @@ void add_launch_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
                                        "srun + strato launch per node; kubernetes: a Kubeflow PyTorchJob)")
         ->check(CLI::IsMember({"slurm", "kubernetes"}));
     cmd->add_option("-o,--out", o->out, "With --emit: the file to write (default: stdout)");
-    cmd->add_option("--job-name", o->e.job_name, "With --emit: the job's name (default strato-job)");
-    cmd->add_option("--image", o->e.image, "With --emit kubernetes: the container image (default strato:latest)");
-    cmd->add_option("--partition", o->e.partition, "With --emit slurm: sbatch --partition");
-    cmd->add_option("--time", o->e.time, "With --emit slurm: sbatch --time");
+    // Written into #SBATCH lines and Kubernetes names: one word (a newline would end the #SBATCH
+    // block and run the rest as a command).
+    const CLI::Validator one_word([](std::string& v) { return dist::why_not_one_word(v); }, "WORD", "one word");
+    cmd->add_option("--job-name", o->e.job_name, "With --emit: the job's name (default strato-job)")->check(one_word);
+    cmd->add_option("--image", o->e.image, "With --emit kubernetes: the container image (default strato:latest)")
+        ->check(one_word);
+    cmd->add_option("--partition", o->e.partition, "With --emit slurm: sbatch --partition")->check(one_word);
+    cmd->add_option("--time", o->e.time, "With --emit slurm: sbatch --time")->check(one_word);
     cmd->add_option("--gpus-per-node", o->e.gpus_per_node, "With --emit: GPUs to request per node");
     cmd->add_option("--cpus-per-node", o->e.cpus_per_node, "With --emit: CPUs to request per node");
     cmd->add_option("--strato-path", o->e.strato,
                     "With --emit: strato on the nodes (default: this executable for slurm, strato for kubernetes)");
-    cmd->add_option("--rdzv-port", o->e.rdzv_port, "With --emit: the rendezvous port on the first node (default 29400)");
+    cmd->add_option("--rdzv-port", o->e.rdzv_port, "With --emit: the rendezvous port on the first node (default 29400)")
+        ->check(CLI::Range(1, 65535));
     cmd->add_flag("--quiet-workers", [o](int64_t) { o->l.tee = false; }, "Do not echo worker output (logs still kept)");
     cmd->callback([o, exit_code, master_addr, master_port] {
         dist::LaunchOptions l = o->l;
@@ -122,6 +127,8 @@ void add_launch_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         if (!o->emit.empty()) {
             dist::EmitOptions e = o->e;
             e.launch = l;
+            // cpu|auto: each node counts its own cores, not this machine's.
+            if (o->nproc == "cpu" || o->nproc == "auto") e.nproc_per_node = o->nproc;
             if (e.strato.empty()) {
                 // Slurm nodes share this installation; a container image has strato on its PATH.
                 std::error_code ec;

@@ -14,12 +14,17 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <cmath>
+#include <cstdio>
 #include <chrono>
+#include <fstream>
 #include <functional>
 #include <future>
+#include <iterator>
 #include <map>
 #include <thread>
 
+#include "strato/core/log.h"
 #include "strato/dist/agent.h"
 #include "strato/dist/emit.h"
 #include "strato/dist/peers.h"
@@ -76,6 +81,39 @@ TEST(DistEnv, SlurmWithHostList) {
     auto batch = read_env(from({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_JOB_NODELIST", "n1"}}));
     ASSERT_TRUE(batch.is_ok());
     EXPECT_FALSE(batch->distributed());
+}
+
+// Found by review: without SLURM_STEP_NUM_TASKS (which docs/launch.md did not name) rank 2 of 4
+// was read as a single process, silently.
+TEST(DistEnv, SlurmWithoutTheStepVariables) {
+    auto e = read_env(from({{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "4"}, {"SLURM_TASKS_PER_NODE", "2(x2)"},
+                            {"SLURM_NODEID", "1"}, {"SLURM_LOCALID", "0"}, {"SLURM_JOB_NODELIST", "n[1-2]"}}));
+    ASSERT_TRUE(e.is_ok()) << e.status().message();
+    EXPECT_EQ(e->source, "slurm");
+    EXPECT_EQ(e->rank, 2);
+    EXPECT_EQ(e->world_size, 4);
+    EXPECT_EQ(e->local_world_size, 2);
+    EXPECT_EQ(e->group_rank, 1);
+    EXPECT_EQ(e->master_addr, "n1");
+    // A rank past the tasks names the variables.
+    auto past = read_env(from({{"SLURM_PROCID", "4"}, {"SLURM_NTASKS", "4"}}));
+    ASSERT_FALSE(past.is_ok());
+    EXPECT_NE(past.status().message().find("slurm: rank 4 is outside the world of 4"), std::string::npos)
+        << past.status().message();
+    // Rank 0 of 4 alone is a batch script (it runs once): one process, but said so.
+    char dir[] = "/tmp/strato-dist-test-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    const std::string events = std::string(dir) + "/events.log";
+    ASSERT_TRUE(log::add_file_sink(events));
+    auto batch = read_env(from({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_TASKS_PER_NODE", "4"}}));
+    log::remove_file_sinks();
+    ASSERT_TRUE(batch.is_ok());
+    EXPECT_FALSE(batch->distributed());
+    std::ifstream in(events);
+    const std::string said((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(said.find("SLURM_PROCID=0 and SLURM_NTASKS=4 without SLURM_STEP_NUM_TASKS"), std::string::npos) << said;
+    std::remove(events.c_str());
+    rmdir(dir);
 }
 
 TEST(DistEnv, SlurmTasksPerNodeIsReadStrictly) {
@@ -153,6 +191,23 @@ TEST(HostList, Expands) {
     EXPECT_FALSE(expand_hostlist("n[1-99999999999999999999]").is_ok());  // atol overflowed here
     EXPECT_EQ(*expand_hostlist("n[0000000009-0000000010]"),
               (std::vector<std::string>{"n0000000009", "n0000000010"}));
+}
+
+// Found by review: text after ']' became a host of its own ("gpu[1-2]-ib" gave gpu1 gpu2 -ib).
+TEST(HostList, SuffixesAndSeveralGroupsAsSlurm) {
+    using V = std::vector<std::string>;
+    EXPECT_EQ(*expand_hostlist("gpu[1-2]-ib"), (V{"gpu1-ib", "gpu2-ib"}));
+    EXPECT_EQ(*expand_hostlist("rack[1-2]-n[01-02]"), (V{"rack1-n01", "rack1-n02", "rack2-n01", "rack2-n02"}));
+    EXPECT_EQ(*expand_hostlist("a[1,3]b[7]c,login,x[09-10].ib"), (V{"a1b7c", "a3b7c", "login", "x09.ib", "x10.ib"}));
+    EXPECT_EQ(*expand_hostlist("[1-2]n"), (V{"1n", "2n"}));
+    EXPECT_EQ(*expand_hostlist("a,,b,"), (V{"a", "b"}));
+    EXPECT_FALSE(expand_hostlist("gpu1]").is_ok());
+    EXPECT_FALSE(expand_hostlist("a[1-2]b[3").is_ok());
+    EXPECT_FALSE(expand_hostlist("a[1-2]b[]").is_ok());
+    // 100001 x 100001 names: refused, not a few hundred GB of strings.
+    auto huge = expand_hostlist("a[0-100000]b[0-100000]");
+    ASSERT_FALSE(huge.is_ok());
+    EXPECT_NE(huge.status().message().find("more than"), std::string::npos) << huge.status().message();
 }
 
 TEST(Launch, Nnodes) {
@@ -454,6 +509,108 @@ TEST(Emit, SlurmScriptRunsOneLauncherPerNode) {
     EXPECT_NE(emit_slurm(o)->find("--stop-timeout 30 --no-python --log-dir"), std::string::npos) << *emit_slurm(o);
     EXPECT_NE(emit_pytorchjob(o)->find("\"--no-python\", \"strato\", \"train\""), std::string::npos) << *emit_pytorchjob(o);
     o.launch.command.clear();
+    EXPECT_FALSE(emit_slurm(o).is_ok());
+}
+
+EmitOptions small_job() {
+    EmitOptions o;
+    o.launch.min_nodes = o.launch.max_nodes = 2;
+    o.launch.command = {"strato", "train", "cfg.toml"};
+    return o;
+}
+
+// Found by review: `--partition $'gpu\necho INJECTED'` ended the #SBATCH block and ran a command.
+TEST(Emit, ValuesInSbatchLinesAndKubernetesNamesAreOneWord) {
+    const struct {
+        std::string EmitOptions::*field;
+        const char* flag;
+    } fields[] = {{&EmitOptions::partition, "--partition"}, {&EmitOptions::time, "--time"},
+                  {&EmitOptions::job_name, "--job-name"}, {&EmitOptions::image, "--image"}};
+    for (const auto& f : fields) {
+        for (const char* bad : {"gpu\necho INJECTED", "a b", "a\tb", "a\rb", "x'y", "x\"y", "x`y`", "a\x7f"}) {
+            EmitOptions o = small_job();
+            o.*f.field = bad;
+            for (const auto& r : {emit_slurm(o), emit_pytorchjob(o)}) {
+                ASSERT_FALSE(r.is_ok()) << f.flag << " " << bad;
+                EXPECT_NE(r.status().message().find(f.flag), std::string::npos) << r.status().message();
+                EXPECT_NE(r.status().message().find("one word"), std::string::npos) << r.status().message();
+                EXPECT_EQ(r.status().message().find('\n'), std::string::npos) << "the message is one line";
+            }
+        }
+    }
+    EXPECT_EQ(why_not_one_word("gpu-a100"), "");
+    EXPECT_EQ(why_not_one_word("1-00:00:00"), "");
+    EXPECT_NE(why_not_one_word(""), "");
+    EmitOptions o = small_job();
+    o.partition = "gpu";
+    o.time = "02:00:00";
+    auto s = emit_slurm(o);
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    EXPECT_NE(s->find("#SBATCH --partition=gpu\n#SBATCH --time=02:00:00\n"), std::string::npos) << *s;
+    // A worker argument with a newline is escaped in the YAML, not folded into a blank.
+    o.launch.command = {"sh", "-c", "echo a\necho b"};
+    EXPECT_NE(emit_pytorchjob(o)->find("\"echo a\\x0aecho b\""), std::string::npos) << *emit_pytorchjob(o);
+}
+
+// Found by review: --stop-timeout 0.4 became 0 (SIGKILL at once); --join-timeout, --last-call,
+// --monitor-interval, --quiet-workers, --rdzv-id and --log-dir were dropped; --rdzv-port went
+// unchecked.
+TEST(Emit, LauncherFlagsArePassedOnExactly) {
+    EmitOptions o = small_job();
+    auto plain = emit_slurm(o);
+    ASSERT_TRUE(plain.is_ok()) << plain.status().message();
+    for (const char* absent : {"--join-timeout", "--last-call", "--monitor-interval", "--quiet-workers"})
+        EXPECT_EQ(plain->find(absent), std::string::npos) << absent;
+    EXPECT_NE(plain->find("--rdzv-id \"$SLURM_JOB_ID\""), std::string::npos) << *plain;
+    EXPECT_NE(plain->find("logs=${STRATO_LAUNCH_LOGS:-'runs/launch'}\n"), std::string::npos) << *plain;
+    EXPECT_NE(plain->find("--stop-timeout 30 --log-dir \"$logs/$SLURM_JOB_ID\""), std::string::npos) << *plain;
+    o.launch.stop_timeout_s = 0.4;
+    o.launch.join_timeout_s = 120;
+    o.launch.last_call_s = 7.5;
+    o.launch.monitor_interval_s = 0.25;
+    o.launch.tee = false;
+    o.launch.rdzv_id = "my job";
+    o.launch.log_dir = "/shared/launch logs";
+    auto s = emit_slurm(o);
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    EXPECT_NE(s->find("--rdzv-id 'my job' --max-restarts 0"), std::string::npos) << *s;
+    EXPECT_NE(s->find("--stop-timeout 0.4 --join-timeout 120 --last-call 7.5 --monitor-interval 0.25 --quiet-workers "
+                      "--log-dir \"$logs/$SLURM_JOB_ID\""),
+              std::string::npos)
+        << *s;
+    EXPECT_NE(s->find("logs=${STRATO_LAUNCH_LOGS:-'/shared/launch logs'}\n"), std::string::npos) << *s;
+    auto k = emit_pytorchjob(o);
+    ASSERT_TRUE(k.is_ok()) << k.status().message();
+    EXPECT_NE(k->find("\"--stop-timeout\", \"0.4\", \"--join-timeout\", \"120\", \"--last-call\", \"7.5\", "
+                      "\"--monitor-interval\", \"0.25\", \"--quiet-workers\", \"--rdzv-id\", \"my job\", "
+                      "\"--log-dir\", \"/shared/launch logs\", \"strato\", \"train\""),
+              std::string::npos)
+        << *k;
+    for (int port : {0, -1, 65536, 70000}) {
+        o.rdzv_port = port;
+        EXPECT_NE(emit_slurm(o).status().message().find("--rdzv-port"), std::string::npos) << port;
+        EXPECT_FALSE(emit_pytorchjob(o).is_ok()) << port;
+    }
+    o.rdzv_port = 29400;
+    o.launch.stop_timeout_s = std::nan("");
+    EXPECT_NE(emit_slurm(o).status().message().find("--stop-timeout"), std::string::npos);
+}
+
+// Found by review: --nproc-per-node cpu was this machine's core count in the job.
+TEST(Emit, NprocWordIsEvaluatedOnEachNode) {
+    EmitOptions o = small_job();
+    o.launch.nproc_per_node = 48;  // (this machine's count)
+    o.nproc_per_node = "cpu";
+    auto s = emit_slurm(o);
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    EXPECT_NE(s->find("--nproc-per-node cpu --rdzv-backend"), std::string::npos) << *s;
+    EXPECT_EQ(s->find("48"), std::string::npos) << *s;
+    o.nproc_per_node = "auto";
+    auto k = emit_pytorchjob(o);
+    ASSERT_TRUE(k.is_ok()) << k.status().message();
+    EXPECT_NE(k->find("nprocPerNode: \"auto\"\n"), std::string::npos) << *k;
+    EXPECT_NE(k->find("\"--nproc-per-node\", \"auto\""), std::string::npos) << *k;
+    o.nproc_per_node = "gpu; rm -rf /";
     EXPECT_FALSE(emit_slurm(o).is_ok());
 }
 

@@ -3,8 +3,10 @@
 and PET_* variables), a failing worker restarting the whole group with an error file, a worker
 killed by SIGKILL, restarts used up, SIGTERM to the launcher, two launchers as two nodes through
 the rendezvous on 127.0.0.1 (a failure on one restarts both), and a node that never joins giving
-a clear error within the join timeout; --emit kubernetes as a PyTorchJob; doctor --peers against
-doctor --listen and a dead port, and its usage errors."""
+a clear error within the join timeout; worker output read as fast as it comes, a launcher whose
+stdout nobody reads still stopping on SIGTERM, SIGTERM acted on at once with a long
+--monitor-interval; --emit kubernetes as a PyTorchJob, --emit's usage errors and the flags it passes
+on; doctor --peers against doctor --listen and a dead port, and its usage errors."""
 import json
 import os
 import signal
@@ -237,6 +239,82 @@ def emit_kubernetes(tmp):
     check(p.returncode != 0 and "one word" in p.stderr, p.stderr)
 
 
+def emit_usage_errors(tmp):
+    """Found by review: a newline in --partition ended the #SBATCH block and ran a command; --rdzv-port
+    went unchecked; --stop-timeout 0.4 became 0; --nproc-per-node cpu became this machine's count."""
+    for engine, args in (("slurm", ["--partition", "gpu\necho INJECTED"]), ("slurm", ["--time", "1 day"]),
+                         ("slurm", ["--job-name", "a\tb"]), ("slurm", ["--rdzv-port", "70000"]),
+                         ("slurm", ["--rdzv-port", "0"]), ("kubernetes", ["--image", "me/strato:1\nkind: Pod"]),
+                         ("kubernetes", ["--job-name", "x\ny"])):
+        p = launch("--emit", engine, "--nnodes", "2", *args, "true", timeout=30)
+        check(p.returncode == 2 and f"{args[0]}: " in p.stderr and "INJECTED" not in p.stdout,
+              f"--emit {engine} {args}: exit {p.returncode}, {p.stderr}")
+    p = launch("--emit", "slurm", "--nnodes", "2", "--nproc-per-node", "cpu", "--stop-timeout", "0.4", "--join-timeout",
+               "90", "--quiet-workers", "--rdzv-id", "j1", "true", timeout=30)
+    check(p.returncode == 0, p.stderr)
+    check("--nproc-per-node cpu " in p.stdout and "--rdzv-id 'j1' " in p.stdout, p.stdout)
+    check("--stop-timeout 0.4 --join-timeout 90 --quiet-workers --log-dir" in p.stdout, p.stdout)
+
+
+def fast_output(tmp):
+    """Found by review: worker output was read 64 KiB per --monitor-interval (640 KB/s), so a worker
+    writing 20 MB was held back for 30 s; read as it comes, it takes a second or two."""
+    gen = "head -c 20000000 /dev/zero | tr '\\0' a | fold -w 100; echo"
+    for quiet in (True, False):
+        t0 = time.time()
+        p = launch(*(["--quiet-workers"] if quiet else []), "--log-dir", f"{tmp}/fast{quiet}", "--no-python",
+                   "sh", "-c", gen, timeout=120)
+        took = time.time() - t0
+        check(p.returncode == 0, f"fast output: exit {p.returncode}: {p.stderr[-500:]}")
+        size = os.path.getsize(f"{tmp}/fast{quiet}/attempt_0/rank_0.log")
+        check(size == 200000 * 101, f"the log has every line: {size} bytes")
+        check(quiet or p.stdout.count("\n") == 200000, f"every line echoed: {p.stdout.count(chr(10))}")
+        check(took < 10, f"20 MB of worker output (quiet={quiet}) took {took:.1f} s")
+
+
+def blocked_stdout(tmp):
+    """Found by review: a launcher whose stdout nobody reads (a FIFO, a paused `| less`) blocked in
+    write(): its workers stalled, SIGTERM went unheard. Now the workers write on (the logs get every
+    line), the echo drops what does not fit, says so, and SIGTERM stops the job at once."""
+    r, w = os.pipe()  # nobody reads r
+    gen = "head -c 10000000 /dev/zero | tr '\\0' a | fold -w 100; echo; sleep 60"
+    with open(f"{tmp}/blocked.err", "w") as err:
+        proc = subprocess.Popen([STRATO, "launch", "--log-dir", f"{tmp}/blocked", "--stop-timeout", "5", "--no-python",
+                                 "sh", "-c", gen], stdout=w, stderr=err)
+    os.close(w)
+    log = f"{tmp}/blocked/attempt_0/rank_0.log"
+    try:
+        wait_for("the worker's 10 MB to reach its log",
+                 lambda: os.path.exists(log) and os.path.getsize(log) == 100000 * 101, proc, timeout=60)
+        t0 = time.time()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        check(proc.returncode == 128 + signal.SIGTERM, f"SIGTERM with a blocked stdout: exit {proc.returncode}")
+        check(time.time() - t0 < 5, f"stopped within {time.time() - t0:.1f} s")
+        said = open(f"{tmp}/blocked.err").read()
+        check("standard output is not keeping up" in said and "were not echoed" in said, said[-800:])
+    except subprocess.TimeoutExpired:
+        check(False, "the launcher with a blocked stdout ignored SIGTERM")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(r)
+
+
+def prompt_stop(tmp):
+    """Found by review: SIGTERM was acted on only at the next check, up to --monitor-interval late."""
+    proc = subprocess.Popen([STRATO, "launch", "--monitor-interval", "20", "--log-dir", f"{tmp}/prompt", "sleep", "60"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for("the launcher to start its worker", lambda: os.path.exists(f"{tmp}/prompt/attempt_0/rank_0.log"), proc)
+    time.sleep(0.5)  # into the wait between checks
+    t0 = time.time()
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    check(proc.returncode == 128 + signal.SIGTERM, f"SIGTERM: exit {proc.returncode}")
+    check(time.time() - t0 < 3, f"SIGTERM with --monitor-interval 20 took {time.time() - t0:.1f} s")
+
+
 def doctor_peers(tmp):
     server = subprocess.Popen([STRATO, "doctor", "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE, text=True)
     try:
@@ -269,6 +347,10 @@ def doctor_peers(tmp):
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         emit_kubernetes(tmp)
+        emit_usage_errors(tmp)
+        fast_output(tmp)
+        blocked_stdout(tmp)
+        prompt_stop(tmp)
         doctor_peers(tmp)
         environment(tmp)
         restarts(tmp)

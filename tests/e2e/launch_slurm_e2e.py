@@ -3,7 +3,8 @@
 slurmctld, slurmd n1 and n2 on 127.0.0.1), the emitted sbatch script submitted as is, one
 `strato launch` per node through srun meeting at the rendezvous on the first node, and
 `strato train` data-parallel over the two "nodes": the job ends, rank 0 wrote the run with a
-model package, and both nodes' workers were ranks of one world of 2."""
+model package, and both nodes' workers were ranks of one world of 2; launcher flags given to
+--emit (an exact --stop-timeout, --monitor-interval) reach every node's launcher."""
 import os
 import re
 import subprocess
@@ -22,7 +23,8 @@ def main():
         try:
             script = os.path.join(tmp, "job.sbatch")
             p = subprocess.run([STRATO, "launch", "--emit", "slurm", "--nnodes", "2", "--nproc-per-node", "1",
-                                "--max-restarts", "1", "--stop-timeout", "5", "--job-name", "ddp-e2e", "-o", script,
+                                "--max-restarts", "1", "--stop-timeout", "2.5", "--monitor-interval", "0.2",
+                                "--job-name", "ddp-e2e", "-o", script,
                                 STRATO, "-q", "train", os.path.join(REPO, "configs", "fashion_mnist_mlp.toml"),
                                 "--set", "train.epochs=1", "--set", "data.limit_train=2048", "--set",
                                 "data.limit_test=500", "--set", "run.threads=1", "--set", f"run.dir={tmp}/runs",
@@ -31,6 +33,9 @@ def main():
             check(p.returncode == 0, f"emit: {p.stderr}")
             text = open(script).read()
             check("#SBATCH --nodes=2" in text and "srun" in text and "--rdzv-backend c10d" in text, text)
+            # Found by review: --stop-timeout 2.5 was written as 2 (0.4 as 0: SIGKILL at once) and
+            # --monitor-interval was dropped.
+            check("--stop-timeout 2.5 --monitor-interval 0.2 --log-dir" in text, text)
             sub = subprocess.run(["sbatch", "--parsable", "-D", tmp, script], capture_output=True, text=True, env=env)
             check(sub.returncode == 0, f"sbatch: {sub.stderr}")
             job = sub.stdout.strip().split(";")[0]

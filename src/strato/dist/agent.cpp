@@ -3,18 +3,23 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
+#include <climits>
 #include <chrono>
 #include <cstdio>
 #include <deque>
-#include <functional>
 #include <filesystem>
+#include <functional>
+#include <iterator>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -82,12 +87,156 @@ struct Failure {
     }
 };
 
+// ---- the echo of worker lines on the launcher's standard output ----
+
+/// Worker lines on the launcher's standard output, written without ever blocking the launcher: a
+/// reader that stops reading (a paused `| less`, a FIFO nobody reads) would otherwise hold it in
+/// write(), deaf to SIGINT/SIGTERM and with its rendezvous heartbeat stopped. Lines wait in a
+/// buffer of up to kBufferMax bytes; when it is full the echo waits for a reader that is taking
+/// lines (the workers then go at its pace, as under torchrun), but once the reader has taken
+/// nothing for kStallS (or a stop signal came) lines are dropped and counted until it reads again
+/// (the logs keep every line), and the launcher says so. The event loop watches fd() for room
+/// while pending().
+class Echo {
+public:
+    /// `fd` < 0: no echo. `logs` is where every line is kept (for the messages).
+    Echo(int fd, std::string logs) : fd_(fd), logs_(std::move(logs)) {
+        struct stat st {};
+        closed_ = fd < 0;
+        if (fd < 0 || fstat(fd, &st) != 0) return;
+        if (S_ISSOCK(st.st_mode)) {
+            socket_ = true;  // send(MSG_DONTWAIT) below
+        } else if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)) {
+            // A non-blocking open file description of our own for the same pipe or terminal:
+            // O_NONBLOCK on the shared one would reach the shell and every other process on it.
+            own_ = ::open(fmt::format("/proc/self/fd/{}", fd).c_str(), O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+            careful_ = own_ < 0;  // else: room checked with poll(), at most PIPE_BUF bytes a write
+        }
+    }
+    ~Echo() {
+        if (own_ >= 0) ::close(own_);
+    }
+    Echo(const Echo&) = delete;
+    Echo& operator=(const Echo&) = delete;
+
+    void add(int rank, std::string_view line) {
+        if (closed_) return;
+        if (buffer_.size() - written_ >= kBufferMax && !stalled_) make_room();
+        if (buffer_.size() - written_ >= kBufferMax) {
+            if (dropped_++ == 0) note_ = true;
+            return;
+        }
+        fmt::format_to(std::back_inserter(buffer_), "[{}]: ", rank);
+        buffer_.append(line);  // (NUL bytes too)
+        buffer_ += '\n';
+    }
+    /// Writes what the reader takes now.
+    void flush() {
+        while (!closed_ && written_ < buffer_.size()) {
+            const ssize_t n = write_some(buffer_.data() + written_, buffer_.size() - written_);
+            if (n > 0) {
+                written_ += static_cast<size_t>(n);
+                total_ += static_cast<size_t>(n);
+                stalled_ = false;
+                continue;
+            }
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+            // A closed stdout (EPIPE) ends the echo; the logs keep every line.
+            closed_ = true;
+            log::warn("launch: standard output is closed ({}); worker output goes to the logs in {} only",
+                      n < 0 ? strerror(errno) : "nothing written", logs_);
+        }
+        if (written_ == buffer_.size() || written_ > (1u << 20)) {
+            buffer_.erase(0, written_);
+            written_ = 0;
+        }
+        if (note_ && stderr_has_room()) {
+            note_ = false;
+            log::warn("launch: standard output is not keeping up; worker lines are dropped from the echo (the logs "
+                      "in {} keep all of them)", logs_);
+        }
+    }
+    /// At the end: waits up to `wait_s` for the reader, then says what was dropped.
+    void finish(double wait_s) {
+        const double deadline = now_s() + wait_s;
+        for (flush(); pending() && now_s() < deadline; flush()) {
+            pollfd p{fd(), POLLOUT, 0};
+            ::poll(&p, 1, std::max(1, static_cast<int>((deadline - now_s()) * 1000)));
+        }
+        if (pending())
+            dropped_ += static_cast<size_t>(std::count(buffer_.begin() + static_cast<long>(written_), buffer_.end(), '\n'));
+        if (dropped_ > 0 && stderr_has_room())
+            log::warn("launch: {} worker line(s) were not echoed (standard output did not keep up); the logs in {} "
+                      "have them", dropped_, logs_);
+        dropped_ = 0;
+        buffer_.clear();
+        written_ = 0;
+    }
+    bool pending() const { return !closed_ && written_ < buffer_.size(); }
+    int fd() const { return own_ >= 0 ? own_ : fd_; }
+
+private:
+    static constexpr size_t kBufferMax = 4 << 20;
+    static constexpr double kStallS = 0.1;
+
+    /// Waits while the reader takes lines; gives up (stalled) after kStallS without progress.
+    void make_room() {
+        double deadline = now_s() + kStallS;
+        for (size_t seen = total_; !closed_ && !signals::stop_requested();) {
+            flush();
+            if (buffer_.size() - written_ < kBufferMax) return;
+            if (total_ != seen) {
+                seen = total_;
+                deadline = now_s() + kStallS;
+            }
+            if (now_s() >= deadline) break;
+            pollfd q{fd(), POLLOUT, 0};
+            ::poll(&q, 1, std::max(1, static_cast<int>((deadline - now_s()) * 1000)));
+        }
+        stalled_ = true;
+    }
+
+    ssize_t write_some(const char* p, size_t n) {
+        if (socket_) return ::send(fd_, p, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (careful_) {
+            // A blocking pipe or terminal: a write of up to PIPE_BUF bytes into a pipe with room
+            // does not block.
+            pollfd q{fd_, POLLOUT, 0};
+            if (::poll(&q, 1, 0) != 1 || !(q.revents & POLLOUT)) {
+                if (q.revents & (POLLERR | POLLHUP)) return ::write(fd_, p, std::min<size_t>(n, PIPE_BUF));  // (EPIPE)
+                errno = EAGAIN;
+                return -1;
+            }
+            n = std::min<size_t>(n, PIPE_BUF);
+        }
+        return ::write(fd(), p, n);
+    }
+    /// The launcher's own lines go to stderr with a blocking write: only when it has room.
+    static bool stderr_has_room() {
+        pollfd q{2, POLLOUT, 0};
+        return ::poll(&q, 1, 0) == 1 && (q.revents & POLLOUT);
+    }
+
+    int fd_;
+    std::string logs_;
+    int own_ = -1;
+    bool socket_ = false, careful_ = false, closed_ = false, note_ = false;
+    bool stalled_ = false;  // the reader took nothing for kStallS: drop instead of waiting
+    std::string buffer_;
+    size_t written_ = 0, total_ = 0;
+    size_t dropped_ = 0;
+};
+
 // ---- the local worker group ----
 
 class Group {
 public:
-    explicit Group(const LaunchOptions& o) : o_(o) {}
-    ~Group() { stop(); }
+    explicit Group(const LaunchOptions& o) : o_(o), echo_(o.tee ? STDOUT_FILENO : -1, o.log_dir) {}
+    ~Group() {
+        stop();
+        if (o_.tee) echo_.finish(1.0);
+    }
 
     Status start(const Round& r, const std::string& run_id, const std::string& dir);
     enum class State { kRunning, kSucceeded, kFailed };
@@ -95,6 +244,10 @@ public:
     /// SIGTERM to every worker's process group, SIGKILL after the grace period; `tick` runs while
     /// it waits (the rendezvous heartbeat must go on).
     void stop(const std::function<void()>& tick = nullptr);
+    /// Reads the workers' output as it comes until `until` (now_s's clock), with `tick` at least
+    /// every second; returns early when a worker's output ends (it exited, most likely) and, with
+    /// `wake_on_stop`, at once when SIGINT/SIGTERM/SIGHUP asks the launcher to stop.
+    void wait(double until, bool wake_on_stop, const std::function<void()>& tick = nullptr);
 
 private:
     struct Worker {
@@ -112,7 +265,7 @@ private:
 
     const LaunchOptions& o_;
     std::vector<Worker> workers_;
-    bool echo_ = true;  // stdout still takes the workers' lines
+    Echo echo_;
 };
 
 Status Group::start(const Round& r, const std::string& run_id, const std::string& dir) {
@@ -217,15 +370,7 @@ void Group::drain(Worker& w, bool final) {
         w.log << line << '\n';
         w.tail.emplace_back(line);
         if (w.tail.size() > kTailLines) w.tail.pop_front();
-        if (o_.tee && echo_) {
-            // A closed stdout (EPIPE) ends the echo; the logs keep every line.
-            const std::string text = fmt::format("[{}]: {}\n", w.rank, line);  // (NUL bytes too)
-            if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0) {
-                echo_ = false;
-                log::warn("launch: standard output is closed ({}); worker output goes to the logs in {} only",
-                          strerror(errno), o_.log_dir);
-            }
-        }
+        if (o_.tee) echo_.add(w.rank, line);
     };
     // Whole lines are passed on after every read, so a worker writing without pause is never
     // held in memory; a run of kMaxLineBytes without a newline is passed on as a line of its own.
@@ -269,7 +414,60 @@ void Group::drain(Worker& w, bool final) {
         w.partial.clear();
     }
     w.log.flush();
-    if (o_.tee) std::fflush(stdout);
+    if (o_.tee) echo_.flush();
+}
+
+void Group::wait(double until, bool wake_on_stop, const std::function<void()>& tick) {
+    sigset_t stops, unblocked;
+    sigemptyset(&stops);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stops, sig);
+    std::vector<pollfd> fds;
+    std::vector<Worker*> owners;
+    for (;;) {
+        fds.clear();
+        owners.clear();
+        for (auto& w : workers_) {
+            if (w.out < 0) continue;
+            fds.push_back({w.out, POLLIN, 0});
+            owners.push_back(&w);
+        }
+        if (o_.tee && echo_.pending()) fds.push_back({echo_.fd(), POLLOUT, 0});
+        const double left = std::min(until - now_s(), 1.0);  // the heartbeat (tick) goes on meanwhile
+        if (left <= 0) return;
+        timespec ts{};
+        ts.tv_sec = static_cast<time_t>(left);
+        ts.tv_nsec = static_cast<long>((left - static_cast<double>(ts.tv_sec)) * 1e9);
+        int n;
+        if (wake_on_stop) {
+            // Stop signals are held from the flag's check until ppoll, which lets them in: one that
+            // comes in between interrupts it instead of waiting out the timeout.
+            pthread_sigmask(SIG_BLOCK, &stops, &unblocked);
+            if (signals::stop_requested()) {
+                pthread_sigmask(SIG_SETMASK, &unblocked, nullptr);
+                return;
+            }
+            n = ::ppoll(fds.data(), fds.size(), &ts, &unblocked);
+            pthread_sigmask(SIG_SETMASK, &unblocked, nullptr);
+        } else {
+            n = ::ppoll(fds.data(), fds.size(), &ts, nullptr);
+        }
+        if (n < 0 && errno != EINTR) {
+            log::warn("launch: poll: {}", strerror(errno));
+            std::this_thread::sleep_for(std::chrono::duration<double>(left));
+        }
+        bool ended = false;
+        for (size_t i = 0; n > 0 && i < fds.size(); ++i) {
+            if (!fds[i].revents) continue;
+            if (i < owners.size()) {
+                drain(*owners[i], false);
+                ended |= owners[i]->out < 0;
+            } else {
+                echo_.flush();
+            }
+        }
+        if (tick) tick();
+        if (ended) return;
+    }
 }
 
 Group::State Group::poll(Failure* f) {
@@ -327,7 +525,7 @@ void Group::stop(const std::function<void()>& tick) {
                 any = true;
             }
         }
-        if (any) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        if (any) wait(std::min(deadline, now_s() + 0.05), false);
     }
     for (auto& w : workers_) {
         if (w.pid <= 0) continue;
@@ -459,10 +657,7 @@ Status parse_nnodes(const std::string& text, LaunchOptions* o) {
     return Status::ok();
 }
 
-Result<int> run_launch(const LaunchOptions& in) {
-    LaunchOptions o = in;
-    if (o.command.empty()) return invalid_argument("launch: no command to run (strato launch [OPTIONS] COMMAND [ARGS...])");
-    if (o.nproc_per_node < 1) return invalid_argument("launch: --nproc-per-node must be >= 1");
+Status check_timing(const LaunchOptions& o) {
     if (o.max_restarts < 0) return invalid_argument("launch: --max-restarts must be >= 0");
     // Seconds: finite and in range (a NaN or negative interval never sleeps, a NaN timeout
     // skips the grace period).
@@ -476,6 +671,14 @@ Result<int> run_launch(const LaunchOptions& in) {
     for (const auto& f : seconds)
         if (!(f.value >= f.lo && f.value <= f.hi))
             return invalid_argument("launch: {} must be between {} and {} seconds, got {}", f.flag, f.lo, f.hi, f.value);
+    return Status::ok();
+}
+
+Result<int> run_launch(const LaunchOptions& in) {
+    LaunchOptions o = in;
+    if (o.command.empty()) return invalid_argument("launch: no command to run (strato launch [OPTIONS] COMMAND [ARGS...])");
+    if (o.nproc_per_node < 1) return invalid_argument("launch: --nproc-per-node must be >= 1");
+    STRATO_RETURN_IF_ERROR(check_timing(o));
     if (o.master_port < 1 || o.master_port > 65535)
         return invalid_argument("launch: --master-port must be in 1..65535, got {}", o.master_port);
     if (o.master_addr.empty() || o.master_addr.find_first_of(" \t\n") != std::string::npos)
@@ -619,7 +822,8 @@ Result<int> run_launch(const LaunchOptions& in) {
                 group.stop(keepalive);
                 break;
             }
-            std::this_thread::sleep_for(std::chrono::duration<double>(o.monitor_interval_s));
+            // Until the next check: output is read as it comes, a stop signal wakes at once.
+            group.wait(now_s() + o.monitor_interval_s, true, keepalive);
         }
     }
 }

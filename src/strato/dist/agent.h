@@ -43,6 +43,10 @@ struct LaunchOptions {
 /// Parses "N" or "MIN:MAX" (--nnodes).
 Status parse_nnodes(const std::string& text, LaunchOptions* o);
 
+/// Checks the options given in seconds (--monitor-interval, --stop-timeout, --join-timeout,
+/// --last-call: finite and in range) and --max-restarts >= 0.
+Status check_timing(const LaunchOptions& o);
+
 /// Runs the job to the end: 0 when every worker of the last round exited 0, else non-zero
 /// (the first failure's exit code, 128+signal, 130 when interrupted). Errors before any worker
 /// started (bad options, unreachable rendezvous) come back as a Status.

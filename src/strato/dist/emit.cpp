@@ -2,35 +2,97 @@
 
 #include <fmt/format.h>
 
+#include <vector>
+
 #include "strato/core/fs.h"
 
 namespace strato::dist {
 
 namespace {
 
+/// A YAML double-quoted scalar (control characters escaped: a raw newline would fold into a blank).
+std::string yq(const std::string& s) {
+    std::string out = "\"";
+    for (char c : s) {
+        const auto u = static_cast<unsigned char>(c);
+        if (c == '"' || c == '\\') {
+            out += '\\';
+            out += c;
+        } else if (u < 0x20 || u == 0x7f) {
+            out += fmt::format("\\x{:02x}", u);
+        } else {
+            out += c;
+        }
+    }
+    return out + "\"";
+}
+
 Status check(const EmitOptions& o) {
-    if (o.launch.command.empty()) return invalid_argument("launch --emit: no command for the workers");
-    if (o.launch.nproc_per_node < 1) return invalid_argument("launch --emit: --nproc-per-node must be >= 1");
-    if (o.job_name.empty() || o.job_name.find_first_of(" \t\n'\"") != std::string::npos)
-        return invalid_argument("launch --emit: --job-name '{}' must be one word", o.job_name);
+    const auto& l = o.launch;
+    if (l.command.empty()) return invalid_argument("launch --emit: no command for the workers");
+    if (l.nproc_per_node < 1) return invalid_argument("launch --emit: --nproc-per-node must be >= 1");
+    if (!o.nproc_per_node.empty() && o.nproc_per_node != "cpu" && o.nproc_per_node != "auto")
+        return invalid_argument("launch --emit: --nproc-per-node '{}': expected a number, cpu or auto",
+                                o.nproc_per_node);
+    STRATO_RETURN_IF_ERROR(check_timing(l));
+    if (o.rdzv_port < 1 || o.rdzv_port > 65535)
+        return invalid_argument("launch --emit: --rdzv-port {} is not a TCP port (expected 1..65535)", o.rdzv_port);
+    // Values written into #SBATCH lines and Kubernetes names: a newline would end the #SBATCH
+    // block and run the rest as a command (found by review).
+    const struct {
+        const char* flag;
+        const std::string& value;
+        bool optional;
+    } words[] = {{"--job-name", o.job_name, false},
+                 {"--image", o.image, false},
+                 {"--partition", o.partition, true},
+                 {"--time", o.time, true}};
+    for (const auto& w : words) {
+        if (w.optional && w.value.empty()) continue;
+        if (std::string why = why_not_one_word(w.value); !why.empty())
+            return invalid_argument("launch --emit: {} {} {}", w.flag, yq(w.value), why);
+    }
     return Status::ok();
+}
+
+/// The launcher flags changed from their defaults that every node's launcher gets as well.
+std::vector<std::string> passed_flags(const LaunchOptions& l) {
+    const LaunchOptions d;
+    std::vector<std::string> out;
+    auto seconds = [&](const char* flag, double value, double fallback) {
+        if (value != fallback) out.insert(out.end(), {flag, fmt::format("{}", value)});  // (shortest exact form)
+    };
+    seconds("--join-timeout", l.join_timeout_s, d.join_timeout_s);
+    seconds("--last-call", l.last_call_s, d.last_call_s);
+    seconds("--monitor-interval", l.monitor_interval_s, d.monitor_interval_s);
+    if (!l.tee) out.emplace_back("--quiet-workers");
+    if (l.no_python) out.emplace_back("--no-python");
+    return out;
+}
+
+bool rdzv_id_given(const LaunchOptions& l) { return !l.rdzv_id.empty() && l.rdzv_id != LaunchOptions{}.rdzv_id; }
+
+std::string nproc_text(const EmitOptions& o) {
+    return o.nproc_per_node.empty() ? std::to_string(o.launch.nproc_per_node) : o.nproc_per_node;
 }
 
 std::string nnodes(const LaunchOptions& l) {
     return l.min_nodes == l.max_nodes ? std::to_string(l.max_nodes) : fmt::format("{}:{}", l.min_nodes, l.max_nodes);
 }
 
-/// A YAML double-quoted scalar.
-std::string yq(const std::string& s) {
-    std::string out = "\"";
-    for (char c : s) {
-        if (c == '"' || c == '\\') out += '\\';
-        out += c;
-    }
-    return out + "\"";
-}
-
 }  // namespace
+
+std::string why_not_one_word(const std::string& value) {
+    if (value.empty()) return "must not be empty";
+    for (char c : value) {
+        const auto u = static_cast<unsigned char>(c);
+        if (u < 0x20 || u == 0x7f) return fmt::format("must be one word: it holds the control character 0x{:02x}", u);
+        if (c == ' ') return "must be one word: it holds a blank";
+        if (c == '\'' || c == '"' || c == '`' || c == '\\')
+            return fmt::format("must be one word without quotes: it holds {}", c);
+    }
+    return "";
+}
 
 Result<std::string> emit_slurm(const EmitOptions& o) {
     STRATO_RETURN_IF_ERROR(check(o));
@@ -46,7 +108,7 @@ Result<std::string> emit_slurm(const EmitOptions& o) {
         "#SBATCH --nodes={slurm_nodes}\n"
         "#SBATCH --ntasks-per-node=1\n"
         "#SBATCH --output={name}-%j.out\n",
-        fmt::arg("name", o.job_name), fmt::arg("nodes", nnodes(l)), fmt::arg("nproc", l.nproc_per_node),
+        fmt::arg("name", o.job_name), fmt::arg("nodes", nnodes(l)), fmt::arg("nproc", nproc_text(o)),
         fmt::arg("restarts", l.max_restarts),
         fmt::arg("slurm_nodes", l.min_nodes == l.max_nodes ? std::to_string(l.max_nodes)
                                                            : fmt::format("{}-{}", l.min_nodes, l.max_nodes)));
@@ -54,6 +116,11 @@ Result<std::string> emit_slurm(const EmitOptions& o) {
     if (o.gpus_per_node > 0) s += fmt::format("#SBATCH --gpus-per-node={}\n", o.gpus_per_node);
     if (!o.partition.empty()) s += "#SBATCH --partition=" + o.partition + "\n";
     if (!o.time.empty()) s += "#SBATCH --time=" + o.time + "\n";
+    // The log directory on the cluster: --log-dir (default runs/launch, relative to the directory
+    // sbatch was called from), STRATO_LAUNCH_LOGS at submission instead, then the job id.
+    const std::string log_base = fs::shell_quote(l.log_dir.empty() ? "runs/launch" : l.log_dir);
+    std::string flags = fmt::format(" --stop-timeout {}", l.stop_timeout_s);  // exactly: 0 means SIGKILL at once
+    for (const auto& f : passed_flags(l)) flags += " " + f;  // (flags and numbers: nothing to quote)
     s += fmt::format(
         "set -euo pipefail\n"
         "# The rendezvous host: the first node's address as Slurm knows it (never a silent localhost).\n"
@@ -61,23 +128,27 @@ Result<std::string> emit_slurm(const EmitOptions& o) {
         "head=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1)\n"
         "head_addr=$(scontrol show node \"$head\" -o | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p')\n"
         "port=${{STRATO_RDZV_PORT:-{port}}}\n"
+        "logs=${{STRATO_LAUNCH_LOGS:-{logs}}}\n"
         "srun --kill-on-bad-exit=1 {strato} launch --nnodes {nnodes} --nproc-per-node {nproc} --rdzv-backend c10d \\\n"
-        "    --rdzv-endpoint \"${{head_addr:-$head}}:$port\" --rdzv-id \"$SLURM_JOB_ID\" --max-restarts {restarts} \\\n"
-        "    --stop-timeout {stop:.0f}{no_python} --log-dir \"${{STRATO_LAUNCH_LOGS:-runs/launch}}/$SLURM_JOB_ID\" \\\n"
+        "    --rdzv-endpoint \"${{head_addr:-$head}}:$port\" --rdzv-id {id} --max-restarts {restarts} \\\n"
+        "   {flags} --log-dir \"$logs/$SLURM_JOB_ID\" \\\n"
         "   {cmd}\n",
-        fmt::arg("port", o.rdzv_port), fmt::arg("strato", fs::shell_quote(o.strato.empty() ? "strato" : o.strato)), fmt::arg("nnodes", nnodes(l)),
-        fmt::arg("nproc", l.nproc_per_node), fmt::arg("restarts", l.max_restarts), fmt::arg("stop", l.stop_timeout_s),
-        fmt::arg("cmd", cmd), fmt::arg("no_python", l.no_python ? " --no-python" : ""));
+        fmt::arg("port", o.rdzv_port), fmt::arg("strato", fs::shell_quote(o.strato.empty() ? "strato" : o.strato)),
+        fmt::arg("nnodes", nnodes(l)), fmt::arg("nproc", nproc_text(o)), fmt::arg("logs", log_base),
+        fmt::arg("id", rdzv_id_given(l) ? fs::shell_quote(l.rdzv_id) : "\"$SLURM_JOB_ID\""),
+        fmt::arg("restarts", l.max_restarts), fmt::arg("flags", flags), fmt::arg("cmd", cmd));
     return s;
 }
 
 Result<std::string> emit_pytorchjob(const EmitOptions& o) {
     STRATO_RETURN_IF_ERROR(check(o));
     const auto& l = o.launch;
-    std::string command = fmt::format("[{}, \"launch\", \"--nproc-per-node\", \"{}\", \"--stop-timeout\", \"{:.0f}\"",
-                                      yq(o.strato.empty() ? "strato" : o.strato),
-                                      l.nproc_per_node, l.stop_timeout_s);
-    if (l.no_python) command += ", \"--no-python\"";
+    std::string command = fmt::format("[{}, \"launch\", \"--nproc-per-node\", {}, \"--stop-timeout\", \"{}\"",
+                                      yq(o.strato.empty() ? "strato" : o.strato), yq(nproc_text(o)), l.stop_timeout_s);
+    std::vector<std::string> flags = passed_flags(l);
+    if (rdzv_id_given(l)) flags.insert(flags.end(), {"--rdzv-id", l.rdzv_id});
+    if (!l.log_dir.empty()) flags.insert(flags.end(), {"--log-dir", l.log_dir});  // in the pod (a volume, say)
+    for (const auto& f : flags) command += ", " + yq(f);
     for (const auto& a : l.command) command += ", " + yq(a);
     command += "]";
     std::string resources;
@@ -93,9 +164,9 @@ Result<std::string> emit_pytorchjob(const EmitOptions& o) {
         "apiVersion: kubeflow.org/v1\n"
         "kind: PyTorchJob\n"
         "metadata:\n"
-        "  name: {name}\n"
+        "  name: {yname}\n"
         "spec:\n"
-        "  nprocPerNode: \"{nproc}\"\n"
+        "  nprocPerNode: {ynproc}\n"
         "  runPolicy:\n"
         "    cleanPodPolicy: None\n"
         "    backoffLimit: {restarts}\n"
@@ -116,8 +187,8 @@ Result<std::string> emit_pytorchjob(const EmitOptions& o) {
         "              image: {image}\n"
         "              command: {command}\n"
         "{resources}",
-        fmt::arg("name", o.job_name), fmt::arg("min", l.min_nodes), fmt::arg("max", l.max_nodes),
-        fmt::arg("nproc", l.nproc_per_node), fmt::arg("restarts", l.max_restarts), fmt::arg("port", o.rdzv_port),
+        fmt::arg("name", o.job_name), fmt::arg("yname", yq(o.job_name)), fmt::arg("min", l.min_nodes),
+        fmt::arg("max", l.max_nodes), fmt::arg("nproc", nproc_text(o)), fmt::arg("ynproc", yq(nproc_text(o))), fmt::arg("restarts", l.max_restarts), fmt::arg("port", o.rdzv_port),
         fmt::arg("image", yq(o.image)), fmt::arg("command", command), fmt::arg("resources", resources));
 }
 

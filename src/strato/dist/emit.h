@@ -6,6 +6,10 @@
 //   kubernetes — a Kubeflow PyTorchJob with an elasticPolicy (c10d rendezvous, MIN..MAX worker
 //                pods, max restarts); the operator injects PET_NNODES, PET_RDZV_ENDPOINT, ...,
 //                which `strato launch` reads as torchrun does.
+// Both pass on the launcher flags that were changed from their defaults (--stop-timeout exactly as
+// given, --join-timeout, --last-call, --monitor-interval, --quiet-workers, --rdzv-id, --log-dir,
+// --no-python), and --nproc-per-node cpu|auto as the word, which each node evaluates. Values that
+// land in #SBATCH lines or Kubernetes names (job name, partition, time, image) must be one word.
 
 #include <string>
 
@@ -16,6 +20,7 @@ namespace strato::dist {
 
 struct EmitOptions {
     LaunchOptions launch;          // nodes, processes per node, restarts, command
+    std::string nproc_per_node;    // as given, when a word (cpu, auto); empty: launch.nproc_per_node
     std::string job_name = "strato-job";
     std::string strato;            // the strato executable on the nodes / in the image (empty: "strato")
     std::string image = "strato:latest";
@@ -23,6 +28,10 @@ struct EmitOptions {
     int gpus_per_node = 0, cpus_per_node = 0;
     int rdzv_port = 29400;
 };
+
+/// Empty when `value` can be written into a #SBATCH line or a Kubernetes name or image: one word,
+/// without blanks, control characters or quotes; else what is wrong with it.
+std::string why_not_one_word(const std::string& value);
 
 Result<std::string> emit_slurm(const EmitOptions& o);
 Result<std::string> emit_pytorchjob(const EmitOptions& o);

@@ -2,10 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <optional>
 #include <string_view>
 
+#include "strato/core/log.h"
 #include "strato/core/parse.h"
 
 namespace strato::dist {
@@ -61,37 +63,56 @@ std::string DistEnv::describe() const {
 }
 
 Result<std::vector<std::string>> expand_hostlist(const std::string& list) {
+    constexpr size_t kMaxHosts = 1 << 20;
     std::vector<std::string> out;
     size_t i = 0;
     while (i < list.size()) {
-        // One item: prefix, optionally [ranges], up to a comma outside brackets.
-        size_t open = list.find_first_of("[,", i);
-        if (open == std::string::npos || list[open] == ',') {
-            size_t end = open == std::string::npos ? list.size() : open;
-            if (end > i) out.push_back(list.substr(i, end - i));
-            i = end + 1;
-            continue;
+        // One item, up to a comma outside brackets: text and [ranges] groups in any order
+        // ("rack[1-2]-n[01-02]-ib"), expanded as Slurm does: every combination, the first group
+        // varying slowest.
+        std::vector<std::string> names{""};
+        size_t j = i;
+        while (j < list.size() && list[j] != ',') {
+            if (list[j] == ']') return invalid_argument("host list '{}': ']' without '[' at offset {}", list, j);
+            if (list[j] != '[') {
+                const size_t end = std::min(list.find_first_of("[],", j), list.size());
+                for (auto& n : names) n.append(list, j, end - j);
+                j = end;
+                continue;
+            }
+            const size_t close = list.find(']', j);
+            if (close == std::string::npos) return invalid_argument("host list '{}': unclosed '['", list);
+            const std::string ranges = list.substr(j + 1, close - j - 1);
+            std::vector<std::string> values;
+            size_t p = 0;
+            while (p <= ranges.size()) {
+                const size_t comma = ranges.find(',', p);
+                const std::string r = ranges.substr(p, comma == std::string::npos ? std::string::npos : comma - p);
+                const size_t dash = r.find('-');
+                const std::string lo = r.substr(0, dash), hi = dash == std::string::npos ? lo : r.substr(dash + 1);
+                // Digits only (no sign, zero padding kept), numbers up to 999999999.
+                const bool digits = (lo + hi).find_first_not_of("0123456789") == std::string::npos;
+                const int64_t a = parse_int(lo, 0, 999999999).value_or(-1);
+                const int64_t b = parse_int(hi, 0, 999999999).value_or(-1);
+                if (!digits || a < 0 || b < a || b - a > 100000)
+                    return invalid_argument("host list '{}': bad range '{}' (expected N or N-M, digits)", list, r);
+                for (int64_t n = a; n <= b; ++n)
+                    values.push_back(fmt::format("{:0{}d}", n, static_cast<int>(lo.size())));
+                if (values.size() > kMaxHosts) break;
+                if (comma == std::string::npos) break;
+                p = comma + 1;
+            }
+            if (names.size() * values.size() + out.size() > kMaxHosts)
+                return invalid_argument("host list '{}': more than {} hosts", list, kMaxHosts);
+            std::vector<std::string> product;
+            product.reserve(names.size() * values.size());
+            for (const auto& n : names)
+                for (const auto& v : values) product.push_back(n + v);
+            names = std::move(product);
+            j = close + 1;
         }
-        size_t close = list.find(']', open);
-        if (close == std::string::npos) return invalid_argument("host list '{}': unclosed '['", list);
-        const std::string prefix = list.substr(i, open - i), ranges = list.substr(open + 1, close - open - 1);
-        size_t p = 0;
-        while (p <= ranges.size()) {
-            size_t comma = ranges.find(',', p);
-            std::string r = ranges.substr(p, comma == std::string::npos ? std::string::npos : comma - p);
-            size_t dash = r.find('-');
-            std::string lo = r.substr(0, dash), hi = dash == std::string::npos ? lo : r.substr(dash + 1);
-            // Digits only (no sign, zero padding kept), numbers up to 999999999.
-            const bool digits = (lo + hi).find_first_not_of("0123456789") == std::string::npos;
-            const int64_t a = parse_int(lo, 0, 999999999).value_or(-1), b = parse_int(hi, 0, 999999999).value_or(-1);
-            if (!digits || a < 0 || b < a || b - a > 100000) return invalid_argument("host list '{}': bad range '{}'", list, r);
-            for (int64_t n = a; n <= b; ++n) out.push_back(fmt::format("{}{:0{}d}", prefix, n, static_cast<int>(lo.size())));
-            if (comma == std::string::npos) break;
-            p = comma + 1;
-        }
-        i = close + 1;
-        // A suffix after ']' is not used by Slurm's compact form; skip to the next item.
-        if (i < list.size() && list[i] == ',') ++i;
+        if (j > i) out.insert(out.end(), names.begin(), names.end());
+        i = j + 1;
     }
     return out;
 }
@@ -133,17 +154,33 @@ Result<DistEnv> read_env(const GetEnv& get_in) {
         STRATO_RETURN_IF_ERROR(master(e, "127.0.0.1"));
         return check(e);
     }
-    // An srun step (SLURM_STEP_NUM_TASKS), not the batch script of an allocation, which also
-    // carries SLURM_PROCID=0 and SLURM_NTASKS but runs once.
-    if (get("SLURM_PROCID") && get("SLURM_STEP_NUM_TASKS")) {
+    // An srun step (SLURM_STEP_NUM_TASKS). Without the step's variables (a Slurm or a launcher
+    // that does not set them), SLURM_NTASKS when SLURM_PROCID > 0 says this is one of several
+    // tasks. SLURM_PROCID=0 with SLURM_NTASKS > 1 alone is also what the batch script of
+    // `sbatch -n 4` sees, which runs once: one process, with a warning (never silently).
+    const bool step = get("SLURM_PROCID") && get("SLURM_STEP_NUM_TASKS");
+    bool tasks = false;
+    if (!step && set("SLURM_PROCID") && set("SLURM_NTASKS")) {
+        STRATO_ASSIGN_OR_RETURN(const int procid, int_var(get, "SLURM_PROCID", 0, true));
+        STRATO_ASSIGN_OR_RETURN(const int ntasks, int_var(get, "SLURM_NTASKS", 1, true));
+        tasks = procid != 0;
+        if (procid == 0 && ntasks > 1)
+            log::warn("SLURM_PROCID=0 and SLURM_NTASKS={} without SLURM_STEP_NUM_TASKS: read as the batch script of "
+                      "an allocation, which runs once, so this is one process, not rank 0 of {}; start the tasks with "
+                      "srun (or set RANK, WORLD_SIZE, MASTER_ADDR) to run on all of them",
+                      ntasks, ntasks);
+    }
+    if (step || tasks) {
+        const char* world = step ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS";
         e.source = "slurm";
         STRATO_ASSIGN_OR_RETURN(e.rank, int_var(get, "SLURM_PROCID", 0, true));
-        STRATO_ASSIGN_OR_RETURN(e.world_size, int_var(get, "SLURM_STEP_NUM_TASKS", 1, true));
+        STRATO_ASSIGN_OR_RETURN(e.world_size, int_var(get, world, 1, true));
         STRATO_ASSIGN_OR_RETURN(e.local_rank, int_var(get, "SLURM_LOCALID", 0));
         STRATO_ASSIGN_OR_RETURN(e.group_rank, int_var(get, "SLURM_NODEID", 0));
         STRATO_ASSIGN_OR_RETURN(e.local_world_size, int_var(get, "SLURM_NTASKS_PER_NODE", 0));
         if (e.local_world_size == 0) {
-            const char* name = get("SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE" : "SLURM_TASKS_PER_NODE";
+            const char* name =
+                step && get("SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE" : "SLURM_TASKS_PER_NODE";
             e.local_world_size = 1;
             if (const char* spec = get(name); spec && *spec) {
                 STRATO_ASSIGN_OR_RETURN(e.local_world_size, tasks_on_node(name, spec, e.group_rank));
