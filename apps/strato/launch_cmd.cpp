@@ -55,8 +55,15 @@ void add_launch_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     auto opt = [&](const std::string& names, auto& var, const std::string& help, const char* env) {
         return cmd->add_option(names, var, help)->envname(env);
     };
-    opt("--nproc-per-node,--nproc_per_node", o->nproc, "Worker processes on this node: a number, or cpu (one per core)",
-        "PET_NPROC_PER_NODE");
+    opt("--nproc-per-node,--nproc_per_node", o->nproc,
+        "Worker processes on this node: a number (1..65536), or cpu / auto (one per core)", "PET_NPROC_PER_NODE")
+        ->check(CLI::Validator(
+            [](std::string& v) {
+                return v == "cpu" || v == "auto" || parse_int(v, 1, 1 << 16)
+                           ? std::string()
+                           : fmt::format("'{}': expected a number in 1..65536, cpu or auto", v);
+            },
+            "N|cpu|auto"));
     opt("--nnodes", o->nnodes, "Nodes: N, or MIN:MAX for an elastic job (needs --rdzv-backend c10d)", "PET_NNODES");
     opt("--node-rank,--node_rank", o->l.node_rank, "This node's rank (static backend; a preference under c10d)",
         "PET_NODE_RANK");
@@ -115,13 +122,7 @@ void add_launch_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         if (o->nproc == "cpu" || o->nproc == "auto") {
             l.nproc_per_node = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
         } else {
-            auto n = parse_int(o->nproc, 1, 1 << 16);
-            if (!n) {
-                *exit_code = report_error(
-                    "launch", invalid_argument("--nproc-per-node '{}': expected a number in 1..65536 or cpu", o->nproc));
-                return;
-            }
-            l.nproc_per_node = static_cast<int>(*n);
+            l.nproc_per_node = static_cast<int>(*parse_int(o->nproc, 1, 1 << 16));  // (validated)
         }
         if (Status s = dist::parse_nnodes(o->nnodes, &l); !s.is_ok()) return void(*exit_code = report_error("launch", s));
         if (!o->emit.empty()) {

@@ -245,7 +245,8 @@ def emit_usage_errors(tmp):
     for engine, args in (("slurm", ["--partition", "gpu\necho INJECTED"]), ("slurm", ["--time", "1 day"]),
                          ("slurm", ["--job-name", "a\tb"]), ("slurm", ["--rdzv-port", "70000"]),
                          ("slurm", ["--rdzv-port", "0"]), ("kubernetes", ["--image", "me/strato:1\nkind: Pod"]),
-                         ("kubernetes", ["--job-name", "x\ny"])):
+                         ("kubernetes", ["--job-name", "x\ny"]), ("slurm", ["--nproc-per-node", "x"]),
+                         ("slurm", ["--nproc-per-node", "0"])):
         p = launch("--emit", engine, "--nnodes", "2", *args, "true", timeout=30)
         check(p.returncode == 2 and f"{args[0]}: " in p.stderr and "INJECTED" not in p.stdout,
               f"--emit {engine} {args}: exit {p.returncode}, {p.stderr}")
