@@ -13,6 +13,21 @@
 
 namespace strato::cli {
 
+namespace {
+
+// A value `tune slurm` writes into an #SBATCH line, checked by the parser (a usage error, exit 2):
+// a newline in --partition ran the rest of the value as a shell command in every array task.
+CLI::Validator sbatch_value(tune::SbatchValue kind) {
+    return CLI::Validator(
+        [kind](std::string& v) -> std::string {
+            Status s = tune::check_sbatch_value("", v, kind);  // (CLI11 names the flag)
+            return s.is_ok() ? std::string() : s.message();
+        },
+        kind == tune::SbatchValue::kOption ? "SBATCH-OPTION" : "TEXT");
+}
+
+}  // namespace
+
 void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
     struct Opts {
         std::string study, dir, out;
@@ -126,11 +141,13 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         ->check(CLI::Range(1, 1000000));
     sl->add_option("--task-parallel", o->slurm.parallel, "Trials each task runs at once (default 1)")
         ->check(CLI::Range(1, 4096));
-    sl->add_option("--partition", o->slurm.partition, "sbatch --partition");
-    sl->add_option("--account", o->slurm.account, "sbatch --account");
-    sl->add_option("--time", o->slurm.time, "sbatch --time (e.g. 04:00:00)");
-    sl->add_option("--mem", o->slurm.mem, "sbatch --mem (default: memory_limit_gb x trials per task + 1G, if set)");
-    sl->add_option("--sbatch", o->slurm.extra, "Another sbatch option, e.g. --sbatch=--gres=gpu:1 (repeatable)");
+    sl->add_option("--partition", o->slurm.partition, "sbatch --partition")->check(sbatch_value(tune::SbatchValue::kWord));
+    sl->add_option("--account", o->slurm.account, "sbatch --account")->check(sbatch_value(tune::SbatchValue::kWord));
+    sl->add_option("--time", o->slurm.time, "sbatch --time (e.g. 04:00:00)")->check(sbatch_value(tune::SbatchValue::kTime));
+    sl->add_option("--mem", o->slurm.mem, "sbatch --mem (default: memory_limit_gb x trials per task + 1G, if set)")
+        ->check(sbatch_value(tune::SbatchValue::kMemory));
+    sl->add_option("--sbatch", o->slurm.extra, "Another sbatch option, e.g. --sbatch=--gres=gpu:1 (repeatable)")
+        ->check(sbatch_value(tune::SbatchValue::kOption));
     sl->add_option("-o,--out", o->out, "Script to write (default <dir>/slurm.sbatch)");
     sl->add_flag("--submit", o->submit, "Run sbatch on the script and print the job id");
     sl->callback([o, load, exit_code] {
@@ -139,15 +156,18 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         tune::SlurmOptions so = o->slurm;
         so.study_file = o->study;
         so.dir = tune::study_dir(*c, o->dir);
+        // The output is checked before the study directory is touched (-o STUDY.toml was refused
+        // after study.db had been created and its journal switched). The default one, in the
+        // study directory, once that exists.
+        const std::string out = o->out.empty() ? so.dir + "/slurm.sbatch" : o->out;
+        Status checked = check_distinct_files({{out, "--out", true},
+                                               {o->study, "the study file", false},
+                                               {c->base, "the study's base train config", false}});
+        if (checked.is_ok() && !o->out.empty()) checked = fs::check_output_file(out, fs::OutputKind::kText, "--out");
+        if (!checked.is_ok()) return void(*exit_code = report_error("tune", checked));
         auto script = tune::slurm_array(*c, so);
         if (!script) return void(*exit_code = report_error("tune", script.status()));
-        std::string out = o->out.empty() ? so.dir + "/slurm.sbatch" : o->out;
-        if (Status s = fs::check_output_file(out, fs::OutputKind::kText, "--out"); !s.is_ok())
-            return void(*exit_code = report_error("tune", s));
-        if (Status s = check_distinct_files({{out, "--out", true},
-                                             {o->study, "the study file", false},
-                                             {c->base, "the study's base train config", false}});
-            !s.is_ok())
+        if (Status s = o->out.empty() ? fs::check_output_file(out, fs::OutputKind::kText, "--out") : Status::ok(); !s.is_ok())
             return void(*exit_code = report_error("tune", s));
         if (Status s = fs::atomic_write(out, *script); !s.is_ok()) return void(*exit_code = report_error("tune", s));
         if (!o->submit) {

@@ -120,6 +120,12 @@ def bad_studies(tmp):
         ('"optim.lr" = { type = "normal", low = 0, high = 1 }', "unknown distribution 'normal'"),
         ('"optim.name" = { type = "choice", values = [] }', "non-empty values"),
         ('"optim.learning_rate" = { type = "uniform", low = 0.1, high = 1 }', "optim.learning_rate"),
+        # Found by review: each passed the check, then failed every trial (or crashed one).
+        ('"model.width" = { type = "uniform", low = 8, high = 32 }', 'use type = "int"'),
+        ('optim.lr = { type = "uniform", low = 0.1, high = 1 }', 'quote a dotted key, "optim.lr"'),
+        ('"model.width" = { type = "grid", values = [64, 64] }', "values holds 64 twice"),
+        ('"optim.lr" = { type = "uniform", low = 0.1, high = 1 }\n[scheduler]\nmax_t = 200000',
+         "[scheduler] max_t = 200000 (the tuner passes it to every trial)"),
     ]
     for i, (param, needle) in enumerate(cases):
         path = os.path.join(tmp, f"bad{i}.toml")
@@ -131,11 +137,41 @@ def bad_studies(tmp):
         check(not os.path.exists(os.path.join(sdir, "trials")), f"{param}: a trial started")
 
 
+def slurm_usage(tmp):
+    """`tune slurm` values that an #SBATCH line cannot carry are usage errors (exit 2) and nothing
+    is written; an output that is the study file is refused before the study directory exists."""
+    base = os.path.join(REPO, "configs", "fashion_mnist_mlp.toml")
+    study = os.path.join(tmp, "slurm_usage.toml")
+    with open(study, "w") as f:
+        f.write(f'[study]\nname = "usage"\nbase = "{base}"\n[params]\n'
+                '"optim.lr" = { type = "uniform", low = 0.1, high = 1 }\n')
+    sdir = os.path.join(tmp, "slurm_usage")
+    for flags, needle in [(["--partition", "debug\ntouch /tmp/x"], "an #SBATCH line cannot carry"),
+                          (["--time", "bogus"], "expected a Slurm time limit"),
+                          (["--mem", "lots"], "expected a Slurm memory size"),
+                          (["--sbatch", "not-an-option"], "starting with '-'"),
+                          (["--sbatch=--gres=gpu:1\n#x"], "an #SBATCH line cannot carry")]:
+        p = run("tune", "slurm", study, "--dir", sdir, *flags, expect=2)
+        check(needle in p.stderr, f"{flags}: {p.stderr!r}")
+        check(not os.path.exists(sdir), f"{flags}: the study directory was created")
+    p = run("tune", "slurm", study, "--dir", sdir, "-o", study, expect=1)
+    check("the study file" in p.stderr, p.stderr)
+    check(not os.path.exists(sdir), "-o STUDY.toml: the study directory was created before the refusal")
+    p = run("tune", "slurm", study, "--dir", sdir, "--partition", "debug", "--time", "1-00:00", "--mem", "8G",
+            "--sbatch=--gres=gpu:1")
+    with open(os.path.join(sdir, "slurm.sbatch")) as f:
+        script = f.read()
+    for line in ("#SBATCH --partition=debug\n", "#SBATCH --time=1-00:00\n", "#SBATCH --mem=8G\n",
+                 "#SBATCH --gres=gpu:1\n"):
+        check(line in script, f"{line!r} not in {script}")
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         study, sdir = killed_and_resumed(tmp)
         reports_and_export(tmp, study, sdir)
         bad_studies(tmp)
+        slurm_usage(tmp)
     finish("tune e2e")
 
 

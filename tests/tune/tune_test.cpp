@@ -16,6 +16,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -165,6 +166,91 @@ TEST(Space, ParsesAndValidatesAgainstTheTrainConfig) {
                                     "\"uniform\", low = 0, high = 1 }\n",
                                     "s.toml", ".")
                      .is_ok());
+}
+
+// Found by review: each of these passed the study check and then failed every trial, crashed
+// or ran out of memory, or was silently accepted.
+TEST(Space, StudySettingsOutOfReachAreRefusedAtLoad) {
+    const std::string head = "[study]\nbase = \"configs/fashion_mnist_mlp.toml\"\n";
+    const std::string lr = "\"optim.lr\" = { type = \"uniform\", low = 0.1, high = 1 }\n";
+    const std::pair<std::string, const char*> bad[] = {
+        // 1e30 GB wrote memory.max -9223372036854775808, and #SBATCH --mem=-9223372036854775807G.
+        {"memory_limit_gb = 1e30\n[params]\n" + lr, "study.toml [study]: memory_limit_gb = 1e+30 is more than 1e+06"},
+        {"cpus_per_trial = 1e300\n[params]\n" + lr, "study.toml [study]: cpus_per_trial = 1e+300 is more than 100000"},
+        // A milestone list per bracket: 1e9 of them ran out of memory.
+        {"[scheduler]\nbrackets = 1000000000\n[params]\n" + lr,
+         "study.toml [scheduler]: brackets = 1000000000 is more than the 3 distinct brackets of grace 1, max_t 9 and "
+         "reduction 3"},
+        {"[scheduler]\nbrackets = 4\n[params]\n" + lr, "more than the 3 distinct brackets"},
+        {"[scheduler]\ngrace = 9\nmax_t = 9\nbrackets = 2\n[params]\n" + lr, "more than the 1 distinct brackets"},
+        // Valid TOML for a table "optim" holding "lr": it read as a distribution ''.
+        {"[params]\noptim.lr = { type = \"uniform\", low = 0.1, high = 1 }\n",
+         "study.toml [params] \"optim\": a table, not a distribution: quote a dotted key, \"optim.lr\" = { type = ... }"},
+        {"[params]\n[params.optim]\nlr = { type = \"uniform\", low = 0.1, high = 1 }\n", "quote a dotted key, \"optim.lr\""},
+        // q = 5e-324 made high inf ("the highest value drawn is inf").
+        {"[params]\n\"optim.lr\" = { type = \"uniform\", low = 0.1, high = 1, q = 5e-324 }\n",
+         "study.toml [params] \"optim.lr\": q 4.94066e-324 is too small for the range [0.1, 1]"},
+        {"[params]\n\"optim.lr\" = { type = \"uniform\", low = 0, high = 1, q = 1e-17 }\n", "too small"},
+        {"[params]\n\"model.width\" = { type = \"int\", low = 8, high = 32, q = 0.5 }\n", "int needs a whole-number q, got 0.5"},
+        // Two identical trials.
+        {"[params]\n\"model.width\" = { type = \"grid\", values = [64, 64] }\n",
+         "study.toml [params] \"model.width\": values holds 64 twice"},
+        {"[params]\n\"model.width\" = { type = \"grid\", values = [64, 128, 64.0] }\n", "values holds 64 twice"},
+        {"[params]\n\"optim.name\" = { type = \"choice\", values = [\"sgd\", \"adamw\", \"sgd\"] }\n",
+         "values holds \"sgd\" twice"},
+    };
+    for (const auto& [text, needle] : bad) {
+        auto r = StudyConfig::parse(head + text, "study.toml", STRATO_SOURCE_DIR);
+        ASSERT_FALSE(r.is_ok()) << text;
+        EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+    }
+    // The bounds themselves are fine, and so is every distinct bracket.
+    for (const std::string& ok : std::vector<std::string>{"memory_limit_gb = 1e6\ncpus_per_trial = 1e5\n[params]\n" + lr,
+                                 "[scheduler]\nbrackets = 3\n[params]\n" + lr,
+                                 "[params]\n\"model.width\" = { type = \"grid\", values = [64, 128] }\n"})
+        EXPECT_TRUE(StudyConfig::parse(head + ok, "study.toml", STRATO_SOURCE_DIR).is_ok()) << ok;
+}
+
+TEST(Space, TheCheckCoversWhatTheExecutorSetsAndDrawsInsideTheRange) {
+    const std::string head = "[study]\nbase = \"configs/fashion_mnist_mlp.toml\"\n";
+    const std::string lr = "[params]\n\"optim.lr\" = { type = \"uniform\", low = 0.1, high = 1 }\n";
+    const auto refused = [&](const std::string& text) {
+        StudyConfig s = study(head + text);
+        Status v = validate_against_train_config(s);
+        EXPECT_FALSE(v.is_ok()) << text;
+        return v.message();
+    };
+    // Settings the executor adds to every trial (train.epochs, run.threads), named by the study key.
+    std::string m = refused("[scheduler]\nmax_t = 200000\n" + lr);
+    EXPECT_NE(m.find("study.toml [scheduler] max_t = 200000 (the tuner passes it to every trial): --set train.epochs=200000: "),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("[1, 100000]"), std::string::npos) << m;
+    m = refused("threads_per_trial = 2000\n" + lr);
+    EXPECT_NE(m.find("study.toml [study] threads_per_trial = 2000 (the tuner passes it to every trial): --set run.threads=2000"),
+              std::string::npos)
+        << m;
+    // A fractional draw for an integer setting: both ends (8, 32) were accepted, then every
+    // trial's 23.8049 refused.
+    for (const char* param : {"\"model.width\" = { type = \"uniform\", low = 8, high = 32 }",
+                              "\"data.batch_size\" = { type = \"loguniform\", low = 16, high = 256 }",
+                              "\"model.width\" = { type = \"uniform\", low = 8, high = 32, q = 0.5 }"}) {
+        m = refused(std::string("[params]\n") + param + "\n");
+        EXPECT_NE(m.find("a value drawn inside ["), std::string::npos) << m;
+        EXPECT_NE(m.find("is an integer setting: use type = \"int\""), std::string::npos) << m;
+    }
+    // Whole-number draws are fine on an integer setting, fractional ones on a float one.
+    for (const char* param : {"\"model.width\" = { type = \"uniform\", low = 8, high = 32, q = 8 }",
+                              "\"model.width\" = { type = \"int\", low = 8, high = 32 }",
+                              "\"optim.lr\" = { type = \"uniform\", low = 1, high = 3 }"}) {
+        StudyConfig s = study(head + "[params]\n" + param + "\n");
+        EXPECT_TRUE(validate_against_train_config(s).is_ok()) << param << ": " << validate_against_train_config(s).message();
+    }
+    // A bad `set` entry is blamed on it, not on a parameter.
+    m = refused("set = [\"optim.lrr=3\"]\n" + lr);
+    EXPECT_EQ(m.rfind("study.toml [study] set: ", 0), 0u) << m;
+    EXPECT_NE(m.find("unknown key 'optim.lrr'"), std::string::npos) << m;
+    EXPECT_EQ(m.find("parameter"), std::string::npos) << m;
 }
 
 TEST(Sampler, RandomIsSeededInRangeAndConditional) {
@@ -862,7 +948,46 @@ TEST(Executor, SlurmArrayScriptAndSharedJournal) {
     ASSERT_TRUE(most.is_ok()) << most.status().message();
     EXPECT_NE(most->find("#SBATCH --cpus-per-task=8192\n"), std::string::npos) << *most;
     EXPECT_NE(most->find("#SBATCH --mem=6145G\n"), std::string::npos) << *most;
+    // Found by review: a newline in --partition ended the #SBATCH block and ran the rest in the
+    // shell; --sbatch took any word; a memory limit of 1e30 GB wrote --mem=-9223372036854775807G.
     o.parallel = 2;
+    const std::string journal_before = *open_db(r)->journal();
+    const std::tuple<std::string SlurmOptions::*, std::string, const char*> bad[] = {
+        {&SlurmOptions::partition, "debug\ntouch /tmp/x", "--partition 'debug\\x0atouch /tmp/x': an #SBATCH line cannot carry"},
+        {&SlurmOptions::partition, "a b", "--partition 'a b': an #SBATCH line cannot carry blanks"},
+        {&SlurmOptions::account, "acct\r", "--account 'acct\\x0d'"},
+        {&SlurmOptions::time, "bogus", "--time 'bogus': expected a Slurm time limit"},
+        {&SlurmOptions::time, "1:2:3:4", "expected a Slurm time limit"},
+        {&SlurmOptions::mem, "lots", "--mem 'lots': expected a Slurm memory size"},
+        {&SlurmOptions::mem, "4G\n#SBATCH --x", "an #SBATCH line cannot carry"},
+    };
+    for (const auto& [field, value, needle] : bad) {
+        SlurmOptions b = o;
+        b.*field = value;
+        auto refused = slurm_array(r.cfg, b);
+        ASSERT_FALSE(refused.is_ok()) << value;
+        EXPECT_NE(refused.status().message().find(needle), std::string::npos) << refused.status().message();
+    }
+    for (const std::string& extra : std::vector<std::string>{"not-an-option", "--gres=gpu:1\ntouch /tmp/x", "-"}) {
+        SlurmOptions b = o;
+        b.extra = {"--exclusive", extra};
+        auto refused = slurm_array(r.cfg, b);
+        ASSERT_FALSE(refused.is_ok()) << extra;
+        EXPECT_NE(refused.status().message().find("--sbatch '"), std::string::npos) << refused.status().message();
+    }
+    for (const char* time : {"30", "04:00:00", "1-00", "2-12:30:00", "unlimited"})
+        EXPECT_TRUE(check_sbatch_value("--time", time, SbatchValue::kTime).is_ok()) << time;
+    for (const char* mem : {"0", "16G", "4096", "2t"})
+        EXPECT_TRUE(check_sbatch_value("--mem", mem, SbatchValue::kMemory).is_ok()) << mem;
+    EXPECT_TRUE(check_sbatch_value("--sbatch", "--comment=two words", SbatchValue::kOption).is_ok());
+    EXPECT_EQ(*open_db(r)->journal(), journal_before);
+    {
+        StudyRun big = r;
+        big.cfg.memory_limit_gb = 1e30;  // (a parsed study cannot hold it; the script stays sane anyway)
+        auto clamped = slurm_array(big.cfg, o);
+        ASSERT_TRUE(clamped.is_ok()) << clamped.status().message();
+        EXPECT_NE(clamped->find("#SBATCH --mem=2000001G\n"), std::string::npos) << *clamped;
+    }
     o.dir = r.dir + " two words";  // (#SBATCH --output cannot carry it)
     auto blank = slurm_array(r.cfg, o);
     ASSERT_FALSE(blank.is_ok());

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <toml++/toml.h>
 
 #include "strato/core/fs.h"
@@ -107,8 +108,16 @@ Result<Param> parse_param(const std::string& key, const toml::node& node, const 
             // Drawn values are low + k q: a high off that lattice was drawn anyway (clamped), as a
             // value no other draw could give. It comes down to the lattice, as Optuna does.
             if (p.dist == Dist::kLogUniform) return invalid_argument("{}: q is for uniform and int, not loguniform", where);
+            if (p.dist == Dist::kInt && p.q != std::floor(p.q))
+                return invalid_argument("{}: int needs a whole-number q, got {}", where, p.q);
             const double steps = std::floor((p.high - p.low) / p.q + 1e-9);
             if (steps < 1) return invalid_argument("{}: q {} is larger than high - low ({})", where, p.q, p.high - p.low);
+            // A q so small that (high - low) / q has no exact double (5e-324 made it inf, and the
+            // highest value drawn inf): more than 2^53 steps is no lattice at all.
+            if (!(steps <= 0x1p53))
+                return invalid_argument("{}: q {:g} is too small for the range [{:g}, {:g}] (more than 2^53 steps); "
+                                        "leave q out for a continuous range",
+                                        where, p.q, p.low, p.high);
             const double on_lattice = p.low + steps * p.q;
             if (std::fabs(on_lattice - p.high) > 1e-9 * std::max(1.0, std::fabs(p.high))) {
                 log::warn("{}: high {} is not low + a multiple of q {}; the highest value drawn is {}", where, p.high, p.q,
@@ -122,6 +131,9 @@ Result<Param> parse_param(const std::string& key, const toml::node& node, const 
         for (auto& v : *arr) {
             std::string l = literal(v);
             if (l.empty()) return invalid_argument("{}: values must be strings, numbers or booleans", where);
+            // Two equal values were two identical trials (a grid) or twice the weight (a choice).
+            if (std::find(p.values.begin(), p.values.end(), l) != p.values.end())
+                return invalid_argument("{}: values holds {} twice; list each value once", where, l);
             p.values.push_back(l);
         }
     }
@@ -270,6 +282,14 @@ Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string&
         return invalid_argument("{} [study]: trials, parallel and threads_per_trial must be >= 1", source);
     if (s.memory_limit_gb < 0 || s.cpus_per_trial < 0)
         return invalid_argument("{} [study]: memory_limit_gb and cpus_per_trial must be >= 0 (0: no limit)", source);
+    // Bounded so that bytes (a cgroup's memory.max, RLIMIT_AS, sbatch --mem) and CPU quotas fit
+    // an int64: 1e30 wrote a negative limit and the trials crashed.
+    if (s.memory_limit_gb > kMemoryLimitGbMax)
+        return invalid_argument("{} [study]: memory_limit_gb = {:g} is more than {:g} (1 PB); 0 means no limit", source,
+                                s.memory_limit_gb, kMemoryLimitGbMax);
+    if (s.cpus_per_trial > kCpusPerTrialMax)
+        return invalid_argument("{} [study]: cpus_per_trial = {:g} is more than {:g}; 0 means no limit", source,
+                                s.cpus_per_trial, kCpusPerTrialMax);
     if (s.sampler != "random" && s.sampler != "grid" && s.sampler != "tpe")
         return invalid_argument("{} [study]: sampler must be random, grid or tpe, got '{}'", source, s.sampler);
     if (s.scheduler != "fifo" && s.scheduler != "asha" && s.scheduler != "median")
@@ -294,6 +314,13 @@ Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string&
     if (s.brackets < 1 || (s.brackets > 1 && s.scheduler != "asha"))
         return invalid_argument("{} [scheduler]: brackets must be >= 1, and more than 1 only with scheduler = \"asha\"",
                                 source);
+    // Bracket b starts at grace x reduction^b: past the one that starts at max_t they are all that
+    // one (and each took a list of milestones: brackets = 1e9 ran out of memory).
+    if (const size_t distinct = s.milestones(0).size(); static_cast<size_t>(s.brackets) > distinct)
+        return invalid_argument("{} [scheduler]: brackets = {} is more than the {} distinct brackets of grace {}, max_t {} "
+                                "and reduction {} (bracket b starts at grace x reduction^b epochs; the last runs every "
+                                "trial to max_t)",
+                                source, s.brackets, distinct, s.grace, s.max_t, s.reduction);
     if (auto* tpe = doc["tpe"].as_table()) {
         for (auto&& [k, v] : *tpe)
             if (k.str() != "startup_trials" && k.str() != "candidates")
@@ -312,6 +339,20 @@ Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string&
             return invalid_argument("{} [params] \"{}\": the executor sets it for every trial (train.epochs is "
                                     "[scheduler] max_t); it cannot be tuned",
                                     source, k.str());
+        // An unquoted dotted key (optim.lr = {...}) is valid TOML for a table "optim" holding "lr":
+        // it read as a parameter "optim" of distribution ''.
+        if (const toml::table* t = v.as_table(); t && !t->contains("type")) {
+            std::string dotted(k.str());
+            for (const toml::table* at = t; at && !at->empty() && !at->contains("type");) {
+                const auto first = at->begin();  // (its pair lives in the iterator)
+                dotted += "." + std::string(first->first.str());
+                at = first->second.as_table();
+            }
+            if (dotted != k.str())
+                return invalid_argument("{} [params] \"{}\": a table, not a distribution: quote a dotted key, \"{}\" = "
+                                        "{{ type = ... }} (unquoted, TOML reads {} as nested tables)",
+                                        source, k.str(), dotted, dotted);
+        }
         STRATO_ASSIGN_OR_RETURN(Param p, parse_param(std::string(k.str()), v, fmt::format("{} [params] \"{}\"", source, k.str())));
         s.params.push_back(std::move(p));
     }
@@ -361,41 +402,103 @@ std::vector<int> StudyConfig::milestones(int bracket) const {
     return m;
 }
 
+namespace {
+
+// A literal as an integer setting takes it: "23", "-4" (not "23.8049", "1e+06").
+bool whole_literal(const std::string& l) {
+    const size_t sign = !l.empty() && l[0] == '-' ? 1 : 0;
+    return l.size() > sign && std::all_of(l.begin() + static_cast<std::ptrdiff_t>(sign), l.end(),
+                                          [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+}
+
+// A value a draw can give inside a numeric parameter's range that is not a whole number, if
+// there is one: uniform on [8, 32] drew 23.8049, which an integer setting refuses though both
+// ends (8 and 32) were accepted. (An int, or a whole q from a whole low, draws whole numbers only.)
+std::optional<std::string> fractional_value(const Param& p) {
+    if (p.dist == Dist::kInt) return std::nullopt;
+    for (double f : {0.41421356, 0.73205081, 0.5, 0.1, 0.9}) {
+        std::string l = p.from_internal(p.internal_low() + f * (p.internal_high() - p.internal_low()));
+        if (!whole_literal(l)) return l;
+    }
+    return std::nullopt;
+}
+
+}  // namespace
+
 Status validate_against_train_config(const StudyConfig& s) {
-    // Every parameter at both ends of its range and at each of its values (a choice of ["adamw",
-    // 3] or a high of 1e39 failed only in the trials that drew it), the others at their low ends.
-    // (A parsed study has at least one parameter.)
+    // What the executor sets for every trial (Executor::launch), and the study key that gives it:
+    // max_t = 200000 passed here and then failed every trial on train.epochs.
+    const std::pair<std::string, std::string> executor_sets[] = {
+        {fmt::format("train.epochs={}", s.max_t), fmt::format("[scheduler] max_t = {}", s.max_t)},
+        {fmt::format("train.stop_after_epochs={}", s.grace < s.max_t ? s.grace : 0),
+         fmt::format("[scheduler] grace = {}", s.grace)},
+        {fmt::format("run.threads={}", s.threads_per_trial),
+         fmt::format("[study] threads_per_trial = {}", s.threads_per_trial)},
+    };
+    std::vector<std::string> common = s.fixed;
+    for (const auto& [set, key] : executor_sets) common.push_back(set);
+    // Every parameter at both ends of its range, at a fractional value inside it and at each of
+    // its values (a choice of ["adamw", 3] or a high of 1e39 failed only in the trials that drew
+    // it), the others at their low ends. (A parsed study has at least one parameter.)
+    struct Probe {
+        size_t param;
+        std::string literal;
+        bool inside = false;  // a value inside the range (its ends were probed before)
+    };
     std::vector<std::string> lows;
-    std::vector<std::pair<size_t, std::string>> probes;  // (parameter, literal)
+    std::vector<Probe> probes;
     for (size_t i = 0; i < s.params.size(); ++i) {
         const Param& p = s.params[i];
         lows.push_back(p.from_internal(p.internal_low()));
         if (p.numeric()) {
-            probes.emplace_back(i, lows.back());
-            probes.emplace_back(i, p.from_internal(p.internal_high()));
+            probes.push_back({i, lows.back()});
+            probes.push_back({i, p.from_internal(p.internal_high())});
+            if (auto inside = fractional_value(p)) probes.push_back({i, *inside, true});
         } else {
-            for (const auto& v : p.values) probes.emplace_back(i, v);
+            for (const auto& v : p.values) probes.push_back({i, v});
         }
     }
-    // An unknown key fails every probe, blamed on whichever parameter the probe was for: found by
-    // setting each parameter alone (only then: alone, a parameter may be invalid that is valid
-    // with another tuned one, fp16 with run.device).
-    const auto blame = [&](const Status& failed) -> Status {
-        for (size_t i = 0; i < s.params.size(); ++i) {
+    const auto load = [&](std::vector<std::string> sets) { return train::load_train_config(s.base, sets).status(); };
+    // A failed probe is blamed on what fails without the parameters first: a `set` entry, then a
+    // setting the executor adds; an unknown key on the parameter that has it, found by setting
+    // each alone (only then: alone, a parameter may be invalid that is valid with another tuned
+    // one, fp16 with run.device).
+    const auto blame = [&](const Status& failed, const Probe& probe) -> Status {
+        if (Status st = load(s.fixed); !st.is_ok()) return st.with_context(fmt::format("{} [study] set", s.source));
+        for (const auto& [set, key] : executor_sets) {
             std::vector<std::string> sets = s.fixed;
-            sets.push_back(s.params[i].key + "=" + lows[i]);
-            auto alone = train::load_train_config(s.base, sets);
-            if (!alone.is_ok() && alone.status().message().find("unknown key '" + s.params[i].key + "'") != std::string::npos)
-                return alone.status().with_context(fmt::format("{}: parameter {}", s.source, s.params[i].key));
+            sets.push_back(set);
+            if (Status st = load(sets); !st.is_ok())
+                return st.with_context(fmt::format("{} {} (the tuner passes it to every trial)", s.source, key));
         }
-        return failed;
+        for (size_t i = 0; i < s.params.size(); ++i) {
+            std::vector<std::string> sets = common;
+            sets.push_back(s.params[i].key + "=" + lows[i]);
+            Status alone = load(sets);
+            if (!alone.is_ok() && alone.message().find("unknown key '" + s.params[i].key + "'") != std::string::npos)
+                return alone.with_context(fmt::format("{}: parameter {}", s.source, s.params[i].key));
+        }
+        const Param& p = s.params[probe.param];
+        if (probe.inside) {
+            Status st = failed.with_context(fmt::format("{}: parameter {} = {} (a value drawn inside [{}, {}], whose "
+                                                        "ends were accepted)",
+                                                        s.source, p.key, probe.literal, lows[probe.param],
+                                                        p.from_internal(p.internal_high())));
+            if (failed.message().find("an integer") == std::string::npos) return st;
+            return Status(st.code(), st.message() + fmt::format("\nhint: {} is an integer setting: use type = \"int\" "
+                                                                "(with a whole-number q, if any){}",
+                                                                p.key,
+                                                                p.dist == Dist::kLogUniform
+                                                                    ? ", or type = \"choice\" for log-spaced values"
+                                                                    : ""));
+        }
+        return failed.with_context(fmt::format("{}: parameter {} = {}", s.source, p.key, probe.literal));
     };
-    for (const auto& [which, literal] : probes) {
-        std::vector<std::string> sets = s.fixed;
-        for (size_t i = 0; i < s.params.size(); ++i) sets.push_back(s.params[i].key + "=" + (i == which ? literal : lows[i]));
-        auto cfg = train::load_train_config(s.base, sets);
-        if (!cfg.is_ok())
-            return blame(cfg.status().with_context(fmt::format("{}: parameter {} = {}", s.source, s.params[which].key, literal)));
+    for (const auto& probe : probes) {
+        std::vector<std::string> sets = common;
+        for (size_t i = 0; i < s.params.size(); ++i)
+            sets.push_back(s.params[i].key + "=" + (i == probe.param ? probe.literal : lows[i]));
+        if (Status st = load(sets); !st.is_ok()) return blame(st, probe);
     }
     return Status::ok();
 }

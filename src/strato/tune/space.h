@@ -55,6 +55,11 @@ struct Param {
     double internal_high() const;
 };
 
+/// Bounds of [study] memory_limit_gb (1 PB) and cpus_per_trial: their bytes and CPU quotas fit
+/// an int64 however they are converted.
+constexpr double kMemoryLimitGbMax = 1e6;
+constexpr double kCpusPerTrialMax = 1e5;
+
 /// One trial's parameters: key -> TOML literal, as passed to `strato train --set key=literal`.
 using Assignment = std::map<std::string, std::string>;
 
@@ -83,8 +88,11 @@ struct StudyConfig {
     bool better(double a, double b) const { return maximize ? a > b : a < b; }
 };
 
-/// Checks that the base config loads with the fixed overrides and with every parameter set to a
-/// value of its range (so a parameter the train config does not have fails before any trial).
+/// Checks that the base config loads with the fixed overrides, the settings the executor adds to
+/// every trial (train.epochs = max_t, train.stop_after_epochs, run.threads = threads_per_trial)
+/// and every parameter at each end of its range, at a value inside it and at each of its values
+/// (so a parameter the train config does not have, or a fractional draw for an integer setting,
+/// fails before any trial). An error names the study key to change.
 Status validate_against_train_config(const StudyConfig& s);
 
 }  // namespace strato::tune

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <chrono>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include <random>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "strato/core/cgroup.h"
 #include "strato/core/config.h"
@@ -55,7 +57,22 @@ std::string fingerprint(const StudyConfig& c) {
     return json_text(j);
 }
 
+// The value for a message: control characters as \xNN, so that the message stays one line.
+std::string printable(std::string_view v) {
+    std::string out;
+    for (char c : v)
+        out += std::iscntrl(static_cast<unsigned char>(c)) ? fmt::format("\\x{:02x}", static_cast<unsigned char>(c))
+                                                           : std::string(1, c);
+    return out;
+}
+
 std::string trial_name(int id) { return fmt::format("trial-{:04d}", id); }
+
+// A trial's memory limit in bytes, bounded (as a parsed study is) so that every integer it
+// becomes (memory.max, RLIMIT_AS) holds it: 1e30 GB wrote -9223372036854775808.
+double memory_limit_bytes(const StudyConfig& c) {
+    return std::clamp(c.memory_limit_gb, 0.0, kMemoryLimitGbMax) * double(1ull << 30);
+}
 
 // A trial that can be the study's best: one with a result that did not fail (a trial killed by
 // its memory limit after a good epoch is no configuration to recommend, as in Optuna).
@@ -180,7 +197,7 @@ Status Executor::launch(const Trial& t) {
     Running r;
     r.target = t.target;
     r.bracket = t.bracket;
-    const double mem = c_.memory_limit_gb * double(1ull << 30);
+    const double mem = memory_limit_bytes(c_);
     if (cgroups_) {
         auto g = cgroup::Group::create(fmt::format("strato-tune-{}-{}", getpid(), trial_name(t.id)),
                                        cgroup::Limits{mem, c_.cpus_per_trial});
@@ -624,11 +641,73 @@ Result<RunSummary> run_study(const StudyConfig& cfg, const RunOptions& options) 
     return ex.run();
 }
 
+Status check_sbatch_value(std::string_view flag, std::string_view value, SbatchValue kind) {
+    // A newline ended the #SBATCH block and ran the rest as a shell command in every task.
+    const bool option = kind == SbatchValue::kOption;
+    const std::string what = fmt::format("{}{}'{}'", flag, flag.empty() ? "" : " ", printable(value));
+    for (char c : value)
+        if (std::iscntrl(static_cast<unsigned char>(c)) || (!option && std::isspace(static_cast<unsigned char>(c))))
+            return invalid_argument("{}: an #SBATCH line cannot carry {}", what,
+                                    option ? "control characters or newlines" : "blanks, control characters or newlines");
+    const auto digits = [](std::string_view v) {
+        return !v.empty() && std::all_of(v.begin(), v.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+    };
+    switch (kind) {
+        case SbatchValue::kOption:
+            if (value.size() < 2 || value[0] != '-')
+                return invalid_argument("{}: expected an sbatch option starting with '-', e.g. --sbatch=--gres=gpu:1",
+                                        what);
+            break;
+        case SbatchValue::kTime: {
+            // Slurm's forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S; or unlimited.
+            if (value == "UNLIMITED" || value == "unlimited" || value == "INFINITE" || value == "infinite") break;
+            std::string_view rest = value;
+            if (size_t dash = rest.find('-'); dash != std::string_view::npos) {
+                if (!digits(rest.substr(0, dash))) rest = {};
+                else rest = rest.substr(dash + 1);
+            }
+            int parts = 0;
+            for (bool more = !rest.empty(); more; ++parts) {
+                const size_t colon = rest.find(':');
+                more = colon != std::string_view::npos;
+                if (!digits(rest.substr(0, colon))) parts = 9;
+                rest = more ? rest.substr(colon + 1) : std::string_view();
+            }
+            if (parts < 1 || parts > 3)
+                return invalid_argument("{}: expected a Slurm time limit: MINUTES, HH:MM:SS, D-HH[:MM[:SS]] or "
+                                        "unlimited, e.g. 04:00:00",
+                                        what);
+            break;
+        }
+        case SbatchValue::kMemory: {
+            std::string_view number = value;
+            if (!number.empty() && std::string_view("KMGTkmgt").find(number.back()) != std::string_view::npos)
+                number.remove_suffix(1);
+            if (!digits(number))
+                return invalid_argument("{}: expected a Slurm memory size: a whole number with an optional unit "
+                                        "K, M (the default), G or T, e.g. 16G",
+                                        what);
+            break;
+        }
+        case SbatchValue::kWord: break;
+    }
+    return Status::ok();
+}
+
 Result<std::string> slurm_array(const StudyConfig& cfg, const SlurmOptions& options) {
     // (tune run's own bound on --parallel; each task runs `tune run --parallel <task-parallel>`)
     if (options.tasks < 1 || options.tasks > 1000000 || options.parallel < 1 || options.parallel > 4096)
         return invalid_argument("tune slurm: need --tasks in 1..1000000 and --task-parallel in 1..4096, got {} and {}",
                                 options.tasks, options.parallel);
+    // (empty: not given, no #SBATCH line)
+    const std::tuple<const char*, std::string, SbatchValue> values[] = {
+        {"--partition", options.partition, SbatchValue::kWord},
+        {"--account", options.account, SbatchValue::kWord},
+        {"--time", options.time, SbatchValue::kTime},
+        {"--mem", options.mem, SbatchValue::kMemory}};
+    for (const auto& [flag, value, kind] : values)
+        if (!value.empty()) STRATO_RETURN_IF_ERROR(check_sbatch_value(flag, value, kind));
+    for (const auto& e : options.extra) STRATO_RETURN_IF_ERROR(check_sbatch_value("--sbatch", e, SbatchValue::kOption));
     STRATO_RETURN_IF_ERROR(validate_against_train_config(cfg));
     std::error_code ec;
     const std::string dir = stdfs::absolute(options.dir, ec).lexically_normal().string();
@@ -658,15 +737,16 @@ Result<std::string> slurm_array(const StudyConfig& cfg, const SlurmOptions& opti
         fmt::arg("name", cfg.name), fmt::arg("tasks", options.tasks), fmt::arg("dir", dir),
         fmt::arg("par", options.parallel), fmt::arg("study_q", fs::shell_quote(study)), fmt::arg("dir_q", fs::shell_quote(dir)),
         fmt::arg("job", "strato-tune-" + cfg.name), fmt::arg("last", options.tasks - 1),
-        fmt::arg("cpus", int64_t{options.parallel} * std::max<int64_t>(1, static_cast<int64_t>(std::ceil(std::max<double>(
-                                                                   cfg.threads_per_trial, cfg.cpus_per_trial))))));
+        fmt::arg("cpus", int64_t{options.parallel} *
+                             std::max<int64_t>(1, static_cast<int64_t>(std::ceil(std::max<double>(
+                                                      cfg.threads_per_trial, std::min(cfg.cpus_per_trial, kCpusPerTrialMax)))))));
     if (!options.partition.empty()) s += "#SBATCH --partition=" + options.partition + "\n";
     if (!options.account.empty()) s += "#SBATCH --account=" + options.account + "\n";
     if (!options.time.empty()) s += "#SBATCH --time=" + options.time + "\n";
     if (!options.mem.empty())
         s += "#SBATCH --mem=" + options.mem + "\n";
-    else if (cfg.memory_limit_gb > 0)
-        s += fmt::format("#SBATCH --mem={}G\n", static_cast<int64_t>(std::ceil(cfg.memory_limit_gb * options.parallel)) + 1);
+    else if (const double gb = memory_limit_bytes(cfg) / double(1ull << 30); gb > 0)  // (<= 4096 x 1e6)
+        s += fmt::format("#SBATCH --mem={}G\n", static_cast<int64_t>(std::ceil(gb * options.parallel)) + 1);
     for (const auto& e : options.extra) s += "#SBATCH " + e + "\n";
     s += fmt::format("set -eu\nexport OMP_NUM_THREADS={}\nexec {} tune run {} --dir {} --parallel {}\n",
                      cfg.threads_per_trial, fs::shell_quote(binary), fs::shell_quote(study), fs::shell_quote(dir), options.parallel);

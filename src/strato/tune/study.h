@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "strato/core/status.h"
@@ -66,6 +67,15 @@ struct SlurmOptions {
     std::string partition, time, mem, account;
     std::vector<std::string> extra;  // more sbatch options, e.g. "--gres=gpu:1"
 };
+
+/// What an #SBATCH value is: a word (--partition, --account), a time limit, a memory size, or a
+/// whole sbatch option (--sbatch, which must start with '-').
+enum class SbatchValue { kWord, kTime, kMemory, kOption };
+
+/// Checks a value that `tune slurm` writes into an #SBATCH line: no control characters (a
+/// newline ended the #SBATCH block and ran the rest in the shell), no blanks but in a whole
+/// option, and the form Slurm expects of its kind (`flag`, if not empty, names it in the message).
+Status check_sbatch_value(std::string_view flag, std::string_view value, SbatchValue kind);
 
 /// Switches the study store to the rollback journal (WAL works on one host only), creating it if
 /// needed, and returns the sbatch script.
