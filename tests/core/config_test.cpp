@@ -57,6 +57,18 @@ TEST(Config, KeysOfThousandsOfDottedPartsAreRefusedBeforeParsing) {
     for (int i = 0; i < 300; ++i) fine += "  { x = 2.5, y = [0.5, 1.5] },\n";
     fine += "]\n";
     EXPECT_TRUE(check_toml_keys(fine, "f.toml").is_ok()) << check_toml_keys(fine, "f.toml").message();
+    // --set's key and inline-table value too (the key became 50,000 nested tables).
+    for (const std::string& o : {parts + "=1", "inner.tags={" + parts + " = 1}"}) {
+        auto r = load_string<Outer>("", {o});
+        ASSERT_FALSE(r.is_ok());
+        EXPECT_NE(r.status().message().find("a key of more than 128 dotted parts"), std::string::npos)
+            << r.status().message().substr(r.status().message().size() - 300);
+    }
+    // A syntax error names the file, line and column, wherever TOML is read.
+    auto bad = parse_toml_named("a = 1\nb = = 2\n", "x.toml");
+    ASSERT_FALSE(bad.is_ok());
+    EXPECT_EQ(bad.status().message().rfind("x.toml:2:", 0), 0u) << bad.status().message();
+    EXPECT_NE(bad.status().message().find("TOML syntax error"), std::string::npos) << bad.status().message();
 }
 
 TEST(Config, ReadsTypedValuesAndKeepsDefaults) {

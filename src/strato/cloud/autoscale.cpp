@@ -106,13 +106,7 @@ Status only_keys(const toml::table& t, std::initializer_list<std::string_view> k
 }  // namespace
 
 Result<AutoscaleConfig> AutoscaleConfig::parse(std::string_view toml_text, const std::string& source) {
-    toml::table doc;
-    STRATO_RETURN_IF_ERROR(check_toml_keys(toml_text, source));
-    try {
-        doc = toml::parse(toml_text, source);
-    } catch (const toml::parse_error& e) {
-        return invalid_argument("{}:{}: {}", source, e.source().begin.line, e.description());
-    }
+    STRATO_ASSIGN_OR_RETURN(toml::table doc, parse_toml_named(toml_text, source));
     STRATO_RETURN_IF_ERROR(only_keys(doc, {"autoscale", "policy", "spot"}, source));
     // Each in its shape: [autoscale] and [spot] tables, [[policy]] an array of tables (another
     // shape was skipped without a word and the defaults ran).

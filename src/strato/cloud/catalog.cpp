@@ -275,13 +275,7 @@ Status Catalog::apply_overrides(std::string_view toml_text, const std::string& s
     std::vector<std::array<double, 2>> saved_prices;
     for (const auto& in : instances_) saved_prices.push_back({in.ondemand_usd_h, in.spot_usd_h});
     auto apply = [&]() -> Status {
-        toml::table doc;
-        STRATO_RETURN_IF_ERROR(check_toml_keys(toml_text, source));
-        try {
-            doc = toml::parse(toml_text, source);
-        } catch (const toml::parse_error& e) {
-            return invalid_argument("{}:{}: {}", source, e.source().begin.line, e.description());
-        }
+        STRATO_ASSIGN_OR_RETURN(toml::table doc, parse_toml_named(toml_text, source));
         auto fraction = [&](const toml::node& n, std::string_view key) -> Result<double> {
             auto v = n.value<double>();
             if (!v || !(*v >= 0 && *v < 1)) return invalid_argument("{}: {} must be a fraction in [0, 1)", source, key);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <sstream>
@@ -307,12 +308,6 @@ private:
     std::vector<toml::table*> stack_;
 };
 
-Status parse_error_status(const toml::parse_error& e, const std::string& fallback) {
-    const auto& src = e.source();
-    std::string file = src.path ? *src.path : fallback;
-    return invalid_argument("{}:{}:{}: TOML syntax error: {}", file, src.begin.line, src.begin.column, e.description());
-}
-
 }  // namespace
 
 struct Document::Impl {
@@ -334,12 +329,7 @@ Result<Document> Document::from_string(std::string_view text, const std::string&
     Document doc;
     doc.impl_ = std::make_shared<Impl>();
     doc.impl_->source = source_name;
-    STRATO_RETURN_IF_ERROR(check_toml_keys(text, source_name));
-    try {
-        doc.impl_->root = toml::parse(text, source_name);
-    } catch (const toml::parse_error& e) {
-        return parse_error_status(e, source_name);
-    }
+    STRATO_ASSIGN_OR_RETURN(doc.impl_->root, parse_toml_named(text, source_name));
     return doc;
 }
 
@@ -353,6 +343,10 @@ Status Document::apply_override(std::string_view assignment) {
     std::string key(assignment.substr(0, eq));
     std::string value(assignment.substr(eq + 1));
     std::string label = fmt::format("--set {}", assignment);
+    // (the value may be an inline table, whose keys are measured as a file's are; so is the key)
+    STRATO_RETURN_IF_ERROR(check_toml_keys("v = " + value, label));
+    if (std::count(key.begin(), key.end(), '.') >= kMaxTomlKeyParts)
+        return invalid_argument("{}: a key of more than {} dotted parts; expected section.key", label, kMaxTomlKeyParts);
     toml::table parsed;
     try {
         parsed = toml::parse("v = " + value, label);

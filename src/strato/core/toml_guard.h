@@ -1,9 +1,11 @@
 #pragma once
 // toml++ parses a dotted key ("a.b.c = 1", "[a.b.c]") recursively, one frame per part: a line of
 // 50,000 parts overflowed the stack (a 100 KB policy file crashed `strato autoscale`). Text from
-// outside is measured before it is parsed, as JSON is (json_depth.h).
+// outside is measured before it is parsed, as JSON is (json_depth.h). parse_toml_named() does
+// both, for every TOML file strato reads.
 
 #include <fmt/format.h>
+#include <toml++/toml.h>
 
 #include <string>
 #include <string_view>
@@ -63,6 +65,18 @@ inline Status check_toml_keys(std::string_view text, const std::string& source) 
         }
     }
     return Status::ok();
+}
+
+/// `text` (TOML from `source`, a file name for messages) parsed after check_toml_keys(); a syntax
+/// error names the file, line and column.
+inline Result<toml::table> parse_toml_named(std::string_view text, const std::string& source) {
+    STRATO_RETURN_IF_ERROR(check_toml_keys(text, source));
+    try {
+        return toml::parse(text, source);
+    } catch (const toml::parse_error& e) {
+        return invalid_argument("{}:{}:{}: TOML syntax error: {}", source, e.source().begin.line, e.source().begin.column,
+                                e.description());
+    }
 }
 
 }  // namespace strato

@@ -98,13 +98,7 @@ Result<AlertRule> parse_condition(std::string_view expr) {
 }
 
 Result<std::vector<AlertRule>> parse_rules(std::string_view toml_text, const std::string& source) {
-    toml::table doc;
-    STRATO_RETURN_IF_ERROR(check_toml_keys(toml_text, source));
-    try {
-        doc = toml::parse(toml_text, source);
-    } catch (const toml::parse_error& e) {
-        return invalid_argument("{}:{}: {}", source, e.source().begin.line, e.description());
-    }
+    STRATO_ASSIGN_OR_RETURN(toml::table doc, parse_toml_named(toml_text, source));
     for (auto&& [k, v] : doc)
         if (k.str() != "rule") return invalid_argument("{}: unknown key '{}' (rules are [[rule]] tables)", source, k.str());
     std::vector<AlertRule> rules;

@@ -196,13 +196,7 @@ bool executor_key(std::string_view key) {
 }  // namespace
 
 Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string& source, const std::string& base_dir) {
-    toml::table doc;
-    STRATO_RETURN_IF_ERROR(check_toml_keys(text, source));
-    try {
-        doc = toml::parse(text, source);
-    } catch (const toml::parse_error& e) {
-        return invalid_argument("{}:{}: {}", source, e.source().begin.line, e.description());
-    }
+    STRATO_ASSIGN_OR_RETURN(toml::table doc, parse_toml_named(text, source));
     for (auto&& [k, v] : doc)
         if (k.str() != "study" && k.str() != "scheduler" && k.str() != "params" && k.str() != "tpe")
             return invalid_argument("{}: unknown section '{}' (expected [study], [scheduler], [params], [tpe])", source,

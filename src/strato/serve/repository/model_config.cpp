@@ -722,13 +722,7 @@ Result<ModelConfig> parse_model_config_pbtxt(std::string_view text, const std::s
 }
 
 Result<ModelConfig> parse_model_config_toml(std::string_view text, const std::string& source) {
-    toml::table table;
-    STRATO_RETURN_IF_ERROR(check_toml_keys(text, source));
-    try {
-        table = toml::parse(text, source);
-    } catch (const toml::parse_error& e) {
-        return invalid_argument("{}:{}: {}", source, e.source().begin.line, e.description());
-    }
+    STRATO_ASSIGN_OR_RETURN(toml::table table, parse_toml_named(text, source));
     STRATO_ASSIGN_OR_RETURN(Node root, from_toml(table, 0, source));
     return Mapper(source, Form::kToml).config(root);
 }
