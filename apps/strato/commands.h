@@ -71,4 +71,8 @@ CLI::Validator duration_flag(const std::string& default_unit, bool positive, dou
 /// `--busy-poll D` of loadtest and serve, in ns: a duration (bare numbers are µs) from 0 to 10 ms.
 Result<int64_t> parse_busy_poll_ns(const std::string& text);
 
+/// The check of `--busy-poll` (parse_busy_poll_ns) as a flag validator: a usage error (exit 2),
+/// found before the command starts anything.
+CLI::Validator busy_poll_flag();
+
 }  // namespace strato::cli

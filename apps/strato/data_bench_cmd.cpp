@@ -108,16 +108,16 @@ void add_data_bench_command(CLI::App& data, const GlobalFlags&, int* exit_code) 
                 return st.is_ok() ? std::string() : m.rfind("--transform: ", 0) == 0 ? m.substr(13) : m;
             },
             "SPEC"));
-    cmd->add_option("--workers", o->workers, "Loader threads (0 = decode in the consuming thread)")
+    cmd->add_option("--workers", o->workers, "Loader threads (0 = decode in the consuming thread; default 2)")
         ->check(CLI::Range(0, 256));
-    cmd->add_option("--batch-size", o->batch, "Samples per batch")->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
-    cmd->add_option("--prefetch", o->prefetch, "Batches assembled ahead")->check(CLI::Range(1, 1024));
-    cmd->add_option("--limit", o->limit, "Use only the first N samples (0 = all)")->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
-    cmd->add_option("--epochs", o->epochs, "Passes over the data (the first batch is not timed)")
+    cmd->add_option("--batch-size", o->batch, "Samples per batch (default 64)")->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+    cmd->add_option("--prefetch", o->prefetch, "Batches assembled ahead (default 4)")->check(CLI::Range(1, 1024));
+    cmd->add_option("--limit", o->limit, "Use only the first N samples (default 0 = all)")->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+    cmd->add_option("--epochs", o->epochs, "Passes over the data (the first batch is not timed; default 1)")
         ->check(finite_range(1e-6, 1e6));
-    cmd->add_option("--channels", o->channels, "1 (gray) or 3 (RGB)")->check(CLI::IsMember({1, 3}));
-    cmd->add_option("--image-size", o->image_size, "Output side when no transform fixes it")->check(CLI::Range(0, 16384));
-    cmd->add_option("--cache", o->cache, "none, encoded or decoded (RAM cache after the first read)")
+    cmd->add_option("--channels", o->channels, "1 (gray) or 3 (RGB) (default 3)")->check(CLI::IsMember({1, 3}));
+    cmd->add_option("--image-size", o->image_size, "Output side when no transform fixes it (default 0: then --transform must fix it)")->check(CLI::Range(0, 16384));
+    cmd->add_option("--cache", o->cache, "none, encoded or decoded (RAM cache after the first read; default none)")
         ->check(CLI::IsMember({"none", "encoded", "decoded"}));
     cmd->add_flag("--accurate-decode", o->accurate, "libjpeg's accurate IDCT and fancy upsampling");
     cmd->add_flag("--raw-decode", o->raw, "Also time a single-thread whole-image libjpeg-turbo decode of the same files");

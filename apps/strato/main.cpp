@@ -81,6 +81,19 @@ Result<int64_t> parse_busy_poll_ns(const std::string& text) {
     return *ns;
 }
 
+CLI::Validator busy_poll_flag() {
+    return CLI::Validator(
+        [](std::string& text) -> std::string {
+            // (CLI11 puts "--busy-poll: " before the message: the flag is not named twice)
+            if (auto d = parse_duration_ns(text, "us"); !d) return d.status().message();
+            auto ns = parse_busy_poll_ns(text);
+            if (ns) return {};
+            const std::string& m = ns.status().message();
+            return m.rfind("--busy-poll ", 0) == 0 ? m.substr(12) : m;
+        },
+        "DURATION in [0, 10ms] (bare numbers: us)");
+}
+
 }  // namespace strato::cli
 
 int main(int argc, char** argv) {

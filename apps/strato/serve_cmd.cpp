@@ -94,7 +94,8 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         ->check(token_file);
     cmd->add_option("--intra-op-threads", o->intra_threads, "libtorch threads per model execution (0 = cores)")
         ->check(CLI::Range(0, 1024));
-    cmd->add_option("--busy-poll", o->busy_poll, "HTTP I/O threads poll for the next request this long before sleeping (bare numbers are us; 0: off). Lower latency at low load, most of all in VMs whose idle vCPUs wake slowly; costs that much CPU per idle gap, and wants a core the intra-op threads do not use");
+    cmd->add_option("--busy-poll", o->busy_poll, "HTTP I/O threads poll for the next request this long before sleeping (bare numbers are us; 0: off). Lower latency at low load, most of all in VMs whose idle vCPUs wake slowly; costs that much CPU per idle gap, and wants a core the intra-op threads do not use")
+        ->check(busy_poll_flag());
     cmd->footer(
         "Examples:\n"
         "  strato serve --model runs/fashion_mnist_cnn/model\n"

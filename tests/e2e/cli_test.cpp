@@ -52,6 +52,13 @@ TEST_F(Cli, HelpListsCommands) {
         EXPECT_FALSE(u.err.empty()) << bad;
     }
     EXPECT_EQ(run_strato("train no-such-config.toml", dir_).code, 1);
+    // eval's --dataset is checked by its flag, against data.dataset's kinds: a usage error that
+    // names the kinds (it exited 1 from the command).
+    auto kind = run_strato("eval --model " + dir_ + "/missing --dataset foo", dir_);
+    EXPECT_EQ(kind.code, 2) << kind.err;
+    EXPECT_NE(kind.err.find("--dataset: expected one of fashion-mnist, idx, image-folder, shards, csv, synthetic, got \"foo\""),
+              std::string::npos)
+        << kind.err;
 }
 
 // `strato doctor --json` describes this machine: every check named, the CPU's bf16 instructions

@@ -1992,7 +1992,9 @@ def cli_errors(ctx):
         ([], "nothing to serve"),
         (["--model", f"{MODEL}={PKG}", "--http-max-input-size", "100"], "http-max-input-size"),
         (["--model", f"bad/name={PKG}"], "bad/name"),
-        (["--model", f"{MODEL}={PKG}", "--busy-poll", "20ms"], "--busy-poll must be between 0 and 10ms"),
+        # --busy-poll is checked by its flag's validator: a usage error (exit 2, below), as a range is.
+        (["--model", f"{MODEL}={PKG}", "--busy-poll", "20ms"], "--busy-poll: must be between 0 and 10ms"),
+        (["--model", f"{MODEL}={PKG}", "--busy-poll", "1s"], "--busy-poll: must be between 0 and 10ms"),
         (["--model", f"{MODEL}={PKG}", "--busy-poll", "soon"], "--busy-poll"),
         # Found by review: an empty token file (an unset variable) started an open server; one
         # repository given twice made its models "not unique"; '*' hid a typo beside it.
@@ -2008,6 +2010,8 @@ def cli_errors(ctx):
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30, preexec_fn=_die_with_parent)
             out = (pr.stdout + pr.stderr).decode(errors="replace")
             check(pr.returncode != 0, f"`strato serve {' '.join(args)}` exited 0: {out[:300]}")
+            if "--busy-poll" in args:
+                check(pr.returncode == 2, f"`strato serve {' '.join(args)}` exited {pr.returncode}, not 2 (a usage error)")
             check("ready" not in pr.stdout.decode(errors="replace"), "printed a ready line")
             check(needle.lower() in out.lower(), f"`strato serve {' '.join(args)}`: message does not mention {needle!r}: {out[:400]!r}")
         s.case(" ".join(a if len(a) < 30 else "..." + a[-20:] for a in args) or "(no model)", run)

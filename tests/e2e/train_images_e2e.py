@@ -129,7 +129,7 @@ def main():
         p = run("eval", "--model", model, "--dataset", "image-folder", "--data", train_only, expect=1)
         check("has a train/ folder but no test/ or val/ folder" in p.stderr, f"eval of train/ alone: {p.stderr[-400:]}")
         # An unknown kind names --dataset (it named the --set it was checked through).
-        p = run("eval", "--model", model, "--dataset", "bogus", expect=1)
+        p = run("eval", "--model", model, "--dataset", "bogus", expect=2)
         check("--dataset: expected one of" in p.stderr and "--set" not in p.stderr, f"eval --dataset bogus: {p.stderr}")
 
         # What the data says while it opens (before the run directory exists) reaches the run's
