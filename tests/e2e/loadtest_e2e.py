@@ -74,13 +74,22 @@ def fake_server():
                 inputs = [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}]
             if self.path.startswith("/v2/models/strbig"):  # 100000 strings of --string-length each
                 inputs = [{"name": "s", "datatype": "BYTES", "shape": [-1, 100000]}]
+            if self.path.startswith("/v2/models/rec12"):
+                inputs = [{"name": "x", "datatype": "FP32", "shape": [-1, 12]}]
+            if self.path.startswith("/v2/models/rec8"):
+                inputs = [{"name": "x", "datatype": "INT8", "shape": [-1, 4]}]
             if self.path.endswith("/config"):
                 self.reply({"max_batch_size": "8" if "strcfg" in self.path else 8})
             else:
                 self.reply({"name": "m", "inputs": inputs, "outputs": []})
 
+        def do_POST(self):  # inference: the body is kept, the answer is empty
+            self.server.bodies.append(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+            self.reply({})
+
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     srv.heads = 0
+    srv.bodies = []
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv
 
@@ -304,6 +313,21 @@ def main():
             hp = json.load(open(f"{tmp}/head.json"))["points"][0]
             check(hp["ok"] == 50 and hp["errors"]["total"] == 0, f"HEAD answers: ok {hp['ok']}, errors {hp['errors']}")
             check(odd.heads >= 50, f"HEAD requests seen by the server: {odd.heads}")
+            # Found by review: a JSON data file's values went out in the text order of their
+            # indices (0, 1, 10, 11, 2, ...); integers out of their type's range were wrapped
+            # (300 as INT8 was 44); an IDX file without samples crashed the client (SIGFPE).
+            json.dump({"data": [{"x": [list(range(6)), list(range(6, 12))]}]}, open(f"{tmp}/d12.json", "w"))
+            run([ourl, "--model", "rec12", "--input-data", f"{tmp}/d12.json", "--tensor-format", "json", "-n", "1",
+                 "--warmup", "0"])
+            sent = json.loads(odd.bodies[-1])["inputs"][0]["data"] if odd.bodies else None
+            check(sent == list(range(12)), f"JSON data values in file order: {sent}")
+            json.dump({"data": [{"x": [1, 300, -1, 2]}]}, open(f"{tmp}/i8.json", "w"))
+            _, err, _ = run([ourl, "--model", "rec8", "--input-data", f"{tmp}/i8.json", "-n", "1"], expect=1)
+            check("data[0].x value 1: 300 is not in the range of INT8" in err, f"INT8 out of range: {err}")
+            with open(f"{tmp}/empty.idx", "wb") as f:
+                f.write(bytes([0, 0, 8, 3]) + (0).to_bytes(4, "big") + (28).to_bytes(4, "big") * 2)
+            _, err, _ = run([url, "--model", "cnn", "--input-data", f"{tmp}/empty.idx", "-n", "1"], expect=1)
+            check("holds no samples" in err, f"IDX without samples: {err}")
         finally:
             odd.shutdown()
 
@@ -321,6 +345,14 @@ def main():
                               stdout=subprocess.PIPE).stdout.decode().strip()
         out, err, took = run([f"http://127.0.0.1:{dead}/", "-d", "1s", "--warmup", "0", "--grace", "0.5s"], expect=1)
         check("connect" in out and took < 20, f"refused target: {took:.1f}s {out}")
+        # --timeout below 1 ms and --busy-poll above 10 ms are usage errors (exit 2) found by their
+        # flags' validators before anything is contacted (they were checked after, exit 1, and with
+        # no server the error was "Connection refused").
+        for flag, value, needle in [("--timeout", "0.5ms", "--timeout: 0.5ms is below 1 ms"),
+                                    ("--busy-poll", "20ms", "--busy-poll: must be between 0 and 10ms"),
+                                    ("--busy-poll", "soon", "--busy-poll: duration 'soon'")]:
+            out, err, _ = run([f"http://127.0.0.1:{dead}/", "-n", "1", flag, value], expect=2)
+            check(needle in err and "onnect" not in out + err, f"{flag} {value}: {out} {err}")
 
         print("== Ctrl-C stops a long run promptly, with the table")
         p = subprocess.Popen([BIN, "loadtest", url + "/v2/health/live", "-d", "60s", "--warmup", "0"], stdout=subprocess.PIPE,

@@ -130,6 +130,8 @@ struct Conn {
     int64_t sent_ns = 0;            // when it did (or when the connect started)
     int64_t backoff_ns = 0;
     int64_t wake_ns = 0;            // kBackoff: when to connect
+    uint32_t answered = 0;          // responses on this socket (a reused keep-alive connection when > 0)
+    bool resend = false;            // connecting to send *request again (its reused socket closed first)
 };
 
 uint64_t tag_of(const Conn& c) { return (uint64_t{c.index} << 32) | c.gen; }
@@ -353,6 +355,14 @@ void Worker::on_connected(Conn& c) {
     c.want_write = false;
     c.backoff_ns = 0;
     c.state = ConnState::kIdle;
+    if (c.resend) {  // a request whose reused socket closed first (reserved and counted busy)
+        c.resend = false;
+        c.state = ConnState::kBusy;
+        c.parser.reset();
+        c.parser.answers_head(owner->target.head);
+        c.sent = 0;
+        return write_some(c);
+    }
     next_or_idle(c);
 }
 
@@ -397,6 +407,15 @@ void Worker::send(Conn& c, int64_t intended) {
     const auto& reqs = owner->target.requests;
     c.request = &reqs[next_request++ % reqs.size()];
     c.sent = 0;
+    // A reused connection the server has already closed (a server that closes after each response
+    // without saying "Connection: close"): the request goes on a new connection, not onto a socket
+    // that can only answer end-of-file (every second request of such a server was a "reset").
+    char peek = 0;
+    if (c.answered > 0 && ::recv(c.fd, &peek, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
+        close(c);
+        c.resend = true;
+        return connect(c);
+    }
     write_some(c);
 }
 
@@ -428,6 +447,14 @@ void Worker::on_readable(Conn& c) {
             if (!stopping && owner->options.mode == LoadOptions::Mode::kClosed) start_conn(c, kBackoffMinNs);
             return;
         }
+        // A reused keep-alive connection that ends before a byte of the answer: the server closed it
+        // as the request went out (one that closes after each response without saying so). Sent
+        // once more on a new connection, as curl does; a failure there counts.
+        if (n <= 0 && c.answered > 0 && !c.parser.started()) {
+            close(c);
+            c.resend = true;
+            return connect(c);
+        }
         if (n < 0) return fail(c, kResetFail);
         if (n == 0) {
             c.parser.finish_on_eof();
@@ -454,6 +481,7 @@ void Worker::on_response(Conn& c) {
         if (delayed) ++m.delayed;
         m.bytes_received += c.parser.bytes();
     });
+    ++c.answered;
     busy.fetch_sub(1, std::memory_order_relaxed);
     owner->done.fetch_add(1, std::memory_order_relaxed);
     if (!c.parser.keep_alive()) {
@@ -472,7 +500,9 @@ void Worker::fail(Conn& c, FailKind kind) {
         return connect(c);
     }
     c.endpoint = 0;
-    bool outstanding = c.state == ConnState::kBusy;
+    const bool resending = c.resend;  // a connect for a request already reserved (see send(), on_readable())
+    c.resend = false;
+    bool outstanding = c.state == ConnState::kBusy || resending;
     bool counted = outstanding || kind == kConnectFail;
     if (outstanding) busy.fetch_sub(1, std::memory_order_relaxed);
     if (counted) {
@@ -487,7 +517,7 @@ void Worker::fail(Conn& c, FailKind kind) {
         owner->done.fetch_add(1, std::memory_order_relaxed);
     }
     // An open-loop connect failure fails the request that was waiting for it.
-    if (kind == kConnectFail && owner->options.mode == LoadOptions::Mode::kOpen && !pending.empty())
+    if (kind == kConnectFail && owner->options.mode == LoadOptions::Mode::kOpen && !pending.empty() && !resending)
         pending.pop_front();
     close(c);
     after_failure(c);
@@ -495,6 +525,7 @@ void Worker::fail(Conn& c, FailKind kind) {
 
 void Worker::close(Conn& c) {
     ++c.gen;
+    c.answered = 0;
     if (c.fd >= 0) ::close(c.fd);  // also leaves the epoll set
     c.fd = -1;
     c.want_write = false;
@@ -550,7 +581,7 @@ void Worker::dispatch() {
             int64_t intended = pending.front();
             pending.pop_front();
             send(*c, intended);
-        } else if (c->state == ConnState::kConnecting || c->state == ConnState::kBackoff) {
+        } else if ((c->state == ConnState::kConnecting || c->state == ConnState::kBackoff) && !c->resend) {
             ++connecting;
         }
     }
@@ -588,7 +619,8 @@ void Worker::begin_stop() {
 void Worker::close_all() {
     int outstanding = 0;
     for (auto& c : conns) {
-        if (c->state == ConnState::kBusy) ++outstanding;
+        if (c->state == ConnState::kBusy || c->resend) ++outstanding;
+        c->resend = false;
         close(*c);
     }
     busy = 0;

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <random>
 
 #include "strato/core/fs.h"
@@ -44,9 +45,16 @@ Result<HttpReply> http_request(const Url& base, std::string_view method, const s
     parser.answers_head(method == "HEAD");  // a Content-Length and no body: else it waits out the timeout
     std::array<char, 16384> buf{};
     boost::system::error_code error;
-    bool finished = false;
+    bool finished = false, too_big = false;
+    // The reply is kept whole: an endless body held 1.3 GB before the timeout.
+    constexpr size_t kMaxReply = 64 << 20;
+    size_t received = 0;
     std::function<void()> read_more = [&] {
         sock.async_read_some(asio::buffer(buf), [&](boost::system::error_code ec, size_t n) {
+            if ((received += n) > kMaxReply) {
+                too_big = finished = true;
+                return;
+            }
             parser.feed(buf.data(), n);
             if (ec == asio::error::eof) parser.finish_on_eof();
             if (parser.done() || parser.failed() || ec) {
@@ -82,6 +90,9 @@ Result<HttpReply> http_request(const Url& base, std::string_view method, const s
     if (!finished)
         return Status(StatusCode::kUnavailable, fmt::format("{} http://{}{}: no answer within {} ms", method,
                                                             url.host_header, target, timeout_ms));
+    if (too_big)
+        return Status(StatusCode::kUnavailable, fmt::format("{} http://{}{}: the reply is larger than {} MiB", method,
+                                                            url.host_header, target, kMaxReply >> 20));
     if (error)
         return Status(StatusCode::kUnavailable,
                       fmt::format("{} http://{}{}: {}", method, url.host_header, target, error.message()));
@@ -202,6 +213,8 @@ Result<Filler> idx_filler(const std::string& path, const std::vector<InputSpec>&
     if (raw.size() < header) return data_loss("input data '{}': truncated IDX header", path);
     int64_t count = u32(4), sample = 1;
     for (int d = 1; d < ndim; ++d) sample *= u32(4 + 4 * static_cast<size_t>(d));
+    if (count == 0 || sample == 0)
+        return invalid_argument("input data '{}': the IDX file holds no samples ({} of {} bytes)", path, count, sample);
     if (static_cast<int64_t>(raw.size() - header) < count * sample)
         return data_loss("input data '{}': {} samples of {} bytes announced, {} bytes present", path, count, sample,
                          raw.size() - header);
@@ -222,6 +235,45 @@ Result<Filler> idx_filler(const std::string& path, const std::vector<InputSpec>&
         }
         return out;
     });
+}
+
+// The values of a (nested) JSON array in order. (json::flatten() keys them "/0", "/1", "/10", ...
+// and iterates them sorted as text: an image of 784 values went out scrambled.)
+void json_leaves(const json& v, std::vector<const json*>* out) {
+    if (!v.is_array()) return out->push_back(&v);
+    for (const auto& e : v) json_leaves(e, out);
+}
+
+// A data file's number as the wire element of `t`: integers exactly, and only whole numbers in the
+// type's range (300 as INT8 went out as 44, 3e9 as INT32 as -2147483648). The reason when not.
+std::optional<std::string> put_json_number(std::string& out, DataType t, const json& v) {
+    if (v.is_boolean()) {
+        put_number(out, t, v.get<bool>() ? 1.0 : 0.0);
+        return std::nullopt;
+    }
+    double lo = 0, hi = 0;  // the integer type's range, [lo, hi)
+    switch (t) {
+        case DataType::kBool: lo = 0, hi = 2; break;
+        case DataType::kUint8: lo = 0, hi = 0x1p8; break;
+        case DataType::kUint16: lo = 0, hi = 0x1p16; break;
+        case DataType::kUint32: lo = 0, hi = 0x1p32; break;
+        case DataType::kUint64: lo = 0, hi = 0x1p64; break;
+        case DataType::kInt8: lo = -0x1p7, hi = 0x1p7; break;
+        case DataType::kInt16: lo = -0x1p15, hi = 0x1p15; break;
+        case DataType::kInt32: lo = -0x1p31, hi = 0x1p31; break;
+        case DataType::kInt64: lo = -0x1p63, hi = 0x1p63; break;
+        default: put_number(out, t, v.get<double>()); return std::nullopt;  // (floating point)
+    }
+    const double d = v.get<double>();
+    if (!(d >= lo && d < hi) || d != std::floor(d))
+        return fmt::format("{} is not {} {}", v.dump(), v.is_number_integer() ? "in the range of" : "a whole number for",
+                           datatype_name(t));
+    // 64-bit integers exactly (a double holds 53 bits).
+    if (t == DataType::kInt64 && v.is_number_integer() && !v.is_number_unsigned()) put<int64_t>(out, v.get<int64_t>());
+    else if (t == DataType::kInt64 && v.is_number_unsigned()) put<int64_t>(out, static_cast<int64_t>(v.get<uint64_t>()));
+    else if (t == DataType::kUint64 && v.is_number_unsigned()) put<uint64_t>(out, v.get<uint64_t>());
+    else put_number(out, t, d);
+    return std::nullopt;
 }
 
 // perf_analyzer's input data JSON: {"data": [{"INPUT": [..] | {"content": [..], "shape": [..]}}, ...]}.
@@ -285,23 +337,25 @@ Result<Filler> json_filler(const std::string& path, std::vector<InputSpec>& inpu
                                                 "--shape {}:d1,d2,...",
                                                 path, s, in.name, serve::shape_string(in.declared), in.name);
             }
-            json flat = content.flatten();
-            std::vector<json> values;
-            for (const auto& [key, val] : flat.items()) values.push_back(val);
+            std::vector<const json*> values;
+            json_leaves(content, &values);
             int64_t want = serve::shape_numel(t.shape);
             if (static_cast<int64_t>(values.size()) != want)
                 return invalid_argument("input data '{}': data[{}].{} has {} values, shape {} needs {}", path, s, in.name,
                                         values.size(), serve::shape_string(t.shape), want);
-            for (const auto& val : values) {
+            for (size_t k = 0; k < values.size(); ++k) {
+                const json& val = *values[k];
                 if (in.dtype == DataType::kBytes) {
                     std::string str = val.is_string() ? val.get<std::string>() : val.dump();
                     auto len = static_cast<uint32_t>(str.size());
                     t.data.append(reinterpret_cast<const char*>(&len), 4);
                     t.data += str;
                 } else if (val.is_number() || val.is_boolean()) {
-                    put_number(t.data, in.dtype, val.is_boolean() ? (val.get<bool>() ? 1.0 : 0.0) : val.get<double>());
+                    if (auto why = put_json_number(t.data, in.dtype, val))
+                        return invalid_argument("input data '{}': data[{}].{} value {}: {}", path, s, in.name, k, *why);
                 } else {
-                    return invalid_argument("input data '{}': data[{}].{} holds a non-number", path, s, in.name);
+                    return invalid_argument("input data '{}': data[{}].{} value {} is not a number: {}", path, s, in.name, k,
+                                            val.dump().substr(0, 60));
                 }
             }
             // Each request carries its input's one shape (sample 0's): a sample of another shape
