@@ -190,6 +190,9 @@ TEST(Csv, EveryErrorSaysWhereAndWhat) {
         {"nan", "a,label\nnan,0\n", "t.csv:2:1: column 'a': 'nan' is not a finite 32-bit float"},
         {"inf", "a,label\n-inf,0\n", "'-inf' is not a finite 32-bit float"},
         {"too big for float", "a,label\n1e39,0\n", "'1e39' is not a finite 32-bit float"},
+        {"too big for double", "a,label\n1e400,0\n", "'1e400' is not a finite 32-bit float"},
+        // Found by review: "+-5" read as -5; "+" then another sign is no number.
+        {"two signs", "a,label\n+-5,0\n", "t.csv:2:1: column 'a': '+-5' is not a number"},
         {"unnamed column", ",label\nx,0\n", "t.csv:2:1: column 1: 'x' is not a number"},
         {"line numbers count quoted line breaks", "a,label\n1,\"x\ny\"\nz,0\n", "t.csv:4:1: column 'a': 'z'"},
         {"unterminated quote", "a,label\n1,\"open\n2,3\n", "t.csv:2:3: the quote opened here is never closed"},
@@ -204,6 +207,9 @@ TEST(Csv, EveryErrorSaysWhereAndWhat) {
          {.class_names = {"cat", "dog"}}},
         {"quote as delimiter", "a\"label\n", "the delimiter cannot be a quote", {.delimiter = '"'}},
     };
+    // ... and a value too small for a double is 0, as one too small for a float is (it was refused).
+    auto tiny = CsvDataset::parse("a,b,label\n1e-400,-1e-50,0\n+2,3,1\n", "t.csv", {});
+    ASSERT_TRUE(tiny.is_ok()) << tiny.status().message();
     for (const ErrorCase& c : cases) {
         auto r = CsvDataset::parse(c.text, "t.csv", c.options);
         ASSERT_FALSE(r.is_ok()) << c.what;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -111,8 +112,15 @@ class CsvReader {
 
 bool blank(const std::vector<Field>& rec) { return rec.size() == 1 && !rec[0].quoted && trim(rec[0].value).empty(); }
 
+// One sign at most: "+5" is 5, "+-5" is no number (from_chars took the '-' after the '+').
+std::string_view unsigned_part(std::string_view s) {
+    if (s.empty() || s.front() != '+') return s;
+    s.remove_prefix(1);
+    return !s.empty() && s.front() == '-' ? std::string_view() : s;
+}
+
 bool parse_integer(std::string_view s, int64_t* v) {
-    if (!s.empty() && s.front() == '+') s.remove_prefix(1);
+    s = unsigned_part(s);
     if (s.empty()) return false;
     auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
     return ec == std::errc() && p == s.data() + s.size();
@@ -188,11 +196,16 @@ Result<std::shared_ptr<CsvDataset>> CsvDataset::parse(std::string_view text, con
             std::string_view s = trim(f.value);
             const std::string where = fmt::format("{}:{}:{}: {}", source, f.line, f.column, col_name(c));
             if (s.empty()) return invalid_argument("{}: empty value, expected a number", where);
-            std::string_view digits = s.front() == '+' ? s.substr(1) : s;
+            std::string_view digits = unsigned_part(s);
             double v = 0;
             auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
             if (digits.empty() || ec == std::errc::invalid_argument || p != digits.data() + digits.size()) {
                 return invalid_argument("{}: '{}' is not a number", where, s);
+            }
+            // Too small for a double (1e-400) is 0, as 1e-50 is once it is a float; too large stays an error.
+            if (ec == std::errc::result_out_of_range && std::fabs(std::strtod(std::string(digits).c_str(), nullptr)) < 1) {
+                ec = std::errc();
+                v = 0;
             }
             if (ec == std::errc::result_out_of_range || !std::isfinite(v) ||
                 std::fabs(v) > std::numeric_limits<float>::max()) {
