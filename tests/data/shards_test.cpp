@@ -825,6 +825,18 @@ TEST_F(Stats, ManifestFindsChangedMissingAndExtraFiles) {
     put(root_ / "m5.json", "{\"files\": " + std::string(100000, '['));
     EXPECT_NE(read_manifest((root_ / "m5.json").string()).status().message().find("nested deeper than 64 levels"),
               std::string::npos);
+    // Found by review: a sha256 of 64 'z's, a size of -5 and a path listed twice were taken in.
+    const std::string z(64, 'z'), h(64, 'a');
+    for (const auto& [files, expected] : std::vector<std::pair<std::string, std::string>>{
+             {"[[\"a.png\", 5, \"" + z + "\"]]", "files[0][2]: expected a SHA-256 in 64 lowercase hex digits"},
+             {"[[\"a.png\", -5, \"" + h + "\"]]", "files[0][1]: expected a size in bytes >= 0, got -5"},
+             {"[[\"a.png\", 5, \"" + h + "\"], [\"a.png\", 6, \"" + h + "\"]]", "files[1][0]: expected each path once"}}) {
+        put(root_ / "m6.json", "{\"format\": \"strato-manifest\", \"version\": 1, \"kind\": \"image-folder\", \"files\": " +
+                                   files + "}");
+        auto r6 = read_manifest((root_ / "m6.json").string());
+        ASSERT_FALSE(r6.is_ok()) << files;
+        EXPECT_NE(r6.status().message().find(expected), std::string::npos) << r6.status().message();
+    }
 }
 
 TEST_F(Stats, FileNamesThatAreNotUtf8) {

@@ -481,7 +481,15 @@ Result<Manifest> manifest_from_json(const std::string& text, const std::string& 
             f[2].get<std::string>().size() != 64) {
             return bad(fmt::format("files[{}]", i), "[path, bytes, sha256 (64 hex digits)]");
         }
-        m.sha256[f[0].get<std::string>()] = f[2].get<std::string>();
+        // (64 'z's or -5 bytes loaded, and verify then reported every file as changed)
+        const std::string& sha = f[2].get_ref<const std::string&>();
+        if (sha.find_first_not_of("0123456789abcdef") != std::string::npos)
+            return bad(fmt::format("files[{}][2]", i), fmt::format("a SHA-256 in 64 lowercase hex digits, got \"{}\"", sha));
+        if (f[1].get<int64_t>() < 0 || (f[1].is_number_unsigned() && f[1].get<uint64_t>() > uint64_t{INT64_MAX}))
+            return bad(fmt::format("files[{}][1]", i), fmt::format("a size in bytes >= 0, got {}", f[1].dump()));
+        if (m.sha256.count(f[0].get<std::string>()))
+            return bad(fmt::format("files[{}][0]", i), fmt::format("each path once; {} is listed twice", f[0].dump()));
+        m.sha256[f[0].get<std::string>()] = sha;
         m.bytes[f[0].get<std::string>()] = f[1].get<int64_t>();
     }
     m.dataset_hash = dataset_hash(m.sha256);
