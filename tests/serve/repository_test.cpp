@@ -322,6 +322,27 @@ TEST_F(RepositoryTest, ANameInTwoRepositoriesKeepsTheServerUnreadyAndPollNotices
     EXPECT_TRUE(repo.ready());
     fs::remove_all(other);
 
+    // A --model package whose name a repository takes later is left as it is (found by the review
+    // of the change: it was reloaded at every poll).
+    const fs::path pkg = root.string() + "-pkg";
+    fs::create_directories(pkg);
+    std::ofstream(pkg / "model.fake") << "5";
+    auto with_pkg = options(ControlMode::kPoll);
+    with_pkg.packages = {{"p", pkg.string()}};
+    {
+        Repository prepo(with_pkg, &registry);
+        ASSERT_TRUE(prepo.start().is_ok());
+        auto before = prepo.get("p", "");
+        ASSERT_TRUE(before.is_ok());
+        version("p", 1, "1");
+        prepo.poll_once();
+        prepo.poll_once();
+        ASSERT_TRUE(prepo.get("p", "").is_ok());
+        EXPECT_EQ(prepo.get("p", "")->get(), before->get());
+    }
+    fs::remove_all(pkg);
+    fs::remove_all(root / "p");
+
     auto twice = options(ControlMode::kNone);
     twice.paths.push_back(root.string() + "/");
     Status st = Repository(twice, &registry).start();

@@ -79,14 +79,14 @@ struct JpegError {
 };
 
 /// libjpeg-turbo's warnings (jerror.h) that mean the entropy-coded data is damaged: libjpeg
-/// carries on and fills what it could not decode with grey.
+/// carries on and fills what it could not decode with grey. (Not "extraneous bytes before
+/// marker": bytes after a whole scan, common in camera files, cost no pixel.)
 bool corrupt_data_warning(int code) {
     switch (code) {
         case JWRN_HIT_MARKER:        // premature end of data segment (also a header larger than its scan)
         case JWRN_HUFF_BAD_CODE:     // bad Huffman code
         case JWRN_MUST_RESYNC:       // found marker instead of RSTn
         case JWRN_NOT_SEQUENTIAL:    // invalid SOS parameters for sequential JPEG
-        case JWRN_EXTRANEOUS_DATA:   // extraneous bytes before marker
         case JWRN_BOGUS_PROGRESSION: // inconsistent progression sequence
 #if JPEG_LIB_VERSION >= 70 || defined(D_ARITH_CODING_SUPPORTED)
         case JWRN_ARITH_BAD_CODE:    // bad arithmetic code

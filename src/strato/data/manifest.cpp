@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -508,10 +509,21 @@ Status check_manifest_output(const std::string& path, const std::string& dataset
         return invalid_argument("{} {} lies inside the dataset {}; write it beside the dataset", flag, path, dataset);
     std::error_code ec;
     if (!stdfs::exists(path, ec) || stdfs::file_size(path, ec) == 0) return Status::ok();
-    // Read whole (a manifest is a few hundred bytes per file): only a strato manifest may be replaced.
-    auto text = fs::read_file(path);
+    // Only a strato manifest may be replaced. What does not start as a JSON object (a shard, a CSV
+    // table of gigabytes) is refused from its first bytes; a JSON file is read whole (a manifest is
+    // a few hundred bytes per file).
+    std::string head(4096, '\0');
+    {
+        std::ifstream in(path, std::ios::binary);
+        in.read(head.data(), static_cast<std::streamsize>(head.size()));
+        head.resize(static_cast<size_t>(in.gcount()));
+    }
+    const size_t first = head.find_first_not_of(" \t\r\n");
+    Result<std::string> text = head;
+    if (first != std::string::npos && head[first] == '{') text = fs::read_file(path);
     if (!text.is_ok()) return text.status().with_context(flag);
-    const nlohmann::json j = parse_json_bounded(*text);
+    const nlohmann::json j = first != std::string::npos && head[first] == '{' ? parse_json_bounded(*text)
+                                                                              : nlohmann::json(nlohmann::json::value_t::discarded);
     std::string what;
     if (j.is_discarded()) {
         std::string first = text->substr(0, std::min(text->find('\n'), size_t{60}));

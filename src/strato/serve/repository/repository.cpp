@@ -493,12 +493,14 @@ Status Repository::load_locked(const std::string& name, const std::optional<nloh
         }
     }();
     std::map<int64_t, std::shared_ptr<ModelVersion>> old;
+    // (listed before the lock: inference lookups take it, and a slow file system must not hold them)
+    std::error_code ec;
+    const bool no_versions = !built && poll && !proto.package && version_dirs(proto.dir, ec).empty() && !ec;
     {
         std::lock_guard lock(mu_);
         Entry& e = entries_[name];
         e.fingerprint = fp;
-        std::error_code ec;
-        if (!built && poll && !e.versions.empty() && !proto.package && version_dirs(proto.dir, ec).empty() && !ec) {
+        if (no_versions && !e.versions.empty()) {
             // Every version directory left the repository: those versions are unloaded (as
             // tritonserver does in poll mode), not kept as after a failed reload.
             old = std::move(e.versions);
@@ -784,7 +786,9 @@ void Repository::poll_once() {
                 continue;
             }
             // A copy of the model that appeared in another repository (or left it), or a model
-            // that moved between repositories: loaded again, which says so.
+            // that moved between repositories: loaded again, which says so. (A --model package
+            // of a name a repository took later stays as it is: its entry is no repository's.)
+            if (it->second.package) continue;
             if (auto dir = locate(n); dir ? *dir != it->second.dir : dir.status().message() != it->second.reason) {
                 reload.push_back(n);
                 continue;
