@@ -179,22 +179,38 @@ public:
 private:
     static constexpr size_t kBufferMax = 4 << 20;
     static constexpr double kStallS = 0.1;
+    // At most this long waiting for the reader between two new_round() calls (the event loop's
+    // turns, each of which runs the rendezvous heartbeat): a slow but steady reader (a terminal
+    // over a slow link) must not hold the heartbeat back; past it, lines are dropped.
+    static constexpr double kMaxWaitPerRoundS = 0.5;
 
-    /// Waits while the reader takes lines; gives up (stalled) after kStallS without progress.
+public:
+    /// A new turn of the event loop (the heartbeat just ran): the echo may wait for the reader again.
+    void new_round() { waited_s_ = 0; }
+
+private:
+    /// Waits while the reader takes lines; gives up (stalled) after kStallS without progress, or
+    /// once this round's waiting reached kMaxWaitPerRoundS.
     void make_room() {
-        double deadline = now_s() + kStallS;
+        const double start = now_s();
+        double deadline = start + kStallS;
         for (size_t seen = total_; !closed_ && !signals::stop_requested();) {
             flush();
-            if (buffer_.size() - written_ < kBufferMax) return;
+            if (buffer_.size() - written_ < kBufferMax) break;
             if (total_ != seen) {
                 seen = total_;
                 deadline = now_s() + kStallS;
             }
-            if (now_s() >= deadline) break;
+            deadline = std::min(deadline, start + kMaxWaitPerRoundS - waited_s_);
+            if (now_s() >= deadline) {
+                stalled_ = true;
+                break;
+            }
             pollfd q{fd(), POLLOUT, 0};
             ::poll(&q, 1, std::max(1, static_cast<int>((deadline - now_s()) * 1000)));
         }
-        stalled_ = true;
+        if (closed_ || signals::stop_requested()) stalled_ = true;
+        waited_s_ += now_s() - start;
     }
 
     ssize_t write_some(const char* p, size_t n) {
@@ -226,6 +242,7 @@ private:
     std::string buffer_;
     size_t written_ = 0, total_ = 0;
     size_t dropped_ = 0;
+    double waited_s_ = 0;  // waiting for the reader since new_round()
 };
 
 // ---- the local worker group ----
@@ -466,6 +483,7 @@ void Group::wait(double until, bool wake_on_stop, const std::function<void()>& t
             }
         }
         if (tick) tick();
+        if (o_.tee) echo_.new_round();
         if (ended) return;
     }
 }

@@ -154,33 +154,34 @@ Result<DistEnv> read_env(const GetEnv& get_in) {
         STRATO_RETURN_IF_ERROR(master(e, "127.0.0.1"));
         return check(e);
     }
-    // An srun step (SLURM_STEP_NUM_TASKS). Without the step's variables (a Slurm or a launcher
-    // that does not set them), SLURM_NTASKS when SLURM_PROCID > 0 says this is one of several
-    // tasks. SLURM_PROCID=0 with SLURM_NTASKS > 1 alone is also what the batch script of
-    // `sbatch -n 4` sees, which runs once: one process, with a warning (never silently).
+    // An srun step (SLURM_STEP_NUM_TASKS). Without the step's variables, SLURM_PROCID=0 with
+    // SLURM_NTASKS > 1 is what the batch script of `sbatch -n 4` sees, which runs once: one
+    // process, with a warning. Tasks > 0 without them cannot form a group (their rank 0 reads
+    // itself as that batch script and trains alone while they wait out the timeout): an error.
     const bool step = get("SLURM_PROCID") && get("SLURM_STEP_NUM_TASKS");
-    bool tasks = false;
     if (!step && set("SLURM_PROCID") && set("SLURM_NTASKS")) {
         STRATO_ASSIGN_OR_RETURN(const int procid, int_var(get, "SLURM_PROCID", 0, true));
         STRATO_ASSIGN_OR_RETURN(const int ntasks, int_var(get, "SLURM_NTASKS", 1, true));
-        tasks = procid != 0;
-        if (procid == 0 && ntasks > 1)
+        if (procid != 0)
+            return invalid_argument("SLURM_PROCID={} and SLURM_NTASKS={} without SLURM_STEP_NUM_TASKS: not an srun step "
+                                    "strato can join (task 0 would run alone); start the tasks with srun, or set RANK, "
+                                    "WORLD_SIZE and MASTER_ADDR",
+                                    procid, ntasks);
+        if (ntasks > 1)
             log::warn("SLURM_PROCID=0 and SLURM_NTASKS={} without SLURM_STEP_NUM_TASKS: read as the batch script of "
                       "an allocation, which runs once, so this is one process, not rank 0 of {}; start the tasks with "
                       "srun (or set RANK, WORLD_SIZE, MASTER_ADDR) to run on all of them",
                       ntasks, ntasks);
     }
-    if (step || tasks) {
-        const char* world = step ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS";
+    if (step) {
         e.source = "slurm";
         STRATO_ASSIGN_OR_RETURN(e.rank, int_var(get, "SLURM_PROCID", 0, true));
-        STRATO_ASSIGN_OR_RETURN(e.world_size, int_var(get, world, 1, true));
+        STRATO_ASSIGN_OR_RETURN(e.world_size, int_var(get, "SLURM_STEP_NUM_TASKS", 1, true));
         STRATO_ASSIGN_OR_RETURN(e.local_rank, int_var(get, "SLURM_LOCALID", 0));
         STRATO_ASSIGN_OR_RETURN(e.group_rank, int_var(get, "SLURM_NODEID", 0));
         STRATO_ASSIGN_OR_RETURN(e.local_world_size, int_var(get, "SLURM_NTASKS_PER_NODE", 0));
         if (e.local_world_size == 0) {
-            const char* name =
-                step && get("SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE" : "SLURM_TASKS_PER_NODE";
+            const char* name = get("SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE" : "SLURM_TASKS_PER_NODE";
             e.local_world_size = 1;
             if (const char* spec = get(name); spec && *spec) {
                 STRATO_ASSIGN_OR_RETURN(e.local_world_size, tasks_on_node(name, spec, e.group_rank));

@@ -11,6 +11,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -322,10 +324,18 @@ Result<std::unique_ptr<RendezvousServer>> RendezvousServer::start(const std::str
     srv->impl_->s = s;
     srv->impl_->listen_fd = fd;
     srv->impl_->port = ntohs(addr.sin_port);
+    // Started with the stop signals blocked: the kernel gives a process's signal to any thread that
+    // does not block it, and the launcher waits for them in ppoll() on its main thread (a signal
+    // handled here woke it up to a second late).
+    sigset_t stops, before;
+    sigemptyset(&stops);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stops, sig);
+    pthread_sigmask(SIG_BLOCK, &stops, &before);
     srv->impl_->thread = std::thread([impl = srv->impl_.get()] {
         set_thread_name("rendezvous");
         impl->serve();
     });
+    pthread_sigmask(SIG_SETMASK, &before, nullptr);
     return srv;
 }
 
