@@ -1035,6 +1035,17 @@ TEST_F(Stats, VerifyFindsMembersTheIndexLeavesOutOrListsTwice) {
         details[p.detail.find("lists it twice") != std::string::npos ? "twice" : "left out"]++;
     EXPECT_EQ(details["twice"], 1) << (r.problems.empty() ? "" : r.problems[0].detail);
     EXPECT_EQ(details["left out"], 1);  // the sample whose place the copy took
+
+    // A sample whose .cls holds another label is one problem, not also an "unlisted" .cls (found
+    // by the review of the change).
+    put(index, good);
+    edit_index(index, [&](nlohmann::json& j) {
+        auto& labels = j["shards"][0]["labels"];
+        labels[0] = labels[0].get<int64_t>() == 0 ? 1 : 0;
+    });
+    r = verify_dataset((root_ / "s").string()).value();
+    ASSERT_EQ(r.problems.size(), 1u) << r.problems[r.problems.size() - 1].detail;
+    EXPECT_NE(r.problems[0].detail.find(".cls' holding"), std::string::npos) << r.problems[0].detail;
 }
 
 // A pack without splits killed before its index.json: stats/verify called the folder an image

@@ -280,6 +280,8 @@ void scan_shard(Scan& scan, size_t item, const ScanOptions& o) {
                     scan.problem(
                         name, "corrupt",
                         fmt::format("expected a member '{}.cls' holding {} after the image", idx.keys[u], want));
+                    // (one of another label is still this sample's: not reported again as unlisted)
+                    if (cls && cls->name == idx.keys[u] + ".cls") claim(next, i, name);
                 } else {
                     claim(next, i, name);
                 }

@@ -332,15 +332,17 @@ Status remove_stale_split(const std::string& dst, const std::string& split) {
     return fs::remove_tree(gone);
 }
 
-/// Deletes what an interrupted removal of a stale split left: DST/.stale-<split>.<pid>/.
+/// Deletes what an interrupted removal of a stale split left: DST/.stale-<split>.<pid>/ of a
+/// process that is gone (a live one's is its own to delete).
 void remove_stale_leftovers(const std::string& dst) {
     std::error_code ec;
     for (const auto& e : stdfs::directory_iterator(dst, ec)) {
         const std::string n = e.path().filename().string();
         for (const char* s : {"train", "val", "test"}) {
             const std::string p = fmt::format("{}{}.", kStalePrefix, s);
-            if (n.size() > p.size() && n.compare(0, p.size(), p) == 0 &&
-                n.find_first_not_of("0123456789", p.size()) == std::string::npos && e.is_directory(ec))
+            if (n.size() > p.size() && n.size() < p.size() + 10 && n.compare(0, p.size(), p) == 0 &&
+                n.find_first_not_of("0123456789", p.size()) == std::string::npos && e.is_directory(ec) &&
+                signals::process_gone(std::stol(n.substr(p.size()))))
                 (void)fs::remove_tree(e.path());
         }
     }
