@@ -177,11 +177,24 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
     ro.max_trials = f.max_trials;
     ro.batch_size = target.batch;
     if (!f.model.empty())
-        ro.server_stats = [url, m = f.model, v = f.version] { return fetch_server_stats(url, m, v); };
+        ro.server_stats = [url, m = f.model, v = f.version]() -> Result<ServerStats> {
+            // (a second Ctrl-C: hurry, no more requests to a server that may be hung)
+            if (signals::signal_count() > 1) return Status(StatusCode::kCancelled, "interrupted");
+            return fetch_server_stats(url, m, v);
+        };
     ro.interrupted = [] { return signals::stop_requested(); };
     if (!g.quiet) ro.progress = [](const std::string& line) { fmt::print(stderr, "{}\n", line); };
 
     if (!g.quiet) fmt::print(stderr, "strato loadtest: http://{}{}\n  {}\n", url.host_header, target.url.target, target.description);
+    // From here a second Ctrl-C does not exit at once (a third does): the first already ends the
+    // measuring and its grace wait, and what was measured is printed and written in any case (a
+    // second Ctrl-C during the grace used to _exit with no table and no --json).
+    signals::SecondSignalGuard hold_second_signal;
+    // (destroyed first, before the guard: stdout into a pipe is buffered, and a second Ctrl-C just
+    // after the return _exit()ed with the table still in the buffer)
+    struct FlushStdout {
+        ~FlushStdout() { std::fflush(stdout); }
+    } flush_stdout_on_return;
     std::vector<PointResult> points;
     std::optional<SloResult> slo;
     Status sweep_failed;  // a level that failed after others were measured: said after they are written
@@ -200,7 +213,11 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
         if (slo->found)
             fmt::print("highest request rate with p99 <= {:.2f} ms and no errors: {:.1f} req/s (p99 {:.2f} ms){}\n",
                        slo->slo_p99_ns / 1e6, slo->best_rate, slo->best->m.latency.percentile(99) / 1e6,
-                       slo->capped ? "; that is --max-rate: the limit may lie beyond it" : "");
+                       slo->interrupted ? "; the search was interrupted: the limit may lie higher"
+                       : slo->capped    ? "; that is --max-rate: the limit may lie beyond it"
+                                        : "");
+        else if (slo->interrupted)
+            fmt::print("SLO search interrupted before a complete probe met p99 <= {:.2f} ms\n", slo->slo_p99_ns / 1e6);
         else
             fmt::print("no request rate met p99 <= {:.2f} ms\n", slo->slo_p99_ns / 1e6);
     }

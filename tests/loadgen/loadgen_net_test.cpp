@@ -525,6 +525,147 @@ TEST(LoadNet, RequestIntervalsAreSentAsWrittenAndCycled) {
     EXPECT_NEAR(static_cast<double>(gaps[gaps.size() * 3 / 4]), 8e6, 0.5e6);
 }
 
+// A Ctrl-C that arrives `after_s` seconds from now (as the command's stop_requested()).
+std::function<bool()> ctrl_c_after(double after_s) {
+    const int64_t at = now_ns() + static_cast<int64_t>(after_s * 1e9);
+    return [at] { return now_ns() >= at; };
+}
+
+double seconds_since(int64_t t0) { return static_cast<double>(now_ns() - t0) / 1e9; }
+
+// Found by review: against a server that never answers, a Ctrl-C 3 s into a 20 s run with --grace
+// 8s exited 8.1 s later: the grace wait never looked at the interrupt.
+TEST(LoadNet, CtrlCCutsTheGraceShortAndTheOutstandingAreUnfinished) {
+    TestServer server([](int64_t, int64_t) { return Action{.never = true}; });
+    RunOptions o;
+    o.load.concurrency = 2;
+    o.load.threads = 1;
+    o.warmup_s = 0;
+    o.duration_s = 20;
+    o.grace_s = 8;
+    const int64_t t0 = now_ns();
+    o.interrupted = ctrl_c_after(0.3);
+    auto p = run_point(target_for(server.port()), o, 2);
+    ASSERT_TRUE(p.is_ok()) << p.status().message();
+    EXPECT_LT(seconds_since(t0), 2.0);
+    EXPECT_TRUE(p->interrupted);
+    EXPECT_EQ(p->m.ok, 0);
+    EXPECT_EQ(p->m.unfinished, 2);
+    EXPECT_NEAR(p->m.seconds, 0.3, 0.2);
+}
+
+// The SLO search raises the grace to twice the objective (8 s here): a Ctrl-C cuts that short too.
+TEST(LoadNet, CtrlCCutsTheSloSearchsRaisedGraceShort) {
+    TestServer server([](int64_t, int64_t) { return Action{.never = true}; });
+    RunOptions o;
+    o.load.threads = 1;
+    o.warmup_s = 0;
+    o.duration_s = 20;
+    const int64_t t0 = now_ns();
+    o.interrupted = ctrl_c_after(0.3);
+    auto r = slo_search(target_for(server.port()), o, 4'000'000'000, 10, 1000);
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_LT(seconds_since(t0), 2.0);
+    EXPECT_TRUE(r->interrupted);
+    EXPECT_FALSE(r->found);
+}
+
+// Found by review: a probe cut short by Ctrl-C after 0.25 s of its 1 s "met" the objective and was
+// reported as the highest rate that does (JSON found: true).
+TEST(LoadNet, AnSloProbeCutShortIsNeitherAPassNorTheAnswer) {
+    TestServer server([](int64_t, int64_t) { return Action{.delay_ns = 10'000'000}; });
+    RunOptions o;
+    o.load.threads = 1;
+    o.warmup_s = 0;
+    o.duration_s = 1;
+    {  // in the first probe: nothing is found
+        o.interrupted = ctrl_c_after(0.3);
+        auto r = slo_search(target_for(server.port()), o, 50'000'000, 40, 1000);
+        ASSERT_TRUE(r.is_ok()) << r.status().message();
+        EXPECT_TRUE(r->interrupted);
+        EXPECT_FALSE(r->found);
+        EXPECT_EQ(r->best_rate, 0);
+        EXPECT_FALSE(r->best);
+        ASSERT_EQ(r->probes.size(), 1u);
+        EXPECT_TRUE(r->probes[0].interrupted);
+        EXPECT_GT(r->probes[0].m.ok, 0);  // it measured something, and it is kept (marked)
+        auto j = to_json(r->probes, "t", o, *r);
+        EXPECT_EQ(j["slo"]["interrupted"], true);
+        EXPECT_EQ(j["slo"]["found"], false);
+        EXPECT_EQ(j["interrupted"], true);
+    }
+    {  // in the second: the first, complete and passing, is the answer
+        o.interrupted = ctrl_c_after(1.6);
+        auto r = slo_search(target_for(server.port()), o, 50'000'000, 40, 1000);
+        ASSERT_TRUE(r.is_ok()) << r.status().message();
+        EXPECT_TRUE(r->interrupted);
+        ASSERT_TRUE(r->found);
+        EXPECT_EQ(r->best_rate, 40);
+        EXPECT_FALSE(r->capped);
+        ASSERT_EQ(r->probes.size(), 2u);
+        EXPECT_FALSE(r->probes[0].interrupted);
+        EXPECT_TRUE(r->probes[1].interrupted);
+        EXPECT_EQ(r->probes[1].level, 80);
+    }
+}
+
+// Found by review: the level a Ctrl-C cut short was an ordinary row of the sweep.
+TEST(LoadNet, AnInterruptedSweepLevelIsMarkedPartial) {
+    TestServer server([](int64_t, int64_t) { return Action{.delay_ns = 1'000'000}; });
+    RunOptions o;
+    o.load.threads = 1;
+    o.warmup_s = 0;
+    o.duration_s = 0.6;
+    o.grace_s = 0.2;
+    o.interrupted = ctrl_c_after(0.9);
+    auto points = run_sweep(target_for(server.port()), o, {1, 2, 4});
+    ASSERT_TRUE(points.is_ok()) << points.status().message();
+    ASSERT_EQ(points->size(), 2u);
+    EXPECT_FALSE((*points)[0].interrupted);
+    EXPECT_TRUE((*points)[1].interrupted);
+    std::string table = format_table(*points);
+    EXPECT_EQ(table.find("interrupted"), table.rfind("interrupted")) << table;  // one row only
+    EXPECT_NE(table.find("(interrupted after"), std::string::npos) << table;
+    auto j = to_json(*points, "t", o, std::nullopt);
+    EXPECT_EQ(j["points"][0]["interrupted"], false);
+    EXPECT_EQ(j["points"][1]["interrupted"], true);
+    EXPECT_EQ(j["interrupted"], true);
+}
+
+// Found by review: against a dead port, an open loop counted more connect errors than requests
+// were due (a connect made ahead of demand, or retried after the queue drained, failed no request).
+TEST(LoadNet, OpenLoopCountsEachDueRequestOnceAgainstADeadPort) {
+    RunOptions o;
+    o.load.mode = LoadOptions::Mode::kOpen;
+    o.load.threads = 1;
+    o.warmup_s = 0;
+    o.duration_s = 1.1;
+    o.grace_s = 0.2;
+    auto p = run_point(target_for(free_port()), o, 4);  // due at 0, 0.25, 0.5, 0.75 and 1 s
+    ASSERT_TRUE(p.is_ok()) << p.status().message();
+    EXPECT_EQ(p->m.ok, 0);
+    EXPECT_EQ(p->m.ok + p->m.errors() + p->m.late + p->m.unfinished, 5);
+    EXPECT_GE(p->m.connect_errors, 4);
+}
+
+// The retry of a request whose reused connection closed unanswered works in the open loop too:
+// each due request counted once, none a reset.
+TEST(LoadNet, OpenLoopAgainstAServerThatClosesAfterEachResponse) {
+    TestServer server([](int64_t, int64_t) { return Action{.close_after = true}; });
+    RunOptions o;
+    o.load.mode = LoadOptions::Mode::kOpen;
+    o.load.threads = 1;
+    o.load.max_connections = 1;
+    o.warmup_s = 0;
+    o.duration_s = 1.025;  // (not on a due time: 1.05 s counted it or not, by the scheduler's timing)
+    o.grace_s = 0.5;
+    auto p = run_point(target_for(server.port()), o, 20);  // due every 50 ms: 0 ... 1 s
+    ASSERT_TRUE(p.is_ok()) << p.status().message();
+    EXPECT_EQ(p->m.errors(), 0);
+    EXPECT_EQ(p->m.ok + p->m.late + p->m.unfinished, 21);
+    EXPECT_GE(p->m.ok, 20);
+}
+
 TEST(LoadNet, LoopbackCheck) {
     EXPECT_TRUE(*is_loopback_host("127.0.0.1"));
     EXPECT_TRUE(*is_loopback_host("127.3.4.5"));

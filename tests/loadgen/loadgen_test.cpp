@@ -6,8 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
+#include <cstdlib>
 #include <random>
 
+#include "strato/core/signals.h"
 #include "strato/loadgen/histogram.h"
 #include "strato/loadgen/http_parse.h"
 #include "strato/loadgen/runner.h"
@@ -362,6 +365,53 @@ TEST(Schedule, RateTracesArePiecewiseConstantRatesWithSpeedupAndScale) {
     ASSERT_TRUE(sheet.is_ok()) << sheet.status().message();
     EXPECT_DOUBLE_EQ(sheet->requests_per_period(), 300);
     EXPECT_FALSE(Schedule::from_rate_trace(csv, "t.csv", 0).is_ok());
+}
+
+// strato loadtest holds a SecondSignalGuard so that a second Ctrl-C does not lose what it measured
+// (it _exit()ed in the grace wait with no table and no --json). Each case runs in a child process.
+TEST(SecondSignal, ExitsAtOnceUnlessAGuardHoldsItThenAThirdDoes) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    auto first = [] {
+        signals::install_stop_handlers();
+        signals::reset();
+        std::raise(SIGINT);
+    };
+    // Without a guard (every other command): the second exits 130.
+    EXPECT_EXIT(
+        {
+            first();
+            std::raise(SIGINT);
+            std::_Exit(0);
+        },
+        testing::ExitedWithCode(130), "");
+    // With one: the second is counted (hurry), the process goes on.
+    EXPECT_EXIT(
+        {
+            signals::SecondSignalGuard hold;
+            first();
+            std::raise(SIGINT);
+            std::_Exit(signals::stop_requested() && signals::signal_count() == 2 ? 3 : 4);
+        },
+        testing::ExitedWithCode(3), "");
+    // A third insists.
+    EXPECT_EXIT(
+        {
+            signals::SecondSignalGuard hold;
+            first();
+            std::raise(SIGINT);
+            std::raise(SIGINT);
+            std::_Exit(0);
+        },
+        testing::ExitedWithCode(130), "");
+    // A released guard defers nothing.
+    EXPECT_EXIT(
+        {
+            { signals::SecondSignalGuard hold; }
+            first();
+            std::raise(SIGINT);
+            std::_Exit(0);
+        },
+        testing::ExitedWithCode(130), "");
 }
 
 TEST(BuildRequest, HeadersAndContentLength) {

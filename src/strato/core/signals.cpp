@@ -12,14 +12,20 @@ namespace strato::signals {
 namespace {
 
 volatile std::sig_atomic_t g_signal = 0;
+volatile std::sig_atomic_t g_count = 0;
+// SecondSignalGuards alive: a second signal is only counted.
+std::atomic<int> g_guards{0};
+static_assert(std::atomic<int>::is_always_lock_free, "read in a signal handler");
 
 // Process groups (strato launch's workers) that go down with the process on a second signal.
 constexpr int kMaxGroups = 4096;
 std::atomic<int> g_groups[kMaxGroups];
-static_assert(std::atomic<int>::is_always_lock_free, "read in a signal handler");
 
 extern "C" void on_stop_signal(int sig) {
     if (g_signal != 0) {
+        if (g_count < 1000) g_count = g_count + 1;
+        // Held by a SecondSignalGuard: the second signal only asks to hurry; a third insists.
+        if (g_guards.load(std::memory_order_relaxed) > 0 && g_count < 3) return;
         // A second signal: the user insists. Exit without unwinding (async-signal-safe), taking
         // the tracked process groups along (kill is async-signal-safe; a worker's own children
         // would otherwise outlive it).
@@ -28,6 +34,7 @@ extern "C" void on_stop_signal(int sig) {
         ::_exit(128 + sig);
     }
     g_signal = sig;
+    g_count = 1;
 }
 
 }  // namespace
@@ -65,6 +72,13 @@ bool process_gone(long pid) {
 
 bool stop_requested() { return g_signal != 0; }
 int stop_signal() { return g_signal; }
-void reset() { g_signal = 0; }
+int signal_count() { return g_count; }
+void reset() {
+    g_signal = 0;
+    g_count = 0;
+}
+
+SecondSignalGuard::SecondSignalGuard() { g_guards.fetch_add(1); }
+SecondSignalGuard::~SecondSignalGuard() { g_guards.fetch_sub(1); }
 
 }  // namespace strato::signals

@@ -5,6 +5,7 @@
 // intended send time so a stalled server shows up in the tail: the wrk2 correction).
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -80,8 +81,9 @@ struct LoadOptions {
 };
 
 /// A running load. Starts sending on `start`; `snapshot` returns what completed since the last
-/// snapshot; `stop` stops sending, waits up to `grace_ns` for outstanding requests, closes every
-/// connection and returns the last window. The destructor stops it too.
+/// snapshot; `stop` stops sending, waits up to `grace_ns` for outstanding requests (less once
+/// `interrupted` says so: Ctrl-C), closes every connection and returns the last window, what is
+/// still outstanding counted unfinished. The destructor stops it too.
 ///
 ///     auto s = LoadSession::start(target, {.concurrency = 8, .threads = 2});
 ///     sleep(1s); s.value()->snapshot();            // warm-up, discarded
@@ -94,7 +96,7 @@ public:
     ~LoadSession();
 
     Measurement snapshot();
-    Measurement stop(int64_t grace_ns);
+    Measurement stop(int64_t grace_ns, const std::function<bool()>& interrupted = {});
     /// Requests finished so far (any outcome), for --requests.
     int64_t requests_done() const;
     /// From now on, send `n` more requests (--requests after a warm-up).

@@ -11,6 +11,7 @@
 #include <zlib.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -264,15 +265,26 @@ std::optional<std::string> put_json_number(std::string& out, DataType t, const j
         case DataType::kInt64: lo = -0x1p63, hi = 0x1p63; break;
         default: put_number(out, t, v.get<double>()); return std::nullopt;  // (floating point)
     }
+    // 64-bit integers written as integers are compared as integers (9223372036854775807 is 2^63 as
+    // a double, past the range).
+    if (t == DataType::kInt64 && v.is_number_unsigned()) {
+        if (v.get<uint64_t>() > uint64_t{INT64_MAX}) return fmt::format("{} is not in the range of INT64", v.dump());
+        put<int64_t>(out, static_cast<int64_t>(v.get<uint64_t>()));
+        return std::nullopt;
+    }
+    if (t == DataType::kInt64 && v.is_number_integer()) {
+        put<int64_t>(out, v.get<int64_t>());
+        return std::nullopt;
+    }
+    if (t == DataType::kUint64 && v.is_number_unsigned()) {
+        put<uint64_t>(out, v.get<uint64_t>());
+        return std::nullopt;
+    }
     const double d = v.get<double>();
     if (!(d >= lo && d < hi) || d != std::floor(d))
         return fmt::format("{} is not {} {}", v.dump(), v.is_number_integer() ? "in the range of" : "a whole number for",
                            datatype_name(t));
-    // 64-bit integers exactly (a double holds 53 bits).
-    if (t == DataType::kInt64 && v.is_number_integer() && !v.is_number_unsigned()) put<int64_t>(out, v.get<int64_t>());
-    else if (t == DataType::kInt64 && v.is_number_unsigned()) put<int64_t>(out, static_cast<int64_t>(v.get<uint64_t>()));
-    else if (t == DataType::kUint64 && v.is_number_unsigned()) put<uint64_t>(out, v.get<uint64_t>());
-    else put_number(out, t, d);
+    put_number(out, t, d);
     return std::nullopt;
 }
 

@@ -49,7 +49,7 @@ void follow_schedule(LoadSession& session, const RunOptions& o, const Schedule& 
     for (bool more = true; more;) {
         const int64_t to = std::min(end, from + window);
         more = wait_until(to, o) && to < end;
-        Measurement m = more ? session.snapshot() : session.stop(grace);
+        Measurement m = more ? session.snapshot() : session.stop(grace, o.interrupted);
         const int64_t at = now_ns();
         TimelineEntry e;
         e.t_s = static_cast<double>(at - t0) / 1e9;
@@ -92,7 +92,13 @@ Result<PointResult> run_point(const Target& target, const RunOptions& o, double 
     STRATO_ASSIGN_OR_RETURN(auto session, LoadSession::start(target, lo));
     int64_t start = now_ns();
     if (o.warmup_s > 0) {
-        wait_until(start + static_cast<int64_t>(o.warmup_s * 1e9), o);
+        if (!wait_until(start + static_cast<int64_t>(o.warmup_s * 1e9), o)) {
+            // Ctrl-C in the warm-up: nothing of this level was measured (the warm-up's requests
+            // are not counted).
+            (void)session->stop(0);
+            out.interrupted = true;
+            return out;
+        }
         (void)session->snapshot();
         // --requests counts from here: N more are sent (it measured 130-140 of 100 while the
         // count was only polled).
@@ -109,7 +115,7 @@ Result<PointResult> run_point(const Target& target, const RunOptions& o, double 
         out.stable = false;
         for (int w = 0; w < o.max_trials; ++w) {
             bool ok = wait_until(now_ns() + static_cast<int64_t>(o.window_s * 1e9), o);
-            windows.push_back(w + 1 == o.max_trials || !ok ? session->stop(grace) : session->snapshot());
+            windows.push_back(w + 1 == o.max_trials || !ok ? session->stop(grace, o.interrupted) : session->snapshot());
             const Measurement& m = windows.back();
             if (o.progress)
                 o.progress(fmt::format("  {} window {}: {:.1f} req/s, mean {} ms, p99 {} ms", level_text(out), w + 1,
@@ -134,7 +140,7 @@ Result<PointResult> run_point(const Target& target, const RunOptions& o, double 
         }
         // What ended after the last window counts as late, failed or unfinished, as after a
         // duration (it was dropped, and the counts did not add up to what was sent).
-        Measurement after = session->stop(grace);
+        Measurement after = session->stop(grace, o.interrupted);
         size_t first = windows.size() >= 3 ? windows.size() - 3 : 0;
         for (size_t k = first; k < windows.size(); ++k) {
             out.m.merge(windows[k]);
@@ -142,6 +148,7 @@ Result<PointResult> run_point(const Target& target, const RunOptions& o, double 
         }
         out.m.merge_after_window(std::move(after));
         out.windows = static_cast<int>(windows.size());
+        out.interrupted = o.interrupted && o.interrupted();
         if (o.server_stats && readings[first] && readings.back())
             out.server = server_breakdown(*readings[first], *readings.back());
         return out;
@@ -175,8 +182,10 @@ Result<PointResult> run_point(const Target& target, const RunOptions& o, double 
             }
             return false;
         });
-        out.m = session->stop(grace);
+        out.m = session->stop(grace, o.interrupted);
     }
+    // (a Ctrl-C in the grace too: what was still outstanding is unfinished, not late or failed)
+    out.interrupted = o.interrupted && o.interrupted();
     if (before)
         if (auto after = o.server_stats(); after.is_ok()) out.server = server_breakdown(*before, *after);
     return out;
@@ -194,11 +203,14 @@ Result<std::vector<PointResult>> run_sweep(const Target& target, const RunOption
         }
         STRATO_ASSIGN_OR_RETURN(auto p, std::move(measured));
         // Interrupted before anything was measured (Ctrl-C in the warm-up): no row of 0 req/s.
-        if (o.interrupted && o.interrupted() && p.m.ok == 0 && p.m.errors() == 0 && p.m.unfinished == 0) break;
+        if (p.interrupted && p.m.ok == 0 && p.m.errors() == 0 && p.m.unfinished == 0 && p.m.late == 0) break;
         if (o.progress)
-            o.progress(fmt::format("{}: {:.1f} req/s, p50 {} ms, p99 {} ms, {} errors", level_text(p), p.m.throughput(),
-                                   ms(p.m.latency.percentile(50)), ms(p.m.latency.percentile(99)), p.m.errors()));
+            o.progress(fmt::format("{}: {:.1f} req/s, p50 {} ms, p99 {} ms, {} errors{}", level_text(p), p.m.throughput(),
+                                   ms(p.m.latency.percentile(50)), ms(p.m.latency.percentile(99)), p.m.errors(),
+                                   p.interrupted ? fmt::format(" (interrupted after {:.2f} s)", p.m.seconds) : ""));
+        const bool last = p.interrupted;
         points.push_back(std::move(p));
+        if (last) break;
     }
     return points;
 }
@@ -234,8 +246,18 @@ Result<SloResult> slo_search(const Target& target, const RunOptions& o, int64_t 
     // A request still in flight at a level's end gets at least the objective (twice) to finish:
     // one slower than --grace but within the objective is no miss.
     ro.grace_s = std::max(ro.grace_s, 2.0 * static_cast<double>(slo) / 1e9);
+    // False for a miss, and for a probe cut short by Ctrl-C: that one is too short to judge, is
+    // neither a pass nor the answer, and ends the search (r.interrupted). It measured 0.25 s of a
+    // 1 s probe, "met" the objective and was reported as the highest rate.
     auto probe = [&](double rate) -> Result<bool> {
         STRATO_ASSIGN_OR_RETURN(auto p, run_point(target, ro, rate));
+        if (p.interrupted) {
+            r.interrupted = true;
+            if (o.progress)
+                o.progress(fmt::format("SLO probe {:.1f} req/s: interrupted after {:.2f} s, not judged", rate, p.m.seconds));
+            if (p.m.ok + p.m.errors() + p.m.unfinished + p.m.late > 0) r.probes.push_back(std::move(p));
+            return false;
+        }
         std::string why = slo_miss_reason(p, slo);
         if (o.progress) o.progress(fmt::format("SLO probe {:.1f} req/s: {}", rate, why.empty() ? "meets" : why));
         bool ok = why.empty();
@@ -251,8 +273,10 @@ Result<SloResult> slo_search(const Target& target, const RunOptions& o, int64_t 
         return invalid_argument("the SLO search starts at {:g} req/s, above its --max-rate {:g}", start_rate, max_rate);
     double lo = 0, hi = 0, rate = start_rate;
     while (true) {  // grow until a miss; the last probe is --max-rate itself
-        if (o.interrupted && o.interrupted()) return r;
+        if (o.interrupted && o.interrupted()) r.interrupted = true;
+        if (r.interrupted) return r;
         STRATO_ASSIGN_OR_RETURN(bool ok, probe(rate));
+        if (r.interrupted) return r;
         if (!ok) {
             hi = rate;
             break;
@@ -267,9 +291,13 @@ Result<SloResult> slo_search(const Target& target, const RunOptions& o, int64_t 
     }
     if (lo == 0) lo = 0;    // even the start rate misses: bisect below it
     for (int i = 0; i < 8 && (hi - lo) > 0.05 * std::max(lo, 1.0); ++i) {
-        if (o.interrupted && o.interrupted()) break;
+        if (o.interrupted && o.interrupted()) {
+            r.interrupted = true;
+            break;
+        }
         double mid = lo > 0 ? (lo + hi) / 2 : hi / 2;
         STRATO_ASSIGN_OR_RETURN(bool ok, probe(mid));
+        if (r.interrupted) break;
         (ok ? lo : hi) = mid;
         if (!ok && mid < 1) break;
     }
@@ -331,7 +359,9 @@ std::string format_table(const std::vector<PointResult>& points) {
         const auto& h = p.m.latency;
         out += fmt::format("{:>12g} {:>10.1f} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8}{}\n", p.level, p.m.throughput(),
                            ms(h.percentile(50)), ms(h.percentile(90)), ms(h.percentile(95)), ms(h.percentile(99)),
-                           ms(h.percentile(99.9)), ms(h.max()), p.m.errors(), p.stable ? "" : "  (not stable)");
+                           ms(h.percentile(99.9)), ms(h.max()), p.m.errors(),
+                           p.interrupted ? fmt::format("  (interrupted after {:.2f} s: partial)", p.m.seconds)
+                                         : p.stable ? "" : "  (not stable)");
     }
     for (const auto& p : points) {
         const auto& m = p.m;
@@ -412,7 +442,8 @@ json point_json(const PointResult& p) {
               {"latencies_over_60s", m.latency.clamped()},
               {"bytes_received", m.bytes_received},
               {"windows", p.windows},
-              {"stable", p.stable}};
+              {"stable", p.stable},
+              {"interrupted", p.interrupted}};
     if (!p.timeline.empty()) {
         json tl = json::array();
         for (const auto& e : p.timeline)
@@ -444,12 +475,14 @@ json to_json(const std::vector<PointResult>& points, const std::string& target, 
               {"duration_s", o.duration_s},
               {"warmup_s", o.warmup_s},
               {"batch_size", o.batch_size},
+              {"interrupted", std::any_of(points.begin(), points.end(), [](const auto& p) { return p.interrupted; }) ||
+                                  (slo && slo->interrupted)},
               {"points", pts}};
     if (slo) {
         json probes = json::array();
         for (const auto& p : slo->probes) probes.push_back(point_json(p));
         j["slo"] = {{"p99_ms", slo->slo_p99_ns / 1e6}, {"found", slo->found}, {"best_rate", slo->best_rate},
-                    {"at_max_rate", slo->capped}, {"probes", probes}};
+                    {"at_max_rate", slo->capped}, {"interrupted", slo->interrupted}, {"probes", probes}};
     }
     return j;
 }

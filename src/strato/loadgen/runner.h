@@ -51,12 +51,16 @@ struct PointResult {
     std::optional<ServerBreakdown> server;
     int windows = 1;
     bool stable = true;             // false: stability was asked for and not reached
+    bool interrupted = false;       // Ctrl-C cut it short: a partial measurement, not the level's
     std::vector<TimelineEntry> timeline;  // with a schedule: one entry per --measurement-interval
 };
 
+/// Measures one level. Ctrl-C (`options.interrupted`) ends it early, the grace wait too, and marks
+/// it `interrupted`; in the warm-up, with nothing measured (empty counts).
 Result<PointResult> run_point(const Target& target, const RunOptions& options, double level);
 
-/// Runs every level in order; stops early (returning what it has) when interrupted. A level that
+/// Runs every level in order; stops early (returning what it has, the level cut short marked
+/// `interrupted`) when interrupted. A level that
 /// fails after others were measured: with `failed`, the error goes there and the points measured
 /// so far are returned (minutes of measuring are not thrown away); without it, the error.
 Result<std::vector<PointResult>> run_sweep(const Target& target, const RunOptions& options,
@@ -64,14 +68,17 @@ Result<std::vector<PointResult>> run_sweep(const Target& target, const RunOption
 
 /// The highest open-loop request rate whose p99 latency meets `slo_p99_ns` with no errors and
 /// the rate actually delivered (>= 90 % of the asked rate): doubling from `start_rate`, then
-/// bisection to within 5 %. `probes` keeps every measured point.
+/// bisection to within 5 %. `probes` keeps every measured point. A probe cut short by Ctrl-C
+/// (`interrupted`) is judged neither way and ends the search: `found`/`best_rate` then come from
+/// the complete probes before it.
 struct SloResult {
     int64_t slo_p99_ns = 0;
     bool found = false;
     double best_rate = 0;
     std::optional<PointResult> best;
     std::vector<PointResult> probes;
-    bool capped = false;  // the objective was met at --max-rate itself: the limit lies beyond it
+    bool capped = false;       // the objective was met at --max-rate itself: the limit lies beyond it
+    bool interrupted = false;  // Ctrl-C ended the search before it converged
 };
 Result<SloResult> slo_search(const Target& target, const RunOptions& options, int64_t slo_p99_ns, double start_rate,
                              double max_rate);
