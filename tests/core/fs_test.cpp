@@ -263,6 +263,29 @@ TEST_F(FsTest, StaleTempsOfDeadWritersAreRemoved) {
     EXPECT_TRUE(stdfs::exists(dir_ / "other.tmp.99999999.0"));        // another file's
 }
 
+// Found by review: a run named by a symlink to another run's directory took the lock of the link's
+// name, and two trainings wrote one directory at once.
+TEST_F(FsTest, EveryNameOfADirectoryTakesTheSameLock) {
+    stdfs::create_directories(dir_ / "runs" / "sl");
+    stdfs::create_directory_symlink("sl", dir_ / "runs" / "slalias");
+    stdfs::create_directory_symlink(dir_ / "runs", dir_ / "runs-link");
+    auto held = lock_dir(dir_ / "runs" / "sl");
+    ASSERT_TRUE(held.is_ok()) << held.status().message();
+    for (const auto& other : {dir_ / "runs" / "slalias", dir_ / "runs-link" / "sl", dir_ / "runs-link" / "slalias/"}) {
+        auto second = lock_dir(other);
+        ASSERT_FALSE(second.is_ok()) << other;
+        EXPECT_EQ(second.status().code(), StatusCode::kAlreadyExists);
+        EXPECT_NE(second.status().message().find(other.string() + " is in use by another strato process (pid "),
+                  std::string::npos)
+            << second.status().message();
+    }
+    // A directory that does not exist yet locks by its name under its (resolved) parent.
+    auto fresh = lock_dir(dir_ / "runs-link" / "new");
+    ASSERT_TRUE(fresh.is_ok()) << fresh.status().message();
+    EXPECT_FALSE(lock_dir(dir_ / "runs" / "new").is_ok());
+    EXPECT_TRUE(lock_dir(dir_ / "runs" / "other").is_ok());
+}
+
 TEST(ShellQuote, SurvivesTheShell) {
     EXPECT_EQ(shell_quote("plain"), "'plain'");
     EXPECT_EQ(shell_quote("it's $HOME `x`"), "'it'\\''s $HOME `x`'");

@@ -119,6 +119,14 @@ TEST_F(Cli, ARunDirectoryInUseIsRefused) {
                            "data.limit_test=100 --resume --no-report"),
                      "run directory " + dir_ + "/runs/held is in use by another strato process (pid 4242)");
     EXPECT_FALSE(stdfs::exists(dir_ + "/runs/held/metrics.jsonl"));
+    // Found by review: another name of the directory (a symlink to it) took another lock file, and
+    // two trainings wrote one directory at once.
+    stdfs::create_directories(dir_ + "/runs/held");
+    stdfs::create_directory_symlink("held", dir_ + "/runs/alias");
+    expect_one_error(train("configs/fashion_mnist_mlp.toml --set run.name=alias --set data.limit_train=100 --set "
+                           "data.limit_test=100 --resume --no-report"),
+                     "run directory " + dir_ + "/runs/alias is in use by another strato process (pid 4242)");
+    EXPECT_FALSE(stdfs::exists(dir_ + "/runs/held/metrics.jsonl"));
     ::close(fd);  // released: the run goes ahead, and an empty metrics.jsonl of a failed start does not block it
     stdfs::create_directories(dir_ + "/runs/held");
     ASSERT_TRUE(fs::atomic_write(dir_ + "/runs/held/metrics.jsonl", "").is_ok());
@@ -214,6 +222,110 @@ TEST_F(Cli, SmallRunEndToEnd) {
                      "the checkpoint is in the middle of epoch 1 (batch 3 at data.batch_size 64); resuming it at "
                      "data.batch_size 32 would skip or repeat part of the epoch");
     auto same = train("configs/fashion_mnist_mlp.toml" + mid + " --resume --set train.max_steps=5");
+    EXPECT_EQ(same.code, 0) << same.err;
+}
+
+// The small runs of the review of `strato train` / `strato eval` below: 8 steps per epoch.
+std::string tiny(const std::string& name) {
+    return "configs/fashion_mnist_mlp.toml --no-report --set run.threads=1 --set data.workers=1 --set "
+           "data.limit_train=512 --set data.limit_test=256 --set train.epochs=2 --set run.name=" + name;
+}
+
+// Found by review: a run that diverged after a checkpoint of NaN weights was saved (no evaluation
+// that epoch), resumed with train.epochs reached, evaluated that checkpoint and shipped a package of
+// NaN weights with exit 0 (metrics.json: test_loss null).
+TEST_F(Cli, ADivergedRunResumedPastItsEndWritesNoPackage) {
+    const std::string run = tiny("nan2") + " --set optim.name=sgd --set optim.lr=999 --set checkpoint.every_steps=0 "
+                                           "--set train.log_every=1 --set train.eval_every=2";
+    expect_one_error(train(run + " --set train.epochs=4"), "training diverged");
+    auto resumed = train(run + " --set train.epochs=1 --resume");
+    expect_one_error(resumed, "training diverged");
+    EXPECT_EQ(resumed.code, 1);
+    EXPECT_FALSE(stdfs::exists(dir_ + "/runs/nan2/model"));
+}
+
+// Found by review: a diverged run saved checkpoints whose state.json held null for NaN (never
+// loadable), and keep_last pruned the good ones from before the divergence.
+TEST_F(Cli, ADivergedRunKeepsItsLastGoodCheckpoint) {
+    const std::string run = tiny("div") + " --set optim.name=sgd --set optim.lr=0.05 --set checkpoint.every_steps=0";
+    ASSERT_EQ(train(run + " --set train.epochs=1").code, 0);
+    const std::string ckpt = dir_ + "/runs/div/checkpoints";
+    ASSERT_TRUE(stdfs::exists(ckpt + "/step-000000008"));
+    // Epoch 2 at a learning rate of 999 blows up; no evaluation at its end (eval_every = 3).
+    auto blown = train(run + " --resume --set train.epochs=4 --set train.eval_every=3 --set optim.lr=999 --set "
+                             "checkpoint.keep_last=1");
+    expect_one_error(blown, "training diverged: at step 16 (after epoch 2) ");
+    EXPECT_NE(blown.err.find("no checkpoint saved (the last good one, step-000000008, is kept)"), std::string::npos)
+        << blown.err;
+    EXPECT_TRUE(stdfs::exists(ckpt + "/step-000000008"));
+    EXPECT_FALSE(stdfs::exists(ckpt + "/step-000000016"));
+    EXPECT_EQ(fs::read_file(ckpt + "/latest").value(), "step-000000008\n");
+    // ... and it resumes.
+    auto again = train(run + " --resume --set train.epochs=2 --set optim.lr=0.05");
+    EXPECT_EQ(again.code, 0) << again.err;
+}
+
+// Found by review: --overwrite deleted the training data when it lived inside the run directory
+// (loaded first, then the run directory went).
+TEST_F(Cli, OverwriteRefusesARunDirectoryHoldingTheData) {
+    const std::string data = dir_ + "/runs/exp/data";
+    stdfs::create_directories(data);
+    for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+                          "t10k-labels-idx1-ubyte.gz"})
+        stdfs::create_symlink(std::string("/usr/share/datasets/fashion-mnist/") + f, data + "/" + f);
+    const std::string run = tiny("exp") + " --set train.epochs=1 --set data.path=" + data;
+    ASSERT_EQ(train(run).code, 0);
+    expect_one_error(train(run + " --overwrite"), "run directory " + dir_ + "/runs/exp: it holds " + data +
+                                                      ", which this run reads; --overwrite");
+    EXPECT_TRUE(stdfs::exists(data + "/train-images-idx3-ubyte.gz"));
+    EXPECT_TRUE(stdfs::exists(dir_ + "/runs/exp/model/strato-model.json"));
+}
+
+// Found by review: --resume on a finished run whose checkpoints were removed trained from scratch
+// and replaced its package and metrics.jsonl (an info line, hidden by -q); without --resume the
+// same directory is refused.
+TEST_F(Cli, ResumeWithoutCheckpointsRefusesToReplaceAFinishedRun) {
+    const std::string run = tiny("done") + " --set train.log_every=4";
+    ASSERT_EQ(train(run).code, 0);
+    const std::string d = dir_ + "/runs/done";
+    const std::string metrics = fs::read_file(d + "/metrics.jsonl").value();
+    for (auto& e : stdfs::directory_iterator(d + "/checkpoints")) stdfs::remove_all(e.path());
+    expect_one_error(train(run + " --resume"), "run directory " + d + " holds a model package (model/) but no "
+                                                                      "checkpoint to resume from");
+    // Its metrics alone say so too (an evaluated epoch that more training followed).
+    stdfs::remove_all(d + "/model");
+    auto o = train(run + " --resume");
+    expect_one_error(o, "holds metrics.jsonl of evaluated epochs but no checkpoint to resume from");
+    EXPECT_NE(o.err.find("--overwrite"), std::string::npos) << o.err;
+    EXPECT_EQ(fs::read_file(d + "/metrics.jsonl").value(), metrics);
+    // A run killed before its first checkpoint (no evaluation yet) starts again.
+    ASSERT_TRUE(fs::atomic_write(d + "/metrics.jsonl", metrics.substr(0, metrics.find("\n") + 1)).is_ok());
+    auto fresh = train(run + " --resume");
+    EXPECT_EQ(fresh.code, 0) << fresh.err;
+}
+
+// Found by review: a run stopped mid-epoch and resumed on fewer training samples took a position
+// past the end of the new epoch and trained the rest with a learning rate of 0.
+TEST_F(Cli, ResumingMidEpochOnOtherDataIsRefused) {
+    const std::string run = tiny("shrink") + " --set train.max_steps=20";
+    ASSERT_EQ(train(run + " --set data.limit_train=1536").code, 0);
+    expect_one_error(train(run + " --resume --set train.max_steps=30"),
+                     "the checkpoint is in the middle of epoch 1 (batch 20 of a training split of 1536 samples); "
+                     "resuming it with 512 training samples would skip or repeat part of the epoch");
+    // A checkpoint from before the split's size was kept: a position past the end is refused.
+    const std::string ck = dir_ + "/runs/shrink/checkpoints/step-000000020";
+    auto state = nlohmann::json::parse(fs::read_file(ck + "/state.json").value());
+    state.erase("train_samples");
+    const std::string text = state.dump();
+    ASSERT_TRUE(fs::atomic_write(ck + "/state.json", text).is_ok());
+    auto manifest = nlohmann::json::parse(fs::read_file(ck + "/manifest.json").value());
+    manifest["files"]["state.json"]["sha256"] = fs::sha256_hex(text);
+    manifest["files"]["state.json"]["bytes"] = text.size();
+    ASSERT_TRUE(fs::atomic_write(ck + "/manifest.json", manifest.dump()).is_ok());
+    expect_one_error(train(run + " --resume --set train.max_steps=30"),
+                     "the checkpoint is in the middle of epoch 1 at batch 20, but the training data gives 8 batches "
+                     "per epoch now");
+    auto same = train(run + " --resume --set train.max_steps=30 --set data.limit_train=1536");
     EXPECT_EQ(same.code, 0) << same.err;
 }
 

@@ -2,11 +2,15 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "strato/core/fs.h"
 #include "strato/core/log.h"
+#include "strato/data/data_config.h"
+#include "strato/models/package.h"
+#include "strato/models/zoo.h"
 #include "strato/train/checkpoint.h"
 #include "strato/train/metrics_log.h"
 #include "strato/train/trainer.h"
@@ -235,6 +239,125 @@ TEST_F(Checkpoints, MetricsLogTruncatesToTheCheckpointAndIgnoresTornLines) {
     ASSERT_EQ(lines.size(), 4u);
     EXPECT_EQ(lines[3]["step"], 3);
     EXPECT_FALSE(MetricsLog::open(path, 10).is_ok());  // the checkpoint covers more than the file has
+}
+
+// Found by review: a diverged run's state.json held null for a NaN loss sum ("type must be number,
+// but is null", then "every one failed verification"). Now a non-finite number is written as a
+// string and loads back; an old checkpoint's null says the run diverged.
+TEST_F(Checkpoints, NonFiniteNumbersRoundTripAndNullSaysTheRunDiverged) {
+    CheckpointStore store(dir_.string(), CheckpointConfig{.every_steps = 0, .keep_last = 2, .keep_best = false});
+    TrainState st;
+    st.step = 1;
+    st.epoch_loss_sum = std::nan("");
+    st.window_loss_sum = HUGE_VAL;
+    ASSERT_TRUE(store.save(st, *net_, *opt_).is_ok());
+    auto loaded = store.load_latest(*net_, *opt_);
+    ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+    EXPECT_TRUE(std::isnan((*loaded)->epoch_loss_sum));
+    EXPECT_EQ((*loaded)->window_loss_sum, HUGE_VAL);
+
+    auto state = nlohmann::json::parse(*fs::read_file(step_dir(1) / "state.json"));
+    state["epoch_loss_sum"] = nullptr;
+    const std::string text = state.dump();
+    ASSERT_TRUE(fs::atomic_write(step_dir(1) / "state.json", text).is_ok());
+    auto manifest = nlohmann::json::parse(*fs::read_file(step_dir(1) / "manifest.json"));
+    manifest["files"]["state.json"]["sha256"] = fs::sha256_hex(text);
+    ASSERT_TRUE(fs::atomic_write(step_dir(1) / "manifest.json", manifest.dump()).is_ok());
+    auto none = store.load_latest(*net_, *opt_);
+    ASSERT_FALSE(none.is_ok());
+    EXPECT_NE(none.status().message().find("the run had diverged (NaN or infinite loss or weights)"), std::string::npos)
+        << none.status().message();
+    EXPECT_NE(none.status().message().find("epoch_loss_sum is null"), std::string::npos) << none.status().message();
+    EXPECT_EQ(none.status().message().find("every one failed verification"), std::string::npos);
+}
+
+// A checkpoint of NaN weights (saved by a run that diverged between evaluations) is not resumed
+// from: the one before it is.
+TEST_F(Checkpoints, NanWeightsAreUnusableAndTheOneBeforeIsTaken) {
+    CheckpointStore store(dir_.string(), CheckpointConfig{.every_steps = 0, .keep_last = 3, .keep_best = false});
+    TrainState st;
+    st.step = 1;
+    ASSERT_TRUE(store.save(st, *net_, *opt_).is_ok());
+    {
+        torch::NoGradGuard ng;
+        net_->weight.fill_(std::nan(""));
+    }
+    EXPECT_FALSE(finite_weights(*net_));
+    st.step = 2;
+    ASSERT_TRUE(store.save(st, *net_, *opt_).is_ok());
+    auto loaded = store.load_latest(*net_, *opt_);
+    ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+    EXPECT_EQ((*loaded)->step, 1);
+    EXPECT_TRUE(finite_weights(*net_));
+}
+
+// Found by review: a checkpoint copied from elsewhere (step-000000022 renamed step-000000011) was
+// trained on from foreign weights, and metrics.jsonl truncated to its count.
+TEST_F(Checkpoints, ARenamedOrForeignCheckpointIsUnusable) {
+    CheckpointStore store(dir_.string(), CheckpointConfig{.every_steps = 0, .keep_last = 3, .keep_best = false});
+    for (int64_t s = 1; s <= 2; ++s) {
+        TrainState st;
+        st.step = s;
+        ASSERT_TRUE(store.save(st, *net_, *opt_).is_ok());
+    }
+    stdfs::copy(step_dir(2), step_dir(3));
+    auto loaded = store.load_latest(*net_, *opt_);
+    ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+    EXPECT_EQ((*loaded)->step, 2);
+    stdfs::remove_all(step_dir(3));
+
+    // Another run's checkpoint at a step this run has not reached.
+    const stdfs::path other = dir_ / "other";
+    CheckpointStore theirs(other.string(), CheckpointConfig{.every_steps = 0, .keep_last = 3, .keep_best = false});
+    TrainState st;
+    st.step = 5;
+    ASSERT_TRUE(theirs.save(st, *net_, *opt_).is_ok());
+    stdfs::copy(other / "checkpoints" / "step-000000005", step_dir(5));
+    const std::string events = (dir_ / "events.log").string();
+    ASSERT_TRUE(log::add_file_sink(events));
+    loaded = CheckpointStore(dir_.string(), CheckpointConfig{}).load_latest(*net_, *opt_);
+    log::remove_file_sinks();
+    ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+    EXPECT_EQ((*loaded)->step, 2);
+    EXPECT_NE(fs::read_file(events)->find("it belongs to another run"), std::string::npos) << *fs::read_file(events);
+}
+
+// Found by review: `strato eval` scored a package of NaN weights (accuracy of a constant guess,
+// loss nan) with exit 0.
+TEST_F(Checkpoints, EvaluatingAPackageOfNanWeightsIsAnError) {
+    models::PackageInfo info;
+    info.model.arch = "mlp";
+    info.model.width = 16;
+    info.input_shape = {1, 8, 8};
+    info.num_classes = 4;
+    for (int i = 0; i < 4; ++i) info.labels.push_back(fmt::format("c{}", i));
+    info.mean = {0.5};
+    info.std = {0.25};
+    auto net = models::create_model(info.model, info.input_shape, 4).value();
+    const std::string pkg = (dir_ / "model").string();
+    ASSERT_TRUE(models::save_package(pkg, info, *net).is_ok());
+    data::DataConfig data;
+    data.dataset = "synthetic";
+    data.path = "/nonexistent";
+    data.image_size = 8;
+    data.channels = 1;
+    data.classes = 4;
+    data.limit_train = 64;
+    data.limit_test = 64;
+    data.workers = 0;
+    auto good = evaluate_package(pkg, data, false);
+    ASSERT_TRUE(good.is_ok()) << good.status().message();
+    {
+        torch::NoGradGuard ng;
+        for (auto& p : net->parameters()) p.fill_(std::nan(""));
+    }
+    ASSERT_TRUE(models::save_package(pkg, info, *net).is_ok());
+    auto bad = evaluate_package(pkg, data, false);
+    ASSERT_FALSE(bad.is_ok());
+    EXPECT_NE(bad.status().message().find(pkg + ": the model's loss on the 64 test samples is "), std::string::npos)
+        << bad.status().message();
+    EXPECT_NE(bad.status().message().find("nan: its outputs are NaN or infinite"), std::string::npos)
+        << bad.status().message();
 }
 
 TEST(Threads, ZeroTakesOmpNumThreadsWhenSetAsPyTorchDoes) {

@@ -101,6 +101,10 @@ Result<DirLock> lock_dir(const stdfs::path& dir) {
     std::error_code ec;
     stdfs::path d = stdfs::absolute(dir, ec).lexically_normal();  // "out/" and "./out" lock "out"
     if (d.filename().empty()) d = d.parent_path();
+    // Links resolved: a symlink to the directory (or to a folder above it) is another name for the
+    // same directory, and its lock must be the same file (two runs wrote one directory at once).
+    if (stdfs::path real = stdfs::weakly_canonical(d, ec); !ec && !real.empty()) d = real.lexically_normal();
+    if (d.filename().empty()) d = d.parent_path();
     const stdfs::path parent = d.parent_path();
     STRATO_RETURN_IF_ERROR(ensure_dir(parent));
     return lock_file(parent / fmt::format(".{}.lock", d.filename().string()), dir.string());

@@ -46,7 +46,8 @@ public:
 private:
     int fd_ = -1;
 };
-/// Takes `dir`'s lock, creating its parent if needed. Held by another process: kAlreadyExists,
+/// Takes `dir`'s lock, creating its parent if needed; symbolic links in `dir` are resolved first,
+/// so every name of one directory takes the same lock. Held by another process: kAlreadyExists,
 /// "<dir> is in use by another strato process (pid N)".
 Result<DirLock> lock_dir(const stdfs::path& dir);
 /// The same with the lock file at `lock` (inside the directory it guards, for one that is never

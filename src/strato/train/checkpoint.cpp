@@ -4,7 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <filesystem>
+#include <random>
 #include <nlohmann/json.hpp>
 
 #include "strato/core/fs.h"
@@ -19,30 +22,55 @@ using nlohmann::json;
 
 namespace {
 
+// JSON has no NaN or infinity (nlohmann writes null, which then never loaded): such a number is
+// written as the string "nan", "inf" or "-inf".
+json real_to_json(double v) {
+    if (std::isfinite(v)) return v;
+    return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+}
+
+Status real_from_json(const json& j, const char* key, double& out, std::optional<double> fallback = std::nullopt) {
+    if (!j.contains(key)) {
+        if (fallback) return out = *fallback, Status::ok();
+        return data_loss("state.json: no {}", key);
+    }
+    const json& v = j[key];
+    if (v.is_number()) return out = v.get<double>(), Status::ok();
+    if (v.is_string() && (v == "nan" || v == "inf" || v == "-inf"))
+        return out = v == "nan" ? std::nan("") : v == "inf" ? HUGE_VAL : -HUGE_VAL, Status::ok();
+    if (v.is_null())  // what a NaN became before non-finite numbers were written as strings
+        return data_loss("state.json: {} is null, a NaN or infinite number: {} (its loss was not a number when this "
+                         "checkpoint was saved)",
+                         key, kDivergedCheckpoint);
+    return data_loss("state.json: {} must be a number, got {}", key, json_text(v));
+}
+
 json state_to_json(const TrainState& s) {
     return {{"step", s.step},
             {"epoch", s.epoch},
             {"next_batch", s.next_batch},
             {"batch_size", s.batch_size},
+            {"train_samples", s.train_samples},
             {"metrics_lines", s.metrics_lines},
-            {"best_acc", s.best_acc},
+            {"best_acc", real_to_json(s.best_acc)},
             {"best_step", s.best_step},
             {"bad_evals", s.bad_evals},
-            {"elapsed_s", s.elapsed_s},
-            {"epoch_loss_sum", s.epoch_loss_sum},
+            {"elapsed_s", real_to_json(s.elapsed_s)},
+            {"epoch_loss_sum", real_to_json(s.epoch_loss_sum)},
             {"epoch_correct", s.epoch_correct},
             {"epoch_seen", s.epoch_seen},
-            {"window_loss_sum", s.window_loss_sum},
+            {"window_loss_sum", real_to_json(s.window_loss_sum)},
             {"window_correct", s.window_correct},
             {"window_seen", s.window_seen},
-            {"loss_scale", s.loss_scale},
+            {"loss_scale", real_to_json(s.loss_scale)},
             {"loss_scale_clean_steps", s.loss_scale_clean_steps}};
 }
 
 Status state_from_json(const json& j, TrainState& s) {
     // Counts are whole numbers >= 0 (best_step >= -1): 1e300 read as an int64 was undefined
     // behaviour and printed "-9223372036854775689 steps".
-    for (const char* k : {"step", "epoch", "next_batch", "batch_size", "metrics_lines", "best_step", "bad_evals", "epoch_correct",
+    for (const char* k : {"step", "epoch", "next_batch", "batch_size", "train_samples", "metrics_lines", "best_step",
+                          "bad_evals", "epoch_correct",
                           "epoch_seen", "window_correct", "window_seen", "loss_scale_clean_steps"}) {
         if (!j.is_object() || !j.contains(k)) continue;  // (required ones are named below)
         const json& v = j[k];
@@ -50,24 +78,26 @@ Status state_from_json(const json& j, TrainState& s) {
             return data_loss("state.json: {} must be a whole number >= {}, got {}", k,
                              std::string_view(k) == "best_step" ? -1 : 0, json_text(v));
     }
+    if (!j.is_object()) return data_loss("state.json is not a JSON object");
+    STRATO_RETURN_IF_ERROR(real_from_json(j, "best_acc", s.best_acc));
+    STRATO_RETURN_IF_ERROR(real_from_json(j, "elapsed_s", s.elapsed_s));
+    STRATO_RETURN_IF_ERROR(real_from_json(j, "epoch_loss_sum", s.epoch_loss_sum));
+    // (absent in checkpoints from before they were kept: the window starts at the resume)
+    STRATO_RETURN_IF_ERROR(real_from_json(j, "window_loss_sum", s.window_loss_sum, 0.0));
+    STRATO_RETURN_IF_ERROR(real_from_json(j, "loss_scale", s.loss_scale, 0.0));  // absent before fp16
     try {
         s.step = j.at("step").get<int64_t>();
         s.epoch = j.at("epoch").get<int64_t>();
         s.next_batch = j.at("next_batch").get<int64_t>();
         s.batch_size = j.value("batch_size", int64_t{0});
+        s.train_samples = j.value("train_samples", int64_t{0});
         s.metrics_lines = j.at("metrics_lines").get<int64_t>();
-        s.best_acc = j.at("best_acc").get<double>();
         s.best_step = j.at("best_step").get<int64_t>();
         s.bad_evals = j.at("bad_evals").get<int64_t>();
-        s.elapsed_s = j.at("elapsed_s").get<double>();
-        s.epoch_loss_sum = j.at("epoch_loss_sum").get<double>();
         s.epoch_correct = j.at("epoch_correct").get<int64_t>();
         s.epoch_seen = j.at("epoch_seen").get<int64_t>();
-        // (absent in checkpoints from before they were kept: the window starts at the resume)
-        s.window_loss_sum = j.value("window_loss_sum", 0.0);
         s.window_correct = j.value("window_correct", int64_t{0});
         s.window_seen = j.value("window_seen", int64_t{0});
-        s.loss_scale = j.value("loss_scale", 0.0);  // absent in checkpoints of fp32/bf16 runs before fp16
         s.loss_scale_clean_steps = j.value("loss_scale_clean_steps", int64_t{0});
     } catch (const json::exception& e) {
         return data_loss("state.json: {}", e.what());
@@ -86,6 +116,18 @@ std::string rng_to_bytes() {
 }
 
 }  // namespace
+
+bool finite_weights(const torch::nn::Module& m) {
+    torch::NoGradGuard no_grad;
+    auto finite = [](const torch::Tensor& t) {
+        return !t.defined() || !t.is_floating_point() || torch::isfinite(t).all().item<bool>();
+    };
+    for (const auto& p : m.parameters())
+        if (!finite(p)) return false;
+    for (const auto& b : m.buffers())
+        if (!finite(b)) return false;
+    return true;
+}
 
 CheckpointStore::CheckpointStore(std::string run_dir, CheckpointConfig cfg, int64_t world_size)
     : dir_((stdfs::path(run_dir) / "checkpoints").string()), cfg_(cfg), world_size_(world_size) {}
@@ -119,8 +161,27 @@ constexpr const char* kOtherOptimizer = "saved with another optimizer";
 
 }  // namespace
 
+Result<std::string> CheckpointStore::run_id(bool create) {
+    if (!run_id_.empty()) return run_id_;
+    const stdfs::path path = stdfs::path(dir_) / "run-id";
+    auto text = fs::read_file(path, 4096);
+    if (text.is_ok()) {
+        run_id_ = *text;
+        while (!run_id_.empty() && std::isspace(static_cast<unsigned char>(run_id_.back()))) run_id_.pop_back();
+        return run_id_;
+    }
+    if (text.status().code() != StatusCode::kNotFound) return text.status();
+    if (!create) return std::string();  // a run from before ids were kept, or none saved yet
+    std::random_device rd;
+    std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(::getpid()));
+    run_id_ = fmt::format("{:016x}", gen());
+    STRATO_RETURN_IF_ERROR(fs::atomic_write(path, run_id_ + "\n"));
+    return run_id_;
+}
+
 Status CheckpointStore::save(const TrainState& state, torch::nn::Module& model, torch::optim::Optimizer& optim) {
     STRATO_RETURN_IF_ERROR(fs::ensure_dir(dir_));
+    STRATO_ASSIGN_OR_RETURN(const std::string id, run_id(/*create=*/true));
     const std::string name = fmt::format("step-{:09d}", state.step);
     const stdfs::path final_dir = stdfs::path(dir_) / name;
     const stdfs::path tmp = stdfs::path(dir_) / (".tmp-" + name + "." + std::to_string(::getpid()));
@@ -134,7 +195,8 @@ Status CheckpointStore::save(const TrainState& state, torch::nn::Module& model, 
         {"state.json", json_text(state_to_json(state), 2)},
     };
     json manifest = {{"format", "strato-checkpoint"}, {"format_version", 1}, {"step", state.step},
-                     {"optimizer", optimizer_kind(optim)}, {"world_size", world_size_}, {"files", json::object()}};
+                     {"optimizer", optimizer_kind(optim)}, {"world_size", world_size_}, {"run_id", id},
+                     {"files", json::object()}};
     for (const auto& [fname, bytes] : files) {
         STRATO_RETURN_IF_ERROR(fs::atomic_write(tmp / fname, bytes));
         manifest["files"][fname] = {{"sha256", fs::sha256_hex(bytes)}, {"bytes", bytes.size()}};
@@ -192,6 +254,23 @@ Status CheckpointStore::verify_and_load(const std::string& name, torch::nn::Modu
     json sj = parse_json_bounded(bytes["state.json"]);
     if (sj.is_discarded()) return data_loss("state.json is not valid JSON");
     STRATO_RETURN_IF_ERROR(state_from_json(sj, state));
+    // A checkpoint renamed, or copied in from another run: its weights are not this run's at the
+    // step its name says.
+    const std::string own = fmt::format("step-{:09d}", state.step);
+    if (own != name)
+        return data_loss("state.json is step {}'s, not the step in the directory's name (a checkpoint renamed or "
+                         "copied from another run?)",
+                         state.step);
+    if (const json& ms = manifest.contains("step") ? manifest["step"] : json();
+        !ms.is_null() && !(ms.is_number_integer() && ms.get<int64_t>() == state.step))
+        return data_loss("manifest.json is for step {}, state.json for step {}", json_text(ms), state.step);
+    if (const json& rid = manifest.contains("run_id") ? manifest["run_id"] : json(); rid.is_string()) {
+        STRATO_ASSIGN_OR_RETURN(const std::string mine, run_id(/*create=*/false));
+        if (!mine.empty() && rid.get<std::string>() != mine)
+            return data_loss("it belongs to another run (run id {}; this run's, in {}/run-id, is {}): copied in from "
+                             "elsewhere?",
+                             rid.get<std::string>(), dir_, mine);
+    }
     // An elastic restart may bring another number of processes: the position within the epoch
     // counts each process's batches, so the rest of the epoch is another share of the data.
     if (const json& ws = manifest.contains("world_size") ? manifest["world_size"] : json();
@@ -202,6 +281,10 @@ Status CheckpointStore::verify_and_load(const std::string& name, torch::nn::Modu
                   ws.get<int64_t>() < world_size_ ? "part of this epoch's samples are skipped"
                                                    : "part of this epoch's samples are trained twice");
     STRATO_RETURN_IF_ERROR(models::module_from_bytes(model, bytes["model.pt"], (d / "model.pt").string()));
+    if (!finite_weights(model))
+        return data_loss("model.pt holds NaN or infinite weights: {} (its training had blown up when this checkpoint "
+                         "was saved)",
+                         kDivergedCheckpoint);
     const std::string kind = optimizer_kind(optim);
     const json& saved = manifest.contains("optimizer") ? manifest["optimizer"] : json();
     if (saved.is_string() && saved.get<std::string>() != kind)
@@ -227,6 +310,7 @@ Result<std::optional<TrainState>> CheckpointStore::load_latest(torch::nn::Module
     const std::vector<std::string> candidates = list_desc();
     if (candidates.empty()) return std::optional<TrainState>();
     std::string failures;
+    bool all_diverged = true;
     for (const auto& name : candidates) {
         TrainState state;
         Status st = verify_and_load(name, model, optim, state);
@@ -245,7 +329,13 @@ Result<std::optional<TrainState>> CheckpointStore::load_latest(torch::nn::Module
         }
         log::warn("checkpoint {}/{} is unusable: {}", dir_, name, st.message());
         failures += fmt::format("\n  {}: {}", name, st.message());
+        all_diverged = all_diverged && st.message().find(kDivergedCheckpoint) != std::string::npos;
     }
+    if (all_diverged)
+        return data_loss("no usable checkpoint in {}: the run had diverged (NaN or infinite loss or weights) when each "
+                         "was saved:{}\nhint: start over with --overwrite and a lower optim.lr, or clip gradients "
+                         "(train.clip_grad_norm)",
+                         dir_, failures);
     return data_loss("no usable checkpoint in {} (every one failed verification):{}\nhint: start over with --overwrite",
                      dir_, failures);
 }

@@ -21,6 +21,7 @@ struct TrainState {
     int64_t epoch = 0;       // current epoch
     int64_t next_batch = 0;  // next loader batch within the epoch
     int64_t batch_size = 0;  // data.batch_size next_batch counts in (0: a checkpoint from before it was kept)
+    int64_t train_samples = 0;  // the training split's size the epoch's order was drawn over (0: not kept)
     int64_t metrics_lines = 0;
     double best_acc = -1.0;
     int64_t best_step = -1;
@@ -40,16 +41,28 @@ struct TrainState {
     int64_t loss_scale_clean_steps = 0;
 };
 
+/// True when every floating-point parameter and buffer of `m` is finite (no NaN, no infinity):
+/// a diverged training's weights are neither saved nor resumed from.
+bool finite_weights(const torch::nn::Module& m);
+
+/// The words a checkpoint refused for a diverged run's state carries (see CheckpointStore).
+inline constexpr const char* kDivergedCheckpoint = "the run had diverged";
+
 class CheckpointStore {
 public:
     /// `world_size`: the processes training together (dist::read_env's), recorded in each
     /// checkpoint so a resume by another number of processes is said.
     CheckpointStore(std::string run_dir, CheckpointConfig cfg, int64_t world_size = 1);
 
-    /// Writes a checkpoint for `state.step` and prunes old ones (keep_last, keep_best).
+    /// Writes a checkpoint for `state.step` and prunes old ones (keep_last, keep_best). Each
+    /// records the run's id (checkpoints/run-id, made by the first save), so that a checkpoint
+    /// copied in from another run is not resumed from. A non-finite number in the state (fp16's
+    /// skipped steps' losses) is written as a string: JSON has no NaN.
     Status save(const TrainState& state, torch::nn::Module& model, torch::optim::Optimizer& optim);
     /// Restores the newest usable checkpoint into model/optim and the global RNG; nullopt when
-    /// there is none; an error when some exist but none is usable.
+    /// there is none; an error when some exist but none is usable. Unusable: a file that does not
+    /// match its checksum, a step that is not the one in the directory's name, another run's id,
+    /// NaN or infinite weights (kDivergedCheckpoint).
     Result<std::optional<TrainState>> load_latest(torch::nn::Module& model, torch::optim::Optimizer& optim);
     bool any() const;
     std::string dir() const { return dir_; }
@@ -59,10 +72,13 @@ private:
                            TrainState& state);
     std::vector<std::string> list_desc() const;
     void prune(const TrainState& state);
+    /// This run's id (checkpoints/run-id); empty when there is none yet. `create`: make one.
+    Result<std::string> run_id(bool create);
 
     std::string dir_;
     CheckpointConfig cfg_;
     int64_t world_size_;
+    std::string run_id_;  // cached once read or made
 };
 
 }  // namespace strato::train

@@ -132,11 +132,20 @@ Result<fs::DirLock> lock_run_dir(const stdfs::path& dir) {
 /// lock: that file, beside the run directory, would land in the input too.
 Status check_run_dir_inputs(const TrainConfig& cfg, const TrainOptions& opts) {
     const stdfs::path dir = cfg.run_dir();
-    for (const auto& in : opts.inputs) {
+    auto holds = [&](const std::string& in) -> Status {
         if (fs::is_within(in, dir / "model") || (opts.overwrite && fs::is_within(in, dir)))
             return invalid_argument("run directory {}: it holds {}, which this run reads; {} it would destroy it -- "
                                     "choose another run.name",
                                     dir.string(), in, opts.overwrite ? "--overwrite" : "saving the new package");
+        return Status::ok();
+    };
+    // The training data (it was loaded, then --overwrite deleted it with the run directory). A
+    // run directory inside the data's folder is the user's choice (data.path = ".").
+    const std::string& data = cfg.data.path;
+    const bool remote = data.rfind("http://", 0) == 0 || data.rfind("https://", 0) == 0;
+    if (cfg.data.dataset != "synthetic" && !data.empty() && !remote) STRATO_RETURN_IF_ERROR(holds(data));
+    for (const auto& in : opts.inputs) {
+        STRATO_RETURN_IF_ERROR(holds(in));
         // The other way round: a run written into the package it reads (a teacher) filled that
         // package with checkpoints, logs and a model/ of its own.
         if (fs::is_within(dir, in))
@@ -171,6 +180,35 @@ Status prepare_run_dir(const TrainConfig& cfg, const TrainOptions& opts) {
     st = fs::check_writable_dir(dir);
     if (!st.is_ok()) return {st.code(), fmt::format("run directory: {}", st.message())};
     return fs::ensure_dir(dir / "checkpoints");
+}
+
+/// A --resume that finds no checkpoint starts from scratch, which replaces the run's package and
+/// metrics.jsonl: refused where they hold a run that once had checkpoints (its package, or an
+/// evaluation that more lines follow -- each evaluation is followed by a checkpoint). A run killed
+/// before its first checkpoint only has the lines of the steps it is about to redo.
+Status check_nothing_to_lose(const stdfs::path& dir) {
+    std::error_code ec;
+    std::string held;
+    if (stdfs::exists(dir / "model" / models::kPackageManifest, ec)) held = "a model package (model/)";
+    if (held.empty()) {
+        auto lines = MetricsLog::read((dir / "metrics.jsonl").string());
+        if (lines.is_ok()) {
+            bool eval = false;
+            for (const auto& j : *lines) {
+                if (eval) {
+                    held = "metrics.jsonl of evaluated epochs";
+                    break;
+                }
+                eval = j.is_object() && j.value("kind", "") == "eval";
+            }
+        }
+    }
+    if (held.empty()) return Status::ok();
+    return Status(StatusCode::kAlreadyExists,
+                  fmt::format("run directory {} holds {} but no checkpoint to resume from ({} is empty); resuming "
+                              "would train from scratch and replace them\nhint: start over with --overwrite, or give "
+                              "this run another run.name",
+                              dir.string(), held, (dir / "checkpoints").string()));
 }
 
 torch::Tensor labels_tensor(data::Batch& b) { return torch::from_blob(b.labels.data(), {b.size}, torch::kLong); }
@@ -318,6 +356,10 @@ Result<PackageEval> evaluate_package(const std::string& package_dir, const data:
         // autocast where the CPU has no oneDNN bf16 kernels, or with `fuse` false).
         models::InferenceNet run = models::inference_net(pkg, fuse, bf16);
         STRATO_ASSIGN_OR_RETURN(out.result, evaluate(*run.net, *loader, run.bf16_autocast, run.channels_last));
+        if (!std::isfinite(out.result.loss))
+            return invalid_argument("{}: the model's loss on the {} test samples is {}: its outputs are NaN or infinite "
+                                    "(weights from a training that diverged?); it is no usable model",
+                                    package_dir, out.result.count, out.result.loss);
         out.arch = pkg.info.model.arch;
         out.parameters = models::parameter_count(*pkg.net);
         out.labels = pkg.info.labels;
@@ -546,6 +588,23 @@ Status Trainer::setup() {
                     "data.batch_size {} would skip or repeat part of the epoch\nhint: resume with data.batch_size "
                     "= {}, or start a new run from the package",
                     restored->epoch + 1, restored->next_batch, was, cfg_.data.batch_size, was);
+            // The epoch's order is a permutation of the training split: over another number of
+            // samples (data.limit_train changed) batch N is another place, or past the end
+            // (the rest of the epoch then ran with a learning rate of 0).
+            const int64_t samples = splits_.train->size();
+            const int64_t batches = train_loader_->batches_per_epoch();
+            if (restored->next_batch > 0 && restored->train_samples > 0 && restored->train_samples != samples)
+                return invalid_argument(
+                    "the checkpoint is in the middle of epoch {} (batch {} of a training split of {} samples); resuming "
+                    "it with {} training samples would skip or repeat part of the epoch\nhint: resume with the data the "
+                    "run started with (data.limit_train, data.path), or start a new run from the package",
+                    restored->epoch + 1, restored->next_batch, restored->train_samples, samples);
+            if (restored->next_batch > batches)
+                return invalid_argument(
+                    "the checkpoint is in the middle of epoch {} at batch {}, but the training data gives {} batches "
+                    "per epoch now; resuming it would skip or repeat part of the epoch\nhint: resume with the data the "
+                    "run started with (data.limit_train, data.path), or start a new run from the package",
+                    restored->epoch + 1, restored->next_batch, batches);
             if (restored->next_batch > 0 && was == 0)
                 log::warn("cannot tell the data.batch_size the checkpoint's epoch position counts in (an old "
                           "checkpoint, and {} unreadable); resuming at {}",
@@ -554,6 +613,7 @@ Status Trainer::setup() {
             log::info("resuming {} from step {} (epoch {}, batch {})", run_dir_, state_.step, state_.epoch + 1,
                       state_.next_batch);
         } else {
+            if (rank0_) STRATO_RETURN_IF_ERROR(check_nothing_to_lose(run_dir_));
             log::info("no checkpoint in {}; starting from scratch", store_->dir());
         }
     }
@@ -611,6 +671,28 @@ Status Trainer::setup() {
 }
 
 Status Trainer::checkpoint() {
+    // A diverged network is not saved: its state.json held null for NaN (never loadable again), and
+    // keep_last pruned the good checkpoints from before the divergence. fp16 skips the steps whose
+    // loss overflowed, so there only the weights say. (Every rank holds the same weights, and the
+    // loss sums below are all ranks', so all ranks stop together.)
+    std::vector<double> sums = {state_.epoch_loss_sum, state_.window_loss_sum};
+    if (ddp_) {
+        STRATO_ASSIGN_OR_RETURN(sums, ddp_->sum(sums));
+    }
+    const bool finite_loss = fp16_ || (std::isfinite(sums[0]) && std::isfinite(sums[1]));
+    if (!finite_loss || !finite_weights(*net_)) {
+        std::string kept;
+        if (auto f = fs::read_file(stdfs::path(store_->dir()) / "latest", 4096); f.is_ok() && store_->any())
+            kept = fmt::format(" (the last good one, {}, is kept)", trim_blanks(f->substr(0, f->find('\n'))));
+        return Status(StatusCode::kInvalidArgument,
+                      fmt::format("training diverged: at step {} ({} epoch {}) {}; no checkpoint saved{} and no "
+                                  "package written\nhint: lower optim.lr, or clip gradients (train.clip_grad_norm), then "
+                                  "--resume{} or start over with --overwrite",
+                                  state_.step, state_.next_batch == 0 ? "after" : "in",
+                                  state_.next_batch == 0 ? state_.epoch : state_.epoch + 1,
+                                  finite_loss ? "the weights are NaN or infinite" : "the training loss is not finite",
+                                  kept, kept.empty() ? "" : " from that checkpoint"));
+    }
     if (ddp_) {
         // Every rank checkpoints at the same step; rank 0 saves the epoch's sums over all ranks.
         STRATO_ASSIGN_OR_RETURN(auto g, ddp_->sum({state_.epoch_loss_sum, static_cast<double>(state_.epoch_correct),
@@ -635,6 +717,7 @@ Status Trainer::checkpoint() {
     STRATO_RETURN_IF_ERROR(metrics_->sync());
     TrainState s = state_;
     s.batch_size = cfg_.data.batch_size;
+    s.train_samples = splits_.train->size();
     s.metrics_lines = metrics_->lines();
     s.elapsed_s = state_.elapsed_s + seconds_since(process_start_);
     return store_->save(s, *net_, *optim_);
@@ -913,6 +996,13 @@ Result<TrainResult> Trainer::finish(bool early_stopped) {
     if (last_eval_.count == 0) {  // resumed after the last epoch had finished
         STRATO_ASSIGN_OR_RETURN(last_eval_, evaluate_all());
     }
+    // As after every evaluation in run(): a resume that trains no more (train.epochs or
+    // train.max_steps reached) evaluated a checkpoint's weights here, unchecked.
+    if (const bool weights = finite_weights(*net_); !weights || !std::isfinite(last_eval_.loss))
+        return Status(StatusCode::kInvalidArgument,
+                      fmt::format("training diverged: at step {} the test loss is {}{}; no package written\nhint: lower "
+                                  "optim.lr, or clip gradients (train.clip_grad_norm), and start over with --overwrite",
+                                  state_.step, last_eval_.loss, weights ? "" : " and the weights are NaN or infinite"));
     TrainResult r;
     r.run_dir = run_dir_;
     r.package_dir = (stdfs::path(run_dir_) / "model").string();
