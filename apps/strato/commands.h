@@ -4,6 +4,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <functional>
+
 #include "strato/core/status.h"
 #include "strato/data/data_config.h"
 
@@ -74,5 +76,9 @@ Result<int64_t> parse_busy_poll_ns(const std::string& text);
 /// The check of `--busy-poll` (parse_busy_poll_ns) as a flag validator: a usage error (exit 2),
 /// found before the command starts anything.
 CLI::Validator busy_poll_flag();
+/// A flag validator from a check whose message names the flag itself ("--flag: ..." or
+/// "--flag ..."): a usage error (exit 2) whose message names it once (CLI11 puts it in front).
+CLI::Validator status_flag(const std::string& flag, std::function<Status(const std::string&)> check,
+                           const std::string& type);
 
 }  // namespace strato::cli

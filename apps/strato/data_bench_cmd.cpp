@@ -100,14 +100,8 @@ void add_data_bench_command(CLI::App& data, const GlobalFlags&, int* exit_code) 
     cmd->add_option("path", o->path, "An image folder (class per subfolder) or a shard directory/URL (index.json)")->required();
     cmd->add_option("--transform", o->transforms,
                     "A transform, repeatable, in order (default: resize to --image-size); see docs/data.md")
-        ->check(CLI::Validator(
-            [](std::string& v) {
-                Status st = data::Pipeline::check_spec(v, "--transform");
-                // (CLI11 puts the flag's name in front)
-                const std::string m = st.message();
-                return st.is_ok() ? std::string() : m.rfind("--transform: ", 0) == 0 ? m.substr(13) : m;
-            },
-            "SPEC"));
+        ->check(status_flag("--transform",
+                            [](const std::string& v) { return data::Pipeline::check_spec(v, "--transform"); }, "SPEC"));
     cmd->add_option("--workers", o->workers, "Loader threads (0 = decode in the consuming thread; default 2)")
         ->check(CLI::Range(0, 256));
     cmd->add_option("--batch-size", o->batch, "Samples per batch (default 64)")->check(CLI::Range(int64_t{1}, int64_t{1} << 16));

@@ -50,14 +50,8 @@ void add_eval_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     cmd->add_option("--data", o->data, "Dataset directory (default: Debian's Fashion-MNIST)");
     // Checked as data.dataset is (its list of kinds): an unknown kind is a usage error (exit 2).
     cmd->add_option("--dataset", o->dataset, "Dataset kind: fashion-mnist, idx, image-folder, shards, csv, synthetic")
-        ->check(CLI::Validator(
-            [](std::string& v) -> std::string {
-                auto d = data_config_from_flags("", {}, "", v);
-                if (d) return {};
-                const std::string& m = d.status().message();  // "--dataset: expected one of ..."
-                return m.rfind("--dataset: ", 0) == 0 ? m.substr(11) : m;
-            },
-            "KIND"));
+        ->check(status_flag(
+            "--dataset", [](const std::string& v) { return data_config_from_flags("", {}, "", v).status(); }, "KIND"));
     cmd->add_option("--threads", o->threads, "Intra-op threads (0 = cores)")->check(CLI::Range(0, 1024));
     cmd->add_flag("--bf16", o->bf16,
                   "Run the forward pass in bf16 as `strato serve` does with precision \"bf16\" (the inference graph on "

@@ -81,17 +81,24 @@ Result<int64_t> parse_busy_poll_ns(const std::string& text) {
     return *ns;
 }
 
-CLI::Validator busy_poll_flag() {
+CLI::Validator status_flag(const std::string& flag, std::function<Status(const std::string&)> check,
+                           const std::string& type) {
     return CLI::Validator(
-        [](std::string& text) -> std::string {
-            // (CLI11 puts "--busy-poll: " before the message: the flag is not named twice)
-            if (auto d = parse_duration_ns(text, "us"); !d) return d.status().message();
-            auto ns = parse_busy_poll_ns(text);
-            if (ns) return {};
-            const std::string& m = ns.status().message();
-            return m.rfind("--busy-poll ", 0) == 0 ? m.substr(12) : m;
+        [flag, check = std::move(check)](std::string& text) -> std::string {
+            const Status st = check(text);
+            if (st.is_ok()) return {};
+            // CLI11 puts "<flag>: " before the message: the flag is not named twice.
+            std::string_view m = st.message();
+            for (const std::string prefix : {flag + ": ", flag + " "})
+                if (m.substr(0, prefix.size()) == prefix) return std::string(m.substr(prefix.size()));
+            return std::string(m);
         },
-        "DURATION in [0, 10ms] (bare numbers: us)");
+        type);
+}
+
+CLI::Validator busy_poll_flag() {
+    return status_flag("--busy-poll", [](const std::string& text) { return parse_busy_poll_ns(text).status(); },
+                       "DURATION in [0, 10ms] (bare numbers: us)");
 }
 
 }  // namespace strato::cli
