@@ -76,6 +76,10 @@ Result<int64_t> parse_busy_poll_ns(const std::string& text);
 /// The check of `--busy-poll` (parse_busy_poll_ns) as a flag validator: a usage error (exit 2),
 /// found before the command starts anything.
 CLI::Validator busy_poll_flag();
+/// A flag naming a file: an empty value (an unset variable in a script) is a usage error whose
+/// message adds `why` when given ("expected a file path, got an empty one (<why>)").
+CLI::Validator file_path_flag(const std::string& why = "");
+
 /// A flag validator from a check whose message names the flag itself ("--flag: ..." or
 /// "--flag ..."): a usage error (exit 2) whose message names it once (CLI11 puts it in front).
 CLI::Validator status_flag(const std::string& flag, std::function<Status(const std::string&)> check,

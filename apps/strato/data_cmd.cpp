@@ -66,14 +66,6 @@ std::string check_u64(const std::string& text) {
 }
 
 /// A file name flag: an empty one wrote (or compared with) nothing and still said ok.
-CLI::Validator non_empty_file() {
-    return CLI::Validator(
-        [](std::string& v) {
-            return v.empty() ? std::string("expected a file name, got an empty one") : std::string();
-        },
-        "FILE");
-}
-
 /// A progress bar over bytes, made when the first report comes (and remade per split).
 struct BytesProgress {
     explicit BytesProgress(bool quiet) : quiet_(quiet) {}
@@ -191,7 +183,7 @@ void add_data_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
     stats->add_option("--manifest", o->manifest,
                       "Also hash every file and write a manifest here (pins the dataset version); replaces only an "
                       "earlier manifest")
-        ->check(non_empty_file());
+        ->check(cli::file_path_flag());
     stats->add_option("--workers", o->workers, "Threads (default: one per core)")->check(CLI::Range(0, 4096));
     stats->add_flag("--json", o->json, "Print the result as JSON");
     stats->callback([o, &g, exit_code] {
@@ -233,7 +225,7 @@ void add_data_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
                                        "shard directory against its index, every image's header or pixels");
     verify->add_option("path", o->path, "Image folder, a root with train/ test/, or a shard directory")->required();
     verify->add_option("--manifest", o->manifest, "Manifest from `strato data stats --manifest` to compare against")
-        ->check(non_empty_file());
+        ->check(cli::file_path_flag());
     verify->add_flag("--decode", o->decode, "Decode every image fully (slower; catches corrupt image data)");
     verify->add_option("--workers", o->workers, "Threads (default: one per core)")->check(CLI::Range(0, 4096));
     verify->add_flag("--json", o->json, "Print the result as JSON");

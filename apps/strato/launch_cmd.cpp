@@ -102,7 +102,7 @@ void add_launch_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     cmd->add_option("-o,--out", o->out, "With --emit: the file to write (default: stdout)");
     // Written into #SBATCH lines and Kubernetes names: one word (a newline would end the #SBATCH
     // block and run the rest as a command).
-    const CLI::Validator one_word([](std::string& v) { return dist::why_not_one_word(v); }, "WORD", "one word");
+    const CLI::Validator one_word([](std::string& v) { return why_not_script_text(v, /*one_word=*/true); }, "WORD", "one word");
     cmd->add_option("--job-name", o->e.job_name, "With --emit: the job's name (default strato-job)")->check(one_word);
     cmd->add_option("--image", o->e.image, "With --emit kubernetes: the container image (default strato:latest)")
         ->check(one_word);

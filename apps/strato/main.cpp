@@ -101,6 +101,15 @@ CLI::Validator busy_poll_flag() {
                        "DURATION in [0, 10ms] (bare numbers: us)");
 }
 
+CLI::Validator file_path_flag(const std::string& why) {
+    return CLI::Validator(
+        [why](std::string& v) {
+            if (!v.empty()) return std::string();
+            return "expected a file path, got an empty one" + (why.empty() ? "" : " (" + why + ")");
+        },
+        "FILE");
+}
+
 }  // namespace strato::cli
 
 int main(int argc, char** argv) {

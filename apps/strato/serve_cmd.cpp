@@ -85,9 +85,7 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     cmd->add_option("--max-queue-size", o->max_queue, "Queued requests per model version when its config sets none (full: 503)")->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
     cmd->add_option("--exit-timeout-secs", o->exit_timeout, "On SIGTERM/SIGINT: how long to wait for requests in flight")->check(CLI::Range(0, 3600));
     // An empty value (an unset variable in a launch script) would start a server without the token.
-    const CLI::Validator token_file(
-        [](std::string& v) { return v.empty() ? std::string("expected a file path (an empty one would turn the token off)") : ""; },
-        "FILE");
+    const CLI::Validator token_file = cli::file_path_flag("an empty one would turn the token off");
     cmd->add_option("--infer-token-file", o->infer_token_file, "File holding a bearer token required on /v2 (health probes stay open)")
         ->check(token_file);
     cmd->add_option("--repository-token-file", o->repo_token_file, "File holding a bearer token required on /v2/repository/*")

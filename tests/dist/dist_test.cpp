@@ -533,9 +533,11 @@ TEST(Emit, ValuesInSbatchLinesAndKubernetesNamesAreOneWord) {
             }
         }
     }
-    EXPECT_EQ(why_not_one_word("gpu-a100"), "");
-    EXPECT_EQ(why_not_one_word("1-00:00:00"), "");
-    EXPECT_NE(why_not_one_word(""), "");
+    EXPECT_EQ(why_not_script_text("gpu-a100", true), "");
+    EXPECT_EQ(why_not_script_text("1-00:00:00", true), "");
+    EXPECT_NE(why_not_script_text("", true), "");
+    EXPECT_EQ(why_not_script_text("--comment=two words", false), "");
+    EXPECT_NE(why_not_script_text("a\nb", false), "");
     EmitOptions o = small_job();
     o.partition = "gpu";
     o.time = "02:00:00";

@@ -146,11 +146,11 @@ def slurm_usage(tmp):
         f.write(f'[study]\nname = "usage"\nbase = "{base}"\n[params]\n'
                 '"optim.lr" = { type = "uniform", low = 0.1, high = 1 }\n')
     sdir = os.path.join(tmp, "slurm_usage")
-    for flags, needle in [(["--partition", "debug\ntouch /tmp/x"], "an #SBATCH line cannot carry"),
+    for flags, needle in [(["--partition", "debug\ntouch /tmp/x"], "the control character 0x0a"),
                           (["--time", "bogus"], "expected a Slurm time limit"),
                           (["--mem", "lots"], "expected a Slurm memory size"),
                           (["--sbatch", "not-an-option"], "starting with '-'"),
-                          (["--sbatch=--gres=gpu:1\n#x"], "an #SBATCH line cannot carry")]:
+                          (["--sbatch=--gres=gpu:1\n#x"], "the control character 0x0a")]:
         p = run("tune", "slurm", study, "--dir", sdir, *flags, expect=2)
         check(needle in p.stderr, f"{flags}: {p.stderr!r}")
         check(not os.path.exists(sdir), f"{flags}: the study directory was created")

@@ -953,13 +953,14 @@ TEST(Executor, SlurmArrayScriptAndSharedJournal) {
     o.parallel = 2;
     const std::string journal_before = *open_db(r)->journal();
     const std::tuple<std::string SlurmOptions::*, std::string, const char*> bad[] = {
-        {&SlurmOptions::partition, "debug\ntouch /tmp/x", "--partition 'debug\\x0atouch /tmp/x': an #SBATCH line cannot carry"},
-        {&SlurmOptions::partition, "a b", "--partition 'a b': an #SBATCH line cannot carry blanks"},
+        {&SlurmOptions::partition, "debug\ntouch /tmp/x", "--partition 'debug\\x0atouch /tmp/x': must be one word: it holds the control character 0x0a"},
+        {&SlurmOptions::partition, "a b", "--partition 'a b': must be one word: it holds a blank"},
         {&SlurmOptions::account, "acct\r", "--account 'acct\\x0d'"},
         {&SlurmOptions::time, "bogus", "--time 'bogus': expected a Slurm time limit"},
         {&SlurmOptions::time, "1:2:3:4", "expected a Slurm time limit"},
         {&SlurmOptions::mem, "lots", "--mem 'lots': expected a Slurm memory size"},
-        {&SlurmOptions::mem, "4G\n#SBATCH --x", "an #SBATCH line cannot carry"},
+        {&SlurmOptions::mem, "4G\n#SBATCH --x", "the control character 0x0a"},
+        {&SlurmOptions::account, "it's", "without quotes"},
     };
     for (const auto& [field, value, needle] : bad) {
         SlurmOptions b = o;

@@ -3,12 +3,29 @@
 #include <charconv>
 #include <cmath>
 
+#include <fmt/format.h>
+
 namespace strato {
 
 std::string_view trim_blanks(std::string_view s) {
     while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
     while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
     return s;
+}
+
+std::string why_not_script_text(std::string_view value, bool one_word) {
+    if (one_word && value.empty()) return "must not be empty";
+    for (char c : value) {
+        const auto u = static_cast<unsigned char>(c);
+        if (u < 0x20 || u == 0x7f)
+            return fmt::format("{}holds the control character 0x{:02x} (a script's line cannot carry it)",
+                               one_word ? "must be one word: it " : "", u);
+        if (!one_word) continue;
+        if (c == ' ') return "must be one word: it holds a blank";
+        if (c == '\'' || c == '"' || c == '`' || c == '\\')
+            return fmt::format("must be one word without quotes: it holds {}", c);
+    }
+    return "";
 }
 
 std::optional<int64_t> parse_int(std::string_view text, int64_t lo, int64_t hi) {

@@ -25,6 +25,12 @@ std::optional<int64_t> parse_int(std::string_view text, int64_t lo = std::numeri
 /// else must be a finite number. Errors read "<what>: expected a number, got '<text>'".
 Result<double> parse_number(std::string_view text, double missing, std::string_view what);
 
+/// Why `value` cannot go into a line of a script strato writes (an #SBATCH line, a command
+/// word, a Kubernetes name): "" when it can. A control character is always refused (a newline
+/// ends the line and the rest runs as a shell command); with `one_word` so are empty text,
+/// blanks, quotes and backslashes.
+std::string why_not_script_text(std::string_view value, bool one_word);
+
 struct HostPort {
     std::string host;
     int port = 0;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "strato/core/fs.h"
+#include "strato/core/parse.h"
 
 namespace strato::dist {
 
@@ -49,7 +50,7 @@ Status check(const EmitOptions& o) {
                  {"--time", o.time, true}};
     for (const auto& w : words) {
         if (w.optional && w.value.empty()) continue;
-        if (std::string why = why_not_one_word(w.value); !why.empty())
+        if (std::string why = why_not_script_text(w.value, /*one_word=*/true); !why.empty())
             return invalid_argument("launch --emit: {} {} {}", w.flag, yq(w.value), why);
     }
     return Status::ok();
@@ -81,18 +82,6 @@ std::string nnodes(const LaunchOptions& l) {
 }
 
 }  // namespace
-
-std::string why_not_one_word(const std::string& value) {
-    if (value.empty()) return "must not be empty";
-    for (char c : value) {
-        const auto u = static_cast<unsigned char>(c);
-        if (u < 0x20 || u == 0x7f) return fmt::format("must be one word: it holds the control character 0x{:02x}", u);
-        if (c == ' ') return "must be one word: it holds a blank";
-        if (c == '\'' || c == '"' || c == '`' || c == '\\')
-            return fmt::format("must be one word without quotes: it holds {}", c);
-    }
-    return "";
-}
 
 Result<std::string> emit_slurm(const EmitOptions& o) {
     STRATO_RETURN_IF_ERROR(check(o));

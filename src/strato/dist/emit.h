@@ -29,10 +29,6 @@ struct EmitOptions {
     int rdzv_port = 29400;
 };
 
-/// Empty when `value` can be written into a #SBATCH line or a Kubernetes name or image: one word,
-/// without blanks, control characters or quotes; else what is wrong with it.
-std::string why_not_one_word(const std::string& value);
-
 Result<std::string> emit_slurm(const EmitOptions& o);
 Result<std::string> emit_pytorchjob(const EmitOptions& o);
 

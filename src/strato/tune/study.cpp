@@ -645,10 +645,8 @@ Status check_sbatch_value(std::string_view flag, std::string_view value, SbatchV
     // A newline ended the #SBATCH block and ran the rest as a shell command in every task.
     const bool option = kind == SbatchValue::kOption;
     const std::string what = fmt::format("{}{}'{}'", flag, flag.empty() ? "" : " ", printable(value));
-    for (char c : value)
-        if (std::iscntrl(static_cast<unsigned char>(c)) || (!option && std::isspace(static_cast<unsigned char>(c))))
-            return invalid_argument("{}: an #SBATCH line cannot carry {}", what,
-                                    option ? "control characters or newlines" : "blanks, control characters or newlines");
+    if (std::string why = why_not_script_text(value, /*one_word=*/!option); !why.empty())
+        return invalid_argument("{}: {}", what, why);
     const auto digits = [](std::string_view v) {
         return !v.empty() && std::all_of(v.begin(), v.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
     };
