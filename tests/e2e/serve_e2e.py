@@ -1729,6 +1729,34 @@ def load_log_says_how_a_model_runs(ctx):
 
 
 @test
+def optional_input_left_out(ctx):
+    # Found by review: two requests leaving out a batching model's optional (only) input were
+    # merged by the batcher, which indexed the absent input's empty shape: SIGSEGV, every client
+    # cut off. A batching model takes its batch size from its inputs: none at all is a 400.
+    cfg = ('name: "opt"\nmax_batch_size: 8\ninput [ { name: "input" data_type: TYPE_FP32 dims: [1, 28, 28] optional: true } ]\n'
+           'dynamic_batching { max_queue_delay_microseconds: 300000 }\n')
+    root = ctx.repo_with("optional_repo", {"opt": {"1": "pkg", "config.pbtxt": cfg}})
+    srv = Server("optional", ["--model-repository", root], ctx.tmp)
+    try:
+        results = [None, None]
+
+        def empty(i):
+            results[i] = request(srv.port, "POST", "/v2/models/opt/infer", {"inputs": []})
+        threads = [threading.Thread(target=empty, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        for r in results:
+            expect_error(r, 400, ["expected at least 1 input"], "a request with no inputs")
+        decode_infer(request(srv.port, "POST", "/v2/models/opt/infer", json_infer_body([ctx.images[0]])), "opt after")
+        check(srv.proc.poll() is None, "the server died")
+    finally:
+        srv.kill()
+    return "two requests without the optional input: 400 each, the server serves on"
+
+
+@test
 def readiness_with_broken_models(ctx):
     # A package whose manifest has a string where a dimension belongs (once a JSON type error
     # that ended the server at start).

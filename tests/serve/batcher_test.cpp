@@ -116,6 +116,54 @@ TEST(Batcher, PreferredSizeDispatchesWithoutWaitingForTheDelay) {
     EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5));
 }
 
+// Found by review: with preferred_batch_size [4], a queue of five 1-row requests waited out the
+// whole delay as one batch of 5; Triton sends the 4 that make the preferred size at once.
+TEST(Batcher, APreferredSizeReachedOnTheWayIsSentWithoutTheRest) {
+    auto model = std::make_shared<Doubler>();
+    model->set_open(false);  // the first batch holds the only instance while the queue fills
+    BatcherOptions opt = dynamic(8, 10'000'000);
+    opt.preferred = {4};
+    Batcher b(model, opt);
+    std::vector<std::promise<Outcome>> ps(6);
+    ASSERT_TRUE(b.submit(make_job(1, 8, &ps[0])).is_ok());
+    while (model->seen().empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    for (int i = 1; i < 6; ++i) ASSERT_TRUE(b.submit(make_job(static_cast<float>(i), 1, &ps[i])).is_ok());
+    const auto t0 = Clock::now();
+    model->set_open(true);
+    for (int i = 0; i < 5; ++i) {
+        Outcome o = ps[i].get_future().get();
+        ASSERT_TRUE(o.status.is_ok()) << o.status.message();
+        if (i > 0) EXPECT_EQ(o.timing.batch_rows, 4);
+    }
+    EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5)) << "the preferred batch waited for the 10 s delay";
+    b.stop();  // the fifth one-row request waits for company until then
+    EXPECT_TRUE(ps[5].get_future().get().status.is_ok());
+    EXPECT_EQ(model->seen(), (std::vector<int64_t>{8, 4, 1}));
+}
+
+// Found by review: two requests that both left out an optional input were merged and the batcher
+// indexed the absent input's empty shape (SIGSEGV); one with it and one without must not merge.
+TEST(Batcher, AnOptionalInputLeftOutMergesOnlyWithRequestsThatLeftItOut) {
+    auto model = std::make_shared<Doubler>();
+    Batcher b(model, dynamic(3, 10'000'000));
+    std::vector<std::promise<Outcome>> ps(3);
+    for (int i = 0; i < 3; ++i) {
+        Job j = make_job(static_cast<float>(i + 1), 1, &ps[i]);
+        Tensor opt{"opt", DataType::kFp32, {1, 2}, std::string(8, '\0')};
+        j.inputs.push_back(i == 2 ? std::move(opt) : Tensor{});  // the third one gives it
+        ASSERT_TRUE(b.submit(std::move(j)).is_ok());
+    }
+    for (int i = 0; i < 2; ++i) {
+        Outcome o = ps[i].get_future().get();
+        ASSERT_TRUE(o.status.is_ok()) << o.status.message();
+        EXPECT_EQ(o.timing.batch_rows, 2);
+        EXPECT_EQ(reinterpret_cast<const float*>(o.outputs[0].data.data())[0], 2.0f * static_cast<float>(i + 1));
+    }
+    b.stop();
+    EXPECT_TRUE(ps[2].get_future().get().status.is_ok());
+    EXPECT_EQ(model->seen(), (std::vector<int64_t>{2, 1}));
+}
+
 TEST(Batcher, FullQueueRefusesWithUnavailable) {
     auto model = std::make_shared<Doubler>();
     model->set_open(false);  // hold the first execution

@@ -249,6 +249,9 @@ Status bind_inputs(const ModelVersion& mv, InferRequest& req, std::vector<Tensor
         for (const auto& s : c.outputs) found = found || s.name == o.name;
         if (!found) return invalid_argument("unexpected inference output '{}' for model '{}'", o.name, m);
     }
+    if (given == 0 && batches)  // (a batch's rows come from its inputs)
+        return invalid_argument("expected at least 1 input for model '{}' but got none: a batching model takes the "
+                                "batch size from its inputs", m);
     if (*rows < 0) *rows = 1;
     return Status::ok();
 }

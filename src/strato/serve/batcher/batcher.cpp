@@ -16,7 +16,10 @@ int64_t ns_between(Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count();
 }
 
+// Whether two requests' tensors for one input can share a batch: both absent (an optional input
+// left out has no shape), or both present with the same type and the same dims after the batch one.
 bool same_inner_dims(const Tensor& a, const Tensor& b) {
+    if (a.shape.empty() || b.shape.empty()) return a.shape.empty() && b.shape.empty();
     return a.dtype == b.dtype && a.shape.size() == b.shape.size() &&
            std::equal(a.shape.begin() + 1, a.shape.end(), b.shape.begin() + 1);
 }
@@ -152,23 +155,40 @@ void Batcher::worker() {
                 queue_.pop_front();
                 rows = batch.front().rows;
                 if (opt_.dynamic) {
+                    // As Triton's dynamic batcher: a batch that reaches a preferred size goes at
+                    // once, grown while it can reach a larger one; one that never reaches the
+                    // largest preferred size, when a smaller one was reached on the way, sends that
+                    // prefix now (the rest waits its turn) instead of waiting out the delay.
                     auto deadline = batch.front().enqueued + opt_.max_delay;
+                    const int64_t max_preferred = opt_.preferred.empty() ? opt_.max_batch_size : opt_.preferred.back();
+                    auto preferred = [&](int64_t r) {
+                        return std::binary_search(opt_.preferred.begin(), opt_.preferred.end(), r);
+                    };
+                    size_t mark = preferred(rows) ? 1 : 0;  // jobs in the batch at its last preferred size
                     while (rows < opt_.max_batch_size) {
                         bool blocked = false;
                         while (pop_live()) {
-                            if (!fits(batch.front(), queue_.front(), rows)) {
+                            const Job& next = queue_.front();
+                            if (!fits(batch.front(), next, rows) || (mark > 0 && rows + next.rows > max_preferred)) {
                                 blocked = true;
                                 break;
                             }
-                            rows += queue_.front().rows;
+                            rows += next.rows;
                             batch.push_back(std::move(queue_.front()));
                             queue_.pop_front();
+                            if (preferred(rows)) mark = batch.size();
                             if (rows >= opt_.max_batch_size) break;
                         }
-                        if (blocked || rows >= opt_.max_batch_size || stopping_) break;
-                        if (std::binary_search(opt_.preferred.begin(), opt_.preferred.end(), rows)) break;
+                        if (blocked || rows >= max_preferred || stopping_ || mark > 0) break;
                         if (Clock::now() >= deadline) break;
                         cv_.wait_until(lock, deadline);
+                    }
+                    if (mark > 0 && rows < max_preferred && !stopping_) {
+                        while (batch.size() > mark) {
+                            rows -= batch.back().rows;
+                            queue_.push_front(std::move(batch.back()));
+                            batch.pop_back();
+                        }
                     }
                 }
             }
@@ -205,6 +225,7 @@ void Batcher::run(std::vector<Job>& batch, int64_t rows, Model& model) {
         for (size_t i = 0; i < inputs.size(); ++i) {
             Tensor& in = inputs[i];
             const Tensor& first = batch.front().inputs[i];
+            if (first.shape.empty()) continue;  // an optional input all of them left out (fits())
             in.name = first.name;
             in.dtype = first.dtype;
             in.shape = first.shape;
