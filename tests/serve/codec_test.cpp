@@ -1,5 +1,6 @@
 #include "strato/serve/protocol/codec.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -144,7 +145,40 @@ TEST(Codec, ClassificationGivesTopNWithLabels) {
     InferResponse resp;
     resp.outputs.push_back(*c);
     std::string body = encode_infer_response(resp).body;
-    EXPECT_NE(body.find(R"(["0.7:1:dog","0.2:2:eel","0.5:0:cat","0.3:2:eel"])"), std::string::npos) << body;
+    // Triton writes scores as C's "%f" (std::to_string): six decimals.
+    EXPECT_NE(body.find(R"(["0.700000:1:dog","0.200000:2:eel","0.500000:0:cat","0.300000:2:eel"])"), std::string::npos)
+        << body;
+    // Found by review: integer scores (Triton classifies them) were refused.
+    Tensor counts{"c", DataType::kInt64, {3}, std::string(24, '\0')};
+    const int64_t values[] = {-7, 40, 3};
+    std::memcpy(counts.data.data(), values, sizeof values);
+    auto ci = classify(counts, 2, false, {});
+    ASSERT_TRUE(ci.is_ok()) << ci.status().message();
+    InferResponse ri;
+    ri.outputs.push_back(*ci);
+    body = encode_infer_response(ri).body;
+    EXPECT_NE(body.find(R"(["40:1","3:2"])"), std::string::npos) << body;
+    Tensor text{"t", DataType::kBytes, {1}, std::string("\1\0\0\0x", 5)};
+    EXPECT_FALSE(classify(text, 1, false, {}).is_ok());
+}
+
+// Found by review: names were checked against every earlier one (100k inputs took 22 s of an
+// I/O thread); 2^64-1 as binary_data_size wrapped negative and counted as absent.
+TEST(Codec, ManyInputNamesAreCheckedInLinearTimeAndHugeBinarySizesRefused) {
+    std::string body = R"({"inputs":[)";
+    for (int i = 0; i < 200000; ++i)
+        body += fmt::format(R"({}{{"name":"i{}","shape":[1],"datatype":"FP32","data":[0]}})", i ? "," : "", i);
+    body += R"(,{"name":"i7","shape":[1],"datatype":"FP32","data":[0]}]})";
+    auto d = decode_infer_request(body, std::nullopt);
+    ASSERT_FALSE(d.is_ok());
+    EXPECT_NE(d.status().message().find("input 'i7' is given twice"), std::string::npos) << d.status().message();
+    auto huge = decode_infer_request(
+        R"({"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[0],"parameters":{"binary_data_size":18446744073709551615}}]})",
+        std::nullopt);
+    ASSERT_FALSE(huge.is_ok());
+    EXPECT_NE(huge.status().message().find("'binary_data_size' 18446744073709551615 is larger than any request body"),
+              std::string::npos)
+        << huge.status().message();
 }
 
 }  // namespace
