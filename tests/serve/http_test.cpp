@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <future>
 #include <map>
 #include <mutex>
@@ -365,6 +366,55 @@ TEST(Http, DrainWaitsForARequestStillArriving) {
     std::string r = c.response();
     EXPECT_NE(r.find("POST /x 0123456789"), std::string::npos) << r;
     EXPECT_NE(r.find("Connection: close"), std::string::npos) << r;
+}
+
+// Found by review: requests pipelined behind one in flight were read but dropped at a drain (one
+// answer, then EOF, and "stopped cleanly"): all already read are answered, then it closes.
+TEST(Http, DrainAnswersPipelinedRequestsAlreadyRead) {
+    std::promise<Reply> held;
+    std::atomic<int> seen{0};
+    Server s(opts(), [&](Request&& r, Reply reply) {
+        if (seen++ == 0) return held.set_value(std::move(reply));
+        Response resp;
+        resp.body = "answer " + r.target;
+        reply(std::move(resp));
+    });
+    ASSERT_TRUE(s.start().is_ok());
+    Conn c(s.port());
+    c.send("GET /1 HTTP/1.1\r\nHost: x\r\n\r\nGET /2 HTTP/1.1\r\nHost: x\r\n\r\nGET /3 HTTP/1.1\r\nHost: x\r\n\r\n");
+    auto future = held.get_future();
+    ASSERT_EQ(future.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+    Reply reply = future.get();
+    std::thread answer([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        Response r;
+        r.body = "answer /1";
+        reply(std::move(r));
+    });
+    EXPECT_EQ(s.drain(std::chrono::seconds(5)), 0);
+    answer.join();
+    for (const char* want : {"answer /1", "answer /2", "answer /3"}) {
+        std::string r = c.response();
+        EXPECT_NE(r.find(want), std::string::npos) << want << ": " << r;
+    }
+    EXPECT_TRUE(c.closed_by_peer());
+    EXPECT_EQ(seen.load(), 3);
+}
+
+// Found by review: an HTTP/1.0 client asking for keep-alive got no "Connection: keep-alive" and
+// read until EOF (ab -k stalled for the idle timeout); without asking, it is closed.
+TEST(Http, Http10KeepAliveIsSaidAndOtherwiseTheConnectionCloses) {
+    Server s(opts(), echo());
+    ASSERT_TRUE(s.start().is_ok());
+    Conn c(s.port());
+    c.send("GET /a HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+    std::string r = c.response();
+    EXPECT_NE(r.find("Connection: keep-alive\r\n"), std::string::npos) << r;
+    c.send("GET /b HTTP/1.0\r\n\r\n");
+    r = c.response();
+    EXPECT_NE(r.find("GET /b"), std::string::npos) << r;
+    EXPECT_EQ(r.find("keep-alive"), std::string::npos) << r;
+    EXPECT_TRUE(c.closed_by_peer());
 }
 
 TEST(Http, HeadResponsesHaveNoBodyAndTheConnectionGoesOn) {

@@ -116,7 +116,8 @@ private:
     // Waits for the next request: the idle deadline until its first byte, then the header deadline
     // until its end of headers, then the body deadline.
     void wait_request() {
-        if (shared_->draining) return close();
+        // Draining: requests already read (pipelined bytes here) are still answered, no new ones.
+        if (shared_->draining && buffer_.size() == 0) return close();
         parser_.emplace();
         parser_->body_limit(shared_->opts.body_limit);
         parser_->header_limit(64 * 1024);
@@ -225,6 +226,7 @@ private:
         auto msg = parser_->release();
         parser_.reset();
         keep_alive_ = msg.keep_alive();
+        http10_ = msg.version() == 10;
         head_ = msg.method() == bhttp::verb::head;
         Request r;
         r.method = std::string(msg.method_string());
@@ -284,13 +286,18 @@ private:
         if (!resp.content_type.empty()) res->set(bhttp::field::content_type, resp.content_type);
         for (auto& [k, v] : resp.headers) res->set(k, v);
         res->body() = std::move(resp.body);
-        bool keep = keep_alive_ && !resp.close && !shared_->draining;
+        bool keep = keep_alive_ && !resp.close && (!shared_->draining || buffer_.size() > 0);
         res->keep_alive(keep);
+        // An HTTP/1.0 client closes unless told otherwise (`ab -k` read to EOF: a 300 s stall).
+        if (keep && http10_) res->set(bhttp::field::connection, "keep-alive");
         res->prepare_payload();
         if (head_) res->body().clear();  // the header says what a GET would send; no body follows (RFC 9110 9.3.2)
         set_deadline(shared_->opts.body_timeout);
         bhttp::async_write(stream_, *res, [self = shared_from_this(), res, keep](beast::error_code ec, size_t) {
             self->busy_ = false;
+            // A pipelined request is counted as arriving before this one stops counting, so a
+            // drain never sees the connection idle between the two.
+            if (!ec && keep && self->buffer_.size() > 0) self->set_receiving(true);
             self->shared_->in_flight.fetch_sub(1);
             if (ec || !keep) return self->close();
             self->wait_request();
@@ -347,6 +354,7 @@ private:
     bool header_seen_ = false;
     bool started_ = false;   // a byte of the current request has arrived
     bool receiving_ = false;  // counted in Shared::receiving
+    bool http10_ = false;     // the request in hand is HTTP/1.0
     bool head_ = false;       // the request being answered is a HEAD
     bool replied_ = false;   // the current request's response has been started
     bool watching_ = false;  // watch_client() is pending
