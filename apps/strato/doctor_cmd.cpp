@@ -100,8 +100,10 @@ void add_doctor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         bool failed = false;
         if (o->json) {
             nlohmann::json j = nlohmann::json::array();
-            for (const auto& c : checks)
-                j.push_back({{"name", c.name}, {"value", c.value}, {"level", doctor::level_name(c.level)}, {"hint", c.hint}});
+            for (const auto& c : checks) {
+                const char* level = c.level == doctor::Level::kFail ? "fail" : doctor::level_name(c.level);  // (the table shouts FAIL)
+                j.push_back({{"name", c.name}, {"value", c.value}, {"level", level}, {"hint", c.hint}});
+            }
             fmt::print("{}\n", json_text(j, 2));
         }
         for (const auto& c : checks) {

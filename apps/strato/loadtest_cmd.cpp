@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "commands.h"
+#include "strato/core/cgroup.h"
 #include "strato/core/fs.h"
 #include "strato/core/json.h"
 #include "strato/core/parse.h"
@@ -148,8 +149,8 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
     }
     ro.load.poisson = f.distribution == "poisson";
     ro.load.max_connections = f.max_connections;
-    unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    ro.load.threads = f.threads > 0 ? f.threads : static_cast<int>(std::max(1u, cores / 2));
+    const int cores = cgroup::usable_cpus();
+    ro.load.threads = f.threads > 0 ? f.threads : std::max(1, cores / 2);
     ro.load.seed = f.seed;
     // (--timeout and --busy-poll were checked by their flags' validators, before any connection)
     STRATO_ASSIGN_OR_RETURN(ro.load.timeout_ns, parse_duration_ns(f.timeout));

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "commands.h"
+#include "strato/core/cgroup.h"
 #include "strato/core/fs.h"
 #include "strato/core/log.h"
 #include "strato/core/signals.h"
@@ -112,7 +113,7 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         so.http.address = so.metrics_http.address = o->address;
         so.http.port = static_cast<uint16_t>(o->port);
         so.metrics_http.port = static_cast<uint16_t>(o->metrics_port);
-        so.http.threads = o->threads > 0 ? o->threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+        so.http.threads = o->threads > 0 ? o->threads : cgroup::usable_cpus();
         so.metrics_http.threads = 1;
         so.metrics_http.thread_name = "metrics";
         so.http.body_limit = static_cast<uint64_t>(o->max_input);

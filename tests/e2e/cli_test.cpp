@@ -3,11 +3,13 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/file.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "proc.h"
@@ -84,6 +86,52 @@ TEST_F(Cli, DoctorDescribesThisMachine) {
         EXPECT_NE(value.find("train.precision"), std::string::npos) << value;
         EXPECT_NE(value.find("serve with parameter precision"), std::string::npos) << value;
     }
+}
+
+// Found by review: doctor named the first "blas" file in the address map (an OpenBLAS liblapack
+// pulled in) while netlib's libblas answered libtorch's sgemm_: "ok", exit 0, at 3.6 GFLOP/s.
+// And it said "strato sets 2 threads" under OMP_NUM_THREADS=1 and on one CPU of affinity.
+TEST_F(Cli, DoctorNamesTheBlasThatServesMatrixProductsAndTheThreadsItSets) {
+    const std::string netlib = "/usr/lib/x86_64-linux-gnu/blas/libblas.so.3";
+    auto check_of = [](const Output& o, const std::string& name) {
+        auto checks = nlohmann::json::parse(o.out, nullptr, false);
+        for (const auto& c : checks)
+            if (c.is_object() && c.value("name", "") == name) return c;
+        return nlohmann::json();
+    };
+    if (std::filesystem::exists(netlib)) {
+        std::filesystem::create_directories(dir_ + "/netlib");
+        std::filesystem::create_symlink(netlib, dir_ + "/netlib/libblas.so.3");
+        ::setenv("LD_LIBRARY_PATH", (dir_ + "/netlib").c_str(), 1);
+        auto o = run_strato("doctor --json --dir " + dir_, dir_);
+        ::unsetenv("LD_LIBRARY_PATH");
+        EXPECT_EQ(o.code, 1) << o.err;
+        auto blas = check_of(o, "blas");
+        EXPECT_EQ(blas.value("level", ""), "fail") << o.out;  // (lower case as "ok" and "warn"; the table shouts FAIL)
+        EXPECT_NE(blas.value("value", "").find("reference BLAS"), std::string::npos) << o.out;
+    }
+    cpu_set_t saved, one;
+    ASSERT_EQ(::sched_getaffinity(0, sizeof saved, &saved), 0);
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+        if (CPU_ISSET(c, &saved)) {
+            CPU_SET(c, &one);
+            break;
+        }
+    ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
+    auto pinned = run_strato("doctor --json --dir " + dir_, dir_);
+    ::setenv("OMP_NUM_THREADS", "1", 1);
+    auto omp = run_strato("doctor --json --dir " + dir_, dir_);
+    ::unsetenv("OMP_NUM_THREADS");
+    ASSERT_EQ(::sched_setaffinity(0, sizeof saved, &saved), 0);
+    EXPECT_NE(check_of(pinned, "intra-op threads").value("value", "").find("strato sets 1 by default, one per usable CPU"),
+              std::string::npos)
+        << pinned.out;
+    if (std::thread::hardware_concurrency() > 1)
+        EXPECT_NE(check_of(pinned, "cpu").value("value", "").find("1 usable here"), std::string::npos) << pinned.out;
+    EXPECT_NE(check_of(omp, "intra-op threads").value("value", "").find("strato sets 1 by default, from OMP_NUM_THREADS=1"),
+              std::string::npos)
+        << omp.out;
 }
 
 TEST_F(Cli, UnknownKeyNamesFileLineAndKey) {

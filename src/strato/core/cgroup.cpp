@@ -2,13 +2,18 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 namespace strato::cgroup {
 
@@ -66,7 +71,36 @@ std::string join(const std::string& root, const std::string& own, const std::str
     return p + name;
 }
 
+// Whole cores of a quota "QUOTA PERIOD" (v2 cpu.max) or of v1's two files; 0: no limit.
+int quota_cores(double quota, double period) {
+    if (!(quota > 0) || !(period > 0)) return 0;
+    return static_cast<int>(std::max(1.0, std::ceil(quota / period - 1e-9)));
+}
+
 }  // namespace
+
+int usable_cpus() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    int n = ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+    if (n <= 0) n = static_cast<int>(std::thread::hardware_concurrency());
+    auto limit = [&n](int cores) {
+        if (cores > 0) n = std::min(n, cores);
+    };
+    // v2: the tightest cpu.max from our cgroup up to the root.
+    for (std::string own = own_path(""); ; own = own.substr(0, own.rfind('/'))) {
+        std::istringstream max(read_small(join(kRoot, own, "cpu.max")));
+        std::string quota;
+        double period = 0;
+        if (max >> quota >> period && quota != "max") limit(quota_cores(std::atof(quota.c_str()), period));
+        if (own.empty() || own == "/") break;
+    }
+    // v1
+    const std::string v1 = std::string(kRoot) + "/cpu" + own_path("cpu");
+    limit(quota_cores(std::atof(read_small(v1 + "/cpu.cfs_quota_us").c_str()),
+                      std::atof(read_small(v1 + "/cpu.cfs_period_us").c_str())));
+    return std::max(1, n);
+}
 
 Group& Group::operator=(Group&& o) noexcept {
     if (this != &o) {

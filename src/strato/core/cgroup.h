@@ -23,6 +23,11 @@ struct Limits {
     double cpus = 0;          // CPU time in cores (1.5 = one and a half cores); 0: no CPU limit
 };
 
+/// The CPUs this process may use: those of its affinity mask (taskset, Slurm, a container's
+/// cpuset), at most the whole cores of its cgroup's CPU quota (cgroup v2 cpu.max up the tree, v1
+/// cfs_quota_us), at least 1. std::thread::hardware_concurrency() counts every online CPU.
+int usable_cpus();
+
 class Group {
 public:
     /// Makes the cgroup `name` (one path component) under ours and writes the limits.

@@ -8,6 +8,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "strato/core/cgroup.h"
 #include "strato/core/fs.h"
 #include "strato/core/json.h"
 #include "strato/core/json_depth.h"
@@ -336,7 +337,7 @@ Status run_scan(Scan& scan, const ScanOptions& o) {
             }
         }
     };
-    const int64_t hw = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
+    const int64_t hw = static_cast<int64_t>(cgroup::usable_cpus());
     const auto n = static_cast<size_t>(std::clamp<int64_t>(
         o.workers > 0 ? o.workers : hw, 1, std::max<int64_t>(1, static_cast<int64_t>(scan.items.size()))));
     std::vector<std::thread> threads;

@@ -22,6 +22,7 @@
 
 #include <unistd.h>
 
+#include "strato/core/cgroup.h"
 #include "strato/core/fs.h"
 #include "strato/core/json.h"
 #include "strato/core/log.h"
@@ -425,7 +426,7 @@ Status pack_split(const FolderIndex& idx, const stdfs::path& dir, const std::str
         cv.notify_all();
     };
 
-    const int64_t hw = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
+    const int64_t hw = static_cast<int64_t>(cgroup::usable_cpus());
     const auto n_workers = static_cast<size_t>(
         std::clamp<int64_t>(o.workers > 0 ? o.workers : hw, 1, static_cast<int64_t>(plan.shards.size())));
     std::vector<std::thread> threads;

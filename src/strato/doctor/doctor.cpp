@@ -1,5 +1,6 @@
 #include "strato/doctor/doctor.h"
 
+#include <dlfcn.h>
 #include <fmt/format.h>
 #include <sys/statvfs.h>
 #include <torch/torch.h>
@@ -12,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "strato/core/cgroup.h"
 #include "strato/monitor/nvml.h"
 #include "strato/train/trainer.h"
 
@@ -53,9 +55,20 @@ std::string cpu_model() {
 }
 
 /// The BLAS library mapped into this process after a matrix product.
+// The library that serves libtorch's matrix products: the one sgemm_ resolves to in the global
+// scope, as libtorch's own call does (the first "blas" file in the address map could be an
+// OpenBLAS that liblapack pulled in while netlib's libblas answered the calls).
 std::string loaded_blas() {
     auto a = torch::ones({64, 64});
     (void)torch::mm(a, a);
+    for (const char* symbol : {"sgemm_", "cblas_sgemm", "mkl_blas_sgemm"}) {
+        Dl_info info{};
+        if (void* f = ::dlsym(RTLD_DEFAULT, symbol); f && ::dladdr(f, &info) != 0 && info.dli_fname) {
+            std::error_code ec;
+            auto real = stdfs::canonical(info.dli_fname, ec);
+            return ec ? std::string(info.dli_fname) : real.string();
+        }
+    }
     std::ifstream maps("/proc/self/maps");
     std::string line;
     while (std::getline(maps, line)) {
@@ -86,7 +99,13 @@ int64_t meminfo_kb(const std::string& key) {
 std::vector<Check> run_checks(const std::string& disk_path) {
     std::vector<Check> out;
     out.push_back({"libtorch", fmt::format("{}", TORCH_VERSION), Level::kOk, ""});
-    out.push_back({"cpu", fmt::format("{} ({} logical cores)", cpu_model(), std::thread::hardware_concurrency()), Level::kOk, ""});
+    const unsigned online = std::thread::hardware_concurrency();
+    const int usable = cgroup::usable_cpus();
+    out.push_back({"cpu", static_cast<unsigned>(usable) < online
+                              ? fmt::format("{} ({} logical cores, {} usable here: affinity or cgroup quota)", cpu_model(),
+                                            online, usable)
+                              : fmt::format("{} ({} logical cores)", cpu_model(), online),
+                   Level::kOk, ""});
 
     const std::string blas = loaded_blas();
     if (blas.find("openblas") != std::string::npos) {
@@ -101,11 +120,14 @@ std::vector<Check> run_checks(const std::string& disk_path) {
     }
 
     const int default_threads = at::get_num_threads();
-    const unsigned cores = std::thread::hardware_concurrency();
-    out.push_back({"intra-op threads", fmt::format("{} (strato sets {} by default; run.threads overrides)", default_threads, cores),
+    const int threads = train::configure_threads(0);
+    const char* omp = std::getenv("OMP_NUM_THREADS");
+    out.push_back({"intra-op threads",
+                   fmt::format("{} (strato sets {} by default, {}; run.threads overrides)", default_threads, threads,
+                               omp && *omp ? fmt::format("from OMP_NUM_THREADS={}", omp)
+                                           : std::string("one per usable CPU")),
                    Level::kOk, ""});
 
-    train::configure_threads(0);
     // Matrix-product speed: a direct measure of the BLAS and thread setup.
     {
         const int n = 512;

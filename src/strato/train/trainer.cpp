@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "strato/core/cgroup.h"
 #include "strato/core/check.h"
 #include "strato/core/fs.h"
 #include "strato/core/log.h"
@@ -253,7 +254,7 @@ int configure_threads(int64_t threads) {
     }
     int n = threads > 0    ? static_cast<int>(std::min<int64_t>(threads, 1024))
             : from_env > 0 ? static_cast<int>(from_env)
-                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+                           : cgroup::usable_cpus();
     at::set_num_threads(n);
     return at::get_num_threads();
 }

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "strato/core/cgroup.h"
 #include "strato/core/fs.h"
 #include "strato/core/json_depth.h"
 #include "strato/models/package.h"
@@ -368,7 +369,7 @@ Result<std::shared_ptr<Model>> torchscript_load(const ModelConfig& c, const std:
 }  // namespace
 
 void register_torch_backends(int intra_op_threads) {
-    int n = intra_op_threads > 0 ? intra_op_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    int n = intra_op_threads > 0 ? intra_op_threads : cgroup::usable_cpus();
     at::set_num_threads(n);
     register_backend({"strato", {"strato_package"}, models::kPackageManifest, package_autocomplete, package_load, /*gpu=*/true});
     register_backend({"pytorch", {"pytorch_libtorch"}, "model.pt", torchscript_autocomplete, torchscript_load, /*gpu=*/true});
