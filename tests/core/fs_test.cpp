@@ -38,6 +38,30 @@ TEST_F(FsTest, AtomicWriteReplacesContentAndLeavesNoTemp) {
     EXPECT_EQ(files, 1);
 }
 
+// Found by review: `strato report RUN` with RUN/report.html a link to a published page made the
+// link a file of its own and left the page stale. A write goes where the links lead, as `>`.
+TEST_F(FsTest, AtomicWriteFollowsSymbolicLinksAndTheyStay) {
+    stdfs::create_directories(dir_ / "pub");
+    ASSERT_TRUE(atomic_write(dir_ / "pub" / "page.html", "old").is_ok());
+    stdfs::create_symlink("../pub/page.html", dir_ / "pub" / "hop");  // relative, through a second link
+    stdfs::create_directories(dir_ / "run");
+    stdfs::create_symlink("../pub/hop", dir_ / "run" / "report.html");
+    ASSERT_TRUE(check_output_file(dir_ / "run" / "report.html", OutputKind::kText, "--out").is_ok());
+    ASSERT_TRUE(atomic_write(dir_ / "run" / "report.html", "new").is_ok());
+    EXPECT_TRUE(stdfs::is_symlink(dir_ / "run" / "report.html"));
+    EXPECT_EQ(*read_file(dir_ / "pub" / "page.html"), "new");
+    stdfs::create_symlink(dir_ / "nowhere" / "x", dir_ / "run" / "dangling");  // a link to a file not there yet
+    EXPECT_FALSE(atomic_write(dir_ / "run" / "dangling", "made").is_ok());  // (its directory is missing)
+    stdfs::create_directories(dir_ / "nowhere");
+    ASSERT_TRUE(atomic_write(dir_ / "run" / "dangling", "made").is_ok());
+    EXPECT_EQ(*read_file(dir_ / "nowhere" / "x"), "made");
+    stdfs::create_symlink("loop", dir_ / "loop");
+    Status looped = atomic_write(dir_ / "loop", "x");
+    EXPECT_NE(looped.message().find("cannot follow the symbolic link"), std::string::npos) << looped.message();
+    Status checked = check_output_file(dir_ / "loop", OutputKind::kText, "--out");
+    EXPECT_NE(checked.message().find("--out"), std::string::npos) << checked.message();
+}
+
 TEST_F(FsTest, ReadMissingFileNamesIt) {
     auto r = read_file(dir_ / "nope.txt");
     ASSERT_FALSE(r.is_ok());

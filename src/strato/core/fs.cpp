@@ -63,7 +63,21 @@ Status fsync_file(const stdfs::path& path) {
     return Status::ok();
 }
 
-Status atomic_write(const stdfs::path& path, std::string_view data) {
+Result<stdfs::path> follow_links(const stdfs::path& path) {
+    std::error_code ec;
+    stdfs::path out = path;
+    for (int hops = 0; stdfs::is_symlink(out, ec); ++hops) {
+        const stdfs::path to = stdfs::read_symlink(out, ec);
+        if (ec || hops == 40)
+            return invalid_argument("{}: cannot follow the symbolic link{}", path.string(), ec ? ": " + ec.message() : " (a loop)");
+        out = to.is_absolute() ? to : out.parent_path() / to;
+    }
+    return out;
+}
+
+Status atomic_write(const stdfs::path& link, std::string_view data) {
+    // (renamed over, a link became a file of its own and the file it named kept the old data)
+    STRATO_ASSIGN_OR_RETURN(const stdfs::path path, follow_links(link));
     stdfs::path dir = path.parent_path();
     stdfs::path tmp = path;
     // Unique per call, not only per process: two writers of one path in one process (two data
@@ -305,8 +319,11 @@ bool is_within(const stdfs::path& path, const stdfs::path& dir) {
     return true;
 }
 
-Status check_output_file(const stdfs::path& path, OutputKind kind, std::string_view flag) {
+Status check_output_file(const stdfs::path& link, OutputKind kind, std::string_view flag) {
     std::error_code ec;
+    auto followed = follow_links(link);  // (judged where the write goes)
+    if (!followed) return invalid_argument("{} {}", flag, followed.status().message());
+    const stdfs::path& path = *followed;
     // A model package's files (its manifest is text too) are never a report's or a table's, and
     // what it holds is listed in its manifest.
     const stdfs::path parent = path.parent_path().empty() ? stdfs::path(".") : path.parent_path();

@@ -15,8 +15,13 @@ namespace strato::fs {
 
 namespace stdfs = std::filesystem;
 
-/// Replaces `path` with `data` atomically. The parent directory must exist.
+/// Replaces `path` with `data` atomically. The parent directory must exist. A symbolic link at
+/// `path` is followed, as `>` would (the file it names is replaced; the link stays).
 Status atomic_write(const stdfs::path& path, std::string_view data);
+
+/// `path` with the symbolic links at its end followed (a link to a file not there yet too): the
+/// file a write to `path` replaces. An error names a loop or an unreadable link.
+Result<stdfs::path> follow_links(const stdfs::path& path);
 /// Larger than this, a config, rules, policy, catalog or trace file is a mistake (a dataset or
 /// a weights file given where a TOML or CSV was expected), not something to read into memory.
 inline constexpr uint64_t kTextFileLimit = 64ull << 20;

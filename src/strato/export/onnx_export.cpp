@@ -453,14 +453,10 @@ Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxE
     if (!manifest.is_object())
         return data_loss("{}: expected a JSON object, got {}", manifest_path.string(), manifest.type_name());
 
-    stdfs::path out = options.output.empty() ? stdfs::path(dir) / kOnnxFile : stdfs::path(options.output);
-    for (int hops = 0; stdfs::is_symlink(out, ec); ++hops) {  // written where it points, as `>` would; the link stays
-        const stdfs::path to = stdfs::read_symlink(out, ec);
-        if (ec || hops == 40)
-            return invalid_argument("--output {}: cannot follow the symbolic link{}", out.string(),
-                                    ec ? ": " + ec.message() : " (a loop)");
-        out = to.is_absolute() ? to : out.parent_path() / to;  // (a link to a file not there yet too)
-    }
+    // Written where a link points, as `>` would; the link stays.
+    auto followed = fs::follow_links(options.output.empty() ? stdfs::path(dir) / kOnnxFile : stdfs::path(options.output));
+    if (!followed) return invalid_argument("--output {}", followed.status().message());
+    const stdfs::path out = *followed;
     const stdfs::path out_dir = out.parent_path().empty() ? stdfs::path(".") : out.parent_path();
     if (!stdfs::is_directory(out_dir, ec)) {
         return not_found("cannot write {}: directory {} does not exist", out.string(), out_dir.string());
