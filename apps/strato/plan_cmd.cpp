@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <tuple>
 #include <nlohmann/json.hpp>
 
@@ -12,6 +13,8 @@
 #include "strato/cloud/planner.h"
 #include "strato/cloud/simulator.h"
 #include "strato/core/duration.h"
+#include "strato/core/fs.h"
+#include "strato/core/parse.h"
 #include "strato/core/json.h"
 #include "strato/models/package.h"
 #include "strato/report/run_report.h"
@@ -30,8 +33,35 @@ struct PlanFlags {
     bool json = false, list = false;
 };
 
+/// What the run's newest checkpoint records (checkpoints/latest → state.json, manifest.json):
+/// the size of the training split and the world size; 0 where it has none.
+struct RunRecord {
+    double train_samples = 0;
+    double world_size = 0;
+};
+
+RunRecord read_run_record(const std::string& dir) {
+    RunRecord rec;
+    const std::string ckpt = dir + "/checkpoints";
+    auto latest = fs::read_file(ckpt + "/latest", 4096);
+    if (!latest) return rec;
+    std::string name(trim_blanks(*latest));
+    while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
+    if (name.empty() || name.find('/') != std::string::npos) return rec;
+    auto number = [](const std::string& path, const char* key) {
+        auto text = fs::read_file(path, fs::kTextFileLimit);
+        if (!text) return 0.0;
+        nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+        return j.is_object() && j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0;
+    };
+    rec.train_samples = number(ckpt + "/" + name + "/state.json", "train_samples");
+    rec.world_size = number(ckpt + "/" + name + "/manifest.json", "world_size");
+    return rec;
+}
+
 /// A strato run directory as a workload: FLOPs and activations counted from its model package,
-/// dataset size and batch from its config and metrics, and the speed it measured here.
+/// batch from its config, the training-set size its checkpoint records, and the speed it
+/// measured here.
 Result<cloud::Workload> workload_from_run(const std::string& dir) {
     STRATO_ASSIGN_OR_RETURN(models::LoadedPackage pkg, models::load_package(dir + "/model"));
     STRATO_ASSIGN_OR_RETURN(train::TrainConfig cfg, train::load_train_config(dir + "/config.toml", {}));
@@ -44,14 +74,30 @@ Result<cloud::Workload> workload_from_run(const std::string& dir) {
     w.params = static_cast<double>(models::parameter_count(*pkg.net));
     w.batch_per_gpu = static_cast<int>(cfg.data.batch_size);
     w.epochs = static_cast<int>(cfg.train.epochs);
-    w.dataset_samples = speed.steps_per_epoch * cfg.data.batch_size;
+    // The size of the training split, as the trainer records it with each checkpoint. Without a
+    // checkpoint, from the steps of an epoch: a step is grad_accum batches on each of the ranks.
+    const RunRecord rec = read_run_record(dir);
+    std::string size_from = "its checkpoint";
+    if (rec.train_samples > 0) {
+        w.dataset_samples = rec.train_samples;
+    } else {
+        const double world = rec.world_size >= 1 ? rec.world_size : 1;
+        w.dataset_samples = speed.steps_per_epoch * static_cast<double>(cfg.data.batch_size) *
+                            static_cast<double>(cfg.train.grad_accum) * world;
+        size_from = fmt::format("steps per epoch x batch {} x grad_accum {}{}", cfg.data.batch_size,
+                                cfg.train.grad_accum, world > 1 ? fmt::format(" x {:.0f} ranks", world) : "");
+    }
     w.precision = cfg.train.precision == "fp32" ? cloud::Precision::kFp32 : cloud::Precision::kAmp;
     w.optimizer = cfg.optim.name == "adam" || cfg.optim.name == "adamw" ? "adam" : "sgd";
     w.measured_samples_per_s =
         std::isfinite(speed.samples_per_s) ? speed.samples_per_s : w.dataset_samples / speed.epoch_time_s;
-    if (!(w.dataset_samples > 0)) return not_found("{}/metrics.jsonl: no step/epoch to infer the dataset size from", dir);
-    w.source = fmt::format("FLOPs and activations counted from {}/model; it trained at {:.0f} samples/s on this machine",
-                           dir, w.measured_samples_per_s);
+    if (!(w.dataset_samples > 0))
+        return not_found("{}: neither a checkpoint (checkpoints/latest) nor metrics.jsonl gives the dataset size; pass "
+                         "--dataset-size",
+                         dir);
+    w.source = fmt::format("FLOPs and activations counted from {}/model, dataset size from {}; it trained at {:.0f} "
+                           "samples/s on this machine",
+                           dir, size_from, w.measured_samples_per_s);
     return w;
 }
 
@@ -98,6 +144,7 @@ constexpr double kMaxSimulatedEvents = 3e7;
 /// Monte Carlo of a spot row: the simulated spread of its cost next to the analytical one.
 struct Simulated {
     double mean_h = 0, p10_h = 0, p90_h = 0, mean_cost = 0;
+    double stderr_h = 0;  // standard error of mean_h: the sampling error of `runs` runs
     int runs = 0;
 };
 
@@ -109,6 +156,9 @@ Simulated simulate_row(const cloud::PlanRequest& r, const cloud::Candidate& c, i
     Simulated s;
     s.runs = runs;
     for (double w : walls) s.mean_h += w / runs;
+    double var = 0;
+    for (double w : walls) var += (w - s.mean_h) * (w - s.mean_h) / std::max(1, runs - 1);
+    s.stderr_h = std::sqrt(var / runs);
     const double startup_h = r.startup_s / 3600;
     s.mean_h += startup_h;
     s.p10_h = walls[walls.size() / 10] + startup_h;
@@ -163,10 +213,12 @@ std::string print_table(const cloud::Plan& p, const cloud::PlanRequest& r, const
             ++k;
             if (!c.spot) continue;
             Simulated sim = simulate_row(r, c, simulate);
-            out += fmt::format("{:>2}  expected {} / {:.2f} {}; simulated mean {} / {:.2f} {} (10-90%: {} - {}); ratio {:.3f}\n",
+            out += fmt::format("{:>2}  expected {} / {:.2f} {}; simulated mean {} / {:.2f} {} (10-90%: {} - {}); ratio {:.3f} "
+                               "(sampling error of {} runs: {:.2f} %)\n",
                                k, cloud::format_hours(c.expected_h), c.cost, cat.currency().code,
                                cloud::format_hours(sim.mean_h), sim.mean_cost, cat.currency().code,
-                               cloud::format_hours(sim.p10_h), cloud::format_hours(sim.p90_h), sim.mean_cost / c.cost);
+                               cloud::format_hours(sim.p10_h), cloud::format_hours(sim.p90_h), sim.mean_cost / c.cost,
+                               simulate, 100 * sim.stderr_h / sim.mean_h);
         }
     }
     return out;
@@ -226,7 +278,8 @@ nlohmann::json to_json(const cloud::Plan& p, const cloud::PlanRequest& r, const 
         if (c.spot && simulate > 0) {
             Simulated sim = simulate_row(r, c, simulate);
             ranked.back()["simulated"] = {{"runs", sim.runs}, {"mean_h", sim.mean_h}, {"p10_h", sim.p10_h},
-                                          {"p90_h", sim.p90_h}, {"mean_cost", sim.mean_cost}};
+                                          {"p90_h", sim.p90_h}, {"mean_cost", sim.mean_cost},
+                                          {"mean_h_stderr", sim.stderr_h}};
         }
     }
     j["ranked"] = ranked;
@@ -251,14 +304,54 @@ std::string list_catalog(const cloud::Catalog& cat) {
     return out;
 }
 
+nlohmann::json list_catalog_json(const cloud::Catalog& cat) {
+    using nlohmann::json;
+    json presets = json::array();
+    auto all = cloud::builtin_workloads();
+    if (all)
+        for (const auto& w : *all)
+            presets.push_back({{"name", w.name},
+                               {"fwd_flops", w.fwd_flops},
+                               {"activations", w.activations},
+                               {"params", w.params},
+                               {"dataset_samples", w.dataset_samples},
+                               {"epochs", w.epochs},
+                               {"batch_per_gpu", w.batch_per_gpu},
+                               {"decode_per_vcpu", w.decode_per_vcpu},
+                               {"source", w.source}});
+    json gpus = json::array();
+    for (const auto& g : cat.gpus())
+        gpus.push_back({{"name", g.name},
+                        {"memory_gb", g.memory_gb},
+                        {"memory_bw_gbs", g.memory_bw_gbs},
+                        {"fp32_tflops", g.fp32_tflops},
+                        {"tensor_tflops", g.tensor_tflops},
+                        {"bf16", g.bf16},
+                        {"int8_tops", g.int8_tops},
+                        {"nvlink_gbs", g.nvlink_gbs},
+                        {"compute_efficiency", g.compute_efficiency},
+                        {"estimate", g.estimate},
+                        {"source", g.source}});
+    return {{"kind", "strato-plan-list"},
+            {"currency", cat.currency().code},
+            {"presets", presets},
+            {"gpus", gpus},
+            {"instances", cat.instances().size()},
+            {"warnings", cat.warnings()}};
+}
+
 }  // namespace
 
 void add_plan_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     auto f = std::make_shared<PlanFlags>();
     auto* cmd = app.add_subcommand(
         "plan", "Rank cloud instances (provider, region, type, count, on-demand or spot) for a training job by cost or time");
-    cmd->add_option("--workload", f->workload, "A built-in job (see --list); default resnet50-imagenet");
-    cmd->add_option("--run", f->run, "A strato run directory: FLOPs counted from its model, batch/epochs/data from its config");
+    auto* workload =
+        cmd->add_option("--workload", f->workload, "A built-in job (see --list); default resnet50-imagenet");
+    cmd->add_option("--run", f->run,
+                    "A strato run directory: FLOPs counted from its model, batch/epochs from its config, dataset "
+                    "size from its checkpoint")
+        ->excludes(workload);
     cmd->add_option("--epochs", f->epochs, "Epochs (overrides the workload's)")->check(CLI::Range(1, 1000000));
     cmd->add_option("--batch-per-gpu", f->batch, "Batch size on each GPU")->check(CLI::Range(1, 1 << 20));
     cmd->add_option("--dataset-size", f->dataset_size, "Training samples per epoch")->check(finite_range(1, 1e13));
@@ -272,9 +365,12 @@ void add_plan_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     cmd->add_option("--optimizer", f->optimizer, "sgd or adam (optimizer state in GPU memory)")
         ->check(CLI::IsMember({"sgd", "adam"}));
     cmd->add_option("--objective", f->objective, "cost (default) or time")->check(CLI::IsMember({"cost", "time"}));
-    cmd->add_option("--deadline", f->deadline, "Finish within this time: 8h, 90m, 2d (a bare number is hours)")
+    cmd->add_option("--deadline", f->deadline,
+                    "Finish within this time: 8h, 90m, 2d (a bare number is hours); spot rows must meet it at their "
+                    "90th percentile")
         ->check(duration_flag("h", true));
-    cmd->add_option("--budget", f->budget, "Spend at most this much (catalog currency)")->check(finite_range(1e-9, 1e15));
+    cmd->add_option("--budget", f->budget,
+                    "Spend at most this much (catalog currency); spot rows must meet it at their 90th percentile")->check(finite_range(1e-9, 1e15));
     cmd->add_option("--provider", f->providers, "Only these clouds (aws, gcp, azure, ...)");
     cmd->add_option("--region", f->regions, "Only these regions");
     cmd->add_option("--gpu", f->gpus, "Only these accelerators (T4, A10G, A100, H100, ...)");
@@ -301,7 +397,7 @@ void add_plan_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     cmd->add_option("--simulate", f->simulate,
                     "Check each spot row by simulating its preemptions N times (mean and 10-90 % of the cost)")
         ->check(CLI::Range(0, 100000));
-    cmd->add_flag("--json", f->json, "Print the plan as JSON");
+    cmd->add_flag("--json", f->json, "Print the plan (or --list) as JSON");
     cmd->add_flag("--list", f->list, "List workload presets, GPUs and catalog warnings");
     cmd->footer(
         "Examples:\n"
@@ -309,7 +405,10 @@ void add_plan_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         "  strato plan --workload yolov8m-coco --gpu A10G --objective time --budget 200\n"
         "  strato plan --run runs/fashion_mnist_cnn --epochs 100 --dataset-size 6e6\n"
         "  strato plan --workload resnet50-imagenet --market spot --prices my_prices.toml --json\n"
-        "Exit status: 0 with a plan, 1 when nothing meets the constraints (the binding one is named).");
+        "A spot row meets --deadline and --budget when its 90th percentile (p90_h, cost_p90) does; it is\n"
+        "ranked by its expected time and cost.\n"
+        "Exit status: 0 with a plan, 1 when nothing meets the constraints (the binding one is named), 2 on a\n"
+        "usage error.");
     cmd->callback([f, exit_code] {
         auto cat = f->catalog.empty() && f->gpus_csv.empty() && f->spot_csv.empty()
                        ? cloud::Catalog::builtin()
@@ -321,7 +420,8 @@ void add_plan_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
             if (!s.is_ok()) return void(*exit_code = report_error("plan", s));
         }
         if (f->list) {
-            fmt::print("{}", list_catalog(*cat));
+            if (f->json) fmt::print("{}\n", json_text(list_catalog_json(*cat), 2));
+            else fmt::print("{}", list_catalog(*cat));
             return void(*exit_code = 0);
         }
         auto req = build_request(*f, *cat);

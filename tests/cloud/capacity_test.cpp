@@ -93,6 +93,25 @@ TEST(Capacity, ReplicasAndCostPerMillion) {
         << capacity_plan(cat, req).status().message();
 }
 
+TEST(Capacity, AnExactFitIsNotRoundedUpByFloatingPoint) {
+    // Found by review: 700 req/s per replica x (1 - 0.3) headroom is 489.99999999999994 in
+    // doubles, so a target of exactly 490 req/s was given two instances instead of one.
+    const Catalog cat = Catalog::builtin().value();
+    CapacityRequest req;
+    req.target_qps = 490;
+    req.replica_qps = 700;
+    req.headroom = 0.3;
+    req.instance_types = {"g4dn.xlarge"};
+    auto rows = capacity_plan(cat, req);
+    ASSERT_TRUE(rows.is_ok()) << rows.status().message();
+    for (const auto& r : *rows) EXPECT_EQ(r.instances, 1) << r.inst->key();
+    // Just above the fit still takes a second instance.
+    req.target_qps = 490.001;
+    rows = capacity_plan(cat, req);
+    ASSERT_TRUE(rows.is_ok());
+    for (const auto& r : *rows) EXPECT_EQ(r.instances, 2) << r.inst->key();
+}
+
 TEST(Manifests, ValidatesNamesAndRanges) {
     ManifestOptions o;
     o.name = "fashion";

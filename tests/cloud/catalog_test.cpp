@@ -67,6 +67,20 @@ TEST(Catalog, BadFilesNameTheLine) {
     EXPECT_NE(missing.status().message().find("missing column 'instance_type'"), std::string::npos);
 }
 
+// Found by review: a quoted field after a blank (`aws, "us-east-1"`) kept its quotes, so the
+// region was "\"us-east-1\"" and --region us-east-1 did not find it; a row of commas only (an
+// empty spreadsheet row) failed the whole file.
+TEST(Catalog, QuotedFieldsAfterBlanksAndRowsOfCommasOnly) {
+    auto c = from_rows("aws, \"us-east-1\" , \"g4dn.xlarge\",T4,1,4,16,25,0.526,0.2,\"a, b\"\n,,,,,,,,,,\n"
+                       " , , ,,,,,,,,\n");
+    ASSERT_TRUE(c.is_ok()) << c.status().message();
+    ASSERT_EQ(c->instances().size(), 1u);
+    EXPECT_EQ(c->instances()[0].region, "us-east-1");
+    EXPECT_EQ(c->instances()[0].type, "g4dn.xlarge");
+    EXPECT_EQ(c->instances()[0].source, "a, b");
+    EXPECT_TRUE(c->find("g4dn.xlarge", "us-east-1").is_ok());
+}
+
 TEST(Catalog, DuplicatesNegativesAndRowsWithoutGpusAreNamed) {
     auto dup = from_rows("aws,us-east-1,x,T4,1,4,16,25,1,0.2,src\naws,us-east-1,x,T4,1,4,16,25,1,0.2,src\n");
     EXPECT_NE(dup.status().message().find("test.csv:3 instance_type: aws/us-east-1/x is listed twice (also on line 2)"),
@@ -112,9 +126,12 @@ ondemand = 3.0
     EXPECT_NEAR(c.find("p4d.24xlarge", "us-east-1").value()->ondemand_usd_h, 21.957642 * 0.5, 1e-9);
     EXPECT_NEAR(c.find("g5.xlarge", "us-east-1").value()->ondemand_usd_h, 1.006 * 0.7, 1e-9);
     EXPECT_NEAR(c.find("Standard_NC6s_v3").value()->ondemand_usd_h, 3.06 * 0.9, 1e-9);
-    EXPECT_NEAR(c.find("a2-highgpu-1g").value()->ondemand_usd_h, 3.0, 1e-9);
     EXPECT_EQ(c.currency().code, "CNY");
     EXPECT_DOUBLE_EQ(c.currency().convert(2), 14);
+    // Found by review: [prices] were read as USD under currency = "CNY", so a negotiated 3.0 CNY
+    // an hour was priced at 21 CNY. They are in the declared currency.
+    EXPECT_NEAR(c.find("a2-highgpu-1g").value()->ondemand_usd_h, 3.0 / 7.0, 1e-9);
+    EXPECT_NEAR(c.currency().convert(c.find("a2-highgpu-1g").value()->ondemand_usd_h), 3.0, 1e-9);
 
     Catalog d = Catalog::builtin().value();
     EXPECT_NE(d.apply_overrides("[discounts]\n\"p4d.24xlarg\" = 0.2\n", "o.toml").message().find("did you mean"),

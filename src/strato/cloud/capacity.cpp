@@ -86,7 +86,9 @@ Result<std::vector<CapacityRow>> capacity_plan(const Catalog& catalog, const Cap
             continue;
         }
         double per_instance = r.replicas_per_instance * req.replica_qps * (1 - req.headroom);
-        const double needed = std::ceil(req.target_qps / per_instance);
+        // A relative tolerance for the rounding of the products above: 490 req/s at 700 x (1 - 0.3)
+        // = 489.99999999999994 per instance is one instance, not two.
+        const double needed = std::ceil(req.target_qps / per_instance * (1 - 1e-12));
         if (needed > kMaxInstances) {  // no fleet: say so below rather than wrap into a negative count
             ++too_many;
             continue;

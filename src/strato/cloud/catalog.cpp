@@ -359,7 +359,8 @@ Status Catalog::apply_overrides(std::string_view toml_text, const std::string& s
                         return invalid_argument("{}: prices.\"{}\".{}: expected ondemand or spot = a price per hour in (0, "
                                                 "1e7]",
                                                 source, key, field);
-                    prices.push_back({key, field == "ondemand", *v});
+                    // In the declared currency (a CNY price list is in CNY); kept in USD like the catalog.
+                    prices.push_back({key, field == "ondemand", *v / currency_.per_usd});
                 }
             }
         }

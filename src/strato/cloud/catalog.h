@@ -12,9 +12,9 @@
 //     [discounts]                 # per provider or instance type (the most specific wins)
 //     aws = 0.30
 //     "p4d.24xlarge" = 0.45
-//     [prices."aws/us-east-1/p4d.24xlarge"]   # or just "p4d.24xlarge" for every region
-//     ondemand = 19.0
-//     spot = 7.5
+//     [prices."aws/us-east-1/p4d.24xlarge"]   # or just "p4d.24xlarge" for every region;
+//     ondemand = 137.0                         # in `currency` (here CNY per hour)
+//     spot = 54.0
 //
 //     Catalog cat = Catalog::builtin().value();
 //     const Instance* p4d = cat.find("p4d.24xlarge", "us-east-1").value();

@@ -14,6 +14,7 @@
 
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "strato/cloud/catalog.h"
@@ -50,7 +51,7 @@ struct Candidate {
     double expected_h = 0;          // expected wall time (spot: with preemptions and checkpoints)
     double p10_h = 0, p90_h = 0;
     double price_per_h = 0;         // all nodes, catalog currency
-    double cost = 0, cost_p90 = 0;  // expected and 90th percentile
+    double cost = 0, cost_p90 = 0;  // expected and 90th percentile (the budget is judged on cost_p90)
     double interruptions = 0;
     double checkpoint_interval_h = 0;
     bool feasible = false;
@@ -84,7 +85,13 @@ Result<Plan> make_plan(const Catalog& catalog, const PlanRequest& req, const Thr
 /// Evaluates every candidate; the reference make_plan must agree with.
 Result<Plan> plan_brute_force(const Catalog& catalog, const PlanRequest& req, const ThroughputModel& model = ThroughputModel());
 
-/// Hours as "1 h 05 min", "12 min", "3.2 d".
+/// Hours as "45 s", "12 min", "1 h 05 min", "3.2 d": rounded to the unit shown, with carry
+/// (59.7 min is "1 h 00 min").
 std::string format_hours(double h);
+/// Hours to the second (or `decimals` places of a second): "33 min 10 s", "2 h 06 min 00.5 s".
+std::string format_hours_exact(double h, int decimals = 0);
+/// Two durations that are compared (a deadline and what a candidate needs): as format_hours,
+/// or finer where that would print the same text for different numbers.
+std::pair<std::string, std::string> format_hours_apart(double a, double b);
 
 }  // namespace strato::cloud

@@ -42,7 +42,9 @@ SpotEstimate estimate_spot(const SpotJob& job) {
     const bool checkpoints = tau < job.work_s;
     // Full segments of tau work + a checkpoint, then the remainder (no checkpoint after the last,
     // which is a whole tau when tau divides the work).
-    double full = checkpoints ? std::ceil(job.work_s / tau) - 1 : 0;
+    // (A relative tolerance: 3 tau / tau can be 3.0000000000000004, which made a fourth, empty
+    // segment and one checkpoint too many.)
+    double full = checkpoints ? std::ceil(job.work_s / tau * (1 - 1e-12)) - 1 : 0;
     double rest = job.work_s - full * tau;
     auto segment = [&](double s, double* fails) {
         if (!(lambda > 0)) {

@@ -103,11 +103,14 @@ Throughput ThroughputModel::estimate(const Workload& w, const Instance& inst, in
     // In doubles: a catalog may list up to 1e6 accelerators, times nodes times the batch.
     const double total = static_cast<double>(g) * nodes;
     double tc = 0, tm = 0;
-    double r1 = single_gpu(w, gpu, &tc, &tm);
-    t.per_gpu_samples_per_s = r1;
+    const double r_roof = single_gpu(w, gpu, &tc, &tm);
     t.compute_s = tc * w.batch_per_gpu;
     t.memory_s = tm * w.batch_per_gpu;
-    double step_compute = w.batch_per_gpu / r1 + c_.step_overhead_s;
+    // One GPU alone runs a step of its batch plus the fixed per-step overhead; scaling is
+    // measured against that rate, so one GPU scales at exactly 1.
+    const double step_compute = w.batch_per_gpu / r_roof + c_.step_overhead_s;
+    const double r1 = w.batch_per_gpu / step_compute;
+    t.per_gpu_samples_per_s = r1;
     double backward = step_compute * 2.0 / 3.0;
 
     // Hierarchical ring all-reduce: within the node over NVLink (one direction of the link) or
@@ -124,16 +127,22 @@ Throughput ThroughputModel::estimate(const Workload& w, const Instance& inst, in
     t.exposed_comm_s = std::max(0.0, allreduce - c_.backward_overlap * backward);
     t.step_s = step_compute + t.exposed_comm_s;
 
-    double eff = 1;
-    if (g > 1) eff *= intra_node_efficiency(gpu);
-    if (nodes > 1) eff *= inter_node_efficiency(net);
-    double rate = total * w.batch_per_gpu / t.step_s * eff;
+    // The modelled efficiency (the all-reduce that backward does not hide), capped by the
+    // measured efficiencies of each tier: the caps bound what the model may claim; they are not
+    // a second charge for the same communication.
+    double cap = 1;
+    if (g > 1) cap *= intra_node_efficiency(gpu);
+    if (nodes > 1) cap *= inter_node_efficiency(net);
+    const double eff = std::min(cap, step_compute / t.step_s);
+    double rate = total * r1 * eff;
     t.input_limit = w.decode_per_vcpu > 0 ? w.decode_per_vcpu * static_cast<double>(inst.vcpus) * nodes : 0;
     if (t.input_limit > 0 && t.input_limit < rate) {
         rate = t.input_limit;
         t.bound = "input pipeline";
     } else if (t.exposed_comm_s > std::max(t.compute_s, t.memory_s)) {
         t.bound = "all-reduce";
+    } else if (c_.step_overhead_s > std::max(t.compute_s, t.memory_s)) {
+        t.bound = "step overhead";  // a batch too small to keep the GPU busy between launches
     } else {
         t.bound = tc >= tm ? "compute" : "memory bandwidth";
     }

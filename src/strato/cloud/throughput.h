@@ -15,7 +15,9 @@
 // Across GPUs: data parallel with a ring all-reduce of the gradients per step, overlapped with
 // the backward pass; what does not overlap adds to the step. Intra-node the ring runs on NVLink
 // (or PCIe), inter-node on the instance's network. Measured scaling efficiencies (NVIDIA, Lambda,
-// Horovod tables) cap the result per tier. The input pipeline caps it at vCPUs x decode rate.
+// Horovod tables) cap the result per tier: efficiency = min(product of the caps, modelled
+// efficiency), relative to one GPU with the same per-step overhead. The input pipeline caps the
+// rate at vCPUs x decode rate.
 
 #include <string>
 #include <vector>
@@ -70,12 +72,13 @@ struct ModelConstants {
 /// Throughput of one configuration and where its time goes.
 struct Throughput {
     double samples_per_s = 0;      // whole job (all GPUs, all nodes)
-    double per_gpu_samples_per_s = 0;  // one GPU alone, before scaling
+    double per_gpu_samples_per_s = 0;  // one GPU alone at this batch, per-step overhead included
     double step_s = 0;             // one optimizer step on one GPU's batch, with exposed comm
     double compute_s = 0, memory_s = 0, allreduce_s = 0, exposed_comm_s = 0;
-    double scaling_efficiency = 1;  // samples_per_s / (gpus x per_gpu)
+    double scaling_efficiency = 1;  // samples_per_s / (gpus x per_gpu): 1 on one GPU
     double input_limit = 0;        // samples/s the vCPUs can feed (0: none)
-    std::string bound;             // "compute", "memory bandwidth", "all-reduce", "input pipeline"
+    std::string bound;             // "compute", "memory bandwidth", "all-reduce", "input pipeline",
+                                   // "step overhead" (the fixed per-step cost exceeds the batch's work)
     double memory_needed_gb = 0;   // per GPU
     bool fits = true;
 };

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
 namespace strato {
 
 namespace {
@@ -32,7 +34,9 @@ Result<std::vector<std::string>> read_record(std::string_view text, size_t& pos,
                 if (c == '\n') ++line;
                 fields.back() += c;
             }
-        } else if (c == '"' && fields.back().empty() && !closed) {
+        } else if (c == '"' && trim_blanks(fields.back()).empty() && !closed) {
+            // Blanks before a quoted field are not part of it: `aws, "us-east-1"` is us-east-1.
+            fields.back().clear();
             quoted = true;
         } else if (c == ',') {
             fields.emplace_back();
@@ -70,7 +74,9 @@ Result<CsvTable> CsvTable::parse(std::string_view text, const std::string& sourc
         // Blanks around a field are not part of it: "time_s, rate" names the column rate, and
         // "aws, us-east-1" is the region us-east-1.
         for (auto& f : fields) f = std::string(trim_blanks(f));
-        if (fields.size() == 1 && fields[0].empty()) continue;  // a blank line, or one of blanks
+        // A blank line, one of blanks, or one of commas only (spreadsheets export empty rows as
+        // ",,,,"): no record.
+        if (std::all_of(fields.begin(), fields.end(), [](const std::string& f) { return f.empty(); })) continue;
         if (!have_header) {
             for (size_t i = 0; i < fields.size(); ++i) {
                 if (!t.columns_.emplace(fields[i], i).second)

@@ -1,7 +1,8 @@
 #pragma once
 // A small RFC 4180 CSV reader for tables read whole (the cloud catalog, traffic traces): quoted
 // fields with "" escapes, CRLF or LF, a UTF-8 byte-order mark skipped, a header row naming the
-// columns, every field (names too) trimmed of blanks. Errors name the source and the line.
+// columns, every field (names too) trimmed of blanks (also before an opening quote), lines of
+// blanks or of commas only skipped. Errors name the source and the line.
 // Datasets have their own streaming reader with typed columns (data/csv.h).
 
 #include <string>
