@@ -30,9 +30,9 @@ void add_compress_distill_command(CLI::App& compress, const GlobalFlags& g, int*
     cmd->add_option("--config", o->config,
                     "The student's training config (TOML), e.g. configs/fashion_mnist_student.toml")
         ->required();
-    cmd->add_option("--temperature", o->d.temperature, "Softmax temperature T > 0 for teacher and student")
+    cmd->add_option("--temperature", o->d.temperature, "Softmax temperature T in [0.05, 100] for teacher and student")
         ->capture_default_str()
-        ->check(finite_above(0, 100));
+        ->check(finite_range(0.05, 100));
     cmd->add_option("--alpha", o->d.alpha, "Weight of the teacher's term in [0, 1]; 1 - alpha goes to the labels")
         ->capture_default_str()
         ->check(finite_range(0, 1));

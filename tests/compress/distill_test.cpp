@@ -225,7 +225,10 @@ TEST_F(Distill, RefusesATeacherOfAnotherShapeOrClassCount) {
     const std::string good = make_package(dir_ + "/good", cnn(4, 16), {1, 28, 28}, 10, {0.286}, {0.353});
     r = prepare_distillation(cfg, {.teacher = good, .temperature = 0});
     ASSERT_FALSE(r.is_ok());
-    EXPECT_NE(r.status().message().find("temperature must be in (0, 100]"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("temperature must be in [0.05, 100]"), std::string::npos) << r.status().message();
+    // Found by review: 1e-300 passed and the loss became NaN ("lower optim.lr").
+    r = prepare_distillation(cfg, {.teacher = good, .temperature = 1e-300});
+    EXPECT_NE(r.status().message().find("temperature must be in [0.05, 100]"), std::string::npos) << r.status().message();
     r = prepare_distillation(cfg, {.teacher = good, .alpha = 1.5});
     ASSERT_FALSE(r.is_ok());
     EXPECT_NE(r.status().message().find("alpha must be in [0, 1]"), std::string::npos) << r.status().message();

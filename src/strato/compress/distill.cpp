@@ -80,8 +80,9 @@ Result<models::Net> renormalize_input(models::Net teacher, int64_t channels, con
 Result<Distillation> prepare_distillation(const train::TrainConfig& student, const DistillOptions& opts) {
     if (opts.teacher.empty())
         return invalid_argument("no teacher given\nhint: --teacher runs/NAME/model (a package from strato train)");
-    if (!(opts.temperature > 0 && opts.temperature <= 100))
-        return invalid_argument("temperature must be in (0, 100], got {}\nhint: 1 is the plain softmax; 2 to 8 are usual",
+    // (1e-300 overflowed the scaled logits and underflowed T^2: a NaN loss blamed on the learning rate)
+    if (!(opts.temperature >= 0.05 && opts.temperature <= 100))
+        return invalid_argument("temperature must be in [0.05, 100], got {}\nhint: 1 is the plain softmax; 2 to 8 are usual",
                                 opts.temperature);
     if (!(opts.alpha >= 0 && opts.alpha <= 1))
         return invalid_argument("alpha must be in [0, 1] (the weight of the teacher's term), got {}", opts.alpha);
