@@ -17,7 +17,11 @@ void add_report_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     };
     auto o = std::make_shared<Opts>();
     auto* cmd = app.add_subcommand("report", "Write a self-contained HTML report (charts, tables) of a run or a load test");
-    cmd->add_option("run_dir", o->run_dir, "Run directory (runs/NAME), or a load test's JSON (strato loadtest --json FILE)")->required();
+    cmd->add_option("run_dir", o->run_dir, "Run directory (runs/NAME), or a load test's JSON (strato loadtest --json FILE)")
+        ->required()
+        ->check(CLI::Validator(
+            [](std::string& v) { return v.empty() ? std::string("expected a run directory or a load test's JSON, got ''") : ""; },
+            "PATH"));
     cmd->add_option("--out", o->out, "Output file (default: RUN_DIR/report.html, or FILE.html next to the JSON)");
     cmd->footer(
         "Examples:\n  strato report runs/fashion_mnist_cnn && chromium runs/fashion_mnist_cnn/report.html\n"

@@ -521,6 +521,16 @@ TEST_F(RunReportTest, NullValuesAreGapsNotErrors) {
     EXPECT_FALSE(has_non_number(*html));
 }
 
+// Found by review: a damaged "steps": 1e300 printed as 300 digits with commas.
+TEST_F(RunReportTest, AHugeCountIsShownShort) {
+    write_full_run();
+    write("model/metrics.json", R"({"test_acc": 0.9, "epochs": 3, "steps": 1e300, "wall_time_s": 10})");
+    auto html = render();
+    ASSERT_TRUE(html.is_ok()) << html.status().message();
+    EXPECT_TRUE(contains(*html, "1e+300")) << html->substr(0, 4000);
+    EXPECT_FALSE(contains(*html, "000,000,000,000,000,000"));
+}
+
 TEST_F(RunReportTest, AnEpochWithoutAccuracyIsNeverTheBestRow) {
     // Found by review: a null first accuracy was marked best (NaN never loses a '>' comparison).
     write("metrics.jsonl", "{\"kind\":\"eval\",\"step\":10,\"epoch\":1,\"test_acc\":null}\n"

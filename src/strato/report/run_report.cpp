@@ -141,6 +141,7 @@ std::string fmt_general(double v) { return std::isfinite(v) ? fmt::format("{:.4g
 
 std::string fmt_count(double v) {
     if (!std::isfinite(v)) return "–";
+    if (std::abs(v) >= 1e15) return fmt::format("{:.3g}", v);  // (1e300 printed 300 digits with commas)
     std::string digits = fmt::format("{:.0f}", std::abs(v));
     std::string out;
     for (size_t i = 0; i < digits.size(); ++i) {
