@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
+#include <vector>
 #include <thread>
 #include <nlohmann/json.hpp>
 
@@ -271,6 +273,17 @@ TEST_F(Cli, SmallRunEndToEnd) {
                      "data.batch_size 32 would skip or repeat part of the epoch");
     auto same = train("configs/fashion_mnist_mlp.toml" + mid + " --resume --set train.max_steps=5");
     EXPECT_EQ(same.code, 0) << same.err;
+    // Found by review: an epoch cut short by max_steps was logged as "epoch": 1 with its short time,
+    // which report and plan --run took for an epoch's. 2048 samples / 64 = 32 batches an epoch.
+    std::vector<nlohmann::json> evals;
+    std::istringstream lines(fs::read_file(dir_ + "/runs/mid/metrics.jsonl").value());
+    for (std::string line; std::getline(lines, line);)
+        if (auto j = nlohmann::json::parse(line, nullptr, false); j.is_object() && j.value("kind", "") == "eval")
+            evals.push_back(j);
+    ASSERT_EQ(evals.size(), 2u);
+    EXPECT_DOUBLE_EQ(evals[0]["epoch"].get<double>(), 3.0 / 32) << evals[0].dump();
+    EXPECT_DOUBLE_EQ(evals[1]["epoch"].get<double>(), 5.0 / 32) << evals[1].dump();
+    for (const auto& e : evals) EXPECT_EQ(e.value("partial", false), true) << e.dump();
 }
 
 // The small runs of the review of `strato train` / `strato eval` below: 8 steps per epoch.

@@ -531,6 +531,28 @@ TEST_F(RunReportTest, AHugeCountIsShownShort) {
     EXPECT_FALSE(contains(*html, "000,000,000,000,000,000"));
 }
 
+// Found by review: a run stopped by max_steps at step 5 of 32 wrote "epoch": 1 with 0.04 s, and
+// the report and plan --run took it as an epoch's time.
+TEST_F(RunReportTest, APartialEpochIsShownAsSuchAndLeftOutOfTheEpochTime) {
+    write("metrics.jsonl",
+          "{\"kind\":\"eval\",\"step\":32,\"epoch\":1,\"train_loss\":1,\"train_acc\":0.5,\"test_loss\":1,\"test_acc\":0.5,"
+          "\"epoch_time_s\":10,\"eval_time_s\":1}\n"
+          "{\"kind\":\"eval\",\"step\":37,\"epoch\":1.15625,\"train_loss\":1,\"train_acc\":0.5,\"test_loss\":1,"
+          "\"test_acc\":0.5,\"epoch_time_s\":0.04,\"eval_time_s\":1,\"partial\":true}\n");
+    auto speed = read_run_speed(dir_.string());
+    ASSERT_TRUE(speed.is_ok()) << speed.status().message();
+    EXPECT_DOUBLE_EQ(speed->epoch_time_s, 10.0);
+    EXPECT_DOUBLE_EQ(speed->steps_per_epoch, 32.0);
+    auto html = render();
+    ASSERT_TRUE(html.is_ok()) << html.status().message();
+    EXPECT_TRUE(contains(*html, ">1.16<")) << *html;
+    EXPECT_TRUE(contains(*html, "(part)"));
+    write("metrics.jsonl", "{\"kind\":\"eval\",\"step\":1,\"epoch\":1,\"partial\":\"yes\"}\n");
+    auto bad = render();
+    ASSERT_FALSE(bad.is_ok());
+    EXPECT_NE(bad.status().message().find("'partial' must be true or false"), std::string::npos) << bad.status().message();
+}
+
 TEST_F(RunReportTest, AnEpochWithoutAccuracyIsNeverTheBestRow) {
     // Found by review: a null first accuracy was marked best (NaN never loses a '>' comparison).
     write("metrics.jsonl", "{\"kind\":\"eval\",\"step\":10,\"epoch\":1,\"test_acc\":null}\n"

@@ -36,6 +36,7 @@ struct TrainPoint {
 struct EvalPoint {
     double step = kNaN, epoch = kNaN, train_loss = kNaN, train_acc = kNaN, test_loss = kNaN, test_acc = kNaN,
            epoch_time_s = kNaN, eval_time_s = kNaN;
+    bool partial = false;  // an epoch cut short or resumed mid-way: epoch_time_s is not an epoch's
 };
 
 struct RunMetrics {
@@ -102,6 +103,10 @@ Result<RunMetrics> parse_metrics(std::string_view text, const std::string& path)
             STRATO_RETURN_IF_ERROR(read_number(j, "test_acc", where, p.test_acc));
             STRATO_RETURN_IF_ERROR(read_number(j, "epoch_time_s", where, p.epoch_time_s));
             STRATO_RETURN_IF_ERROR(read_number(j, "eval_time_s", where, p.eval_time_s));
+            if (auto it = j.find("partial"); it != j.end()) {
+                if (!it->is_boolean()) return data_loss("{}: 'partial' must be true or false", where);
+                p.partial = it->get<bool>();
+            }
             m.eval.push_back(p);
         }
     }
@@ -270,7 +275,8 @@ Rows training_rows(const RunMetrics& m) {
     Rows rows;
     std::vector<double> sps, epoch_times;
     for (const auto& t : m.train) sps.push_back(t.samples_per_s);
-    for (const auto& e : m.eval) epoch_times.push_back(e.epoch_time_s);
+    for (const auto& e : m.eval)
+        if (!e.partial) epoch_times.push_back(e.epoch_time_s);
     if (!m.train.empty()) {
         rows.emplace_back("last logged step", fmt_count(m.train.back().step));
         rows.emplace_back("final train loss", fmt_fixed(m.train.back().loss, 4));
@@ -375,9 +381,10 @@ std::string epoch_table(const RunMetrics& m) {
             "<tr{}><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td "
             "class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td "
             "class=\"num\">{}</td></tr>\n",
-            i == best && m.eval.size() > 1 ? " class=\"best\"" : "", fmt_count(e.epoch), fmt_count(e.step),
+            i == best && m.eval.size() > 1 ? " class=\"best\"" : "",
+            e.epoch == std::floor(e.epoch) ? fmt_count(e.epoch) : fmt_fixed(e.epoch, 2), fmt_count(e.step),
             fmt_fixed(e.train_loss, 4), fmt_percent(e.train_acc), fmt_fixed(e.test_loss, 4), fmt_percent(e.test_acc),
-            fmt_duration(e.epoch_time_s), fmt_duration(e.eval_time_s));
+            e.partial ? fmt_duration(e.epoch_time_s) + " (part)" : fmt_duration(e.epoch_time_s), fmt_duration(e.eval_time_s));
     }
     return out + "</tbody></table></div>\n";
 }
@@ -413,7 +420,8 @@ Result<RunSpeed> read_run_speed(const std::string& run_dir) {
     RunSpeed s;
     std::vector<double> sps, epoch_times;
     for (const auto& t : m.train) sps.push_back(t.samples_per_s);
-    for (const auto& e : m.eval) epoch_times.push_back(e.epoch_time_s);
+    for (const auto& e : m.eval)
+        if (!e.partial) epoch_times.push_back(e.epoch_time_s);
     s.samples_per_s = median(sps);
     s.epoch_time_s = median(epoch_times);
     if (!std::isfinite(s.samples_per_s) && !std::isfinite(s.epoch_time_s))

@@ -912,6 +912,7 @@ Result<TrainResult> Trainer::run() {
             break;
         }
         const auto epoch_start = Clock::now();
+        const bool from_epoch_start = state_.next_batch == 0;  // (a resume mid-epoch times only the rest)
         bool stop = false;
         STRATO_RETURN_IF_ERROR(train_epoch(stop));
         if (stop && stop_now()) {
@@ -940,16 +941,26 @@ Result<TrainResult> Trainer::run() {
                                           "test loss {}; no package written\nhint: lower optim.lr, or clip gradients "
                                           "(train.clip_grad_norm)",
                                           epoch + 1, state_.step, train_loss, last_eval_.loss));
-            if (metrics_)
-                STRATO_RETURN_IF_ERROR(metrics_->append({{"kind", "eval"},
-                                                     {"step", state_.step},
-                                                     {"epoch", epoch + 1},
-                                                     {"train_loss", train_loss},
-                                                     {"train_acc", train_acc},
-                                                     {"test_loss", last_eval_.loss},
-                                                     {"test_acc", last_eval_.accuracy},
-                                                     {"epoch_time_s", epoch_s},
-                                                     {"eval_time_s", last_eval_.seconds}}));
+            if (metrics_) {
+                // An epoch cut short (train.max_steps) says how far it got, and one not timed from
+                // its start is marked: its epoch_time_s is no epoch's time (report and plan skip it).
+                const nlohmann::json epoch_at =
+                    epoch_done ? nlohmann::json(epoch + 1)
+                               : nlohmann::json(static_cast<double>(epoch) +
+                                                static_cast<double>(state_.next_batch) /
+                                                    static_cast<double>(std::max<int64_t>(1, train_loader_->batches_per_epoch())));
+                nlohmann::json line = {{"kind", "eval"},
+                                       {"step", state_.step},
+                                       {"epoch", epoch_at},
+                                       {"train_loss", train_loss},
+                                       {"train_acc", train_acc},
+                                       {"test_loss", last_eval_.loss},
+                                       {"test_acc", last_eval_.accuracy},
+                                       {"epoch_time_s", epoch_s},
+                                       {"eval_time_s", last_eval_.seconds}};
+                if (!epoch_done || !from_epoch_start) line["partial"] = true;
+                STRATO_RETURN_IF_ERROR(metrics_->append(line));
+            }
             log::info("epoch {}/{}: train loss {:.4f} acc {:.2f}% | test loss {:.4f} acc {:.2f}% | {:.1f} s", epoch + 1,
                       cfg_.train.epochs, train_loss, 100 * train_acc, last_eval_.loss, 100 * last_eval_.accuracy, epoch_s);
             for (auto* l : {train_loader_.get(), test_loader_.get()}) {
