@@ -296,6 +296,31 @@ TEST(Outputs, CsvUsesPerfAnalyzerColumnsAndJsonRendersAsAReport) {
         EXPECT_NE(r.status().message().find(said), std::string::npos) << r.status().message();
     }
     EXPECT_FALSE(report::render_loadtest_report(nlohmann::json::array()).is_ok());
+    // Noted at review: the page left out what the table and JSON say of a cut-short run — the
+    // interrupted level, late and unfinished requests, an SLO answer at the highest rate probed.
+    {
+        PointResult cut = b;
+        cut.interrupted = true;
+        cut.m.late = 7;
+        cut.m.unfinished = 11;
+        SloResult slo;
+        slo.slo_p99_ns = 50'000'000;
+        slo.found = true;
+        slo.best_rate = 400;
+        slo.capped = true;
+        auto page = report::render_loadtest_report(to_json({a, cut}, "http://127.0.0.1:1/x", ro, slo));
+        ASSERT_TRUE(page.is_ok()) << page.status().message();
+        EXPECT_NE(page->find("<b>Interrupted</b>"), std::string::npos);
+        EXPECT_NE(page->find("2 <i>interrupted</i>"), std::string::npos) << *page;
+        EXPECT_NE(page->find("<td class=\"num\">7</td><td class=\"num\">11</td>"), std::string::npos) << *page;
+        EXPECT_NE(page->find("the limit may lie beyond"), std::string::npos);
+        nlohmann::json doc = to_json({a}, "x", ro, std::nullopt);
+        doc["interrupted"] = "yes";
+        auto typed_flag = report::render_loadtest_report(doc);
+        ASSERT_FALSE(typed_flag.is_ok());
+        EXPECT_NE(typed_flag.status().message().find("field interrupted is a string, expected a boolean"), std::string::npos)
+            << typed_flag.status().message();
+    }
 
     std::string table = format_table({a, b});
     EXPECT_NE(table.find("2 HTTP 503"), std::string::npos) << table;

@@ -59,7 +59,10 @@ Status check_types(const json& lt) {
     for (const char* key : {"target", "mode"}) STRATO_RETURN_IF_ERROR(check_field(lt, key, vt::string, ""));
     STRATO_RETURN_IF_ERROR(check_field(lt, "points", vt::array, ""));
     STRATO_RETURN_IF_ERROR(check_field(lt, "slo", vt::object, ""));
-    if (lt.contains("slo")) STRATO_RETURN_IF_ERROR(check_field(lt["slo"], "found", vt::boolean, "slo."));
+    STRATO_RETURN_IF_ERROR(check_field(lt, "interrupted", vt::boolean, ""));
+    if (lt.contains("slo"))
+        for (const char* key : {"found", "at_max_rate", "interrupted"})
+            STRATO_RETURN_IF_ERROR(check_field(lt["slo"], key, vt::boolean, "slo."));
     if (!lt.contains("points")) return Status::ok();
     for (size_t i = 0; i < lt["points"].size(); ++i) {
         const json& p = lt["points"][i];
@@ -69,6 +72,7 @@ Status check_types(const json& lt) {
             STRATO_RETURN_IF_ERROR(check_field(p, key, vt::object, where + "."));
         for (const char* key : {"distribution_us", "timeline"})
             STRATO_RETURN_IF_ERROR(check_field(p, key, vt::array, where + "."));
+        STRATO_RETURN_IF_ERROR(check_field(p, "interrupted", vt::boolean, where + "."));
     }
     return Status::ok();
 }
@@ -83,6 +87,9 @@ Result<std::string> loadtest_section_html(const json& lt) {
     std::string html = "<section><h2>Load test</h2>\n";
     html += fmt::format("<p class=\"muted\">{} · {} mode · {} point(s)</p>\n", html_escape(lt.value("target", "")),
                         rate ? "open loop (request rate)" : "closed loop (concurrency)", points.size());
+    if (lt.value("interrupted", false))
+        html += "<p><b>Interrupted</b> (Ctrl-C or a signal): a level marked <i>interrupted</i> ran only part of "
+                "its time; its numbers are partial.</p>\n";
     if (points.empty()) return html + "<p class=\"muted\">No measurement.</p></section>\n";
 
     // latency (p50, p90, p99) against achieved throughput
@@ -137,6 +144,8 @@ Result<std::string> loadtest_section_html(const json& lt) {
         "<div class=\"scroll\" style=\"margin-top: 12px\"><table class=\"epochs\"><thead><tr><th>{}</th><th class=\"num\">req/s</th>"
         "<th class=\"num\">p50 ms</th><th class=\"num\">p90 ms</th><th class=\"num\">p99 ms</th>"
         "<th class=\"num\">p99.9 ms</th><th class=\"num\">max ms</th><th class=\"num\">errors</th>"
+        "<th class=\"num\" title=\"answered after the level ended\">late</th>"
+        "<th class=\"num\" title=\"never answered within the grace\">unfinished</th>"
         "<th class=\"num\">server queue µs</th><th class=\"num\">server compute µs</th></tr></thead><tbody>\n",
         rate ? "rate" : "concurrency");
     for (const auto& p : points) {
@@ -147,18 +156,23 @@ Result<std::string> loadtest_section_html(const json& lt) {
         html += fmt::format(
             "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
             "<td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
-            "<td class=\"num\">{}</td><td class=\"num\">{}</td></tr>\n",
-            level_text(p), cell(num(p, "throughput"), 1), cell(num(lat, "p50") / 1e3, 2), cell(num(lat, "p90") / 1e3, 2),
+            "<td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>\n",
+            p.value("interrupted", false) ? level_text(p) + " <i>interrupted</i>" : level_text(p),
+            cell(num(p, "throughput"), 1), cell(num(lat, "p50") / 1e3, 2), cell(num(lat, "p90") / 1e3, 2),
             cell(num(lat, "p99") / 1e3, 2), cell(num(lat, "p99_9") / 1e3, 2), cell(num(lat, "max") / 1e3, 2),
-            cell(num(err, "total"), 0), cell(num(srv, "queue"), 0), cell(compute, 0));
+            cell(num(err, "total"), 0), cell(num(p, "late"), 0), cell(num(p, "unfinished"), 0), cell(num(srv, "queue"), 0),
+            cell(compute, 0));
     }
     html += "</tbody></table></div>\n";
     if (lt.contains("slo") && lt["slo"].is_object()) {
         const json& s = lt["slo"];
         html += s.value("found", false)
-                    ? fmt::format("<p>Highest request rate meeting p99 ≤ {} ms: <b>{} req/s</b>.</p>\n",
-                                  cell(num(s, "p99_ms"), 1), cell(num(s, "best_rate"), 1))
+                    ? fmt::format("<p>Highest request rate meeting p99 ≤ {} ms: <b>{} req/s</b>{}.</p>\n",
+                                  cell(num(s, "p99_ms"), 1), cell(num(s, "best_rate"), 1),
+                                  s.value("at_max_rate", false) ? " (the highest rate probed: the limit may lie beyond)" : "")
                     : fmt::format("<p>No probed request rate met p99 ≤ {} ms.</p>\n", cell(num(s, "p99_ms"), 1));
+        if (s.value("interrupted", false))
+            html += "<p>The search was <b>interrupted</b>: the probe it cut short is judged neither way.</p>\n";
     }
     return html + "</section>\n";
 }
