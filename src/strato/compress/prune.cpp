@@ -650,7 +650,8 @@ Result<PruneReport> prune_package_impl(const PruneOptions& o) {
     log::info("fine-tuning {} epoch(s) in {}", cfg.train.epochs, report.run_dir);
     STRATO_ASSIGN_OR_RETURN(
         train::TrainResult tr,
-        train::run_training(cfg, {.resume = o.resume, .overwrite = o.overwrite, .quiet = o.quiet, .hooks = &hooks}));
+        train::run_training(cfg, {.resume = o.resume, .overwrite = o.overwrite, .quiet = o.quiet, .hooks = &hooks,
+                                  .inputs = {o.model}}));
     report.test_acc = tr.test_acc;
     report.package = tr.package_dir;
 
