@@ -31,15 +31,18 @@ void add_monitor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         "monitor", "Sample CPU, memory, disk, network, processes and GPUs (NVML); Prometheus exporter, JSONL, alerts");
     auto* port = cmd->add_option("--port", o->port,
                                  "Prometheus exporter port (default 9400, as NVIDIA's DCGM exporter; 0: any free; "
-                                 "with --replay only when given)")
+                                 "with --replay only when given, and then it serves the last sample until Ctrl-C or "
+                                 "--duration)")
                      ->check(CLI::Range(0, 65535));
-    cmd->add_option("--address", o->address, "Exporter address (default 127.0.0.1; 0.0.0.0 to be scraped from elsewhere)");
+    cmd->add_option("--address", o->address,
+                    "Exporter address (default 127.0.0.1, also \"localhost\"; 0.0.0.0 to be scraped from elsewhere)");
     cmd->add_flag("--no-exporter", o->no_exporter, "Do not serve /metrics");
     auto* interval = cmd->add_option("--interval", o->interval, "Time between samples (default 1s, at least 10ms)")
                          ->check(strato::cli::duration_flag("s", true, 0.01));
     auto* duration = cmd->add_option("--duration", o->duration, "Stop after this long (default: until Ctrl-C)")
                          ->check(strato::cli::duration_flag("s", true));
-    auto* jsonl = cmd->add_option("--jsonl", o->jsonl, "Append every sample to this JSONL file");
+    auto* jsonl = cmd->add_option("--jsonl", o->jsonl,
+                                  "Append every sample to this JSONL file (or a FIFO or device: never blocks on one)");
     auto* rules = cmd->add_option("--rules", o->rules, "Alert rules (TOML [[rule]] tables: when = \"gpu_util < 20 for 10m\")");
     cmd->add_option("--pid", o->pids, "Also report these processes (CPU time, resident memory, threads)");
     auto* replay = cmd->add_option("--replay", o->replay,

@@ -7,6 +7,7 @@ import http.server
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -92,7 +93,10 @@ def alerts_and_exporter(tmp):
             f.write("2 5 10\n")
         wait_for(lambda: len([h for h in Hooks.received if h["status"] == "firing"]) >= 2, 60, "two firing webhooks")
         firing = [h for h in Hooks.received if h["status"] == "firing"]
-        check(sorted(h["alerts"][0]["labels"]["series"] for h in firing) == ["gpu=0", "gpu=1"], str(firing))
+        # Found by review: the series went out as one label series="gpu=0"; Alertmanager routes
+        # and group_by match gpu="0".
+        check(sorted(h["alerts"][0]["labels"].get("gpu", "") for h in firing) == ["0", "1"], str(firing))
+        check(all("series" not in h["alerts"][0]["labels"] for h in firing), str(firing))
         check(all(h["alerts"][0]["labels"]["alertname"] == "gpu-idle" for h in firing), "alertname")
         with open(state, "w") as f:
             f.write("2 60 10\n")
@@ -116,6 +120,35 @@ def alerts_and_exporter(tmp):
         replay = subprocess.run([STRATO, "monitor", "--replay", os.path.join(tmp, "m.jsonl"), "--rules", rules],
                                 capture_output=True, text=True, timeout=60)
         check(replay.returncode == 3 and "metrics at" not in replay.stderr, f"replay: {replay.returncode} {replay.stderr}")
+        # Found by review: the replay's alerts said gpu_util{series=0}, the live ones gpu_util{gpu=0}.
+        check("gpu-hot firing: avg(gpu_util) = 99 > 95" in replay.stderr, replay.stderr[-800:])
+        idle = os.path.join(tmp, "idle.toml")
+        with open(idle, "w") as f:
+            f.write('[[rule]]\nname = "gpu-idle"\nwhen = "gpu_util < 20 for 1s"\n')
+        replay = subprocess.run([STRATO, "monitor", "--replay", os.path.join(tmp, "m.jsonl"), "--rules", idle],
+                                capture_output=True, text=True, timeout=60)
+        check(replay.returncode == 0 and "gpu-idle firing: gpu_util{gpu=0}" in replay.stderr, replay.stderr[-800:])
+        # Found by review: with --port the replay exited before anyone could scrape it; it serves
+        # the last sample until SIGTERM (or --duration).
+        rport = free_port()
+        rproc = subprocess.Popen([STRATO, "monitor", "--replay", os.path.join(tmp, "m.jsonl"), "--port", str(rport)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            scraped = ""
+            def replay_scraped():
+                nonlocal scraped
+                try:
+                    scraped = get(f"http://127.0.0.1:{rport}/metrics", 1)[2]
+                except OSError:
+                    return False
+                return 'gpu_util{gpu="1"} 99' in scraped
+            wait_for(replay_scraped, 30, "the replay's last sample on /metrics")
+            rproc.send_signal(signal.SIGTERM)
+            rc = rproc.wait(timeout=10)
+            check(rc == 0, f"replay --port after SIGTERM: exit {rc} {rproc.stderr.read()[-500:]}")
+        finally:
+            if rproc.poll() is None:
+                rproc.kill()
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -188,6 +221,35 @@ def bad_inputs(tmp):
                         fifo], capture_output=True, text=True, timeout=30)
     shipped = reader.communicate(timeout=30)[0]
     check(p.returncode == 0 and shipped.count("\n") >= 2, f"--jsonl FIFO: {p.returncode} {p.stderr!r} {shipped!r}")
+    # Found by review: a FIFO with no reader blocked for ever in open(), --duration and SIGTERM
+    # ignored. It waits for a reader at each sample, saying so once.
+    lonely = os.path.join(tmp, "lonely.fifo")
+    os.mkfifo(lonely)
+    t0 = time.time()
+    p = subprocess.run([STRATO, "monitor", "--no-exporter", "--interval", "100ms", "--duration", "1s", "--jsonl", lonely],
+                       capture_output=True, text=True, timeout=30)
+    check(p.returncode == 0 and time.time() - t0 < 10 and "no process has the FIFO open to read" in p.stderr
+          and "not written" in p.stderr, f"--jsonl FIFO without a reader: {p.returncode} {p.stderr!r}")
+    proc = subprocess.Popen([STRATO, "monitor", "--no-exporter", "--interval", "100ms", "--jsonl", lonely],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # (SIGTERM once it samples: its stop handlers are installed by then)
+        for line in proc.stderr:
+            if "no process has the FIFO open to read" in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=10)
+        check(rc == 0, f"SIGTERM with no reader on the FIFO: exit {rc}")
+    except subprocess.TimeoutExpired:
+        check(False, "SIGTERM did not end a monitor whose FIFO has no reader")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # Found by review: --address localhost was refused.
+    port = free_port()
+    p = subprocess.run([STRATO, "monitor", "--address", "localhost", "--port", str(port), "--duration", "300ms"],
+                       capture_output=True, text=True, timeout=30)
+    check(p.returncode == 0, f"--address localhost: {p.returncode} {p.stderr!r}")
     # A pipe takes the lines (/dev/stdout, a log shipper's FIFO).
     p = subprocess.run([STRATO, "monitor", "--no-exporter", "--interval", "100ms", "--duration", "350ms", "--jsonl",
                         "/dev/stdout"], capture_output=True, text=True, timeout=30)

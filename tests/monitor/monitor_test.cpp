@@ -1,13 +1,22 @@
 // Monitor: alert rule parsing and `for` semantics on synthetic snapshots, the exposition format,
 // procfs values, and NVML through a stand-in driver library.
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <future>
+#include <thread>
 
+#include "strato/loadgen/http_parse.h"
+#include "strato/loadgen/oip_target.h"
 #include "strato/monitor/alerts.h"
+#include "strato/monitor/jsonl_sink.h"
 #include "strato/monitor/monitor.h"
 #include "strato/monitor/nvml.h"
 #include "strato/monitor/procfs.h"
@@ -81,7 +90,7 @@ TEST(AlertEngine, FiresAfterTheDurationPerSeriesAndResolves) {
     auto fired = e.evaluate(gpus(600, {5, 50}));
     ASSERT_EQ(fired.size(), 1u);
     EXPECT_TRUE(fired[0].firing);
-    EXPECT_EQ(fired[0].series, "gpu=0");
+    EXPECT_EQ(fired[0].series(), "gpu=0");
     EXPECT_EQ(fired[0].since_unix_s, 0);
     EXPECT_TRUE(e.evaluate(gpus(700, {5, 50})).empty());  // fires once
     EXPECT_EQ(e.firing(), 1u);
@@ -103,7 +112,7 @@ TEST(AlertEngine, ResolvesWhenTheSeriesIsGone) {
     auto gone = e.evaluate(gpus(10, {50}));  // GPU 1 fell off the bus
     ASSERT_EQ(gone.size(), 1u);
     EXPECT_FALSE(gone[0].firing);
-    EXPECT_EQ(gone[0].series, "gpu=1");
+    EXPECT_EQ(gone[0].series(), "gpu=1");
     EXPECT_EQ(gone[0].at_unix_s, 10);
     EXPECT_NE(gone[0].describe().find("gpu_util{gpu=1} is no longer sampled"), std::string::npos) << gone[0].describe();
     EXPECT_EQ(nlohmann::json::parse(gone[0].webhook_json())["status"], "resolved");
@@ -123,7 +132,8 @@ TEST(AlertEngine, AggregatesOverSeries) {
     auto fired = e.evaluate(gpus(600, {95, 89}));
     ASSERT_EQ(fired.size(), 1u);
     EXPECT_DOUBLE_EQ(fired[0].value, 92);
-    EXPECT_EQ(fired[0].series, "");
+    EXPECT_EQ(fired[0].series(), "");
+    EXPECT_TRUE(fired[0].labels.empty());
     auto j = nlohmann::json::parse(fired[0].webhook_json());
     EXPECT_EQ(j["version"], "4");
     EXPECT_EQ(j["alerts"][0]["status"], "firing");
@@ -268,7 +278,8 @@ TEST(Monitor, ReplayRunsTheRulesAndStopsOnAnExitAlert) {
     auto summary = (*m)->run();
     ASSERT_TRUE(summary.is_ok()) << summary.status().message();
     EXPECT_EQ(summary->samples, 16);  // util drops at t = 300 s; fires at t = 900 s, the 16th line
-    EXPECT_NE(summary->exit_alert.find("idle firing: gpu_util{series=0} = 3 < 20"), std::string::npos)
+    // Found by review: a replay named the series "series=0", the live monitor "gpu=0".
+    EXPECT_NE(summary->exit_alert.find("idle firing: gpu_util{gpu=0} = 3 < 20"), std::string::npos)
         << summary->exit_alert;
 
     std::ofstream(log, std::ios::app) << "{\"t\": \"later\"}\n";
@@ -276,6 +287,221 @@ TEST(Monitor, ReplayRunsTheRulesAndStopsOnAnExitAlert) {
     auto bad = (*Monitor::create(o))->run();
     ASSERT_FALSE(bad.is_ok());
     EXPECT_NE(bad.status().message().find("replay.jsonl:22"), std::string::npos) << bad.status().message();
+}
+
+// Found by review: `when = "cpu_util > +1"` was refused (from_chars takes no '+').
+TEST(AlertRule, AThresholdMayHaveOneLeadingPlus) {
+    auto r = parse_condition("cpu_util > +1.5");
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_EQ(r->threshold, 1.5);
+    for (const char* bad : {"cpu_util > ++1", "cpu_util > +-1", "cpu_util > +"})
+        EXPECT_NE(parse_condition(bad).status().message().find("is not a finite number"), std::string::npos) << bad;
+}
+
+// Found by review: a replayed log whose t is negative never fired a "for" rule (-1 marked "not
+// holding yet" and "no sample yet").
+TEST(AlertEngine, ForRulesFireOnANegativeClock) {
+    AlertEngine e({*parse_condition("gpu_util < 20 for 10m")});
+    std::vector<AlertEvent> fired;
+    double at = 0;
+    for (double t = -1200; t <= 0 && fired.empty(); t += 60) {
+        fired = e.evaluate(gpus(t, {5}));
+        at = t;
+    }
+    ASSERT_EQ(fired.size(), 1u);
+    EXPECT_EQ(at, -600);
+    EXPECT_EQ(fired[0].since_unix_s, -1200);
+    // A gap still restarts the duration there.
+    AlertEngine gap({*parse_condition("gpu_util < 20 for 10m")});
+    gap.evaluate(gpus(-5000, {5}));
+    gap.evaluate(gpus(-4990, {5}));
+    EXPECT_TRUE(gap.evaluate(gpus(-1000, {5})).empty());
+    EXPECT_TRUE(gap.evaluate(gpus(-500, {5})).empty());
+}
+
+// Found by review: alerts carried their series as one label series="gpu=0" (Alertmanager routes
+// and group_by could not match gpu), and a replay gave series=0. Both now carry gpu="0".
+TEST(AlertEngine, AlertsCarryTheSeriesLabelsLiveAndReplayed) {
+    const AlertRule rule = *parse_condition("gpu_util < 20");
+    Snapshot live;
+    live.unix_s = 10;
+    live.add("DCGM_FI_DEV_GPU_UTIL", "gpu_util", "", 5,
+             {{"gpu", "1"}, {"uuid", "GPU-x"}, {"device", "nvidia1"}, {"model_name", "H200"}});
+    live.add("strato_disk_read_bytes_total", "disk_read_bytes", "", 5, {{"device", "sda"}}, true);
+    live.add("strato_process_threads", "proc_threads", "", 5, {{"pid", "42"}, {"comm", "python"}});
+    Snapshot replayed;
+    std::string err;
+    ASSERT_TRUE(from_json(to_json(live), &replayed, &err)) << err;
+    for (const char* when : {"gpu_util < 20", "disk_read_bytes < 20", "proc_threads < 20"}) {
+        AlertEngine a({*parse_condition(when)}), b({*parse_condition(when)});
+        auto l = a.evaluate(live), r = b.evaluate(replayed);
+        ASSERT_EQ(l.size(), 1u) << when;
+        ASSERT_EQ(r.size(), 1u) << when;
+        EXPECT_EQ(l[0].labels, r[0].labels) << when;
+        EXPECT_EQ(l[0].describe(), r[0].describe()) << when;
+    }
+    AlertEngine e({rule});
+    auto fired = e.evaluate(replayed);
+    ASSERT_EQ(fired.size(), 1u);
+    EXPECT_EQ(fired[0].labels, (SeriesLabels{{"gpu", "1"}}));
+    auto j = nlohmann::json::parse(fired[0].webhook_json());
+    EXPECT_EQ(j["alerts"][0]["labels"], (nlohmann::json{{"alertname", fired[0].rule->name}, {"severity", "warning"},
+                                                        {"gpu", "1"}}))
+        << j.dump();
+    EXPECT_EQ(j["commonLabels"]["gpu"], "1");
+    EXPECT_FALSE(j["alerts"][0]["labels"].contains("series"));
+    EXPECT_NE(fired[0].describe().find("gpu_util{gpu=1} = 5 < 20"), std::string::npos) << fired[0].describe();
+    AlertEngine d({*parse_condition("proc_threads < 20")});
+    EXPECT_EQ(d.evaluate(live).at(0).labels, (SeriesLabels{{"pid", "42"}}));
+}
+
+// Found by review: /proc/diskstats' partitions (sda and sda1), device-mapper volumes and zram
+// were each counted, so sum(disk_read_bytes) counted bytes two or three times.
+TEST(ProcSampler, CountsWholeDisksOnly) {
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::path(testing::TempDir()) / ("procfs-" + std::to_string(getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir / "proc");
+    for (const char* d : {"sda", "nvme0n1", "dm-0/slaves/sda2", "zram0", "loop0", "md0/slaves"})
+        fs::create_directories(dir / "sys/block" / d);
+    std::ofstream(dir / "proc/diskstats") << "   8       0 sda 10 0 100 0 10 0 1000 0 0 0 0\n"
+                                             "   8       1 sda1 5 0 40 0 5 0 400 0 0 0 0\n"
+                                             "   8       2 sda2 5 0 60 0 5 0 600 0 0 0 0\n"
+                                             " 259       0 nvme0n1 1 0 8 0 1 0 16 0 0 0 0\n"
+                                             " 259       1 nvme0n1p1 1 0 8 0 1 0 16 0 0 0 0\n"
+                                             " 253       0 dm-0 5 0 60 0 5 0 600 0 0 0 0\n"
+                                             "   9       0 md0 1 0 2 0 1 0 2 0 0 0 0\n"
+                                             " 252       0 zram0 1 0 2 0 1 0 2 0 0 0 0\n"
+                                             "   7       0 loop0 1 0 2 0 1 0 2 0 0 0 0\n";
+    ProcSampler p({.root = (dir / "proc").string(), .sys_root = (dir / "sys").string()});
+    Snapshot s;
+    p.sample(s);
+    std::vector<std::string> devices;
+    double read = 0;
+    for (const Metric* m : s.find("disk_read_bytes")) {
+        devices.push_back(m->labels.at(0).second);
+        read += m->value;
+    }
+    // (md0 has no slaves: a disk of its own here)
+    EXPECT_EQ(devices, (std::vector<std::string>{"sda", "nvme0n1", "md0"}));
+    EXPECT_EQ(read, (100 + 8 + 2) * 512.0);
+    fs::remove_all(dir);
+}
+
+// Found by review: --jsonl on a FIFO without a reader blocked for ever in open(), deaf to
+// SIGTERM and --duration; a reader that stopped reading could stall the loop the same way.
+TEST(JsonlSink, AFifoNeverBlocks) {
+    const std::string fifo = testing::TempDir() + "/sink-" + std::to_string(getpid()) + ".fifo";
+    ::unlink(fifo.c_str());
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    auto sink = JsonlSink::open(fifo);
+    ASSERT_TRUE(sink.is_ok()) << sink.status().message();
+    JsonlSink& k = **sink;
+    EXPECT_FALSE(k.regular());
+    EXPECT_FALSE(k.is_open());  // no reader: waiting, not blocked
+    ASSERT_TRUE(k.append("{\"t\": 1}\n").is_ok());
+    EXPECT_EQ(k.dropped(), 1);
+    const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+    ASSERT_GE(reader, 0);
+    ASSERT_TRUE(k.append("{\"t\": 2}\n").is_ok());
+    EXPECT_TRUE(k.is_open());
+    char buf[256];
+    ASSERT_EQ(::read(reader, buf, sizeof buf), 9);
+    EXPECT_EQ(std::string(buf, 9), "{\"t\": 2}\n");
+    // A reader that stops reading: the pipe fills, later lines are dropped, none blocks.
+    const std::string big(3000, 'x');
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 100; ++i) ASSERT_TRUE(k.append("{\"x\": \"" + big + "\"}\n").is_ok());
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+    EXPECT_GT(k.dropped(), 50);
+    // What was written is whole lines only.
+    std::string got;
+    for (ssize_t n; (n = ::read(reader, buf, sizeof buf)) > 0;) got.append(buf, static_cast<size_t>(n));
+    EXPECT_FALSE(got.empty());
+    // The reader goes away: no SIGPIPE, the sink waits for the next one.
+    ::close(reader);
+    ASSERT_TRUE(k.append("{\"t\": 3}\n").is_ok());
+    ASSERT_TRUE(k.append("{\"t\": 4}\n").is_ok());
+    EXPECT_FALSE(k.is_open());
+    k.finish(std::chrono::milliseconds(100));
+    ::unlink(fifo.c_str());
+}
+
+TEST(Monitor, DurationOrStopEndsARunWhoseFifoHasNoReader) {
+    const std::string fifo = testing::TempDir() + "/mon-" + std::to_string(getpid()) + ".fifo";
+    ::unlink(fifo.c_str());
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    MonitorOptions o;
+    o.port = -1;
+    o.interval_s = 0.05;
+    o.duration_s = 0.4;
+    o.jsonl = fifo;
+    o.nvml_library = "/nonexistent/libnvidia-ml.so.1";
+    auto m = Monitor::create(o);
+    ASSERT_TRUE(m.is_ok()) << m.status().message();
+    auto run = std::async(std::launch::async, [&] { return (*m)->run(); });
+    const bool ended = run.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+    if (!ended) {  // blocked in open(): a reader lets it go, so the test can end
+        const int unblock = ::open(fifo.c_str(), O_RDONLY);
+        run.wait();
+        ::close(unblock);
+    }
+    ASSERT_TRUE(ended) << "--duration 0.4s with no reader on the FIFO did not end in 10 s";
+    auto summary = run.get();
+    ASSERT_TRUE(summary.is_ok()) << summary.status().message();
+    EXPECT_GE(summary->samples, 2);
+    // Without --duration: stop() (SIGINT/SIGTERM) ends it.
+    o.duration_s = 0;
+    auto m2 = Monitor::create(o);
+    ASSERT_TRUE(m2.is_ok()) << m2.status().message();
+    auto run2 = std::async(std::launch::async, [&] { return (*m2)->run(); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    (*m2)->stop();
+    const bool stopped = run2.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+    if (!stopped) {
+        const int unblock = ::open(fifo.c_str(), O_RDONLY);
+        run2.wait();
+        ::close(unblock);
+    }
+    EXPECT_TRUE(stopped) << "stop() did not end a run whose FIFO has no reader";
+    ::unlink(fifo.c_str());
+}
+
+// Found by review: `monitor --replay FILE --port P` exited before anyone could scrape P.
+TEST(Monitor, AReplayWithAnExporterServesItsLastSampleUntilStopped) {
+    const std::string log = testing::TempDir() + "/replay-serve.jsonl";
+    std::ofstream(log) << "{\"t\": 0, \"gpu_util\": {\"0\": 40}}\n{\"t\": 60, \"gpu_util\": {\"0\": 42}}\n";
+    MonitorOptions o;
+    o.port = 0;
+    o.replay = log;
+    auto m = Monitor::create(o);
+    ASSERT_TRUE(m.is_ok()) << m.status().message();
+    auto run = std::async(std::launch::async, [&] { return (*m)->run(); });
+    auto url = loadgen::parse_url("http://127.0.0.1:" + std::to_string((*m)->port()));
+    std::string body;
+    for (int i = 0; i < 100 && body.find("gpu_util{gpu=\"0\"} 42") == std::string::npos; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        auto reply = loadgen::http_request(*url, "GET", "/metrics", {}, 2000);
+        if (reply.is_ok() && reply->status == 200) body = reply->body;
+    }
+    EXPECT_NE(body.find("gpu_util{gpu=\"0\"} 42"), std::string::npos) << body;
+    EXPECT_EQ(run.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout) << "the replay did not wait";
+    (*m)->stop();
+    ASSERT_EQ(run.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+    auto summary = run.get();
+    ASSERT_TRUE(summary.is_ok()) << summary.status().message();
+    EXPECT_EQ(summary->samples, 2);
+}
+
+// Found by review: --address localhost was refused as "not an IP address".
+TEST(Monitor, LocalhostIsLoopback) {
+    MonitorOptions o;
+    o.port = 0;
+    o.address = "localhost";
+    o.nvml_library = "/nonexistent/libnvidia-ml.so.1";
+    auto m = Monitor::create(o);
+    ASSERT_TRUE(m.is_ok()) << m.status().message();
+    EXPECT_GT((*m)->port(), 0);
 }
 
 TEST(Monitor, RemoteWebhooksNeedConsent) {

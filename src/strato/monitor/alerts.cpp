@@ -78,7 +78,9 @@ Result<AlertRule> parse_condition(std::string_view expr) {
     size_t b = pos;
     while (pos < s.size() && !blank(pos)) ++pos;
     std::string num = s.substr(b, pos - b);
-    auto [p, ec] = std::from_chars(num.data(), num.data() + num.size(), r.threshold);
+    // One leading '+' as Prometheus takes it ("> +1"); from_chars takes none.
+    const char* first = num.data() + (num.size() > 1 && num[0] == '+' && num[1] != '+' && num[1] != '-');
+    auto [p, ec] = std::from_chars(first, num.data() + num.size(), r.threshold);
     if (num.empty() || ec != std::errc() || p != num.data() + num.size() || !std::isfinite(r.threshold))
         return bad("'" + num + "' is not a finite number");
     skip();
@@ -166,23 +168,24 @@ std::string iso_time(double unix_s) {
     return buf;
 }
 
-std::string series_name(const Labels& labels) {
-    // The identifying label: gpu (not its device node, uuid or model), device, pid, ...
-    bool gpu = std::any_of(labels.begin(), labels.end(), [](const auto& l) { return l.first == "gpu"; });
-    std::string out;
-    for (const auto& [k, v] : labels) {
-        if (gpu ? k != "gpu" : (k == "comm")) continue;
-        if (!out.empty()) out += ',';
-        out += k + "=" + v;
-    }
-    return out;
+// The series' identifying label, as the JSONL keeps it: what a replay can give back.
+SeriesLabels series_labels(const Labels& labels) {
+    auto [k, v] = series_label(labels);
+    if (k.empty()) return {};
+    return {{k, v}};
 }
 
 }  // namespace
 
+std::string AlertEvent::series() const {
+    std::string out;
+    for (const auto& [k, v] : labels) out += (out.empty() ? "" : ",") + k + "=" + v;
+    return out;
+}
+
 std::string AlertEvent::describe() const {
     std::string metric = rule->aggregate.empty() ? rule->metric : rule->aggregate + "(" + rule->metric + ")";
-    if (!series.empty()) metric += "{" + series + "}";
+    if (!labels.empty()) metric += "{" + series() + "}";
     if (std::isnan(value))
         return fmt::format("{} resolved: {} is no longer sampled (since {})", rule->name, metric,
                            iso_time(since_unix_s));
@@ -192,10 +195,12 @@ std::string AlertEvent::describe() const {
 }
 
 std::string AlertEvent::webhook_json() const {
-    nlohmann::json labels = {{"alertname", rule->name}, {"severity", rule->severity}};
-    if (!series.empty()) labels["series"] = series;
+    // The series' labels as labels of their own (one "series=gpu=0" string matched no route).
+    nlohmann::json all = {{"alertname", rule->name}, {"severity", rule->severity}};
+    for (const auto& [k, v] : labels)
+        if (k != "alertname" && k != "severity") all[k] = v;
     nlohmann::json alert = {{"status", firing ? "firing" : "resolved"},
-                            {"labels", labels},
+                            {"labels", all},
                             // annotations are strings in Alertmanager's model (a number breaks typed receivers)
                             {"annotations", {{"summary", describe()}, {"value", fmt::format("{:g}", value)}, {"expr", rule->expr}}},
                             {"startsAt", iso_time(since_unix_s)},
@@ -205,7 +210,7 @@ std::string AlertEvent::webhook_json() const {
                         {"status", firing ? "firing" : "resolved"},
                         {"receiver", "strato"},
                         {"groupLabels", {{"alertname", rule->name}}},
-                        {"commonLabels", labels},
+                        {"commonLabels", all},
                         {"alerts", nlohmann::json::array({alert})}};
     return json_text(j);
 }
@@ -214,8 +219,8 @@ std::vector<AlertEvent> AlertEngine::evaluate(const Snapshot& s) {
     state_.resize(rules_.size());
     std::vector<AlertEvent> events;
     const double clock = s.mono_s >= 0 ? s.mono_s : s.unix_s;
-    if (last_clock_ >= 0) {
-        const double gap = clock - last_clock_;
+    if (last_clock_) {
+        const double gap = clock - *last_clock_;
         double limit = max_gap_s_;
         if (!gaps_.empty()) {
             std::vector<double> sorted = gaps_;
@@ -226,7 +231,7 @@ std::vector<AlertEvent> AlertEngine::evaluate(const Snapshot& s) {
         if (gap < 0 || gap > limit)
             for (auto& states : state_)
                 for (auto& [series, st] : states)
-                    if (!st.firing) st.since = -1;
+                    if (!st.firing) st.since.reset();
         if (gap >= 0) {
             if (gaps_.size() == kGapHistory) gaps_.erase(gaps_.begin());
             gaps_.push_back(gap);
@@ -235,7 +240,7 @@ std::vector<AlertEvent> AlertEngine::evaluate(const Snapshot& s) {
     last_clock_ = clock;
     for (size_t i = 0; i < rules_.size(); ++i) {
         const AlertRule& r = rules_[i];
-        std::vector<std::pair<std::string, double>> values;
+        std::vector<std::pair<SeriesLabels, double>> values;
         auto found = s.find(r.metric);
         if (!r.aggregate.empty()) {
             if (!found.empty()) {
@@ -246,17 +251,17 @@ std::vector<AlertEvent> AlertEngine::evaluate(const Snapshot& s) {
                     else acc += m->value;
                 }
                 if (r.aggregate == "avg") acc /= static_cast<double>(found.size());
-                values.emplace_back("", acc);
+                values.emplace_back(SeriesLabels{}, acc);
             }
         } else {
-            for (const Metric* m : found) values.emplace_back(series_name(m->labels), m->value);
+            for (const Metric* m : found) values.emplace_back(series_labels(m->labels), m->value);
         }
         auto& states = state_[i];
         for (const auto& [series, v] : values) {
             State& st = states[series];
             if (r.holds(v)) {
-                if (st.since < 0) st.since = clock, st.since_unix = s.unix_s;
-                if (!st.firing && clock - st.since >= r.for_s) {
+                if (!st.since) st.since = clock, st.since_unix = s.unix_s;
+                if (!st.firing && clock - *st.since >= r.for_s) {
                     st.firing = true;
                     events.push_back({&r, series, true, v, st.since_unix, s.unix_s});
                 }

@@ -15,6 +15,7 @@
 // first ("avg(gpu_util) > 90 for 10m"). Not thread-safe: one engine per sampling loop.
 
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,16 +46,22 @@ Result<AlertRule> parse_condition(std::string_view expr);
 Result<std::vector<AlertRule>> parse_rules(std::string_view toml_text, const std::string& source);
 Result<std::vector<AlertRule>> load_rules(const std::string& path);
 
+/// A series' identifying labels ({"gpu": "0"}); live samples and replayed logs give the same ones.
+using SeriesLabels = std::map<std::string, std::string>;
+
 struct AlertEvent {
     const AlertRule* rule = nullptr;
-    std::string series;       // "gpu=0" or "" for aggregates and unlabelled metrics
+    SeriesLabels labels;      // {"gpu": "0"}; empty for aggregates and unlabelled metrics
     bool firing = true;       // false: resolved
     double value = 0;         // NaN: resolved because the series is gone
     double since_unix_s = 0;  // when the condition started to hold
     double at_unix_s = 0;
+    /// "gpu=0" (labels joined), "" without.
+    std::string series() const;
     /// "gpu-idle firing: gpu_util{gpu=0} = 3 < 20 for 10m (since 12:00:03)"
     std::string describe() const;
-    /// Alertmanager's webhook payload (version 4) with this one alert.
+    /// Alertmanager's webhook payload (version 4) with this one alert: alertname, severity and
+    /// the series' labels as labels of their own (routes and group_by can match them).
     std::string webhook_json() const;
 };
 
@@ -77,17 +84,18 @@ public:
 
 private:
     struct State {
-        double since = -1;       // condition holding since, on the engine's clock; -1: not holding
-        double since_unix = 0;   // the same moment on the wall clock (for messages)
+        // (optional, not a -1 marker: a replayed log's clock may be negative)
+        std::optional<double> since;  // condition holding since, on the engine's clock; empty: not holding
+        double since_unix = 0;        // the same moment on the wall clock (for messages)
         bool firing = false;
         bool seen = false;  // in the snapshot being evaluated
     };
     std::vector<AlertRule> rules_;
     double max_gap_s_;
-    double last_clock_ = -1;    // the previous sample's clock; -1: none yet
+    std::optional<double> last_clock_;  // the previous sample's clock; empty: none yet
     std::vector<double> gaps_;  // the last kGapHistory gaps between samples, oldest first
     static constexpr size_t kGapHistory = 64;
-    std::vector<std::map<std::string, State>> state_;  // per rule, per series
+    std::vector<std::map<SeriesLabels, State>> state_;  // per rule, per series
 };
 
 }  // namespace strato::monitor

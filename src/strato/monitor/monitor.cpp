@@ -22,6 +22,7 @@
 #include "strato/loadgen/http_parse.h"
 #include "strato/loadgen/load.h"
 #include "strato/loadgen/oip_target.h"
+#include "strato/monitor/jsonl_sink.h"
 #include "strato/serve/http/server.h"
 
 namespace strato::monitor {
@@ -78,9 +79,11 @@ Result<std::unique_ptr<Monitor>> Monitor::create(MonitorOptions options) {
                                     "alerts off it",
                                     r.name, r.webhook);
     }
+    // The exporter binds an IP address; "localhost" was refused as not one.
+    if (options.address == "localhost") options.address = "127.0.0.1";
     std::unique_ptr<Monitor> m(new Monitor);
     m->options_ = options;
-    m->proc_ = ProcSampler({"/proc", options.pids});
+    m->proc_ = ProcSampler({.root = "/proc", .pids = options.pids});
     // A gap past Prometheus's 5-minute staleness (or three intervals) restarts pending "for"s.
     m->alerts_ = std::make_unique<AlertEngine>(options.rules, std::max(300.0, 3 * options.interval_s));
     if (options.replay.empty()) {
@@ -208,24 +211,10 @@ Status Monitor::fire(const AlertEvent& e, MonitorSummary& summary) {
 
 Result<MonitorSummary> Monitor::run() {
     MonitorSummary summary;
-    std::ofstream jsonl;
+    // (a FIFO without a reader is waited for at each sample, never in open(): see JsonlSink)
+    std::unique_ptr<JsonlSink> jsonl;
     if (!options_.jsonl.empty()) {
-        // A log whose last line was cut off (a run killed mid-write) gets a line end first, so the
-        // next record starts a line of its own instead of joining the broken one.
-        bool torn = false;
-        std::error_code ec;
-        // (a regular file only: opening a FIFO to read waited for ever for a writer)
-        if (std::ifstream old; std::filesystem::is_regular_file(options_.jsonl, ec) &&
-                               (old.open(options_.jsonl, std::ios::binary | std::ios::ate), old) && old.tellg() > 0) {
-            old.seekg(-1, std::ios::end);
-            torn = old.get() != '\n';
-        }
-        jsonl.open(options_.jsonl, std::ios::app);
-        if (!jsonl) return io_error("cannot append to {}: {}", options_.jsonl, std::strerror(errno));
-        if (torn) {
-            log::warn("monitor: {} ends in a cut-off line; the new samples start on a line of their own", options_.jsonl);
-            jsonl << '\n';
-        }
+        STRATO_ASSIGN_OR_RETURN(jsonl, JsonlSink::open(options_.jsonl));
     }
     std::ifstream replay;
     int64_t replay_line = 0, skipped = 0;
@@ -266,11 +255,7 @@ Result<MonitorSummary> Monitor::run() {
         ++summary.samples;
         if (summary.samples == 1) warn_unknown_metrics(s);
         publish(s);
-        if (jsonl.is_open()) {
-            jsonl << json_text(to_json(s)) << '\n';
-            jsonl.flush();
-            if (!jsonl) return io_error("cannot write to {} (a full disk?): {}", options_.jsonl, std::strerror(errno));
-        }
+        if (jsonl) STRATO_RETURN_IF_ERROR(jsonl->append(json_text(to_json(s)) + '\n'));
         for (const AlertEvent& e : alerts_->evaluate(s)) STRATO_RETURN_IF_ERROR(fire(e, summary));
         if (!summary.exit_alert.empty()) break;
         if (options_.duration_s > 0 &&
@@ -293,6 +278,26 @@ Result<MonitorSummary> Monitor::run() {
         if (options_.duration_s > 0 &&
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= options_.duration_s)
             break;
+    }
+    // A replay with an exporter keeps serving its last sample until stopped or --duration: it
+    // ended before anyone could scrape it. (Not after an exit rule fired: that ends the run.)
+    if (replay.is_open() && exporter_ && summary.samples > 0 && summary.exit_alert.empty() && !stop_ &&
+        !signals::stop_requested()) {
+        const bool timed = options_.duration_s > 0;
+        log::info("monitor: replay done ({} samples); serving the last one at /metrics {}", summary.samples,
+                  timed ? fmt::format("until {:g} s after the start", options_.duration_s)
+                        : std::string("until Ctrl-C or SIGTERM"));
+        while (!stop_ && !signals::stop_requested() &&
+               (!timed || std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() <
+                              options_.duration_s))
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (jsonl) {
+        // A stalled reader holds the end up a moment at most.
+        jsonl->finish(std::chrono::milliseconds(static_cast<int64_t>(std::min(1.0, options_.interval_s) * 1000)));
+        if (jsonl->dropped() > 0)
+            log::warn("monitor: --jsonl {}: {} sample(s) not written (no reader, or the reader did not keep up)",
+                      options_.jsonl, jsonl->dropped());
     }
     if (webhooks_) webhooks_->flush(std::chrono::seconds(5));
     if (replay.is_open() && summary.samples == 0)

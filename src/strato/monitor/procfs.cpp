@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <tuple>
@@ -29,6 +31,23 @@ std::pair<uint64_t, uint64_t> cpu_times(const std::string& stat) {
     uint64_t total = 0;
     for (uint64_t x : v) total += x;
     return {total - v[3] - v[4], total};
+}
+
+// A device of /proc/diskstats that is a disk of its own: listed in /sys/block (partitions are
+// not: sda1 is under sda), not a memory or loop device (loop, ram, zram) or a floppy, and not
+// stacked on other disks (device-mapper, md RAID: their slaves/ lists them). Counting partitions
+// and stacked devices as well counted each byte two or three times in sum().
+bool whole_disk(const std::string& sys_root, std::string dev) {
+    for (const char* virt : {"loop", "ram", "zram", "fd"})
+        if (dev.rfind(virt, 0) == 0) return false;
+    std::replace(dev.begin(), dev.end(), '/', '!');  // (cciss/c0d0 is /sys/block/cciss!c0d0)
+    std::error_code ec;
+    const std::filesystem::path block = std::filesystem::path(sys_root) / "block" / dev;
+    if (!std::filesystem::exists(block, ec)) return false;
+    const std::filesystem::path slaves = block / "slaves";
+    if (!std::filesystem::is_directory(slaves, ec)) return true;
+    const bool alone = std::filesystem::is_empty(slaves, ec);
+    return alone || ec;  // (unreadable: counted, as before)
 }
 
 }  // namespace
@@ -94,7 +113,7 @@ void ProcSampler::sample(Snapshot& out) {
             std::string dev;
             uint64_t f[7] = {};
             ls >> major >> minor >> dev >> f[0] >> f[1] >> f[2] >> f[3] >> f[4] >> f[5] >> f[6];
-            if (!ls || dev.rfind("loop", 0) == 0 || dev.rfind("ram", 0) == 0) continue;
+            if (!ls || !whole_disk(options_.sys_root, dev)) continue;
             out.add("strato_disk_read_bytes_total", "disk_read_bytes", "Bytes read from the device", f[2] * 512.0,
                     {{"device", dev}}, true);
             out.add("strato_disk_written_bytes_total", "disk_written_bytes", "Bytes written to the device", f[6] * 512.0,

@@ -1,7 +1,7 @@
 #pragma once
 // Host and process statistics from procfs: CPU utilisation (from /proc/stat deltas), memory
 // (/proc/meminfo), load, disk bytes per device (/proc/diskstats), network bytes per interface
-// (/proc/net/dev), and per-process CPU time, resident memory and threads (/proc/PID/stat,
+// (/proc/net/dev; whole disks only, so sums count each byte once), and per-process CPU time, resident memory and threads (/proc/PID/stat,
 // /proc/PID/statm). Counters are exported as totals (Prometheus computes rates); the first sample
 // of CPU utilisation is over the time since boot.
 //
@@ -20,6 +20,7 @@ namespace strato::monitor {
 
 struct ProcOptions {
     std::string root = "/proc";
+    std::string sys_root = "/sys";  // /sys/block tells whole disks from partitions
     std::vector<pid_t> pids;  // processes to watch besides strato itself
 };
 

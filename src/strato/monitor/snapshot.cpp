@@ -50,15 +50,21 @@ std::string format_value(double v) {
     return fmt::format("{}", v);
 }
 
-/// The label that tells series of one alias apart in JSON.
-std::string series_key(const Labels& labels) {
+}  // namespace
+
+std::pair<std::string, std::string> series_label(const Labels& labels) {
     for (const char* k : {"gpu", "device", "pid", "mountpoint"})
-        for (const auto& [lk, lv] : labels)
-            if (lk == k) return lv;
-    return labels.empty() ? "" : labels.front().second;
+        for (const auto& l : labels)
+            if (l.first == k) return l;
+    return labels.empty() ? std::pair<std::string, std::string>() : labels.front();
 }
 
-}  // namespace
+std::string series_label_name(std::string_view alias) {
+    if (alias.starts_with("gpu_")) return "gpu";
+    if (alias.starts_with("disk_") || alias.starts_with("net_")) return "device";
+    if (alias.starts_with("proc_")) return "pid";
+    return "series";
+}
 
 std::string to_prometheus(const Snapshot& s) {
     std::vector<std::string> order;
@@ -94,7 +100,7 @@ nlohmann::json to_json(const Snapshot& s) {
         if (m.alias.empty()) continue;
         nlohmann::json v = std::isfinite(m.value) ? nlohmann::json(m.value) : nlohmann::json(nullptr);
         if (m.labels.empty()) j[m.alias] = v;
-        else j[m.alias][series_key(m.labels)] = v;
+        else j[m.alias][series_label(m.labels).second] = v;
     }
     if (!s.notes.empty()) j["notes"] = s.notes;
     return j;
@@ -113,7 +119,7 @@ bool from_json(const nlohmann::json& j, Snapshot* out, std::string* error) {
         } else if (it->is_object()) {
             for (auto s = it->begin(); s != it->end(); ++s) {
                 if (!s->is_number()) continue;
-                out->add(it.key(), it.key(), "", s->get<double>(), {{"series", s.key()}});
+                out->add(it.key(), it.key(), "", s->get<double>(), {{series_label_name(it.key()), s.key()}});
             }
         } else if (!it->is_null()) {
             *error = fmt::format("\"{}\" is a {}, expected a number or an object of numbers", it.key(), it->type_name());

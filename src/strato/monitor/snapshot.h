@@ -3,6 +3,7 @@
 // form that becomes Prometheus text, a JSONL line, or the input of the alert rules.
 
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -32,6 +33,15 @@ struct Snapshot {
     /// Every metric whose name or alias is `key`.
     std::vector<const Metric*> find(const std::string& key) const;
 };
+
+/// The label that tells the series of one metric apart: gpu (not its uuid, model or device node),
+/// device (a disk, an interface), pid (not comm), mountpoint; else the first. Empty when
+/// unlabelled. JSONL keys a series by its value; alerts carry it as their label.
+std::pair<std::string, std::string> series_label(const Labels& labels);
+/// The name of that label for an alias read back from JSONL, where only the value is kept (gpu_*:
+/// gpu, disk_* and net_*: device, proc_*: pid; others: series), so a replay's alerts carry the
+/// labels the live monitor's do.
+std::string series_label_name(std::string_view alias);
 
 /// Prometheus text exposition format 0.0.4: HELP and TYPE once per family, families in order of
 /// first appearance, label values escaped.
