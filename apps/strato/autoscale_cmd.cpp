@@ -252,9 +252,13 @@ void add_manifests(CLI::App& parent, int* exit_code) {
     cmd->add_option("--namespace", o->namespace_, "Namespace (default default)");
     cmd->add_option("--min-replicas", o->min_replicas, "Minimum replicas (default 1)");
     cmd->add_option("--max-replicas", o->max_replicas, "Maximum replicas (default 8)");
-    cmd->add_option("--target-cpu", o->target_cpu_percent, "HPA target CPU utilisation percent (default 70)");
+    auto* target_cpu = cmd->add_option("--target-cpu", o->target_cpu_percent,
+                    "Scale on CPU utilisation, this percent per pod (HPA default 70; with --kserve: scaleMetric cpu "
+                    "instead of concurrency)")
+        ->check(CLI::Range(1, 100));
     cmd->add_option("--pending-per-pod", o->pending_per_pod,
-                    "Scale on nv_inference_pending_request_count per pod instead of CPU (needs a metrics adapter)");
+                    "Scale on nv_inference_pending_request_count per pod instead of CPU (needs a metrics adapter)")
+        ->excludes(target_cpu);  // (one scale metric: the other was ignored)
     cmd->add_option("--gpus", o->gpus, "nvidia.com/gpu per pod");
     cmd->add_option("--cpu", o->cpu, "CPU request per pod (default 2)");
     cmd->add_option("--memory", o->memory, "Memory per pod (default 4Gi)");
@@ -278,7 +282,12 @@ void add_local(CLI::App& parent, int* exit_code) {
     cmd->add_option("--policy", o->policy, "Autoscaling policy TOML (backlog per_node = requests in flight per replica)")->required();
     cmd->add_option("--model", o->models, "Model package for every replica: [NAME=]DIR (repeatable)");
     cmd->add_option("--model-repository", o->repos, "Model repository for every replica");
-    cmd->add_option("--serve-arg", o->serve_args, "Further `strato serve` flag for the replicas (repeatable)");
+    // The provider sets each replica's address and ports: naming one here is a usage error (the
+    // repeated flag made every replica exit at start).
+    cmd->add_option("--serve-arg", o->serve_args,
+                    "Further `strato serve` flag for the replicas (repeatable; not --http-address, --http-port or "
+                    "--metrics-port, which the provider sets)")
+        ->check(status_flag("--serve-arg", [](const std::string& a) { return cloud::check_serve_arg(a); }, "ARG"));
     cmd->add_option("--port", o->port, "Front-end port (default 8000; 0: a free port, printed)")->check(CLI::Range(0, 65535));
     cmd->add_option("--address", o->address, "Front-end address (default 127.0.0.1)");
     cmd->add_option("--tick", o->tick, "Control-loop period (default 1s, at least 10ms)")->check(duration_flag("s", true, 0.01));

@@ -19,7 +19,7 @@ def main():
         trace = [(float(r["time_s"]), float(r["rate"]), int(r.get("preempt") or 0)) for r in csv.DictReader(f)]
     t0 = time.perf_counter()
     min_n, max_n, target, up_cd, down_cd, down_after = 1, 12, 70.0, 120.0, 600.0, 600.0
-    horizon = trace[-1][0] + tick
+    horizon = trace[-1][0]  # as strato: the run ends at the last row
     q, seq = [], 0
 
     def push(t, kind, arg=0):

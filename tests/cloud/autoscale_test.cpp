@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "strato/cloud/autoscale.h"
+#include "strato/cloud/manifests.h"
 #include "strato/cloud/planner.h"
 #include "strato/cloud/simulator.h"
 
@@ -124,6 +125,30 @@ TEST(Autoscaler, AHugeBacklogOverATinyPerNodeAsksForMaxNodes) {
     Autoscaler a(config("[autoscale]\nmax_nodes = 50\n[[policy]]\nkind = \"backlog\"\nper_node = 0.001\n"));
     Observation o{.t_s = 0, .weekday_hour = 8, .nodes = 1, .instance = "g5.xlarge", .backlog = 1e6, .utilization = 50};
     EXPECT_EQ(a.decide(o).nodes, 50);
+}
+
+// Found by review: "1 -> 3 replicas: up: backlog 10 needs 6 node(s) at 2 each" with max_nodes 3:
+// the reason named the count before the clamp, and nothing said it was clamped.
+TEST(Autoscaler, AReasonSaysWhenTheCountWasClamped) {
+    Autoscaler a(config("[autoscale]\nmax_nodes = 3\n[[policy]]\nkind = \"backlog\"\nper_node = 2\n"));
+    Observation o{.t_s = 0, .weekday_hour = 8, .nodes = 1, .instance = "g5.xlarge", .backlog = 11, .utilization = 50};
+    Decision d = a.decide(o);
+    EXPECT_EQ(d.nodes, 3);
+    EXPECT_EQ(d.reason, "up: backlog 11 needs 6 node(s) at 2 each (clamped to max_nodes 3)");
+    // Within the bounds: no clamp named.
+    Autoscaler b(config("[autoscale]\nmax_nodes = 10\n[[policy]]\nkind = \"backlog\"\nper_node = 2\n"));
+    EXPECT_EQ(b.decide(o).reason, "up: backlog 11 needs 6 node(s) at 2 each");
+}
+
+// Found by review (as capacity's 700 x 0.7 for 490): a backlog that is a whole number of nodes on
+// paper, 4.9 at 0.7 each, came out as 7.000000000000001 and asked for 8.
+TEST(Autoscaler, AnExactBacklogIsNotRoundedUpANode) {
+    Autoscaler a(config("[autoscale]\nmax_nodes = 20\n[[policy]]\nkind = \"backlog\"\nper_node = 0.7\n"));
+    Observation o{.t_s = 0, .weekday_hour = 8, .nodes = 1, .instance = "g5.xlarge", .backlog = 4.9, .utilization = 50};
+    EXPECT_EQ(a.decide(o).nodes, 7);
+    Autoscaler b(config("[autoscale]\nmax_nodes = 20\n[[policy]]\nkind = \"backlog\"\nper_node = 0.7\n"));
+    o.backlog = 4.9001;
+    EXPECT_EQ(b.decide(o).nodes, 8);
 }
 
 TEST(Autoscaler, ScheduleWindowsThatCrossMidnight) {
@@ -336,10 +361,10 @@ TEST(Simulator, TimeRunsFromTheFirstRowAndRunsAreBounded) {
     const Catalog cat = Catalog::builtin().value();
     SimOptions o =
         g5_options("[autoscale]\nmin_nodes = 1\nmax_nodes = 1\n[[policy]]\nkind = \"utilization\"\ntarget = 70\n", 1000);
-    // A trace in Unix seconds: 60 s of load, billed for 90 s (to the last row and one tick), not since 1970.
+    // A trace in Unix seconds: 60 s of load, billed for 60 s (to the last row), not since 1970.
     SimResult r = simulate(trace("time_s,rate\n1700000000,100\n1700000060,200\n"), cat, o).value();
-    EXPECT_DOUBLE_EQ(r.duration_s, 90);
-    EXPECT_NEAR(r.node_hours, 90.0 / 3600, 1e-9);
+    EXPECT_DOUBLE_EQ(r.duration_s, 60);
+    EXPECT_NEAR(r.node_hours, 60.0 / 3600, 1e-9);
     // A tick so short the run would not end (or fill memory with its timeline) is refused.
     o.tick_s = 1e-3;
     auto tiny = simulate(trace("time_s,rate\n0,1\n604800,1\n"), cat, o);
@@ -360,6 +385,35 @@ TEST(Simulator, TimeRunsFromTheFirstRowAndRunsAreBounded) {
     o.tick_s = 1;
     EXPECT_NE(simulate(trace("time_s,rate\n0,1\n604800,1\n"), cat, o).status().message().find("node-ticks, more than 1e+09"),
               std::string::npos);
+}
+
+// Found by review: the run went on one --tick past the trace's last row, so a day of load with
+// --tick 1h billed 25 h, and with --tick 1000d 1,007 days.
+TEST(Simulator, TheRunEndsAtTheLastRowWhateverTheTick) {
+    const Catalog cat = Catalog::builtin().value();
+    SimOptions o =
+        g5_options("[autoscale]\nmin_nodes = 1\nmax_nodes = 1\n[[policy]]\nkind = \"utilization\"\ntarget = 70\n", 1000);
+    o.spot_hazard_per_h = 0;
+    const Trace day = trace("time_s,rate\n0,100\n86400,100\n");
+    for (double tick : {30.0, 3600.0, 1000.0 * 86400}) {
+        o.tick_s = tick;
+        SimResult r = simulate(day, cat, o).value();
+        EXPECT_DOUBLE_EQ(r.duration_s, 86400) << tick;
+        EXPECT_NEAR(r.node_hours, 24, 1e-9) << tick;
+        EXPECT_NEAR(r.arrived, 100 * 86400.0, 1e-3) << tick;
+    }
+    // --horizon still sets the end, past the last row too.
+    o.tick_s = 3600;
+    o.horizon_s = 2 * 86400;
+    EXPECT_NEAR(simulate(day, cat, o).value().node_hours, 48, 1e-9);
+    // One instant (a single row) has no end of its own: --horizon is needed.
+    o.horizon_s = 0;
+    auto instant = simulate(trace("time_s,rate\n500,100\n"), cat, o);
+    ASSERT_FALSE(instant.is_ok());
+    EXPECT_NE(instant.status().message().find("trace.csv: every row is at time_s 500, so the trace has no duration; "
+                                              "give --horizon"),
+              std::string::npos)
+        << instant.status().message();
 }
 
 TEST(Simulator, MalformedTracesAreClearErrors) {
@@ -384,6 +438,38 @@ TEST(Simulator, MalformedTracesAreClearErrors) {
     o.per_gpu_capacity = 1;
     EXPECT_NE(simulate(trace("time_s,rate\n0,1\n"), cat, o).status().message().find("unknown instance type"),
               std::string::npos);
+}
+
+// Found by review: `manifests --kserve --target-cpu 50` wrote scaleMetric concurrency and dropped
+// the 50 without a word. KServe scales on cpu too (on Knative's HPA class, not its KPA).
+TEST(Manifests, KserveScalesOnCpuWhenATargetIsGiven) {
+    ManifestOptions o;
+    o.name = "fashion";
+    o.kserve = true;
+    std::string y = kubernetes_manifests(o).value();
+    EXPECT_NE(y.find("    scaleMetric: concurrency\n    scaleTarget: 4\n"), std::string::npos) << y;
+    EXPECT_EQ(y.find("autoscaling.knative.dev/class"), std::string::npos) << y;
+    o.target_cpu_percent = 50;
+    y = kubernetes_manifests(o).value();
+    EXPECT_NE(y.find("    scaleMetric: cpu\n    scaleTarget: 50\n"), std::string::npos) << y;
+    EXPECT_NE(y.find("    autoscaling.knative.dev/class: hpa.autoscaling.knative.dev\n"), std::string::npos) << y;
+    // The HPA keeps a replica; and one scale metric at a time (the other was ignored).
+    o.min_replicas = 0;
+    EXPECT_NE(kubernetes_manifests(o).status().message().find("--min-replicas 0 with --target-cpu"), std::string::npos);
+    o.min_replicas = 1;
+    o.pending_per_pod = 8;
+    EXPECT_NE(kubernetes_manifests(o).status().message().find("--target-cpu 50 and --pending-per-pod 8: give one"),
+              std::string::npos);
+    o.kserve = false;
+    EXPECT_FALSE(kubernetes_manifests(o).is_ok());
+    // The HPA's default target stays 70 %.
+    o.pending_per_pod = 0;
+    o.target_cpu_percent = 0;
+    EXPECT_NE(kubernetes_manifests(o)->find("averageUtilization: 70\n"), std::string::npos);
+    o.target_cpu_percent = 55;
+    EXPECT_NE(kubernetes_manifests(o)->find("averageUtilization: 55\n"), std::string::npos);
+    o.target_cpu_percent = 101;
+    EXPECT_NE(kubernetes_manifests(o).status().message().find("--target-cpu 101 must be a percent"), std::string::npos);
 }
 
 TEST(SpotJob, MeanOf1000SimulatedRunsMatchesTheAnalyticalExpectation) {

@@ -172,5 +172,27 @@ TEST(LocalProvider, AReplicaDrainedWhileStartingIsNeverReady) {
     EXPECT_FALSE(ready);
 }
 
+// Found by review: `--serve-arg=--metrics-port --serve-arg=9102` repeated a flag the provider sets
+// on every replica; serve refused the repeat and every replica exited at start, again and again.
+TEST(LocalProvider, ServeArgsThatTheProviderSetsAreRefused) {
+    LocalOptions o;
+    o.strato_binary = FAKE_REPLICA;
+    o.config = AutoscaleConfig::parse("[[policy]]\nkind = \"backlog\"\nper_node = 1\n", "test.toml").value();
+    for (const char* reserved : {"--metrics-port", "--http-port=9000", "--http-address"}) {
+        o.serve_args = {"--model", "unused", reserved, "9102"};
+        auto p = LocalProvider::create(o);
+        ASSERT_FALSE(p.is_ok()) << reserved;
+        EXPECT_EQ(p.status().message().rfind(fmt::format("--serve-arg {}: the provider sets --http-address, --http-port "
+                                                         "and --metrics-port of every replica itself",
+                                                         reserved),
+                                             0),
+                  0u)
+            << p.status().message();
+    }
+    // Other serve flags, and look-alikes, pass.
+    for (const char* fine : {"--metrics-portal", "--max-batch-size", "--http-threads=4"})
+        EXPECT_TRUE(check_serve_arg(fine).is_ok()) << fine;
+}
+
 }  // namespace
 }  // namespace strato::cloud

@@ -172,6 +172,13 @@ def simulate_capacity_manifests(tmp, loadtest_json):
     check(c["ports"] == [{"name": "http1", "containerPort": 8000}], str(c["ports"]))
     check("port" not in c["readinessProbe"]["httpGet"] and "port" not in c["livenessProbe"]["httpGet"], str(c))
     check(isvc["metadata"]["annotations"]["prometheus.kserve.io/port"] == "8002", str(isvc["metadata"]))
+    # Found by review: --target-cpu with --kserve was ignored (scaleMetric concurrency).
+    p = run("autoscale", "manifests", "--name", "fashion", "--kserve", "--target-cpu", "50")
+    isvc = yaml.safe_load(p.stdout)
+    check(isvc["spec"]["predictor"]["scaleMetric"] == "cpu" and isvc["spec"]["predictor"]["scaleTarget"] == 50,
+          str(isvc["spec"]["predictor"])[:300])
+    p = run("autoscale", "manifests", "--name", "fashion", "--target-cpu", "50", "--pending-per-pod", "8", expect=2)
+    check("excludes" in p.stderr, p.stderr)
 
     # Without a load test no p99 was measured: null, not 0.
     p = run("autoscale", "capacity", "--replica-qps", "100", "--qps", "1000", "--json")
@@ -218,6 +225,11 @@ def simulate_capacity_manifests(tmp, loadtest_json):
                  ["autoscale", "capacity", "--loadtest", "lt.json", "--qps", "100", "--replica-qps", "100"]):
         p = run(*args, expect=2)
         check(args[-2] in p.stderr, f"{args}: {p.stderr!r}")
+    # Found by review: a --serve-arg the provider sets on every replica itself killed each replica
+    # at start (serve refuses a repeated flag); a usage error that names the flags.
+    p = run("autoscale", "local", "--policy", seeds, "--model", "unused", "--serve-arg=--metrics-port",
+            "--serve-arg=9102", expect=2)
+    check("--metrics-port" in p.stderr and "--http-address, --http-port and --metrics-port" in p.stderr, p.stderr)
     p = run("autoscale", "simulate", "--policy", seeds, "--trace", trace, "--per-gpu-capacity", "1", "--start",
             "mon-fri 08:00", expect=1)
     check("--start 'mon-fri 08:00': expected one day" in p.stderr, p.stderr)
@@ -230,7 +242,8 @@ def simulate_capacity_manifests(tmp, loadtest_json):
         timeout=60)
     if os.path.exists(epoch_json):
         with open(epoch_json) as f:
-            check(json.load(f)["duration_s"] == 90, "an epoch trace runs 60 s + one 30 s tick")
+            # Found by review: the run went one --tick past the last row (90 s here).
+            check(json.load(f)["duration_s"] == 60, "an epoch trace runs 60 s, to its last row")
     # Each subcommand's --help shows its own examples.
     p = run("autoscale", "simulate", "--help")
     check("strato autoscale simulate --policy" in p.stdout and "strato train" not in p.stdout, p.stdout[-400:])

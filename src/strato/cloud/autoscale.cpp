@@ -220,7 +220,8 @@ namespace {
 // ceil(x) nodes, held within int: a backlog of 1e6 at per_node 0.001 cast to INT_MIN and never scaled.
 int nodes_for(double x) {
     if (!(x > 0)) return 0;  // (NaN too)
-    return x >= 1e9 ? 1'000'000'000 : static_cast<int>(std::ceil(x));
+    // (a ratio that is a whole number on paper, 4.9 / 0.7 = 7.000000000000001, is not one more node)
+    return x >= 1e9 ? 1'000'000'000 : static_cast<int>(std::ceil(x * (1 - 1e-12)));
 }
 
 }  // namespace
@@ -275,7 +276,12 @@ Decision Autoscaler::decide(const Observation& o) {
             }
         }
     }
+    // The reason names the count the policy asked for; a clamp says so ("needs 6 node(s)" with
+    // 3 started read as a bug).
+    const int asked = want;
     want = std::clamp(want, c_.min_nodes, c_.max_nodes);
+    if (want < asked) why += fmt::format(" (clamped to max_nodes {})", c_.max_nodes);
+    else if (want > asked) why += fmt::format(" (clamped to min_nodes {})", c_.min_nodes);
     if (want > o.nodes) {
         down_wanted_since_ = -1;
         if (o.t_s - last_up_ >= c_.cooldown_up_s) {

@@ -33,6 +33,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The serve flags every replica gets from the provider (check_serve_arg refuses them in serve_args).
+constexpr const char* kHttpAddress = "--http-address";
+constexpr const char* kHttpPort = "--http-port";
+constexpr const char* kMetricsPort = "--metrics-port";
+
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 /// The port in a replica's "strato serve: ready http://127.0.0.1:PORT" line, once it is there.
@@ -269,7 +274,7 @@ struct LocalProvider::Impl {
         // take it between choosing and binding; the replica's ready line says which.
         std::vector<std::string> args = {o.strato_binary, "serve"};
         args.insert(args.end(), o.serve_args.begin(), o.serve_args.end());
-        for (const char* a : {"--http-address", "127.0.0.1", "--metrics-port", "0", "--http-port", "0"}) args.emplace_back(a);
+        for (const char* a : {kHttpAddress, "127.0.0.1", kMetricsPort, "0", kHttpPort, "0"}) args.emplace_back(a);
         std::string log_path = fmt::format("{}/replica-{}.log", o.log_dir, ++spawned);
         std::vector<char*> argv;
         for (auto& a : args) argv.push_back(a.data());
@@ -463,6 +468,15 @@ LocalProvider::~LocalProvider() {
     if (impl_->pool) impl_->pool->join();
 }
 
+Status check_serve_arg(std::string_view arg) {
+    for (std::string_view flag : {kHttpAddress, kHttpPort, kMetricsPort})
+        if (arg == flag || (arg.starts_with(flag) && arg[flag.size()] == '='))
+            return invalid_argument("--serve-arg {}: the provider sets {}, {} and {} of every replica itself (127.0.0.1 "
+                                    "and ports the kernel picks, behind its front end on --port); leave it out",
+                                    arg, kHttpAddress, kHttpPort, kMetricsPort);
+    return Status::ok();
+}
+
 Result<std::unique_ptr<LocalProvider>> LocalProvider::create(LocalOptions o) {
     if (o.strato_binary.empty()) {
         std::error_code ec;
@@ -470,6 +484,8 @@ Result<std::unique_ptr<LocalProvider>> LocalProvider::create(LocalOptions o) {
         if (ec) return io_error("cannot find this executable: {}", ec.message());
     }
     if (o.serve_args.empty()) return invalid_argument("nothing to serve: give --model DIR or --model-repository DIR");
+    // (a repeated flag made every replica exit at start, and the provider restart them for ever)
+    for (const auto& a : o.serve_args) STRATO_RETURN_IF_ERROR(check_serve_arg(a));
     if (!(o.tick_s > 0)) return invalid_argument("--tick must be > 0");
     if (o.config.max_nodes < 1) return invalid_argument("max_nodes must be >= 1");
     if (std::erase_if(o.config.policies, [](const ScalePolicy& p) { return p.kind == "vertical"; }))

@@ -18,6 +18,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "strato/cloud/autoscale.h"
@@ -45,6 +46,11 @@ struct ReplicaStatus {
     int64_t in_flight = 0;
     int64_t served = 0;
 };
+
+/// The `strato serve` flags the provider gives every replica itself (--http-address 127.0.0.1,
+/// --http-port 0, --metrics-port 0: ports the kernel picks). A serve argument naming one is
+/// refused: the replica's command line would repeat it, and serve refuses a repeated flag.
+Status check_serve_arg(std::string_view arg);
 
 class LocalProvider {
 public:

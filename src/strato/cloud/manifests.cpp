@@ -99,14 +99,24 @@ Result<std::string> kubernetes_manifests(const ManifestOptions& o) {
         return invalid_argument("replicas: need 0 <= min ({}) <= max ({}) and max >= 1", o.min_replicas, o.max_replicas);
     if (o.min_replicas == 0 && !o.kserve)
         return invalid_argument("--min-replicas 0 needs --kserve (a HorizontalPodAutoscaler keeps at least one replica)");
-    if (o.target_cpu_percent < 1 || o.target_cpu_percent > 100)
-        return invalid_argument("--target-cpu must be a percent in [1, 100]");
+    if (o.target_cpu_percent != 0 && (o.target_cpu_percent < 1 || o.target_cpu_percent > 100))
+        return invalid_argument("--target-cpu {} must be a percent in [1, 100]", o.target_cpu_percent);
     if (!(o.pending_per_pod >= 0 && o.pending_per_pod <= 1e6))  // (NaN fails too)
         return invalid_argument("--pending-per-pod {} must be between 0 (scale on CPU) and 1000000", o.pending_per_pod);
     if (o.kserve && o.pending_per_pod > 0 && o.pending_per_pod != std::floor(o.pending_per_pod))
         return invalid_argument("--pending-per-pod {} with --kserve: KServe's scaleTarget is a whole number of requests",
                                 o.pending_per_pod);
+    // One scale metric: the one not written was silently ignored.
+    if (o.target_cpu_percent > 0 && o.pending_per_pod > 0)
+        return invalid_argument("--target-cpu {} and --pending-per-pod {}: give one scale metric, not both",
+                                o.target_cpu_percent, o.pending_per_pod);
     if (o.kserve) {
+        // Scaling on CPU: Knative's HPA class (its KPA scales on concurrency or rps only), which
+        // keeps at least one replica. (KServe's Standard mode runs its own HPA and ignores the class.)
+        const bool cpu = o.target_cpu_percent > 0;
+        if (cpu && o.min_replicas == 0)
+            return invalid_argument("--min-replicas 0 with --target-cpu: CPU scaling runs on a HorizontalPodAutoscaler, "
+                                    "which keeps at least one replica (scale to zero scales on concurrency)");
         return fmt::format(
             "apiVersion: serving.kserve.io/v1beta1\n"
             "kind: InferenceService\n"
@@ -117,18 +127,23 @@ Result<std::string> kubernetes_manifests(const ManifestOptions& o) {
             "    serving.kserve.io/enable-prometheus-scraping: \"true\"\n"
             "    prometheus.kserve.io/port: \"8002\"\n"
             "    prometheus.kserve.io/path: /metrics\n"
+            "{6}"
             "spec:\n"
             "  predictor:\n"
             "    minReplicas: {2}\n"
             "    maxReplicas: {3}\n"
-            "    scaleMetric: concurrency\n"
+            "    scaleMetric: {7}\n"
             "    scaleTarget: {4}\n"
             "    containers:\n"
             "{5}"
             "      env:\n"
             "      - {{name: PROTOCOL, value: v2}}\n",
             q(o.name), q(o.namespace_), o.min_replicas, o.max_replicas,
-            o.pending_per_pod > 0 ? static_cast<int64_t>(o.pending_per_pod) : 4, container(o, 4));
+            cpu                    ? static_cast<int64_t>(o.target_cpu_percent)
+            : o.pending_per_pod > 0 ? static_cast<int64_t>(o.pending_per_pod)
+                                    : 4,
+            container(o, 4), cpu ? "    autoscaling.knative.dev/class: hpa.autoscaling.knative.dev\n" : "",
+            cpu ? "cpu" : "concurrency");
     }
     std::string metric =
         o.pending_per_pod > 0
@@ -137,7 +152,7 @@ Result<std::string> kubernetes_manifests(const ManifestOptions& o) {
                           o.pending_per_pod)  // (every digit: {:g} rounded 123456.7 to 123457)
             : fmt::format("  - type: Resource\n    resource:\n      name: cpu\n      target:\n        type: Utilization\n"
                           "        averageUtilization: {}\n",
-                          o.target_cpu_percent);
+                          o.target_cpu_percent > 0 ? o.target_cpu_percent : 70);
     return fmt::format(
         "apiVersion: apps/v1\n"
         "kind: Deployment\n"

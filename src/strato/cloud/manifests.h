@@ -17,7 +17,7 @@ struct ManifestOptions {
     std::string model_dir = "/models";  // the model repository inside the image or volume
     std::string namespace_ = "default";
     int min_replicas = 1, max_replicas = 8;
-    int target_cpu_percent = 70;      // HPA on CPU when pending_per_pod is 0
+    int target_cpu_percent = 0;       // scale on CPU utilisation; 0: not given (HPA: 70 %, KServe: concurrency)
     double pending_per_pod = 0;       // HPA on nv_inference_pending_request_count per pod
     int gpus = 0;                     // nvidia.com/gpu per pod
     std::string cpu = "2", memory = "4Gi";

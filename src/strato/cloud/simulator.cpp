@@ -221,7 +221,7 @@ void Sim::advance(double t) {
 }
 
 SimResult Sim::run() {
-    const double horizon = o_.horizon_s > 0 ? o_.horizon_s : tr_.points.back().t_s + o_.tick_s;
+    const double horizon = o_.horizon_s > 0 ? o_.horizon_s : tr_.points.back().t_s;
     for (size_t i = 0; i < tr_.points.size(); ++i)
         if (tr_.points[i].t_s <= horizon) push(tr_.points[i].t_s, Ev::kTrace, static_cast<int32_t>(i));
     push(0, Ev::kTick);
@@ -408,7 +408,13 @@ Result<SimResult> simulate(const Trace& trace, const Catalog& catalog, const Sim
     Trace shifted = trace;
     const double first = trace.points.front().t_s;
     for (auto& p : shifted.points) p.t_s -= first;
-    const double horizon = o.horizon_s > 0 ? o.horizon_s : shifted.points.back().t_s + o.tick_s;
+    // The run ends at the trace's last row (a tick more billed 25 h for a day, and 1,007 days for a
+    // day with --tick 1000d); a trace of one instant has no end of its own.
+    const double horizon = o.horizon_s > 0 ? o.horizon_s : shifted.points.back().t_s;
+    if (!(horizon > 0))
+        return invalid_argument("{}: every row is at time_s {:g}, so the trace has no duration; give --horizon or a "
+                                "last row at the end time",
+                                trace.source.empty() ? "the trace" : trace.source, trace.points.back().t_s);
     constexpr double kMaxTicks = 1e7;
     if (horizon / o.tick_s > kMaxTicks)
         return invalid_argument("{:.3g} s simulated in ticks of {:g} s is {:.3g} control-loop ticks, more than {:g}: "

@@ -52,7 +52,7 @@ struct SimOptions {
     double slo_wait_s = 60;          // the objective: queueing delay of arriving work
     double spot_hazard_per_h = kUnknown;  // per spot node; default: the catalog's rate
     double start_weekday_hour = 0;   // schedule clock at t = 0 (0 = Monday 00:00)
-    double horizon_s = 0;            // 0: the last trace point + one tick
+    double horizon_s = 0;            // 0: the last trace row's time (the trace end)
     int initial_nodes = -1;          // -1: min_nodes
     uint64_t seed = 1;
     bool timeline = true;            // record a point per tick (per k ticks, with their peaks, past kTimelinePoints)
