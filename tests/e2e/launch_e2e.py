@@ -83,6 +83,19 @@ def restarts(tmp):
     check(p.returncode == 9, f"restarts used up: exit {p.returncode}")
     check("no restarts left" in p.stderr, p.stderr[-500:])
     check(os.path.exists(f"{tmp}/used/attempt_1/error.json"), "an error file per attempt")
+    # Found by review: a reused log directory kept the earlier run's error.json files, and a stale
+    # rank_N.error.json was read as the error of a worker that wrote none this time.
+    with open(f"{tmp}/used/attempt_0/rank_1.error.json", "w") as f:
+        f.write('{"message": "STALE from an earlier run"}')
+    p = launch("--nproc-per-node", "2", "--max-restarts", "0", "--stop-timeout", "5", "--log-dir", f"{tmp}/used",
+               "/usr/bin/python3", "-c", "import os, sys; sys.exit(3 if os.environ['RANK'] == '1' else 0)")
+    check(p.returncode == 3, f"reused log dir: exit {p.returncode}")
+    err = json.load(open(f"{tmp}/used/error.json"))
+    check(err["rank"] == 1 and err["exit_code"] == 3 and "worker_error" not in err, f"stale worker error read: {err}")
+    check(not os.path.exists(f"{tmp}/used/attempt_1/error.json"), "the earlier run's attempt_1/error.json is still there")
+    p = launch("--nproc-per-node", "1", "--log-dir", f"{tmp}/used", "/usr/bin/python3", "-c", "pass")
+    check(p.returncode == 0 and not os.path.exists(f"{tmp}/used/error.json"),
+          f"a successful run in a reused log dir left an error.json: exit {p.returncode}")
 
 
 def hostile_output(tmp):

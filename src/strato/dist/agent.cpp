@@ -300,6 +300,9 @@ Status Group::start(const Round& r, const std::string& run_id, const std::string
         w.log.open(log_path);
         if (!w.log) log::warn("launch: cannot write {} ({}); rank {}'s output is not kept", log_path, strerror(errno), w.rank);
         w.error_file = fmt::format("{}/rank_{}.error.json", dir, w.rank);
+        // (one left by an earlier run in a reused log directory was taken as this worker's error)
+        if (::unlink(w.error_file.c_str()) != 0 && errno != ENOENT)
+            log::warn("launch: cannot remove the earlier {}: {}", w.error_file, strerror(errno));
         std::map<std::string, std::string> env;
         for (char** e = environ; *e; ++e) {
             std::string kv = *e;
@@ -638,6 +641,17 @@ private:
     int round_ = 0;
 };
 
+void remove_earlier_errors(const std::string& log_dir) {
+    std::vector<stdfs::path> files{stdfs::path(log_dir) / "error.json"};
+    std::error_code ec;
+    for (stdfs::directory_iterator it(log_dir, ec), end; !ec && it != end; it.increment(ec))
+        if (it->is_directory(ec) && it->path().filename().string().starts_with("attempt_"))
+            files.push_back(it->path() / "error.json");
+    int removed = 0;
+    for (const auto& f : files) removed += stdfs::remove(f, ec) ? 1 : 0;
+    if (removed > 0) log::info("launch: removed {} error.json file(s) an earlier run left in {}", removed, log_dir);
+}
+
 Status write_error_file(const std::string& log_dir, const std::string& attempt_dir, const Failure& f, const Round& r) {
     nlohmann::json tail = nlohmann::json::array();
     for (const auto& l : f.tail) tail.push_back(l);
@@ -750,6 +764,7 @@ Result<int> run_launch(const LaunchOptions& in) {
     STRATO_RETURN_IF_ERROR(fs::ensure_dir(o.log_dir));
 
     std::unique_ptr<Coordinator> coord;
+    bool hosting = o.node_rank <= 0;  // this node hosts the job: the rendezvous, or node 0 of a static one
     if (rendezvous) {
         RdzvSettings s;
         s.run_id = o.rdzv_id;
@@ -761,6 +776,7 @@ Result<int> run_launch(const LaunchOptions& in) {
         // The agent that can bind the endpoint hosts the rendezvous; the others find it taken.
         std::unique_ptr<RendezvousServer> server;
         auto srv = RendezvousServer::start(endpoint.host, endpoint.port, s);
+        hosting = srv.is_ok();
         if (srv) server = std::move(*srv);
         auto client = RendezvousClient::connect(endpoint.host, endpoint.port, o.join_timeout_s);
         if (!client && signals::stop_requested()) return 128 + signals::stop_signal();
@@ -773,6 +789,9 @@ Result<int> run_launch(const LaunchOptions& in) {
     } else {
         coord = std::make_unique<LocalCoordinator>(o);
     }
+    // A reused log directory: an earlier run's error.json files would name a failure this run did
+    // not have. The node that hosts the job (or runs it alone) clears them before any worker runs.
+    if (hosting) remove_earlier_errors(o.log_dir);
 
     int last_code = 1;
     Group group(o);
