@@ -11,6 +11,10 @@ import struct
 import sys
 import urllib.request
 
+# The server is on loopback: never through an http_proxy from the environment (urllib sends even
+# 127.0.0.1 through it unless no_proxy lists it, and the demo failed with "Connection refused").
+urlopen = urllib.request.build_opener(urllib.request.ProxyHandler({})).open
+
 DATA = "/usr/share/datasets/fashion-mnist"
 
 
@@ -20,14 +24,14 @@ def main():
     images = gzip.open(f"{DATA}/t10k-images-idx3-ubyte.gz").read()[16:16 + n * 784]
     labels = gzip.open(f"{DATA}/t10k-labels-idx1-ubyte.gz").read()[8:8 + n]
     url = f"http://127.0.0.1:{port}/v2/models/{model}"
-    meta = json.load(urllib.request.urlopen(url, timeout=10))
+    meta = json.load(urlopen(url, timeout=10))
 
     pixels = [b / 255.0 for b in images]
     request = {"id": "demo", "inputs": [{"name": "input", "shape": [n, 1, 28, 28], "datatype": "FP32", "data": pixels}],
                "outputs": [{"name": "probabilities", "parameters": {"classification": 10}}]}
     req = urllib.request.Request(f"{url}/infer", data=json.dumps(request).encode(),
                                  headers={"Content-Type": "application/json"})
-    answer = json.load(urllib.request.urlopen(req, timeout=30))
+    answer = json.load(urlopen(req, timeout=30))
     ranked = answer["outputs"][0]["data"]  # n rows of 10 "probability:index:label", best first
     top1 = ranked[::10]
     names = {int(e.split(":")[1]): e.split(":", 2)[2] for e in ranked[:10]}
@@ -46,7 +50,7 @@ def main():
     req = urllib.request.Request(f"{url}/infer", data=header + body,
                                  headers={"Inference-Header-Content-Length": str(len(header)),
                                           "Content-Type": "application/octet-stream"})
-    with urllib.request.urlopen(req, timeout=30) as r:
+    with urlopen(req, timeout=30) as r:
         raw = r.read()
         hl = int(r.headers["Inference-Header-Content-Length"])
     logits = struct.unpack(f"<{n * 10}f", raw[hl:])
@@ -54,7 +58,7 @@ def main():
     agree = sum(int(e.split(":")[1]) == a for e, a in zip(top1, argmax))
     print(f"POST {url}/infer  (binary tensor extension): logits {len(raw) - hl} bytes; argmax agrees with the JSON answer on {agree}/{n}")
 
-    stats = json.load(urllib.request.urlopen(f"{url}/stats", timeout=10))["model_stats"][0]
+    stats = json.load(urlopen(f"{url}/stats", timeout=10))["model_stats"][0]
     s = stats["inference_stats"]
     print(f"GET  {url}/stats: {s['success']['count']} requests, {stats['inference_count']} images, "
           f"{stats['execution_count']} executions, mean compute {s['compute_infer']['ns'] / max(s['compute_infer']['count'], 1) / 1e3:.0f} us")
