@@ -107,8 +107,10 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     cmd->callback([o, exit_code] {
         using namespace serve;
         auto fail = [&](const Status& s) { *exit_code = report_error("serve", s); };
-        if (o->repos.empty() && o->models.empty())
-            return fail(invalid_argument("nothing to serve: give --model-repository DIR or --model [NAME=]PACKAGE_DIR"));
+        if (o->repos.empty() && o->models.empty()) {  // a usage error, as a missing argument is
+            fail(invalid_argument("nothing to serve: give --model-repository DIR or --model [NAME=]PACKAGE_DIR"));
+            return void(*exit_code = 2);
+        }
         ServeOptions so;
         so.http.address = so.metrics_http.address = o->address;
         so.http.port = static_cast<uint16_t>(o->port);
@@ -152,6 +154,22 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
             return;
         }
         if (!st.is_ok()) return fail(st);
+        // A package named by --model that did not load: nothing of what was asked is served (as
+        // tritonserver's --exit-on-error). A run directory given for its package is the usual slip.
+        // (Repositories keep serving what loaded, their failed models shown UNAVAILABLE.)
+        for (const auto& [name, dir] : so.repository.packages) {
+            for (const auto& e : server.repository().index(false)) {
+                if (e.name != name || e.state == "READY") continue;
+                std::error_code ec;
+                const bool run_dir = std::filesystem::exists(std::filesystem::path(dir) / "model" / "strato-model.json", ec);
+                server.shutdown(std::chrono::seconds(0));
+                const std::string package = (std::filesystem::path(dir) / "model").string();
+                return fail(invalid_argument("--model {}: model '{}' did not load: {}{}", dir, name, e.reason,
+                                             run_dir ? fmt::format("\nhint: {} is a run directory; serve its package: "
+                                                                   "--model {}", dir, package)
+                                                     : ""));
+            }
+        }
         std::string models;
         for (const auto& e : server.repository().index(false))
             models += fmt::format("{}{}{}{}", models.empty() ? "" : ", ", e.name, e.version.empty() ? "" : " v" + e.version,

@@ -2030,6 +2030,8 @@ def cli_errors(ctx):
         (["--model-repository", dup_repo, "--model-repository", dup_repo + "/"], "are the same directory"),
         (["--model-repository", dup_repo, "--model-control-mode", "explicit", "--load-model", "*", "--load-model", "typo"],
          "cannot be given with other --load-model names"),
+        # Found by review: a run directory given for its package said "ready" and served nothing.
+        (["--model", os.path.dirname(PKG)], "is a run directory; serve its package: --model " + PKG),
     ]
     s = Soft()
     for args, needle in cases:
