@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <thread>
 #include <tuple>
 
@@ -83,31 +84,11 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
     if (!loopback && !f.allow_remote)
         return invalid_argument("{} is not a loopback address; pass --allow-remote to load-test another machine", url.host);
 
-    // the target
-    Target target;
-    if (!f.model.empty()) {
-        if (!f.body.empty() || !f.body_file.empty() || !f.method.empty())
-            return invalid_argument("--model builds inference requests itself; --method/--body/--body-file are for plain HTTP targets");
-        InferTargetOptions io;
-        io.model = f.model;
-        io.version = f.version;
-        io.batch_size = f.batch;
-        STRATO_ASSIGN_OR_RETURN(io.shapes, parse_shapes(f.shapes));
-        io.input_data = f.input_data;
-        io.binary = f.tensor_format == "binary";
-        io.string_length = f.string_length;
-        io.seed = f.seed;
-        STRATO_ASSIGN_OR_RETURN(target, build_infer_target(url, io));
-    } else {
-        std::string body = f.body;
-        if (!f.body_file.empty()) {
-            STRATO_ASSIGN_OR_RETURN(body, fs::read_file(f.body_file));
-        }
-        std::string method = f.method.empty() ? (body.empty() ? "GET" : "POST") : f.method;
-        target.url = url;
-        target.requests.push_back(build_request(url, method, f.headers, body));
-        target.head = method == "HEAD";
-        target.description = fmt::format("{} {}{}", method, url.target, body.empty() ? "" : fmt::format(" ({} bytes)", body.size()));
+    if (!f.model.empty() && f.input_data != "zero" && f.input_data != "random" && !f.input_data.empty()) {
+        std::error_code ec;
+        if (!std::filesystem::exists(f.input_data, ec))
+            return invalid_argument("--input-data {}: no such file (expected zero, random, a perf_analyzer JSON file or "
+                                    "an IDX file)", f.input_data);
     }
 
     // the plan
@@ -176,6 +157,41 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
     ro.requests = f.requests;
     ro.stability_pct = f.stability;
     ro.max_trials = f.max_trials;
+    int64_t slo_ns = 0;
+    std::vector<double> max_rate;
+    if (!f.slo.empty()) {
+        STRATO_ASSIGN_OR_RETURN(slo_ns, parse_duration_ns(f.slo, "ms"));
+        STRATO_ASSIGN_OR_RETURN(max_rate, parse_range(f.max_rate, false));
+    }
+
+    // The target, once every flag is checked: building it asks the server for the model (a typo in
+    // --duration was reported only when a server answered, as "Connection refused" otherwise).
+    Target target;
+    if (!f.model.empty()) {
+        if (!f.body.empty() || !f.body_file.empty() || !f.method.empty())
+            return invalid_argument("--model builds inference requests itself; --method/--body/--body-file are for plain HTTP targets");
+        InferTargetOptions io;
+        io.model = f.model;
+        io.version = f.version;
+        io.batch_size = f.batch;
+        STRATO_ASSIGN_OR_RETURN(io.shapes, parse_shapes(f.shapes));
+        io.input_data = f.input_data;
+        io.binary = f.tensor_format == "binary";
+        io.string_length = f.string_length;
+        io.seed = f.seed;
+        STRATO_ASSIGN_OR_RETURN(target, build_infer_target(url, io));
+    } else {
+        std::string body = f.body;
+        if (!f.body_file.empty()) {
+            STRATO_ASSIGN_OR_RETURN(body, fs::read_file(f.body_file));
+        }
+        std::string method = f.method.empty() ? (body.empty() ? "GET" : "POST") : f.method;
+        target.url = url;
+        target.requests.push_back(build_request(url, method, f.headers, body));
+        target.head = method == "HEAD";
+        target.description = fmt::format("{} {}{}", method, url.target, body.empty() ? "" : fmt::format(" ({} bytes)", body.size()));
+    }
+
     ro.batch_size = target.batch;
     if (!f.model.empty())
         ro.server_stats = [url, m = f.model, v = f.version]() -> Result<ServerStats> {
@@ -200,8 +216,6 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
     std::optional<SloResult> slo;
     Status sweep_failed;  // a level that failed after others were measured: said after they are written
     if (!f.slo.empty()) {
-        STRATO_ASSIGN_OR_RETURN(int64_t slo_ns, parse_duration_ns(f.slo, "ms"));
-        STRATO_ASSIGN_OR_RETURN(auto max_rate, parse_range(f.max_rate, false));
         STRATO_ASSIGN_OR_RETURN(slo, slo_search(target, ro, slo_ns, f.rate > 0 ? f.rate : 10.0, max_rate.back()));
         points = slo->probes;
         std::sort(points.begin(), points.end(), [](const auto& a, const auto& b) { return a.level < b.level; });
@@ -275,9 +289,13 @@ void add_loadtest_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
     cmd->add_option("--body-file", f->body_file, "Request body from a file")->group(plain);
     auto* load = "Load";
     cmd->add_option("--concurrency", f->concurrency, "Closed loop: N requests outstanding (default 1)")->check(CLI::Range(1, 100000))->default_str("")->group(load);
-    cmd->add_option("--concurrency-range", f->concurrency_range, "Sweep: START:END[:STEP] or START:END:xFACTOR (1:64:x2), or a list 1,4,16")->group(load);
+    cmd->add_option("--concurrency-range", f->concurrency_range, "Sweep: START:END[:STEP] or START:END:xFACTOR (1:64:x2), or a list 1,4,16")
+        ->check(status_flag("--concurrency-range", [](const std::string& t) { return loadgen::parse_range(t, true, 100000).status(); }, "RANGE"))
+        ->group(load);
     cmd->add_option("--request-rate", f->rate, "Open loop: requests per second (latency from the intended send time; default: none, closed loop)")->check(finite_range(1e-6, 1e7))->default_str("")->group(load);
-    cmd->add_option("--request-rate-range", f->rate_range, "Sweep request rates: START:END[:STEP|xFACTOR] or a list")->group(load);
+    cmd->add_option("--request-rate-range", f->rate_range, "Sweep request rates: START:END[:STEP|xFACTOR] or a list")
+        ->check(status_flag("--request-rate-range", [](const std::string& t) { return loadgen::parse_range(t, false).status(); }, "RANGE"))
+        ->group(load);
     cmd->add_option("--request-distribution", f->distribution, "Open-loop gaps: constant or poisson")->check(CLI::IsMember({"constant", "poisson"}))->group(load);
     cmd->add_option("-u,--users", f->users, "Locust-style: U users, each waiting for its answer (closed loop; default: none)")->check(CLI::Range(1, 100000))->default_str("")->group(load);
     cmd->add_option("-r,--spawn-rate", f->spawn_rate, "Users started per second (the ramp is not measured; default: all at once)")->check(finite_range(0, 1e6))->default_str("")->group(load);
@@ -291,17 +309,19 @@ void add_loadtest_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
     cmd->add_option("--trace-rate-scale", f->trace_rate_scale, "Multiply the trace's rates by this")->check(finite_range(1e-9, 1e9))->group(load);
     cmd->add_option("--request-intervals", f->intervals, "Open loop with perf_analyzer's intervals file: one gap in microseconds per line, cycled")->group(load);
     auto* meas = "Measurement";
-    cmd->add_option("-d,--duration", f->duration, "Measured time per level (after the warm-up)")->group(meas);
+    cmd->add_option("-d,--duration", f->duration, "Measured time per level (after the warm-up)")->check(duration_flag("s", false))->group(meas);
     cmd->add_option("-n,--requests", f->requests, "Measure this many requests per level instead of a duration (default: none, --duration)")->check(CLI::Range(int64_t{1}, int64_t{1} << 40))->default_str("")->group(meas);
-    cmd->add_option("--warmup", f->warmup, "Load before measuring (not counted)")->group(meas);
+    cmd->add_option("--warmup", f->warmup, "Load before measuring (not counted)")->check(duration_flag("s", false))->group(meas);
     // (windows of a fixed count of requests: the count ran out after the first, and three empty
     // windows "agreed" on 0 req/s)
     cmd->add_option("--stability-percentage", f->stability, "perf_analyzer's rule: measure windows until 3 agree within this % (0: off)")->check(finite_range(0, 100))->group(meas)->excludes("--requests");
-    cmd->add_option("-p,--measurement-interval", f->window, "Stability window length; with --trace/--request-intervals, the timeline's (default: 5s or 1/100 of the run) (bare numbers are ms)")->group(meas);
+    cmd->add_option("-p,--measurement-interval", f->window, "Stability window length; with --trace/--request-intervals, the timeline's (default: 5s or 1/100 of the run) (bare numbers are ms)")->check(duration_flag("ms", true))->group(meas);
     cmd->add_option("--max-trials", f->max_trials, "Stability windows at most")->check(CLI::Range(3, 1000))->group(meas);
-    cmd->add_option("--grace", f->grace, "After the deadline, wait this long for outstanding requests")->group(meas);
-    cmd->add_option("--slo-p99", f->slo, "Find the highest request rate with p99 at most this (e.g. 50ms); starts at --request-rate or 10")->group(meas);
-    cmd->add_option("--max-rate", f->max_rate, "Highest rate the SLO search tries")->group(meas);
+    cmd->add_option("--grace", f->grace, "After the deadline, wait this long for outstanding requests")->check(duration_flag("s", false))->group(meas);
+    cmd->add_option("--slo-p99", f->slo, "Find the highest request rate with p99 at most this (e.g. 50ms); starts at --request-rate or 10")->check(duration_flag("ms", true))->group(meas);
+    cmd->add_option("--max-rate", f->max_rate, "Highest rate the SLO search tries")
+        ->check(status_flag("--max-rate", [](const std::string& t) { return loadgen::parse_range(t, false).status(); }, "RATE"))
+        ->group(meas);
     auto* outg = "Output";
     cmd->add_option("--csv", f->csv, "perf_analyzer-style CSV (µs columns, rows sorted by throughput)")->group(outg);
     cmd->add_option("--json", f->json_out, "Everything measured, as JSON (render with `strato report FILE.json`)")->group(outg);
@@ -320,6 +340,11 @@ void add_loadtest_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         f->duration_set = cmd->count("--duration") > 0;
         f->warmup_set = cmd->count("--warmup") > 0;
         f->window_set = cmd->count("--measurement-interval") > 0;
+        if (f->url.empty() && f->model.empty()) {  // a usage error, as a missing argument is
+            report_error("loadtest", invalid_argument("no target: give a URL (http://host:port/path) or --model NAME for a "
+                                                      "server on 127.0.0.1:8000"));
+            return void(*exit_code = 2);
+        }
         signals::install_stop_handlers();
         bool all_failed = false;
         Status st = run_loadtest(*f, g, &all_failed);

@@ -335,7 +335,7 @@ def main():
         check("nope" in err and "GET /v2/models/nope" in err, f"unknown model: {err}")
         _, err, _ = run(["http://10.255.255.1:8000/", "-n", "5"], expect=1)
         check("not a loopback address" in err and "--allow-remote" in err, f"remote target: {err}")
-        _, err, _ = run([url, "--model", "cnn", "--concurrency-range", "8:1"], expect=1)
+        _, err, _ = run([url, "--model", "cnn", "--concurrency-range", "8:1"], expect=2)  # (a usage error: the flag's validator)
         check("below start" in err, f"bad range: {err}")
         _, err, _ = run([url, "--model", "cnn", "--shape", "pixels:28,28"], expect=1)
         check("not an input" in err, f"bad --shape: {err}")
@@ -345,9 +345,9 @@ def main():
         check("max_batch_size" in err, f"batch above max: {err}")
         _, err, _ = run(["https://127.0.0.1/", "-n", "1"], expect=1)
         check("https is not supported" in err, f"https: {err}")
-        _, err, _ = run([url, "--model", "cnn", "--concurrency-range", "inf"], expect=1)
+        _, err, _ = run([url, "--model", "cnn", "--concurrency-range", "inf"], expect=2)
         check("is not a positive integer" in err, f"infinite range: {err}")
-        _, err, _ = run([url, "--model", "cnn", "--concurrency-range", "1,200000"], expect=1)
+        _, err, _ = run([url, "--model", "cnn", "--concurrency-range", "1,200000"], expect=2)
         check("above the most allowed, 100000" in err, f"huge range: {err}")
         _, err, _ = run([url, "--model", "cnn", "-n", "5", "--json", f"{tmp}/same.out", "--csv", f"{tmp}/same.out"], expect=1)
         check("--json and --csv name the same file" in err, f"one file for two outputs: {err}")
@@ -441,6 +441,20 @@ def main():
                                     ("--busy-poll", "soon", "--busy-poll: duration 'soon'")]:
             out, err, _ = run([f"http://127.0.0.1:{dead}/", "-n", "1", flag, value], expect=2)
             check(needle in err and "onnect" not in out + err, f"{flag} {value}: {out} {err}")
+        # Found by review: every other duration, the ranges and --max-rate were checked only once a
+        # server answered the model's metadata ("Connection refused" without one; --max-rate never).
+        for flag, value, needle in [("--duration", "abc", "--duration: duration 'abc'"),
+                                    ("--warmup", "-1s", "--warmup: duration '-1s'"),
+                                    ("--grace", "xyz", "--grace: duration 'xyz'"),
+                                    ("-p", "abc", "--measurement-interval: duration 'abc'"),
+                                    ("--concurrency-range", "8:1", "--concurrency-range: range '8:1'"),
+                                    ("--max-rate", "abc", "--max-rate: 'abc'")]:
+            out, err, _ = run([f"http://127.0.0.1:{dead}", "--model", "m", flag, value], expect=2)
+            check(needle in err and "onnect" not in out + err, f"{flag} {value}: {out} {err}")
+        out, err, _ = run([f"http://127.0.0.1:{dead}", "--model", "m", "--input-data", "zeroo"], expect=1)
+        check("--input-data zeroo: no such file" in err and "onnect" not in out + err, f"--input-data zeroo: {out} {err}")
+        out, err, _ = run(["-n", "1"], expect=2)
+        check("no target" in err, f"no target: {err}")
 
         interrupt_checks(tmp, url + "/v2/health/live")
 
