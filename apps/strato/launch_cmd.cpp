@@ -119,6 +119,10 @@ void add_launch_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         dist::LaunchOptions l = o->l;
         l.master_given = master_addr->count() > 0 || master_port->count() > 0;
         l.command = g_worker_command;
+        if (l.command.empty()) {  // a usage error, as a missing argument is
+            report_error("launch", invalid_argument("no command to run (strato launch [OPTIONS] COMMAND [ARGS...])"));
+            return void(*exit_code = 2);
+        }
         if (o->nproc == "cpu" || o->nproc == "auto") {
             l.nproc_per_node = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
         } else {

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "commands.h"
+#include "strato/core/config.h"
 #include "strato/core/duration.h"
 #include "strato/core/log.h"
 #include "strato/core/memory.h"
@@ -135,7 +136,7 @@ int main(int argc, char** argv) {
         "  strato launch --standalone --nproc-per-node 2 strato train configs/fashion_mnist_cnn.toml\n"
         "  strato data pack photos/ photos-shards/ --shard-size 256MB\n"
         "  strato plan --workload resnet50-imagenet --deadline 4h\n"
-        "  strato monitor --rules alerts.toml\n"
+        "  strato monitor --rules configs/monitor/alerts.toml\n"
         "  strato autoscale simulate --policy configs/autoscale/seeds.toml --trace bench/cloud/week_trace.csv --per-gpu-capacity 600\n"
         "  strato doctor");
     int exit_code = 0;
@@ -186,11 +187,26 @@ int main(int argc, char** argv) {
                 if (chain.empty() && (word == "-q" || word == "--quiet" || word == "-v" || word == "--verbose")) continue;
                 break;
             }
+            std::string names, closest;
+            size_t best = 3;  // (at most two edits away: "trian", "tune rn")
+            for (const auto* sub : subs) {
+                names += (names.empty() ? "" : ", ") + sub->get_name();
+                if (i < argc) {
+                    const size_t d = config::edit_distance(argv[i], sub->get_name());
+                    if (d < best) best = d, closest = sub->get_name();
+                }
+            }
+            const std::string where = chain.empty() ? "" : fmt::format(" of {}", fmt::join(chain, " "));
             if (!subs.empty() && i < argc && argv[i][0] != '-' && argv[i][0] != '\0') {
-                std::string names;
-                for (const auto* sub : subs) names += (names.empty() ? "" : ", ") + sub->get_name();
-                fmt::print(stderr, "strato: '{}' is not a command{} (commands: {})\nRun with --help for more information.\n",
-                           argv[i], chain.empty() ? "" : fmt::format(" of {}", fmt::join(chain, " ")), names);
+                fmt::print(stderr, "strato: '{}' is not a command{}{} (commands: {})\nRun with --help for more information.\n",
+                           argv[i], where, closest.empty() ? "" : fmt::format("; did you mean '{}'?", closest), names);
+                return 2;
+            }
+            // No command word at all (`strato`, `strato tune`): the commands there are.
+            if (!subs.empty() && i >= argc && at->get_subcommands().empty() &&
+                std::string(e.what()).find("subcommand is required") != std::string::npos) {
+                fmt::print(stderr, "strato{}: a command is required: {}\nRun with --help for more information.\n",
+                           chain.empty() ? "" : " " + fmt::format("{}", fmt::join(chain, " ")), names);
                 return 2;
             }
         }
