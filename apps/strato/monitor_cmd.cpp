@@ -1,4 +1,4 @@
-// strato monitor [--port 9400] [--interval 1s] [--rules alerts.toml] [--jsonl FILE] [--once] ...
+// strato monitor [--port 9400] [--interval 1s] [--rules configs/monitor/alerts.toml] [--jsonl FILE] [--once] ...
 
 #include <fmt/format.h>
 
@@ -57,9 +57,9 @@ void add_monitor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     cmd->footer(
         "Examples:\n"
         "  strato monitor                                  # http://127.0.0.1:9400/metrics\n"
-        "  strato monitor --rules alerts.toml --jsonl gpu.jsonl\n"
+        "  strato monitor --rules configs/monitor/alerts.toml --jsonl gpu.jsonl\n"
         "  strato monitor --once --json\n"
-        "  strato monitor --replay gpu.jsonl --rules alerts.toml --no-exporter\n"
+        "  strato monitor --replay gpu.jsonl --rules configs/monitor/alerts.toml --no-exporter\n"
         "GPU metrics use the DCGM exporter's names (DCGM_FI_DEV_GPU_UTIL, ...) through NVML loaded at run\n"
         "time; without a GPU driver strato reports \"no GPU\" and CPU metrics only.\n"
         "Exit status: 0; 3 when a rule with action = \"exit\" fired; 2 on bad flags; 1 on other errors.");

@@ -404,7 +404,7 @@ void add_plan_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         "  strato plan --workload resnet50-imagenet --deadline 4h\n"
         "  strato plan --workload yolov8m-coco --gpu A10G --objective time --budget 200\n"
         "  strato plan --run runs/fashion_mnist_cnn --epochs 100 --dataset-size 6e6\n"
-        "  strato plan --workload resnet50-imagenet --market spot --prices my_prices.toml --json\n"
+        "  strato plan --workload resnet50-imagenet --market spot --prices configs/plan/prices.toml --json\n"
         "A spot row meets --deadline and --budget when its 90th percentile (p90_h, cost_p90) does; it is\n"
         "ranked by its expected time and cost.\n"
         "Exit status: 0 with a plan, 1 when nothing meets the constraints (the binding one is named), 2 on a\n"
