@@ -25,7 +25,9 @@ void add_quantize_command(CLI::App& compress, const GlobalFlags& g, int* exit_co
     auto o = std::make_shared<Opts>();
     auto* cmd = compress.add_subcommand(
         "quantize", "INT8 post-training quantization: calibrate on training data, write an INT8 model package");
-    cmd->add_option("--model", o->r.model, "Float model package directory (runs/NAME/model)")->required();
+    cmd->add_option("--model", o->r.model, "Float model package directory (runs/NAME/model)")
+        ->required()
+        ->check(file_path_flag());
     cmd->add_option("--output", o->r.output, "Directory of the INT8 package (default: <model>-int8)");
     cmd->add_option("--calibration-batches", o->r.calibration_batches,
                     "Batches of training samples the observers see (drawn at random)")
@@ -46,7 +48,10 @@ void add_quantize_command(CLI::App& compress, const GlobalFlags& g, int* exit_co
     cmd->add_option("--config", o->config, "Take the [data] section from this training config");
     cmd->add_option("--set", o->sets, "Override a config key, e.g. --set data.limit_test=1000");
     cmd->add_option("--data", o->data, "Dataset directory (default: Debian's Fashion-MNIST)");
-    cmd->add_option("--dataset", o->dataset, "Dataset kind: fashion-mnist, idx, image-folder, shards, csv, synthetic");
+    // Checked as eval checks it (data.dataset's list of kinds): an unknown kind is a usage error (exit 2).
+    cmd->add_option("--dataset", o->dataset, "Dataset kind: fashion-mnist, idx, image-folder, shards, csv, synthetic")
+        ->check(status_flag(
+            "--dataset", [](const std::string& v) { return data_config_from_flags("", {}, "", v).status(); }, "KIND"));
     cmd->add_option("--threads", o->threads, "Intra-op threads (0 = cores)")->check(CLI::Range(0, 1024));
     cmd->add_flag("--no-eval", o->no_eval, "Skip measuring float and INT8 accuracy on the test split");
     cmd->add_flag("--overwrite", o->r.overwrite, "Replace a model package already at --output");

@@ -26,7 +26,9 @@ void add_compress_distill_command(CLI::App& compress, const GlobalFlags& g, int*
     auto o = std::make_shared<Opts>();
     auto* cmd = compress.add_subcommand(
         "distill", "Train a (smaller) student config from a teacher package with the knowledge-distillation loss");
-    cmd->add_option("--teacher", o->d.teacher, "The teacher's model package (runs/NAME/model)")->required();
+    cmd->add_option("--teacher", o->d.teacher, "The teacher's model package (runs/NAME/model)")
+        ->required()
+        ->check(file_path_flag());
     cmd->add_option("--config", o->config,
                     "The student's training config (TOML), e.g. configs/fashion_mnist_student.toml")
         ->required();
@@ -118,7 +120,10 @@ void add_compress_report_command(CLI::App& compress, const GlobalFlags&, int* ex
     cmd->add_option("--config", o->config, "Take the [data] section from this training config");
     cmd->add_option("--set", o->sets, "Override a config key, e.g. --set data.limit_test=2000");
     cmd->add_option("--data", o->data, "Dataset directory (default: Debian's Fashion-MNIST)");
-    cmd->add_option("--dataset", o->dataset, "Dataset kind: fashion-mnist, idx, image-folder, shards, csv, synthetic");
+    // Checked as eval checks it (data.dataset's list of kinds): an unknown kind is a usage error (exit 2).
+    cmd->add_option("--dataset", o->dataset, "Dataset kind: fashion-mnist, idx, image-folder, shards, csv, synthetic")
+        ->check(status_flag(
+            "--dataset", [](const std::string& v) { return data_config_from_flags("", {}, "", v).status(); }, "KIND"));
     cmd->add_option("--threads", o->c.threads, "Intra-op threads (0 = cores)")
         ->capture_default_str()
         ->check(CLI::Range(0, 1024));

@@ -2,12 +2,41 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "commands.h"
 #include "strato/compress/prune.h"
 #include "strato/core/json.h"
 #include "strato/core/signals.h"
 
 namespace strato::cli {
+namespace {
+
+// --amount: a fraction to remove, in (0, 1) open at both ends (prune_package checks it again).
+CLI::Validator fraction_open() {
+    return CLI::Validator(
+        [](std::string& text) -> std::string {
+            double v = 0;
+            if (!CLI::detail::lexical_cast(text, v) || !std::isfinite(v))
+                return fmt::format("expected a number, got '{}'", text);
+            if (!(v > 0 && v < 1)) return fmt::format("expected the fraction to remove, in (0, 1) (e.g. 0.5), got {}", text);
+            return {};
+        },
+        "FRACTION in (0, 1)");
+}
+
+// --ramp-points: a count of at least 1 (prune_package checks it again).
+CLI::Validator at_least_one() {
+    return CLI::Validator(
+        [](std::string& text) -> std::string {
+            int64_t v = 0;
+            if (!CLI::detail::lexical_cast(text, v) || v < 1) return fmt::format("expected at least 1, got '{}'", text);
+            return {};
+        },
+        "N >= 1");
+}
+
+}  // namespace
 
 void add_compress_prune_command(CLI::App& compress, const GlobalFlags& g, int* exit_code) {
     struct Opts {
@@ -26,15 +55,18 @@ void add_compress_prune_command(CLI::App& compress, const GlobalFlags& g, int* e
         "Prune a model package and fine-tune it: global magnitude pruning (zeros, same shapes) or channel "
         "pruning (a narrower, faster network)");
     cmd->add_option("--model", o->model, "Source model package directory (runs/NAME/model); a float package")
-        ->required();
+        ->required()
+        ->check(file_path_flag());
     cmd->add_option("--method", o->method,
                     "magnitude: zero the smallest |w| over all conv/linear weights (unstructured); channels: remove "
                     "the least important channels of every prunable layer and rebuild smaller layers (structured)")
+        ->check(CLI::IsMember({"magnitude", "channels"}))
         ->capture_default_str();
     auto* amount =
         cmd->add_option("--amount", o->amount,
                         "Fraction to remove, in (0, 1): of all conv/linear weights (magnitude, default 0.5) or of each "
-                        "layer's channels (channels, default 0.3)");
+                        "layer's channels (channels, default 0.3)")
+            ->check(fraction_open());
     cmd->add_option("--round-to", o->round_to,
                     "channels: round each layer's kept width down to a multiple of this (CPU kernels work on "
                     "blocks of 8 or 16 channels: 22 channels cost as much as 24); 1 = exactly --amount")
@@ -43,10 +75,13 @@ void add_compress_prune_command(CLI::App& compress, const GlobalFlags& g, int* e
     cmd->add_option("--schedule", o->schedule,
                     "oneshot: prune once, then fine-tune; gradual (magnitude): raise the sparsity from 0 to --amount "
                     "during fine-tuning on Zhu & Gupta's cubic schedule")
+        ->check(CLI::IsMember({"oneshot", "gradual"}))
         ->capture_default_str();
     cmd->add_option("--ramp", o->ramp, "gradual: fraction of the fine-tuning steps the sparsity ramps over")
+        ->check(finite_above(0, 1))
         ->capture_default_str();
     cmd->add_option("--ramp-points", o->ramp_points, "gradual: how many times the masks are recomputed on the ramp")
+        ->check(at_least_one())
         ->capture_default_str();
     cmd->add_option("--config", o->config,
                     "Fine-tuning config (a training config: [data], [optim], [schedule], [train]); its [model] is "
@@ -75,6 +110,7 @@ void add_compress_prune_command(CLI::App& compress, const GlobalFlags& g, int* e
         "on dense kernels. Channel pruning writes model.channels into the package: fewer FLOPs, really faster.\n"
         "Prune the float package, then quantize the pruned one (an INT8 package cannot be pruned).");
     cmd->callback([o, amount, epochs, &g, exit_code] {
+        signals::install_stop_handlers();  // first: Ctrl-C during the evaluation before training stops it (exit 130)
         auto finetune = compress::finetune_config(o->config, o->sets);
         if (!finetune) return void(*exit_code = report_error("compress prune", finetune.status()));
         compress::PruneOptions po;
@@ -91,7 +127,6 @@ void add_compress_prune_command(CLI::App& compress, const GlobalFlags& g, int* e
         po.resume = o->resume;
         po.overwrite = o->overwrite;
         po.quiet = g.quiet || o->json;
-        signals::install_stop_handlers();
         auto r = compress::prune_package(po);
         if (!r) return void(*exit_code = report_error("compress prune", r.status()));
         if (o->json) {

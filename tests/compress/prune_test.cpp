@@ -9,10 +9,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <csignal>
+
 #include <algorithm>
 #include <filesystem>
 
 #include "strato/core/fs.h"
+#include "strato/core/signals.h"
 #include "strato/models/package.h"
 
 namespace strato::compress {
@@ -486,6 +489,105 @@ TEST(PrunePackage, MagnitudeOneShotFineTunesWithMasksKept) {
     auto resumed = prune_package(o);
     ASSERT_TRUE(resumed.is_ok()) << resumed.status().message();
     EXPECT_EQ(resumed->zeros, r->zeros);
+
+    // Found by review: --resume with other pruning settings or another source continued silently
+    // (metrics.json then told of one clean run at the new amount). prune.json keeps the run's.
+    auto record = fs::read_file(tmp.path() / "out" / "prune.json");
+    ASSERT_TRUE(record.is_ok()) << record.status().message();
+    const auto settings = nlohmann::json::parse(*record);
+    EXPECT_EQ(settings["amount"], 0.6);
+    EXPECT_EQ(settings["method"], "magnitude");
+    EXPECT_EQ(settings["source"], stdfs::absolute(src).lexically_normal().string());
+    EXPECT_TRUE(settings["source_weights_sha256"].is_string()) << settings.dump();
+    auto refused = [&](const PruneOptions& changed, const std::string& needle) {
+        auto x = prune_package(changed);
+        ASSERT_FALSE(x.is_ok()) << needle;
+        EXPECT_NE(x.status().message().find(needle), std::string::npos) << x.status().message();
+        EXPECT_NE(x.status().message().find("--overwrite"), std::string::npos) << x.status().message();
+    };
+    PruneOptions other = o;
+    other.amount = 0.9;
+    refused(other, "amount 0.6 then, 0.9 now");
+    other = o;
+    other.schedule = "gradual";
+    refused(other, "schedule \"oneshot\" then, \"gradual\" now");
+    other = o;
+    other.method = "channels";
+    refused(other, "method \"magnitude\" then, \"channels\" now");
+    stdfs::copy(src, tmp.str("copy"), stdfs::copy_options::recursive);
+    other = o;
+    other.model = tmp.str("copy");
+    refused(other, "source \"");
+    auto still = models::load_package(r->package);
+    ASSERT_TRUE(still.is_ok());
+    EXPECT_EQ(still->info.metrics["compression"]["amount"], 0.6);
+}
+
+TEST(PrunePackage, ResumeFromAnotherSourceWithTheSamePathIsRefused) {
+    if (!have_fashion_mnist()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+    // Found by review: a source package replaced in place (same path, other weights) was resumed from.
+    TempDir tmp;
+    const std::string src = make_source_package(tmp);
+    PruneOptions o = small_options(tmp, src);
+    o.epochs = 0;  // writes prune.json and the package; then pretend a fine-tuning was interrupted
+    ASSERT_TRUE(prune_package(o).is_ok());
+    ASSERT_TRUE(fs::atomic_write(tmp.path() / "out" / "metrics.jsonl", "{\"kind\":\"train\"}\n").is_ok());
+    stdfs::remove_all(tmp.path() / "source");
+    make_source_package(tmp, "mlp");  // other weights at the same path
+    o.epochs = 1;
+    o.resume = true;
+    auto r = prune_package(o);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("source_weights_sha256"), std::string::npos) << r.status().message();
+}
+
+TEST(PrunePackage, AnExistingRunIsRefusedBeforeAnyWorkNamingTheFlags) {
+    // Found by review: an existing --output run was refused only after the source evaluation and
+    // pruning, by the trainer, whose hint (--set run.name=NEW) --output overrides.
+    if (!have_fashion_mnist()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+    TempDir tmp;
+    const std::string src = make_source_package(tmp);
+    PruneOptions o = small_options(tmp, src);
+    stdfs::create_directories(tmp.path() / "out");
+    ASSERT_TRUE(fs::atomic_write(tmp.path() / "out" / "metrics.jsonl", "{\"kind\":\"train\"}\n").is_ok());
+    // A stop request is honoured after the source evaluation: refused with kAlreadyExists, the
+    // refusal came first.
+    signals::install_stop_handlers();
+    std::raise(SIGINT);
+    auto r = prune_package(o);
+    o.epochs = 0;
+    auto r0 = prune_package(o);
+    signals::reset();
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kAlreadyExists) << r.status().message();
+    const std::string& m = r.status().message();
+    EXPECT_NE(m.find("already holds a run"), std::string::npos) << m;
+    EXPECT_NE(m.find("--output DIR"), std::string::npos) << m;
+    EXPECT_NE(m.find("--overwrite"), std::string::npos) << m;
+    EXPECT_NE(m.find("--resume"), std::string::npos) << m;
+    EXPECT_EQ(m.find("run.name"), std::string::npos) << m;
+    ASSERT_FALSE(r0.is_ok());
+    EXPECT_EQ(r0.status().code(), StatusCode::kAlreadyExists) << r0.status().message();
+    EXPECT_EQ(r0.status().message().find("--resume"), std::string::npos) << r0.status().message();
+}
+
+TEST(PrunePackage, CtrlCBeforeFineTuningCancelsWithoutAPackage) {
+    if (!have_fashion_mnist()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+    // Found by review: SIGINT was swallowed before training: --epochs 0 finished and exited 0.
+    TempDir tmp;
+    const std::string src = make_source_package(tmp);
+    for (int64_t epochs : {0, 1}) {
+        PruneOptions o = small_options(tmp, src);
+        o.epochs = epochs;
+        signals::install_stop_handlers();
+        std::raise(SIGINT);
+        auto r = prune_package(o);
+        signals::reset();
+        ASSERT_FALSE(r.is_ok()) << epochs;
+        EXPECT_EQ(r.status().code(), StatusCode::kCancelled) << r.status().message();
+        EXPECT_NE(r.status().message().find("interrupted by signal"), std::string::npos) << r.status().message();
+        EXPECT_FALSE(stdfs::exists(tmp.path() / "out" / "model")) << epochs;
+    }
 }
 
 TEST(PrunePackage, GradualReachesTheTargetAtTheEnd) {

@@ -11,6 +11,7 @@ import os
 import time
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import urllib.request
@@ -161,6 +162,41 @@ def main():
         run("eval", "--model", os.path.join(ch, "model"), *LIMITS)
         p = run("compress", "prune", "--model", int8, "--output", f"{tmp}/bad", expect=1)
         check("INT8" in p.stderr or "quantized" in p.stderr, p.stderr)
+        # Found by review: out-of-range prune values were refused by the library (exit 1), an unknown
+        # --dataset by the data config (exit 1, while eval's is a usage error), and an empty --model
+        # became "--output -int8 is inside the source package". All usage errors now (exit 2).
+        for args, needle in ((["--amount", "1.5"], "--amount"), (["--amount", "nan"], "--amount"),
+                             (["--method", "foo"], "--method"), (["--schedule", "foo"], "--schedule"),
+                             (["--ramp", "nan"], "--ramp"), (["--ramp-points", "-3"], "--ramp-points")):
+            p = run("compress", "prune", "--model", fp32, "--output", f"{tmp}/bad", *args, expect=2)
+            check(needle in p.stderr, f"{args}: {p.stderr}")
+        for args in (["compress", "quantize", "--model", fp32, "--dataset", "foo"],
+                     ["compress", "report", "--model", f"a={fp32}", "--dataset", "foo"],
+                     ["compress", "quantize", "--model", "", "--no-eval"],
+                     ["compress", "prune", "--model", ""],
+                     ["compress", "distill", "--teacher", "", "--config", "c.toml"]):
+            p = run(*args, expect=2)
+            check(("--dataset" in args and "foo" in p.stderr) or "empty" in p.stderr, f"{args}: {p.stderr}")
+        check(not os.path.exists(f"{tmp}/bad") and not os.path.exists("-int8"), "nothing written for usage errors")
+        # Found by review: --resume with another --amount continued silently (exit 0).
+        p = run("compress", "prune", "--model", fp32, "--output", mag, "--amount", "0.9", "--epochs", "1", "--resume",
+                *LIMITS, expect=1)
+        check("amount 0.5 then, 0.9 now" in p.stderr, p.stderr)
+        # Found by review: an existing run was refused after the source evaluation, hinting run.name.
+        p = run("compress", "prune", "--model", fp32, "--output", mag, "--epochs", "1", *LIMITS, expect=1)
+        check("already holds a run" in p.stderr and "--output DIR" in p.stderr and "run.name" not in p.stderr,
+              p.stderr)
+        # Found by review: Ctrl-C before the fine-tuning was swallowed (--epochs 0 exited 0).
+        for delay in (1.0, 2.0, 3.0):  # (a signal before the handlers are installed kills it: -SIGINT, again)
+            sig = subprocess.Popen([STRATO, "compress", "prune", "--model", fp32, "--output", f"{tmp}/sig", "--epochs",
+                                    "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            time.sleep(delay)
+            sig.send_signal(signal.SIGINT)
+            out, err = sig.communicate(timeout=300)
+            if sig.returncode != -signal.SIGINT:
+                break
+        check(sig.returncode == 130 and "interrupted" in err, f"exit {sig.returncode}: {err}")
+        check(not os.path.exists(f"{tmp}/sig/model"), "no package from an interrupted prune")
 
         # ---- distill a smaller student from the tiny CNN ----
         p = run("compress", "distill", "--teacher", fp32, "--config", "configs/fashion_mnist_student.toml",

@@ -10,7 +10,9 @@
 #include "strato/core/check.h"
 #include "strato/core/fs.h"
 #include "strato/core/json_depth.h"
+#include "strato/core/json.h"
 #include "strato/core/log.h"
+#include "strato/core/signals.h"
 #include "strato/models/package.h"
 #include "strato/train/trainer.h"
 
@@ -480,6 +482,65 @@ std::string format_prune_table(const PruneReport& r) {
 
 namespace {
 
+/// The pruning a run directory was started with, kept beside config.toml as prune.json: a
+/// --resume with other settings or another source would finish a run that is neither.
+json prune_settings(const PruneReport& r, const PruneOptions& o, const json& source_sha256) {
+    json j = {{"source", r.source},       {"source_weights_sha256", source_sha256},
+              {"method", r.method},       {"amount", r.amount},
+              {"schedule", r.schedule},   {"round_to", r.round_to}};
+    if (r.schedule == "gradual") {
+        j["ramp"] = o.ramp;
+        j["ramp_points"] = o.ramp_points;
+    }
+    return j;
+}
+
+/// Refuses a --resume whose settings differ from the run's prune.json (none there: a run from
+/// before it was written, accepted).
+Status check_resume_settings(const stdfs::path& record, const json& now) {
+    auto text = fs::read_file(record, 1 << 20);
+    if (!text) {
+        log::warn("prune: {} is missing; cannot check that the run was started with the same pruning settings",
+                  record.string());
+        return Status::ok();
+    }
+    const json then = parse_json_bounded(*text);
+    if (!then.is_object())
+        return invalid_argument("{} is not a JSON object; cannot check the pruning settings of the run it resumes",
+                                record.string());
+    std::vector<std::string> diffs;
+    for (const auto& [key, value] : now.items()) {
+        const json old = then.contains(key) ? then[key] : json(nullptr);
+        if (old != value) diffs.push_back(fmt::format("{} {} then, {} now", key, old.dump(), value.dump()));
+    }
+    for (const auto& [key, value] : then.items())
+        if (!now.contains(key)) diffs.push_back(fmt::format("{} {} then, none now", key, value.dump()));
+    if (diffs.empty()) return Status::ok();
+    return invalid_argument(
+        "--resume: the run was started with other pruning settings ({}; see {})\nhint: resume with the same "
+        "--model, --method, --amount, --schedule, --ramp, --ramp-points and --round-to, or start over with "
+        "--overwrite or another --output",
+        fmt::join(diffs, "; "), record.string());
+}
+
+/// A run is there once it has metrics, a checkpoint or a package (as the trainer counts runs, plus
+/// the package an --epochs 0 prune writes).
+bool holds_run(const stdfs::path& dir) {
+    std::error_code ec;
+    const auto metrics_bytes = stdfs::file_size(dir / "metrics.jsonl", ec);
+    if (!ec && metrics_bytes > 0) return true;
+    if (stdfs::is_directory(dir / "checkpoints", ec) && !stdfs::is_empty(dir / "checkpoints", ec)) return true;
+    return stdfs::exists(dir / "model" / models::kPackageManifest, ec);
+}
+
+/// Ctrl-C (SIGINT) or SIGTERM between the long steps before and after fine-tuning (the trainer
+/// polls during it): `step` is what just finished.
+Status check_stop(const char* step) {
+    if (!signals::stop_requested()) return Status::ok();
+    return Status(StatusCode::kCancelled,
+                  fmt::format("interrupted by signal {} after {}; no package written", signals::stop_signal(), step));
+}
+
 Result<PruneReport> prune_package_impl(const PruneOptions& o) {
     // Options first, then the package: every refusal before any work.
     if (o.method != "magnitude" && o.method != "channels")
@@ -507,8 +568,12 @@ Result<PruneReport> prune_package_impl(const PruneOptions& o) {
                          o.model);
     }
     const stdfs::path manifest_path = stdfs::path(o.model) / models::kPackageManifest;
+    json source_sha256 = nullptr;  // of weights.pt, as the manifest records it
     if (auto text = fs::read_file(manifest_path); text) {
         const json m = parse_json_bounded(*text);
+        if (m.is_object() && m.contains("files") && m["files"].is_object() && m["files"].contains("weights.pt") &&
+            m["files"]["weights.pt"].is_object() && m["files"]["weights.pt"].contains("sha256"))
+            source_sha256 = m["files"]["weights.pt"]["sha256"];
         if (m.is_object() && m.contains("quantization") && m["quantization"].is_object()) {
             return invalid_argument(
                 "{} is an INT8 package (made by strato compress quantize); pruning needs the float "
@@ -568,6 +633,18 @@ Result<PruneReport> prune_package_impl(const PruneOptions& o) {
     if (fs::is_within(report.run_dir, o.model))
         return invalid_argument("--output {} is inside the source package {}; write the pruned run next to it",
                                 report.run_dir, o.model);
+    // An existing run is refused before the source is evaluated and pruned, naming the flags
+    // that choose (the trainer's own refusal, much later, names run.name, which --output overrides).
+    const bool resuming = o.resume && epochs > 0;
+    if (!o.overwrite && !resuming && holds_run(report.run_dir)) {
+        return Status(StatusCode::kAlreadyExists,
+                      fmt::format("--output {} already holds a run\nhint: pass --output DIR for a new one, --overwrite "
+                                  "to start over{}",
+                                  report.run_dir, epochs > 0 ? ", or --resume to continue its fine-tuning" : ""));
+    }
+    const json settings = prune_settings(report, o, source_sha256);
+    const stdfs::path settings_path = stdfs::path(report.run_dir) / "prune.json";
+    if (resuming && holds_run(report.run_dir)) STRATO_RETURN_IF_ERROR(check_resume_settings(settings_path, settings));
 
     // The source's accuracy on the test split the pruned model is measured on: its metrics.json may
     // count another (10,000 samples against --set data.limit_test=500: "89.20 % -> 93.40 %").
@@ -576,6 +653,7 @@ Result<PruneReport> prune_package_impl(const PruneOptions& o) {
     else
         log::warn("prune: the source package's accuracy is taken from its metrics.json (evaluating it failed: {})",
                   ev.status().message());
+    STRATO_RETURN_IF_ERROR(check_stop("evaluating the source package"));
 
     // Prune.
     models::Net start;
@@ -601,6 +679,7 @@ Result<PruneReport> prune_package_impl(const PruneOptions& o) {
         measure_into(report, *start);
         log::info("channel pruning: {} -> {} parameters", report.parameters_before, report.parameters_after);
     }
+    STRATO_RETURN_IF_ERROR(check_stop("pruning"));
 
     if (epochs == 0) {
         std::error_code exists_ec;
@@ -612,8 +691,18 @@ Result<PruneReport> prune_package_impl(const PruneOptions& o) {
         models::PackageInfo info = src.info;
         info.model = cfg.model;
         info.metrics = {{"compression", report.compression_json()}};
+        STRATO_RETURN_IF_ERROR(fs::ensure_dir(report.run_dir));
+        STRATO_RETURN_IF_ERROR(fs::atomic_write(settings_path, json_text(settings, 2) + "\n"));
         STRATO_RETURN_IF_ERROR(models::save_package(report.package, info, *start));
+        // Interrupted while saving or evaluating: the package goes again (no half-reported package).
+        auto cancel = [&](const char* step) -> Status {
+            Status st = check_stop(step);
+            if (!st.is_ok()) (void)fs::remove_tree(report.package);
+            return st;
+        };
+        STRATO_RETURN_IF_ERROR(cancel("saving the pruned package"));
         auto ev = train::evaluate_package(report.package, cfg.data, /*bf16=*/false);
+        STRATO_RETURN_IF_ERROR(cancel("evaluating the pruned package"));
         if (ev) {
             report.test_acc = ev->result.accuracy;
             report.test_samples = ev->result.count;
@@ -631,7 +720,11 @@ Result<PruneReport> prune_package_impl(const PruneOptions& o) {
     // Fine-tune through the trainer: the init hook starts from the pruned weights; magnitude
     // pruning re-applies its masks (and moves along the gradual schedule) after every step.
     train::TrainHooks hooks;
-    hooks.init = [start](models::NetImpl& net) { return copy_weights(net, *start); };
+    // After the trainer prepared the run directory (--overwrite emptied it): the settings first.
+    hooks.init = [start, settings, settings_path](models::NetImpl& net) {
+        STRATO_RETURN_IF_ERROR(fs::atomic_write(settings_path, json_text(settings, 2) + "\n"));
+        return copy_weights(net, *start);
+    };
     if (pruner) {
         const double ramp = o.ramp;
         const int64_t points = o.ramp_points;
