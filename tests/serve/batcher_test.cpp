@@ -141,6 +141,31 @@ TEST(Batcher, APreferredSizeReachedOnTheWayIsSentWithoutTheRest) {
     EXPECT_EQ(model->seen(), (std::vector<int64_t>{8, 4, 1}));
 }
 
+// With preferred sizes [2, 8], three queued one-row requests: the 2 that make a preferred size go
+// at once and the third goes back to the front of the queue, in order, to wait for company.
+TEST(Batcher, RequestsPastAReachedPreferredSizeGoBackInOrder) {
+    auto model = std::make_shared<Doubler>();
+    model->set_open(false);
+    BatcherOptions opt = dynamic(8, 10'000'000);
+    opt.preferred = {2, 8};
+    Batcher b(model, opt);
+    std::vector<std::promise<Outcome>> ps(4);
+    ASSERT_TRUE(b.submit(make_job(9, 8, &ps[0])).is_ok());  // holds the only instance
+    while (model->seen().empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    for (int i = 1; i < 4; ++i) ASSERT_TRUE(b.submit(make_job(static_cast<float>(i), 1, &ps[i])).is_ok());
+    model->set_open(true);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(ps[i].get_future().get().status.is_ok());
+    // The third waits in the queue (10 s delay): it was put back, not lost or run out of order.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_EQ(b.pending(), 1);
+    EXPECT_EQ(model->seen(), (std::vector<int64_t>{8, 2}));
+    b.stop();
+    Outcome last = ps[3].get_future().get();
+    ASSERT_TRUE(last.status.is_ok());
+    EXPECT_EQ(reinterpret_cast<const float*>(last.outputs[0].data.data())[0], 6.0f);
+    EXPECT_EQ(model->seen(), (std::vector<int64_t>{8, 2, 1}));
+}
+
 // Found by review: two requests that both left out an optional input were merged and the batcher
 // indexed the absent input's empty shape (SIGSEGV); one with it and one without must not merge.
 TEST(Batcher, AnOptionalInputLeftOutMergesOnlyWithRequestsThatLeftItOut) {

@@ -401,6 +401,43 @@ TEST(Http, DrainAnswersPipelinedRequestsAlreadyRead) {
     EXPECT_EQ(seen.load(), 3);
 }
 
+// Found by review of the fix above: a request sent after the drain began but before the answer
+// to the one in flight sat unread in the socket and was dropped; and a client that pipelined on
+// through the drain kept the connection (and the server) up to the exit timeout. Those sent before
+// the answer are taken once; none after.
+TEST(Http, DrainTakesRequestsSentBeforeItsAnswerAndNoneAfter) {
+    std::promise<Reply> held;
+    std::atomic<int> seen{0};
+    Server s(opts(), [&](Request&& r, Reply reply) {
+        if (seen++ == 0) return held.set_value(std::move(reply));
+        Response resp;
+        resp.body = "answer " + r.target;
+        reply(std::move(resp));
+    });
+    ASSERT_TRUE(s.start().is_ok());
+    Conn c(s.port());
+    c.send("GET /1 HTTP/1.1\r\nHost: x\r\n\r\n");
+    auto future = held.get_future();
+    ASSERT_EQ(future.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+    Reply reply = future.get();
+    int64_t left = -1;
+    std::thread drainer([&] { left = s.drain(std::chrono::seconds(5)); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // draining now
+    c.send("GET /2 HTTP/1.1\r\nHost: x\r\n\r\n");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // in the server's socket, unread
+    Response r1;
+    r1.body = "answer /1";
+    reply(std::move(r1));
+    EXPECT_NE(c.response().find("answer /1"), std::string::npos);
+    const std::string second = c.response();
+    EXPECT_NE(second.find("answer /2"), std::string::npos) << second;
+    EXPECT_NE(second.find("Connection: close"), std::string::npos) << second;
+    EXPECT_TRUE(c.closed_by_peer());
+    drainer.join();
+    EXPECT_EQ(left, 0);
+    EXPECT_EQ(seen.load(), 2);
+}
+
 // Found by review: an HTTP/1.0 client asking for keep-alive got no "Connection: keep-alive" and
 // read until EOF (ab -k stalled for the idle timeout); without asking, it is closed.
 TEST(Http, Http10KeepAliveIsSaidAndOtherwiseTheConnectionCloses) {

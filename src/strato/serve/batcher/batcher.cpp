@@ -183,7 +183,8 @@ void Batcher::worker() {
                         if (Clock::now() >= deadline) break;
                         cv_.wait_until(lock, deadline);
                     }
-                    if (mark > 0 && rows < max_preferred && !stopping_) {
+                    // (past the delay, as Triton, everything pending goes)
+                    if (mark > 0 && rows < max_preferred && !stopping_ && Clock::now() < deadline) {
                         while (batch.size() > mark) {
                             rows -= batch.back().rows;
                             queue_.push_front(std::move(batch.back()));

@@ -116,8 +116,10 @@ private:
     // Waits for the next request: the idle deadline until its first byte, then the header deadline
     // until its end of headers, then the body deadline.
     void wait_request() {
-        // Draining: requests already read (pipelined bytes here) are still answered, no new ones.
+        // Draining: requests already read (pipelined bytes here) are still answered, no new ones:
+        // what is buffered must hold whole requests; nothing more is read for them.
         if (shared_->draining && buffer_.size() == 0) return close();
+        buffered_only_ = shared_->draining;
         parser_.emplace();
         parser_->body_limit(shared_->opts.body_limit);
         parser_->header_limit(64 * 1024);
@@ -149,6 +151,7 @@ private:
             if (!on_header()) return;
         }
         if (parser_->is_done()) return on_request();
+        if (buffered_only_) return close();  // (a client pipelining on through a drain kept it open)
         read_more();
     }
 
@@ -286,6 +289,17 @@ private:
         if (!resp.content_type.empty()) res->set(bhttp::field::content_type, resp.content_type);
         for (auto& [k, v] : resp.headers) res->set(k, v);
         res->body() = std::move(resp.body);
+        // Draining: bytes of pipelined requests the client sent before this answer may still be in
+        // the socket, unread (the request in flight only peeks): taken once, with what is buffered.
+        if (shared_->draining && !topped_up_) {
+            topped_up_ = true;
+            beast::error_code aec;
+            const size_t n = std::min<size_t>(stream_.socket().available(aec), shared_->opts.body_limit + 64 * 1024);
+            if (!aec && n > 0) {
+                const size_t got = stream_.socket().read_some(buffer_.prepare(n), aec);
+                if (!aec) buffer_.commit(got);
+            }
+        }
         bool keep = keep_alive_ && !resp.close && (!shared_->draining || buffer_.size() > 0);
         res->keep_alive(keep);
         // An HTTP/1.0 client closes unless told otherwise (`ab -k` read to EOF: a 300 s stall).
@@ -355,6 +369,8 @@ private:
     bool started_ = false;   // a byte of the current request has arrived
     bool receiving_ = false;  // counted in Shared::receiving
     bool http10_ = false;     // the request in hand is HTTP/1.0
+    bool buffered_only_ = false;  // draining: the request must be whole in buffer_
+    bool topped_up_ = false;      // draining: the socket's unread bytes were taken once
     bool head_ = false;       // the request being answered is a HEAD
     bool replied_ = false;   // the current request's response has been started
     bool watching_ = false;  // watch_client() is pending
