@@ -62,6 +62,24 @@ TEST_F(FsTest, AtomicWriteFollowsSymbolicLinksAndTheyStay) {
     EXPECT_NE(checked.message().find("--out"), std::string::npos) << checked.message();
 }
 
+// Found by review: following links by readlink-and-open bypassed the kernel's
+// fs.protected_symlinks: another user's link planted in /tmp sent a write over the caller's files.
+TEST_F(FsTest, AnotherUsersLinkInAStickyDirectoryIsNotFollowed) {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root to give a link another owner";
+    const stdfs::path shared = dir_ / "shared";
+    stdfs::create_directories(shared);
+    ASSERT_EQ(::chmod(shared.c_str(), 01777), 0);
+    ASSERT_TRUE(atomic_write(dir_ / "mine.txt", "precious").is_ok());
+    stdfs::create_symlink(dir_ / "mine.txt", shared / "out.json");
+    ASSERT_EQ(::lchown((shared / "out.json").c_str(), 65534, 65534), 0);
+    Status st = atomic_write(shared / "out.json", "overwritten");
+    EXPECT_NE(st.message().find("another user's link in the shared directory"), std::string::npos) << st.message();
+    EXPECT_EQ(*read_file(dir_ / "mine.txt"), "precious");
+    ASSERT_EQ(::lchown((shared / "out.json").c_str(), 0, 0), 0);  // one's own link is followed
+    EXPECT_TRUE(atomic_write(shared / "out.json", "mine again").is_ok());
+    EXPECT_EQ(*read_file(dir_ / "mine.txt"), "mine again");
+}
+
 TEST_F(FsTest, ReadMissingFileNamesIt) {
     auto r = read_file(dir_ / "nope.txt");
     ASSERT_FALSE(r.is_ok());

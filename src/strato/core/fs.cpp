@@ -70,6 +70,15 @@ Result<stdfs::path> follow_links(const stdfs::path& path) {
         const stdfs::path to = stdfs::read_symlink(out, ec);
         if (ec || hops == 40)
             return invalid_argument("{}: cannot follow the symbolic link{}", path.string(), ec ? ": " + ec.message() : " (a loop)");
+        // As the kernel's fs.protected_symlinks (which a readlink-and-open bypasses): in a sticky,
+        // world-writable directory (/tmp) a link of another user is not followed -- planted there,
+        // it would turn a write to /tmp/out.json into one over the caller's own files.
+        struct stat link {}, dir {};
+        const stdfs::path parent = out.parent_path().empty() ? stdfs::path(".") : out.parent_path();
+        if (::lstat(out.c_str(), &link) == 0 && ::stat(parent.c_str(), &dir) == 0 && (dir.st_mode & S_ISVTX) &&
+            (dir.st_mode & S_IWOTH) && link.st_uid != ::geteuid() && link.st_uid != dir.st_uid)
+            return invalid_argument("{}: not following the symbolic link {}: another user's link in the shared "
+                                    "directory {}", path.string(), out.string(), parent.string());
         out = to.is_absolute() ? to : out.parent_path() / to;
     }
     return out;
