@@ -52,7 +52,7 @@ void add_quantize_command(CLI::App& compress, const GlobalFlags& g, int* exit_co
     cmd->add_option("--dataset", o->dataset, "Dataset kind: fashion-mnist, idx, image-folder, shards, csv, synthetic")
         ->check(status_flag(
             "--dataset", [](const std::string& v) { return data_config_from_flags("", {}, "", v).status(); }, "KIND"));
-    cmd->add_option("--threads", o->threads, "Intra-op threads (0 = cores)")->check(CLI::Range(0, 1024));
+    cmd->add_option("--threads", o->threads, "Intra-op threads (0 = one per usable CPU)")->check(CLI::Range(0, 1024));
     cmd->add_flag("--no-eval", o->no_eval, "Skip measuring float and INT8 accuracy on the test split");
     cmd->add_flag("--overwrite", o->r.overwrite, "Replace a model package already at --output");
     cmd->add_flag("--json", o->json, "Print the result as JSON");

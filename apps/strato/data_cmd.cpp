@@ -131,7 +131,7 @@ void add_data_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
                 return std::string();
             },
             "SIZE"));
-    pack->add_option("--workers", o->workers, "Threads writing shards (default: one per core)")->check(CLI::Range(0, 4096));
+    pack->add_option("--workers", o->workers, "Threads writing shards (default: one per usable CPU)")->check(CLI::Range(0, 4096));
     pack->add_option("--seed", o->seed, "Seed of the pack-time shuffle (default 0)")
         ->check(CLI::Validator([](std::string& v) { return check_u64(v); }, "UINT64"));
     pack->add_flag("--no-shuffle", o->no_shuffle, "Keep the folder's sorted order (shards then hold one class each)");
@@ -184,7 +184,7 @@ void add_data_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
                       "Also hash every file and write a manifest here (pins the dataset version); replaces only an "
                       "earlier manifest")
         ->check(cli::file_path_flag());
-    stats->add_option("--workers", o->workers, "Threads (default: one per core)")->check(CLI::Range(0, 4096));
+    stats->add_option("--workers", o->workers, "Threads (default: one per usable CPU)")->check(CLI::Range(0, 4096));
     stats->add_flag("--json", o->json, "Print the result as JSON");
     stats->callback([o, &g, exit_code] {
         // Checked before every byte is hashed: the manifest may not replace a shard, an index, a
@@ -227,7 +227,7 @@ void add_data_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
     verify->add_option("--manifest", o->manifest, "Manifest from `strato data stats --manifest` to compare against")
         ->check(cli::file_path_flag());
     verify->add_flag("--decode", o->decode, "Decode every image fully (slower; catches corrupt image data)");
-    verify->add_option("--workers", o->workers, "Threads (default: one per core)")->check(CLI::Range(0, 4096));
+    verify->add_option("--workers", o->workers, "Threads (default: one per usable CPU)")->check(CLI::Range(0, 4096));
     verify->add_flag("--json", o->json, "Print the result as JSON");
     verify->callback([o, &g, exit_code] {
         std::optional<data::Manifest> manifest;

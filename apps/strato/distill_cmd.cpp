@@ -124,7 +124,7 @@ void add_compress_report_command(CLI::App& compress, const GlobalFlags&, int* ex
     cmd->add_option("--dataset", o->dataset, "Dataset kind: fashion-mnist, idx, image-folder, shards, csv, synthetic")
         ->check(status_flag(
             "--dataset", [](const std::string& v) { return data_config_from_flags("", {}, "", v).status(); }, "KIND"));
-    cmd->add_option("--threads", o->c.threads, "Intra-op threads (0 = cores)")
+    cmd->add_option("--threads", o->c.threads, "Intra-op threads (0 = one per usable CPU)")
         ->capture_default_str()
         ->check(CLI::Range(0, 1024));
     cmd->add_option("--runs", o->c.latency_runs, "Timed forward passes at batch 1 (throughput: a tenth, at least 20)")

@@ -78,7 +78,7 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
                                                  {f.trace, "--trace", false},
                                                  {f.intervals, "--request-intervals", false}}));
     std::string url_text = f.url.empty() ? (f.model.empty() ? "" : "http://127.0.0.1:8000") : f.url;
-    if (url_text.empty()) return invalid_argument("no target: give a URL (http://host:port/path) or --model NAME for a server on 127.0.0.1:8000");
+    if (url_text.empty()) return invalid_argument("no target");  // (the command refuses it first, as a usage error)
     STRATO_ASSIGN_OR_RETURN(Url url, parse_url(url_text));
     STRATO_ASSIGN_OR_RETURN(bool loopback, is_loopback_host(url.host));
     if (!loopback && !f.allow_remote)

@@ -79,7 +79,7 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     cmd->add_option("--repository-poll-secs", o->poll_secs, "Rescan interval in poll mode")->check(CLI::Range(1, 86400));
     cmd->add_option("--strict-readiness", o->strict_readiness, "Ready only when every model is ready (true|false)")
         ->check(CLI::IsMember({"true", "false", "1", "0"}, CLI::ignore_case));
-    cmd->add_option("--http-thread-count", o->threads, "HTTP I/O threads, each an event loop that keeps the connections dealt to it (default: one per core; a lone request runs its model on one)")->check(CLI::Range(0, 256));
+    cmd->add_option("--http-thread-count", o->threads, "HTTP I/O threads, each an event loop that keeps the connections dealt to it (default: one per usable CPU; a lone request runs its model on one)")->check(CLI::Range(0, 256));
     cmd->add_option("--http-max-input-size", o->max_input, "Largest request body in bytes (larger: 413)")->check(CLI::Range(int64_t{1024}, int64_t{1} << 34));
     cmd->add_option("--http-header-timeout-secs", o->header_timeout, "Deadline for a request's headers (a slower client is disconnected)")->check(CLI::Range(1, 3600));
     cmd->add_option("--http-body-timeout-secs", o->body_timeout, "Deadline for a request's body")->check(CLI::Range(1, 3600));
@@ -91,7 +91,7 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         ->check(token_file);
     cmd->add_option("--repository-token-file", o->repo_token_file, "File holding a bearer token required on /v2/repository/*")
         ->check(token_file);
-    cmd->add_option("--intra-op-threads", o->intra_threads, "libtorch threads per model execution (0 = cores)")
+    cmd->add_option("--intra-op-threads", o->intra_threads, "libtorch threads per model execution (0 = one per usable CPU)")
         ->check(CLI::Range(0, 1024));
     cmd->add_option("--busy-poll", o->busy_poll, "HTTP I/O threads poll for the next request this long before sleeping (bare numbers are us; 0: off). Lower latency at low load, most of all in VMs whose idle vCPUs wake slowly; costs that much CPU per idle gap, and wants a core the intra-op threads do not use")
         ->check(busy_poll_flag());

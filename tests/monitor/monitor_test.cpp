@@ -418,6 +418,13 @@ TEST(JsonlSink, AFifoNeverBlocks) {
     std::string got;
     for (ssize_t n; (n = ::read(reader, buf, sizeof buf)) > 0;) got.append(buf, static_cast<size_t>(n));
     EXPECT_FALSE(got.empty());
+    // (the pipe took a line's start; its rest waits in the sink for the next append: every line
+    // ended so far is one of those appended, never two run together or a cut one)
+    const std::string line = "{\"x\": \"" + big + "\"}";
+    size_t lines = 0;
+    for (size_t at = 0, nl; (nl = got.find('\n', at)) != std::string::npos; at = nl + 1, ++lines)
+        EXPECT_EQ(got.compare(at, nl - at, line), 0) << "line " << lines;
+    EXPECT_GT(lines, 0u);
     // The reader goes away: no SIGPIPE, the sink waits for the next one.
     ::close(reader);
     ASSERT_TRUE(k.append("{\"t\": 3}\n").is_ok());

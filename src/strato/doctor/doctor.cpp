@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "strato/core/cgroup.h"
+#include "strato/core/parse.h"
 #include "strato/monitor/nvml.h"
 #include "strato/train/trainer.h"
 
@@ -124,8 +125,8 @@ std::vector<Check> run_checks(const std::string& disk_path) {
     const char* omp = std::getenv("OMP_NUM_THREADS");
     out.push_back({"intra-op threads",
                    fmt::format("{} (strato sets {} by default, {}; run.threads overrides)", default_threads, threads,
-                               omp && *omp ? fmt::format("from OMP_NUM_THREADS={}", omp)
-                                           : std::string("one per usable CPU")),
+                               omp && parse_int(omp, 1, 1024) ? fmt::format("from OMP_NUM_THREADS={}", omp)
+                                                              : std::string("one per usable CPU")),
                    Level::kOk, ""});
 
     // Matrix-product speed: a direct measure of the BLAS and thread setup.

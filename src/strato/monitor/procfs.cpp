@@ -43,6 +43,8 @@ bool whole_disk(const std::string& sys_root, std::string dev) {
     std::replace(dev.begin(), dev.end(), '/', '!');  // (cciss/c0d0 is /sys/block/cciss!c0d0)
     std::error_code ec;
     const std::filesystem::path block = std::filesystem::path(sys_root) / "block" / dev;
+    // (no /sys/block at all, as in some sandboxes: every device counts rather than none)
+    if (!std::filesystem::exists(std::filesystem::path(sys_root) / "block", ec)) return true;
     if (!std::filesystem::exists(block, ec)) return false;
     const std::filesystem::path slaves = block / "slaves";
     if (!std::filesystem::is_directory(slaves, ec)) return true;

@@ -244,13 +244,13 @@ torch::Tensor images_tensor(data::Batch& b, bool channels_last) {
 
 int configure_threads(int64_t threads) {
     // 0: OMP_NUM_THREADS when it is set, as PyTorch does (strato launch sets it to 1 when several
-    // workers share the node: each took every core), else the number of cores. At most 1024 (the
+    // workers share the node: each took every core), else the CPUs this process may use. At most 1024 (the
     // config's and the flags' bound): more is no faster and costs memory.
     int64_t from_env = 0;
     if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp && threads <= 0) {
         auto v = parse_int(omp, 1, 1024);
         if (v) from_env = *v;
-        else log::warn("OMP_NUM_THREADS={} is not a thread count (1..1024); using every core", omp);
+        else log::warn("OMP_NUM_THREADS={} is not a thread count (1..1024); using one thread per usable CPU", omp);
     }
     int n = threads > 0    ? static_cast<int>(std::min<int64_t>(threads, 1024))
             : from_env > 0 ? static_cast<int>(from_env)
