@@ -88,6 +88,33 @@ TEST(Cgroup, CpuQuotaThrottles) {
     EXPECT_LT(cpu, 0.75) << "CPU seconds used under a 0.2-core quota";
 }
 
+// The default thread counts follow a CPU quota (a container's --cpus, a Slurm step's cgroup):
+// a process in a group of half a core may use 1 CPU (on this 2-CPU machine: not 2).
+TEST(Cgroup, UsableCpusFollowTheQuota) {
+    SKIP_WITHOUT_CGROUPS();
+    const int everything = usable_cpus();
+    EXPECT_GE(everything, 1);
+    auto g = Group::create(fmt::format("strato-test-usable-{}", getpid()), Limits{0, 0.5});
+    ASSERT_TRUE(g.is_ok()) << g.status().message();
+    int pipefd[2];
+    ASSERT_EQ(pipe(pipefd), 0);
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        if (!g->join_self()) _exit(3);
+        const int n = usable_cpus();
+        _exit(write(pipefd[1], &n, sizeof n) == sizeof n ? 0 : 4);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    int n = 0;
+    ASSERT_EQ(read(pipefd[0], &n, sizeof n), static_cast<ssize_t>(sizeof n));
+    EXPECT_EQ(n, 1) << "of " << everything << " CPUs";
+    close(pipefd[0]);
+    close(pipefd[1]);
+}
+
 TEST(Cgroup, BadRequestsAreErrors) {
     EXPECT_FALSE(Group::create("x", Limits{}).is_ok());
     EXPECT_FALSE(Group::create("a/b", Limits{1e9, 0}).is_ok());

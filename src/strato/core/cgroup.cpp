@@ -87,18 +87,25 @@ int usable_cpus() {
     auto limit = [&n](int cores) {
         if (cores > 0) n = std::min(n, cores);
     };
-    // v2: the tightest cpu.max from our cgroup up to the root.
-    for (std::string own = own_path(""); ; own = own.substr(0, own.rfind('/'))) {
-        std::istringstream max(read_small(join(kRoot, own, "cpu.max")));
+    // The tightest quota from our cgroup up to the hierarchy's root. (In a container without a
+    // cgroup namespace /proc/self/cgroup names a path the container cannot see; its own group is
+    // mounted at the root, which the walk reaches.)
+    auto each_level = [](const std::string& root, std::string own, const auto& fn) {
+        for (;; own = own.substr(0, own.rfind('/'))) {
+            fn(join(root, own, ""));
+            if (own.empty() || own == "/") break;
+        }
+    };
+    each_level(kRoot, own_path(""), [&](const std::string& dir) {  // v2: "QUOTA PERIOD" or "max PERIOD"
+        std::istringstream max(read_small(dir + "cpu.max"));
         std::string quota;
         double period = 0;
         if (max >> quota >> period && quota != "max") limit(quota_cores(std::atof(quota.c_str()), period));
-        if (own.empty() || own == "/") break;
-    }
-    // v1
-    const std::string v1 = std::string(kRoot) + "/cpu" + own_path("cpu");
-    limit(quota_cores(std::atof(read_small(v1 + "/cpu.cfs_quota_us").c_str()),
-                      std::atof(read_small(v1 + "/cpu.cfs_period_us").c_str())));
+    });
+    each_level(std::string(kRoot) + "/cpu", own_path("cpu"), [&](const std::string& dir) {  // v1 (-1: none)
+        limit(quota_cores(std::atof(read_small(dir + "cpu.cfs_quota_us").c_str()),
+                          std::atof(read_small(dir + "cpu.cfs_period_us").c_str())));
+    });
     return std::max(1, n);
 }
 
