@@ -368,23 +368,38 @@ TEST(Http, DrainWaitsForARequestStillArriving) {
     EXPECT_NE(r.find("Connection: close"), std::string::npos) << r;
 }
 
+// A handler that holds the first request's reply for the test to give, and answers the others
+// with "answer <target>".
+struct HoldsTheFirst {
+    std::promise<Reply> held;
+    std::atomic<int> seen{0};
+    Handler handler() {
+        return [this](Request&& r, Reply reply) {
+            if (seen++ == 0) return held.set_value(std::move(reply));
+            Response resp;
+            resp.body = "answer " + r.target;
+            reply(std::move(resp));
+        };
+    }
+    Reply first() {
+        auto future = held.get_future();
+        if (future.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+            ADD_FAILURE() << "the first request never reached the handler";
+            return [](Response) {};
+        }
+        return future.get();
+    }
+};
+
 // Found by review: requests pipelined behind one in flight were read but dropped at a drain (one
 // answer, then EOF, and "stopped cleanly"): all already read are answered, then it closes.
 TEST(Http, DrainAnswersPipelinedRequestsAlreadyRead) {
-    std::promise<Reply> held;
-    std::atomic<int> seen{0};
-    Server s(opts(), [&](Request&& r, Reply reply) {
-        if (seen++ == 0) return held.set_value(std::move(reply));
-        Response resp;
-        resp.body = "answer " + r.target;
-        reply(std::move(resp));
-    });
+    HoldsTheFirst h;
+    Server s(opts(), h.handler());
     ASSERT_TRUE(s.start().is_ok());
     Conn c(s.port());
     c.send("GET /1 HTTP/1.1\r\nHost: x\r\n\r\nGET /2 HTTP/1.1\r\nHost: x\r\n\r\nGET /3 HTTP/1.1\r\nHost: x\r\n\r\n");
-    auto future = held.get_future();
-    ASSERT_EQ(future.wait_for(std::chrono::seconds(5)), std::future_status::ready);
-    Reply reply = future.get();
+    Reply reply = h.first();
     std::thread answer([&] {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         Response r;
@@ -398,7 +413,7 @@ TEST(Http, DrainAnswersPipelinedRequestsAlreadyRead) {
         EXPECT_NE(r.find(want), std::string::npos) << want << ": " << r;
     }
     EXPECT_TRUE(c.closed_by_peer());
-    EXPECT_EQ(seen.load(), 3);
+    EXPECT_EQ(h.seen.load(), 3);
 }
 
 // Found by review of the fix above: a request sent after the drain began but before the answer
@@ -406,20 +421,12 @@ TEST(Http, DrainAnswersPipelinedRequestsAlreadyRead) {
 // through the drain kept the connection (and the server) up to the exit timeout. Those sent before
 // the answer are taken once; none after.
 TEST(Http, DrainTakesRequestsSentBeforeItsAnswerAndNoneAfter) {
-    std::promise<Reply> held;
-    std::atomic<int> seen{0};
-    Server s(opts(), [&](Request&& r, Reply reply) {
-        if (seen++ == 0) return held.set_value(std::move(reply));
-        Response resp;
-        resp.body = "answer " + r.target;
-        reply(std::move(resp));
-    });
+    HoldsTheFirst h;
+    Server s(opts(), h.handler());
     ASSERT_TRUE(s.start().is_ok());
     Conn c(s.port());
     c.send("GET /1 HTTP/1.1\r\nHost: x\r\n\r\n");
-    auto future = held.get_future();
-    ASSERT_EQ(future.wait_for(std::chrono::seconds(5)), std::future_status::ready);
-    Reply reply = future.get();
+    Reply reply = h.first();
     int64_t left = -1;
     std::thread drainer([&] { left = s.drain(std::chrono::seconds(5)); });
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // draining now
@@ -435,7 +442,7 @@ TEST(Http, DrainTakesRequestsSentBeforeItsAnswerAndNoneAfter) {
     EXPECT_TRUE(c.closed_by_peer());
     drainer.join();
     EXPECT_EQ(left, 0);
-    EXPECT_EQ(seen.load(), 2);
+    EXPECT_EQ(h.seen.load(), 2);
 }
 
 // Found by review: an HTTP/1.0 client asking for keep-alive got no "Connection: keep-alive" and
