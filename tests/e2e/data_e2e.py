@@ -175,7 +175,7 @@ def main():
             check(open(target, "rb").read() == before, f"{target} was overwritten")
         for sub in ("stats", "verify"):  # an empty name wrote (compared with) nothing and said ok
             p = run("data", sub, src, "--manifest", "", expect=2)
-            check("--manifest: expected a file name" in p.stderr, p.stderr)
+            check("--manifest: expected a file path, got an empty one" in p.stderr, p.stderr)
         # Usage errors (exit 2) naming the flag, not library errors (exit 1) or silent clamping.
         for size in ("1", "1k", "1.5"):
             p = run("data", "pack", src, os.path.join(tmp, "small"), "--shard-size", size, expect=2)
