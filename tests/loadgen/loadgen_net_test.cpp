@@ -437,12 +437,16 @@ TEST(LoadNet, SloSearchFindsTheKnee) {
     o.warmup_s = 0.1;
     o.duration_s = 0.6;
     o.grace_s = 0.2;
-    auto r = slo_search(target_for(server.port()), o, 20'000'000, 50, 3200);
+    // A p99 objective of 100 ms: past capacity the queue grows (rate - 400) × 0.6 s requests of
+    // 2.5 ms each, a miss above ~465 req/s; below it only a scheduling stall of 100 ms misses
+    // (a 20 ms objective failed at 50 req/s in CI when one stall on the busy 2 cores was the p99).
+    constexpr int64_t kSlo = 100'000'000;
+    auto r = slo_search(target_for(server.port()), o, kSlo, 50, 3200);
     ASSERT_TRUE(r.is_ok()) << r.status().message();
     ASSERT_TRUE(r->found);
     EXPECT_GE(r->best_rate, 200);
-    EXPECT_LE(r->best_rate, 420);
-    EXPECT_TRUE(slo_miss_reason(*r->best, 20'000'000).empty());
+    EXPECT_LE(r->best_rate, 480);
+    EXPECT_TRUE(slo_miss_reason(*r->best, kSlo).empty());
 }
 
 // A server that answers after `delay_ns` and keeps each request's arrival time.
