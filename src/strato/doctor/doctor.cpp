@@ -14,7 +14,6 @@
 #include <thread>
 
 #include "strato/core/cgroup.h"
-#include "strato/core/parse.h"
 #include "strato/monitor/nvml.h"
 #include "strato/train/trainer.h"
 
@@ -121,12 +120,11 @@ std::vector<Check> run_checks(const std::string& disk_path) {
     }
 
     const int default_threads = at::get_num_threads();
-    const int threads = train::configure_threads(0);
-    const char* omp = std::getenv("OMP_NUM_THREADS");
+    std::string source;
+    const int threads = train::configure_threads(0, &source);
     out.push_back({"intra-op threads",
                    fmt::format("{} (strato sets {} by default, {}; run.threads overrides)", default_threads, threads,
-                               omp && parse_int(omp, 1, 1024) ? fmt::format("from OMP_NUM_THREADS={}", omp)
-                                                              : std::string("one per usable CPU")),
+                               source),
                    Level::kOk, ""});
 
     // Matrix-product speed: a direct measure of the BLAS and thread setup.

@@ -242,7 +242,7 @@ torch::Tensor images_tensor(data::Batch& b, bool channels_last) {
     return channels_last ? models::channels_last_copy(x) : x;
 }
 
-int configure_threads(int64_t threads) {
+int configure_threads(int64_t threads, std::string* source) {
     // 0: OMP_NUM_THREADS when it is set, as PyTorch does (strato launch sets it to 1 when several
     // workers share the node: each took every core), else the CPUs this process may use. At most 1024 (the
     // config's and the flags' bound): more is no faster and costs memory.
@@ -255,6 +255,10 @@ int configure_threads(int64_t threads) {
     int n = threads > 0    ? static_cast<int>(std::min<int64_t>(threads, 1024))
             : from_env > 0 ? static_cast<int>(from_env)
                            : cgroup::usable_cpus();
+    if (source)
+        *source = threads > 0    ? std::string("as asked")
+                  : from_env > 0 ? fmt::format("from OMP_NUM_THREADS={}", from_env)
+                                 : std::string("one per usable CPU");
     at::set_num_threads(n);
     return at::get_num_threads();
 }

@@ -119,8 +119,10 @@ Result<PackageEval> evaluate_package(const std::string& package_dir, const data:
 /// next batch), or a channels-last copy for a net converted with models::to_channels_last.
 torch::Tensor images_tensor(data::Batch& b, bool channels_last);
 
-/// Sets libtorch's intra-op threads (0 = number of cores) and returns the count in use.
-int configure_threads(int64_t threads);
+/// Sets libtorch's intra-op threads and returns the count in use. 0: OMP_NUM_THREADS when set,
+/// else one per CPU this process may use (affinity mask and cgroup quota). `source`, when given,
+/// gets where the count came from ("from OMP_NUM_THREADS=4", "one per usable CPU", "as asked").
+int configure_threads(int64_t threads, std::string* source = nullptr);
 
 /// torch::optim::SGD's step (weight decay, momentum, dampening, Nesterov; the same momentum
 /// buffers, so checkpoints are unchanged) done with multi-tensor `_foreach` operations: a few
