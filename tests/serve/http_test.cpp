@@ -321,16 +321,37 @@ TEST(Http, ClientHangingUpMarksTheRequestCancelled) {
     EXPECT_EQ(s.in_flight(), 0);
 }
 
-TEST(Http, DrainAnswersRequestsInFlightAndClosesIdleConnections) {
+// A handler that holds the first request's reply for the test to give, and answers the others
+// with "answer <target>".
+struct HoldsTheFirst {
     std::promise<Reply> held;
-    Server s(opts(), [&](Request&&, Reply reply) { held.set_value(std::move(reply)); });
+    std::atomic<int> seen{0};
+    Handler handler() {
+        return [this](Request&& r, Reply reply) {
+            if (seen++ == 0) return held.set_value(std::move(reply));
+            Response resp;
+            resp.body = "answer " + r.target;
+            reply(std::move(resp));
+        };
+    }
+    Reply first() {
+        auto future = held.get_future();
+        if (future.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+            ADD_FAILURE() << "the first request never reached the handler";
+            return [](Response) {};
+        }
+        return future.get();
+    }
+};
+
+TEST(Http, DrainAnswersRequestsInFlightAndClosesIdleConnections) {
+    HoldsTheFirst h;
+    Server s(opts(), h.handler());
     ASSERT_TRUE(s.start().is_ok());
     Conn idle(s.port());
     Conn busy(s.port());
     busy.send("GET /x HTTP/1.1\r\nHost: x\r\n\r\n");
-    auto future = held.get_future();
-    ASSERT_EQ(future.wait_for(std::chrono::seconds(5)), std::future_status::ready);
-    Reply reply = future.get();
+    Reply reply = h.first();
     std::thread answer([&] {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         Response r;
@@ -367,29 +388,6 @@ TEST(Http, DrainWaitsForARequestStillArriving) {
     EXPECT_NE(r.find("POST /x 0123456789"), std::string::npos) << r;
     EXPECT_NE(r.find("Connection: close"), std::string::npos) << r;
 }
-
-// A handler that holds the first request's reply for the test to give, and answers the others
-// with "answer <target>".
-struct HoldsTheFirst {
-    std::promise<Reply> held;
-    std::atomic<int> seen{0};
-    Handler handler() {
-        return [this](Request&& r, Reply reply) {
-            if (seen++ == 0) return held.set_value(std::move(reply));
-            Response resp;
-            resp.body = "answer " + r.target;
-            reply(std::move(resp));
-        };
-    }
-    Reply first() {
-        auto future = held.get_future();
-        if (future.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
-            ADD_FAILURE() << "the first request never reached the handler";
-            return [](Response) {};
-        }
-        return future.get();
-    }
-};
 
 // Found by review: requests pipelined behind one in flight were read but dropped at a drain (one
 // answer, then EOF, and "stopped cleanly"): all already read are answered, then it closes.
