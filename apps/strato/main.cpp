@@ -90,7 +90,7 @@ CLI::Validator status_flag(const std::string& flag, std::function<Status(const s
             if (st.is_ok()) return {};
             // CLI11 puts "<flag>: " before the message: the flag is not named twice.
             std::string_view m = st.message();
-            for (const std::string prefix : {flag + ": ", flag + " "})
+            for (const std::string& prefix : {flag + ": ", flag + " "})
                 if (m.substr(0, prefix.size()) == prefix) return std::string(m.substr(prefix.size()));
             return std::string(m);
         },
