@@ -8,6 +8,14 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
+
+# Every server in these tests is on loopback: never through an http_proxy from the environment
+# (urllib sends even 127.0.0.1 through it, and the tests failed with the proxy's errors). The
+# opener serves this script's requests; no_proxy the strato processes it starts (libcurl).
+urllib.request.install_opener(urllib.request.build_opener(urllib.request.ProxyHandler({})))
+for _name in ("no_proxy", "NO_PROXY"):
+    os.environ[_name] = ",".join(filter(None, [os.environ.get(_name), "127.0.0.0/8", "localhost", "::1"]))
 
 STRATO = os.path.abspath(sys.argv[1])
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
