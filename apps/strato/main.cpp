@@ -97,6 +97,11 @@ CLI::Validator status_flag(const std::string& flag, std::function<Status(const s
         type);
 }
 
+std::string trained_for(int64_t epochs, int64_t steps) {
+    if (epochs == 0 && steps > 0) return fmt::format("after {} steps (part of the first epoch)", steps);
+    return fmt::format("after {} epoch{}, {} steps", epochs, epochs == 1 ? "" : "s", steps);
+}
+
 CLI::Validator busy_poll_flag() {
     return status_flag("--busy-poll", [](const std::string& text) { return parse_busy_poll_ns(text).status(); },
                        "DURATION in [0, 10ms] (bare numbers: us)");

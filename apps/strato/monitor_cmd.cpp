@@ -97,9 +97,9 @@ void add_monitor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         mo.interval_s = *parse_duration_s(o->interval);  // (checked by the flag's validator)
         mo.duration_s = *parse_duration_s(o->duration);
         if (!o->rules.empty()) {
-            auto rules = monitor::load_rules(o->rules);
-            if (!rules) return fail(rules.status());
-            mo.rules = std::move(*rules);
+            auto loaded = monitor::load_rules(o->rules);
+            if (!loaded) return fail(loaded.status());
+            mo.rules = std::move(*loaded);
         }
         auto m = monitor::Monitor::create(mo);
         if (!m) return fail(m.status());

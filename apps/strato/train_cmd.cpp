@@ -54,8 +54,8 @@ void add_train_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
                                 {"early_stopped", r->early_stopped}};
             fmt::print("{}\n", json_text(j, 2));
         } else {
-            fmt::print("test accuracy: {:.2f}% (best {:.2f}%) after {} epochs, {} steps, {:.1f} s\n", 100 * r->test_acc,
-                       100 * r->best_test_acc, r->epochs, r->steps, r->wall_time_s);
+            fmt::print("test accuracy: {:.2f}% (best {:.2f}%) {}, {:.1f} s\n", 100 * r->test_acc, 100 * r->best_test_acc,
+                       trained_for(r->epochs, r->steps), r->wall_time_s);
             fmt::print("model package: {}\n", r->package_dir);
             if (!report_path.empty()) fmt::print("report:        {}\n", report_path);
         }

@@ -143,8 +143,9 @@ TEST_F(Cli, DoctorNamesTheBlasThatServesMatrixProductsAndTheThreadsItSets) {
     EXPECT_NE(check_of(pinned, "intra-op threads").value("value", "").find("strato sets 1 by default, one per usable CPU"),
               std::string::npos)
         << pinned.out;
-    if (std::thread::hardware_concurrency() > 1)
+    if (std::thread::hardware_concurrency() > 1) {
         EXPECT_NE(check_of(pinned, "cpu").value("value", "").find("1 usable here"), std::string::npos) << pinned.out;
+    }
     EXPECT_NE(check_of(omp, "intra-op threads").value("value", "").find("strato sets 1 by default, from OMP_NUM_THREADS=1"),
               std::string::npos)
         << omp.out;
@@ -313,6 +314,16 @@ TEST_F(Cli, SmallRunEndToEnd) {
 std::string tiny(const std::string& name) {
     return "configs/fashion_mnist_mlp.toml --no-report --set run.threads=1 --set data.workers=1 --set "
            "data.limit_train=512 --set data.limit_test=256 --set train.epochs=2 --set run.name=" + name;
+}
+
+// Found by review: a run stopped by train.max_steps inside its first epoch said "after 0 epochs".
+TEST_F(Cli, ARunStoppedInItsFirstEpochSaysHowFarItGot) {
+    auto o = train(tiny("steps") + " --set train.max_steps=3");
+    ASSERT_EQ(o.code, 0) << o.err;
+    EXPECT_NE(o.out.find(") after 3 steps (part of the first epoch), "), std::string::npos) << o.out;
+    o = train(tiny("two"));
+    ASSERT_EQ(o.code, 0) << o.err;
+    EXPECT_NE(o.out.find(") after 2 epochs, 16 steps, "), std::string::npos) << o.out;
 }
 
 // Found by review: a run that diverged after a checkpoint of NaN weights was saved (no evaluation
