@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <future>
 #include <map>
 #include <mutex>
@@ -67,6 +68,17 @@ public:
             buf_.append(tmp, static_cast<size_t>(n));
         }
         return std::exchange(buf_, {});
+    }
+    // Sends all of `s` as a client that writes its whole request before reading does; the bytes
+    // sent before an error (a reset from the server).
+    size_t send_all(std::string_view s) {
+        size_t sent = 0;
+        while (sent < s.size()) {
+            ssize_t n = ::send(fd_, s.data() + sent, s.size() - sent, MSG_NOSIGNAL);
+            if (n <= 0) break;
+            sent += static_cast<size_t>(n);
+        }
+        return sent;
     }
     bool closed_by_peer() {
         char c;
@@ -198,6 +210,25 @@ TEST(Http, OversizedBodyIs413BeforeReadingIt) {
     EXPECT_NE(r.find("413"), std::string::npos) << r;
     EXPECT_NE(r.find("--http-max-input-size"), std::string::npos);
     EXPECT_TRUE(c.closed_by_peer());
+}
+
+// Found by review: a 413 answered before the body was read closed the connection with the body's
+// bytes unread, which the kernel answers with a reset: a client still sending (python's
+// http.client, requests) got "Connection reset by peer" and never read the 413. As nginx's
+// lingering close, the server stops sending, reads and drops what still comes, then closes.
+TEST(Http, AnErrorAnsweredBeforeTheBodyReachesAClientStillSendingIt) {
+    Server s(opts(), echo());
+    ASSERT_TRUE(s.start().is_ok());
+    for (const std::string head : {"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 4194304\r\n\r\n",
+                                   "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 4194304\r\nTransfer-Encoding: gzip\r\n\r\n"}) {
+        Conn c(s.port());
+        c.send(head);
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));  // answered and closed by now
+        EXPECT_EQ(c.send_all(std::string(4 << 20, 'a')), size_t{4} << 20) << head << ": " << std::strerror(errno);
+        std::string r = c.response();
+        EXPECT_NE(r.find(head.find("gzip") == std::string::npos ? "413" : "400"), std::string::npos) << r;
+        EXPECT_TRUE(c.closed_by_peer());
+    }
 }
 
 TEST(Http, ChunkedBodyOverTheLimitIs413Too) {

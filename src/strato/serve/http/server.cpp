@@ -71,6 +71,7 @@ struct Shared {
     std::atomic<int64_t> receiving{0};  // requests whose first bytes have arrived, not yet whole
     std::atomic<uint64_t> accepted{0};
     std::atomic<int64_t> open{0};  // sessions alive
+    std::atomic<int64_t> lingering{0};  // sessions answered and closing (see Session::linger())
     std::atomic<bool> draining{false};
 };
 
@@ -86,6 +87,7 @@ public:
     }
     ~Session() {
         set_receiving(false);  // a loop stopped with the request half read
+        if (lingering_) shared_->lingering.fetch_sub(1);
         shared_->open.fetch_sub(1);
     }
 
@@ -101,7 +103,7 @@ public:
     /// was accepted: its bytes are on the wire; the body deadline bounds the wait); one not
     /// started yet closes in wait_request().
     void close_if_idle() {
-        if (!busy_ && !receiving_) close();
+        if (!busy_ && !receiving_ && !lingering_) close();
     }
 
     /// From the loop's sweep: a read or write past its deadline closes the connection, as nginx's
@@ -151,7 +153,7 @@ private:
             if (!on_header()) return;
         }
         if (parser_->is_done()) return on_request();
-        if (buffered_only_) return close();  // (a client pipelining on through a drain kept it open)
+        if (buffered_only_) return linger();  // (a client pipelining on through a drain kept it open)
         read_more();
     }
 
@@ -313,7 +315,8 @@ private:
             // drain never sees the connection idle between the two.
             if (!ec && keep && self->buffer_.size() > 0) self->set_receiving(true);
             self->shared_->in_flight.fetch_sub(1);
-            if (ec || !keep) return self->close();
+            if (ec) return self->close();
+            if (!keep) return self->linger();
             self->wait_request();
         });
     }
@@ -327,7 +330,10 @@ private:
         res->keep_alive(false);
         res->prepare_payload();
         set_deadline(std::chrono::seconds(5));
-        bhttp::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code, size_t) { self->close(); });
+        bhttp::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
+            if (ec) return self->close();
+            self->linger();
+        });
     }
 
     static std::string nlohmann_quote(const std::string& s) {
@@ -358,6 +364,35 @@ private:
         stream_.close();
     }
 
+    // Closes after an answer that the client may still be sending to (an error found before the
+    // body was read, a close while requests are pipelined): closing with unread bytes makes the
+    // kernel send a reset, and a client still writing its body gets "Connection reset by peer"
+    // instead of the answer. As nginx's lingering close: stop sending (the client reads the
+    // answer, then EOF), read and drop what still comes until the client closes, for at most
+    // kLingerTime, then close.
+    void linger() {
+        set_receiving(false);
+        beast::error_code ec;
+        stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+        if (ec) return close();
+        if (!lingering_) {
+            lingering_ = true;
+            shared_->lingering.fetch_add(1);
+        }
+        deadline_ = Clock::now() + kLingerTime;  // (the sweep closes it there)
+        buffer_.clear();
+        drop_input();
+    }
+
+    void drop_input() {
+        stream_.async_read_some(buffer_.prepare(16384), [self = shared_from_this()](beast::error_code ec, size_t) {
+            if (ec) return self->close();  // EOF: the client read the answer and closed; or the deadline
+            self->drop_input();
+        });
+    }
+
+    static constexpr std::chrono::seconds kLingerTime{5};
+
     beast::tcp_stream stream_;  // no expiry set: deadlines are swept (Loop)
     beast::flat_buffer buffer_;
     std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
@@ -375,6 +410,7 @@ private:
     bool replied_ = false;   // the current request's response has been started
     bool watching_ = false;  // watch_client() is pending
     bool busy_ = false;
+    bool lingering_ = false;  // answered; dropping input until the client closes (linger())
     bool keep_alive_ = true;
     bool first_ = true;
 };
@@ -512,7 +548,9 @@ int64_t Server::drain(std::chrono::milliseconds timeout) {
         });
     auto deadline = std::chrono::steady_clock::now() + timeout;
     auto open = [&] { return s.in_flight.load() + s.receiving.load(); };
-    while (open() > 0 && std::chrono::steady_clock::now() < deadline)
+    // Answered connections still closing (linger()) are waited for too, within the timeout: a
+    // stop() cutting them short resets them, and an answer not yet read by its client is lost.
+    while ((open() > 0 || s.lingering.load() > 0) && std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
     return open();
 }
