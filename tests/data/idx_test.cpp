@@ -120,6 +120,57 @@ TEST_F(IdxFiles, CorruptGzipIsDetected) {
     EXPECT_NE(r.status().message().find("c.gz"), std::string::npos);
 }
 
+std::string gzip(const std::string& raw) {
+    z_stream zs{};
+    EXPECT_EQ(deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
+    std::string out(deflateBound(&zs, raw.size()) + 64, '\0');
+    zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(raw.data()));
+    zs.avail_in = static_cast<uInt>(raw.size());
+    zs.next_out = reinterpret_cast<Bytef*>(out.data());
+    zs.avail_out = static_cast<uInt>(out.size());
+    EXPECT_EQ(deflate(&zs, Z_FINISH), Z_STREAM_END);
+    out.resize(zs.total_out);
+    deflateEnd(&zs);
+    return out;
+}
+
+// Found by review: zlib's gzread skips whatever follows the last gzip member, so junk appended
+// to a .gz (a botched download, two files concatenated) was read as a good dataset.
+TEST_F(IdxFiles, GzipMembersAreReadAndTrailingJunkIsAnError) {
+    const std::string data = header(0x08, {3, 4}) + std::string("abcdefghijkl");
+    auto one = read_idx(write("one.gz", gzip(data)));
+    ASSERT_TRUE(one.is_ok()) << one.status().message();
+    EXPECT_EQ(one->data[11], 'l');
+    // Several members (as `cat a.gz b.gz`): one stream, split anywhere.
+    const std::string members = gzip(data.substr(0, 6)) + gzip(data.substr(6, 10)) + gzip(data.substr(16));
+    auto multi = read_idx(write("multi.gz", members));
+    ASSERT_TRUE(multi.is_ok()) << multi.status().message();
+    EXPECT_EQ(multi->dims, (std::vector<int64_t>{3, 4}));
+    EXPECT_EQ(std::string(multi->data.begin(), multi->data.end()), "abcdefghijkl");
+
+    const std::string good = gzip(data);
+    auto junk = read_idx(write("junk.gz", good + "JUNK!"));
+    ASSERT_FALSE(junk.is_ok());
+    EXPECT_EQ(junk.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(junk.status().message().find("junk.gz: 5 bytes of trailing data at offset " + std::to_string(good.size())),
+              std::string::npos)
+        << junk.status().message();
+    auto after_members = read_idx(write("junk2.gz", members + std::string(3, '\0')));
+    ASSERT_FALSE(after_members.is_ok());
+    EXPECT_NE(after_members.status().message().find("trailing data at offset " + std::to_string(members.size())),
+              std::string::npos)
+        << after_members.status().message();
+    // A member cut short, and one whose CRC-32 does not match.
+    auto cut = read_idx(write("cut.gz", good.substr(0, good.size() - 4)));
+    ASSERT_FALSE(cut.is_ok());
+    EXPECT_NE(cut.status().message().find("cut.gz: gzip stream truncated"), std::string::npos) << cut.status().message();
+    std::string bad_crc = good;
+    bad_crc[bad_crc.size() - 6] ^= 0x40;
+    auto crc = read_idx(write("crc.gz", bad_crc));
+    ASSERT_FALSE(crc.is_ok());
+    EXPECT_NE(crc.status().message().find("crc.gz: corrupt gzip stream"), std::string::npos) << crc.status().message();
+}
+
 TEST_F(IdxFiles, HugeDimensionsAreRejectedBeforeAllocating) {
     // 65536^4 wraps a 64-bit size to 0: must be refused, not trusted.
     auto r = read_idx(write("huge.idx", header(0x08, {65536, 65536, 65536, 65536})));

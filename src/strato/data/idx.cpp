@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -16,6 +17,117 @@ uint32_t be32(const uint8_t* p) {
     return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
 }
 
+/// The bytes of an IDX file, plain or gzip. A gzip file is read member by member (as gzip(1)
+/// does: `cat a.gz b.gz` is one valid stream); what follows the last member must be nothing, as
+/// zlib's gzread would skip any trailing garbage without a word. Offsets in errors are in the
+/// file as stored.
+class IdxStream {
+  public:
+    ~IdxStream() {
+        if (gz_) inflateEnd(&zs_);
+        if (f_) std::fclose(f_);
+    }
+
+    Status open(const std::string& path) {
+        path_ = path;
+        f_ = std::fopen(path.c_str(), "rb");
+        if (!f_) return io_error("cannot open {}: {}", path, std::strerror(errno));
+        in_.resize(size_t{1} << 20);
+        STRATO_RETURN_IF_ERROR(fill(2));
+        gz_ = avail_ >= 2 && in_[pos_] == 0x1f && in_[pos_ + 1] == 0x8b;
+        if (gz_) {
+            if (inflateInit2(&zs_, 15 + 16) != Z_OK) return internal_error("{}: cannot start zlib", path);
+            member_start_ = 0;
+        }
+        return Status::ok();
+    }
+
+    /// Reads up to n bytes (fewer only at the end of the data).
+    Result<size_t> read(uint8_t* dst, size_t n) { return gz_ ? read_gzip(dst, n) : read_plain(dst, n); }
+
+  private:
+    /// Makes at least `want` bytes available (fewer at the end of the file).
+    Status fill(size_t want) {
+        if (avail_ >= want || eof_) return Status::ok();
+        std::memmove(in_.data(), in_.data() + pos_, avail_);
+        pos_ = 0;
+        while (avail_ < want && !eof_) {
+            const size_t r = std::fread(in_.data() + avail_, 1, in_.size() - avail_, f_);
+            if (r == 0) {
+                if (std::ferror(f_)) return io_error("cannot read {}: {}", path_, std::strerror(errno));
+                eof_ = true;
+            }
+            avail_ += r;
+            file_pos_ += r;
+        }
+        return Status::ok();
+    }
+    /// The file offset of the next unconsumed byte.
+    uint64_t offset() const { return file_pos_ - avail_; }
+
+    Result<size_t> read_plain(uint8_t* dst, size_t n) {
+        size_t got = 0;
+        while (got < n) {
+            STRATO_RETURN_IF_ERROR(fill(1));
+            if (avail_ == 0) break;
+            const size_t k = std::min(n - got, avail_);
+            std::memcpy(dst + got, in_.data() + pos_, k);
+            pos_ += k, avail_ -= k, got += k;
+        }
+        return got;
+    }
+
+    Result<size_t> read_gzip(uint8_t* dst, size_t n) {
+        size_t got = 0;
+        while (got < n && !done_) {
+            STRATO_RETURN_IF_ERROR(fill(1));
+            if (avail_ == 0) {
+                return data_loss("{}: gzip stream truncated at offset {} (the member starting at offset {} has no "
+                                 "end; expected its compressed data and 8-byte trailer)",
+                                 path_, offset(), member_start_);
+            }
+            zs_.next_in = in_.data() + pos_;
+            zs_.avail_in = static_cast<uInt>(std::min<size_t>(avail_, 1u << 30));
+            zs_.next_out = dst + got;
+            zs_.avail_out = static_cast<uInt>(std::min<size_t>(n - got, 1u << 30));
+            const uInt in_before = zs_.avail_in, out_before = zs_.avail_out;
+            const int ret = inflate(&zs_, Z_NO_FLUSH);
+            const size_t used = in_before - zs_.avail_in;
+            pos_ += used, avail_ -= used;
+            got += out_before - zs_.avail_out;
+            if (ret == Z_STREAM_END) {
+                // The member's CRC-32 and length matched. Another member, or the end of the file.
+                STRATO_RETURN_IF_ERROR(fill(2));
+                if (avail_ == 0) {
+                    done_ = true;
+                } else if (avail_ >= 2 && in_[pos_] == 0x1f && in_[pos_ + 1] == 0x8b) {
+                    member_start_ = offset();
+                    inflateReset(&zs_);
+                } else {
+                    std::error_code ec;
+                    const auto size = std::filesystem::file_size(path_, ec);
+                    return data_loss("{}: {} bytes of trailing data at offset {} after the last gzip member "
+                                     "(expected the end of the file or another gzip member; corrupt or "
+                                     "concatenated with something else?)",
+                                     path_, ec ? avail_ : size - offset(), offset());
+                }
+            } else if ((ret != Z_OK && ret != Z_BUF_ERROR) || (used == 0 && zs_.avail_out == out_before)) {
+                return data_loss("{}: corrupt gzip stream near offset {} ({})", path_, offset(),
+                                 zs_.msg ? zs_.msg : zError(ret));
+            }
+        }
+        return got;
+    }
+
+    std::string path_;
+    std::FILE* f_ = nullptr;
+    bool gz_ = false, eof_ = false, done_ = false;
+    z_stream zs_{};
+    std::vector<uint8_t> in_;
+    size_t pos_ = 0, avail_ = 0;
+    uint64_t file_pos_ = 0, member_start_ = 0;
+};
+
 }  // namespace
 
 Result<IdxArray> read_idx(const std::string& path) {
@@ -23,58 +135,31 @@ Result<IdxArray> read_idx(const std::string& path) {
     if (!std::filesystem::exists(path, ec)) {
         return not_found("dataset file {} does not exist", path);
     }
-    gzFile f = gzopen(path.c_str(), "rb");  // reads plain files too
-    if (!f) return io_error("cannot open {}: {}", path, std::strerror(errno));
-    gzbuffer(f, 1 << 20);
-    // Reads up to n bytes; -1 on a corrupt stream.
-    auto read = [&](uint8_t* dst, size_t n) -> int64_t {
-        size_t got = 0;
-        while (got < n) {
-            int r = gzread(f, dst + got, static_cast<unsigned>(std::min<size_t>(n - got, 1u << 30)));
-            if (r < 0) return -1;
-            if (r == 0) break;
-            got += static_cast<size_t>(r);
-        }
-        return static_cast<int64_t>(got);
-    };
-    auto corrupt = [&]() {
-        int err = 0;
-        std::string msg = gzerror(f, &err);
-        gzclose(f);
-        return data_loss("{}: corrupt gzip stream ({})", path, msg);
-    };
+    IdxStream f;
+    STRATO_RETURN_IF_ERROR(f.open(path));
     uint8_t head[4 + 4 * 4];
-    int64_t n = read(head, 4);
-    if (n < 0) return corrupt();
-    if (n < 4) {
-        gzclose(f);
-        return data_loss("{}: {} bytes, too short for an IDX header", path, n);
-    }
-    auto fail = [&](Status st) {
-        gzclose(f);
-        return st;
-    };
+    STRATO_ASSIGN_OR_RETURN(size_t n, f.read(head, 4));
+    if (n < 4) return data_loss("{}: {} bytes, too short for an IDX header", path, n);
     if (head[0] != 0 || head[1] != 0) {
-        return fail(invalid_argument("{}: not an IDX file (magic {:02x}{:02x}{:02x}{:02x}, expected 0000TTNN)", path,
-                                     head[0], head[1], head[2], head[3]));
+        return invalid_argument("{}: not an IDX file (magic {:02x}{:02x}{:02x}{:02x}, expected 0000TTNN)", path,
+                                head[0], head[1], head[2], head[3]);
     }
     if (head[2] != 0x08) {
-        return fail(invalid_argument("{}: IDX element type 0x{:02x} is not supported (expected 0x08, unsigned byte)",
-                                     path, head[2]));
+        return invalid_argument("{}: IDX element type 0x{:02x} is not supported (expected 0x08, unsigned byte)", path,
+                                head[2]);
     }
     const size_t ndim = head[3];
-    if (ndim == 0 || ndim > 4) return fail(invalid_argument("{}: IDX header says {} dimensions, expected 1..4", path, ndim));
-    n = read(head + 4, 4 * ndim);
-    if (n < 0) return corrupt();
-    if (n < static_cast<int64_t>(4 * ndim)) return fail(data_loss("{}: truncated IDX header", path));
+    if (ndim == 0 || ndim > 4) return invalid_argument("{}: IDX header says {} dimensions, expected 1..4", path, ndim);
+    STRATO_ASSIGN_OR_RETURN(n, f.read(head + 4, 4 * ndim));
+    if (n < 4 * ndim) return data_loss("{}: truncated IDX header", path);
     IdxArray out;
     uint64_t total = 1;
     for (size_t d = 0; d < ndim; ++d) {
         uint32_t v = be32(&head[4 + 4 * d]);
         out.dims.push_back(v);
         if (__builtin_mul_overflow(total, uint64_t{v}, &total) || total > kIdxMaxBytes) {
-            return fail(invalid_argument("{}: IDX dimensions promise more than {} GiB of data (corrupt header?)", path,
-                                         kIdxMaxBytes >> 30));
+            return invalid_argument("{}: IDX dimensions promise more than {} GiB of data (corrupt header?)", path,
+                                    kIdxMaxBytes >> 30);
         }
     }
     // Read exactly what the header promises (so a corrupt header cannot make us swallow a huge
@@ -85,20 +170,19 @@ Result<IdxArray> read_idx(const std::string& path) {
     while (got < total) {
         const uint64_t step = std::min(total - got, kStep);
         out.data.resize(got + step);
-        const int64_t r = read(out.data.data() + got, step);
-        if (r < 0) return corrupt();
-        got += static_cast<uint64_t>(r);
-        if (static_cast<uint64_t>(r) < step) break;
+        STRATO_ASSIGN_OR_RETURN(const size_t r, f.read(out.data.data() + got, step));
+        got += r;
+        if (r < step) break;
     }
     out.data.resize(got);
-    n = static_cast<int64_t>(got);
     uint8_t extra;
-    const int64_t more = static_cast<uint64_t>(n) == total ? read(&extra, 1) : 0;
-    if (more < 0) return corrupt();
-    gzclose(f);
-    if (static_cast<uint64_t>(n) != total || more > 0) {
+    size_t more = 0;
+    if (got == total) {
+        STRATO_ASSIGN_OR_RETURN(more, f.read(&extra, 1));
+    }
+    if (got != total || more > 0) {
         return data_loss("{}: IDX header promises {} bytes of data, file has {}{} (truncated or corrupt)", path, total,
-                         n, more > 0 ? " and more" : "");
+                         got, more > 0 ? " and more" : "");
     }
     return out;
 }
