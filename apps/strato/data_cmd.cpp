@@ -115,7 +115,8 @@ void add_data_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
 
     auto* pack = cmd->add_subcommand("pack",
                                      "Pack an image folder (class per subfolder; train/ test/ splits too) into "
-                                     "WebDataset-style tar shards with an index.json; a rerun resumes");
+                                     "WebDataset-style tar shards with an index.json; a rerun resumes. An empty, "
+                                     "cut-off or non-JPEG/PNG file stops it, named");
     pack->add_option("src", o->src, "Image folder: SRC/<class>/*.jpg|png, or SRC/train and SRC/test holding those")
         ->required();
     pack->add_option("dst", o->dst, "Output directory (DST/train, DST/test for splits)")->required();
@@ -222,11 +223,11 @@ void add_data_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
 
     auto* verify = cmd->add_subcommand("verify",
                                        "Check a dataset against a manifest (missing, changed, extra files), a "
-                                       "shard directory against its index, every image's header or pixels");
+                                       "shard directory against its index, every image's header and end (or all its pixels)");
     verify->add_option("path", o->path, "Image folder, a root with train/ test/, or a shard directory")->required();
     verify->add_option("--manifest", o->manifest, "Manifest from `strato data stats --manifest` to compare against")
         ->check(cli::file_path_flag());
-    verify->add_flag("--decode", o->decode, "Decode every image fully (slower; catches corrupt image data)");
+    verify->add_flag("--decode", o->decode, "Decode every image fully (slower; catches damaged image data, not only cut-off files)");
     verify->add_option("--workers", o->workers, "Threads (default: one per usable CPU)")->check(CLI::Range(0, 4096));
     verify->add_flag("--json", o->json, "Print the result as JSON");
     verify->callback([o, &g, exit_code] {
@@ -252,7 +253,7 @@ void add_data_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         }
         const std::string what =
             fmt::format("{} files, {} samples{}{}", r->files, r->samples,
-                        manifest ? ", compared with " + o->manifest : "", o->decode ? ", decoded" : ", headers read");
+                        manifest ? ", compared with " + o->manifest : "", o->decode ? ", decoded" : ", headers and ends read");
         if (!r->ok()) {
             *exit_code = report_error(
                 "data verify",

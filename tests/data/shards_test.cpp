@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "strato/core/fs.h"
 #include "strato/data/codec.h"
@@ -493,6 +494,58 @@ TEST_F(Pack, BadArgumentsAreClearErrors) {
               std::string::npos);
 }
 
+// Found by review: a zero-byte or cut-off image was packed as is, without a word; only a later
+// `verify` (or training) found it.
+TEST_F(Pack, EmptyTruncatedAndNonImageFilesAreRefused) {
+    make_folder(root_ / "src", 2, 3);
+    put(root_ / "src" / "class1" / "zero.jpg", "");
+    put(root_ / "src" / "class1" / "zero2.png", "");
+    auto empty = pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), {});
+    ASSERT_FALSE(empty.is_ok());
+    EXPECT_EQ(empty.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(empty.status().message().find("class1/zero.jpg: empty file (0 bytes; expected a JPEG or PNG image), and 1 "
+                                            "more empty file(s)"),
+              std::string::npos)
+        << empty.status().message();
+    EXPECT_FALSE(stdfs::exists(root_ / "dst" / "index.json"));
+    stdfs::remove(root_ / "src" / "class1" / "zero.jpg");
+    stdfs::remove(root_ / "src" / "class1" / "zero2.png");
+
+    const std::string whole_jpeg = jpeg(64, 48, 5), whole_png = png(40, 30, 6);
+    for (const auto& [name, bytes, expected] : std::vector<std::tuple<std::string, std::string, std::string>>{
+             {"cut.jpg", whole_jpeg.substr(0, whole_jpeg.size() / 2), "cut.jpg: truncated JPEG ("},
+             {"cut.png", whole_png.substr(0, whole_png.size() - 20), "cut.png: truncated PNG ("},
+             {"text.jpg", "not an image at all", "text.jpg: unknown image format (expected JPEG or PNG)"}}) {
+        SCOPED_TRACE(name);
+        put(root_ / "src" / "class0" / name, bytes);
+        auto r = pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), {});
+        ASSERT_FALSE(r.is_ok());
+        EXPECT_NE(r.status().message().find(expected), std::string::npos) << r.status().message();
+        EXPECT_NE(r.status().message().find("remove or replace it, then pack again"), std::string::npos)
+            << r.status().message();
+        EXPECT_FALSE(stdfs::exists(root_ / "dst" / "index.json"));
+        stdfs::remove(root_ / "src" / "class0" / name);
+    }
+    // Whole files pack: with bytes after the end marker, and a JPEG whose EXIF thumbnail's end
+    // marker comes first (the walk skips it by the segment's length).
+    put(root_ / "src" / "class0" / "tail.jpg", whole_jpeg + "trailing camera data");
+    put(root_ / "src" / "class0" / "tail.png", whole_png + "xx");
+    const std::string thumb = jpeg(8, 8, 1);
+    std::string app1 = "Exif" + std::string(2, '\0') + thumb;
+    const size_t len = app1.size() + 2;
+    std::string with_thumb = whole_jpeg.substr(0, 2) + "\xff\xe1" + std::string(1, static_cast<char>(len >> 8)) +
+                             std::string(1, static_cast<char>(len & 0xff)) + app1 + whole_jpeg.substr(2);
+    put(root_ / "src" / "class0" / "thumb.jpg", with_thumb);
+    auto ok = pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), {});
+    ASSERT_TRUE(ok.is_ok()) << ok.status().message();
+    EXPECT_EQ(ok->at(0).samples, 9);
+    // The thumbnail's FF D9 does not make a cut-off photo whole.
+    put(root_ / "src" / "class0" / "thumb.jpg", with_thumb.substr(0, with_thumb.size() - whole_jpeg.size() / 2));
+    auto cut = pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), {});
+    ASSERT_FALSE(cut.is_ok());
+    EXPECT_NE(cut.status().message().find("thumb.jpg: truncated JPEG"), std::string::npos) << cut.status().message();
+}
+
 // ---- ShardSource and stores --------------------------------------------------------------------
 
 /// A LocalStore that records what the source asks of it.
@@ -870,9 +923,11 @@ TEST_F(Stats, FileNamesThatAreNotUtf8) {
 
 TEST_F(Stats, VerifyChecksShardsAndDecodesWhenAsked) {
     make_folder(root_ / "d", 2, 4);
-    // A JPEG whose header is intact but whose data is cut: the header probe passes, a decode fails.
+    // A JPEG whose header is intact but whose data is cut short of its end-of-image marker: the
+    // header probe passes, a decode fails. (Pack refuses a file that is only cut off, so this one
+    // ends with the marker: damage that only a decode finds.)
     std::string cut = jpeg(64, 64, 42);
-    put(root_ / "d" / "class0" / "cut.jpg", cut.substr(0, cut.size() / 3));
+    put(root_ / "d" / "class0" / "cut.jpg", cut.substr(0, cut.size() / 3) + "\xff\xd9");
     PackOptions o;
     o.shard_size = 6 << 10;
     pack_image_folder((root_ / "d").string(), (root_ / "s").string(), o).value();
@@ -895,6 +950,22 @@ TEST_F(Stats, VerifyChecksShardsAndDecodesWhenAsked) {
     stdfs::remove(root_ / "s" / "shard-000000.tar");
     r = verify_dataset((root_ / "s").string()).value();
     EXPECT_EQ(r.count("missing"), 1);
+}
+
+// Found by review: verify without --decode read headers only, so a cut-off download passed it.
+TEST_F(Stats, VerifyFindsCutOffImagesWithoutDecoding) {
+    make_folder(root_ / "d", 2, 2);
+    const std::string whole = jpeg(64, 64, 7), picture = png(30, 20, 8);
+    put(root_ / "d" / "class0" / "cut.jpg", whole.substr(0, whole.size() * 2 / 3));
+    put(root_ / "d" / "class1" / "cut.png", picture.substr(0, picture.size() - 16));
+    auto r = verify_dataset((root_ / "d").string()).value();
+    ASSERT_EQ(r.count("corrupt"), 2) << verify_to_json(r).dump();
+    std::map<std::string, std::string> detail;
+    for (const auto& p : r.problems) detail[p.path] = p.detail;
+    EXPECT_EQ(detail["class0/cut.jpg"].rfind("truncated JPEG (", 0), 0u) << detail["class0/cut.jpg"];
+    EXPECT_EQ(detail["class1/cut.png"].rfind("truncated PNG (", 0), 0u) << detail["class1/cut.png"];
+    auto st = dataset_stats((root_ / "d").string()).value();
+    EXPECT_EQ(st.splits[0].unreadable, 2);
 }
 
 // ---- found by the hostile review of the data subsystem -----------------------------------------

@@ -156,6 +156,26 @@ def main():
         check("--shard-size: size '12XB' is not a size" in p.stderr, p.stderr)
         p = run("data", "pack", src, dst, "--workers", "-3", expect=2)
         p = run("data", "pack", src, dst, "--seed", "-1", expect=2)
+        # Found by review: an empty or cut-off image was packed without a word (only verify found it).
+        bad = os.path.join(tmp, "badsrc")
+        os.makedirs(os.path.join(bad, "cat"))
+        os.makedirs(os.path.join(bad, "dog"))
+        with open(os.path.join(bad, "cat", "ok.png"), "wb") as f:
+            f.write(png(8, 8, 1))
+        with open(os.path.join(bad, "dog", "empty.png"), "wb") as f:
+            pass
+        p = run("data", "pack", bad, os.path.join(tmp, "badshards"), expect=1)
+        check(p.stderr.startswith("strato data pack: error: ") and "dog/empty.png: empty file (0 bytes; expected a "
+              "JPEG or PNG image)" in p.stderr, p.stderr)
+        with open(os.path.join(bad, "dog", "empty.png"), "wb") as f:
+            f.write(png(9, 9, 2)[:-30])
+        p = run("data", "pack", bad, os.path.join(tmp, "badshards"), expect=1)
+        check("dog/empty.png: truncated PNG" in p.stderr and "remove or replace it" in p.stderr, p.stderr)
+        check(not os.path.exists(os.path.join(tmp, "badshards", "index.json")), "an index for a refused pack")
+        with open(os.path.join(bad, "dog", "empty.png"), "wb") as f:
+            f.write(png(9, 9, 2))
+        p = run("data", "pack", bad, os.path.join(tmp, "badshards"), "--json")
+        check(p.returncode == 0 and json.loads(p.stdout)["splits"][0]["samples"] == 2, p.stdout)
         # --manifest may not replace what is not a manifest, nor lie inside the dataset.
         p = run("data", "stats", src, "--manifest", os.path.join(src, "m.json"), expect=1)
         check("lies inside the dataset" in p.stderr, p.stderr)

@@ -352,6 +352,7 @@ Result<Decoded> decode_png(std::string_view bytes, const std::string& name, cons
 }  // namespace
 
 Result<ImageInfo> probe_image(std::string_view bytes, const std::string& name) {
+    if (bytes.empty()) return invalid_argument("{}: empty file (0 bytes; expected a JPEG or PNG image)", name);
     ImageInfo info;
     if (is_png(bytes)) {
         png_image image;
@@ -390,6 +391,76 @@ Result<Decoded> decode_image(std::string_view bytes, const std::string& name, co
     if (is_jpeg(bytes)) return decode_jpeg(bytes, name, request);
     if (bytes.empty()) return invalid_argument("{}: empty file (expected a JPEG or PNG image)", name);
     return invalid_argument("{}: unknown image format (expected JPEG or PNG)", name);
+}
+
+namespace {
+
+/// True when a JPEG's marker segments lead to an end-of-image marker (EOI) before the bytes end.
+/// Segments are skipped by their length (an EXIF thumbnail's EOI inside APP1 does not count), and
+/// entropy-coded data up to the next marker that is not a stuffed 0xFF00 or a restart marker.
+bool jpeg_has_end(std::string_view b) {
+    const auto* p = reinterpret_cast<const uint8_t*>(b.data());
+    const size_t n = b.size();
+    size_t i = 2;  // after SOI
+    for (;;) {
+        while (i < n && p[i] != 0xFF) ++i;  // bytes before a marker: libjpeg skips them too
+        while (i < n && p[i] == 0xFF) ++i;  // fill bytes
+        if (i >= n) return false;
+        const uint8_t m = p[i++];
+        if (m == 0xD9) return true;
+        if (m == 0x00 || m == 0x01 || (m >= 0xD0 && m <= 0xD8)) continue;  // no length
+        if (i + 2 > n) return false;
+        const size_t len = (size_t{p[i]} << 8) | p[i + 1];
+        if (len < 2 || i + len > n) return false;
+        i += len;
+        if (m != 0xDA) continue;
+        // Entropy-coded data: to the next 0xFF that is neither stuffing (FF00) nor a restart.
+        for (;;) {
+            const void* ff = std::memchr(p + i, 0xFF, n - i);
+            if (!ff) return false;
+            i = static_cast<size_t>(static_cast<const uint8_t*>(ff) - p);
+            if (i + 1 >= n) return false;
+            const uint8_t next = p[i + 1];
+            if (next == 0x00 || (next >= 0xD0 && next <= 0xD7)) {
+                i += 2;
+                continue;
+            }
+            break;  // a marker: the outer loop reads it
+        }
+    }
+}
+
+/// True when a PNG's chunks lead to IEND before the bytes end.
+bool png_has_end(std::string_view b) {
+    const auto* p = reinterpret_cast<const uint8_t*>(b.data());
+    const uint64_t n = b.size();
+    uint64_t i = 8;  // after the signature
+    while (i + 8 <= n) {
+        const uint64_t len = (uint64_t{p[i]} << 24) | (uint64_t{p[i + 1]} << 16) | (uint64_t{p[i + 2]} << 8) | p[i + 3];
+        if (std::memcmp(p + i + 4, "IEND", 4) == 0) return true;
+        i += 12 + len;  // length, type, data, CRC
+    }
+    return false;
+}
+
+}  // namespace
+
+Status check_image_whole(std::string_view bytes, const std::string& name) {
+    if (bytes.empty()) return data_loss("{}: empty file (0 bytes; expected a JPEG or PNG image)", name);
+    STRATO_ASSIGN_OR_RETURN(const ImageInfo info, probe_image(bytes, name));
+    const bool png = info.format == ImageFormat::kPng;
+    if (png ? png_has_end(bytes) : jpeg_has_end(bytes)) return Status::ok();
+    // No end marker: a cut-off file, unless the image data is all there (a writer that left out
+    // the marker): then training reads it as well as any other.
+    DecodeRequest whole;
+    whole.channels = info.channels == 1 ? 1 : 3;
+    whole.min_w = whole.min_h = 1;  // a JPEG at 1/8 scale: every coefficient is still read
+    auto decoded = decode_image(bytes, name, whole);
+    if (decoded.is_ok()) return Status::ok();
+    std::string why = decoded.status().message();
+    if (why.compare(0, name.size() + 2, name + ": ") == 0) why.erase(0, name.size() + 2);
+    return data_loss("{}: truncated {} ({} bytes, no {}; expected a whole image file): {}", name, png ? "PNG" : "JPEG",
+                     bytes.size(), png ? "IEND chunk" : "end-of-image marker FF D9", why);
 }
 
 }  // namespace strato::data

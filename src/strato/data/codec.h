@@ -70,4 +70,11 @@ struct Decoded {
 
 Result<Decoded> decode_image(std::string_view bytes, const std::string& name, const DecodeRequest& request = {});
 
+/// Checks that `bytes` are a whole image before they are stored somewhere (a pack): not empty,
+/// a readable JPEG or PNG header, and the end of the image present (a JPEG's end-of-image
+/// marker, a PNG's IEND chunk). A file lacking its end marker is accepted only if it decodes
+/// as training would decode it. Cheap for whole files: the markers or chunks are walked, the
+/// pixels are not decoded. Errors name `name` and say what was expected.
+Status check_image_whole(std::string_view bytes, const std::string& name);
+
 }  // namespace strato::data

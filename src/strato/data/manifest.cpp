@@ -163,6 +163,8 @@ void check_image(Scan& scan, SplitScan& sp, int64_t i, std::string_view bytes, c
         DecodeRequest strict;
         strict.strict = true;  // a damaged JPEG that libjpeg decodes to grey is corrupt here
         st = decode_image(bytes, name, strict).status();
+    } else if (st.is_ok()) {
+        st = check_image_whole(bytes, name);  // a cut-off file (no end marker) without decoding
     }
     const auto k = static_cast<size_t>(i);
     if (!st.is_ok()) {
@@ -289,14 +291,14 @@ void scan_shard(Scan& scan, size_t item, const ScanOptions& o) {
             }
             for (size_t k = 0; k < members->size(); ++k) {
                 if (owner[k] >= 0) continue;
-                const TarMember& m = (*members)[k];
+                const TarMember& member = (*members)[k];
                 const bool pair = k + 1 < members->size() && owner[k + 1] < 0 &&
-                                  m.name.find('.') != std::string::npos &&
-                                  (*members)[k + 1].name == m.name.substr(0, m.name.rfind('.')) + ".cls";
-                scan.problem(fmt::format("{}:{}", it.rel, m.name), "corrupt",
+                                  member.name.find('.') != std::string::npos &&
+                                  (*members)[k + 1].name == member.name.substr(0, member.name.rfind('.')) + ".cls";
+                scan.problem(fmt::format("{}:{}", it.rel, member.name), "corrupt",
                              fmt::format("a member at offset {}{} that index.json does not list (a sample left out "
                                          "of the index)",
-                                         m.data_offset, pair ? fmt::format(", with its '{}'", (*members)[k + 1].name)
+                                         member.data_offset, pair ? fmt::format(", with its '{}'", (*members)[k + 1].name)
                                                              : std::string()));
                 if (pair) ++k;
             }
@@ -529,8 +531,8 @@ Status check_manifest_output(const std::string& path, const std::string& dataset
                                                                               : nlohmann::json(nlohmann::json::value_t::discarded);
     std::string what;
     if (j.is_discarded()) {
-        std::string first = text->substr(0, std::min(text->find('\n'), size_t{60}));
-        what = fmt::format("a text file that is not JSON (it starts {})", json_text(first));
+        std::string start = text->substr(0, std::min(text->find('\n'), size_t{60}));
+        what = fmt::format("a text file that is not JSON (it starts {})", json_text(start));
     } else if (!j.is_object()) {
         what = "JSON that is not an object";
     } else if (!j.contains("format") || !j["format"].is_string()) {

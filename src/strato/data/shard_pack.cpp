@@ -226,6 +226,12 @@ Status write_shard(const FolderIndex& idx, const std::vector<std::string>& keys,
             return fail(data_loss("{} changed while packing (it was {} bytes, now {}); run the pack again",
                                   src.string(), f.bytes, bytes->size()));
         }
+        // An empty, cut-off or non-image file would be packed as is and found only by a later
+        // verify, or by training, which cannot decode it.
+        if (Status st = check_image_whole(*bytes, src.string()); !st.is_ok()) {
+            return fail(Status(st.code(), st.message() + "; remove or replace it, then pack again (`strato data "
+                                                         "verify --decode` on the source lists every bad image)"));
+        }
         auto offset = w->add(key + "." + ext_for(*bytes, f.path), *bytes);
         if (!offset.is_ok()) return fail(offset.status().with_context(src.string()));
         if (*offset != plan.offsets[k]) {
@@ -523,6 +529,15 @@ Result<std::vector<PackedSplit>> pack_image_folder(const std::string& src, const
         const stdfs::path from = split.empty() ? stdfs::path(src) : stdfs::path(src) / split;
         STRATO_ASSIGN_OR_RETURN(FolderIndex idx, index_image_folder(from.string(), class_names));
         if (class_names.empty()) class_names = idx.class_names;  // train's classes label every split
+        // Empty files (a failed download or copy) are refused before anything is written.
+        const auto empty = std::count_if(idx.files.begin(), idx.files.end(), [](const ImageFile& f) { return f.bytes == 0; });
+        if (empty > 0) {
+            const auto first = std::find_if(idx.files.begin(), idx.files.end(), [](const ImageFile& f) { return f.bytes == 0; });
+            return data_loss("{}: empty file (0 bytes; expected a JPEG or PNG image){}; remove or replace it, then "
+                             "pack again",
+                             (from / first->path).string(),
+                             empty > 1 ? fmt::format(", and {} more empty file(s) in {}", empty - 1, from.string()) : "");
+        }
         // index.json holds class names as JSON strings, which are UTF-8: other bytes came out as
         // U+FFFD, and two classes could end up with one name.
         for (const auto& c : idx.class_names)
