@@ -54,7 +54,7 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
     };
     auto add = [&](const char* name, const char* help) {
         auto* sub = cmd->add_subcommand(name, help);
-        sub->add_option("study", o->study, "Study file (TOML: [study], [scheduler], [params])")->required();
+        sub->add_option("study", o->study, "Study file (TOML: [study], [scheduler], [tpe], [params])")->required();
         sub->add_option("--dir", o->dir, "Study directory (default runs/tune/<name>)");
         return sub;
     };
@@ -75,7 +75,15 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         auto board = tune::leaderboard(*c, ro.dir, o->top);
         if (board) fmt::print("{}", *board);
         fmt::print("study directory: {}\n", ro.dir);
-        *exit_code = s->failed == s->trials && s->trials > 0 ? 1 : 0;
+        // (the exit status said so, and nothing else did)
+        if (s->failed == s->trials && s->trials > 0)
+            return void(
+                *exit_code = report_error(
+                    "tune", invalid_argument("every trial of study {} failed ({} of {}); their logs are in "
+                                             "{}/logs/\nhint: the end of a trial's log says why (a bad setting, "
+                                             "divergence, the memory limit)",
+                                             c->name, s->failed, s->trials, ro.dir)));
+        *exit_code = 0;
     });
     auto* status = add("status", "Leaderboard and trial states");
     status->add_option("--top", o->top, "Rows (default 10)")->check(CLI::Range(1, 1000000));

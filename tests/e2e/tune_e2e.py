@@ -166,12 +166,58 @@ def slurm_usage(tmp):
         check(line in script, f"{line!r} not in {script}")
 
 
+def edited_base_refused(tmp):
+    """Found by review: a study resumed after its base train config was edited mixed trials of two
+    setups. The study directory records the base config's contents (here through `tune slurm`,
+    which sets the study up without running a trial); status, run and export-best then refuse an
+    edited base, naming the line, until it is restored."""
+    base = os.path.join(tmp, "identity_base.toml")
+    with open(os.path.join(REPO, "configs", "fashion_mnist_mlp.toml")) as f:
+        original = f.read()
+    with open(base, "w") as f:
+        f.write(original)
+    study = os.path.join(tmp, "identity.toml")
+    with open(study, "w") as f:
+        f.write(f'[study]\nname = "identity"\nbase = "{base}"\n[params]\n'
+                '"optim.lr" = { type = "uniform", low = 0.1, high = 1 }\n')
+    sdir = os.path.join(tmp, "identity")
+    run("tune", "slurm", study, "--dir", sdir)
+    run("tune", "status", study, "--dir", sdir)
+    with open(base, "w") as f:
+        f.write(original.replace("width = 256", "width = 512"))
+    for cmd in (["status"], ["run"], ["export-best", "-o", os.path.join(tmp, "identity_best.toml")]):
+        p = run("tune", *cmd, study, "--dir", sdir, expect=1)
+        check(p.stderr.startswith("strato tune: error: ") and "other contents of the base train config" in p.stderr
+              and "was 'width = 256', now 'width = 512'" in p.stderr and "\nhint: " in p.stderr,
+              f"tune {cmd[0]} after the base changed: {p.stderr!r}")
+    check(not os.path.exists(os.path.join(sdir, "trials")), "a trial started on the edited base config")
+    with open(base, "w") as f:
+        f.write(original)
+    run("tune", "status", study, "--dir", sdir)
+
+
+def every_trial_failed(tmp):
+    """Found by review: a study whose every trial failed exited 1 with no error line at all."""
+    base = os.path.join(REPO, "configs", "fashion_mnist_mlp.toml")
+    study = os.path.join(tmp, "diverge.toml")
+    with open(study, "w") as f:  # SGD at these rates diverges in its first epoch
+        f.write(f'[study]\nname = "diverge"\nbase = "{base}"\ntrials = 2\nparallel = 2\nscheduler = "fifo"\n'
+                'set = ["data.limit_train=500", "data.limit_test=100", "optim.name=\\"sgd\\""]\n'
+                '[scheduler]\nmax_t = 1\n[params]\n"optim.lr" = { type = "loguniform", low = 500, high = 1000 }\n')
+    sdir = os.path.join(tmp, "diverge")
+    p = run("-q", "tune", "run", study, "--dir", sdir, expect=1)
+    check("strato tune: error: every trial of study diverge failed (2 of 2)" in p.stderr and sdir + "/logs/" in p.stderr,
+          f"every trial failed: {p.stderr!r}")
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         study, sdir = killed_and_resumed(tmp)
         reports_and_export(tmp, study, sdir)
         bad_studies(tmp)
         slurm_usage(tmp)
+        edited_base_refused(tmp)
+        every_trial_failed(tmp)
     finish("tune e2e")
 
 

@@ -23,6 +23,7 @@
 #include "strato/core/cgroup.h"
 #include "strato/core/fs.h"
 #include "strato/core/signals.h"
+#include "strato/core/toml_guard.h"
 
 #include "strato/tune/sampler.h"
 #include "strato/tune/space.h"
@@ -253,6 +254,45 @@ TEST(Space, TheCheckCoversWhatTheExecutorSetsAndDrawsInsideTheRange) {
     EXPECT_EQ(m.find("parameter"), std::string::npos) << m;
 }
 
+// Found by review: the stopping variant judges a trial at a rung by its result at exactly that
+// epoch; with train.eval_every = 2 the rungs at 1 and 3 epochs never got one and ASHA stopped no
+// trial, silently. Refused before any trial starts; the promotion variant (whose trials stop at
+// their rung, an epoch the trainer always evaluates) and rungs on multiples of it are fine.
+TEST(Space, TheStoppingVariantNeedsAnEvaluationAtEveryRung) {
+    const auto with = [](const std::string& variant, const std::string& set, int grace) {
+        return study(
+            fmt::format("[study]\nbase = \"configs/fashion_mnist_mlp.toml\"\nscheduler = \"asha\"\nset = [{}]\n"
+                        "[scheduler]\ngrace = {}\nmax_t = 9\nreduction = 3\nvariant = \"{}\"\n[params]\n"
+                        "\"optim.lr\" = {{ type = \"loguniform\", low = 1e-4, high = 1e-1 }}\n",
+                        set, grace, variant));
+    };
+    Status bad = validate_against_train_config(with("stopping", "\"train.eval_every=2\"", 1));
+    ASSERT_FALSE(bad.is_ok());
+    EXPECT_NE(bad.message().find("judges trials at rungs of 1, 3 epochs, but train.eval_every = 2"), std::string::npos)
+        << bad.message();
+    EXPECT_NE(bad.message().find("evaluates no epoch 1,"), std::string::npos) << bad.message();
+    EXPECT_TRUE(validate_against_train_config(with("stopping", "", 1)).is_ok());
+    EXPECT_TRUE(validate_against_train_config(with("promotion", "\"train.eval_every=2\"", 1)).is_ok());
+    EXPECT_TRUE(validate_against_train_config(with("stopping", "\"train.eval_every=3\"", 3)).is_ok());
+}
+
+// Found by review: a choice or grid string went to the trial as "value" without escaping, so
+// "C:\\new" (a backslash) arrived as C, colon, newline and "ew", and a quote broke the --set.
+TEST(Space, StringValuesReachTheTrialAsWritten) {
+    StudyConfig s = study(
+        "[study]\nbase = \"configs/fashion_mnist_mlp.toml\"\n[params]\n"
+        "\"optim.name\" = { type = \"choice\", values = [\"C:\\\\new\", \"say \\\"hi\\\"\", \"sgd\"] }\n");
+    ASSERT_EQ(s.params.size(), 1u);
+    const std::vector<std::string> want = {"C:\\new", "say \"hi\"", "sgd"};
+    ASSERT_EQ(s.params[0].values.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+        auto parsed = parse_toml_named("v = " + s.params[0].values[i], "literal");  // as `train --set` reads it
+        ASSERT_TRUE(parsed.is_ok()) << s.params[0].values[i] << ": " << parsed.status().message();
+        EXPECT_EQ((*parsed)["v"].value<std::string>(), std::optional<std::string>(want[i])) << s.params[0].values[i];
+    }
+    EXPECT_EQ(s.params[0].values[2], "\"sgd\"");  // (plain values as before: a study's fingerprint stays)
+}
+
 TEST(Sampler, RandomIsSeededInRangeAndConditional) {
     StudyConfig s = study();
     s.sampler = "random";
@@ -352,6 +392,37 @@ TEST(Sampler, TpeConcentratesWhereTheObjectiveIsGood) {
         }
     }
     EXPECT_LT(tpe_err, 0.75 * random_err) << tpe_err << " vs " << random_err;
+}
+
+// Found by review: TPE learnt from failed trials' partial results (a trial that crashed or
+// diverged after a good epoch counted as that good), and from a paused or stopped trial's best
+// epoch. As Optuna: failed trials are left out, pruned ones count with their last value.
+TEST(Sampler, HistoryLeavesFailedTrialsOutAndCountsPrunedOnesByTheirLastValue) {
+    StudyConfig s = study();
+    s.maximize = false;  // (values are signed: larger is better)
+    const auto trial = [](int id, TrialState st, std::optional<double> best, std::optional<double> last) {
+        Trial t;
+        t.id = id;
+        t.params = {{"optim.lr", fmt::format("0.0{}", id)}};
+        t.state = st;
+        t.best = best;
+        t.last = last;
+        return t;
+    };
+    const std::vector<Trial> trials = {
+        trial(1, TrialState::kCompleted, 0.2, 0.3),
+        trial(2, TrialState::kFailed, 0.01, 0.01),  // crashed after a great first epoch
+        trial(3, TrialState::kStopped, 0.4, 0.5),
+        trial(4, TrialState::kPaused, 0.6, 0.6),
+        trial(5, TrialState::kRunning, std::nullopt, std::nullopt),  // no result yet: the worst so far
+        trial(6, TrialState::kFailed, std::nullopt, std::nullopt),
+    };
+    const auto history = sampler_history(s, trials);
+    std::map<std::string, double> got;
+    for (const auto& o : history) got[o.params.at("optim.lr")] = o.value;
+    const std::map<std::string, double> want = {{"0.01", -0.2}, {"0.03", -0.5}, {"0.04", -0.6}, {"0.05", -0.6}};
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(history.size(), 4u);
 }
 
 TEST(Store, TrialsResultsRungsAndFingerprint) {
@@ -702,8 +773,11 @@ TEST(Executor, AFailedTrialTakesNoPromotionPlace) {
     EXPECT_EQ(s->failed, 1);
     EXPECT_EQ(s->completed, 1) << "the best trial that did not fail goes on to max_t";
     auto st = open_db(r);
-    for (const auto& t : *st->trials())
-        if (t.params.at("optim.lr") == "2e-06") EXPECT_EQ(t.epochs, 3) << "trial " << t.id;
+    const auto trials = *st->trials();  // (a range-for over *st->trials() read a destroyed temporary)
+    for (const auto& t : trials)
+        if (t.params.at("optim.lr") == "2e-06") {
+            EXPECT_EQ(t.epochs, 3) << "trial " << t.id;
+        }
 }
 
 // ... but one promoted from the rung that fails at the next has had its place: the rung's next
@@ -715,8 +789,11 @@ TEST(Executor, ATrialThatFailsAfterItsPromotionKeepsItsPlace) {
     EXPECT_EQ(s->failed, 1);
     EXPECT_EQ(s->completed, 0) << "rung 0 of 3 promotes one trial, and it was the one that failed";
     auto st = open_db(r);
-    for (const auto& t : *st->trials())
-        if (t.params.at("optim.lr") != "0.01") EXPECT_EQ(t.epochs, 1) << "trial " << t.id;
+    const auto trials = *st->trials();  // (a range-for over *st->trials() read a destroyed temporary)
+    for (const auto& t : trials)
+        if (t.params.at("optim.lr") != "0.01") {
+            EXPECT_EQ(t.epochs, 1) << "trial " << t.id;
+        }
 }
 
 // Found by review: with the strato binary gone, every trial "failed (exit 127)" with an empty
@@ -778,6 +855,183 @@ TEST(Executor, ATrialThatCannotStartStopsTheRunAndIsNotFailed) {
     for (const auto& t : trials) EXPECT_NE(t.state, TrialState::kFailed) << "trial " << t.id << ": " << t.error;
     EXPECT_EQ(trials[1].state, TrialState::kRunning);  // stopped at a checkpoint, for the next run
     EXPECT_LT(trials[1].epochs, 6);
+}
+
+// Found by review: the base train config's contents and the [tpe] settings were no part of the
+// study's identity, so resuming after editing either mixed trials of two setups in one study
+// (and TPE learnt from both). Now the directory refuses, naming what changed; the definition's
+// own changes are named too.
+TEST(Executor, ResumingAfterTheBaseConfigOrTheTpeSettingsChangedIsRefused) {
+    const std::string dir =
+        (std::filesystem::path(testing::TempDir()) / "tune_exec_identity").lexically_normal().string();
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    const std::string base = dir + "/base.toml";
+    const std::string original = *fs::read_file(std::string(STRATO_SOURCE_DIR) + "/configs/fashion_mnist_mlp.toml");
+    ASSERT_TRUE(fs::atomic_write(base, original).is_ok());
+    const auto make = [&](const std::string& extra_study, const std::string& tpe, int max_t) {
+        StudyRun r;
+        r.dir = dir + "/study";
+        r.cfg =
+            study(fmt::format("[study]\nname = \"identity\"\nbase = \"{}\"\nsampler = \"tpe\"\nscheduler = \"fifo\"\n"
+                              "trials = 2\n{}\n[tpe]\n{}\n[scheduler]\nmax_t = {}\n[params]\n"
+                              "\"optim.lr\" = {{ type = \"loguniform\", low = 1e-4, high = 1 }}\n",
+                              base, extra_study, tpe, max_t));
+        return r;
+    };
+    StudyRun r = make("", "startup_trials = 5", 1);
+    auto first = run_fake(r);
+    ASSERT_TRUE(first.is_ok()) << first.status().message();
+    EXPECT_EQ(first->completed, 2);
+
+    // The base config edited (a real setting): run, status and export-best refuse.
+    std::string edited = original;
+    const size_t at = edited.find("lr = 1e-3");
+    ASSERT_NE(at, std::string::npos);
+    edited.replace(at, 9, "lr = 5e-3");
+    ASSERT_TRUE(fs::atomic_write(base, edited).is_ok());
+    StudyRun more = make("", "startup_trials = 5", 1);
+    more.cfg.trials = 3;
+    auto again = run_fake(more);
+    ASSERT_FALSE(again.is_ok());
+    EXPECT_NE(again.status().message().find("other contents of the base train config " + base), std::string::npos)
+        << again.status().message();
+    EXPECT_NE(again.status().message().find("was 'lr = 1e-3', now 'lr = 5e-3'"), std::string::npos)
+        << again.status().message();
+    EXPECT_NE(again.status().message().find("hint: restore it"), std::string::npos) << again.status().message();
+    EXPECT_FALSE(leaderboard(more.cfg, more.dir, 10).is_ok());
+    EXPECT_FALSE(export_best(more.cfg, more.dir, dir + "/best.toml").is_ok());
+    EXPECT_EQ(open_db(r)->trials()->size(), 2u) << "no trial was started";
+
+    // Restored, the TPE settings changed: refused, naming them with both values.
+    ASSERT_TRUE(fs::atomic_write(base, original).is_ok());
+    StudyRun tpe = make("", "startup_trials = 5\ncandidates = 12", 1);
+    auto tpe_run = run_fake(tpe);
+    ASSERT_FALSE(tpe_run.is_ok());
+    EXPECT_NE(tpe_run.status().message().find("[tpe] candidates (was 24, now 12) changed"), std::string::npos)
+        << tpe_run.status().message();
+
+    // The definition changed: the message names the key (it said only "[study], [scheduler] or
+    // [params] changed").
+    auto longer = run_fake(make("", "startup_trials = 5", 2));
+    ASSERT_FALSE(longer.is_ok());
+    EXPECT_NE(longer.status().message().find("holds a different study: [scheduler] max_t (was 1, now 2) changed"),
+              std::string::npos)
+        << longer.status().message();
+
+    // A study recorded before these parts existed takes up the current ones; then it holds them.
+    {
+        sqlite3* db = nullptr;
+        ASSERT_EQ(sqlite3_open((r.dir + "/study.db").c_str(), &db), SQLITE_OK);
+        ASSERT_EQ(sqlite3_exec(db, "DELETE FROM meta WHERE key IN ('base_config', 'tpe')", nullptr, nullptr, nullptr),
+                  SQLITE_OK);
+        sqlite3_close(db);
+    }
+    StudyRun extended = make("", "startup_trials = 5", 1);
+    extended.cfg.trials = 3;  // the number of trials is no part of the identity: raising it extends the study
+    auto resumed = run_fake(extended);
+    ASSERT_TRUE(resumed.is_ok()) << resumed.status().message();
+    EXPECT_EQ(resumed->trials, 3);
+    EXPECT_EQ(*open_db(r)->meta("base_config"), std::optional<std::string>(original));
+    EXPECT_FALSE(run_fake(tpe).is_ok());
+}
+
+// The base config edited while the study runs: the next trial would read the new file (a trial
+// reads it when it starts or resumes). The trial does not start; the running ones stop at a
+// checkpoint; the next run names the change.
+TEST(Executor, ABaseConfigEditedWhileTheStudyRunsStartsNoMoreTrials) {
+    const std::string dir =
+        (std::filesystem::path(testing::TempDir()) / "tune_exec_identity_live").lexically_normal().string();
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    const std::string base = dir + "/base.toml";
+    const std::string original = *fs::read_file(std::string(STRATO_SOURCE_DIR) + "/configs/fashion_mnist_mlp.toml");
+    ASSERT_TRUE(fs::atomic_write(base, original).is_ok());
+    StudyRun r;
+    r.dir = dir + "/study";
+    r.cfg =
+        study(fmt::format("[study]\nname = \"live\"\nbase = \"{}\"\nsampler = \"random\"\nscheduler = \"fifo\"\n"
+                          "trials = 3\nparallel = 1\n[scheduler]\nmax_t = 3\n[params]\n"
+                          "\"optim.lr\" = {{ type = \"loguniform\", low = 1e-4, high = 1 }}\n",
+                          base));
+    setenv("FAKE_TRAIN_EPOCH_S", "0.2", 1);
+    std::thread editor([&] {
+        for (int i = 0; i < 12000; ++i) {  // once the first trial has an epoch
+            auto m = fs::read_file(r.dir + "/trials/trial-0001/metrics.jsonl");
+            if (m && m->find("\"eval\"") != std::string::npos) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        (void)fs::atomic_write(base, original + "# edited\n");
+    });
+    auto s = run_fake(r);
+    editor.join();
+    unsetenv("FAKE_TRAIN_EPOCH_S");
+    ASSERT_FALSE(s.is_ok());
+    EXPECT_NE(s.status().message().find("cannot start trial-0002: the base train config " + base + " changed"),
+              std::string::npos)
+        << s.status().message();
+    {
+        auto st = open_db(r);
+        auto trials = *st->trials();
+        ASSERT_EQ(trials.size(), 2u);
+        EXPECT_EQ(trials[1].state, TrialState::kRunning) << "given up for the next run, not failed";
+        EXPECT_EQ(trials[1].owner, "");
+    }
+    auto again = run_fake(r);
+    ASSERT_FALSE(again.is_ok());
+    const auto added_line = std::count(original.begin(), original.end(), '\n') + 1;
+    EXPECT_NE(again.status().message().find(fmt::format("line {} was '<end of file>', now '# edited'", added_line)),
+              std::string::npos)
+        << again.status().message();
+    ASSERT_TRUE(fs::atomic_write(base, original).is_ok());
+    auto restored = run_fake(r);
+    ASSERT_TRUE(restored.is_ok()) << restored.status().message();
+    EXPECT_EQ(restored->completed, 3);
+}
+
+// Found by review: a trial the scheduler stopped was marked stopped only once it had exited. A
+// study killed meanwhile (the trial finishing its step and checkpointing) resumed it, and since
+// the scheduler does not judge recorded epochs again, it trained on to max_t. Now the decision
+// is committed with the result that made it.
+TEST(Executor, AStopDecisionSurvivesAKillOfTheExecutor) {
+    setenv("FAKE_TRAIN_EPOCH_S", "0.05", 1);
+    auto r = fake_study("stop-kill", "grace = 1\nmax_t = 9\nreduction = 2\nvariant = \"stopping\"",
+                        "trials = 8\nparallel = 2\nscheduler = \"asha\"");
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) _exit(run_fake(r).is_ok() ? 0 : 1);
+    // Wait for a trial stopped in the store whose process has not yet checkpointed and exited
+    // (fake_train.py writes its "interrupted" line on the way out, 0.3 s after the signal).
+    int victim = 0;
+    for (int i = 0; i < 6000 && victim == 0; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        auto ro = Store::open_read_only(r.dir + "/study.db");
+        if (!ro.is_ok()) continue;
+        auto trials = (*ro)->trials();
+        if (!trials.is_ok()) continue;
+        for (const auto& t : *trials) {
+            if (t.state != TrialState::kStopped || t.epochs >= 9) continue;  // (not one that ran to max_t anyway)
+            auto m = fs::read_file(r.dir + fmt::format("/trials/trial-{:04d}/metrics.jsonl", t.id));
+            if (m && m->find("interrupted") == std::string::npos) victim = t.id;
+        }
+        int status = 0;
+        if (victim == 0 && waitpid(child, &status, WNOHANG) == child) break;  // finished: never caught
+    }
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+    unsetenv("FAKE_TRAIN_EPOCH_S");
+    ASSERT_NE(victim, 0) << "no trial was ever stopped in the store while it still ran";
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // (its trials die with it: PDEATHSIG)
+    auto s = run_fake(r);
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    auto st = open_db(r);
+    const auto trials = *st->trials();  // (a range-for over *st->trials() read a destroyed temporary)
+    for (const auto& t : trials)
+        if (t.id == victim) {
+            EXPECT_EQ(t.state, TrialState::kStopped);
+            EXPECT_LT(t.epochs, 9) << "the stopped trial was resumed and trained to max_t";
+        }
+    expect_contiguous_results(r);
 }
 
 TEST(Executor, ShutdownStopsTrialsOnceAndTheNextRunFinishes) {

@@ -8,9 +8,11 @@
 #include <cmath>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <toml++/toml.h>
 
 #include "strato/core/fs.h"
+#include "strato/core/json.h"
 #include "strato/core/log.h"
 #include "strato/train/train_config.h"
 
@@ -59,7 +61,9 @@ std::string unquoted(const std::string& s) {
 }
 
 std::string literal(const toml::node& n) {
-    if (auto s = n.value_exact<std::string>()) return fmt::format("\"{}\"", *s);
+    // (JSON's escapes are TOML's: a value with a quote or a backslash stays itself; "C:\\new",
+    // written as "C:\new" between quotes, reached the trial as C, colon, newline, "ew")
+    if (auto s = n.value_exact<std::string>()) return json_text(nlohmann::json(*s));
     if (auto i = n.value_exact<int64_t>()) return std::to_string(*i);
     if (auto d = n.value_exact<double>()) return fmt::format("{:.10g}", *d);
     if (auto b = n.value_exact<bool>()) return *b ? "true" : "false";
@@ -488,11 +492,34 @@ Status validate_against_train_config(const StudyConfig& s) {
         }
         return failed.with_context(fmt::format("{}: parameter {} = {}", s.source, p.key, probe.literal));
     };
+    // The stopping variant judges a trial at a rung by its result at exactly that epoch: with
+    // train.eval_every = 2 rungs at 1 and 3 epochs got no result, and no trial was ever stopped.
+    // (The promotion variant's trials stop at their rung, an epoch the trainer always evaluates.)
+    const bool stopping = s.scheduler == "asha" && s.variant == "stopping";
+    std::set<int64_t> eval_every;
     for (const auto& probe : probes) {
         std::vector<std::string> sets = common;
         for (size_t i = 0; i < s.params.size(); ++i)
             sets.push_back(s.params[i].key + "=" + (i == probe.param ? probe.literal : lows[i]));
-        if (Status st = load(sets); !st.is_ok()) return blame(st, probe);
+        auto tc = train::load_train_config(s.base, sets);
+        if (!tc.is_ok()) return blame(tc.status(), probe);
+        if (stopping) eval_every.insert(tc->train.eval_every);
+    }
+    for (const int64_t every : eval_every) {
+        for (int b = 0; b < s.brackets; ++b) {
+            const std::vector<int> ms = s.milestones(b);
+            std::string rungs;
+            for (size_t k = 0; k + 1 < ms.size(); ++k) rungs += fmt::format("{}{}", rungs.empty() ? "" : ", ", ms[k]);
+            for (size_t k = 0; k + 1 < ms.size(); ++k)
+                if (ms[k] % every != 0)
+                    return invalid_argument(
+                        "{} [scheduler]: variant = \"stopping\" judges trials at rungs of {} epochs, "
+                        "but train.eval_every = {} (the base config's, a [study] set entry's or a "
+                        "parameter's) evaluates no epoch {}, so no trial would ever be stopped\n"
+                        "hint: set train.eval_every = 1, or choose grace and reduction whose rungs "
+                        "are multiples of it",
+                        s.source, rungs, every, ms[k]);
+        }
     }
     return Status::ok();
 }

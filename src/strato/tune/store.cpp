@@ -219,6 +219,22 @@ Status Store::bind_study(const std::string& fingerprint) {
     });
 }
 
+Result<std::optional<std::string>> Store::meta(const std::string& key) {
+    Stmt q(db_, "SELECT value FROM meta WHERE key = ?");
+    q.bind(1, key);
+    const int rc = q.step();
+    if (rc == SQLITE_ROW) return std::optional<std::string>(q.text(0));
+    if (rc != SQLITE_DONE) return io_error("study store: reading the study's {}: {}", key, sqlite3_errmsg(db_));
+    return std::optional<std::string>();
+}
+
+Status Store::add_meta(const std::string& key, const std::string& value) {
+    return Stmt(db_, "INSERT OR IGNORE INTO meta(key, value) VALUES(?, ?)")
+        .bind(1, key)
+        .bind(2, value)
+        .run("recording the study");
+}
+
 Result<int> Store::add_trial(const Assignment& params, int target, int bracket, const std::string& owner) {
     nlohmann::json j(params);
     STRATO_RETURN_IF_ERROR(

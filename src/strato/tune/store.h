@@ -61,6 +61,10 @@ public:
 
     /// Records the study definition; a different one for an existing study is an error.
     Status bind_study(const std::string& fingerprint);
+    /// A recorded part of the study's identity (meta table: "study", "base_config", "tpe"), if any.
+    Result<std::optional<std::string>> meta(const std::string& key);
+    /// Records `value` under `key` unless something is recorded there already.
+    Status add_meta(const std::string& key, const std::string& value);
     /// "wal" or "delete" (needs no other connection open).
     Status set_journal(const std::string& mode);
     Result<std::string> journal();

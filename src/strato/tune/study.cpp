@@ -66,6 +66,62 @@ std::string printable(std::string_view v) {
     return out;
 }
 
+/// The parts of a study's identity besides its definition, each kept under its own key of the
+/// study's meta table: the base train config's contents (the trials train on the file as it is
+/// when they start or resume, so an edit mixed trials of two setups) and, for TPE, its settings.
+/// A study recorded before a part existed takes up its value at the next `tune run`.
+std::vector<std::pair<std::string, std::string>> identity_parts(const StudyConfig& c, const std::string& base_text) {
+    std::vector<std::pair<std::string, std::string>> parts = {{"study", fingerprint(c)}, {"base_config", base_text}};
+    if (c.sampler == "tpe")
+        parts.emplace_back(
+            "tpe", json_text(nlohmann::json{{"startup_trials", c.tpe_startup}, {"candidates", c.tpe_candidates}}));
+    return parts;
+}
+
+// What differs between two recorded identities (JSON objects): the study keys, with the old and
+// new value where they are short.
+std::string json_changes(const std::string& was, const std::string& now) {
+    static const std::pair<const char*, const char*> kNames[] = {
+        {"base", "[study] base"},           {"fixed", "[study] set"},
+        {"metric", "[study] metric"},       {"max", "[study] mode"},
+        {"sampler", "[study] sampler"},     {"scheduler", "[study] scheduler"},
+        {"seed", "[study] seed"},           {"variant", "[scheduler] variant"},
+        {"grace", "[scheduler] grace"},     {"max_t", "[scheduler] max_t"},
+        {"reduction", "[scheduler] reduction"}, {"brackets", "[scheduler] brackets"},
+        {"params", "[params]"},             {"startup_trials", "[tpe] startup_trials"},
+        {"candidates", "[tpe] candidates"}};
+    const nlohmann::json a = parse_json_bounded(was), b = parse_json_bounded(now);
+    if (!a.is_object() || !b.is_object()) return "its definition";
+    const auto value = [](const nlohmann::json& j, const std::string& key) -> nlohmann::json {
+        if (j.contains(key)) return key == "max" ? nlohmann::json(j[key] == true ? "max" : "min") : j[key];
+        return key == "brackets" ? nlohmann::json(1) : nlohmann::json();  // (recorded only when not 1)
+    };
+    std::string out;
+    for (const auto& [key, name] : kNames) {
+        const nlohmann::json x = value(a, key), y = value(b, key);
+        if (x == y) continue;
+        out += out.empty() ? "" : ", ";
+        out += name;
+        if (x.is_primitive() && y.is_primitive()) out += fmt::format(" (was {}, now {})", x.dump(), y.dump());
+    }
+    return out.empty() ? "its definition" : out;
+}
+
+// The first line where two texts differ, for a message.
+std::string first_difference(const std::string& was, const std::string& now) {
+    std::istringstream a(was), b(now);
+    std::string x, y;
+    for (int line = 1;; ++line) {
+        const bool more_a = static_cast<bool>(std::getline(a, x)), more_b = static_cast<bool>(std::getline(b, y));
+        if (!more_a && !more_b) return "only in its line endings";
+        if (!more_a) x = "<end of file>";
+        if (!more_b) y = "<end of file>";
+        if (more_a && more_b && x == y) continue;
+        const auto shown = [](std::string v) { return v.size() > 80 ? v.substr(0, 77) + "..." : v; };
+        return fmt::format("line {} was '{}', now '{}'", line, printable(shown(x)), printable(shown(y)));
+    }
+}
+
 std::string trial_name(int id) { return fmt::format("trial-{:04d}", id); }
 
 // A trial's memory limit in bytes, bounded (as a parsed study is) so that every integer it
@@ -140,8 +196,8 @@ struct Running {
 
 class Executor {
 public:
-    Executor(const StudyConfig& c, const RunOptions& o, std::unique_ptr<Store> store)
-        : c_(c), o_(o), store_(std::move(store)), host_(host_name()) {
+    Executor(const StudyConfig& c, const RunOptions& o, std::unique_ptr<Store> store, std::string base_text)
+        : c_(c), o_(o), store_(std::move(store)), host_(host_name()), base_text_(std::move(base_text)) {
         owner_ = fmt::format("{}:{}:{}", host_, getpid(), process_start(getpid()));
         for (int b = 0; b < c.brackets; ++b) brackets_.push_back(c.milestones(b));
     }
@@ -174,11 +230,22 @@ private:
     std::vector<std::vector<int>> brackets_;  // milestones per ASHA bracket
     std::map<int, Running> running_;
     std::string host_, owner_;
+    std::string base_text_;  // the base train config the study's trials train on (study.db's record)
     bool cgroups_ = false;
     bool shutting_down_ = false;  // stopping the trials because one could not start (not by a signal)
 };
 
 Status Executor::launch(const Trial& t) {
+    // Each trial reads the base config when it starts or resumes: one edited while the study runs
+    // would train this trial on another setup than the others. The running trials stop at a
+    // checkpoint, and the next `tune run` says what changed.
+    if (auto now = fs::read_file(c_.base, fs::kTextFileLimit); !now || *now != base_text_) {
+        (void)store_->set_owner(t.id, "");
+        return Status(
+            StatusCode::kUnavailable,
+            fmt::format("cannot start {}: the base train config {} {} since the study started", trial_name(t.id),
+                        c_.base, now ? "changed" : "cannot be read (" + now.status().message() + ")"));
+    }
     const stdfs::path dir(o_.dir);
     std::vector<std::string> args = {o_.strato_binary, "-q", "train", c_.base};
     for (const auto& f : c_.fixed) args.insert(args.end(), {"--set", f});
@@ -280,25 +347,23 @@ Status Executor::launch(const Trial& t) {
 }
 
 Status Executor::on_result(int id, int epoch, double value, Running& r) {
-    // The result and its rung entry in one transaction: a kill between the two left the result
-    // without its entry, and the resume (the result "not fresh") never added it.
+    // The result, its rung entry and the scheduler's decision in one transaction: a kill between
+    // the result and its entry left the result without it, and the resume (the result "not
+    // fresh") never added it; a kill between a decision to stop and the trial's exit resumed the
+    // trial, which then trained on to max_t, never judged again.
     const auto& ms = brackets_[static_cast<size_t>(r.bracket)];
     int rung_k = -1;
     if (c_.scheduler == "asha")
         for (size_t k = 0; k + 1 < ms.size(); ++k)
             if (ms[k] == epoch) rung_k = static_cast<int>(k);
-    bool fresh = false;
+    bool stop = false;
     Status saved = store_->transaction([&]() -> Status {
-        STRATO_ASSIGN_OR_RETURN(fresh, store_->add_result(id, epoch, value, c_.maximize));
-        if (fresh && rung_k >= 0) return store_->add_rung(r.bracket, rung_k, id, value);
-        return Status::ok();
-    });
-    if (!saved.is_ok()) return saved;
-    // A trial resumed from its checkpoint prints the epochs it had already done again: the
-    // scheduler has ruled on those.
-    if (!fresh) return Status::ok();
-    if (c_.scheduler == "asha") {
-        if (rung_k >= 0 && c_.variant == "stopping") {
+        STRATO_ASSIGN_OR_RETURN(const bool fresh, store_->add_result(id, epoch, value, c_.maximize));
+        // A trial resumed from its checkpoint prints the epochs it had already done again: the
+        // scheduler has ruled on those.
+        if (!fresh) return Status::ok();
+        if (rung_k >= 0) STRATO_RETURN_IF_ERROR(store_->add_rung(r.bracket, rung_k, id, value));
+        if (c_.scheduler == "asha" && rung_k >= 0 && c_.variant == "stopping") {
             STRATO_ASSIGN_OR_RETURN(auto rung, store_->rung(r.bracket, rung_k));
             if (static_cast<int>(rung.size()) >= c_.reduction) {
                 std::vector<double> vals;
@@ -311,21 +376,27 @@ Status Executor::on_result(int id, int epoch, double value, Running& r) {
                 const auto lo = static_cast<size_t>(pos);
                 const double frac = pos - static_cast<double>(lo);
                 const double cutoff = lo + 1 < vals.size() ? vals[lo] + frac * (vals[lo + 1] - vals[lo]) : vals[lo];
-                if (signed_value(value) < cutoff) r.stop_requested = true;
+                stop = signed_value(value) < cutoff;
+            }
+        } else if (c_.scheduler == "median" && epoch >= c_.grace && epoch < c_.max_t) {
+            STRATO_ASSIGN_OR_RETURN(auto at, store_->results_at(epoch));
+            std::vector<double> others;
+            for (const auto& [t, v] : at)
+                if (t != id) others.push_back(signed_value(v));
+            if (others.size() >= 2) {
+                std::sort(others.begin(), others.end());
+                double median = others.size() % 2 ? others[others.size() / 2]
+                                                  : (others[others.size() / 2 - 1] + others[others.size() / 2]) / 2;
+                stop = signed_value(value) < median;
             }
         }
-    } else if (c_.scheduler == "median" && epoch >= c_.grace && epoch < c_.max_t) {
-        STRATO_ASSIGN_OR_RETURN(auto at, store_->results_at(epoch));
-        std::vector<double> others;
-        for (const auto& [t, v] : at)
-            if (t != id) others.push_back(signed_value(v));
-        if (others.size() >= 2) {
-            std::sort(others.begin(), others.end());
-            double median = others.size() % 2 ? others[others.size() / 2]
-                                              : (others[others.size() / 2 - 1] + others[others.size() / 2]) / 2;
-            if (signed_value(value) < median) r.stop_requested = true;
-        }
-    }
+        // Stopped in the store at once (the trial finishes its step and checkpoints meanwhile):
+        // a study killed before the trial exits does not resume it.
+        if (stop && !r.stop_requested) return store_->set_state(id, TrialState::kStopped);
+        return Status::ok();
+    });
+    if (!saved.is_ok()) return saved;
+    if (stop) r.stop_requested = true;
     if (r.stop_requested && !r.term_sent) {
         if (!o_.quiet) log::info("tune: stopping {} at epoch {} ({} = {:.4g})", trial_name(id), epoch, c_.metric, value);
         signal_once(r);
@@ -484,19 +555,7 @@ Result<std::optional<Trial>> Executor::next_job() {
             }
         }
         if (static_cast<int>(trials.size()) >= c_.trials) return Status::ok();
-        // Constant liar: trials still without a result count as the worst seen so far, so that
-        // parallel executors do not all propose the same promising point.
-        std::vector<Observation> history;
-        std::optional<double> worst;
-        for (const auto& t : trials)
-            if (t.best) {
-                history.push_back({t.params, signed_value(*t.best)});
-                worst = std::min(worst.value_or(signed_value(*t.best)), signed_value(*t.best));
-            }
-        if (worst)
-            for (const auto& t : trials)
-                if (!t.best && (t.state == TrialState::kRunning || t.state == TrialState::kPaused))
-                    history.push_back({t.params, *worst});
+        const std::vector<Observation> history = sampler_history(c_, trials);
         const int index = static_cast<int>(trials.size());
         std::mt19937_64 rng(c_.seed * 1000003ULL + static_cast<uint64_t>(index));
         Trial t;
@@ -606,19 +665,76 @@ Result<RunSummary> Executor::run() {
     return s;
 }
 
+}  // namespace
+
+std::vector<Observation> sampler_history(const StudyConfig& cfg, const std::vector<Trial>& trials) {
+    const auto signed_value = [&](double v) { return cfg.maximize ? v : -v; };
+    std::vector<Observation> history;
+    std::optional<double> worst;
+    for (const auto& t : trials) {
+        // A failed trial's results are those of a run cut short (a crash, divergence, the memory
+        // limit): no outcome of its configuration. Optuna's TPE leaves FAIL trials out too.
+        if (t.state == TrialState::kFailed || !t.best) continue;
+        // A completed trial counts with its result (the study's objective, as the leaderboard
+        // ranks it); one stopped, paused at a rung or still running with its latest, as Optuna
+        // counts a pruned trial with its last intermediate value.
+        const double v = signed_value(t.state == TrialState::kCompleted || !t.last ? *t.best : *t.last);
+        history.push_back({t.params, v});
+        worst = std::min(worst.value_or(v), v);
+    }
+    // Constant liar: trials still without a result count as the worst seen so far, so that
+    // parallel executors do not all propose the same promising point.
+    if (worst)
+        for (const auto& t : trials)
+            if (!t.best && (t.state == TrialState::kRunning || t.state == TrialState::kPaused))
+                history.push_back({t.params, *worst});
+    return history;
+}
+
+namespace {
+
 Result<std::unique_ptr<Store>> open_store(const StudyConfig& cfg, const std::string& dir, bool create,
                                           bool shared = false) {
     std::string db = (stdfs::path(dir) / "study.db").string();
     std::error_code ec;
     if (!create && !stdfs::exists(db, ec)) return not_found("{} has no study.db (has the study run?)", dir);
+    // The base train config as the trials read it. (status, best, report of a study whose base
+    // has gone still read it; export-best fails on the missing file itself.)
+    auto base_text = fs::read_file(cfg.base, fs::kTextFileLimit);
+    if (!base_text && create) return base_text.status().with_context("the study's base train config");
+    std::unique_ptr<Store> store;
     if (!create) {  // status, best, report: read, never write (the study may be on a read-only disk)
-        STRATO_ASSIGN_OR_RETURN(auto store, Store::open_read_only(db));
-        STRATO_RETURN_IF_ERROR(store->check_study(fingerprint(cfg)));
-        return store;
+        STRATO_ASSIGN_OR_RETURN(store, Store::open_read_only(db));
+    } else {
+        STRATO_RETURN_IF_ERROR(fs::ensure_dir(dir));
+        STRATO_ASSIGN_OR_RETURN(store, Store::open(db, shared));
     }
-    STRATO_RETURN_IF_ERROR(fs::ensure_dir(dir));
-    STRATO_ASSIGN_OR_RETURN(auto store, Store::open(db, shared));
-    STRATO_RETURN_IF_ERROR(store->bind_study(fingerprint(cfg)));
+    // Each part of the identity recorded must be the study's now; one not recorded yet (a new
+    // study, or one from before the part existed) is recorded by `tune run`, in one transaction.
+    const auto check = [&]() -> Status {
+        for (const auto& [key, value] : identity_parts(cfg, base_text ? *base_text : std::string())) {
+            if (key == "base_config" && !base_text) continue;
+            STRATO_ASSIGN_OR_RETURN(std::optional<std::string> was, store->meta(key));
+            if (!was) {
+                if (create) STRATO_RETURN_IF_ERROR(store->add_meta(key, value));
+                continue;
+            }
+            if (*was == value) continue;
+            const std::string hint =
+                "\nhint: restore it, or start a new study: another [study] name (its default directory) or --dir";
+            if (key == "base_config")
+                return Status(StatusCode::kInvalidArgument,
+                              fmt::format("{} holds a study whose trials trained on other contents of the base train "
+                                          "config {} ({}); resuming would mix trials of two setups{}",
+                                          db, cfg.base, first_difference(*was, value), hint));
+            return Status(StatusCode::kInvalidArgument,
+                          fmt::format("{} holds a different study: {} changed since it started; resuming would mix "
+                                      "trials of two setups{}",
+                                      db, json_changes(*was, value), hint));
+        }
+        return Status::ok();
+    };
+    STRATO_RETURN_IF_ERROR(create ? store->transaction(check) : check());
     return store;
 }
 
@@ -637,7 +753,8 @@ Result<RunSummary> run_study(const StudyConfig& cfg, const RunOptions& options) 
                   "first point after that",
                   grid_size(cfg), cfg.trials);
     STRATO_ASSIGN_OR_RETURN(auto store, open_store(cfg, o.dir, true));
-    Executor ex(cfg, o, std::move(store));
+    STRATO_ASSIGN_OR_RETURN(std::optional<std::string> base_text, store->meta("base_config"));
+    Executor ex(cfg, o, std::move(store), base_text.value_or(std::string()));
     return ex.run();
 }
 

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "strato/core/status.h"
+#include "strato/tune/sampler.h"
 #include "strato/tune/space.h"
 #include "strato/tune/store.h"
 
@@ -43,6 +44,13 @@ struct RunSummary {
 /// Runs (or continues) the study until every trial is finished or SIGINT/SIGTERM (then the
 /// running trials checkpoint and the call returns kCancelled; run it again to continue).
 Result<RunSummary> run_study(const StudyConfig& cfg, const RunOptions& options);
+
+/// What the sampler learns from, signed so that larger is better: a completed trial with its
+/// result (its best value, the study's objective), a stopped, paused or running one with its
+/// latest (as Optuna counts a pruned trial), a failed one not at all (its partial result is no
+/// outcome of its configuration; Optuna's TPE leaves FAIL trials out), and one without a result
+/// yet, running or paused, as the worst value so far (the constant liar, for parallel trials).
+std::vector<Observation> sampler_history(const StudyConfig& cfg, const std::vector<Trial>& trials);
 
 /// The study's state as JSON ({"kind": "strato-tune", trials with params, results, states; rungs}).
 Result<nlohmann::json> study_json(const StudyConfig& cfg, const std::string& dir);
