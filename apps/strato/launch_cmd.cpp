@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "commands.h"
+#include "strato/core/cgroup.h"
 #include "strato/core/fs.h"
 #include "strato/core/parse.h"
 #include "strato/dist/agent.h"
@@ -56,7 +57,8 @@ void add_launch_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         return cmd->add_option(names, var, help)->envname(env);
     };
     opt("--nproc-per-node,--nproc_per_node", o->nproc,
-        "Worker processes on this node: a number (1..65536), or cpu / auto (one per core)", "PET_NPROC_PER_NODE")
+        "Worker processes on this node: a number (1..65536), or cpu / auto (one per CPU this process may use: "
+        "its affinity mask and cgroup CPU quota)", "PET_NPROC_PER_NODE")
         ->check(CLI::Validator(
             [](std::string& v) {
                 return v == "cpu" || v == "auto" || parse_int(v, 1, 1 << 16)
@@ -65,7 +67,8 @@ void add_launch_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
             },
             "N|cpu|auto"));
     opt("--nnodes", o->nnodes, "Nodes: N, or MIN:MAX for an elastic job (needs --rdzv-backend c10d)", "PET_NNODES");
-    opt("--node-rank,--node_rank", o->l.node_rank, "This node's rank (static backend; a preference under c10d)",
+    opt("--node-rank,--node_rank", o->l.node_rank,
+        "This node's rank (static backend, where every node needs the same --nproc-per-node; a preference under c10d)",
         "PET_NODE_RANK");
     opt("--rdzv-backend,--rdzv_backend", o->l.rdzv_backend,
         "static (fixed nodes, --master-addr/--master-port) or c10d (strato's rendezvous at --rdzv-endpoint)",
@@ -124,11 +127,24 @@ void add_launch_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
             return void(*exit_code = 2);
         }
         if (o->nproc == "cpu" || o->nproc == "auto") {
-            l.nproc_per_node = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+            // The CPUs this launcher may use (taskset, a Slurm step's or a container's cpuset, at
+            // most the whole cores of a cgroup CPU quota), not every online CPU as torchrun's
+            // os.cpu_count(): one worker per usable core, not 64 workers on a 4-core share.
+            l.nproc_per_node = cgroup::usable_cpus();
         } else {
             l.nproc_per_node = static_cast<int>(*parse_int(o->nproc, 1, 1 << 16));  // (validated)
         }
-        if (Status s = dist::parse_nnodes(o->nnodes, &l); !s.is_ok()) return void(*exit_code = report_error("launch", s));
+        // Bad flag values are usage errors (exit 2), as CLI11's own are. (The library's messages
+        // start with "launch: ", which report_error says already.)
+        const auto report = [](const Status& s) {
+            const std::string_view m = s.message();
+            return report_error("launch", m.starts_with("launch: ") ? Status(s.code(), std::string(m.substr(8))) : s);
+        };
+        const auto usage_or_error = [report](const Status& s) {
+            const int code = report(s);
+            return s.code() == StatusCode::kInvalidArgument ? 2 : code;
+        };
+        if (Status s = dist::parse_nnodes(o->nnodes, &l); !s.is_ok()) return void(*exit_code = usage_or_error(s));
         if (!o->emit.empty()) {
             dist::EmitOptions e = o->e;
             e.launch = l;
@@ -141,21 +157,24 @@ void add_launch_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
                 e.strato = o->emit == "slurm" && !ec ? self.string() : "strato";
             }
             auto text = o->emit == "slurm" ? dist::emit_slurm(e) : dist::emit_pytorchjob(e);
-            if (!text) return void(*exit_code = report_error("launch", text.status()));
+            if (!text) return void(*exit_code = usage_or_error(text.status()));
             if (o->out.empty()) {
                 fmt::print("{}", *text);
             } else if (Status s = fs::check_output_file(o->out, fs::OutputKind::kText, "--out"); !s.is_ok()) {
                 return void(*exit_code = report_error("launch", s));
-            } else if (Status s = fs::atomic_write(o->out, *text); !s.is_ok()) {
-                return void(*exit_code = report_error("launch", s));
+            } else if (Status w = fs::atomic_write(o->out, *text); !w.is_ok()) {
+                return void(*exit_code = report_error("launch", w));
             }
             return void(*exit_code = 0);
         }
+        if (Status s = dist::check_options(l); !s.is_ok()) return void(*exit_code = usage_or_error(s));
         auto rc = dist::run_launch(l);
-        if (!rc) return void(*exit_code = report_error("launch", rc.status()));
+        if (!rc) return void(*exit_code = report(rc.status()));
         *exit_code = *rc;
     });
-    cmd->footer("Examples:\n"
+    cmd->footer("strato launch [OPTIONS] COMMAND [ARGS...]: everything from the first argument that is not an option\n"
+                "(or after --) is the workers' command.\n"
+                "Examples:\n"
                 "  strato launch --standalone --nproc-per-node 2 strato train configs/fashion_mnist_cnn.toml\n"
                 "  strato launch --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint node1:29400 \\\n"
                 "      --rdzv-id job42 --max-restarts 3 strato train cfg.toml\n"

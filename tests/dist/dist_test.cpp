@@ -246,6 +246,48 @@ TEST(Launch, BadOptionsAreErrorsBeforeAnyWorker) {
     }
 }
 
+TEST(Launch, BadValuesAreUsageErrorsNamingTheFlag) {
+    // Found by review: --node-rank -2 passed the checks (and reached the rendezvous as a malformed
+    // JOIN); check_options is what the CLI runs first to exit 2 on such values.
+    const auto refused = [](const LaunchOptions& o, const std::string& flag) {
+        Status s = check_options(o);
+        EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << flag << ": " << s.message();
+        EXPECT_NE(s.message().find(flag), std::string::npos) << s.message();
+    };
+    LaunchOptions good;
+    good.command = {"true"};
+    EXPECT_TRUE(check_options(good).is_ok());
+    LaunchOptions o = good;
+    o.node_rank = -2;
+    refused(o, "--node-rank");
+    o = good;
+    o.max_restarts = -1;
+    refused(o, "--max-restarts");
+    o = good;
+    o.rdzv_backend = "c10d";
+    o.rdzv_endpoint = "127.0.0.1:99999";
+    refused(o, "--rdzv-endpoint");
+    o.rdzv_endpoint = "127.0.0.1:29400";
+    o.node_rank = -3;
+    refused(o, "--node-rank");
+    o = good;
+    o.min_nodes = 1;
+    o.max_nodes = 4;
+    refused(o, "--rdzv-backend c10d");
+    o = good;
+    o.master_port = 0;
+    refused(o, "--master-port");
+    o = good;  // ranks past INT32_MAX (signed overflow in the rank arithmetic)
+    o.min_nodes = o.max_nodes = 1 << 20;
+    o.node_rank = 0;
+    o.nproc_per_node = 1 << 16;
+    refused(o, "--nproc-per-node");
+    o = good;
+    o.standalone = true;
+    o.min_nodes = o.max_nodes = 2;
+    refused(o, "--standalone");
+}
+
 RendezvousClient::Join join_as(const std::string& id, int local_world, int node_rank = -1) {
     RendezvousClient::Join j;
     j.run_id = "job";
@@ -395,6 +437,32 @@ TEST(Rendezvous, ANodeBeyondMaxWaitsAndLeavesWithTheOthers) {
     // machine has not even let it accept b's connection, b hears EXIT all the same.
     auto fb = std::async(std::launch::async, [&] { return b->join(join_as("b", 1), 10); });
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ASSERT_TRUE(a->done(0).is_ok());
+    std::string msg;
+    EXPECT_EQ(wait_event(*a, &msg), RendezvousClient::Event::kExit);
+    auto rb = fb.get();
+    ASSERT_FALSE(rb.is_ok());
+    EXPECT_EQ(rb.status().message(), "EXIT");
+}
+
+TEST(Rendezvous, ANodeBeyondMaxWaitsPastItsJoinTimeout) {
+    // Found by review: a node waiting for a place gave up ("did not form a round within ...") once
+    // its join timeout passed, while the job it waited on ran on; the docs promise it waits and
+    // leaves with the others.
+    RdzvSettings s;
+    s.run_id = "job";
+    s.min_nodes = s.max_nodes = 1;
+    auto srv = RendezvousServer::start("127.0.0.1", 0, s);
+    ASSERT_TRUE(srv.is_ok());
+    auto a = client((*srv)->port());
+    ASSERT_TRUE(a->join(join_as("a", 1), 10).is_ok());
+    auto b = client((*srv)->port());
+    auto fb = std::async(std::launch::async, [&] { return b->join(join_as("b", 1), 1); });
+    // a's round runs past b's timeout (a keeps its connection alive, as the agent's loop does).
+    for (int i = 0; i < 30; ++i) {
+        a->keepalive();
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
     ASSERT_TRUE(a->done(0).is_ok());
     std::string msg;
     EXPECT_EQ(wait_event(*a, &msg), RendezvousClient::Event::kExit);

@@ -5,6 +5,7 @@ gradient accumulation); a worker killed with SIGKILL mid-run restarts the group 
 checkpoint and, in deterministic mode, ends with the weights of an uninterrupted run; a rank
 whose peer never comes gives a clear error within the timeout, also when the port is held by a
 program that is no store; Ctrl-C while waiting stops at once; the same training under mpirun."""
+import json
 import os
 import signal
 import socket
@@ -128,6 +129,37 @@ def rank0_missing(tmp):
     check(p.returncode != 0 and "cannot reach rank 0's store" in p.stderr, p.stderr[-800:])
 
 
+def static_nodes_of_different_sizes(tmp):
+    """Found by review: two static-backend nodes started with different --nproc-per-node computed
+    overlapping ranks (node 1 of 2 processes took ranks 2, 3 of 4 while node 0 of 1 process said a
+    world of 2) and waited out dist.timeout_s for ranks that never came; the ranks now compare their
+    world with rank 0's and stop at once, saying why."""
+    port = free_port()
+    common = ["--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", str(port), "--quiet-workers",
+              "--stop-timeout", "5"]
+    train_args = [STRATO, "-q", "train", *BASE, "--set", f"run.dir={tmp}", "--set", "dist.timeout_s=60"]
+    node0 = subprocess.Popen([STRATO, "launch", *common, "--node-rank", "0", "--nproc-per-node", "1", "--log-dir",
+                              f"{tmp}/static0", *train_args, "--set", "run.name=static0"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        t0 = time.time()
+        p = subprocess.run([STRATO, "launch", *common, "--node-rank", "1", "--nproc-per-node", "2", "--log-dir",
+                            f"{tmp}/static1", *train_args, "--set", "run.name=static1"],
+                           capture_output=True, text=True, timeout=120)
+        took = time.time() - t0
+        check(p.returncode != 0, "node 1 with a different --nproc-per-node must fail")
+        try:
+            err = json.load(open(f"{tmp}/static1/error.json"))
+        except (OSError, ValueError) as e:
+            err = {"error": str(e)}
+        said = " ".join(err.get("last_lines", []))
+        check("disagree on the job's size" in said and "--nproc-per-node" in said, f"node 1's error: {err}")
+        check(took < 45, f"failed before dist.timeout_s ({took:.1f} s)")
+    finally:
+        node0.send_signal(signal.SIGTERM)
+        node0.communicate(timeout=60)
+
+
 def port_held_by_another_program(tmp):
     # Found by review: a port held by a program that is no store made rank 1 abort (SIGABRT, a core)
     # when it reset the connection, and hang past dist.timeout_s when it accepted and stayed silent;
@@ -180,6 +212,7 @@ def port_held_by_another_program(tmp):
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         port_held_by_another_program(tmp)
+        static_nodes_of_different_sizes(tmp)
         equivalence(tmp)
         under_mpirun(tmp)
         kill_and_resume(tmp)

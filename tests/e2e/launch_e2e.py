@@ -19,7 +19,9 @@ from harness import STRATO, check, finish, free_port
 
 ENV_DUMP = ("import json, os; print('ENV ' + json.dumps({k: os.environ.get(k) for k in ['RANK', 'LOCAL_RANK', "
             "'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'GROUP_RANK', 'MASTER_ADDR', 'MASTER_PORT', "
-            "'TORCHELASTIC_RESTART_COUNT', 'TORCHELASTIC_MAX_RESTARTS', 'TORCHELASTIC_RUN_ID', 'OMP_NUM_THREADS']}))")
+            "'TORCHELASTIC_RESTART_COUNT', 'TORCHELASTIC_MAX_RESTARTS', 'TORCHELASTIC_RUN_ID', 'OMP_NUM_THREADS', "
+            "'NCCL_ASYNC_ERROR_HANDLING', 'ROLE_RANK', 'ROLE_WORLD_SIZE', 'GROUP_WORLD_SIZE', 'TORCHELASTIC_USE_AGENT_STORE', "
+            "'TORCHELASTIC_ERROR_FILE']}))")
 
 
 def launch(*args, env=None, timeout=60):
@@ -57,6 +59,10 @@ def environment(tmp):
     check(len({x["MASTER_PORT"] for x in e}) == 1 and e[0]["MASTER_ADDR"] == "127.0.0.1", e)
     check(all(x["TORCHELASTIC_RESTART_COUNT"] == "0" and x["TORCHELASTIC_MAX_RESTARTS"] == "2" for x in e), e)
     check(all(x["OMP_NUM_THREADS"] == "1" for x in e), "OMP_NUM_THREADS=1 by default with several workers")
+    # The rest of torchrun's worker environment (found by review: NCCL_ASYNC_ERROR_HANDLING was not set).
+    check(all(x["NCCL_ASYNC_ERROR_HANDLING"] == "1" and x["ROLE_RANK"] == x["RANK"] and x["ROLE_WORLD_SIZE"] == "3"
+              and x["GROUP_WORLD_SIZE"] == "1" and x["TORCHELASTIC_USE_AGENT_STORE"] == "False"
+              and x["TORCHELASTIC_ERROR_FILE"].endswith(f"rank_{x['RANK']}.error.json") for x in e), e)
     check(os.path.exists(f"{tmp}/env/attempt_0/rank_2.log"), "per-rank logs")
     # PET_* variables, as Kubeflow sets them.
     p = launch("/usr/bin/python3", "-c", ENV_DUMP, env={"PET_NPROC_PER_NODE": "2", "PET_LOG_DIR": f"{tmp}/pet"})
@@ -120,10 +126,101 @@ def bad_flags(tmp):
                         ("--stop-timeout", "nan"), ("--join-timeout", "-1"), ("--master-port", "70000"),
                         ("--master-addr", "")):
         p = launch(flag, value, "--log-dir", f"{tmp}/bad", "true", timeout=30)
-        check(p.returncode != 0 and flag in p.stderr, f"{flag} {value!r}: exit {p.returncode}: {p.stderr[-300:]}")
+        check(p.returncode == 2 and flag in p.stderr, f"{flag} {value!r}: exit {p.returncode}: {p.stderr[-300:]}")
+    # Found by review: bad values the launcher checks itself (not the flag parser) exited 1, not as
+    # the usage errors they are (2); and a negative --node-rank reached the rendezvous.
+    for args, said in ((["--nnodes", "4:1"], "--nnodes"), (["--nnodes", "1:4"], "--rdzv-backend c10d"),
+                       (["--max-restarts", "-1"], "--max-restarts"), (["--node-rank", "-3"], "--node-rank"),
+                       (["--rdzv-backend", "etcd"], "--rdzv-backend"),
+                       (["--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:99999"], "--rdzv-endpoint"),
+                       (["--rdzv-backend", "c10d", "--node-rank", "-2", "--rdzv-endpoint", "127.0.0.1:1"], "--node-rank"),
+                       (["--nnodes", "2", "--master-addr", "127.0.0.1"], "--node-rank"), (["--rdzv-id", ".."], "--rdzv-id"),
+                       (["--standalone", "--nnodes", "2"], "--standalone")):
+        p = launch(*args, "--log-dir", f"{tmp}/bad", "true", timeout=30)
+        check(p.returncode == 2 and said in p.stderr and "launch: launch:" not in p.stderr,
+              f"{args}: exit {p.returncode}, expected 2: {p.stderr[-300:]}")
     # Global flags after `launch` are the launcher's, not the start of the workers' command.
     p = launch("-v", "--nproc-per-node", "2", "--log-dir", f"{tmp}/v", "/bin/echo", "hi")
     check(p.returncode == 0 and p.stdout.count("hi") == 2, f"launch -v: exit {p.returncode}: {p.stderr[-300:]}")
+
+
+def nproc_cpu(tmp):
+    """Found by review: --nproc-per-node cpu counted every online CPU (torchrun's os.cpu_count()), so
+    a launcher under taskset (or a container's cpuset) started more workers than it had CPUs; it
+    counts the CPUs it may use now."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        print("nproc_cpu: skipped (one CPU)")
+        return
+    for word in ("cpu", "auto"):
+        p = subprocess.run([STRATO, "launch", "--nproc-per-node", word, "--log-dir", f"{tmp}/cpu-{word}",
+                            "/usr/bin/python3", "-c", ENV_DUMP], capture_output=True, text=True, timeout=60,
+                           preexec_fn=lambda: os.sched_setaffinity(0, {cpus[0]}))
+        e = envs(p.stdout)
+        check(p.returncode == 0 and len(e) == 1 and e[0]["WORLD_SIZE"] == "1",
+              f"--nproc-per-node {word} on 1 CPU of {len(cpus)}: exit {p.returncode}, {len(e)} workers: "
+              f"{p.stderr[-300:]}")
+
+
+def stale_error_on_other_node(tmp):
+    """Found by review: on a node-local log directory, a node that does not host the job (static
+    --node-rank 1) kept the error.json an earlier run had left, and a run that succeeded still
+    showed the earlier failure; one written by another host (a shared directory) is that host's."""
+    d = f"{tmp}/node1-logs"
+    os.makedirs(f"{d}/attempt_0")
+    host = os.uname().nodename
+    for path, h in ((f"{d}/error.json", host), (f"{d}/attempt_0/error.json", host)):
+        with open(path, "w") as f:
+            json.dump({"message": "STALE from an earlier run", "host": h}, f)
+        os.utime(path, (time.time() - 3600, time.time() - 3600))
+    os.makedirs(f"{tmp}/shared/attempt_0")
+    with open(f"{tmp}/shared/attempt_0/error.json", "w") as f:
+        json.dump({"message": "another node's", "host": "elsewhere"}, f)
+    os.utime(f"{tmp}/shared/attempt_0/error.json", (time.time() - 3600, time.time() - 3600))
+    for logs in (d, f"{tmp}/shared"):
+        p = launch("--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+                   "--nproc-per-node", "1", "--log-dir", logs, "true")
+        check(p.returncode == 0, f"node 1 alone: exit {p.returncode}: {p.stderr[-300:]}")
+    check(not os.path.exists(f"{d}/error.json") and not os.path.exists(f"{d}/attempt_0/error.json"),
+          "node 1 kept its earlier run's error.json")
+    check(os.path.exists(f"{tmp}/shared/attempt_0/error.json"), "node 1 removed another host's error.json")
+    # Found by review: without --rdzv-id the nodes of one static job each made up their own run id
+    # (host and pid): different TORCHELASTIC_RUN_IDs on the nodes of one job.
+    port = free_port()
+    ids = []
+    for n in (0, 1):
+        p = launch("--nnodes", "2", "--node-rank", str(n), "--master-addr", "127.0.0.1", "--master-port", str(port),
+                   "--log-dir", f"{tmp}/static-id{n}", "/usr/bin/python3", "-c", ENV_DUMP)
+        ids += [e["TORCHELASTIC_RUN_ID"] for e in envs(p.stdout)]
+    check(len(ids) == 2 and ids[0] == ids[1], f"static nodes' run ids: {ids}")
+
+
+def blocked_stderr(tmp):
+    """Found by review: the launcher's own messages were blocking writes to stderr, so with a stderr
+    pipe nobody reads (`2>&1 | less` paused, a FIFO) it hung in write() at its first line, deaf to
+    its workers and to SIGTERM. Its messages now wait for room (or are dropped) instead."""
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    try:
+        while True:
+            os.write(w, b"x" * 4096)
+    except BlockingIOError:
+        pass
+    os.set_blocking(w, True)  # a blocking pipe, as a shell gives it, and full
+    proc = subprocess.Popen([STRATO, "launch", "--nproc-per-node", "2", "--max-restarts", "1", "--stop-timeout", "5",
+                             "--quiet-workers", "--log-dir", f"{tmp}/stuck", "/usr/bin/python3", "-c",
+                             "import sys; sys.exit(3)"], stdout=subprocess.DEVNULL, stderr=w)
+    os.close(w)
+    try:
+        proc.wait(timeout=40)
+        check(proc.returncode == 3, f"full stderr: exit {proc.returncode}, expected the worker's 3")
+        check(os.path.exists(f"{tmp}/stuck/attempt_1/error.json"), "full stderr: the group did not restart")
+    except subprocess.TimeoutExpired:
+        check(False, "the launcher hung writing its messages to a full stderr pipe")
+        proc.kill()
+        proc.wait()
+    finally:
+        os.close(r)
 
 
 def second_signal(tmp):
@@ -370,6 +467,9 @@ def main():
         restarts(tmp)
         hostile_output(tmp)
         bad_flags(tmp)
+        nproc_cpu(tmp)
+        stale_error_on_other_node(tmp)
+        blocked_stderr(tmp)
         second_signal(tmp)
         sigkill_worker(tmp)
         sigterm_launcher(tmp)

@@ -15,6 +15,7 @@
 #include <cctype>
 #include <climits>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <deque>
 #include <filesystem>
@@ -73,6 +74,63 @@ std::string signal_text(int sig) {
     const char* abbrev = sigabbrev_np(sig);
     return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", sig);
 }
+
+// ---- the launcher's own messages on stderr ----
+
+/// log:: writes to stderr blocking: a stderr pipe nobody reads (`2>&1 | less` paused, a FIFO, a
+/// hung log shipper) would hold the agent in write(), deaf to its workers and to SIGINT/SIGTERM,
+/// with the rendezvous heartbeat stopped. The agent's messages go through note:: instead: written
+/// at once when stderr has room (a pipe with a free buffer takes a line without blocking), else
+/// kept, up to kMax (then the oldest are dropped), and written by the event loop once it has room.
+/// Single-threaded: only the agent's thread calls it (the rendezvous thread logs nothing).
+namespace note {
+
+constexpr size_t kMax = 1000;
+std::deque<std::pair<log::Level, std::string>> g_pending;
+
+bool stderr_has_room() {
+    pollfd q{STDERR_FILENO, POLLOUT, 0};
+    return ::poll(&q, 1, 0) == 1 && (q.revents & POLLOUT);
+}
+
+void flush() {
+    while (!g_pending.empty() && stderr_has_room()) {
+        log::write(g_pending.front().first, g_pending.front().second);
+        g_pending.pop_front();
+    }
+}
+
+void say(log::Level level, std::string message) {
+    if (!log::enabled(level)) return;
+    if (g_pending.size() >= kMax) g_pending.pop_front();
+    g_pending.emplace_back(level, std::move(message));
+    flush();
+}
+
+/// At the end: waits up to `wait_s` for stderr to take what is left; the rest is dropped.
+void finish(double wait_s) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
+    for (flush(); !g_pending.empty() && std::chrono::steady_clock::now() < deadline; flush()) {
+        pollfd q{STDERR_FILENO, POLLOUT, 0};
+        if (::poll(&q, 1, 50) == 1 && (q.revents & (POLLERR | POLLNVAL))) break;
+    }
+    g_pending.clear();
+}
+
+template <typename... Args>
+void info(fmt::format_string<Args...> f, Args&&... args) {
+    if (log::enabled(log::Level::kInfo)) say(log::Level::kInfo, fmt::format(f, std::forward<Args>(args)...));
+}
+template <typename... Args>
+void warn(fmt::format_string<Args...> f, Args&&... args) {
+    if (log::enabled(log::Level::kWarn)) say(log::Level::kWarn, fmt::format(f, std::forward<Args>(args)...));
+}
+template <typename... Args>
+void error(fmt::format_string<Args...> f, Args&&... args) {
+    if (log::enabled(log::Level::kError)) say(log::Level::kError, fmt::format(f, std::forward<Args>(args)...));
+}
+
+}  // namespace note
 
 using Round = RoundAssignment;  // what a round gives this node, from the rendezvous or decided alone
 
@@ -144,8 +202,8 @@ public:
             if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
             // A closed stdout (EPIPE) ends the echo; the logs keep every line.
             closed_ = true;
-            log::warn("launch: standard output is closed ({}); worker output goes to the logs in {} only",
-                      n < 0 ? strerror(errno) : "nothing written", logs_);
+            note::warn("launch: standard output is closed ({}); worker output goes to the logs in {} only",
+                       n < 0 ? strerror(errno) : "nothing written", logs_);
         }
         if (written_ == buffer_.size() || written_ > (1u << 20)) {
             buffer_.erase(0, written_);
@@ -153,8 +211,8 @@ public:
         }
         if (note_ && stderr_has_room()) {
             note_ = false;
-            log::warn("launch: standard output is not keeping up; worker lines are dropped from the echo (the logs "
-                      "in {} keep all of them)", logs_);
+            note::warn("launch: standard output is not keeping up; worker lines are dropped from the echo (the logs "
+                       "in {} keep all of them)", logs_);
         }
     }
     /// At the end: waits up to `wait_s` for the reader, then says what was dropped.
@@ -167,8 +225,8 @@ public:
         if (pending())
             dropped_ += static_cast<size_t>(std::count(buffer_.begin() + static_cast<long>(written_), buffer_.end(), '\n'));
         if (dropped_ > 0 && stderr_has_room())
-            log::warn("launch: {} worker line(s) were not echoed (standard output did not keep up); the logs in {} "
-                      "have them", dropped_, logs_);
+            note::warn("launch: {} worker line(s) were not echoed (standard output did not keep up); the logs in {} "
+                       "have them", dropped_, logs_);
         dropped_ = 0;
         buffer_.clear();
         written_ = 0;
@@ -228,11 +286,7 @@ private:
         }
         return ::write(fd(), p, n);
     }
-    /// The launcher's own lines go to stderr with a blocking write: only when it has room.
-    static bool stderr_has_room() {
-        pollfd q{2, POLLOUT, 0};
-        return ::poll(&q, 1, 0) == 1 && (q.revents & POLLOUT);
-    }
+    static bool stderr_has_room() { return note::stderr_has_room(); }
 
     int fd_;
     std::string logs_;
@@ -298,11 +352,12 @@ Status Group::start(const Round& r, const std::string& run_id, const std::string
         w.rank = r.rank_offset + lr;
         const std::string log_path = fmt::format("{}/rank_{}.log", dir, w.rank);
         w.log.open(log_path);
-        if (!w.log) log::warn("launch: cannot write {} ({}); rank {}'s output is not kept", log_path, strerror(errno), w.rank);
+        if (!w.log)
+            note::warn("launch: cannot write {} ({}); rank {}'s output is not kept", log_path, strerror(errno), w.rank);
         w.error_file = fmt::format("{}/rank_{}.error.json", dir, w.rank);
         // (one left by an earlier run in a reused log directory was taken as this worker's error)
         if (::unlink(w.error_file.c_str()) != 0 && errno != ENOENT)
-            log::warn("launch: cannot remove the earlier {}: {}", w.error_file, strerror(errno));
+            note::warn("launch: cannot remove the earlier {}: {}", w.error_file, strerror(errno));
         std::map<std::string, std::string> env;
         for (char** e = environ; *e; ++e) {
             std::string kv = *e;
@@ -327,6 +382,8 @@ Status Group::start(const Round& r, const std::string& run_id, const std::string
         set("TORCHELASTIC_USE_AGENT_STORE", "False");
         set("TORCHELASTIC_ERROR_FILE", w.error_file);
         if (o_.nproc_per_node > 1 && !env.count("OMP_NUM_THREADS")) set("OMP_NUM_THREADS", "1");
+        // As torchrun: a NCCL collective with a dead peer fails at its timeout instead of hanging.
+        if (!env.count("NCCL_ASYNC_ERROR_HANDLING")) set("NCCL_ASYNC_ERROR_HANDLING", "1");
         std::vector<std::string> env_s;
         for (const auto& [k, v] : env) env_s.push_back(k + "=" + v);
         std::vector<char*> envp, argv;
@@ -472,7 +529,7 @@ void Group::wait(double until, bool wake_on_stop, const std::function<void()>& t
             n = ::ppoll(fds.data(), fds.size(), &ts, nullptr);
         }
         if (n < 0 && errno != EINTR) {
-            log::warn("launch: poll: {}", strerror(errno));
+            note::warn("launch: poll: {}", strerror(errno));
             std::this_thread::sleep_for(std::chrono::duration<double>(left));
         }
         bool ended = false;
@@ -486,6 +543,7 @@ void Group::wait(double until, bool wake_on_stop, const std::function<void()>& t
             }
         }
         if (tick) tick();
+        note::flush();
         if (o_.tee) echo_.new_round();
         if (ended) return;
     }
@@ -551,7 +609,8 @@ void Group::stop(const std::function<void()>& tick) {
     for (auto& w : workers_) {
         if (w.pid <= 0) continue;
         if (!w.exited)
-            log::warn("launch: rank {} did not stop within {:.0f} s of SIGTERM; sending SIGKILL", w.rank, o_.stop_timeout_s);
+            note::warn("launch: rank {} did not stop within {:.0f} s of SIGTERM; sending SIGKILL", w.rank,
+                       o_.stop_timeout_s);
         kill(-w.pid, SIGKILL);  // whatever is left of the group
         signals::untrack_process_group(w.pid);
         if (w.exited) continue;
@@ -641,15 +700,33 @@ private:
     int round_ = 0;
 };
 
-void remove_earlier_errors(const std::string& log_dir) {
+/// A reused log directory: an earlier run's error.json files would name a failure this run did not
+/// have. Every node removes those written before `start_s` (CLOCK_REALTIME_COARSE, the clock of
+/// file times): one written since is this run's, by a node sharing the directory. The node hosting
+/// the job removes every earlier one; the others only those naming their own host (on a node-local
+/// directory, all of them; on a shared one, the other nodes' belong to the host to clear).
+void remove_earlier_errors(const std::string& log_dir, bool hosting, double start_s) {
     std::vector<stdfs::path> files{stdfs::path(log_dir) / "error.json"};
     std::error_code ec;
     for (stdfs::directory_iterator it(log_dir, ec), end; !ec && it != end; it.increment(ec))
         if (it->is_directory(ec) && it->path().filename().string().starts_with("attempt_"))
             files.push_back(it->path() / "error.json");
+    const std::string me = host_name();
     int removed = 0;
-    for (const auto& f : files) removed += stdfs::remove(f, ec) ? 1 : 0;
-    if (removed > 0) log::info("launch: removed {} error.json file(s) an earlier run left in {}", removed, log_dir);
+    for (const auto& f : files) {
+        struct stat st {};
+        if (::lstat(f.c_str(), &st) != 0) continue;
+        const double mtime_s = static_cast<double>(st.st_mtim.tv_sec) + static_cast<double>(st.st_mtim.tv_nsec) * 1e-9;
+        if (mtime_s >= start_s) continue;  // this run's, by a node sharing the directory
+        if (!hosting) {
+            auto text = fs::read_file(f, 1 << 20);
+            if (!text) continue;
+            auto j = parse_json_bounded(*text);
+            if (j.is_discarded() || !j.is_object() || !j.contains("host") || j["host"] != me) continue;
+        }
+        removed += stdfs::remove(f, ec) ? 1 : 0;
+    }
+    if (removed > 0) note::info("launch: removed {} error.json file(s) an earlier run left in {}", removed, log_dir);
 }
 
 Status write_error_file(const std::string& log_dir, const std::string& attempt_dir, const Failure& f, const Round& r) {
@@ -706,7 +783,7 @@ Status check_timing(const LaunchOptions& o) {
     return Status::ok();
 }
 
-Result<int> run_launch(const LaunchOptions& in) {
+Status check_options(const LaunchOptions& in) {
     LaunchOptions o = in;
     if (o.command.empty()) return invalid_argument("launch: no command to run (strato launch [OPTIONS] COMMAND [ARGS...])");
     if (o.nproc_per_node < 1) return invalid_argument("launch: --nproc-per-node must be >= 1");
@@ -721,12 +798,16 @@ Result<int> run_launch(const LaunchOptions& in) {
         o.min_nodes = o.max_nodes = 1;
         o.rdzv_backend = "static";
     }
+    if (in.standalone && in.max_nodes > 1)  // (not silently one node of a job the user thinks has several)
+        return invalid_argument("launch: --standalone runs one node, but --nnodes {} asks for {}",
+                                in.min_nodes == in.max_nodes ? std::to_string(in.max_nodes)
+                                                             : fmt::format("{}:{}", in.min_nodes, in.max_nodes),
+                                in.max_nodes);
     const bool rendezvous = o.rdzv_backend == "c10d" && !o.standalone;
     if (rendezvous && o.rdzv_endpoint.empty())
         return invalid_argument("launch: --rdzv-backend c10d needs --rdzv-endpoint HOST[:PORT]");
-    HostPort endpoint;
     if (rendezvous) {
-        STRATO_ASSIGN_OR_RETURN(endpoint, parse_host_port(o.rdzv_endpoint, "launch: --rdzv-endpoint", 29400));
+        STRATO_RETURN_IF_ERROR(parse_host_port(o.rdzv_endpoint, "launch: --rdzv-endpoint", 29400).status());
     }
     if (!rendezvous && o.max_nodes > 1) {
         if (o.min_nodes != o.max_nodes)
@@ -737,6 +818,37 @@ Result<int> run_launch(const LaunchOptions& in) {
     }
     if (!rendezvous && o.node_rank >= o.max_nodes)
         return invalid_argument("launch: --node-rank {} is not below --nnodes {}", o.node_rank, o.max_nodes);
+    if (o.node_rank < -1) return invalid_argument("launch: --node-rank must be >= 0, got {}", o.node_rank);
+    if (static_cast<int64_t>(o.max_nodes) * o.nproc_per_node > INT32_MAX)  // (ranks are ints, as in c10d)
+        return invalid_argument("launch: --nnodes {} x --nproc-per-node {} is more than {} ranks", o.max_nodes,
+                                o.nproc_per_node, INT32_MAX);
+    if (o.rdzv_id.size() > 128) return invalid_argument("launch: --rdzv-id is longer than 128 characters");
+    std::string id = o.rdzv_id;
+    for (char& c : id)
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
+    if (id == "." || id == "..") return invalid_argument("launch: --rdzv-id '{}' is no name for a job", o.rdzv_id);
+    return Status::ok();
+}
+
+Result<int> run_launch(const LaunchOptions& in) {
+    timespec start_ts{};
+    clock_gettime(CLOCK_REALTIME_COARSE, &start_ts);  // (error files older than this are an earlier run's)
+    const double start_s = static_cast<double>(start_ts.tv_sec) + static_cast<double>(start_ts.tv_nsec) * 1e-9;
+    LaunchOptions o = in;
+    STRATO_RETURN_IF_ERROR(check_options(o));
+    // The messages stderr did not take yet, at whatever return (after the workers are stopped).
+    struct NotesAtExit {
+        ~NotesAtExit() { note::finish(1.0); }
+    } notes_at_exit;
+    if (o.standalone) {
+        o.min_nodes = o.max_nodes = 1;
+        o.rdzv_backend = "static";
+    }
+    const bool rendezvous = o.rdzv_backend == "c10d" && !o.standalone;
+    HostPort endpoint;
+    if (rendezvous) {
+        STRATO_ASSIGN_OR_RETURN(endpoint, parse_host_port(o.rdzv_endpoint, "launch: --rdzv-endpoint", 29400));
+    }
     // One node: a free port on 127.0.0.1, unless --master-addr/--master-port say where (torchrun
     // uses them).
     if (!rendezvous && o.max_nodes == 1 && !o.master_given) o.standalone = true;
@@ -744,15 +856,21 @@ Result<int> run_launch(const LaunchOptions& in) {
     // other than letters, digits, '.', '_' and '-' become '_' (on every node alike, so
     // `--rdzv-id "$SLURM_JOB_NAME"` with blanks or '/' still meets; "a/../b" cannot leave the
     // log directory).
-    if (o.rdzv_id.size() > 128) return invalid_argument("launch: --rdzv-id is longer than 128 characters");
     std::string id = o.rdzv_id;
     for (char& c : id)
         if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
-    if (id == "." || id == "..") return invalid_argument("launch: --rdzv-id '{}' is no name for a job", o.rdzv_id);
-    if (id != o.rdzv_id) log::info("launch: --rdzv-id '{}' is used as '{}'", o.rdzv_id, id);
+    if (id != o.rdzv_id) note::info("launch: --rdzv-id '{}' is used as '{}'", o.rdzv_id, id);
     o.rdzv_id = id;
-    if (o.rdzv_id == "none" || o.rdzv_id.empty())
-        o.rdzv_id = rendezvous ? "none" : fmt::format("{}-{}", host_name(), getpid());
+    if ((o.rdzv_id == "none" || o.rdzv_id.empty()) && !rendezvous) {
+        // One node: an id of its own. Several static nodes: one id on all of them (found by review:
+        // each node's host and pid gave the nodes of one job different TORCHELASTIC_RUN_IDs and
+        // log directories), from what they share, the master.
+        o.rdzv_id = o.max_nodes == 1 ? fmt::format("{}-{}", host_name(), getpid())
+                                     : fmt::format("static-{}-{}", o.master_addr, o.master_port);
+        for (char& c : o.rdzv_id)
+            if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
+    }
+    if (o.rdzv_id.empty()) o.rdzv_id = "none";
     if (o.log_dir.empty()) o.log_dir = (stdfs::path("runs") / "launch" / o.rdzv_id).string();
     // The options are good: from here on SIGINT/SIGTERM ask the job to stop (exit 128 + signal,
     // workers stopped in order) instead of killing the agent, also while it waits for the
@@ -783,15 +901,15 @@ Result<int> run_launch(const LaunchOptions& in) {
         if (!client) return client.status();
         // Another node hosts it -- or a process that is no rendezvous holds the port, which shows
         // only as silence later: say why this node could not host it.
-        if (!srv) log::info("launch: joining the rendezvous at {}:{} (hosting it here failed: {})", endpoint.host,
-                            endpoint.port, srv.status().message());
+        if (!srv) note::info("launch: joining the rendezvous at {}:{} (hosting it here failed: {})", endpoint.host,
+                             endpoint.port, srv.status().message());
         coord = std::make_unique<RdzvCoordinator>(o, std::move(server), std::move(*client));
     } else {
         coord = std::make_unique<LocalCoordinator>(o);
     }
     // A reused log directory: an earlier run's error.json files would name a failure this run did
-    // not have. The node that hosts the job (or runs it alone) clears them before any worker runs.
-    if (hosting) remove_earlier_errors(o.log_dir);
+    // not have; they are cleared before any worker of this node runs.
+    remove_earlier_errors(o.log_dir, hosting, start_s);
 
     int last_code = 1;
     Group group(o);
@@ -801,39 +919,39 @@ Result<int> run_launch(const LaunchOptions& in) {
         auto r = coord->next_round();
         if (!r) {
             if (r.status().code() == StatusCode::kCancelled && r.status().message() == "EXIT") {
-                log::info("launch: the job finished while this node waited for a place in it");
+                note::info("launch: the job finished while this node waited for a place in it");
                 return 0;
             }
             if (r.status().code() == StatusCode::kCancelled && signals::stop_requested())
                 return 128 + signals::stop_signal();
             if (r.status().code() == StatusCode::kCancelled) {
-                log::error("launch: giving up: {}", r.status().message());
+                note::error("launch: giving up: {}", r.status().message());
                 return last_code;
             }
             return r.status();
         }
         if (signals::stop_requested()) return 128 + signals::stop_signal();  // asked to stop before any worker ran
         const std::string attempt_dir = (stdfs::path(o.log_dir) / fmt::format("attempt_{}", r->round)).string();
-        log::info("launch: attempt {}: ranks {}..{} of {} on node {} of {}, master {}:{}", r->round, r->rank_offset,
-                  r->rank_offset + o.nproc_per_node - 1, r->world_size, r->group_rank, r->group_world_size,
-                  r->master_addr, r->master_port);
+        note::info("launch: attempt {}: ranks {}..{} of {} on node {} of {}, master {}:{}", r->round, r->rank_offset,
+                   r->rank_offset + o.nproc_per_node - 1, r->world_size, r->group_rank, r->group_world_size,
+                   r->master_addr, r->master_port);
         STRATO_RETURN_IF_ERROR(group.start(*r, o.rdzv_id, attempt_dir));
         bool reported_done = false;
         for (;;) {
             if (signals::stop_requested()) {
-                log::info("launch: stopping the workers (signal {})", signals::stop_signal());
+                note::info("launch: stopping the workers (signal {})", signals::stop_signal());
                 group.stop(keepalive);
                 return 128 + signals::stop_signal();
             }
             Failure f;
             auto state = group.poll(&f);
             if (state == Group::State::kFailed) {
-                log::error("launch: {} (attempt {}); stopping the other workers", f.what(), r->round);
+                note::error("launch: {} (attempt {}); stopping the other workers", f.what(), r->round);
                 group.stop(keepalive);
                 if (Status s = write_error_file(o.log_dir, attempt_dir, f, *r); !s.is_ok())
-                    log::warn("launch: cannot write the error file: {}", s.message());
+                    note::warn("launch: cannot write the error file: {}", s.message());
                 else
-                    log::info("launch: details in {}/error.json", o.log_dir);
+                    note::info("launch: details in {}/error.json", o.log_dir);
                 last_code = f.code();
                 STRATO_RETURN_IF_ERROR(coord->failed(f.what()));
                 break;
@@ -851,11 +969,11 @@ Result<int> run_launch(const LaunchOptions& in) {
             if (*ev == RendezvousClient::Event::kExit) return 0;
             if (*ev == RendezvousClient::Event::kAbort) {
                 group.stop(keepalive);
-                log::error("launch: the rendezvous gave up: {}", message);
+                note::error("launch: the rendezvous gave up: {}", message);
                 return last_code;
             }
             if (*ev == RendezvousClient::Event::kRestart) {
-                log::warn("launch: restarting the group: {}", message);
+                note::warn("launch: restarting the group: {}", message);
                 group.stop(keepalive);
                 break;
             }

@@ -47,6 +47,11 @@ Status parse_nnodes(const std::string& text, LaunchOptions* o);
 /// --last-call: finite and in range) and --max-restarts >= 0.
 Status check_timing(const LaunchOptions& o);
 
+/// Checks every option before anything runs (the command, --nproc-per-node, the seconds, ports,
+/// --master-addr, --rdzv-backend and --rdzv-endpoint, --nnodes with the backend, --node-rank,
+/// --rdzv-id): a kInvalidArgument status naming the flag (a usage error). run_launch calls it.
+Status check_options(const LaunchOptions& o);
+
 /// Runs the job to the end: 0 when every worker of the last round exited 0, else non-zero
 /// (the first failure's exit code, 128+signal, 130 when interrupted). Errors before any worker
 /// started (bad options, unreachable rendezvous) come back as a Status.

@@ -214,16 +214,47 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(const DistEnv& env, s
     try {
         char host[256] = {};
         gethostname(host, sizeof host - 1);
-        const std::string me = host;
+        // "host world_size local_world_size": every rank compares its world with rank 0's.
+        const std::string me = fmt::format("{} {} {}", host, env.world_size, env.local_world_size);
+        // Two processes with one RANK (under the static backend: nodes started with different
+        // --nproc-per-node, or the same --node-rank twice) would overwrite each other's key and
+        // fail later, or hang, in the first collective.
+        if (store->add(fmt::format("signins/{}", env.rank), 1) > 1)
+            return invalid_argument("rank {} at {}:{}: another process already joined as rank {}: two processes have "
+                                    "RANK={}\nhint: under the static backend every node needs the same "
+                                    "--nproc-per-node and its own --node-rank",
+                                    env.rank, env.master_addr, env.master_port, env.rank, env.rank);
         store->set(keys[static_cast<size_t>(env.rank)], std::vector<uint8_t>(me.begin(), me.end()));
         const auto deadline = Clock::now() + timeout;
+        bool compared = env.rank == 0;  // with rank 0's world, once its key is there
         const auto missing_ranks = [&] {
             std::string missing;
             for (int r = 0; r < env.world_size; ++r)
                 if (!store->check({keys[static_cast<size_t>(r)]})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
             return missing;
         };
-        while (!store->check(keys)) {
+        const auto compare_with_rank0 = [&]() -> Status {
+            const auto v = store->get(keys[0]);
+            const std::string theirs(v.begin(), v.end());
+            const size_t blank = theirs.find(' ');
+            if (blank == std::string::npos) return Status::ok();  // (a rank without the numbers)
+            const std::string ours = me.substr(me.find(' ') + 1);
+            if (theirs.substr(blank + 1) == ours) return Status::ok();
+            int world0 = 0, local0 = 0;
+            std::sscanf(theirs.c_str() + blank + 1, "%d %d", &world0, &local0);
+            return invalid_argument("rank {} (node {}) has WORLD_SIZE={} and LOCAL_WORLD_SIZE={}, but rank 0 at {}:{} "
+                                    "has WORLD_SIZE={} and LOCAL_WORLD_SIZE={}: the ranks disagree on the job's size\n"
+                                    "hint: under the static backend every node needs the same --nproc-per-node "
+                                    "(or use --rdzv-backend c10d, which counts each node's processes)",
+                                    env.rank, env.group_rank, env.world_size, env.local_world_size, env.master_addr,
+                                    env.master_port, world0, local0);
+        };
+        for (;;) {
+            if (!compared && store->check({keys[0]})) {
+                compared = true;
+                STRATO_RETURN_IF_ERROR(compare_with_rank0());
+            }
+            if (store->check(keys)) break;
             if (signals::stop_requested())  // Ctrl-C while peers are missing stops now, not at the timeout
                 return Status(StatusCode::kCancelled, fmt::format("rank {}: interrupted while waiting for rank(s) {} to join",
                                                                   env.rank, missing_ranks()));

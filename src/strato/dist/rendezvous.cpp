@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -193,7 +194,14 @@ struct RendezvousServer::Impl {
                 p.joined = true;
                 int members = 0;
                 for (auto& [f, q] : peers) members += q.member;
-                if (members < s.max_nodes) restart(fmt::format("node {} joined (scale-up)", p.node_id), false);
+                if (members < s.max_nodes) {
+                    restart(fmt::format("node {} joined (scale-up)", p.node_id), false);
+                } else {
+                    // It waits for a place as long as the job runs: no join timeout (found by
+                    // review: it gave up after the client's timeout while the job ran on).
+                    send_all(fd, fmt::format("WAIT the group is full ({} of at most {} nodes)\n", members,
+                                             s.max_nodes));
+                }
                 return;
             }
             p.joined = true;
@@ -421,12 +429,16 @@ Result<std::optional<std::string>> RendezvousClient::read_line(double timeout_s)
 Result<RoundAssignment> RendezvousClient::join(const Join& j, double timeout_s) {
     STRATO_RETURN_IF_ERROR(send(fmt::format("JOIN {} {} {} {} {} {}", j.run_id, j.node_id, j.node_rank, j.local_world_size,
                                             j.addr, j.master_port)));
-    const double deadline = now_s() + timeout_s;
+    double deadline = now_s() + timeout_s;
     while (true) {
         STRATO_ASSIGN_OR_RETURN(auto line, read_line(std::max(0.0, deadline - now_s())));
         if (!line) return unavailable("the rendezvous did not form a round within {:.0f} s", timeout_s);
         auto w = words(*line, 9);
         if (w.empty() || w[0] == "PING" || w[0] == "RESTART") continue;  // a RESTART racing our JOIN
+        if (w[0] == "WAIT") {  // the group is full: a place comes when a round ends (the server pings meanwhile)
+            deadline = std::numeric_limits<double>::infinity();
+            continue;
+        }
         if (w[0] == "ABORT") return Status(StatusCode::kCancelled, line->size() > 6 ? line->substr(6) : "aborted");
         if (w[0] == "EXIT") return Status(StatusCode::kCancelled, "EXIT");
         if (w[0] == "ROUND" && w.size() >= 8) {

@@ -68,7 +68,9 @@ public:
     };
     /// Joins the next round and waits for it to form (kCancelled on ABORT, with its message; on
     /// EXIT — the job ended while this node waited — kCancelled with the message "EXIT"; on
-    /// SIGINT/SIGTERM, kCancelled "interrupted").
+    /// SIGINT/SIGTERM, kCancelled "interrupted"). `timeout_s` bounds the wait for a round to form;
+    /// a node the server tells to WAIT (it came while a round of max_nodes runs) waits for a place
+    /// without a limit, as long as the server lives and the job runs.
     Result<RoundAssignment> join(const Join& j, double timeout_s);
     Status fail(int round, const std::string& message);
     Status done(int round);
