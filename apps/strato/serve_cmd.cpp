@@ -60,13 +60,17 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         int port = 8000, metrics_port = 8002, threads = 0, poll_secs = 15, exit_timeout = 30;
         int header_timeout = 30, body_timeout = 60, intra_threads = 0;
         std::string busy_poll = "0";
-        bool allow_metrics = true, strict_readiness = true;
+        bool allow_metrics = true, strict_readiness = true, exit_on_error = true;
+        // tritonserver flags that launch scripts and serving runtimes (KServe's Triton runtime:
+        // --model-store --grpc-port --allow-grpc --allow-http) pass: accepted, and said what they do here.
+        bool allow_http = true, allow_grpc = true;
+        int grpc_port = 8001, log_verbose = 0;
         int64_t max_input = int64_t{64} << 20, max_queue = 4096;
     };
     auto o = std::make_shared<Opts>();
     auto* cmd = app.add_subcommand("serve", "Serve models over the Open Inference Protocol v2 (Triton/KServe HTTP API)");
     cmd->option_defaults()->always_capture_default();
-    cmd->add_option("--model-repository", o->repos, "Triton-layout repository: <repo>/<model>/[config.pbtxt|config.toml] and <model>/<version>/");
+    cmd->add_option("--model-repository,--model-store", o->repos, "Triton-layout repository: <repo>/<model>/[config.pbtxt|config.toml] and <model>/<version>/");
     cmd->add_option("--model", o->models, "Serve a strato package directly: [NAME=]DIR (repeatable; version 1)");
     cmd->add_option("--http-address", o->address, "Address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)");
     cmd->add_option("--http-port", o->port, "Inference API port (0 = pick a free one)")->check(CLI::Range(0, 65535));
@@ -79,6 +83,15 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     cmd->add_option("--repository-poll-secs", o->poll_secs, "Rescan interval in poll mode")->check(CLI::Range(1, 86400));
     cmd->add_option("--strict-readiness", o->strict_readiness, "Ready only when every model is ready (true|false)")
         ->check(CLI::IsMember({"true", "false", "1", "0"}, CLI::ignore_case));
+    cmd->add_option("--allow-http", o->allow_http, "tritonserver's flag: HTTP is what strato serves (false is refused)");
+    auto* allow_grpc = cmd->add_option("--allow-grpc", o->allow_grpc,
+                                       "tritonserver's flag, accepted: strato serves no gRPC (a warning says so when it is asked for)");
+    auto* grpc_port = cmd->add_option("--grpc-port", o->grpc_port, "tritonserver's flag, accepted: no gRPC port is opened (a warning says so)")
+                          ->check(CLI::Range(0, 65535));
+    cmd->add_option("--log-verbose", o->log_verbose, "tritonserver's flag: 1 or more logs at debug level (as -v)")->check(CLI::Range(0, 1 << 20));
+    cmd->add_option("--exit-on-error", o->exit_on_error,
+                    "Exit 1 when a model fails to load at start (true|false; false: serve the others, the failed ones "
+                    "UNAVAILABLE with their reason)");
     cmd->add_option("--http-thread-count", o->threads, "HTTP I/O threads, each an event loop that keeps the connections dealt to it (default: one per usable CPU; a lone request runs its model on one)")->check(CLI::Range(0, 256));
     cmd->add_option("--http-max-input-size", o->max_input, "Largest request body in bytes (larger: 413)")->check(CLI::Range(int64_t{1024}, int64_t{1} << 34));
     cmd->add_option("--http-header-timeout-secs", o->header_timeout, "Deadline for a request's headers (a slower client is disconnected)")->check(CLI::Range(1, 3600));
@@ -104,9 +117,19 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         "Where a model runs: its config's instance_group, as in Triton — KIND_CPU, KIND_GPU (gpus: [0, 1]; a CUDA\n"
         "build), KIND_AUTO or none: one instance per visible GPU, else one on the CPU (--model packages: KIND_AUTO).\n"
         "Protocol, repository layout and config fields: docs/serve.md");
-    cmd->callback([o, exit_code] {
+    cmd->callback([o, exit_code, allow_grpc, grpc_port] {
         using namespace serve;
         auto fail = [&](const Status& s) { *exit_code = report_error("serve", s); };
+        if (!o->allow_http) {
+            fail(invalid_argument("--allow-http=false leaves nothing to serve: strato serve answers the HTTP/REST "
+                                  "protocol only (no gRPC)"));
+            return void(*exit_code = 2);
+        }
+        if (o->allow_grpc && (grpc_port->count() > 0 || allow_grpc->count() > 0))
+            log::warn("serve: gRPC is not implemented; {} is not listened on: clients use HTTP on --http-port (the same "
+                      "Open Inference Protocol)",
+                      grpc_port->count() > 0 ? fmt::format("--grpc-port {}", o->grpc_port) : std::string("port 8001"));
+        if (o->log_verbose > 0) log::set_level(log::Level::kDebug);
         if (o->repos.empty() && o->models.empty()) {  // a usage error, as a missing argument is
             fail(invalid_argument("nothing to serve: give --model-repository DIR or --model [NAME=]PACKAGE_DIR"));
             return void(*exit_code = 2);
@@ -156,7 +179,6 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         if (!st.is_ok()) return fail(st);
         // A package named by --model that did not load: nothing of what was asked is served (as
         // tritonserver's --exit-on-error). A run directory given for its package is the usual slip.
-        // (Repositories keep serving what loaded, their failed models shown UNAVAILABLE.)
         for (const auto& [name, dir] : so.repository.packages) {
             for (const auto& e : server.repository().index(false)) {
                 if (e.name != name || e.state == "READY") continue;
@@ -168,6 +190,25 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
                                              run_dir ? fmt::format("\nhint: {} is a run directory; serve its package: "
                                                                    "--model {}", dir, package)
                                                      : ""));
+            }
+        }
+        // A repository's models that failed at start: tritonserver's --exit-on-error (default true)
+        // ends the start ("failed to load all models"); with false the others are served.
+        if (o->exit_on_error) {
+            std::string names, reasons;
+            for (const auto& e : server.repository().index(false)) {
+                if (e.state != "UNAVAILABLE" || e.reason.empty()) continue;
+                const std::string name = e.name + (e.version.empty() ? "" : " v" + e.version);
+                names += (names.empty() ? "" : ", ") + name;
+                reasons += fmt::format("\n  {}: {}", name, e.reason);
+            }
+            if (!names.empty()) {
+                server.shutdown(std::chrono::seconds(0));
+                return fail(Status(StatusCode::kInvalidArgument,
+                                   fmt::format("failed to load at start: {}{}\nhint: fix them, or pass "
+                                               "--exit-on-error=false to serve the others (the failed ones "
+                                               "UNAVAILABLE, as tritonserver does)",
+                                               names, reasons)));
             }
         }
         std::string models;

@@ -1691,7 +1691,7 @@ def model_warmup(ctx):
            'model_warmup [ { name: "from file" batch_size: 2 inputs { key: "input" value: '
            '{ data_type: TYPE_FP32 dims: [ 1, 28, 28 ] input_data_file: "missing.raw" } } } ]\n')
     root = ctx.repo_with("warmup_repo", {"warm": {"1": "pkg", "config.pbtxt": warm}, "bad": {"1": "pkg", "config.pbtxt": bad}})
-    srv = Server("warmup", ["--model-repository", root], ctx.tmp)
+    srv = Server("warmup", ["--model-repository", root, "--exit-on-error=false"], ctx.tmp)
     try:
         p = srv.port
         s = Soft(srv)
@@ -1773,7 +1773,7 @@ def readiness_with_broken_models(ctx):
         "gpuonly": {"1": "pkg", "config.pbtxt": "instance_group [ { kind: KIND_GPU gpus: [ 0 ] } ]\n"},
         "auto2": {"1": "pkg", "config.pbtxt": "instance_group [ { count: 2 kind: KIND_AUTO } ]\n"},
     })
-    srv = Server("strict", ["--model-repository", root], ctx.tmp)
+    srv = Server("strict", ["--model-repository", root, "--exit-on-error", "false"], ctx.tmp)
     try:
         p = srv.port
         s = Soft(srv)
@@ -1810,7 +1810,7 @@ def readiness_with_broken_models(ctx):
         s.done()
     finally:
         srv.kill()
-    srv = Server("lenient", ["--model-repository", root, "--strict-readiness", "false"], ctx.tmp)
+    srv = Server("lenient", ["--model-repository", root, "--strict-readiness", "false", "--exit-on-error=false"], ctx.tmp)
     try:
         r = request(srv.port, "GET", "/v2/health/ready")
         check(r.status == 200, f"--strict-readiness false: ready -> {r!r}")
@@ -2001,6 +2001,28 @@ def reload_under_load(ctx):
 
 
 @test
+def tritonserver_flags(ctx):
+    # The arguments KServe's Triton serving runtime gives tritonserver start strato serve as they
+    # are: --model-store (--model-repository), --grpc-port and --allow-grpc (no gRPC here: a
+    # warning says so), --allow-http, --log-verbose.
+    root = ctx.repo_with("store_repo", {MODEL: {"1": "pkg"}})
+    srv = Server("kserve_args", ["--model-store=" + root, "--grpc-port=9000", "--allow-grpc=true", "--allow-http=true",
+                                 "--log-verbose=1"], ctx.tmp)
+    try:
+        decode_infer(request(srv.port, "POST", f"/v2/models/{MODEL}/infer", json_infer_body([ctx.images[0]])),
+                     "infer through --model-store")
+        check("gRPC is not implemented; --grpc-port 9000 is not listened on" in srv.stderr_tail(),
+              f"no warning about --grpc-port: {srv.stderr_tail()}")
+    finally:
+        srv.kill()
+    pr = subprocess.run([STRATO, "serve", "--model-store", root, "--allow-http=false"], stdin=subprocess.DEVNULL,
+                        capture_output=True, text=True, timeout=30, preexec_fn=_die_with_parent)
+    check(pr.returncode == 2 and "--allow-http=false leaves nothing to serve" in pr.stderr,
+          f"--allow-http=false: exit {pr.returncode}, {pr.stderr!r}")
+    return "--model-store, --grpc-port, --allow-grpc, --allow-http, --log-verbose accepted"
+
+
+@test
 def cli_errors(ctx):
     short = os.path.join(ctx.tmp, "short.token")
     with open(short, "w") as f:
@@ -2009,6 +2031,7 @@ def cli_errors(ctx):
     with open(two, "w") as f:
         f.write("aaaaaaaaaaaaaaaaaaaa\nbbbbbbbbbbbbbbbbbbbb\n")
     dup_repo = ctx.repo_with("dup_repo", {MODEL: {"1": "pkg"}})
+    half_repo = ctx.repo_with("half_repo", {"good": {"1": "pkg"}, "badcfg": {"1": "pkg", "config.pbtxt": "max_batch_size: [[[\n"}})
     cases = [
         (["--model", f"{MODEL}={PKG}", "--infer-token-file", short], "16"),
         (["--model", f"{MODEL}={PKG}", "--infer-token-file", two], "blank"),
@@ -2032,6 +2055,10 @@ def cli_errors(ctx):
          "cannot be given with other --load-model names"),
         # Found by review: a run directory given for its package said "ready" and served nothing.
         (["--model", os.path.dirname(PKG)], "is a run directory; serve its package: --model " + PKG),
+        # A repository model that fails at start ends it, as tritonserver's --exit-on-error
+        # (default true); false serves the others (readiness_with_broken_models).
+        (["--model-repository", half_repo], "failed to load at start: badcfg"),
+        (["--model-repository", half_repo, "--exit-on-error=true"], "--exit-on-error=false to serve the others"),
     ]
     s = Soft()
     for args, needle in cases:
