@@ -63,7 +63,7 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         bool allow_metrics = true, strict_readiness = true, exit_on_error = true;
         // tritonserver flags that launch scripts and serving runtimes (KServe's Triton runtime:
         // --model-store --grpc-port --allow-grpc --allow-http) pass: accepted, and said what they do here.
-        bool allow_http = true, allow_grpc = true;
+        bool allow_http = true, allow_grpc = true, strict_model_config = false, no_auto_complete = false;
         int grpc_port = 8001, log_verbose = 0;
         int64_t max_input = int64_t{64} << 20, max_queue = 4096;
     };
@@ -88,6 +88,11 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
                                        "tritonserver's flag, accepted: strato serves no gRPC (a warning says so when it is asked for)");
     auto* grpc_port = cmd->add_option("--grpc-port", o->grpc_port, "tritonserver's flag, accepted: no gRPC port is opened (a warning says so)")
                           ->check(CLI::Range(0, 65535));
+    cmd->add_option("--strict-model-config", o->strict_model_config,
+                    "tritonserver's flag, accepted: false (the usual) is what strato does, completing a config from the "
+                    "package; true warns that it still does");
+    cmd->add_flag("--disable-auto-complete-config", o->no_auto_complete,
+                  "tritonserver's flag, accepted with a warning: strato completes a config from the package all the same");
     cmd->add_option("--log-verbose", o->log_verbose, "tritonserver's flag: 1 or more logs at debug level (as -v)")->check(CLI::Range(0, 1 << 20));
     cmd->add_option("--exit-on-error", o->exit_on_error,
                     "Exit 1 when a model fails to load at start (true|false; false: serve the others, the failed ones "
@@ -130,6 +135,10 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
                       "Open Inference Protocol)",
                       grpc_port->count() > 0 ? fmt::format("--grpc-port {}", o->grpc_port) : std::string("port 8001"));
         if (o->log_verbose > 0) log::set_level(log::Level::kDebug);
+        if (o->strict_model_config || o->no_auto_complete)
+            log::warn("serve: {}: strato still completes a model's config from its package (inputs, outputs, "
+                      "max_batch_size); a config.pbtxt that gives them is used as written",
+                      o->no_auto_complete ? "--disable-auto-complete-config" : "--strict-model-config=true");
         if (o->repos.empty() && o->models.empty()) {  // a usage error, as a missing argument is
             fail(invalid_argument("nothing to serve: give --model-repository DIR or --model [NAME=]PACKAGE_DIR"));
             return void(*exit_code = 2);

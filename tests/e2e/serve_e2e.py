@@ -2007,7 +2007,7 @@ def tritonserver_flags(ctx):
     # warning says so), --allow-http, --log-verbose.
     root = ctx.repo_with("store_repo", {MODEL: {"1": "pkg"}})
     srv = Server("kserve_args", ["--model-store=" + root, "--grpc-port=9000", "--allow-grpc=true", "--allow-http=true",
-                                 "--log-verbose=1"], ctx.tmp)
+                                 "--log-verbose=1", "--strict-model-config=false"], ctx.tmp)
     try:
         decode_infer(request(srv.port, "POST", f"/v2/models/{MODEL}/infer", json_infer_body([ctx.images[0]])),
                      "infer through --model-store")
@@ -2019,7 +2019,7 @@ def tritonserver_flags(ctx):
                         capture_output=True, text=True, timeout=30, preexec_fn=_die_with_parent)
     check(pr.returncode == 2 and "--allow-http=false leaves nothing to serve" in pr.stderr,
           f"--allow-http=false: exit {pr.returncode}, {pr.stderr!r}")
-    return "--model-store, --grpc-port, --allow-grpc, --allow-http, --log-verbose accepted"
+    return "--model-store, --grpc-port, --allow-grpc, --allow-http, --log-verbose, --strict-model-config accepted"
 
 
 @test
