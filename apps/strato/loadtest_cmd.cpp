@@ -345,6 +345,27 @@ void add_loadtest_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
                                                       "server on 127.0.0.1:8000"));
             return void(*exit_code = 2);
         }
+        // Flags that only shape a model's inference requests, or one load mode, did nothing silently
+        // elsewhere (-b 8 against a URL measured batch 1 and the CSV's inferences/s said so).
+        if (f->model.empty())
+            for (const char* flag : {"--batch-size", "--shape", "--input-data", "--tensor-format", "--string-length",
+                                     "--model-version"})
+                if (cmd->count(flag) > 0) {
+                    report_error("loadtest", invalid_argument("{} shapes the requests of an inference target: give "
+                                                              "--model NAME, or drop it for a plain HTTP URL",
+                                                              flag));
+                    return void(*exit_code = 2);
+                }
+        if (cmd->count("--spawn-rate") > 0 && f->users <= 0) {
+            report_error("loadtest", invalid_argument("--spawn-rate ramps up --users; give -u/--users N"));
+            return void(*exit_code = 2);
+        }
+        if (cmd->count("--request-distribution") > 0 && f->distribution == "poisson" && f->rate <= 0 &&
+            f->rate_range.empty() && f->slo.empty() && f->trace.empty()) {
+            report_error("loadtest", invalid_argument("--request-distribution poisson spaces an open loop's requests: "
+                                                      "give --request-rate, --request-rate-range, --slo-p99 or --trace"));
+            return void(*exit_code = 2);
+        }
         signals::install_stop_handlers();
         bool all_failed = false;
         Status st = run_loadtest(*f, g, &all_failed);

@@ -119,6 +119,39 @@ def mute_server():
     return s
 
 
+def raw_server(reply):
+    """A raw socket server that answers each connection's request with the bytes REPLY, then closes."""
+    import socket
+    import threading
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(64)
+
+    def serve():
+        while True:
+            try:
+                c = s.accept()[0]
+            except OSError:
+                return
+            with c:
+                try:
+                    data = b""
+                    while b"\r\n\r\n" not in data:
+                        chunk = c.recv(4096)
+                        if not chunk:
+                            raise ConnectionError  # (a connection the client opened and closed unused)
+                        data += chunk
+                    c.sendall(reply)
+                    c.shutdown(socket.SHUT_WR)
+                    while c.recv(4096):  # (until the client closes: unread bytes would make it an RST)
+                        pass
+                except OSError:
+                    pass
+    threading.Thread(target=serve, daemon=True).start()
+    return s
+
+
 def interrupt(args, delays):
     """Runs strato loadtest ARGS and sends SIGINT at each of DELAYS (seconds after its first line).
     Returns (exit status, stdout, stderr, seconds from the first SIGINT to the exit)."""
@@ -257,6 +290,11 @@ def main():
         json.dump({"data": [{"input": {"content": [], "shape": [0, 1, 28, 28]}}]}, open(f"{tmp}/b0.json", "w"))
         _, err, _ = run([url, "--model", "cnn", "--input-data", f"{tmp}/b0.json", "-n", "4"], expect=1)
         check("a batch of 0, expected 1.." in err, f"batch 0 in a file: {err}")
+        # perf_analyzer's base64 form was refused as "is not an array": say what is not read, and instead what.
+        json.dump({"data": [{"input": {"b64": "AAAAAA==", "shape": [1, 1, 28, 28]}}]}, open(f"{tmp}/b64.json", "w"))
+        _, err, _ = run([url, "--model", "cnn", "--input-data", f"{tmp}/b64.json", "-n", "4"], expect=1)
+        check('data[0].input gives "b64" content, which strato does not read' in err and '"content": [...]' in err,
+              f"b64 in a file: {err}")
         json.dump({"data": [{"input": {"content": sample[:784], "shape": [1, 1, 28, 28]}}]}, open(f"{tmp}/one.json", "w"))
         run([url, "--model", "cnn", "--input-data", f"{tmp}/one.json", "-b", "4", "-n", "20", "--warmup", "0",
              "--csv", f"{tmp}/b.csv", "--json", f"{tmp}/b.json"])
@@ -294,13 +332,17 @@ def main():
                          "2", "--json", f"{tmp}/tr2.json"])
         p = json.load(open(f"{tmp}/tr2.json"))["points"][0]
         # (0.3 s measured; the bound leaves room for a stalled CI machine and still tells it from 3 s)
-        check(p["ok"] == 32 and 0.29 <= p["seconds"] < 1.5, f"fast trace: ok {p['ok']} in {p['seconds']} s")
+        # (a request due just before the end and answered after it is late, not lost: on a loaded
+        # machine a few are, and failed this check though every request was sent and answered)
+        check(p["ok"] + p["late"] == 32 and p["errors"]["total"] == 0 and 0.29 <= p["seconds"] < 1.5,
+              f"fast trace: ok {p['ok']} late {p['late']} in {p['seconds']} s")
         # perf_analyzer's intervals file, cycled for -d.
         open(f"{tmp}/intervals.txt", "w").write("5000\n15000\n")
         out, _, _ = run([url, "--model", "cnn", "--request-intervals", f"{tmp}/intervals.txt", "-d", "1s",
                          "--json", f"{tmp}/iv.json"])
         p = json.load(open(f"{tmp}/iv.json"))["points"][0]
-        check(p["ok"] == 100 and abs(p["request_rate"] - 100) < 0.01, f"intervals: ok {p['ok']} at {p['request_rate']} req/s")
+        check(p["ok"] + p["late"] == 100 and p["errors"]["total"] == 0 and abs(p["request_rate"] - 100) < 0.01, f"intervals: ok {p['ok']} at {p['request_rate']} req/s, errors {p['errors']}, late {p['late']}, "
+              f"unfinished {p['unfinished']}")
         _, err, _ = run([url, "--model", "cnn", "--trace", f"{tmp}/intervals.txt"], expect=1)
         check("intervals.txt:1: missing column 'time_s' in the header (expected time_s, rate; the header names '5000')" in err, f"bad trace: {err}")
         _, err, _ = run([url, "--model", "cnn", "--trace", f"{tmp}/trace.csv", "--request-rate", "5"], expect=1)
@@ -458,6 +500,27 @@ def main():
         check("--input-data zeroo: no such file" in err and "onnect" not in out + err, f"--input-data zeroo: {out} {err}")
         out, err, _ = run(["-n", "1"], expect=2)
         check("no target" in err, f"no target: {err}")
+        # Found by review: flags that shape inference requests or one load mode did nothing silently
+        # elsewhere (-b 8 against a plain URL measured batch 1; -r without -u ramped nothing).
+        for args, needle in [(["-b", "8"], "--batch-size shapes the requests of an inference target"),
+                             (["--input-data", "zero"], "--input-data shapes the requests"),
+                             (["--shape", "x:1"], "--shape shapes the requests"),
+                             (["-r", "5"], "--spawn-rate ramps up --users"),
+                             (["--request-distribution", "poisson"], "--request-distribution poisson spaces an open loop")]:
+            out, err, _ = run([f"http://127.0.0.1:{dead}/", "-n", "1"] + args, expect=2)
+            check(needle in err and "onnect" not in out + err, f"{args}: {out} {err}")
+
+        print("== a truncated answer is a bad response that says why, not a reset")
+        # Found by review: a body cut short by the close was counted "reset/closed", as if the
+        # network had failed, and nothing said what arrived.
+        trunc = raw_server(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc")
+        out, err, _ = run([f"http://127.0.0.1:{trunc.getsockname()[1]}/", "-n", "3", "--warmup", "0",
+                           "--json", f"{tmp}/trunc.json"], expect=1)
+        trunc.close()
+        errs = json.load(open(f"{tmp}/trunc.json"))["points"][0]["errors"]
+        check("3 bad response (first: truncated body: connection closed after 3 of the 10 bytes" in out
+              and "reset/closed" not in out and errs["protocol"] == 3 and errs["reset"] == 0
+              and "truncated body" in errs["protocol_example"], f"truncated answers: {out} {errs}")
 
         interrupt_checks(tmp, url + "/v2/health/live")
 

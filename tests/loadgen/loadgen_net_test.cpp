@@ -346,6 +346,25 @@ TEST(LoadNet, RequestCountEndsAgainstADeadPort) {
     EXPECT_LT(static_cast<double>(now_ns() - t0) / 1e9, 10.0);
 }
 
+// Found by review: a failed connect took nothing of the request budget, so `-n 1 --request-rate 5`
+// against a dead port ran for 51 s and counted 257 connect errors (one per due request, until the
+// runner gave up at the budget plus --max-connections).
+TEST(LoadNet, RequestCountCountsFailedConnectsAgainstTheBudget) {
+    for (auto mode : {LoadOptions::Mode::kOpen, LoadOptions::Mode::kClosed}) {
+        RunOptions o;
+        o.load.mode = mode;
+        o.load.threads = 1;
+        o.load.concurrency = 1;
+        o.warmup_s = 0;
+        o.requests = 3;
+        o.grace_s = 0.2;
+        auto p = run_point(target_for(free_port()), o, mode == LoadOptions::Mode::kOpen ? 50 : 1);
+        ASSERT_TRUE(p.is_ok()) << p.status().message();
+        EXPECT_EQ(p->m.connect_errors, 3) << (mode == LoadOptions::Mode::kOpen ? "open loop" : "closed loop");
+        EXPECT_EQ(p->m.ok + p->m.errors(), 3);
+    }
+}
+
 TEST(LoadNet, RequestCountStopsTheRun) {
     TestServer server([](int64_t, int64_t) { return Action{}; });
     RunOptions o;
@@ -668,6 +687,90 @@ TEST(LoadNet, OpenLoopAgainstAServerThatClosesAfterEachResponse) {
     EXPECT_EQ(p->m.errors(), 0);
     EXPECT_EQ(p->m.ok + p->m.late + p->m.unfinished, 21);
     EXPECT_GE(p->m.ok, 20);
+}
+
+// A server on 127.0.0.1 that answers every request (on any connection, one at a time) with the
+// same raw bytes, then closes the connection: for answers no well-behaved server sends.
+class RawServer {
+public:
+    explicit RawServer(std::string reply)
+        : reply_(std::move(reply)), acceptor_(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
+        port_ = acceptor_.local_endpoint().port();
+        thread_ = std::thread([this] {
+            for (;;) {
+                boost::system::error_code ec;
+                tcp::socket s(io_);
+                acceptor_.accept(s, ec);
+                if (ec || stopped_) return;
+                asio::streambuf buf;
+                asio::read_until(s, buf, "\r\n\r\n", ec);
+                if (ec) continue;
+                asio::write(s, asio::buffer(reply_), ec);
+                s.shutdown(tcp::socket::shutdown_send, ec);
+                // (read until the client closes: a close with unread bytes would be an RST)
+                char sink[256];
+                while (!ec) s.read_some(asio::buffer(sink), ec);
+            }
+        });
+    }
+    ~RawServer() {
+        stopped_ = true;
+        boost::system::error_code ec;
+        asio::io_context io;
+        tcp::socket poke(io);
+        poke.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port_), ec);  // wakes the accept
+        poke.close(ec);
+        thread_.join();
+    }
+    uint16_t port() const { return port_; }
+
+private:
+    std::string reply_;
+    asio::io_context io_;
+    tcp::acceptor acceptor_;
+    std::thread thread_;
+    std::atomic<bool> stopped_{false};
+    uint16_t port_ = 0;
+};
+
+PointResult run_requests(uint16_t port, int64_t n) {
+    RunOptions o;
+    o.load.concurrency = 1;
+    o.load.timeout_ns = 10'000'000'000;
+    o.warmup_s = 0;
+    o.requests = n;
+    auto p = run_point(target_for(port), o, 1);
+    EXPECT_TRUE(p.is_ok()) << p.status().message();
+    return p.is_ok() ? *p : PointResult{};
+}
+
+// Found by review: a body cut short by the close (Content-Length promised more), bytes that are
+// not HTTP, and a body longer than its Content-Length were all counted "reset/closed" or passed as
+// answers; they are bad responses, and the output says which.
+TEST(LoadNet, TruncatedAndNonHttpAnswersAreBadResponsesThatSayWhy) {
+    struct Case {
+        std::string reply, why;
+    };
+    for (const Case& k : {Case{"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", "truncated body"},
+                          Case{"SSH-2.0-OpenSSH_9.2\r\n", "does not start with 'HTTP/'"},
+                          Case{"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokEXTRA", "after the end of a complete response"}}) {
+        RawServer server(k.reply);
+        auto p = run_requests(server.port(), 5);
+        EXPECT_EQ(p.m.ok, 0) << k.reply;
+        EXPECT_EQ(p.m.reset_errors, 0) << k.reply;
+        EXPECT_EQ(p.m.protocol_errors, 5) << k.reply;
+        EXPECT_NE(p.m.protocol_example.find(k.why), std::string::npos) << p.m.protocol_example;
+        const std::string table = format_table({p});
+        EXPECT_NE(table.find("5 bad response (first: "), std::string::npos) << table;
+        EXPECT_EQ(table.find("reset/closed"), std::string::npos) << table;
+        const auto j = to_json({p}, "t", RunOptions{}, std::nullopt);
+        EXPECT_EQ(j["points"][0]["errors"]["protocol"], 5);
+        EXPECT_NE(j["points"][0]["errors"]["protocol_example"].get<std::string>().find(k.why), std::string::npos);
+    }
+    RawServer closes("");  // a close before a byte of the answer stays a reset
+    auto p = run_requests(closes.port(), 5);
+    EXPECT_EQ(p.m.reset_errors, 5);
+    EXPECT_EQ(p.m.protocol_errors, 0);
 }
 
 TEST(LoadNet, LoopbackCheck) {

@@ -175,6 +175,47 @@ TEST(ResponseParser, MalformedResponsesFailWithAReason) {
     EXPECT_TRUE(big.failed());
 }
 
+// Found by review: bytes that are no HTTP failed only at the blank line, the close (counted a
+// reset) or the timeout; a truncated body said only "closed in the middle of a response".
+TEST(ResponseParser, NonHttpBytesFailAtOnceAndATruncatedBodySaysHowMuchCame) {
+    for (std::string wire : {"SSH-2.0-OpenSSH_9.2", "\x16\x03\x01", "HTTX", "hello"}) {
+        ResponseParser p;
+        p.feed(wire.data(), wire.size());
+        EXPECT_TRUE(p.failed()) << wire;
+        EXPECT_NE(p.error().find("does not start with 'HTTP/'"), std::string::npos) << p.error();
+    }
+    ResponseParser prefix;  // a status line split after a few bytes is no error
+    prefix.feed("HTT", 3);
+    EXPECT_FALSE(prefix.failed()) << prefix.error();
+    prefix.feed("P/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", 36);
+    EXPECT_TRUE(prefix.done()) << prefix.error();
+
+    ResponseParser body;
+    const std::string partial = "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc";
+    body.feed(partial.data(), partial.size());
+    EXPECT_TRUE(body.started());
+    body.finish_on_eof();
+    ASSERT_TRUE(body.failed());
+    EXPECT_NE(body.error().find("truncated body"), std::string::npos) << body.error();
+    EXPECT_NE(body.error().find("3 of the 10 bytes"), std::string::npos) << body.error();
+
+    ResponseParser chunked;
+    const std::string cut = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n";
+    chunked.feed(cut.data(), cut.size());
+    chunked.finish_on_eof();
+    ASSERT_TRUE(chunked.failed());
+    EXPECT_NE(chunked.error().find("truncated chunked body"), std::string::npos) << chunked.error();
+
+    ResponseParser head;
+    head.feed("HTTP/1.1 200", 12);
+    head.finish_on_eof();
+    EXPECT_NE(head.error().find("in the response head"), std::string::npos) << head.error();
+
+    ResponseParser none;
+    none.finish_on_eof();
+    EXPECT_NE(none.error().find("before a response"), std::string::npos) << none.error();
+}
+
 TEST(Url, ParsesHostsPortsAndTargets) {
     auto u = parse_url("http://127.0.0.1:8000/v2/models/m/infer?x=1");
     ASSERT_TRUE(u.is_ok()) << u.status().message();

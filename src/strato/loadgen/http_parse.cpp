@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <charconv>
 
+#include <fmt/format.h>
+
 namespace strato::loadgen {
 namespace {
 
@@ -21,6 +23,14 @@ bool icontains(std::string_view haystack, std::string_view needle) {
     for (size_t i = 0; i + needle.size() <= haystack.size(); ++i)
         if (iequals(haystack.substr(i, needle.size()), needle)) return true;
     return false;
+}
+
+// The first bytes of `s`, non-printable ones as '.', for an error message.
+std::string printable(std::string_view s) {
+    std::string out(s.substr(0, 16));
+    for (char& c : out)
+        if (c < 0x20 || c > 0x7e) c = '.';
+    return out;
 }
 
 std::string_view trim(std::string_view s) {
@@ -185,6 +195,10 @@ size_t ResponseParser::feed(const char* data, size_t size) {
                 size_t before = head_.size();
                 size_t take = std::min(size - i, kMaxHead + 4 - before);
                 head_.append(data + i, take);
+                // Bytes that are not an HTTP/1.x status line fail at once, not at the close or the
+                // timeout (a TLS or SSH server, a reply to another protocol, stray bytes).
+                if (const size_t n = std::min<size_t>(head_.size(), 5); head_.compare(0, n, "HTTP/", n) != 0)
+                    return fail(fmt::format("the response does not start with 'HTTP/' but '{}'", printable(head_)));
                 size_t from = before >= 3 ? before - 3 : 0;
                 size_t end = head_.find("\r\n\r\n", from);
                 if (end == std::string::npos) {
@@ -250,10 +264,22 @@ size_t ResponseParser::feed(const char* data, size_t size) {
 }
 
 void ResponseParser::finish_on_eof() {
-    if (state_ == State::kUntilClose) {
-        state_ = State::kDone;
-    } else if (state_ != State::kDone && state_ != State::kFailed) {
-        fail(started_ ? "connection closed in the middle of a response" : "connection closed before a response");
+    switch (state_) {
+        case State::kUntilClose: state_ = State::kDone; break;
+        case State::kDone:
+        case State::kFailed: break;
+        case State::kHead:
+            fail(!started_ ? "connection closed before a response"
+                           : fmt::format("connection closed in the response head, after {} bytes", head_.size()));
+            break;
+        case State::kBody:
+            fail(fmt::format("truncated body: connection closed after {} of the {} bytes Content-Length promised",
+                             body_size_, body_size_ + remaining_));
+            break;
+        default:
+            fail(fmt::format("truncated chunked body: connection closed after {} body bytes, before the last chunk",
+                             body_size_));
+            break;
     }
 }
 

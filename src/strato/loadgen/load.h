@@ -39,9 +39,12 @@ struct Measurement {
     int64_t ok = 0;                 // 2xx responses
     std::map<int, int64_t> http;    // other statuses: status -> count
     int64_t connect_errors = 0;     // refused, unreachable, connect timed out
-    int64_t reset_errors = 0;       // reset or closed while a request was outstanding
+    int64_t reset_errors = 0;       // reset, or closed before a byte of the answer, while a request was outstanding
     int64_t timeouts = 0;           // no full response within the timeout
-    int64_t protocol_errors = 0;    // a response that is not HTTP/1.x
+    // A bad response: not HTTP/1.x, truncated (closed before the end its framing promised), or
+    // followed by bytes no request asked for (a Content-Length shorter than the body)
+    int64_t protocol_errors = 0;
+    std::string protocol_example;   // the first bad response's reason, for the output
     int64_t delayed = 0;            // open loop: sent more than 1 ms after the intended time
     int64_t unfinished = 0;         // still outstanding (or never sent) when the run stopped
     int64_t late = 0;               // answered in the grace after the window ended (not in latency or throughput)

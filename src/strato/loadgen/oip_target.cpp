@@ -328,8 +328,16 @@ Result<Filler> json_filler(const std::string& path, std::vector<InputSpec>& inpu
             if (!entry.contains(in.name))
                 return invalid_argument("input data '{}': data[{}] has no input '{}'", path, s, in.name);
             const json& v = entry[in.name];
+            // (perf_analyzer's base64 form was refused as "not an array", which read as a broken file)
+            if (v.is_object() && v.contains("b64") && !v.contains("content"))
+                return invalid_argument("input data '{}': data[{}].{} gives \"b64\" content, which strato does not read; "
+                                        "give the values as \"content\": [...]",
+                                        path, s, in.name);
             const json& content = v.is_object() ? v.value("content", json()) : v;
-            if (!content.is_array()) return invalid_argument("input data '{}': data[{}].{} is not an array", path, s, in.name);
+            if (!content.is_array())
+                return invalid_argument("input data '{}': data[{}].{} is not an array (expected [...] or "
+                                        "{{\"content\": [...], \"shape\": [...]}})",
+                                        path, s, in.name);
             Tensor t;
             t.name = in.name;
             t.dtype = in.dtype;

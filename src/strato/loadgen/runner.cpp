@@ -372,7 +372,8 @@ std::string format_table(const std::vector<PointResult>& points) {
         add(m.connect_errors, "connect");
         add(m.reset_errors, "reset/closed");
         add(m.timeouts, "timeout");
-        add(m.protocol_errors, "bad response");
+        add(m.protocol_errors, m.protocol_example.empty() ? std::string("bad response")
+                                                          : fmt::format("bad response (first: {})", m.protocol_example));
         for (const auto& [code, n] : m.http) add(n, fmt::format("HTTP {}", code));
         if (!errs.empty()) out += fmt::format("  {:g}: errors: {}\n", p.level, errs);
         if (m.delayed) out += fmt::format("  {:g}: {} requests sent more than 1 ms late (the client could not keep up, or every connection was busy)\n", p.level, m.delayed);
@@ -435,7 +436,8 @@ json point_json(const PointResult& p) {
               {"latency_us", lat},
               {"distribution_us", dist},
               {"errors", {{"total", m.errors()}, {"connect", m.connect_errors}, {"reset", m.reset_errors},
-                          {"timeout", m.timeouts}, {"protocol", m.protocol_errors}, {"http", http}}},
+                          {"timeout", m.timeouts}, {"protocol", m.protocol_errors},
+                          {"protocol_example", m.protocol_example}, {"http", http}}},
               {"delayed", m.delayed},
               {"unfinished", m.unfinished},
               {"late", m.late},
