@@ -115,7 +115,10 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         if (!c) return void(*exit_code = report_error("tune", c.status()));
         std::string dir = tune::study_dir(*c, o->dir);
         std::string out = o->out.empty() ? dir + "/best.toml" : o->out;
-        Status s = fs::check_output_file(out, fs::OutputKind::kText, "--out");
+        // The default output is in the study directory: a study that is not there is the error
+        // ("the directory does not exist" blamed an --out never given).
+        Status s = o->out.empty() ? tune::study_json(*c, dir).status() : Status::ok();
+        if (s.is_ok()) s = fs::check_output_file(out, fs::OutputKind::kText, "--out");
         // (the base train config too: overwritten, every later trial trained on the best one's values)
         if (s.is_ok())
             s = check_distinct_files({{out, "--out", true},
@@ -133,10 +136,12 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         if (!c) return void(*exit_code = report_error("tune", c.status()));
         std::string dir = tune::study_dir(*c, o->dir);
         const std::string out = o->out.empty() ? dir + "/report.html" : o->out;
-        if (Status s = fs::check_output_file(out, fs::OutputKind::kHtml, "--out"); !s.is_ok())
-            return void(*exit_code = report_error("tune", s));
+        // The study first: the default output is in its directory (a study that is not there was
+        // reported as "--out ...: the directory does not exist", an --out never given).
         auto j = tune::study_json(*c, dir);
         if (!j) return void(*exit_code = report_error("tune", j.status()));
+        if (Status s = fs::check_output_file(out, fs::OutputKind::kHtml, "--out"); !s.is_ok())
+            return void(*exit_code = report_error("tune", s));
         auto html = report::render_tune_report(*j);
         if (!html) return void(*exit_code = report_error("tune", html.status()));
         Status s = fs::atomic_write(out, *html);
@@ -179,7 +184,7 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
             return void(*exit_code = report_error("tune", s));
         if (Status s = fs::atomic_write(out, *script); !s.is_ok()) return void(*exit_code = report_error("tune", s));
         if (!o->submit) {
-            fmt::print("{}\nsubmit with: sbatch {}\n", out, out);
+            fmt::print("{}\nsubmit with: sbatch {}\n", out, fs::shell_quote(out));
             return void(*exit_code = 0);
         }
         FILE* p = popen(("sbatch --parsable " + fs::shell_quote(out) + " 2>&1").c_str(), "r");

@@ -126,6 +126,9 @@ def bad_studies(tmp):
         ('"model.width" = { type = "grid", values = [64, 64] }', "values holds 64 twice"),
         ('"optim.lr" = { type = "uniform", low = 0.1, high = 1 }\n[scheduler]\nmax_t = 200000',
          "[scheduler] max_t = 200000 (the tuner passes it to every trial)"),
+        # Found by review: the trainer then evaluated at fractional epochs ("partial": true), which
+        # the tuner skips, and trials ended "completed" with no result.
+        ('"train.max_steps" = { type = "int", low = 10, high = 100 }', "train.max_steps = 10"),
     ]
     for i, (param, needle) in enumerate(cases):
         path = os.path.join(tmp, f"bad{i}.toml")
@@ -164,6 +167,24 @@ def slurm_usage(tmp):
     for line in ("#SBATCH --partition=debug\n", "#SBATCH --time=1-00:00\n", "#SBATCH --mem=8G\n",
                  "#SBATCH --gres=gpu:1\n"):
         check(line in script, f"{line!r} not in {script}")
+    # Odd study file names. Blanks and quotes are quoted (bash reads the script as written); found
+    # by review: a newline ended the script's "# Follow it:" comment and ran the rest as a command.
+    odd = os.path.join(tmp, "it's my study.toml")
+    with open(study) as f, open(odd, "w") as g:
+        g.write(f.read())
+    odd_dir = os.path.join(tmp, "slurm_odd")
+    run("tune", "slurm", odd, "--dir", odd_dir)
+    p = subprocess.run(["bash", "-n", os.path.join(odd_dir, "slurm.sbatch")], capture_output=True, text=True)
+    check(p.returncode == 0, f"bash -n: {p.stderr}")
+    with open(os.path.join(odd_dir, "slurm.sbatch")) as f:
+        check("tune run '" + odd.replace("'", "'\\''") + "' --dir" in f.read(), "the study path is not quoted")
+    newline = os.path.join(tmp, "x\ntouch PWNED\n.toml")
+    with open(study) as f, open(newline, "w") as g:
+        g.write(f.read())
+    nl_dir = os.path.join(tmp, "slurm_newline")
+    p = run("tune", "slurm", newline, "--dir", nl_dir, expect=1)
+    check("holds a control character" in p.stderr and "\\x0atouch PWNED" in p.stderr, p.stderr)
+    check(not os.path.exists(os.path.join(nl_dir, "slurm.sbatch")), "a script was written for a path with a newline")
 
 
 def edited_base_refused(tmp):
@@ -210,6 +231,25 @@ def every_trial_failed(tmp):
           f"every trial failed: {p.stderr!r}")
 
 
+def missing_study(tmp):
+    """Found by review: report and export-best on a study that has not run blamed the default
+    output ("--out DIR/report.html: the directory DIR does not exist", an --out never given);
+    status said "states:" and nothing."""
+    base = os.path.join(REPO, "configs", "fashion_mnist_mlp.toml")
+    study = os.path.join(tmp, "missing.toml")
+    with open(study, "w") as f:
+        f.write(f'[study]\nname = "missing"\nbase = "{base}"\n[params]\n'
+                '"optim.lr" = { type = "uniform", low = 0.1, high = 1 }\n')
+    sdir = os.path.join(tmp, "missing")
+    for cmd in ("status", "best", "report", "export-best"):
+        p = run("tune", cmd, study, "--dir", sdir, expect=1)
+        check(p.stderr == f"strato tune: error: {sdir} has no study.db (has the study run?)\n",
+              f"tune {cmd} on a study that has not run: {p.stderr!r}")
+    run("tune", "slurm", study, "--dir", sdir)  # sets the study up, runs no trial
+    p = run("tune", "status", study, "--dir", sdir)
+    check("states: none yet\n" in p.stdout, p.stdout)
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         study, sdir = killed_and_resumed(tmp)
@@ -218,6 +258,7 @@ def main():
         slurm_usage(tmp)
         edited_base_refused(tmp)
         every_trial_failed(tmp)
+        missing_study(tmp)
     finish("tune e2e")
 
 

@@ -10,7 +10,8 @@ it at once (as the real trainer exits without its checkpoint).
 Environment: FAKE_TRAIN_EPOCH_S (seconds per epoch, default 0.05), FAKE_TRAIN_ALLOC_MB (touch
 this much memory at start), FAKE_TRAIN_ODD_LINES (write lines of other shapes before each eval line), FAKE_TRAIN_FAIL_LR (a
 trial with this optim.lr exits 1 after its first epoch, or after FAKE_TRAIN_FAIL_EPOCH), FAKE_TRAIN_SLOW_RUN (a run of this
-run.name takes 5 times as long per epoch)."""
+run.name takes 5 times as long per epoch), FAKE_TRAIN_PARTIAL (write one eval line at a fractional
+epoch with "partial": true and exit 0, as the trainer does when train.max_steps ends an epoch)."""
 import json
 import math
 import os
@@ -81,6 +82,9 @@ while epoch < stop_after:
         if os.environ.get("FAKE_TRAIN_ODD_LINES"):  # what a user's own script might also write
             f.write('not json\n[1, 2]\n{"kind": 3}\n{"kind": "eval", "epoch": "two", "test_acc": 0.5}\n'
                     '{"kind": "eval", "epoch": 1, "test_acc": "high"}\n{"kind": "eval", "test_acc": 0.9}\n')
+        if os.environ.get("FAKE_TRAIN_PARTIAL"):  # the trainer's lines under train.max_steps
+            f.write(json.dumps({"kind": "eval", "epoch": epoch - 0.5, "test_acc": acc, "partial": True}) + "\n")
+            sys.exit(0)
         f.write(json.dumps({"kind": "eval", "epoch": epoch, "test_acc": acc}) + "\n")
     if os.environ.get("FAKE_TRAIN_FAIL_LR") and float(os.environ["FAKE_TRAIN_FAIL_LR"]) == lr \
             and epoch >= int(os.environ.get("FAKE_TRAIN_FAIL_EPOCH", "1")):

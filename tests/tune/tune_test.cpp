@@ -278,6 +278,27 @@ TEST(Space, TheStoppingVariantNeedsAnEvaluationAtEveryRung) {
 
 // Found by review: a choice or grid string went to the trial as "value" without escaping, so
 // "C:\\new" (a backslash) arrived as C, colon, newline and "ew", and a quote broke the --set.
+// Found by review: train.max_steps (base config, set entry or parameter) made the trainer end
+// trials inside an epoch, whose evaluation ("partial": true, a fractional epoch) the tuner cannot
+// use; trials ended "completed" with no result. Refused before any trial starts.
+TEST(Space, TrainMaxStepsIsRefused) {
+    const std::string head = "[study]\nbase = \"configs/fashion_mnist_mlp.toml\"\n";
+    const std::string params = "\n[params]\n\"optim.lr\" = { type = \"uniform\", low = 0.1, high = 1 }\n";
+    for (const char* lines : {"set = [\"train.max_steps=50\"]", ""}) {
+        std::string text = head + lines + params;
+        if (!*lines) text += "\"train.max_steps\" = { type = \"int\", low = 10, high = 100 }\n";
+        StudyConfig s = study(text);
+        Status st = validate_against_train_config(s);
+        ASSERT_FALSE(st.is_ok()) << text;
+        EXPECT_NE(st.message().find(*lines ? "train.max_steps = 50" : "train.max_steps = 10"),
+                  std::string::npos)
+            << st.message();
+        EXPECT_NE(st.message().find("would end trials inside an epoch"), std::string::npos) << st.message();
+    }
+    StudyConfig ok = study(head + "set = [\"train.max_steps=0\"]" + params);
+    EXPECT_TRUE(validate_against_train_config(ok).is_ok()) << validate_against_train_config(ok).message();
+}
+
 TEST(Space, StringValuesReachTheTrialAsWritten) {
     StudyConfig s = study(
         "[study]\nbase = \"configs/fashion_mnist_mlp.toml\"\n[params]\n"
@@ -432,7 +453,7 @@ TEST(Store, TrialsResultsRungsAndFingerprint) {
     {
         auto st = Store::open(dir + "/study.db");
         ASSERT_TRUE(st.is_ok()) << st.status().message();
-        ASSERT_TRUE((*st)->bind_study("A").is_ok());
+        ASSERT_TRUE((*st)->add_meta("study", "A").is_ok());
         EXPECT_EQ(*(*st)->journal(), "wal");
         int id = *(*st)->add_trial({{"optim.lr", "0.01"}}, 1, 0, "host:1:2");
         EXPECT_TRUE(*(*st)->add_result(id, 1, 0.80, true));
@@ -452,8 +473,9 @@ TEST(Store, TrialsResultsRungsAndFingerprint) {
     }
     auto st = Store::open(dir + "/study.db");
     ASSERT_TRUE(st.is_ok());
-    EXPECT_FALSE((*st)->bind_study("B").is_ok());
-    EXPECT_TRUE((*st)->bind_study("A").is_ok());
+    ASSERT_TRUE((*st)->add_meta("study", "B").is_ok());  // something recorded already: kept
+    EXPECT_EQ(*(*st)->meta("study"), std::optional<std::string>("A"));
+    EXPECT_EQ(*(*st)->meta("tpe"), std::nullopt);
     auto trials = *(*st)->trials();
     ASSERT_EQ(trials.size(), 1u);
     EXPECT_EQ(trials[0].params.at("optim.lr"), "0.01");
@@ -490,18 +512,94 @@ TEST(Store, ReadOnlyOpenReadsAWalStudyAndWritesNothing) {
     {
         auto st = Store::open(dir + "/study.db");
         ASSERT_TRUE(st.is_ok());
-        ASSERT_TRUE((*st)->bind_study("A").is_ok());
+        ASSERT_TRUE((*st)->add_meta("study", "A").is_ok());
         ASSERT_TRUE((*st)->add_trial({{"optim.lr", "0.01"}}, 1, 0, "").is_ok());
     }
     const auto before = std::filesystem::last_write_time(dir + "/study.db");
     auto ro = Store::open_read_only(dir + "/study.db");
     ASSERT_TRUE(ro.is_ok()) << ro.status().message();
-    EXPECT_TRUE((*ro)->check_study("A").is_ok());
-    EXPECT_NE((*ro)->check_study("B").message().find("holds a different study"), std::string::npos);
+    EXPECT_EQ(*(*ro)->meta("study"), std::optional<std::string>("A"));
     EXPECT_EQ((*ro)->trials()->size(), 1u);
     EXPECT_FALSE((*ro)->add_trial({{"optim.lr", "0.5"}}, 1, 0, "").is_ok());
     EXPECT_EQ(std::filesystem::last_write_time(dir + "/study.db"), before);
     EXPECT_FALSE(Store::open_read_only(dir + "/missing.db").is_ok());
+}
+
+// A study.db from before brackets and owners (no such columns) as status, best and report read
+// it: "no such column: bracket" before (found by review), since only `tune run` migrates.
+void write_old_schema_study(const std::string& db_path) {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(db_path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db,
+                           "CREATE TABLE trials(id INTEGER PRIMARY KEY, params TEXT NOT NULL, state TEXT NOT NULL,"
+                           " target INTEGER NOT NULL, epochs INTEGER NOT NULL DEFAULT 0, best REAL, last REAL, error TEXT);"
+                           "CREATE TABLE results(trial INTEGER, epoch INTEGER, value REAL, PRIMARY KEY(trial, epoch));"
+                           "CREATE TABLE rungs(rung INTEGER, trial INTEGER, value REAL, promoted INTEGER DEFAULT 0,"
+                           " PRIMARY KEY(rung, trial));"
+                           "INSERT INTO trials VALUES(1, '{\"optim.lr\": \"0.01\"}', 'completed', 3, 3, 0.8, 0.8, '');"
+                           "INSERT INTO trials VALUES(2, '{\"optim.lr\": \"0.5\"}', 'paused', 1, 1, 0.4, 0.4, '');"
+                           "INSERT INTO results VALUES(1, 1, 0.7), (1, 2, 0.75), (1, 3, 0.8), (2, 1, 0.4);"
+                           "INSERT INTO rungs VALUES(0, 1, 0.7, 1), (0, 2, 0.4, 0);",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK)
+        << sqlite3_errmsg(db);
+    sqlite3_close(db);
+}
+
+TEST(Store, ReadOnlyOpenReadsAStudyFromBeforeBracketsAndOwners) {
+    const std::string dir = testing::TempDir() + "/tune_store_old";
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    write_old_schema_study(dir + "/study.db");
+    const std::string bytes = *fs::read_file(dir + "/study.db");
+    auto ro = Store::open_read_only(dir + "/study.db");
+    ASSERT_TRUE(ro.is_ok()) << ro.status().message();
+    auto trials = (*ro)->trials();
+    ASSERT_TRUE(trials.is_ok()) << trials.status().message();
+    ASSERT_EQ(trials->size(), 2u);
+    EXPECT_EQ((*trials)[0].bracket, 0);
+    EXPECT_EQ((*trials)[0].owner, "");
+    EXPECT_DOUBLE_EQ(*(*trials)[0].best, 0.8);
+    auto rung = (*ro)->rung(0, 0);
+    ASSERT_TRUE(rung.is_ok()) << rung.status().message();
+    ASSERT_EQ(rung->size(), 2u);
+    EXPECT_TRUE((*rung)[0].promoted);
+    EXPECT_EQ((*ro)->meta("study")->has_value(), false);  // (no meta table in this one)
+    ro->reset();
+    EXPECT_EQ(*fs::read_file(dir + "/study.db"), bytes) << "reading it changed the file";
+    EXPECT_FALSE(std::filesystem::exists(dir + "/study.db-wal"));
+
+    // status, best and report, through the study's functions.
+    StudyConfig cfg = study(R"([study]
+name = "old"
+base = "configs/fashion_mnist_mlp.toml"
+trials = 2
+scheduler = "asha"
+sampler = "random"
+[scheduler]
+grace = 1
+max_t = 3
+reduction = 3
+[params]
+"optim.lr" = { type = "loguniform", low = 1e-4, high = 1 }
+)");
+    auto board = leaderboard(cfg, dir, 10);
+    ASSERT_TRUE(board.is_ok()) << board.status().message();
+    EXPECT_NE(board->find("trial-0001"), std::string::npos) << *board;
+    auto j = study_json(cfg, dir);
+    ASSERT_TRUE(j.is_ok()) << j.status().message();
+    EXPECT_EQ((*j)["trials"].size(), 2u);
+    EXPECT_EQ((*j)["rungs"][0]["entries"], 2);
+    EXPECT_EQ(*fs::read_file(dir + "/study.db"), bytes);
+    // `tune run` (a writable open) migrates it for good.
+    {
+        auto st = Store::open(dir + "/study.db");
+        ASSERT_TRUE(st.is_ok()) << st.status().message();
+        EXPECT_EQ((*st)->trials()->size(), 2u);
+    }
+    auto again = Store::open_read_only(dir + "/study.db");
+    ASSERT_TRUE(again.is_ok());
+    EXPECT_EQ((*again)->rung(0, 0)->size(), 2u);
 }
 
 TEST(Store, ExecutorsOpenANewStudyTogether) {
@@ -522,7 +620,7 @@ TEST(Store, ExecutorsOpenANewStudyTogether) {
                 char c;
                 if (read(go[0], &c, 1) != 1) _exit(2);
                 auto st = Store::open(dir + "/study.db");
-                Status s = st.is_ok() ? (*st)->bind_study("A") : st.status();
+                Status s = st.is_ok() ? (*st)->transaction([&] { return (*st)->add_meta("study", "A"); }) : st.status();
                 if (!s.is_ok()) fmt::print(stderr, "round {}, executor {}: {}\n", round, k, s.message());
                 _exit(s.is_ok() ? 0 : 1);
             }
@@ -794,6 +892,64 @@ TEST(Executor, ATrialThatFailsAfterItsPromotionKeepsItsPlace) {
         if (t.params.at("optim.lr") != "0.01") {
             EXPECT_EQ(t.epochs, 1) << "trial " << t.id;
         }
+}
+
+// Found by review: the median rule counted a failed trial's values. Grid trials one at a time,
+// median from epoch 1 (max_t 3); acc at epoch 1 = 0.6 - 0.1 |log10(lr) + 2| (fake_train.py):
+//   trial 1, lr 0.01:    0.6, then it crashes (exit 1);
+//   trial 2, lr 1e-5:    0.3 (the only other at epoch 1 is trial 1: no decision);
+//   trial 3, lr 1e-3:    0.5 (others 0.3 and, not counted, 0.6);
+//   trial 4, lr 10^-3.5: 0.45, above the median 0.4 of trials 2 and 3, but below 0.5 with the
+//   failed trial's 0.6: it was stopped at epoch 1 by a trial that never finished.
+TEST(Executor, TheMedianRuleLeavesFailedTrialsOut) {
+    setenv("FAKE_TRAIN_FAIL_LR", "0.01", 1);
+    setenv("FAKE_TRAIN_FAIL_EPOCH", "1", 1);
+    StudyRun r;
+    r.dir = testing::TempDir() + "/tune_exec_median_failed";
+    std::filesystem::remove_all(r.dir);
+    r.cfg = study(R"([study]
+name = "median_failed"
+base = "configs/fashion_mnist_mlp.toml"
+trials = 4
+parallel = 1
+sampler = "grid"
+scheduler = "median"
+[scheduler]
+grace = 1
+max_t = 3
+[params]
+"optim.lr" = { type = "grid", values = [0.01, 1e-5, 1e-3, 3.1622776601683794e-4] }
+)");
+    auto s = run_fake(r);
+    unsetenv("FAKE_TRAIN_FAIL_LR");
+    unsetenv("FAKE_TRAIN_FAIL_EPOCH");
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    EXPECT_EQ(s->failed, 1);
+    auto st = open_db(r);
+    const auto trials = *st->trials();
+    ASSERT_EQ(trials.size(), 4u);
+    EXPECT_EQ(trials[0].state, TrialState::kFailed);
+    EXPECT_EQ(trials[3].state, TrialState::kCompleted) << "stopped at epoch " << trials[3].epochs;
+    EXPECT_EQ(trials[3].epochs, 3);
+}
+
+// Found by review: a trial whose trainer wrote its evaluations at fractional epochs only (the
+// trainer's "partial": true lines when train.max_steps ends an epoch) ended "completed" with no
+// result and no word why. The study check refuses train.max_steps now; a trainer (or a user's
+// script) that still reports no whole epoch fails the trial, saying so.
+TEST(Executor, ATrialWithNoWholeEpochResultFailsSayingWhy) {
+    setenv("FAKE_TRAIN_PARTIAL", "1", 1);
+    auto r = fake_study("partial", "max_t = 2", "trials = 1\nparallel = 1\nscheduler = \"fifo\"");
+    auto s = run_fake(r);
+    unsetenv("FAKE_TRAIN_PARTIAL");
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    EXPECT_EQ(s->failed, 1);
+    EXPECT_EQ(s->completed, 0);
+    auto st = open_db(r);
+    const auto trials = *st->trials();
+    ASSERT_EQ(trials.size(), 1u);
+    EXPECT_NE(trials[0].error.find("exited 0 without reporting test_acc at a whole epoch"), std::string::npos)
+        << trials[0].error;
 }
 
 // Found by review: with the strato binary gone, every trial "failed (exit 127)" with an empty
@@ -1242,6 +1398,23 @@ TEST(Executor, SlurmArrayScriptAndSharedJournal) {
         auto clamped = slurm_array(big.cfg, o);
         ASSERT_TRUE(clamped.is_ok()) << clamped.status().message();
         EXPECT_NE(clamped->find("#SBATCH --mem=2000001G\n"), std::string::npos) << *clamped;
+    }
+    // Found by review: a newline in the study file's path ended the script's "# Follow it:"
+    // comment and ran the rest as a command in every task (sbatch then read no #SBATCH line).
+    {
+        SlurmOptions b = o;
+        b.study_file = "x\ntouch PWNED\n.toml";
+        auto refused = slurm_array(r.cfg, b);
+        ASSERT_FALSE(refused.is_ok());
+        EXPECT_NE(refused.status().message().find("the study file '"), std::string::npos) << refused.status().message();
+        EXPECT_NE(refused.status().message().find("\\x0atouch PWNED\\x0a.toml' holds a control character"),
+                  std::string::npos)
+            << refused.status().message();
+        b = o;
+        b.study_file = "my study (v2).toml";  // blanks and parentheses are quoted, not refused
+        auto quoted = slurm_array(r.cfg, b);
+        ASSERT_TRUE(quoted.is_ok()) << quoted.status().message();
+        EXPECT_NE(quoted->find("/my study (v2).toml' --dir '"), std::string::npos) << *quoted;
     }
     o.dir = r.dir + " two words";  // (#SBATCH --output cannot carry it)
     auto blank = slurm_array(r.cfg, o);

@@ -503,6 +503,17 @@ Status validate_against_train_config(const StudyConfig& s) {
             sets.push_back(s.params[i].key + "=" + (i == probe.param ? probe.literal : lows[i]));
         auto tc = train::load_train_config(s.base, sets);
         if (!tc.is_ok()) return blame(tc.status(), probe);
+        // train.max_steps ends a trial inside an epoch, whose evaluation the trainer writes at a
+        // fractional epoch ("partial": true): the schedulers and the ranking count whole epochs
+        // (max_t), so such a trial ended "completed" with no result. With batch sizes tuned, the
+        // same step count is also a different number of samples per trial.
+        if (tc->train.max_steps > 0)
+            return invalid_argument(
+                "{}: train.max_steps = {} (the base config's, a [study] set entry's or a parameter's) would end "
+                "trials inside an epoch, but a study's budget is whole epochs ([scheduler] max_t = {})\nhint: "
+                "limit trials with max_t (and data.limit_train for shorter epochs), or add \"train.max_steps=0\" "
+                "to [study] set",
+                s.source, tc->train.max_steps, s.max_t);
         if (stopping) eval_every.insert(tc->train.eval_every);
     }
     for (const int64_t every : eval_every) {

@@ -137,6 +137,7 @@ Result<std::unique_ptr<Store>> Store::open_read_only(const std::string& path) {
         Stmt q(db, "SELECT count(*) FROM sqlite_master WHERE name = 'trials'");
         if (q.step() == SQLITE_ROW) {
             if (q.i64(0) == 0) return invalid_argument("{} is not a study store (no trials table)", path);
+            STRATO_RETURN_IF_ERROR(s->read_old_schema());
             return s;
         }
         last = sqlite3_errmsg(db);
@@ -144,17 +145,32 @@ Result<std::unique_ptr<Store>> Store::open_read_only(const std::string& path) {
     return io_error("cannot read the study store {}: {}", path, last);
 }
 
-Status Store::check_study(const std::string& fingerprint) {
-    Stmt q(db_, "SELECT value FROM meta WHERE key = 'study'");
-    const int rc = q.step();
-    if (rc == SQLITE_ROW && q.text(0) != fingerprint)
-        return invalid_argument("this study directory holds a different study (its [study], [scheduler] or [params] "
-                                "changed); use a new --dir or restore the original file");
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return io_error("study store: reading the study: {}", sqlite3_errmsg(db_));
+Store::~Store() { sqlite3_close(db_); }
+
+Status Store::read_old_schema() {
+    // Temporary objects live in the connection's own temp schema, never in the file, and shadow
+    // the file's tables of the same name: the queries below read an old study as migrate()
+    // would leave it (status, best and report failed on "no such column: bracket").
+    auto has = [&](const std::string& sql) {
+        Stmt q(db_, sql.c_str());
+        return q.step() == SQLITE_ROW && q.i64(0) > 0;
+    };
+    const auto has_column = [&](const char* table, const char* column) {
+        return has(fmt::format("SELECT count(*) FROM pragma_table_info('{}') WHERE name = '{}'", table, column));
+    };
+    Status s;
+    if (!has_column("trials", "bracket"))
+        s = exec("CREATE TEMP VIEW trials AS SELECT *, 0 AS bracket, NULL AS owner, NULL AS heartbeat FROM main.trials");
+    if (s.is_ok() && !has_column("rungs", "bracket"))
+        s = exec("CREATE TEMP VIEW rungs AS SELECT *, 0 AS bracket FROM main.rungs");
+    if (s.is_ok() && !has("SELECT count(*) FROM sqlite_master WHERE name = 'meta'"))
+        s = exec("CREATE TEMP TABLE meta(key TEXT PRIMARY KEY, value TEXT)");
+    if (s.is_ok() && !has("SELECT count(*) FROM sqlite_master WHERE name = 'results'"))
+        s = exec("CREATE TEMP TABLE results(trial INTEGER, epoch INTEGER, value REAL, PRIMARY KEY(trial, epoch))");
+    if (!s.is_ok())
+        return Status(s.code(), s.message() + "\nhint: `strato tune run` on the study once upgrades its store");
     return Status::ok();
 }
-
-Store::~Store() { sqlite3_close(db_); }
 
 Status Store::migrate() {
     // Studies made before brackets and owners existed gain the columns with their defaults.
@@ -208,15 +224,6 @@ Status Store::transaction(const std::function<Status()>& body) {
     if (s.is_ok()) s = exec("COMMIT");
     if (!s.is_ok()) (void)exec("ROLLBACK");  // also after a failed COMMIT, which leaves it open
     return s;
-}
-
-Status Store::bind_study(const std::string& fingerprint) {
-    return transaction([&]() -> Status {
-        STRATO_RETURN_IF_ERROR(check_study(fingerprint));
-        return Stmt(db_, "INSERT OR IGNORE INTO meta(key, value) VALUES('study', ?)")
-            .bind(1, fingerprint)
-            .run("recording the study");
-    });
 }
 
 Result<std::optional<std::string>> Store::meta(const std::string& key) {
@@ -378,9 +385,10 @@ Result<std::vector<std::pair<int, double>>> Store::results(int trial) {
     return out;
 }
 
-Result<std::vector<std::pair<int, double>>> Store::results_at(int epoch) {
+Result<std::vector<std::pair<int, double>>> Store::results_at_without_failed(int epoch) {
     std::vector<std::pair<int, double>> out;
-    Stmt q(db_, "SELECT trial, value FROM results WHERE epoch = ? ORDER BY trial");
+    Stmt q(db_, "SELECT r.trial, r.value FROM results r JOIN trials t ON t.id = r.trial WHERE r.epoch = ? AND "
+                "t.state != 'failed' ORDER BY r.trial");
     q.bind(1, int64_t{epoch});
     int rc;
     while ((rc = q.step()) == SQLITE_ROW) out.emplace_back(static_cast<int>(q.i64(0)), q.dbl(1));

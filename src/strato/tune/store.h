@@ -54,13 +54,11 @@ public:
     /// Opens an existing study for reading only (status, best, report): no schema set-up and
     /// no locks taken for writing, so a study on a read-only disk or in another user's
     /// directory can be read. A WAL study whose -shm cannot be created is read as immutable.
+    /// A study from before brackets and owners is read as `open` would migrate it (bracket 0,
+    /// no owner), through temporary views: the file is not changed.
     static Result<std::unique_ptr<Store>> open_read_only(const std::string& path);
-    /// Fails if another study than `fingerprint` is recorded (none recorded is no error).
-    Status check_study(const std::string& fingerprint);
     ~Store();
 
-    /// Records the study definition; a different one for an existing study is an error.
-    Status bind_study(const std::string& fingerprint);
     /// A recorded part of the study's identity (meta table: "study", "base_config", "tpe"), if any.
     Result<std::optional<std::string>> meta(const std::string& key);
     /// Records `value` under `key` unless something is recorded there already.
@@ -91,13 +89,16 @@ public:
     Result<std::vector<Trial>> trials();
     Result<std::vector<RungEntry>> rung(int bracket, int rung);
     Result<std::vector<std::pair<int, double>>> results(int trial);
-    /// Every trial's value at `epoch` (trial, value).
-    Result<std::vector<std::pair<int, double>>> results_at(int epoch);
+    /// The value at `epoch` (trial, value) of every trial that has not failed: what a crashed
+    /// trial reported before it crashed is no outcome of its configuration (the median rule).
+    Result<std::vector<std::pair<int, double>>> results_at_without_failed(int epoch);
 
 private:
     explicit Store(sqlite3* db) : db_(db) {}
     Status exec(const std::string& sql);
     Status migrate();
+    /// For a read-only store from before brackets and owners: temporary views with the defaults.
+    Status read_old_schema();
     sqlite3* db_;
     int depth_ = 0;  // transaction nesting
 };

@@ -379,7 +379,9 @@ Status Executor::on_result(int id, int epoch, double value, Running& r) {
                 stop = signed_value(value) < cutoff;
             }
         } else if (c_.scheduler == "median" && epoch >= c_.grace && epoch < c_.max_t) {
-            STRATO_ASSIGN_OR_RETURN(auto at, store_->results_at(epoch));
+            // The others that reported at this epoch and have not failed: a crashed trial's
+            // values (a run cut short) set no bar, as they count for neither TPE nor the ranking.
+            STRATO_ASSIGN_OR_RETURN(auto at, store_->results_at_without_failed(epoch));
             std::vector<double> others;
             for (const auto& [t, v] : at)
                 if (t != id) others.push_back(signed_value(v));
@@ -461,8 +463,17 @@ Status Executor::reap() {
             STRATO_RETURN_IF_ERROR(store_->set_state(id, TrialState::kCompleted));
         } else if (code == 0 && epochs >= r.target) {
             STRATO_RETURN_IF_ERROR(store_->set_state(id, TrialState::kPaused));
-        } else if (code == 0) {
+        } else if (code == 0 && !results.empty()) {
             STRATO_RETURN_IF_ERROR(store_->set_state(id, TrialState::kCompleted));  // early stopping in the trainer
+        } else if (code == 0) {
+            // "completed" with no result: nothing to rank it by, and nothing said why. (The
+            // trainer's evaluations at a fractional epoch, "partial": true, are not whole epochs.)
+            const std::string why = fmt::format(
+                "exited 0 without reporting {} at a whole epoch (no \"kind\": \"eval\" line with an integer "
+                "\"epoch\" in {})",
+                c_.metric, (stdfs::path(o_.dir) / "trials" / trial_name(id) / "metrics.jsonl").string());
+            log::warn("tune: {} failed: {}", trial_name(id), why);
+            STRATO_RETURN_IF_ERROR(store_->set_state(id, TrialState::kFailed, why));
         } else {
             std::string why = fmt::format("exit {}", code);
             if (r.group && r.group->oom_kills() > 0)
@@ -834,6 +845,18 @@ Result<std::string> slurm_array(const StudyConfig& cfg, const SlurmOptions& opti
     std::string binary = options.strato_binary;
     if (binary.empty()) binary = stdfs::read_symlink("/proc/self/exe", ec).string();
     if (binary.empty()) return io_error("cannot find this executable: {}", ec.message());
+    // Quoted, a path may hold blanks and quotes; but a newline in the study file's path ended the
+    // script's comment line and ran the rest as a command in every task (and sbatch read no
+    // #SBATCH line after it).
+    const auto control = [](const std::string& v) {
+        return std::any_of(v.begin(), v.end(), [](char c) { return std::iscntrl(static_cast<unsigned char>(c)); });
+    };
+    for (const auto& [what, path] : {std::pair<const char*, const std::string&>{"the study file", study},
+                                     std::pair<const char*, const std::string&>{"the strato executable", binary}})
+        if (control(path))
+            return invalid_argument("tune slurm: the path of {} '{}' holds a control character (a newline, a tab), "
+                                    "which a batch script cannot carry safely; rename it",
+                                    what, printable(path));
     {
         STRATO_ASSIGN_OR_RETURN(auto store, open_store(cfg, dir, true, true));
         STRATO_RETURN_IF_ERROR(store->set_journal("delete"));
@@ -930,6 +953,7 @@ Result<std::string> leaderboard(const StudyConfig& cfg, const std::string& dir, 
                                                              (static_cast<double>(planned) * cfg.max_t)),
                                   planned * cfg.max_t);
     for (const auto& [s, n] : states) out += fmt::format(" {} {}", n, s);
+    if (states.empty()) out += " none yet";
     out += fmt::format("\n\n{:>4}  {:<11} {:>10} {:>7}  {}\n", "rank", "trial", cfg.metric, "epochs", "parameters");
     int rank = 0;
     for (const auto& t : trials) {

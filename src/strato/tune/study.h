@@ -11,7 +11,8 @@
 //            arrival order (the paper's mispromotions); its final best n/reduction always are.
 //            Stopping variant: trials run on and stop at a rung when worse than its
 //            (1 - 1/reduction) quantile so far (Ray Tune's ASHAScheduler);
-//   median — stop a trial whose value at an epoch is worse than the median of the others there.
+//   median — stop a trial whose value at an epoch is worse than the median of the others there
+//            (trials that failed left out: a crashed run's values set no bar).
 // Everything is recorded in STUDY_DIR/study.db before it is acted on; trial processes die with
 // the executor (PR_SET_PDEATHSIG), and a restarted executor resumes the trials that were running
 // from their checkpoints.
