@@ -320,7 +320,15 @@ void add_loadtest_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
     cmd->add_option("--grace", f->grace, "After the deadline, wait this long for outstanding requests")->check(duration_flag("s", false))->group(meas);
     cmd->add_option("--slo-p99", f->slo, "Find the highest request rate with p99 at most this (e.g. 50ms); starts at --request-rate or 10")->check(duration_flag("ms", true))->group(meas);
     cmd->add_option("--max-rate", f->max_rate, "Highest rate the SLO search tries")
-        ->check(status_flag("--max-rate", [](const std::string& t) { return loadgen::parse_range(t, false).status(); }, "RATE"))
+        ->check(status_flag("--max-rate",
+                            [](const std::string& t) {
+                                // One rate: a range (10:100) was taken as its last value without a word.
+                                auto r = loadgen::parse_range(t, false);
+                                if (r.is_ok() && r->size() != 1)
+                                    return invalid_argument("--max-rate {}: expected one rate (a number > 0), not a range", t);
+                                return r.status();
+                            },
+                            "RATE"))
         ->group(meas);
     auto* outg = "Output";
     cmd->add_option("--csv", f->csv, "perf_analyzer-style CSV (µs columns, rows sorted by throughput)")->group(outg);

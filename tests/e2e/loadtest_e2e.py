@@ -493,7 +493,9 @@ def main():
                                     ("--grace", "xyz", "--grace: duration 'xyz'"),
                                     ("-p", "abc", "--measurement-interval: duration 'abc'"),
                                     ("--concurrency-range", "8:1", "--concurrency-range: range '8:1'"),
-                                    ("--max-rate", "abc", "--max-rate: 'abc'")]:
+                                    ("--max-rate", "abc", "--max-rate: 'abc'"),
+                                    # (a range was taken as its last value without a word)
+                                    ("--max-rate", "10:100", "expected one rate (a number > 0), not a range")]:
             out, err, _ = run([f"http://127.0.0.1:{dead}", "--model", "m", flag, value], expect=2)
             check(needle in err and "onnect" not in out + err, f"{flag} {value}: {out} {err}")
         out, err, _ = run([f"http://127.0.0.1:{dead}", "--model", "m", "--input-data", "zeroo"], expect=1)

@@ -146,18 +146,30 @@ bool ResponseParser::parse_head() {
         std::string_view name = line.substr(0, colon), value = trim(line.substr(colon + 1));
         if (keep_body_) headers_.emplace_back(name, value);
         if (iequals(name, "content-length")) {
-            int64_t this_length = -1;
-            auto [q, e] = std::from_chars(value.data(), value.data() + value.size(), this_length);
-            if (e != std::errc() || q != value.data() + value.size() || this_length < 0) {
+            // A list of one value repeated ("5, 5", RFC 9110 8.6, what a proxy joining two lines
+            // makes) is that value; different values are unrecoverable (RFC 9112 6.3: it hung to
+            // the timeout).
+            if (value.empty()) {
                 fail("malformed Content-Length");
                 return false;
             }
-            if (has_length && this_length != length) {  // (RFC 9112 6.3: unrecoverable; it hung to the timeout)
-                fail("two different Content-Length headers");
-                return false;
+            for (size_t from = 0; from != std::string_view::npos;) {
+                const size_t comma = value.find(',', from);
+                const std::string_view item = trim(value.substr(from, comma == std::string_view::npos ? comma : comma - from));
+                from = comma == std::string_view::npos ? comma : comma + 1;
+                int64_t this_length = -1;
+                auto [q, e] = std::from_chars(item.data(), item.data() + item.size(), this_length);
+                if (item.empty() || e != std::errc() || q != item.data() + item.size() || this_length < 0) {
+                    fail("malformed Content-Length");
+                    return false;
+                }
+                if (has_length && this_length != length) {
+                    fail("two different Content-Length values");
+                    return false;
+                }
+                length = this_length;
+                has_length = true;
             }
-            length = this_length;
-            has_length = true;
         } else if (iequals(name, "transfer-encoding")) {
             chunked = icontains(value, "chunked");
         } else if (iequals(name, "connection")) {
