@@ -171,6 +171,21 @@ TEST(ResponseParser, MalformedResponsesFailWithAReason) {
     const std::string twice = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\ncontent-length: 2\r\n\r\nab";
     same.feed(twice.data(), twice.size());
     EXPECT_TRUE(same.done() && !same.failed()) << same.error();
+    // Found by review: "chunked, gzip" was read as chunk sizes; chunked counts only as the last
+    // coding (two lines are one list), else the body runs to the close.
+    ResponseParser gz;
+    gz.keep_body(true);
+    const std::string gzipped = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\nContent-Length: 1\r\n\r\nzz\r\n";
+    gz.feed(gzipped.data(), gzipped.size());
+    EXPECT_FALSE(gz.done() || gz.failed()) << gz.error();
+    gz.finish_on_eof();
+    EXPECT_TRUE(gz.done());
+    EXPECT_EQ(gz.body(), "zz\r\n");
+    EXPECT_FALSE(gz.keep_alive());
+    ResponseParser two_lines;
+    const std::string both = "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\ntransfer-encoding: Chunked\r\n\r\n2\r\nab\r\n0\r\n\r\n";
+    two_lines.feed(both.data(), both.size());
+    EXPECT_TRUE(two_lines.done() && !two_lines.failed()) << two_lines.error();
     // Found by review: a list of one length repeated (RFC 9110 8.6, two lines a proxy joined) was
     // "malformed"; it is that length.
     ResponseParser list;

@@ -133,7 +133,8 @@ bool ResponseParser::parse_head() {
         return false;
     }
     status_ = code;
-    bool chunked = false, has_length = false, close = http10, keep = false;
+    bool chunked = false, has_length = false, close = http10, keep = false, coded = false;
+    std::string codings;  // every Transfer-Encoding line, in order, as one list (RFC 9110 5.3)
     int64_t length = 0;
     size_t pos = eol + 2;
     while (pos < head.size()) {
@@ -171,11 +172,21 @@ bool ResponseParser::parse_head() {
                 has_length = true;
             }
         } else if (iequals(name, "transfer-encoding")) {
-            chunked = icontains(value, "chunked");
+            coded = true;
+            if (!codings.empty()) codings += ',';
+            codings.append(value);
         } else if (iequals(name, "connection")) {
             if (icontains(value, "close")) close = true;
             if (icontains(value, "keep-alive")) keep = true;
         }
+    }
+    if (coded) {
+        // Chunked only when it is the last coding; otherwise the body runs to the close (RFC 9112
+        // 6.3), whatever a Content-Length says ("chunked, gzip" was read as chunk sizes).
+        const size_t comma = codings.rfind(',');
+        chunked = iequals(trim(std::string_view(codings).substr(comma == std::string::npos ? 0 : comma + 1)), "chunked");
+        has_length = false;
+        if (!chunked) close = true;
     }
     keep_alive_ = !close || (http10 && keep);
     if (code < 200) {  // 1xx: an interim response; the real one follows
