@@ -24,7 +24,9 @@ void add_train_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
                                             "metrics.jsonl, the model package and report.html");
     cmd->add_option("config", o->config, "Training config (TOML), e.g. configs/fashion_mnist_cnn.toml")->required();
     cmd->add_option("--set", o->sets, "Override a config key: --set optim.lr=0.1 (repeatable)");
-    cmd->add_flag("--resume", o->resume, "Continue from the run's latest checkpoint (starts fresh when there is none)");
+    cmd->add_flag("--resume", o->resume,
+                  "Continue from the run's newest usable checkpoint (a corrupt one is skipped for the one before); "
+                  "starts fresh when the run has none, unless that would replace its package or evaluated metrics");
     cmd->add_flag("--overwrite", o->overwrite, "Delete an existing run directory of the same name first");
     cmd->add_flag("--json", o->json, "Print the result as JSON on stdout");
     cmd->add_flag("--no-report", o->no_report, "Do not write report.html");

@@ -376,3 +376,110 @@ TEST(Threads, ZeroTakesOmpNumThreadsWhenSetAsPyTorchDoes) {
 
 }  // namespace
 }  // namespace strato::train
+
+namespace strato::train {
+namespace {
+
+// Found by review: each loss of an accumulated step was divided by train.grad_accum, also in an
+// epoch's last step when fewer batches were left (3 batches at grad_accum 2: the third batch's
+// step took half its gradient). 3 batches of 32 accumulated by 2 make the same steps as batches
+// of 64 then 32.
+TEST_F(Checkpoints, AnEpochsShortLastAccumulatedStepTakesTheMeanGradient) {
+    auto run = [&](const std::string& name, int64_t batch, int64_t accum) {
+        TrainConfig c;
+        c.run.name = name;
+        c.run.dir = dir_.string();
+        c.run.threads = 1;
+        c.run.deterministic = true;
+        c.data.dataset = "synthetic";
+        c.data.path = "/nonexistent";
+        c.data.image_size = 8;
+        c.data.channels = 1;
+        c.data.classes = 4;
+        c.data.limit_train = 96;
+        c.data.limit_test = 32;
+        c.data.batch_size = batch;
+        c.data.shuffle = false;
+        c.data.workers = 0;
+        c.model.arch = "mlp";
+        c.model.width = 16;
+        c.optim.lr = 0.5;
+        c.optim.momentum = 0;
+        c.optim.weight_decay = 0;
+        c.schedule.name = "constant";
+        c.train.epochs = 1;
+        c.train.grad_accum = accum;
+        EXPECT_TRUE(c.validate().is_ok());
+        auto r = run_training(c, {.overwrite = true, .quiet = true});
+        EXPECT_TRUE(r.is_ok()) << r.status().message();
+        if (r.is_ok()) {
+            EXPECT_EQ(r->steps, 2);
+        }
+        return models::load_package((dir_ / name / "model").string());
+    };
+    auto accumulated = run("accum", 32, 2), whole = run("whole", 64, 1);
+    ASSERT_TRUE(accumulated.is_ok()) << accumulated.status().message();
+    ASSERT_TRUE(whole.is_ok()) << whole.status().message();
+    auto a = accumulated->net->named_parameters(), w = whole->net->named_parameters();
+    for (const auto& p : a) {
+        const double diff = (p.value() - w[p.key()]).abs().max().item<double>();
+        EXPECT_LT(diff, 1e-5) << p.key();
+    }
+}
+
+// Found by review: a resume with another config warned only that "the config differs"; which keys
+// changed, and how, is what the user needs to see.
+TEST_F(Checkpoints, AResumeWithAnotherConfigNamesTheChangedKeys) {
+    TrainConfig c;
+    c.run.name = "changed";
+    c.run.dir = dir_.string();
+    c.run.threads = 1;
+    c.data.dataset = "synthetic";
+    c.data.path = "/nonexistent";
+    c.data.image_size = 8;
+    c.data.channels = 1;
+    c.data.classes = 4;
+    c.data.limit_train = 64;
+    c.data.limit_test = 32;
+    c.data.workers = 0;
+    c.model.arch = "mlp";
+    c.model.width = 16;
+    c.train.epochs = 2;
+    c.train.stop_after_epochs = 1;
+    ASSERT_TRUE(run_training(c, {.quiet = true}).is_ok());
+    c.optim.lr = 0.25;
+    c.train.stop_after_epochs = 0;
+    auto r = run_training(c, {.resume = true, .quiet = true});
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    const std::string events = *fs::read_file(dir_ / "changed" / "events.log");
+    EXPECT_NE(events.find("optim.lr 0.05"), std::string::npos) << events;
+    EXPECT_NE(events.find("-> 0.25"), std::string::npos) << events;
+    EXPECT_NE(events.find("train.stop_after_epochs 1 -> 0"), std::string::npos) << events;
+}
+
+// Found by review: a package whose strato-model.json claimed outputs of another shape than its
+// num_classes logits loaded, and servers advertised that shape.
+TEST_F(Checkpoints, APackageWhoseOutputsLieIsRefused) {
+    models::PackageInfo info;
+    info.model.arch = "mlp";
+    info.model.width = 16;
+    info.input_shape = {1, 8, 8};
+    info.num_classes = 4;
+    info.mean = {0.5};
+    info.std = {0.25};
+    auto net = models::create_model(info.model, info.input_shape, 4).value();
+    const std::string pkg = (dir_ / "model").string();
+    ASSERT_TRUE(models::save_package(pkg, info, *net).is_ok());
+    ASSERT_TRUE(models::load_package(pkg).is_ok());
+    const std::string manifest = pkg + "/strato-model.json";
+    auto j = nlohmann::json::parse(*fs::read_file(manifest));
+    j["outputs"][0]["shape"] = {-1, 7};
+    ASSERT_TRUE(fs::atomic_write(manifest, j.dump()).is_ok());
+    auto r = models::load_package(pkg);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("/outputs must be one output of shape [-1, 4]"), std::string::npos)
+        << r.status().message();
+}
+
+}  // namespace
+}  // namespace strato::train

@@ -49,6 +49,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{{"data.batch_size=\"big\""}, "data.batch_size: expected an integer"},
                       BadCase{{"optim.betas=[0.9]"}, "optim.betas: expected 2 values"},
                       BadCase{{"run.name=a/b"}, "run.name: expected a plain directory name"},
+                      BadCase{{"run.dir=\"\""}, "run.dir: expected the directory that holds run directories, got \"\""},
                       BadCase{{"train.precision=\"fp16\""}, "train.precision = \"fp16\" needs run.device = \"cuda\""},
                       BadCase{{"run.device=\"tpu\""}, "run.device: expected one of cpu, cuda"},
                       BadCase{{"train.cuda_graph=true"}, "train.cuda_graph = true needs run.device = \"cuda\""},

@@ -272,6 +272,17 @@ Result<LoadedPackage> load_package(const std::string& dir) {
                                 "to 65536)",
                                 manifest_path, shape[1], shape[2], shape[3]);
     info.input_shape = {shape[1], shape[2], shape[3]};
+    // The signature servers and other tools read (Triton's config, KServe's metadata) must say what
+    // the network gives: [-1, num_classes] logits (a hand-edited [-1, 7] was served as the truth).
+    if (m.contains("outputs")) {
+        const json& outputs = m["outputs"];
+        const json want = {-1, info.num_classes};
+        if (!outputs.is_array() || outputs.size() != 1 || !outputs[0].is_object() || !outputs[0].contains("shape") ||
+            outputs[0]["shape"] != want)
+            return invalid_argument("{}: /outputs must be one output of shape [-1, {}] (the logits of /num_classes "
+                                    "classes), got {}",
+                                    manifest_path, info.num_classes, json_text(outputs));
+    }
     if (m.contains("quantization")) {
         if (!m["quantization"].is_object()) return invalid_argument("{}: /quantization must be an object", manifest_path);
         info.quantization = m["quantization"];

@@ -84,6 +84,9 @@ Status TrainConfig::validate() const {
     if (run.name.empty() || run.name.find('/') != std::string::npos || run.name == "." || run.name == "..") {
         return invalid_argument("run.name: expected a plain directory name, got \"{}\"", run.name);
     }
+    if (run.dir.empty())  // (it failed at the run's start as "cannot create directory : Invalid argument")
+        return invalid_argument("run.dir: expected the directory that holds run directories, got \"\" (\".\" is the "
+                                "current directory)");
     if (train.precision == "fp16" && run.device != "cuda")
         return invalid_argument("train.precision = \"fp16\" needs run.device = \"cuda\" (fp16 autocast with loss scaling is "
                                 "for GPUs); on CPU use \"bf16\", which needs no loss scaling");

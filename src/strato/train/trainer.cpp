@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <sstream>
 #include <thread>
 #include <tuple>
@@ -210,6 +211,44 @@ Status check_nothing_to_lose(const stdfs::path& dir) {
                               "would train from scratch and replace them\nhint: start over with --overwrite, or give "
                               "this run another run.name",
                               dir.string(), held, (dir / "checkpoints").string()));
+}
+
+/// The keys whose values differ between two resolved configs (config::dump's TOML: "[section]"
+/// headers, then "key = value" lines), as "optim.lr 0.05 -> 0.1"; a resumed run said only that
+/// something had changed.
+std::string changed_keys(const std::string& before, const std::string& after) {
+    auto entries = [](const std::string& text) {
+        std::map<std::string, std::string> out;
+        std::istringstream in(text);
+        std::string line, section;
+        while (std::getline(in, line)) {
+            const std::string t(trim_blanks(line));
+            if (t.empty() || t[0] == '#') continue;
+            if (t.front() == '[' && t.back() == ']') {
+                section = t.substr(1, t.size() - 2);
+                continue;
+            }
+            const size_t eq = t.find(" = ");
+            if (eq == std::string::npos) continue;
+            out[(section.empty() ? "" : section + ".") + t.substr(0, eq)] = t.substr(eq + 3);
+        }
+        return out;
+    };
+    const auto a = entries(before), b = entries(after);
+    std::vector<std::string> diffs;
+    for (const auto& [key, value] : b) {
+        auto it = a.find(key);
+        if (it == a.end()) diffs.push_back(fmt::format("{} = {} (new)", key, value));
+        else if (it->second != value) diffs.push_back(fmt::format("{} {} -> {}", key, it->second, value));
+    }
+    for (const auto& [key, value] : a)
+        if (!b.contains(key)) diffs.push_back(fmt::format("{} (gone, was {})", key, value));
+    if (diffs.empty()) return "its text differs";
+    const size_t shown = std::min<size_t>(diffs.size(), 8);
+    std::string out =
+        fmt::format("{}", fmt::join(diffs.begin(), diffs.begin() + static_cast<std::ptrdiff_t>(shown), ", "));
+    if (diffs.size() > shown) out += fmt::format(" and {} more", diffs.size() - shown);
+    return out;
 }
 
 torch::Tensor labels_tensor(data::Batch& b) { return torch::from_blob(b.labels.data(), {b.size}, torch::kLong); }
@@ -414,6 +453,7 @@ private:
     std::unique_ptr<monitor::Monitor> monitor_;  // with train.monitor_every
     TrainState state_;
     int64_t steps_per_epoch_ = 0;
+    int64_t group_ = 1;  // micro-steps in the current optimizer step (train_epoch)
     int64_t total_steps_ = 0;
     Clock::time_point process_start_;
     EvalResult last_eval_;
@@ -556,8 +596,8 @@ Status Trainer::setup() {
     const stdfs::path cfg_path = stdfs::path(run_dir_) / "config.toml";
     const auto old_config = opts_.resume ? fs::read_file(cfg_path) : Result<std::string>(not_found("not resuming"));
     if (old_config && *old_config != resolved) {
-        log::warn("the config differs from the one this run started with ({}); continuing with the new one",
-                  cfg_path.string());
+        log::warn("the config differs from the one this run started with ({}: {}); continuing with the new one",
+                  cfg_path.string(), changed_keys(*old_config, resolved));
     }
 
     if (hooks_.init) STRATO_RETURN_IF_ERROR(hooks_.init(*net_));
@@ -787,6 +827,11 @@ Status Trainer::train_epoch(bool& stop) {
             y = on_device(labels_tensor(b), device_);
         }
         const bool sync = micro + 1 >= accum || b.index + 1 == batches;  // this micro-step ends an optimizer step
+        // The micro-steps of this optimizer step: fewer than grad_accum in an epoch's last one when
+        // grad_accum does not divide its batches. Each loss is divided by their number, so the step
+        // takes their mean gradient (dividing by grad_accum shrank the epoch's last step: 3 batches
+        // at grad_accum 2 gave the third half its gradient).
+        if (micro == 0) group_ = std::min<int64_t>(accum, batches - b.index);
         if (ddp_) ddp_->prepare(sync, signals::stop_requested() ? 1.0 : 0.0);
         // Forward, loss and (scaled) backward: run eagerly, or replayed from a CUDA graph.
         auto step = [&](const torch::Tensor& xs, const torch::Tensor& ys) {
@@ -798,7 +843,7 @@ Status Trainer::train_epoch(bool& stop) {
             out = out.to(torch::kFloat);
             auto l = F::cross_entropy(out, ys, F::CrossEntropyFuncOptions().label_smoothing(smoothing));
             if (hooks_.teacher) l = distillation_loss(out, xs, l);
-            auto to_backward = accum > 1 ? l / static_cast<double>(accum) : l;
+            auto to_backward = group_ > 1 ? l / static_cast<double>(group_) : l;
             if (scaler_) to_backward = scale_t_.defined() ? to_backward * scale_t_ : scaler_->scale(to_backward);
             to_backward.backward();
             return std::make_pair(l, out);
