@@ -53,6 +53,16 @@ std::string host_name() {
     return h;
 }
 
+// The id names the log directory and travels in the rendezvous protocol's words: characters
+// other than letters, digits, '.', '_' and '-' become '_' (on every node alike, so
+// `--rdzv-id "$SLURM_JOB_NAME"` with blanks or '/' still meets; "a/../b" cannot leave the
+// log directory).
+std::string job_id_chars(std::string id) {
+    for (char& c : id)
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
+    return id;
+}
+
 /// A port nobody listens on now (bound and released; the worker of rank 0 binds it next).
 int free_port(const std::string& addr) {
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -823,9 +833,7 @@ Status check_options(const LaunchOptions& in) {
         return invalid_argument("launch: --nnodes {} x --nproc-per-node {} is more than {} ranks", o.max_nodes,
                                 o.nproc_per_node, INT32_MAX);
     if (o.rdzv_id.size() > 128) return invalid_argument("launch: --rdzv-id is longer than 128 characters");
-    std::string id = o.rdzv_id;
-    for (char& c : id)
-        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
+    const std::string id = job_id_chars(o.rdzv_id);
     if (id == "." || id == "..") return invalid_argument("launch: --rdzv-id '{}' is no name for a job", o.rdzv_id);
     return Status::ok();
 }
@@ -852,23 +860,15 @@ Result<int> run_launch(const LaunchOptions& in) {
     // One node: a free port on 127.0.0.1, unless --master-addr/--master-port say where (torchrun
     // uses them).
     if (!rendezvous && o.max_nodes == 1 && !o.master_given) o.standalone = true;
-    // The id names the log directory and travels in the rendezvous protocol's words: characters
-    // other than letters, digits, '.', '_' and '-' become '_' (on every node alike, so
-    // `--rdzv-id "$SLURM_JOB_NAME"` with blanks or '/' still meets; "a/../b" cannot leave the
-    // log directory).
-    std::string id = o.rdzv_id;
-    for (char& c : id)
-        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
+    const std::string id = job_id_chars(o.rdzv_id);
     if (id != o.rdzv_id) note::info("launch: --rdzv-id '{}' is used as '{}'", o.rdzv_id, id);
     o.rdzv_id = id;
     if ((o.rdzv_id == "none" || o.rdzv_id.empty()) && !rendezvous) {
         // One node: an id of its own. Several static nodes: one id on all of them (found by review:
         // each node's host and pid gave the nodes of one job different TORCHELASTIC_RUN_IDs and
         // log directories), from what they share, the master.
-        o.rdzv_id = o.max_nodes == 1 ? fmt::format("{}-{}", host_name(), getpid())
-                                     : fmt::format("static-{}-{}", o.master_addr, o.master_port);
-        for (char& c : o.rdzv_id)
-            if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
+        o.rdzv_id = job_id_chars(o.max_nodes == 1 ? fmt::format("{}-{}", host_name(), getpid())
+                                                  : fmt::format("static-{}-{}", o.master_addr, o.master_port));
     }
     if (o.rdzv_id.empty()) o.rdzv_id = "none";
     if (o.log_dir.empty()) o.log_dir = (stdfs::path("runs") / "launch" / o.rdzv_id).string();
