@@ -48,6 +48,9 @@ Result<data::DataConfig> data_config_from_flags(const std::string& config, const
 /// Prints `strato <cmd>: error: <message>` (further lines as hints) to stderr; returns the exit code
 /// (130 for an interrupted run, 1 otherwise).
 int report_error(const std::string& command, const Status& status);
+/// A usage error found after parsing (a missing target, flags that conflict): printed as
+/// report_error prints, and 2 returned, the exit status of CLI11's own usage errors.
+int report_usage_error(const std::string& command, const std::string& message);
 
 /// A file a command reads or writes, named by `flag` (empty paths are skipped).
 struct FileFlag {

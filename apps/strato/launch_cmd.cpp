@@ -122,10 +122,9 @@ void add_launch_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         dist::LaunchOptions l = o->l;
         l.master_given = master_addr->count() > 0 || master_port->count() > 0;
         l.command = g_worker_command;
-        if (l.command.empty()) {  // a usage error, as a missing argument is
-            report_error("launch", invalid_argument("no command to run (strato launch [OPTIONS] COMMAND [ARGS...])"));
-            return void(*exit_code = 2);
-        }
+        if (l.command.empty())  // a usage error, as a missing argument is
+            return void(*exit_code = report_usage_error(
+                            "launch", "no command to run (strato launch [OPTIONS] COMMAND [ARGS...])"));
         if (o->nproc == "cpu" || o->nproc == "auto") {
             // The CPUs this launcher may use (taskset, a Slurm step's or a container's cpuset, at
             // most the whole cores of a cgroup CPU quota), not every online CPU as torchrun's
@@ -142,7 +141,7 @@ void add_launch_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         };
         const auto usage_or_error = [report](const Status& s) {
             const int code = report(s);
-            return s.code() == StatusCode::kInvalidArgument ? 2 : code;
+            return s.code() == StatusCode::kInvalidArgument ? 2 : code;  // (as report_usage_error)
         };
         if (Status s = dist::parse_nnodes(o->nnodes, &l); !s.is_ok()) return void(*exit_code = usage_or_error(s));
         if (!o->emit.empty()) {

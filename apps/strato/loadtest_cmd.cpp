@@ -349,31 +349,26 @@ void add_loadtest_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         f->warmup_set = cmd->count("--warmup") > 0;
         f->window_set = cmd->count("--measurement-interval") > 0;
         if (f->url.empty() && f->model.empty()) {  // a usage error, as a missing argument is
-            report_error("loadtest", invalid_argument("no target: give a URL (http://host:port/path) or --model NAME for a "
-                                                      "server on 127.0.0.1:8000"));
-            return void(*exit_code = 2);
+            return void(*exit_code = report_usage_error("loadtest", "no target: give a URL (http://host:port/path) or "
+                                                                    "--model NAME for a server on 127.0.0.1:8000"));
         }
         // Flags that only shape a model's inference requests, or one load mode, did nothing silently
         // elsewhere (-b 8 against a URL measured batch 1 and the CSV's inferences/s said so).
         if (f->model.empty())
             for (const char* flag : {"--batch-size", "--shape", "--input-data", "--tensor-format", "--string-length",
                                      "--model-version"})
-                if (cmd->count(flag) > 0) {
-                    report_error("loadtest", invalid_argument("{} shapes the requests of an inference target: give "
-                                                              "--model NAME, or drop it for a plain HTTP URL",
-                                                              flag));
-                    return void(*exit_code = 2);
-                }
-        if (cmd->count("--spawn-rate") > 0 && f->users <= 0) {
-            report_error("loadtest", invalid_argument("--spawn-rate ramps up --users; give -u/--users N"));
-            return void(*exit_code = 2);
-        }
+                if (cmd->count(flag) > 0)
+                    return void(*exit_code = report_usage_error(
+                                    "loadtest", fmt::format("{} shapes the requests of an inference target: give "
+                                                            "--model NAME, or drop it for a plain HTTP URL",
+                                                            flag)));
+        if (cmd->count("--spawn-rate") > 0 && f->users <= 0)
+            return void(*exit_code = report_usage_error("loadtest", "--spawn-rate ramps up --users; give -u/--users N"));
         if (cmd->count("--request-distribution") > 0 && f->distribution == "poisson" && f->rate <= 0 &&
-            f->rate_range.empty() && f->slo.empty() && f->trace.empty()) {
-            report_error("loadtest", invalid_argument("--request-distribution poisson spaces an open loop's requests: "
-                                                      "give --request-rate, --request-rate-range, --slo-p99 or --trace"));
-            return void(*exit_code = 2);
-        }
+            f->rate_range.empty() && f->slo.empty() && f->trace.empty())
+            return void(*exit_code = report_usage_error("loadtest", "--request-distribution poisson spaces an open loop's "
+                                                                    "requests: give --request-rate, --request-rate-range, "
+                                                                    "--slo-p99 or --trace"));
         signals::install_stop_handlers();
         bool all_failed = false;
         Status st = run_loadtest(*f, g, &all_failed);

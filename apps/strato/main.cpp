@@ -24,6 +24,11 @@ int report_error(const std::string& command, const Status& status) {
     return status.code() == StatusCode::kCancelled ? 130 : 1;
 }
 
+int report_usage_error(const std::string& command, const std::string& message) {
+    report_error(command, invalid_argument("{}", message));
+    return 2;
+}
+
 Status check_distinct_files(const std::vector<FileFlag>& files) {
     std::vector<std::pair<std::string, const FileFlag*>> seen;
     for (const FileFlag& f : files) {

@@ -125,11 +125,9 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     cmd->callback([o, exit_code, allow_grpc, grpc_port] {
         using namespace serve;
         auto fail = [&](const Status& s) { *exit_code = report_error("serve", s); };
-        if (!o->allow_http) {
-            fail(invalid_argument("--allow-http=false leaves nothing to serve: strato serve answers the HTTP/REST "
-                                  "protocol only (no gRPC)"));
-            return void(*exit_code = 2);
-        }
+        if (!o->allow_http)
+            return void(*exit_code = report_usage_error("serve", "--allow-http=false leaves nothing to serve: strato "
+                                                                 "serve answers the HTTP/REST protocol only (no gRPC)"));
         if (o->allow_grpc && (grpc_port->count() > 0 || allow_grpc->count() > 0))
             log::warn("serve: gRPC is not implemented; {} is not listened on: clients use HTTP on --http-port (the same "
                       "Open Inference Protocol)",
@@ -139,10 +137,9 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
             log::warn("serve: {}: strato still completes a model's config from its package (inputs, outputs, "
                       "max_batch_size); a config.pbtxt that gives them is used as written",
                       o->no_auto_complete ? "--disable-auto-complete-config" : "--strict-model-config=true");
-        if (o->repos.empty() && o->models.empty()) {  // a usage error, as a missing argument is
-            fail(invalid_argument("nothing to serve: give --model-repository DIR or --model [NAME=]PACKAGE_DIR"));
-            return void(*exit_code = 2);
-        }
+        if (o->repos.empty() && o->models.empty())  // a usage error, as a missing argument is
+            return void(*exit_code = report_usage_error(
+                            "serve", "nothing to serve: give --model-repository DIR or --model [NAME=]PACKAGE_DIR"));
         ServeOptions so;
         so.http.address = so.metrics_http.address = o->address;
         so.http.port = static_cast<uint16_t>(o->port);
