@@ -151,21 +151,14 @@ Status Store::read_old_schema() {
     // Temporary objects live in the connection's own temp schema, never in the file, and shadow
     // the file's tables of the same name: the queries below read an old study as migrate()
     // would leave it (status, best and report failed on "no such column: bracket").
-    auto has = [&](const std::string& sql) {
-        Stmt q(db_, sql.c_str());
-        return q.step() == SQLITE_ROW && q.i64(0) > 0;
-    };
-    const auto has_column = [&](const char* table, const char* column) {
-        return has(fmt::format("SELECT count(*) FROM pragma_table_info('{}') WHERE name = '{}'", table, column));
-    };
     Status s;
     if (!has_column("trials", "bracket"))
         s = exec("CREATE TEMP VIEW trials AS SELECT *, 0 AS bracket, NULL AS owner, NULL AS heartbeat FROM main.trials");
     if (s.is_ok() && !has_column("rungs", "bracket"))
         s = exec("CREATE TEMP VIEW rungs AS SELECT *, 0 AS bracket FROM main.rungs");
-    if (s.is_ok() && !has("SELECT count(*) FROM sqlite_master WHERE name = 'meta'"))
+    if (s.is_ok() && !any_row("SELECT count(*) FROM sqlite_master WHERE name = 'meta'"))
         s = exec("CREATE TEMP TABLE meta(key TEXT PRIMARY KEY, value TEXT)");
-    if (s.is_ok() && !has("SELECT count(*) FROM sqlite_master WHERE name = 'results'"))
+    if (s.is_ok() && !any_row("SELECT count(*) FROM sqlite_master WHERE name = 'results'"))
         s = exec("CREATE TEMP TABLE results(trial INTEGER, epoch INTEGER, value REAL, PRIMARY KEY(trial, epoch))");
     if (!s.is_ok())
         return Status(s.code(), s.message() + "\nhint: `strato tune run` on the study once upgrades its store");
@@ -174,10 +167,6 @@ Status Store::read_old_schema() {
 
 Status Store::migrate() {
     // Studies made before brackets and owners existed gain the columns with their defaults.
-    auto has_column = [&](const char* table, const char* column) {
-        Stmt q(db_, fmt::format("SELECT count(*) FROM pragma_table_info('{}') WHERE name = '{}'", table, column).c_str());
-        return q.step() == SQLITE_ROW && q.i64(0) > 0;
-    };
     // In one write transaction, checked again inside it: executors opening an old study at once.
     return transaction([&]() -> Status {
         if (!has_column("trials", "bracket"))
@@ -187,6 +176,15 @@ Status Store::migrate() {
             STRATO_RETURN_IF_ERROR(exec("ALTER TABLE rungs ADD COLUMN bracket INTEGER NOT NULL DEFAULT 0"));
         return Status::ok();
     });
+}
+
+bool Store::any_row(const std::string& count_sql) {
+    Stmt q(db_, count_sql.c_str());
+    return q.step() == SQLITE_ROW && q.i64(0) > 0;
+}
+
+bool Store::has_column(const char* table, const char* column) {
+    return any_row(fmt::format("SELECT count(*) FROM pragma_table_info('{}') WHERE name = '{}'", table, column));
 }
 
 Status Store::exec(const std::string& sql) {

@@ -96,6 +96,9 @@ public:
 private:
     explicit Store(sqlite3* db) : db_(db) {}
     Status exec(const std::string& sql);
+    /// Whether `count_sql` (a SELECT count(*)) counts any row; whether `table` has `column`.
+    bool any_row(const std::string& count_sql);
+    bool has_column(const char* table, const char* column);
     Status migrate();
     /// For a read-only store from before brackets and owners: temporary views with the defaults.
     Status read_old_schema();
