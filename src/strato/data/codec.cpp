@@ -448,6 +448,10 @@ bool png_has_end(std::string_view b) {
 Status check_image_whole(std::string_view bytes, const std::string& name) {
     if (bytes.empty()) return data_loss("{}: empty file (0 bytes; expected a JPEG or PNG image)", name);
     STRATO_ASSIGN_OR_RETURN(const ImageInfo info, probe_image(bytes, name));
+    return check_image_whole(bytes, name, info);
+}
+
+Status check_image_whole(std::string_view bytes, const std::string& name, const ImageInfo& info) {
     const bool png = info.format == ImageFormat::kPng;
     if (png ? png_has_end(bytes) : jpeg_has_end(bytes)) return Status::ok();
     // No end marker: a cut-off file, unless the image data is all there (a writer that left out

@@ -76,5 +76,7 @@ Result<Decoded> decode_image(std::string_view bytes, const std::string& name, co
 /// as training would decode it. Cheap for whole files: the markers or chunks are walked, the
 /// pixels are not decoded. Errors name `name` and say what was expected.
 Status check_image_whole(std::string_view bytes, const std::string& name);
+/// The same for bytes whose header `info` (probe_image's) was already read.
+Status check_image_whole(std::string_view bytes, const std::string& name, const ImageInfo& info);
 
 }  // namespace strato::data

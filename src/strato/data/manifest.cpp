@@ -164,7 +164,7 @@ void check_image(Scan& scan, SplitScan& sp, int64_t i, std::string_view bytes, c
         strict.strict = true;  // a damaged JPEG that libjpeg decodes to grey is corrupt here
         st = decode_image(bytes, name, strict).status();
     } else if (st.is_ok()) {
-        st = check_image_whole(bytes, name);  // a cut-off file (no end marker) without decoding
+        st = check_image_whole(bytes, name, *info);  // a cut-off file (no end marker) without decoding
     }
     const auto k = static_cast<size_t>(i);
     if (!st.is_ok()) {
