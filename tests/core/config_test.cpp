@@ -124,6 +124,39 @@ TEST(Config, RoundTripsThroughToml) {
     EXPECT_EQ(r->inner.tags, o.inner.tags);
 }
 
+// Found by review: toml++ wrote every float with 17 digits ("lr = 0.050000000000000003",
+// "betas = [ 0.90000000000000002, 0.999 ]") in each run's config.toml and tune's exported config;
+// floats are written shortest now, and read back as the same doubles.
+TEST(Config, FloatsAreWrittenShortestAndReadBackExactly) {
+    Outer o;
+    o.name = "it's \"quoted\"";
+    o.inner.lr = 0.05;
+    o.inner.betas = {0.9, 0.286, 1e-8};
+    o.inner.tags = {"x", "y"};
+    o.inner.widths = {3, 64};
+    EXPECT_EQ(dump(o),
+              "name = \"it's \\\"quoted\\\"\"\n"
+              "\n"
+              "[inner]\n"
+              "betas = [ 0.9, 0.286, 1e-08 ]\n"
+              "flag = false\n"
+              "label = ''\n"
+              "lr = 0.05\n"
+              "mode = 'a'\n"
+              "steps = 10\n"
+              "tags = [ 'x', 'y' ]\n"
+              "widths = [ 3, 64 ]\n");
+    for (double lr : {0.1, 1.0 / 3, 2.0, 1e-300, 123456789.125, 0.30000000000000004}) {
+        o.inner.lr = lr;
+        auto back = load_string<Outer>(dump(o));
+        ASSERT_TRUE(back.is_ok()) << back.status().message();
+        EXPECT_EQ(back->inner.lr, lr) << dump(o);
+        EXPECT_EQ(back->name, o.name);
+    }
+    o.inner.lr = 2.0;
+    EXPECT_NE(dump(o).find("lr = 2.0\n"), std::string::npos) << dump(o);
+}
+
 TEST(Config, JsonRoundTrip) {
     Inner in;
     in.mode = "b";

@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <charconv>
+#include <cctype>
 #include <cmath>
 #include <set>
 #include <sstream>
@@ -403,12 +405,84 @@ Status Document::bind(const VisitFn& visit) const {
     return reader.status();
 }
 
+namespace {
+
+// The shortest text that reads back as the same double ("0.05", not toml++'s 17 digits
+// "0.050000000000000003"), with ".0" on a whole number as TOML floats need.
+std::string float_text(double d) {
+    if (std::isnan(d)) return "nan";
+    if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
+    char buf[64];
+    const auto end = std::to_chars(buf, buf + sizeof(buf), d).ptr;
+    std::string text(buf, end);
+    if (text.find_first_of(".eE") == std::string::npos) text += ".0";
+    return text;
+}
+
+void append_value(std::string& out, const toml::node& n) {
+    if (const auto* d = n.as_floating_point()) {
+        out += float_text(d->get());
+    } else if (const auto* a = n.as_array()) {
+        if (a->empty()) {
+            out += "[]";
+            return;
+        }
+        out += "[ ";
+        for (size_t i = 0; i < a->size(); ++i) {
+            if (i > 0) out += ", ";
+            append_value(out, (*a)[i]);
+        }
+        out += " ]";
+    } else {  // strings (quoted and escaped as toml++ does), integers, booleans
+        std::ostringstream os;
+        n.visit([&](const auto& v) { os << v; });
+        out += os.str();
+    }
+}
+
+std::string key_text(std::string_view k) {
+    const bool bare = !k.empty() && std::all_of(k.begin(), k.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+    });
+    if (bare) return std::string(k);
+    std::ostringstream os;
+    os << toml::value<std::string>(std::string(k));
+    return os.str();
+}
+
+// toml++'s layout ("key = value" lines, then "[a.b]" sections indented by depth, a table of only
+// tables without a header of its own), with floats written shortest.
+void append_table(std::string& out, const toml::table& t, const std::string& path, int depth) {
+    const std::string indent(static_cast<size_t>(4 * std::max(0, depth)), ' ');
+    for (const auto& [k, v] : t) {
+        if (v.is_table()) continue;
+        out += indent + key_text(k.str()) + " = ";
+        append_value(out, v);
+        out += "\n";
+    }
+    for (const auto& [k, v] : t) {
+        if (!v.is_table()) continue;
+        const toml::table& child = *v.as_table();
+        const std::string name = (path.empty() ? "" : path + ".") + key_text(k.str());
+        const bool only_tables = !child.empty() && std::all_of(child.begin(), child.end(), [](const auto& kv) {
+            return kv.second.is_table();
+        });
+        if (!only_tables) {
+            if (!out.empty()) out += "\n";
+            out += std::string(static_cast<size_t>(4 * (depth + 1)), ' ') + "[" + name + "]\n";
+        }
+        append_table(out, child, name, only_tables ? depth : depth + 1);
+    }
+}
+
+}  // namespace
+
 std::string to_toml(const VisitFn& visit) {
     Writer w;
     visit(w);
-    std::ostringstream os;
-    os << w.root << "\n";
-    return os.str();
+    std::string out;
+    append_table(out, w.root, "", -1);
+    return out;
 }
 
 std::string to_json(const VisitFn& visit) {
