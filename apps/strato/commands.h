@@ -86,6 +86,9 @@ CLI::Validator file_path_flag(const std::string& why = "");
 /// "after 3 epochs, 1407 steps", or "after 20 steps (part of the first epoch)": a run stopped by
 /// train.max_steps inside its first epoch said "after 0 epochs".
 std::string trained_for(int64_t epochs, int64_t steps);
+/// "" when a package holds the last weights; " (weights of step 60, the best evaluation)" when
+/// early stopping restored the best evaluation's.
+std::string weights_note(int64_t weights_step, int64_t steps);
 
 /// A flag validator from a check whose message names the flag itself ("--flag: ..." or
 /// "--flag ..."): a usage error (exit 2) whose message names it once (CLI11 puts it in front).

@@ -85,12 +85,13 @@ void add_compress_distill_command(CLI::App& compress, const GlobalFlags& g, int*
                                 {"epochs", r->epochs},
                                 {"steps", r->steps},
                                 {"wall_time_s", r->wall_time_s},
-                                {"early_stopped", r->early_stopped}};
+                                {"early_stopped", r->early_stopped},
+                                {"weights_step", r->weights_step}};
             fmt::print("{}\n", json_text(j, 2));
         } else {
             fmt::print("student test accuracy: {:.2f}% (best {:.2f}%) {}, {:.1f} s\n", 100 * r->test_acc,
                        100 * r->best_test_acc, trained_for(r->epochs, r->steps), r->wall_time_s);
-            fmt::print("model package: {}\n", r->package_dir);
+            fmt::print("model package: {}{}\n", r->package_dir, weights_note(r->weights_step, r->steps));
             if (!report_path.empty()) fmt::print("report:        {}\n", report_path);
             fmt::print("compare:       strato compress report --model teacher={} --model student={}\n", o->d.teacher,
                        r->package_dir);

@@ -107,6 +107,11 @@ std::string trained_for(int64_t epochs, int64_t steps) {
     return fmt::format("after {} epoch{}, {} steps", epochs, epochs == 1 ? "" : "s", steps);
 }
 
+std::string weights_note(int64_t weights_step, int64_t steps) {
+    if (weights_step == steps) return "";
+    return fmt::format(" (weights of step {}, the best evaluation)", weights_step);
+}
+
 CLI::Validator busy_poll_flag() {
     return status_flag("--busy-poll", [](const std::string& text) { return parse_busy_poll_ns(text).status(); },
                        "DURATION in [0, 10ms] (bare numbers: us)");

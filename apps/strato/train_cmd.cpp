@@ -53,12 +53,12 @@ void add_train_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
             nlohmann::json j = {{"run_dir", r->run_dir},       {"package", r->package_dir}, {"report", report_path},
                                 {"test_acc", r->test_acc},     {"test_loss", r->test_loss}, {"best_test_acc", r->best_test_acc},
                                 {"epochs", r->epochs},         {"steps", r->steps},         {"wall_time_s", r->wall_time_s},
-                                {"early_stopped", r->early_stopped}};
+                                {"early_stopped", r->early_stopped}, {"weights_step", r->weights_step}};
             fmt::print("{}\n", json_text(j, 2));
         } else {
             fmt::print("test accuracy: {:.2f}% (best {:.2f}%) {}, {:.1f} s\n", 100 * r->test_acc, 100 * r->best_test_acc,
                        trained_for(r->epochs, r->steps), r->wall_time_s);
-            fmt::print("model package: {}\n", r->package_dir);
+            fmt::print("model package: {}{}\n", r->package_dir, weights_note(r->weights_step, r->steps));
             if (!report_path.empty()) fmt::print("report:        {}\n", report_path);
         }
         *exit_code = 0;

@@ -54,6 +54,7 @@ json state_to_json(const TrainState& s) {
             {"metrics_lines", s.metrics_lines},
             {"best_acc", real_to_json(s.best_acc)},
             {"best_step", s.best_step},
+            {"best_loss", real_to_json(s.best_loss)},
             {"bad_evals", s.bad_evals},
             {"elapsed_s", real_to_json(s.elapsed_s)},
             {"epoch_loss_sum", real_to_json(s.epoch_loss_sum)},
@@ -85,6 +86,7 @@ Status state_from_json(const json& j, TrainState& s) {
     // (absent in checkpoints from before they were kept: the window starts at the resume)
     STRATO_RETURN_IF_ERROR(real_from_json(j, "window_loss_sum", s.window_loss_sum, 0.0));
     STRATO_RETURN_IF_ERROR(real_from_json(j, "loss_scale", s.loss_scale, 0.0));  // absent before fp16
+    STRATO_RETURN_IF_ERROR(real_from_json(j, "best_loss", s.best_loss, std::nan("")));  // absent before it was kept
     try {
         s.step = j.at("step").get<int64_t>();
         s.epoch = j.at("epoch").get<int64_t>();
@@ -128,6 +130,29 @@ bool finite_weights(const torch::nn::Module& m) {
         if (!finite(b)) return false;
     return true;
 }
+
+namespace {
+
+Result<json> read_manifest(const stdfs::path& d) {
+    STRATO_ASSIGN_OR_RETURN(std::string mtext, fs::read_file(d / "manifest.json"));
+    json manifest = parse_json_bounded(mtext);
+    if (manifest.is_discarded() || !manifest.contains("files") || !manifest["files"].is_object())
+        return data_loss("manifest.json is not valid");
+    return manifest;
+}
+
+// A checkpoint file's bytes, checked against the SHA-256 its manifest records.
+Result<std::string> read_checked(const stdfs::path& d, const json& manifest, const char* f) {
+    const json& files = manifest["files"];
+    if (!files.contains(f) || !files[f].is_object()) return data_loss("manifest.json lists no {}", f);
+    STRATO_ASSIGN_OR_RETURN(std::string b, fs::read_file(d / f));
+    const json& sha = files[f].contains("sha256") ? files[f]["sha256"] : json();
+    const std::string want = sha.is_string() ? sha.get<std::string>() : "";
+    if (fs::sha256_hex(b) != want) return data_loss("{} does not match its checksum (truncated or corrupt)", f);
+    return b;
+}
+
+}  // namespace
 
 CheckpointStore::CheckpointStore(std::string run_dir, CheckpointConfig cfg, int64_t world_size)
     : dir_((stdfs::path(run_dir) / "checkpoints").string()), cfg_(cfg), world_size_(world_size) {}
@@ -237,19 +262,10 @@ void CheckpointStore::prune(const TrainState& state) {
 Status CheckpointStore::verify_and_load(const std::string& name, torch::nn::Module& model,
                                         torch::optim::Optimizer& optim, TrainState& state) {
     const stdfs::path d = stdfs::path(dir_) / name;
-    STRATO_ASSIGN_OR_RETURN(std::string mtext, fs::read_file(d / "manifest.json"));
-    json manifest = parse_json_bounded(mtext);
-    if (manifest.is_discarded() || !manifest.contains("files")) return data_loss("manifest.json is not valid");
+    STRATO_ASSIGN_OR_RETURN(const json manifest, read_manifest(d));
     std::map<std::string, std::string> bytes;
     for (const char* f : {"model.pt", "optim.pt", "rng.pt", "state.json"}) {
-        if (!manifest["files"].is_object() || !manifest["files"].contains(f) || !manifest["files"][f].is_object()) {
-            return data_loss("manifest.json lists no {}", f);
-        }
-        STRATO_ASSIGN_OR_RETURN(std::string b, fs::read_file(d / f));
-        const json& sha = manifest["files"][f].contains("sha256") ? manifest["files"][f]["sha256"] : json();
-        const std::string want = sha.is_string() ? sha.get<std::string>() : "";
-        if (fs::sha256_hex(b) != want) return data_loss("{} does not match its checksum (truncated or corrupt)", f);
-        bytes[f] = std::move(b);
+        STRATO_ASSIGN_OR_RETURN(bytes[f], read_checked(d, manifest, f));
     }
     json sj = parse_json_bounded(bytes["state.json"]);
     if (sj.is_discarded()) return data_loss("state.json is not valid JSON");
@@ -301,6 +317,24 @@ Status CheckpointStore::verify_and_load(const std::string& name, torch::nn::Modu
         std::lock_guard<std::mutex> lock(gen.mutex());
         gen.set_state(t);
     });
+}
+
+Status CheckpointStore::load_weights(int64_t step, torch::nn::Module& model) {
+    const std::string name = fmt::format("step-{:09d}", step);
+    const stdfs::path d = stdfs::path(dir_) / name;
+    std::error_code ec;
+    if (!stdfs::is_directory(d, ec)) return Status(StatusCode::kNotFound, fmt::format("{} is not kept", d.string()));
+    Status st = [&]() -> Status {
+        STRATO_ASSIGN_OR_RETURN(const json manifest, read_manifest(d));
+        if (const json& ms = manifest.contains("step") ? manifest["step"] : json();
+            !(ms.is_number_integer() && ms.get<int64_t>() == step))
+            return data_loss("manifest.json is for step {}, not {}", json_text(ms), step);
+        STRATO_ASSIGN_OR_RETURN(const std::string bytes, read_checked(d, manifest, "model.pt"));
+        STRATO_RETURN_IF_ERROR(models::module_from_bytes(model, bytes, (d / "model.pt").string()));
+        if (!finite_weights(model)) return data_loss("model.pt holds NaN or infinite weights");
+        return Status::ok();
+    }();
+    return st.is_ok() ? st : Status(st.code(), fmt::format("{}: {}", d.string(), st.message()));
 }
 
 Result<std::optional<TrainState>> CheckpointStore::load_latest(torch::nn::Module& model,

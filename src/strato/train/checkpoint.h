@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <optional>
 #include <string>
 
@@ -25,6 +26,7 @@ struct TrainState {
     int64_t metrics_lines = 0;
     double best_acc = -1.0;
     int64_t best_step = -1;
+    double best_loss = std::nan("");  // the test loss of that evaluation (NaN: not known, an older checkpoint)
     int64_t bad_evals = 0;   // evaluations since the last improvement (early stopping)
     double elapsed_s = 0.0;  // training wall time before this process
     // running sums of the current epoch's training loss/accuracy
@@ -64,6 +66,10 @@ public:
     /// match its checksum, a step that is not the one in the directory's name, another run's id,
     /// NaN or infinite weights (kDivergedCheckpoint).
     Result<std::optional<TrainState>> load_latest(torch::nn::Module& model, torch::optim::Optimizer& optim);
+    /// Loads only the weights of checkpoint `step` (its model.pt, checked against the manifest's
+    /// SHA-256) into `model`: the best evaluation's weights for the package (train.early_stopping_
+    /// restore_best). kNotFound when that checkpoint is not kept.
+    Status load_weights(int64_t step, torch::nn::Module& model);
     bool any() const;
     std::string dir() const { return dir_; }
 

@@ -52,6 +52,7 @@ void LoopConfig::visit(config::Visitor& v) {
     v.field("eval_every", eval_every, Range::at_least(1));
     v.field("early_stopping_patience", early_stopping_patience, Range::non_negative());
     v.field("early_stopping_min_delta", early_stopping_min_delta, Range::non_negative());
+    v.field("early_stopping_restore_best", early_stopping_restore_best);
 }
 
 void CheckpointConfig::visit(config::Visitor& v) {

@@ -61,6 +61,9 @@ struct LoopConfig {
     int64_t eval_every = 1;          // epochs between evaluations
     int64_t early_stopping_patience = 0;  // evaluations without improvement before stopping; 0 = off
     double early_stopping_min_delta = 0.0;
+    // With early stopping on, the package holds the best evaluation's weights (its checkpoint),
+    // not the last ones (Keras' restore_best_weights, HF's load_best_model_at_end).
+    bool early_stopping_restore_best = true;
     void visit(config::Visitor& v);
 };
 

@@ -438,6 +438,7 @@ private:
     Status train_epoch(bool& stop);
     Status checkpoint();
     Result<TrainResult> finish(bool early_stopped);
+    Result<int64_t> restore_best();
 
     const TrainConfig& cfg_;
     const TrainOptions& opts_;
@@ -596,8 +597,13 @@ Status Trainer::setup() {
     const stdfs::path cfg_path = stdfs::path(run_dir_) / "config.toml";
     const auto old_config = opts_.resume ? fs::read_file(cfg_path) : Result<std::string>(not_found("not resuming"));
     if (old_config && *old_config != resolved) {
-        log::warn("the config differs from the one this run started with ({}: {}); continuing with the new one",
-                  cfg_path.string(), changed_keys(*old_config, resolved));
+        // Read and written again: a config.toml of an older strato (floats with 17 digits, keys
+        // added since at their defaults) is not a change.
+        std::string before = *old_config;
+        if (auto was = config::load_string<TrainConfig>(before); was) before = config::dump(*was);
+        if (before != resolved)
+            log::warn("the config differs from the one this run started with ({}: {}); continuing with the new one",
+                      cfg_path.string(), changed_keys(before, resolved));
     }
 
     if (hooks_.init) STRATO_RETURN_IF_ERROR(hooks_.init(*net_));
@@ -1021,6 +1027,7 @@ Result<TrainResult> Trainer::run() {
             if (last_eval_.accuracy > state_.best_acc + cfg_.train.early_stopping_min_delta) {
                 state_.best_acc = last_eval_.accuracy;
                 state_.best_step = state_.step;
+                state_.best_loss = last_eval_.loss;
                 state_.bad_evals = 0;
             } else {
                 ++state_.bad_evals;
@@ -1053,6 +1060,36 @@ Result<TrainResult> Trainer::run() {
     return finish(early_stopped);
 }
 
+// train.early_stopping_restore_best: with early stopping on, the network takes the weights of the
+// best evaluation (its checkpoint) before it is packaged. Returns the step whose weights the
+// network holds. A best checkpoint that is gone (checkpoint.keep_best = false) or damaged leaves
+// the last weights, with a warning: the run's work is not thrown away for it.
+Result<int64_t> Trainer::restore_best() {
+    const int64_t best = state_.best_step;
+    if (cfg_.train.early_stopping_patience == 0 || !cfg_.train.early_stopping_restore_best || best < 0 ||
+        best == state_.step)
+        return state_.step;
+    if (!std::isfinite(state_.best_loss)) {
+        log::warn("early stopping: the package holds the last weights (step {}), not the best evaluation's (step {}): "
+                  "this run was resumed from a checkpoint saved before strato kept the best evaluation's loss",
+                  state_.step, best);
+        return state_.step;
+    }
+    const std::string last = models::module_to_bytes(*net_);
+    if (Status st = store_->load_weights(best, *net_); !st.is_ok()) {
+        STRATO_RETURN_IF_ERROR(models::module_from_bytes(*net_, last, "the last weights"));
+        log::warn("early stopping: the package holds the last weights (step {}), not the best evaluation's (step {}): "
+                  "{}{}",
+                  state_.step, best, st.message(),
+                  cfg_.checkpoint.keep_best ? "" : "\nhint: keep it with checkpoint.keep_best = true");
+        return state_.step;
+    }
+    log::info("early stopping: the package holds the best evaluation's weights (step {}, test accuracy {:.2f}%), "
+              "not the last ones (step {}, {:.2f}%)",
+              best, 100 * state_.best_acc, state_.step, 100 * last_eval_.accuracy);
+    return best;
+}
+
 Result<TrainResult> Trainer::finish(bool early_stopped) {
     if (last_eval_.count == 0) {  // resumed after the last epoch had finished
         STRATO_ASSIGN_OR_RETURN(last_eval_, evaluate_all());
@@ -1065,12 +1102,16 @@ Result<TrainResult> Trainer::finish(bool early_stopped) {
                                   "optim.lr, or clip gradients (train.clip_grad_norm), and start over with --overwrite",
                                   state_.step, last_eval_.loss, weights ? "" : " and the weights are NaN or infinite"));
     TrainResult r;
+    r.weights_step = state_.step;
+    if (rank0_) {  // (the one that packages)
+        STRATO_ASSIGN_OR_RETURN(r.weights_step, restore_best());
+    }
     r.run_dir = run_dir_;
     r.package_dir = (stdfs::path(run_dir_) / "model").string();
     r.steps = state_.step;
     r.epochs = state_.epoch;
-    r.test_acc = last_eval_.accuracy;
-    r.test_loss = last_eval_.loss;
+    r.test_acc = r.weights_step == state_.step ? last_eval_.accuracy : state_.best_acc;
+    r.test_loss = r.weights_step == state_.step ? last_eval_.loss : state_.best_loss;
     r.best_test_acc = std::max(state_.best_acc, last_eval_.accuracy);
     r.wall_time_s = state_.elapsed_s + seconds_since(process_start_);
     r.early_stopped = early_stopped;
@@ -1084,7 +1125,8 @@ Result<TrainResult> Trainer::finish(bool early_stopped) {
     info.std = splits_.std;
     info.metrics = {{"test_acc", r.test_acc},        {"test_loss", r.test_loss}, {"best_test_acc", r.best_test_acc},
                     {"test_samples", last_eval_.count}, {"epochs", r.epochs},       {"steps", r.steps},
-                    {"wall_time_s", r.wall_time_s},   {"precision", cfg_.train.precision}};
+                    {"wall_time_s", r.wall_time_s},   {"precision", cfg_.train.precision},
+                    {"weights_step", r.weights_step}};
     info.metrics.update(hooks_.package_metrics);
     if (ddp_) {
         const auto& st = ddp_->stats();

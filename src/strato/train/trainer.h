@@ -69,6 +69,7 @@ struct TrainResult {
     double best_test_acc = 0.0;
     double wall_time_s = 0.0;
     bool early_stopped = false;
+    int64_t weights_step = 0;  // the step whose weights the package holds (the best evaluation's: early stopping)
 };
 
 Result<TrainResult> run_training(const TrainConfig& cfg, const TrainOptions& opts);
