@@ -115,16 +115,17 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         if (!c) return void(*exit_code = report_error("tune", c.status()));
         std::string dir = tune::study_dir(*c, o->dir);
         std::string out = o->out.empty() ? dir + "/best.toml" : o->out;
-        // The default output is in the study directory: a study that is not there is the error
-        // ("the directory does not exist" blamed an --out never given).
-        Status s = o->out.empty() ? tune::study_json(*c, dir).status() : Status::ok();
+        // The study first: one that is not there is the error ("the directory does not exist"
+        // blamed the default --out, never given, in that directory).
+        auto text = tune::best_config(*c, dir);
+        Status s = text.status();
         if (s.is_ok()) s = fs::check_output_file(out, fs::OutputKind::kText, "--out");
         // (the base train config too: overwritten, every later trial trained on the best one's values)
         if (s.is_ok())
             s = check_distinct_files({{out, "--out", true},
                                       {o->study, "the study file", false},
                                       {c->base, "the study's base train config", false}});
-        if (s.is_ok()) s = tune::export_best(*c, dir, out);
+        if (s.is_ok()) s = fs::atomic_write(out, *text);
         if (!s.is_ok()) return void(*exit_code = report_error("tune", s));
         fmt::print("{}\n", out);
         *exit_code = 0;

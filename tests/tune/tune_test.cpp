@@ -1056,7 +1056,7 @@ TEST(Executor, ResumingAfterTheBaseConfigOrTheTpeSettingsChangedIsRefused) {
         << again.status().message();
     EXPECT_NE(again.status().message().find("hint: restore it"), std::string::npos) << again.status().message();
     EXPECT_FALSE(leaderboard(more.cfg, more.dir, 10).is_ok());
-    EXPECT_FALSE(export_best(more.cfg, more.dir, dir + "/best.toml").is_ok());
+    EXPECT_FALSE(best_config(more.cfg, more.dir).is_ok());
     EXPECT_EQ(open_db(r)->trials()->size(), 2u) << "no trial was started";
 
     // Restored, the TPE settings changed: refused, naming them with both values.

@@ -965,7 +965,7 @@ Result<std::string> leaderboard(const StudyConfig& cfg, const std::string& dir, 
     return out;
 }
 
-Status export_best(const StudyConfig& cfg, const std::string& dir, const std::string& out) {
+Result<std::string> best_config(const StudyConfig& cfg, const std::string& dir) {
     STRATO_ASSIGN_OR_RETURN(auto store, open_store(cfg, dir, false));
     STRATO_ASSIGN_OR_RETURN(auto trials, store->trials());
     const Trial* best = nullptr;
@@ -982,7 +982,7 @@ Status export_best(const StudyConfig& cfg, const std::string& dir, const std::st
                                    "train config.\n",
                                    cfg.name, trial_name(best->id), cfg.metric, *best->best, best->epochs) +
                        config::dump(tc);
-    return fs::atomic_write(out, text);
+    return text;
 }
 
 }  // namespace strato::tune

@@ -59,8 +59,9 @@ Result<nlohmann::json> study_json(const StudyConfig& cfg, const std::string& dir
 /// Leaderboard text: the best `top` trials by the objective.
 Result<std::string> leaderboard(const StudyConfig& cfg, const std::string& dir, int top);
 
-/// Writes the best trial's full train config (base + fixed + its parameters, resolved) to `out`.
-Status export_best(const StudyConfig& cfg, const std::string& dir, const std::string& out);
+/// The best trial's full train config (base + fixed + its parameters, resolved) as TOML, with a
+/// comment line naming the trial.
+Result<std::string> best_config(const StudyConfig& cfg, const std::string& dir);
 
 /// A study as a Slurm array job: every array task is one more executor of the same study, all
 /// sharing STUDY_DIR/study.db (so the directory must be on a filesystem every node mounts, with
