@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <csignal>
 #include <cstdio>
+#include <strings.h>
 #include <filesystem>
 #include <thread>
 #include <tuple>
@@ -34,6 +36,11 @@ struct LoadtestFlags {
     bool allow_remote = false;
     bool duration_set = false, warmup_set = false, window_set = false;  // given on the command line
 };
+
+/// Writes `text` to `f`, ignoring errors: a reader that went away (`| head`, a closed terminal) must not
+/// cost what was measured. fmt::print threw on EPIPE, and before that SIGPIPE killed the process
+/// with the table half written and no --json, --csv or --report.
+void put(std::FILE* f, std::string_view text) { (void)std::fwrite(text.data(), 1, text.size(), f); }
 
 Result<std::map<std::string, std::vector<int64_t>>> parse_shapes(const std::vector<std::string>& flags) {
     std::map<std::string, std::vector<int64_t>> out;
@@ -179,13 +186,30 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
         io.binary = f.tensor_format == "binary";
         io.string_length = f.string_length;
         io.seed = f.seed;
+        io.headers = f.headers;  // (they were dropped: an Authorization never reached a gateway)
         STRATO_ASSIGN_OR_RETURN(target, build_infer_target(url, io));
     } else {
         std::string body = f.body;
         if (!f.body_file.empty()) {
-            STRATO_ASSIGN_OR_RETURN(body, fs::read_file(f.body_file));
+            // (read whole, without a limit: a --body-file /dev/zero took 1.5 GB before it was refused,
+            // a 20 GB file all the memory there was; Triton takes 64 MB bodies by default)
+            constexpr uint64_t kBodyMax = 256ull << 20;
+            STRATO_ASSIGN_OR_RETURN(body, fs::read_file(f.body_file, kBodyMax));
         }
         std::string method = f.method.empty() ? (body.empty() ? "GET" : "POST") : f.method;
+        // The body's framing is strato's: another length, or a chunked coding, put the server out
+        // of step with the bytes sent (every request timed out, or was read as two).
+        for (const auto& h : f.headers) {
+            const std::string_view name(h.data(), h.find(':'));
+            std::string_view value = std::string_view(h).substr(name.size() + 1);
+            while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+            while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+            if (strncasecmp(h.c_str(), "transfer-encoding:", 18) == 0)
+                return invalid_argument("-H '{}': strato sends the body with a Content-Length; drop the header", h);
+            if (strncasecmp(h.c_str(), "content-length:", 15) == 0 && value != std::to_string(body.size()))
+                return invalid_argument("-H '{}': the body has {} bytes; drop the header (strato sets Content-Length)", h,
+                                        body.size());
+        }
         target.url = url;
         target.requests.push_back(build_request(url, method, f.headers, body));
         target.head = method == "HEAD";
@@ -194,15 +218,17 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
 
     ro.batch_size = target.batch;
     if (!f.model.empty())
-        ro.server_stats = [url, m = f.model, v = f.version]() -> Result<ServerStats> {
+        ro.server_stats = [url, m = f.model, v = f.version, h = f.headers]() -> Result<ServerStats> {
             // (a second Ctrl-C: hurry, no more requests to a server that may be hung)
             if (signals::signal_count() > 1) return Status(StatusCode::kCancelled, "interrupted");
-            return fetch_server_stats(url, m, v);
+            return fetch_server_stats(url, m, v, h);
         };
     ro.interrupted = [] { return signals::stop_requested(); };
-    if (!g.quiet) ro.progress = [](const std::string& line) { fmt::print(stderr, "{}\n", line); };
+    if (!g.quiet) ro.progress = [](const std::string& line) { put(stderr, line + "\n"); };
 
-    if (!g.quiet) fmt::print(stderr, "strato loadtest: http://{}{}\n  {}\n", url.host_header, target.url.target, target.description);
+    ::signal(SIGPIPE, SIG_IGN);  // (see put())
+    if (!g.quiet)
+        put(stderr, fmt::format("strato loadtest: http://{}{}\n  {}\n", url.host_header, target.url.target, target.description));
     // From here a second Ctrl-C does not exit at once (a third does): the first already ends the
     // measuring and its grace wait, and what was measured is printed and written in any case (a
     // second Ctrl-C during the grace used to _exit with no table and no --json).
@@ -219,34 +245,40 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
         STRATO_ASSIGN_OR_RETURN(slo, slo_search(target, ro, slo_ns, f.rate > 0 ? f.rate : 10.0, max_rate.back()));
         points = slo->probes;
         std::sort(points.begin(), points.end(), [](const auto& a, const auto& b) { return a.level < b.level; });
+        sweep_failed = slo->failed;  // a probe that could not start: said after the others are written
     } else {
         STRATO_ASSIGN_OR_RETURN(points, run_sweep(target, ro, levels, &sweep_failed));
     }
 
-    fmt::print("{}", format_table(points));
+    std::string text = format_table(points);
     if (slo) {
         if (slo->found)
-            fmt::print("highest request rate with p99 <= {:.2f} ms and no errors: {:.1f} req/s (p99 {:.2f} ms){}\n",
+            text += fmt::format("highest request rate with p99 <= {:.2f} ms and no errors: {:.1f} req/s (p99 {:.2f} ms){}\n",
                        slo->slo_p99_ns / 1e6, slo->best_rate, slo->best->m.latency.percentile(99) / 1e6,
-                       slo->interrupted ? "; the search was interrupted: the limit may lie higher"
-                       : slo->capped    ? "; that is --max-rate: the limit may lie beyond it"
-                                        : "");
+                       slo->interrupted          ? "; the search was interrupted: the limit may lie higher"
+                       : !slo->failed.is_ok()    ? "; the search stopped early (below): the limit may lie higher"
+                       : slo->capped             ? "; that is --max-rate: the limit may lie beyond it"
+                                                 : "");
         else if (slo->interrupted)
-            fmt::print("SLO search interrupted before a complete probe met p99 <= {:.2f} ms\n", slo->slo_p99_ns / 1e6);
+            text += fmt::format("SLO search interrupted before a complete probe met p99 <= {:.2f} ms\n", slo->slo_p99_ns / 1e6);
+        else if (!slo->failed.is_ok())
+            text += fmt::format("SLO search stopped early (below) before a probe met p99 <= {:.2f} ms\n", slo->slo_p99_ns / 1e6);
         else
-            fmt::print("no request rate met p99 <= {:.2f} ms\n", slo->slo_p99_ns / 1e6);
+            text += fmt::format("no request rate met p99 <= {:.2f} ms\n", slo->slo_p99_ns / 1e6);
     }
+    put(stdout, text);
     auto j = to_json(points, fmt::format("http://{}{}", url.host_header, target.url.target), ro, slo);
     if (!f.json_out.empty()) STRATO_RETURN_IF_ERROR(fs::atomic_write(f.json_out, json_text(j, 1) + "\n"));
     if (!f.csv.empty()) STRATO_RETURN_IF_ERROR(fs::atomic_write(f.csv, format_csv(points, target.batch)));
     if (!f.report_out.empty()) {
         STRATO_ASSIGN_OR_RETURN(auto html, report::render_loadtest_report(j));
         STRATO_RETURN_IF_ERROR(fs::atomic_write(f.report_out, html));
-        if (!g.quiet) fmt::print(stderr, "report: {}\n", f.report_out);
+        if (!g.quiet) put(stderr, fmt::format("report: {}\n", f.report_out));
     }
     if (signals::stop_requested()) return Status(StatusCode::kCancelled, "interrupted; the table shows what was measured");
     if (!sweep_failed.is_ok())
-        return sweep_failed.with_context(fmt::format("after {} level(s) measured (in the table and outputs)", points.size()));
+        return sweep_failed.with_context(fmt::format("after {} {} measured (in the table and outputs)", points.size(),
+                                                     slo ? "SLO probe(s)" : "level(s)"));
     int64_t ok = 0;
     for (const auto& p : points) ok += p.m.ok;
     *all_failed = ok == 0;
@@ -284,7 +316,9 @@ void add_loadtest_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
     cmd->add_option("--string-length", f->string_length, "Length of generated BYTES elements")->check(CLI::Range(int64_t{0}, int64_t{1} << 20))->group(tgt);
     auto* plain = "Plain HTTP target";
     cmd->add_option("-X,--method", f->method, "HTTP method (default GET, POST with a body)")->group(plain);
-    cmd->add_option("-H,--header", f->headers, "Extra header 'Name: value' (repeatable)")->group(plain);
+    cmd->add_option("-H,--header", f->headers, "Extra header 'Name: value' (repeatable; with --model on every request, the metadata's too)")
+        ->check(status_flag("--header", [](const std::string& h) { return loadgen::check_header(h); }, "'NAME: VALUE'"))
+        ->group(plain);
     cmd->add_option("--body", f->body, "Request body")->group(plain);
     cmd->add_option("--body-file", f->body_file, "Request body from a file")->group(plain);
     auto* load = "Load";
@@ -364,6 +398,29 @@ void add_loadtest_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
                                                             flag)));
         if (cmd->count("--spawn-rate") > 0 && f->users <= 0)
             return void(*exit_code = report_usage_error("loadtest", "--spawn-rate ramps up --users; give -u/--users N"));
+        // Found by review: more flags that act only with another did nothing without it (--max-rate
+        // 500 on a rate sweep, --trace-speedup without --trace, --max-connections in a closed loop),
+        // and --slo-p99 ignored a --request-rate-range.
+        const bool open_loop =
+            f->rate > 0 || !f->rate_range.empty() || !f->slo.empty() || !f->trace.empty() || !f->intervals.empty();
+        const struct {
+            const char* flag;
+            bool acts;
+            const char* what;
+        } dependent[] = {
+            {"--max-rate", !f->slo.empty(), "bounds the --slo-p99 search: give --slo-p99"},
+            {"--trace-speedup", !f->trace.empty(), "replays a --trace faster: give --trace FILE"},
+            {"--trace-rate-scale", !f->trace.empty(), "scales the rates of a --trace: give --trace FILE"},
+            {"--max-trials", f->stability > 0, "bounds the windows of --stability-percentage: give it"},
+            {"--max-connections", open_loop,
+             "caps the connections of an open loop (a closed loop opens --concurrency or --users of them): give "
+             "--request-rate, --request-rate-range, --slo-p99, --trace or --request-intervals"},
+            {"--request-rate-range", f->slo.empty(),
+             "is a sweep, and --slo-p99 chooses its rates itself, from --request-rate (10) up to --max-rate: drop one"},
+        };
+        for (const auto& d : dependent)
+            if (cmd->count(d.flag) > 0 && !d.acts)
+                return void(*exit_code = report_usage_error("loadtest", fmt::format("{} {}", d.flag, d.what)));
         if (cmd->count("--request-distribution") > 0 && f->distribution == "poisson" && f->rate <= 0 &&
             f->rate_range.empty() && f->slo.empty() && f->trace.empty())
             return void(*exit_code = report_usage_error("loadtest", "--request-distribution poisson spaces an open loop's "
@@ -372,7 +429,13 @@ void add_loadtest_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         signals::install_stop_handlers();
         bool all_failed = false;
         Status st = run_loadtest(*f, g, &all_failed);
-        if (!st.is_ok()) return void(*exit_code = report_error("loadtest", st));
+        if (!st.is_ok()) {
+            const int code = report_error("loadtest", st);
+            // Stopped by a signal: 128 + its number (SIGTERM from a scheduler or `timeout`: 143, not
+            // Ctrl-C's 130), as `strato serve` and `strato launch` exit.
+            const int sig = signals::stop_signal();
+            return void(*exit_code = st.code() == StatusCode::kCancelled && sig > 0 ? 128 + sig : code);
+        }
         if (all_failed) return void(*exit_code = report_error("loadtest", Status(StatusCode::kUnavailable, "no request succeeded")));
         *exit_code = 0;
     });

@@ -72,6 +72,7 @@ def fake_server():
             self.reply({"padding": "x" * 40}, send_body=False)
 
         def do_GET(self):
+            self.server.auth.append(("GET", self.headers.get("Authorization")))
             inputs = [{"name": "x", "datatype": "FP32", "shape": [-1, 100000000, 1000]}]
             if self.path.startswith("/v2/models/strcfg"):
                 inputs = [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}]
@@ -89,12 +90,14 @@ def fake_server():
                 self.reply({"name": "m", "inputs": inputs, "outputs": []})
 
         def do_POST(self):  # inference: the body is kept, the answer is empty
+            self.server.auth.append(("POST", self.headers.get("Authorization")))
             self.server.bodies.append(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
             self.reply({})
 
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     srv.heads = 0
     srv.bodies = []
+    srv.auth = []  # (method, Authorization header) of every request
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv
 
@@ -150,6 +153,26 @@ def raw_server(reply):
                     pass
     threading.Thread(target=serve, daemon=True).start()
     return s
+
+
+def closed_stdout(tmp):
+    """Found by review: with standard output into a pipe its reader had left (`| head -3`), a table
+    longer than the pipe buffer killed strato with SIGPIPE as it was printed, before --json was
+    written: a sweep's measurements were lost. Now the printing fails quietly and the outputs are
+    written."""
+    srv = raw_server(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone
+    try:
+        p = subprocess.run([BIN, "loadtest", f"http://127.0.0.1:{srv.getsockname()[1]}/", "--concurrency-range",
+                            ",".join(["1"] * 70), "-n", "1", "--warmup", "0", "--json", f"{tmp}/closed.json"],
+                           stdout=w, stderr=subprocess.DEVNULL, timeout=120)
+    finally:
+        os.close(w)
+        srv.close()
+    pts = json.load(open(f"{tmp}/closed.json"))["points"] if os.path.exists(f"{tmp}/closed.json") else []
+    check(p.returncode == 0 and len(pts) == 70 and all(x["ok"] == 1 for x in pts),
+          f"stdout closed: exit {p.returncode}, {len(pts)} points in --json, expected 70")
 
 
 def interrupt(args, delays):
@@ -430,6 +453,10 @@ def main():
         odd = fake_server()
         try:
             ourl = f"http://127.0.0.1:{odd.server_port}"
+            # Found by review: -H was dropped with --model (a gateway's Authorization never went out).
+            run([ourl, "--model", "rec12", "-H", "Authorization: Bearer t0k", "-n", "5", "--warmup", "0"])
+            check({m for m, _ in odd.auth} == {"GET", "POST"} and all(a == "Bearer t0k" for _, a in odd.auth),
+                  f"-H with --model: {odd.auth[:6]}")
             _, err, _ = run([ourl, "--model", "strcfg", "-n", "5"], expect=1)
             check("the server's config has max_batch_size \"8\", expected a whole number" in err and "json.exception" not in err,
                   f"string max_batch_size: {err}")
@@ -502,15 +529,42 @@ def main():
         check("--input-data zeroo: no such file" in err and "onnect" not in out + err, f"--input-data zeroo: {out} {err}")
         out, err, _ = run(["-n", "1"], expect=2)
         check("no target" in err, f"no target: {err}")
+        # Found by review: --body-file was read whole without a limit (/dev/zero: 1.5 GB before the
+        # read gave up at 1 GiB; a huge file: all the memory there was).
+        p = subprocess.Popen([BIN, "loadtest", f"http://127.0.0.1:{dead}/", "-n", "1", "--body-file", "/dev/zero"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        err = p.stderr.read().decode()
+        _, status, usage = os.wait4(p.pid, 0)
+        check(os.waitstatus_to_exitcode(status) == 1 and "larger than 256 MiB" in err and usage.ru_maxrss < 700 * 1024,
+              f"--body-file /dev/zero: exit {os.waitstatus_to_exitcode(status)}, {usage.ru_maxrss // 1024} MB: {err}")
+        # Found by review: a Content-Length header other than the body's, or a chunked coding, put the
+        # server out of step with what was sent (every request timed out).
+        for args, needle in [(["-H", "Content-Length: 5", "--body", "hello!"], "the body has 6 bytes"),
+                             (["-H", "Transfer-Encoding: chunked", "--body", "x"], "strato sends the body with a Content-Length")]:
+            out, err, _ = run([f"http://127.0.0.1:{dead}/", "-n", "1"] + args, expect=1)
+            check(needle in err and "onnect" not in out + err, f"{args}: {out} {err}")
         # Found by review: flags that shape inference requests or one load mode did nothing silently
         # elsewhere (-b 8 against a plain URL measured batch 1; -r without -u ramped nothing).
         for args, needle in [(["-b", "8"], "--batch-size shapes the requests of an inference target"),
                              (["--input-data", "zero"], "--input-data shapes the requests"),
                              (["--shape", "x:1"], "--shape shapes the requests"),
                              (["-r", "5"], "--spawn-rate ramps up --users"),
-                             (["--request-distribution", "poisson"], "--request-distribution poisson spaces an open loop")]:
+                             (["--request-distribution", "poisson"], "--request-distribution poisson spaces an open loop"),
+                             # (found by review: these did nothing silently too)
+                             (["--max-rate", "500"], "--max-rate bounds the --slo-p99 search"),
+                             (["--request-rate-range", "10:20", "--max-rate", "500"], "--max-rate bounds the --slo-p99 search"),
+                             (["--trace-speedup", "24"], "--trace-speedup replays a --trace faster"),
+                             (["--trace-rate-scale", "0.5"], "--trace-rate-scale scales the rates of a --trace"),
+                             (["--max-trials", "5"], "--max-trials bounds the windows of --stability-percentage"),
+                             (["--slo-p99", "50ms", "--request-rate-range", "10:20"], "--request-rate-range is a sweep, and --slo-p99 chooses"),
+                             # (a header without a colon or with a CR/LF went out as it was)
+                             (["-H", "X-Foo"], "expected 'Name: value'"),
+                             (["-H", "X-A: b\r\nX-Injected: 1"], "a control character")]:
             out, err, _ = run([f"http://127.0.0.1:{dead}/", "-n", "1"] + args, expect=2)
             check(needle in err and "onnect" not in out + err, f"{args}: {out} {err}")
+        out, err, _ = run([f"http://127.0.0.1:{dead}/", "-n", "1", "--concurrency", "4", "--max-connections", "2"], expect=2)
+        check("--max-connections caps the connections of an open loop" in err and "errors:" not in out,
+              f"--max-connections in a closed loop: {out} {err}")
 
         print("== a truncated answer is a bad response that says why, not a reset")
         # Found by review: a body cut short by the close was counted "reset/closed", as if the
@@ -523,6 +577,8 @@ def main():
         check("3 bad response (first: truncated body: connection closed after 3 of the 10 bytes" in out
               and "reset/closed" not in out and errs["protocol"] == 3 and errs["reset"] == 0
               and "truncated body" in errs["protocol_example"], f"truncated answers: {out} {errs}")
+
+        closed_stdout(tmp)
 
         interrupt_checks(tmp, url + "/v2/health/live")
 
@@ -539,6 +595,15 @@ def main():
         out, err = p.communicate(timeout=10)
         check(p.returncode == 130 and time.time() - t0 < 8, f"SIGINT: exit {p.returncode} after {time.time() - t0:.1f}s")
         check("req/s" in out.decode(), "SIGINT: no table")
+        # Found by review: SIGTERM (a scheduler, `timeout`) also exited 130, as if Ctrl-C had been
+        # pressed; it is 128 + 15, as `strato serve` and `strato launch` exit.
+        p = subprocess.Popen([BIN, "loadtest", url + "/v2/health/live", "-d", "60s", "--warmup", "0"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        first = p.stderr.readline().decode()
+        time.sleep(0.5)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=10)
+        check(p.returncode == 143 and "req/s" in out.decode(), f"SIGTERM: exit {p.returncode}, expected 143 with the table")
     finally:
         server.terminate()
         server.wait(timeout=30)

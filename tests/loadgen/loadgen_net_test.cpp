@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <boost/asio.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <atomic>
@@ -15,6 +16,8 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+
+#include <sys/resource.h>
 
 #include "strato/loadgen/load.h"
 #include "strato/loadgen/runner.h"
@@ -32,6 +35,7 @@ struct Action {
     bool close = false;        // close the connection instead of answering
     bool never = false;        // never answer (the connection stays open)
     bool close_after = false;  // answer, then close (without "Connection: close")
+    std::string stray;         // bytes sent 20 ms after the answer, on the then idle connection
 };
 
 // A keep-alive HTTP/1.1 server on 127.0.0.1 with one event-loop thread; reads GET requests (no
@@ -96,9 +100,15 @@ private:
             timer->async_wait([this, c, timer, a](boost::system::error_code) {
                 auto body = std::make_shared<std::string>(
                     "HTTP/1.1 " + std::to_string(a.status) + " X\r\nContent-Length: 2\r\n\r\nok");
-                asio::async_write(c->sock, asio::buffer(*body), [body, c, a](boost::system::error_code, size_t) {
+                asio::async_write(c->sock, asio::buffer(*body), [this, body, c, a](boost::system::error_code, size_t) {
                     boost::system::error_code ignored;
                     if (a.close_after) c->sock.close(ignored);
+                    if (a.stray.empty()) return;
+                    auto later = std::make_shared<asio::steady_timer>(io_, 20ms);
+                    later->async_wait([c, later, a](boost::system::error_code) {
+                        auto bytes = std::make_shared<std::string>(a.stray);
+                        asio::async_write(c->sock, asio::buffer(*bytes), [bytes, c](boost::system::error_code, size_t) {});
+                    });
                 });
             });
             if (!a.close_after) read(c);
@@ -468,6 +478,46 @@ TEST(LoadNet, SloSearchFindsTheKnee) {
     EXPECT_TRUE(slo_miss_reason(*r->best, kSlo).empty());
 }
 
+// Found by review: a probe that could not start after others were measured (here: out of file
+// descriptors, as `ulimit -n` lowered mid-run) threw the measured probes away; the search returned
+// only the error, and the command printed no table and wrote no --json. (A death test: the limit
+// is lowered for good, so in a child process of its own.)
+void slo_search_losing_its_descriptors() {
+    TestServer server([](int64_t, int64_t) { return Action{.delay_ns = 1'000'000}; });
+    RunOptions o;
+    o.load.threads = 1;
+    o.load.max_connections = 64;
+    o.warmup_s = 0;
+    o.duration_s = 1;
+    o.grace_s = 0.2;
+    bool lowered = false;
+    o.progress = [&](const std::string& line) {
+        if (lowered || line.rfind("SLO probe", 0) != 0) return;
+        rlimit few{32, 32};  // the next probe's 64 connections do not fit
+        lowered = ::setrlimit(RLIMIT_NOFILE, &few) == 0;
+    };
+    auto r = slo_search(target_for(server.port()), o, 1'000'000'000, 20, 1000);
+    std::string why;
+    if (!lowered) why = "the limit was not lowered";
+    else if (!r.is_ok()) why = "the search returned only an error: " + r.status().message();
+    else if (r->probes.size() != 1) why = fmt::format("{} probes kept, expected 1", r->probes.size());
+    else if (!r->found || r->best_rate != 20) why = "the measured probe is not the answer";
+    else if (r->capped) why = "said to be capped at --max-rate";
+    else if (r->failed.is_ok()) why = "the failure is not said";
+    else if (r->failed.message().find("file descriptors") == std::string::npos) why = "failure: " + r->failed.message();
+    else if (auto j = to_json(r->probes, "t", o, *r);
+             !j["slo"]["failed"].is_string() ||
+             j["slo"]["failed"].get<std::string>().find("file descriptors") == std::string::npos)
+        why = "the JSON does not say it: " + j["slo"].dump().substr(0, 300);
+    std::fprintf(stderr, "%s\n", why.c_str());
+    std::exit(why.empty() ? 0 : 1);
+}
+
+TEST(LoadNetDeathTest, AnSloProbeThatCannotStartKeepsTheProbesMeasured) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(slo_search_losing_its_descriptors(), ::testing::ExitedWithCode(0), "");
+}
+
 // A server that answers after `delay_ns` and keeps each request's arrival time.
 struct ArrivalServer {
     explicit ArrivalServer(int64_t delay_ns)
@@ -771,6 +821,38 @@ TEST(LoadNet, TruncatedAndNonHttpAnswersAreBadResponsesThatSayWhy) {
     auto p = run_requests(closes.port(), 5);
     EXPECT_EQ(p.m.reset_errors, 5);
     EXPECT_EQ(p.m.protocol_errors, 0);
+}
+
+// Found by review: bytes on an idle keep-alive connection (a second response to one request, sent
+// after the first had been read) closed the connection and were counted nowhere: the run looked clean.
+TEST(LoadNet, BytesOnAnIdleConnectionAreABadResponseThatSaysWhy) {
+    TestServer server([](int64_t, int64_t) {
+        return Action{.stray = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"};
+    });
+    RunOptions o;
+    o.load.mode = LoadOptions::Mode::kOpen;
+    o.load.threads = 1;
+    o.load.max_connections = 1;
+    o.warmup_s = 0;
+    o.duration_s = 1.025;
+    o.grace_s = 0.5;
+    auto p = run_point(target_for(server.port()), o, 10);  // due every 100 ms: the stray bytes find it idle
+    ASSERT_TRUE(p.is_ok()) << p.status().message();
+    EXPECT_GE(p->m.ok, 8);
+    EXPECT_GE(p->m.protocol_errors, 5);
+    EXPECT_NE(p->m.protocol_example.find("idle keep-alive connection"), std::string::npos) << p->m.protocol_example;
+    const std::string table = format_table({*p});
+    EXPECT_NE(table.find("bad response (first: "), std::string::npos) << table;
+    EXPECT_NE(slo_miss_reason(*p, 1'000'000'000), "") << "a server sending stray bytes meets no objective";
+
+    // A 408 on an idle connection is how some servers say they close it: no error.
+    TestServer closing([](int64_t, int64_t) {
+        return Action{.stray = "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"};
+    });
+    p = run_point(target_for(closing.port()), o, 10);
+    ASSERT_TRUE(p.is_ok()) << p.status().message();
+    EXPECT_GE(p->m.ok, 8);
+    EXPECT_EQ(p->m.errors(), 0) << p->m.protocol_example;
 }
 
 TEST(LoadNet, LoopbackCheck) {

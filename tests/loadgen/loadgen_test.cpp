@@ -511,5 +511,20 @@ TEST(BuildRequest, HeadersAndContentLength) {
               "POST /p HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nX-A: b\r\nContent-Length: 2\r\n\r\nhi");
 }
 
+// Found by review: -H 'Host: api.example' sent a second Host header (a 400 by RFC 9112 for every
+// request), and a header without a colon, or with a CR/LF in it, went out as it was.
+TEST(BuildRequest, AHostHeaderReplacesTheDefaultAndBadHeadersAreRefused) {
+    auto u = parse_url("http://127.0.0.1:8000/p");
+    ASSERT_TRUE(u.is_ok());
+    EXPECT_EQ(build_request(*u, "GET", {"host: api.example"}, ""), "GET /p HTTP/1.1\r\nhost: api.example\r\n\r\n");
+    EXPECT_TRUE(check_header("Authorization: Bearer a.b-c").is_ok());
+    EXPECT_TRUE(check_header("X-Empty:").is_ok());
+    for (const char* bad : {"X-Foo", ": v", "X Foo: v", "X-A: b\r\nX-Injected: 1", "X-A: b\n", "X-A: \x7f"}) {
+        Status st = check_header(bad);
+        EXPECT_FALSE(st.is_ok()) << bad;
+        EXPECT_NE(st.message().find("header '"), std::string::npos) << st.message();
+    }
+}
+
 }  // namespace
 }  // namespace strato::loadgen

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -51,7 +52,11 @@ constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 
 std::string build_request(const Url& url, std::string_view method, const std::vector<std::string>& headers,
                           std::string_view body) {
-    std::string r = fmt::format("{} {} HTTP/1.1\r\nHost: {}\r\n", method, url.target, url.host_header);
+    const bool has_host = std::any_of(headers.begin(), headers.end(), [](const std::string& h) {
+        return h.size() >= 5 && strncasecmp(h.c_str(), "host:", 5) == 0;
+    });
+    std::string r = fmt::format("{} {} HTTP/1.1\r\n", method, url.target);
+    if (!has_host) r += fmt::format("Host: {}\r\n", url.host_header);
     bool has_length = false;
     for (const auto& h : headers) {
         r += h;
@@ -63,6 +68,22 @@ std::string build_request(const Url& url, std::string_view method, const std::ve
     r += "\r\n";
     r += body;
     return r;
+}
+
+Status check_header(std::string_view h) {
+    const size_t colon = h.find(':');
+    // tchar (RFC 9110 5.6.2)
+    const auto token_char = [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) ||
+               std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+    };
+    if (colon == std::string_view::npos || colon == 0 ||
+        !std::all_of(h.begin(), h.begin() + static_cast<long>(colon), token_char))
+        return invalid_argument("header '{}': expected 'Name: value', the name letters, digits or !#$%&'*+-.^_`|~", h);
+    for (size_t i = colon + 1; i < h.size(); ++i)
+        if (const auto c = static_cast<unsigned char>(h[i]); (c < 0x20 && c != '\t') || c == 0x7f)
+            return invalid_argument("header '{}': a control character (byte {}) in its value", h.substr(0, colon), c);
+    return Status::ok();
 }
 
 int64_t Measurement::errors() const {
@@ -435,6 +456,21 @@ void Worker::on_readable(Conn& c) {
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;  // level-triggered: epoll says when
         if (c.state != ConnState::kBusy) {  // nothing outstanding: the server closed an idle connection
+            // ... or sent bytes no request asked for (unsolicited data, a stray second response).
+            // They were dropped with the connection and counted nowhere: a bad response, though no
+            // request waited for it (not in `done`), and the connection, out of step, is not reused.
+            // A 408 is a server's word that it closes an idle connection (RFC 9110 15.5.9): no error.
+            const std::string_view got(c.buf.get(), n > 0 ? static_cast<size_t>(n) : 0);
+            if (n > 0 && !(got.starts_with("HTTP/1.1 408") || got.starts_with("HTTP/1.0 408")))
+                count([&](Measurement& m) {
+                    ++m.protocol_errors;
+                    m.bytes_received += n;
+                    if (m.protocol_example.empty())
+                        m.protocol_example = fmt::format(
+                            "{} bytes on an idle keep-alive connection, with no request outstanding (unsolicited "
+                            "data, or a second response to one request?)",
+                            n);
+                });
             close(c);
             if (!stopping && owner->options.mode == LoadOptions::Mode::kClosed) start_conn(c, kBackoffMinNs);
             return;

@@ -28,10 +28,15 @@ struct Target {
     int64_t batch = 1;        // inferences per request (an inference target's batch)
 };
 
-/// Builds one request: `method target HTTP/1.1`, Host, the extra `headers` ("Name: value"),
-/// Content-Length when there is a body.
+/// Builds one request: `method target HTTP/1.1`, Host (unless `headers` has one of its own: a
+/// second Host is a 400 by RFC 9112), the extra `headers` ("Name: value"), Content-Length when
+/// there is a body (unless `headers` has one).
 std::string build_request(const Url& url, std::string_view method, const std::vector<std::string>& headers,
                           std::string_view body);
+
+/// Checks an extra header (-H): "Name: value", the name a token (RFC 9110 5.1), the value without
+/// control characters (a CR or LF would end the header early and start another, or the body).
+Status check_header(std::string_view header);
 
 /// The counts of one measurement window.
 struct Measurement {

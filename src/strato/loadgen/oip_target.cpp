@@ -111,8 +111,8 @@ std::string model_path(const InferTargetOptions& o) {
     return p;
 }
 
-Result<json> get_json(const Url& base, const std::string& target) {
-    STRATO_ASSIGN_OR_RETURN(auto reply, http_request(base, "GET", target));
+Result<json> get_json(const Url& base, const std::string& target, const std::vector<std::string>& headers) {
+    STRATO_ASSIGN_OR_RETURN(auto reply, http_request(base, "GET", target, {}, 5000, headers));
     json j = parse_json_bounded(reply.body);
     if (reply.status != 200) {
         std::string why = j.is_object() && j.contains("error") && j["error"].is_string() ? j["error"].get<std::string>()
@@ -413,9 +413,9 @@ static std::vector<std::string> shapes_of(const std::vector<InputSpec>& inputs) 
 Result<Target> build_infer_target(const Url& base, const InferTargetOptions& o) {
     if (o.model.empty()) return invalid_argument("no model named (--model)");
     if (o.batch_size < 1) return invalid_argument("batch size must be >= 1, got {}", o.batch_size);
-    STRATO_ASSIGN_OR_RETURN(auto meta, get_json(base, model_path(o)));
+    STRATO_ASSIGN_OR_RETURN(auto meta, get_json(base, model_path(o), o.headers));
     int64_t max_batch = 0;
-    if (auto config = get_json(base, model_path(o) + "/config"); config.is_ok() && config->contains("max_batch_size")) {
+    if (auto config = get_json(base, model_path(o) + "/config", o.headers); config.is_ok() && config->contains("max_batch_size")) {
         const json& mb = (*config)["max_batch_size"];
         if (!mb.is_number_integer() || mb.get<int64_t>() < 0)
             return invalid_argument("model '{}': the server's config has max_batch_size {}, expected a whole number >= 0",
@@ -541,6 +541,7 @@ Result<Target> build_infer_target(const Url& base, const InferTargetOptions& o) 
         } else {
             headers.push_back("Content-Type: application/json");
         }
+        headers.insert(headers.end(), o.headers.begin(), o.headers.end());
         body_bytes = encoded.body.size();
         target.requests.push_back(build_request(url, "POST", headers, encoded.body));
     }
@@ -553,9 +554,10 @@ Result<Target> build_infer_target(const Url& base, const InferTargetOptions& o) 
     return target;
 }
 
-Result<ServerStats> fetch_server_stats(const Url& base, const std::string& model, const std::string& version) {
+Result<ServerStats> fetch_server_stats(const Url& base, const std::string& model, const std::string& version,
+                                       const std::vector<std::string>& headers) {
     std::string target = "/v2/models/" + model + (version.empty() ? "" : "/versions/" + version) + "/stats";
-    STRATO_ASSIGN_OR_RETURN(auto j, get_json(base, target));
+    STRATO_ASSIGN_OR_RETURN(auto j, get_json(base, target, headers));
     ServerStats s;
     try {
         for (const auto& m : j.at("model_stats")) {

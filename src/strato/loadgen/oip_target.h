@@ -37,6 +37,9 @@ struct InferTargetOptions {
     int64_t string_length = 128;                       // BYTES elements with random/zero data
     int variants = 16;                                 // distinct request bodies to rotate
     uint64_t seed = 1;
+    // -H: extra "Name: value" headers on every request, the metadata's too (an Authorization for
+    // a server behind a gateway); fetch_server_stats takes them as well.
+    std::vector<std::string> headers;
 };
 
 /// Builds the inference target for `options.model` on the server at `base` (its path is
@@ -49,7 +52,8 @@ struct ServerStats {
     int64_t success = 0, inference_count = 0, execution_count = 0;
     int64_t request_ns = 0, queue_ns = 0, compute_input_ns = 0, compute_infer_ns = 0, compute_output_ns = 0;
 };
-Result<ServerStats> fetch_server_stats(const Url& base, const std::string& model, const std::string& version);
+Result<ServerStats> fetch_server_stats(const Url& base, const std::string& model, const std::string& version,
+                                       const std::vector<std::string>& headers = {});
 
 /// Per-request averages between two readings, in µs (perf_analyzer's server columns).
 struct ServerBreakdown {

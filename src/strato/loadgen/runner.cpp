@@ -249,8 +249,18 @@ Result<SloResult> slo_search(const Target& target, const RunOptions& o, int64_t 
     // False for a miss, and for a probe cut short by Ctrl-C: that one is too short to judge, is
     // neither a pass nor the answer, and ends the search (r.interrupted). It measured 0.25 s of a
     // 1 s probe, "met" the objective and was reported as the highest rate.
+    // A probe that cannot start (out of file descriptors, the name no longer resolving) ends the
+    // search as Ctrl-C does, in r.failed: the probes measured before it were thrown away with the
+    // error, and the command printed nothing of them. Only a first probe's error is returned.
     auto probe = [&](double rate) -> Result<bool> {
-        STRATO_ASSIGN_OR_RETURN(auto p, run_point(target, ro, rate));
+        auto started = run_point(target, ro, rate);
+        if (!started.is_ok()) {
+            if (r.probes.empty()) return started.status();
+            r.failed = started.status().with_context(fmt::format("SLO probe at {:g} req/s", rate));
+            if (o.progress) o.progress(fmt::format("SLO probe {:.1f} req/s: cannot start: {}", rate, started.status().message()));
+            return false;
+        }
+        PointResult p = std::move(*started);
         if (p.interrupted) {
             r.interrupted = true;
             if (o.progress)
@@ -276,7 +286,7 @@ Result<SloResult> slo_search(const Target& target, const RunOptions& o, int64_t 
         if (o.interrupted && o.interrupted()) r.interrupted = true;
         if (r.interrupted) return r;
         STRATO_ASSIGN_OR_RETURN(bool ok, probe(rate));
-        if (r.interrupted) return r;
+        if (r.interrupted || !r.failed.is_ok()) return r;
         if (!ok) {
             hi = rate;
             break;
@@ -297,7 +307,7 @@ Result<SloResult> slo_search(const Target& target, const RunOptions& o, int64_t 
         }
         double mid = lo > 0 ? (lo + hi) / 2 : hi / 2;
         STRATO_ASSIGN_OR_RETURN(bool ok, probe(mid));
-        if (r.interrupted) break;
+        if (r.interrupted || !r.failed.is_ok()) break;
         (ok ? lo : hi) = mid;
         if (!ok && mid < 1) break;
     }
@@ -485,6 +495,7 @@ json to_json(const std::vector<PointResult>& points, const std::string& target, 
         for (const auto& p : slo->probes) probes.push_back(point_json(p));
         j["slo"] = {{"p99_ms", slo->slo_p99_ns / 1e6}, {"found", slo->found}, {"best_rate", slo->best_rate},
                     {"at_max_rate", slo->capped}, {"interrupted", slo->interrupted}, {"probes", probes}};
+        if (!slo->failed.is_ok()) j["slo"]["failed"] = slo->failed.message();  // why the search stopped early
     }
     return j;
 }

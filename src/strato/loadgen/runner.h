@@ -79,6 +79,9 @@ struct SloResult {
     std::vector<PointResult> probes;
     bool capped = false;       // the objective was met at --max-rate itself: the limit lies beyond it
     bool interrupted = false;  // Ctrl-C ended the search before it converged
+    // A probe that could not start after others were measured (out of file descriptors, the name
+    // no longer resolving): the search stopped there; `probes` and `found` are what came before.
+    Status failed;
 };
 Result<SloResult> slo_search(const Target& target, const RunOptions& options, int64_t slo_p99_ns, double start_rate,
                              double max_rate);
