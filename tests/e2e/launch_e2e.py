@@ -7,6 +7,7 @@ a clear error within the join timeout; worker output read as fast as it comes, a
 stdout nobody reads still stopping on SIGTERM, SIGTERM acted on at once with a long
 --monitor-interval; --emit kubernetes as a PyTorchJob, --emit's usage errors and the flags it passes
 on; doctor --peers against doctor --listen and a dead port, and its usage errors."""
+import fcntl
 import json
 import os
 import signal
@@ -119,6 +120,66 @@ def hostile_output(tmp):
     check("caf\ufffd \ufffd" in e["last_lines"], f"last lines: {e['last_lines'][:3]}")
     check(max(len(l) for l in e["last_lines"]) == 65536, "a line without a newline is cut at 64 KiB")
     check(e["worker_error"] == '{"message": "\ufffd"', f"worker error: {e.get('worker_error')!r}")
+
+
+def huge_worker_error(tmp):
+    """Found by review: the worker's TORCHELASTIC_ERROR_FILE was read whole, with no limit: a 1 MB
+    file went into error.json as it was, and one linked to /dev/zero was read up to 1 GiB into the
+    launcher's memory. At most 64 KiB are kept now, and error.json says it was cut."""
+    script = ("import os, sys; open(os.environ['TORCHELASTIC_ERROR_FILE'], 'w').write('{\"message\": \"' + 'x' * 1000000);"
+              "sys.exit(3)")
+    p = launch("--standalone", "--quiet-workers", "--log-dir", f"{tmp}/bigerr", "/usr/bin/python3", "-c", script)
+    check(p.returncode == 3, f"huge error file: exit {p.returncode}: {p.stderr[-500:]}")
+    e = json.load(open(f"{tmp}/bigerr/error.json"))
+    w = e.get("worker_error", "")
+    check(isinstance(w, str) and 60000 <= len(w) <= 65536 and w.startswith('{"message": "xxx'),
+          f"worker error of {len(w)} characters kept, expected the first 64 KiB")
+    check(e.get("worker_error_truncated") is True and e.get("worker_error_bytes") == 1000013,
+          f"error.json does not say the worker's error was cut: {dict((k, v) for k, v in e.items() if k != 'worker_error' and k != 'last_lines')}")
+    # An error "file" that never ends: the launcher's memory stays small, and it is said.
+    script = "import os, sys; os.symlink('/dev/zero', os.environ['TORCHELASTIC_ERROR_FILE']); sys.exit(3)"
+    proc = subprocess.Popen([STRATO, "launch", "--standalone", "--quiet-workers", "--log-dir", f"{tmp}/zeroerr",
+                             "/usr/bin/python3", "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    proc.stderr.close()
+    check(proc.returncode == 3, f"/dev/zero error file: exit {proc.returncode}")
+    check(usage.ru_maxrss < 200 * 1024, f"the launcher grew to {usage.ru_maxrss // 1024} MB reading a /dev/zero error file")
+    e = json.load(open(f"{tmp}/zeroerr/error.json"))
+    check(e.get("worker_error_truncated") is True and len(e.get("worker_error", "")) <= 65536,
+          f"/dev/zero error file: truncated {e.get('worker_error_truncated')}, {len(e.get('worker_error', ''))} characters")
+
+
+def long_message_full_stderr(tmp):
+    """Found by review: a launcher message longer than the room stderr had (a log directory of 4 KB
+    in "removed the earlier error.json file(s) ... in DIR") was written with a blocking write that
+    waited for a reader: a stderr pipe nobody reads held the launcher forever. A message is cut to
+    fit one atomic pipe write (4 KiB) now, and says so."""
+    deep = os.path.join(tmp, "./" * ((4040 - len(tmp)) // 2) + "d")
+    os.makedirs(f"{deep}/attempt_0", exist_ok=True)
+    for f in (f"{deep}/error.json", f"{deep}/attempt_0/error.json"):
+        with open(f, "w") as fh:
+            fh.write('{"message": "an earlier run"}')
+        os.utime(f, (time.time() - 3600, time.time() - 3600))
+    r, w = os.pipe()
+    fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 4096)  # room for 4 KiB, and nobody reads
+    proc = subprocess.Popen([STRATO, "launch", "--standalone", "--quiet-workers", "--stop-timeout", "5",
+                             "--log-dir", deep, "/usr/bin/python3", "-c", "import sys; sys.exit(3)"],
+                            stdout=subprocess.DEVNULL, stderr=w)
+    os.close(w)
+    try:
+        proc.wait(timeout=30)
+        check(proc.returncode == 3, f"a long message on a full stderr: exit {proc.returncode}, expected the worker's 3")
+        os.set_blocking(r, False)
+        said = os.read(r, 65536).decode(errors="replace")
+        check(said.startswith("info: launch: removed 2 error.json") and "bytes cut)" in said and len(said) <= 4096,
+              f"the long message: {len(said)} bytes: {said[:100]!r} ... {said[-100:]!r}")
+    except subprocess.TimeoutExpired:
+        check(False, "the launcher hung writing a message longer than 4 KiB to a stderr pipe with less room")
+        proc.kill()
+        proc.wait()
+    finally:
+        os.close(r)
 
 
 def bad_flags(tmp):
@@ -466,6 +527,8 @@ def main():
         environment(tmp)
         restarts(tmp)
         hostile_output(tmp)
+        huge_worker_error(tmp)
+        long_message_full_stderr(tmp)
         bad_flags(tmp)
         nproc_cpu(tmp)
         stale_error_on_other_node(tmp)

@@ -96,7 +96,12 @@ std::string signal_text(int sig) {
 namespace note {
 
 constexpr size_t kMax = 1000;
+// A pipe that polls writable has room for one page, and a write of at most PIPE_BUF bytes does not
+// block there; a longer one waits for the reader (a message naming a 4 KB log directory held the
+// agent in write() for good). Messages are cut to fit, with the level's prefix and the newline.
+constexpr size_t kMaxMessage = PIPE_BUF - 64;
 std::deque<std::pair<log::Level, std::string>> g_pending;
+size_t g_dropped = 0;  // messages dropped from a full queue, said once stderr takes messages again
 
 bool stderr_has_room() {
     pollfd q{STDERR_FILENO, POLLOUT, 0};
@@ -104,16 +109,34 @@ bool stderr_has_room() {
 }
 
 void flush() {
+    if (g_dropped > 0 && stderr_has_room()) {
+        log::write(log::Level::kWarn,
+                   fmt::format("launch: {} message(s) were dropped: standard error did not take them", g_dropped));
+        g_dropped = 0;
+    }
     while (!g_pending.empty() && stderr_has_room()) {
         log::write(g_pending.front().first, g_pending.front().second);
         g_pending.pop_front();
     }
 }
 
+/// `message` cut to kMaxMessage bytes at most (at a character boundary), saying how much was cut.
+std::string fit(std::string message) {
+    if (message.size() <= kMaxMessage) return message;
+    const size_t total = message.size();
+    size_t keep = kMaxMessage - 32;
+    while (keep > 0 && (static_cast<unsigned char>(message[keep]) & 0xC0) == 0x80) --keep;  // (UTF-8)
+    message.resize(keep);
+    return message + fmt::format("... ({} bytes cut)", total - keep);
+}
+
 void say(log::Level level, std::string message) {
     if (!log::enabled(level)) return;
-    if (g_pending.size() >= kMax) g_pending.pop_front();
-    g_pending.emplace_back(level, std::move(message));
+    if (g_pending.size() >= kMax) {
+        g_pending.pop_front();
+        ++g_dropped;
+    }
+    g_pending.emplace_back(level, fit(std::move(message)));
     flush();
 }
 
@@ -125,6 +148,7 @@ void finish(double wait_s) {
         if (::poll(&q, 1, 50) == 1 && (q.revents & (POLLERR | POLLNVAL))) break;
     }
     g_pending.clear();
+    g_dropped = 0;
 }
 
 template <typename... Args>
@@ -148,12 +172,45 @@ struct Failure {
     int local_rank = 0, rank = 0, exit_code = 0, signal = 0;
     std::deque<std::string> tail;
     std::string worker_error;  // the worker's own TORCHELASTIC_ERROR_FILE, if it wrote one
+    bool worker_error_truncated = false;  // it was longer than kWorkerErrorMax: its start is kept
+    int64_t worker_error_bytes = -1;       // its size, when it is a regular file
     int code() const { return signal ? 128 + signal : exit_code; }
     std::string what() const {
         return signal ? fmt::format("rank {} (local rank {}) was killed by {}", rank, local_rank, signal_text(signal))
                       : fmt::format("rank {} (local rank {}) exited with code {}", rank, local_rank, exit_code);
     }
 };
+
+/// The worker's TORCHELASTIC_ERROR_FILE, at most kWorkerErrorMax bytes of it: it was read whole,
+/// so a huge file, or one linked to /dev/zero (1.2 GB of the agent's memory before the read gave
+/// up), went into memory and into error.json. Opened without blocking (a named pipe without a
+/// writer reads as empty) and read without waiting for more. False when there is none.
+constexpr size_t kWorkerErrorMax = 64 << 10;
+
+bool read_worker_error(const std::string& path, Failure* f) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) return false;
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
+        ::close(fd);
+        return false;
+    }
+    std::string text(kWorkerErrorMax + 1, '\0');
+    size_t got = 0;
+    while (got < text.size()) {
+        const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        got += static_cast<size_t>(n);
+    }
+    ::close(fd);
+    if (S_ISREG(st.st_mode))
+        f->worker_error_bytes = static_cast<int64_t>(std::max<size_t>(got, static_cast<size_t>(st.st_size)));
+    f->worker_error_truncated = got > kWorkerErrorMax || f->worker_error_bytes > static_cast<int64_t>(kWorkerErrorMax);
+    text.resize(std::min(got, kWorkerErrorMax));
+    f->worker_error = std::move(text);
+    return !f->worker_error.empty();
+}
 
 // ---- the echo of worker lines on the launcher's standard output ----
 
@@ -587,7 +644,7 @@ Group::State Group::poll(Failure* f) {
     f->exit_code = WIFEXITED(first->status) ? WEXITSTATUS(first->status) : 0;
     f->signal = WIFSIGNALED(first->status) ? WTERMSIG(first->status) : 0;
     f->tail = first->tail;
-    if (auto e = fs::read_file(first->error_file)) f->worker_error = *e;
+    read_worker_error(first->error_file, f);
     return State::kFailed;
 }
 
@@ -757,6 +814,10 @@ Status write_error_file(const std::string& log_dir, const std::string& attempt_d
     if (!f.worker_error.empty()) {
         auto w = parse_json_bounded(f.worker_error);
         j["worker_error"] = w.is_discarded() ? nlohmann::json(f.worker_error) : w;
+        if (f.worker_error_truncated) {  // (its first 64 KiB, as text: cut, it is no JSON)
+            j["worker_error_truncated"] = true;
+            if (f.worker_error_bytes >= 0) j["worker_error_bytes"] = f.worker_error_bytes;
+        }
     }
     std::string text = json_text(j, 2) + "\n";
     STRATO_RETURN_IF_ERROR(fs::atomic_write(attempt_dir + "/error.json", text));
