@@ -434,6 +434,15 @@ TEST_F(RunReportTest, ALoadTestOfAnotherShapeIsNamedAndTheRestRenders) {
     html = render();
     ASSERT_TRUE(html.is_ok()) << html.status().message();
     EXPECT_FALSE(has_non_number(*html)) << *html;
+    // An SLO search that stopped early (a probe could not start) says so and why.
+    write("loadtest.json", R"({"kind": "strato-loadtest", "points": [{"request_rate": 50, "throughput": 50}],
+                               "slo": {"found": true, "best_rate": 50, "p99_ms": 20,
+                                       "failed": "SLO probe at 75 req/s: too many <open> files"}})");
+    html = render();
+    ASSERT_TRUE(html.is_ok()) << html.status().message();
+    EXPECT_TRUE(contains(*html, "<b>stopped early</b>, the limit may lie higher: SLO probe at 75 req/s: too many "
+                                "&lt;open&gt; files"))
+        << *html;
 }
 
 TEST_F(RunReportTest, WriteIntoMissingDirectoryFails) {

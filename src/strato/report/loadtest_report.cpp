@@ -173,6 +173,10 @@ Result<std::string> loadtest_section_html(const json& lt) {
                     : fmt::format("<p>No probed request rate met p99 ≤ {} ms.</p>\n", cell(num(s, "p99_ms"), 1));
         if (s.value("interrupted", false))
             html += "<p>The search was <b>interrupted</b>: the probe it cut short is judged neither way.</p>\n";
+        // (a probe that could not start: the search ended there, the limit may lie higher)
+        if (s.contains("failed") && s["failed"].is_string())
+            html += fmt::format("<p>The search <b>stopped early</b>, the limit may lie higher: {}</p>\n",
+                                html_escape(s["failed"].get<std::string>()));
     }
     return html + "</section>\n";
 }
