@@ -369,6 +369,83 @@ TEST_F(Pack, AKilledPackResumesKeepingFinishedShards) {
     EXPECT_FALSE(stdfs::exists(root_ / "dst" / fmt::format("shard-{:06d}.tar", n - 1)));
 }
 
+// Found by review: a shard recorded in the journal by an older strato, which packed without
+// checking the images, was kept as it was by a resumed pack and listed in index.json as good,
+// a non-image inside, although this version refuses to pack that very file.
+TEST_F(Pack, AResumedPackRechecksTheImagesOfTheShardsItKeeps) {
+    make_folder(root_ / "src", 2, 6);
+    PackOptions o;
+    o.shard_size = 4 << 10;
+    pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), o).value();
+    const auto index = nlohmann::json::parse(get(root_ / "dst" / "index.json"));
+    const auto& s0 = index["shards"][0];
+    const std::string shard_name = s0["name"];
+    const auto offset = s0["offsets"][0].get<size_t>(), size = s0["sizes"][0].get<size_t>();
+    std::string shard = get(root_ / "dst" / shard_name);
+    // The source file of that sample (its bytes are in the shard)...
+    stdfs::path source;
+    for (const auto& e : stdfs::recursive_directory_iterator(root_ / "src"))
+        if (e.is_regular_file() && get(e.path()) == shard.substr(offset, size)) source = e.path();
+    ASSERT_FALSE(source.empty());
+    // ... is replaced by a non-image of the same size and modification time (the plan is the
+    // same), which the older version packed into the shard and recorded with its checksum.
+    const std::string bad(size, 'x');
+    const auto mtime = stdfs::last_write_time(source);
+    put(source, bad);
+    stdfs::last_write_time(source, mtime);
+    shard.replace(offset, size, bad);
+    put(root_ / "dst" / shard_name, shard);
+    auto journal = nlohmann::json::parse(get(root_ / "dst" / kPackJournalName));
+    journal["shards"][shard_name]["sha256"] = fs::sha256_hex(shard);
+    put(root_ / "dst" / kPackJournalName, journal.dump());
+    stdfs::remove(root_ / "dst" / "index.json");  // the pack was interrupted
+
+    auto again = pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), o);
+    ASSERT_FALSE(again.is_ok()) << "the shard holding a non-image was kept";
+    EXPECT_NE(again.status().message().find(source.filename().string() + ": unknown image format"), std::string::npos)
+        << again.status().message();
+    EXPECT_NE(again.status().message().find("remove or replace it"), std::string::npos) << again.status().message();
+    EXPECT_FALSE(stdfs::exists(root_ / "dst" / "index.json"));
+
+    // Replaced by a good image, the pack goes through and verifies.
+    stdfs::remove(source);
+    put(source.parent_path() / "new.png", png(9, 9, 3));
+    auto fixed = pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), o);
+    ASSERT_TRUE(fixed.is_ok()) << fixed.status().message();
+    auto report = verify_dataset((root_ / "dst").string()).value();
+    EXPECT_TRUE(report.ok()) << (report.problems.empty() ? "" : report.problems[0].detail);
+}
+
+// Found by review: splits were packed one after another, each removing its own index.json only
+// when its turn came, so a pack that stopped between them (killed, or a split folder that took no
+// new files) left train/ packed anew beside test/ still indexed from the earlier pack: stats,
+// verify and training took the mixture of two datasets for a finished pack.
+TEST_F(Pack, APackStoppedBetweenSplitsLeavesNoSplitOfTheOldPackIndexed) {
+    make_folder(root_ / "src" / "train", 2, 4);
+    make_folder(root_ / "src" / "test", 2, 2);
+    pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), {}).value();
+    put(root_ / "src" / "train" / "class0" / "new.png", png(9, 9, 1));
+    put(root_ / "src" / "test" / "class1" / "new.png", png(9, 9, 2));
+    // test/ takes no new files (the pack's write probe meets a folder there): the pack stops
+    // after train/ is written.
+    const stdfs::path probe = root_ / "dst" / "test" / fmt::format(".strato-write-test.{}", ::getpid());
+    stdfs::create_directories(probe);
+    auto stopped = pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), {});
+    ASSERT_FALSE(stopped.is_ok());
+    EXPECT_TRUE(stdfs::exists(root_ / "dst" / "train" / "index.json"));
+    EXPECT_FALSE(stdfs::exists(root_ / "dst" / "test" / "index.json")) << "the old test split is still indexed";
+    auto stats = dataset_stats((root_ / "dst").string());
+    ASSERT_FALSE(stats.is_ok()) << "a half repacked dataset passed as finished";
+    EXPECT_NE(stats.status().message().find("did not finish"), std::string::npos) << stats.status().message();
+
+    stdfs::remove(probe);
+    auto again = pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), {});
+    ASSERT_TRUE(again.is_ok()) << again.status().message();
+    EXPECT_EQ((*again)[1].samples, 5);
+    auto report = verify_dataset((root_ / "dst").string()).value();
+    EXPECT_TRUE(report.ok()) << (report.problems.empty() ? "" : report.problems[0].detail);
+}
+
 TEST_F(Pack, SplitsArePackedSeparatelyWithTheTrainingClasses) {
     make_folder(root_ / "src" / "train", 3, 4);
     make_folder(root_ / "src" / "test", 2, 2);  // test lacks class2
@@ -1063,6 +1140,19 @@ TEST_F(Stats, DatasetHashEscapesNamesAsSha256sumDoes) {
     ASSERT_TRUE(m.is_ok()) << m.status().message();
     EXPECT_EQ(m->dataset_hash, st->manifest->dataset_hash);
     EXPECT_TRUE(verify_dataset((root_ / "d").string(), {.manifest = &*m}).value().ok());
+}
+
+// Found by review: `data stats --manifest` killed while it wrote left FILE.tmp.<pid>.<n> beside
+// the manifest, and no later write removed it.
+TEST_F(Stats, AKilledManifestWritesTempFileGoesWithTheNextWrite) {
+    make_folder(root_ / "d", 2, 2);
+    auto st = dataset_stats((root_ / "d").string(), {.hash = true});
+    ASSERT_TRUE(st.is_ok()) << st.status().message();
+    const stdfs::path temp = root_ / "m.json.tmp.99999999.0";  // no such process
+    put(temp, "{\"format\": \"strato-dataset-manif");
+    ASSERT_TRUE(write_manifest((root_ / "m.json").string(), *st->manifest).is_ok());
+    EXPECT_FALSE(stdfs::exists(temp));
+    EXPECT_TRUE(read_manifest((root_ / "m.json").string()).is_ok());
 }
 
 nlohmann::json edit_index(const stdfs::path& p, const std::function<void(nlohmann::json&)>& f) {

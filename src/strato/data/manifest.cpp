@@ -564,6 +564,8 @@ Status write_manifest(const std::string& path, const Manifest& m) {
     text += ",\"files\":[";
     for (size_t i = 0; i < files.size(); ++i) text += (i ? ",\n " : "\n ") + json_text(files[i]);
     text += "\n]}\n";
+    // What a write killed before its rename left (a process that is gone): its temp file.
+    if (auto target = fs::follow_links(path); target) fs::remove_stale_temps(*target);
     return fs::atomic_write(path, text);
 }
 

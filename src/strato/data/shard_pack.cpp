@@ -196,10 +196,23 @@ Status write_journal(const stdfs::path& path, const std::map<std::string, Journa
     return fs::atomic_write(path, json_text(j, 1) + "\n");
 }
 
-/// True when the file is there with the journal's size and SHA-256.
-bool shard_intact(const stdfs::path& path, const JournalEntry& e) {
+/// True when the file is there with the journal's size and SHA-256, and every image in it passes
+/// the check a pack makes before it writes one: a shard that an older strato packed without that
+/// check may hold a cut-off image, which would otherwise be kept and listed as good. (A shard that
+/// fails is written again, and the pack then stops naming the source file.)
+bool shard_intact(const stdfs::path& path, const JournalEntry& e, const FolderIndex& idx, const Plan& plan,
+                  const PlanShard& ps) {
     auto m = MappedFile::open(path.string());
-    return m.is_ok() && static_cast<int64_t>(m->bytes().size()) == e.bytes && fs::sha256_hex(m->bytes()) == e.sha256;
+    if (!m.is_ok()) return false;
+    const std::string_view bytes = m->bytes();
+    if (static_cast<int64_t>(bytes.size()) != e.bytes || fs::sha256_hex(bytes) != e.sha256) return false;
+    for (size_t k = ps.first; k < ps.first + ps.count; ++k) {
+        const ImageFile& f = idx.files[plan.order[k]];
+        const auto off = static_cast<size_t>(plan.offsets[k]), n = static_cast<size_t>(f.bytes);
+        if (off > bytes.size() || n > bytes.size() - off) return false;
+        if (!check_image_whole(bytes.substr(off, n), f.path).is_ok()) return false;
+    }
+    return true;
 }
 
 Status write_shard(const FolderIndex& idx, const std::vector<std::string>& keys, const Plan& plan, const PlanShard& ps,
@@ -399,7 +412,7 @@ Status pack_split(const FolderIndex& idx, const stdfs::path& dir, const std::str
                 auto it = journal.find(ps.name);
                 if (it != journal.end()) prior = it->second;
             }
-            if (!prior.sha256.empty() && prior.bytes == ps.bytes && shard_intact(dir / ps.name, prior)) {
+            if (!prior.sha256.empty() && prior.bytes == ps.bytes && shard_intact(dir / ps.name, prior, idx, plan, ps)) {
                 sha[s] = prior.sha256;
                 bytes_done += ps.bytes;
                 ++kept;
@@ -566,6 +579,16 @@ Result<std::vector<PackedSplit>> pack_image_folder(const std::string& src, const
             stdfs::remove(p, ec);
             if (ec) return io_error("cannot remove {}: {}", p.string(), ec.message());
         }
+    }
+    // Every split's old index goes before the first split is written: removed only when its own
+    // turn came, it went on describing the earlier pack beside a split packed anew, and a pack
+    // stopped between the two (killed, or a folder that took no new files) read as finished.
+    for (const std::string& split : splits) {
+        const stdfs::path dir = split.empty() ? stdfs::path(dst) : stdfs::path(dst) / split;
+        if (!stdfs::exists(dir / kShardIndexName, ec)) continue;
+        stdfs::remove(dir / kShardIndexName, ec);
+        if (ec) return io_error("cannot remove the old {}: {}", (dir / kShardIndexName).string(), ec.message());
+        STRATO_RETURN_IF_ERROR(fs::fsync_dir(dir));
     }
     for (size_t i = 0; i < splits.size(); ++i) {
         const std::string& split = splits[i];
