@@ -310,6 +310,33 @@ TEST(PackageExport, WritesModelOnnxIntoTheManifestAndStaysLoadable) {
     EXPECT_EQ(fs::read_file(stdfs::path(dir) / models::kPackageManifest).value(), manifest_before);
 }
 
+// Found by review: an export killed while it rewrote the manifest left
+// strato-model.json.tmp.<pid>.<n> in the package, and no later export removed it (only the
+// ONNX file's own temp files went).
+TEST(PackageExport, TempFilesOfAKilledExportAreRemoved) {
+    TempDir tmp;
+    const Case c{"mlp", config("mlp", 1, 8, false, 0), {1, 6, 6}, 3};
+    models::Net net = make_net(c, 3);
+    models::PackageInfo info;
+    info.model = c.cfg;
+    info.input_shape = c.shape;
+    info.num_classes = c.classes;
+    info.labels = {"a", "b", "c"};
+    info.mean = {0.5};
+    info.std = {0.25};
+    const stdfs::path dir = tmp.path() / "model";
+    ASSERT_TRUE(models::save_package(dir.string(), info, *net).is_ok());
+    const std::string manifest_temp = std::string(models::kPackageManifest) + ".tmp.99999999.0";  // no such process
+    const std::string onnx_temp = std::string(kOnnxFile) + ".tmp.99999999.1";
+    ASSERT_TRUE(fs::atomic_write(dir / manifest_temp, "{}").is_ok());
+    ASSERT_TRUE(fs::atomic_write(dir / onnx_temp, "\x08half").is_ok());
+    auto r = export_package_onnx(dir.string(), {});
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_FALSE(stdfs::exists(dir / manifest_temp));
+    EXPECT_FALSE(stdfs::exists(dir / onnx_temp));
+    EXPECT_TRUE(models::load_package(dir.string()).is_ok());
+}
+
 TEST(ExportErrors, UnsupportedModuleIsNamedWithItsPathAndType) {
     const Case c{"mlp", config("mlp", 1, 16, false, 0), {1, 4, 4}, 3};  // body: 0 Linear, 1 ReLU, 2 Linear
     models::Net net = make_net(c, 3);

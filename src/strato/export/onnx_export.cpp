@@ -447,6 +447,9 @@ Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxE
         log::warn("export: cannot lock {} ({}); another export of it at the same time could mix their manifests", dir,
                   std::strerror(errno));
     const stdfs::path manifest_path = stdfs::path(dir) / models::kPackageManifest;
+    // An export killed while it rewrote the manifest left its temp file in the package (under
+    // the lock: a live export's own is left alone, as is a process's that still runs).
+    fs::remove_stale_temps(manifest_path);
     auto text = fs::read_file(manifest_path);
     if (!text) return not_found("{} is not a model package: {}", dir, text.status().message());
     STRATO_ASSIGN_OR_RETURN(json manifest, parse_json_named(*text, manifest_path.string(), StatusCode::kDataLoss));
