@@ -571,6 +571,38 @@ TEST(PrunePackage, AnExistingRunIsRefusedBeforeAnyWorkNamingTheFlags) {
     EXPECT_EQ(r0.status().message().find("--resume"), std::string::npos) << r0.status().message();
 }
 
+// Found by review: --overwrite --epochs 0 over a fine-tuned run kept that run's metrics.jsonl and
+// checkpoints beside the new package, and a later --resume continued the old 50 % fine-tuning
+// under the new settings (its package then claimed the new amount after 1 fine-tuning epoch).
+TEST(PrunePackage, OverwriteWithoutFineTuningDropsTheOldRunsFineTuning) {
+    if (!have_fashion_mnist()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+    TempDir tmp;
+    const std::string src = make_source_package(tmp);
+    PruneOptions o = small_options(tmp, src);
+    o.amount = 0.5;
+    ASSERT_TRUE(prune_package(o).is_ok());
+    ASSERT_TRUE(stdfs::exists(tmp.path() / "out" / "checkpoints" / "latest"));
+    o.epochs = 0;
+    o.amount = 0.8;
+    o.overwrite = true;
+    auto r = prune_package(o);
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    for (const char* f : {"metrics.jsonl", "checkpoints", "config.toml", "events.log"})
+        EXPECT_FALSE(stdfs::exists(tmp.path() / "out" / f)) << f;
+    auto pkg = models::load_package(r->package);
+    ASSERT_TRUE(pkg.is_ok()) << pkg.status().message();
+    EXPECT_EQ(pkg->info.metrics["compression"]["amount"], 0.8);
+    // Nothing to resume: refused, not continued from the 50 % run.
+    o.epochs = 1;
+    o.overwrite = false;
+    o.resume = true;
+    auto resumed = prune_package(o);
+    EXPECT_FALSE(resumed.is_ok()) << "resumed a fine-tuning that the --overwrite replaced";
+    auto still = models::load_package(r->package);
+    ASSERT_TRUE(still.is_ok()) << still.status().message();
+    EXPECT_EQ(still->info.metrics["compression"]["finetune_epochs"], 0);
+}
+
 TEST(PrunePackage, CtrlCBeforeFineTuningCancelsWithoutAPackage) {
     if (!have_fashion_mnist()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
     // Found by review: SIGINT was swallowed before training: --epochs 0 finished and exited 0.

@@ -456,6 +456,21 @@ TEST_F(QuantizePackage, MissingCalibrationDataIsAClearError) {
     EXPECT_NE(quantize_package(r).status().message().find("the source package"), std::string::npos);
 }
 
+// Found by review: an --output in a folder that takes no new files (a read-only mount) failed only
+// when the package was saved, after the calibration and the evaluation, naming a staging folder.
+// It is refused first, before the calibration data is even opened.
+TEST_F(QuantizePackage, AnOutputThatCannotBeWrittenIsRefusedBeforeAnyWork) {
+    QuantizeRequest r = request();
+    r.output = "/proc/strato-quantize-test/model-int8";  // procfs takes no new files, even from root
+    r.data.dataset = "image-folder";
+    r.data.path = (dir_ / "no-such-folder").string();
+    auto q = quantize_package(r);
+    ASSERT_FALSE(q.is_ok());
+    EXPECT_NE(q.status().message().find("--output /proc/strato-quantize-test/model-int8"), std::string::npos)
+        << q.status().message();
+    EXPECT_NE(q.status().message().find("cannot write in /proc"), std::string::npos) << q.status().message();
+}
+
 TEST_F(QuantizePackage, CorruptInt8WeightsAreReportedNotLoaded) {
     ASSERT_TRUE(quantize_package(request()).is_ok());
     const std::string w = int8_dir() + "/weights.pt";

@@ -692,6 +692,16 @@ Result<PruneReport> prune_package_impl(const PruneOptions& o) {
         info.model = cfg.model;
         info.metrics = {{"compression", report.compression_json()}};
         STRATO_RETURN_IF_ERROR(fs::ensure_dir(report.run_dir));
+        // The trainer's lock on the run directory: a fine-tuning running there keeps its files.
+        auto lock = fs::lock_dir(report.run_dir);
+        if (!lock) return lock.status().with_context("--output");
+        if (o.overwrite) {
+            // The replaced run's fine-tuning goes (the package is replaced below, atomically): left
+            // beside the new package, a later --resume continued it under the new settings.
+            for (const char* f : {"metrics.jsonl", "checkpoints", "config.toml", "events.log"})
+                STRATO_RETURN_IF_ERROR(fs::remove_tree(stdfs::path(report.run_dir) / f));
+        }
+        fs::remove_stale_temps(settings_path);
         STRATO_RETURN_IF_ERROR(fs::atomic_write(settings_path, json_text(settings, 2) + "\n"));
         STRATO_RETURN_IF_ERROR(models::save_package(report.package, info, *start));
         // Interrupted while saving or evaluating: the package goes again (no half-reported package).
@@ -722,6 +732,7 @@ Result<PruneReport> prune_package_impl(const PruneOptions& o) {
     train::TrainHooks hooks;
     // After the trainer prepared the run directory (--overwrite emptied it): the settings first.
     hooks.init = [start, settings, settings_path](models::NetImpl& net) {
+        fs::remove_stale_temps(settings_path);  // a killed run's
         STRATO_RETURN_IF_ERROR(fs::atomic_write(settings_path, json_text(settings, 2) + "\n"));
         return copy_weights(net, *start);
     };

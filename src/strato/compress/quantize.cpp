@@ -20,6 +20,19 @@ int64_t file_bytes(const std::string& dir, const char* name) {
     return ec ? 0 : static_cast<int64_t>(n);
 }
 
+/// The nearest folder that exists at or above where save_package stages the package must take
+/// new files: a read-only mount failed the command only when the package was saved, after the
+/// calibration and the evaluation. (No folder is created here; a probe file comes and goes.)
+Status check_output_writable(const std::string& output) {
+    std::error_code ec;
+    stdfs::path p = stdfs::absolute(output, ec).lexically_normal();
+    if (p.filename().empty()) p = p.parent_path();
+    for (stdfs::path up = p.parent_path();; up = up.parent_path()) {
+        if (stdfs::exists(up, ec)) return fs::check_writable_dir(up).with_context("--output " + output);
+        if (up == up.parent_path()) return Status::ok();
+    }
+}
+
 }  // namespace
 
 Result<QuantizeResult> quantize_package(const QuantizeRequest& r) {
@@ -37,6 +50,7 @@ Result<QuantizeResult> quantize_package(const QuantizeRequest& r) {
         return invalid_argument("--output {} is inside the source package {}; write the INT8 package next to it",
                                 r.output, r.model);
     STRATO_RETURN_IF_ERROR(models::check_package_destination(r.output).with_context("--output"));
+    STRATO_RETURN_IF_ERROR(check_output_writable(r.output));
     STRATO_ASSIGN_OR_RETURN(models::LoadedPackage pkg, models::load_package(r.model));
     if (pkg.info.quantized()) {
         return invalid_argument("{} is already quantized (INT8, {}); quantize its float package instead",
