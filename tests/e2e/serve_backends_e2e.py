@@ -7,6 +7,13 @@ same network exported to ONNX (opset 13, dynamic batch axis) and served through 
 Triton users report TorchScript models growing it by ~20 MB a cycle (server #5841). Damaged
 TorchScript and ONNX files (cut in half, or junk) fail their load with a 400 naming the file.
 
+Before that, small scripted models as Triton users write them: inputs matched by forward()'s
+argument names or `<name>__<index>` (not the config order), optional inputs as None, dict and
+tuple results, INT64 inputs, a forward that raises (500, and the server serves on), outputs of
+another datatype, shape or batch size than the config's (500, never converted or cut), and configs
+that do not fit forward() or the ONNX graph (the load fails, saying why). Then a strato package
+with max_batch_size 0 (one image in, [classes] out).
+
 usage: serve_backends_e2e.py STRATO_BINARY
 Exit 77 (skipped) when torch/torchvision are not installed.
 """
@@ -23,7 +30,7 @@ import time
 import urllib.error
 import urllib.request
 
-from harness import wait_thread_gone
+from harness import train_tiny, wait_thread_gone
 
 try:
     import torch
@@ -126,11 +133,260 @@ def load_unload_cycles(port, pid, model, inp, out, x, warmup=4, n=12):
     return before, usage(pid)
 
 
+# TorchScript models as Triton users write them. Inputs and outputs are matched as Triton's PyTorch
+# backend matches them: by forward()'s argument names, by `<name>__<index>`, else in config order.
+TS_MODELS = {
+    # forward(x, mask) with the config listing mask first: matched by argument name.
+    "by_arg_name": ("""
+class M(torch.nn.Module):
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return x - 2 * mask
+""", 'input [ { name: "mask" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+     'output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]'),
+    # INPUT__1 / OUTPUT__1 listed first: matched by index.
+    "by_index": ("""
+class M(torch.nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        return a - b, a * 10
+""", 'input [ { name: "INPUT__1" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+     'output [ { name: "OUTPUT__1" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]'),
+    # An optional input left out is passed as None.
+    "optional_bias": ("""
+class M(torch.nn.Module):
+    def forward(self, x: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+        return x + 1 if bias is None else x + bias
+""", 'input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "bias" data_type: TYPE_FP32 dims: [ 4 ] optional: true } ]\n'
+     'output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]'),
+    # A dict of outputs, by the config's output names.
+    "dict_out": ("""
+class M(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> Dict[str, torch.Tensor]:
+        return {"twice": x * 2, "plus": x + 1}
+""", 'input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+     'output [ { name: "plus" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "twice" data_type: TYPE_FP32 dims: [ 4 ] } ]'),
+    # INT64 ids into an embedding; outputs must equal Python's.
+    "embedding": ("""
+class M(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(1)
+        self.e = torch.nn.Embedding(10, 3)
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.e(ids)
+""", 'input [ { name: "ids" data_type: TYPE_INT64 dims: [ 2 ] } ]\n'
+     'output [ { name: "vectors" data_type: TYPE_FP32 dims: [ 2, 3 ] } ]'),
+    # Failing at run time: 500 with the error, then the next request is served.
+    "raises": ("""
+class M(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if bool(x.sum() > 100):
+            raise ValueError("input sum too large")
+        return x * 2
+""", 'input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+     'output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]'),
+    # Outputs that do not fit the config: errors, never converted or misplaced values.
+    "float64_out": ("""
+class M(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x * 1000.7).to(torch.float64)
+""", 'input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+     'output [ { name: "OUTPUT__0" data_type: TYPE_INT8 dims: [ 4 ] } ]'),
+    "int_in_tuple": ("""
+class M(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> Tuple[int, torch.Tensor]:
+        return 3, x + 1
+""", 'input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+     'output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]'),
+    "drops_rows": ("""
+class M(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[:1]
+""", 'input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+     'output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]'),
+    # Configs that do not fit forward(): the load fails, saying why.
+    "too_many_inputs": ("""
+class M(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+""", 'input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT__1" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+     'output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]'),
+    "optional_not_optional": ("""
+class M(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x + y
+""", 'input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "y" data_type: TYPE_FP32 dims: [ 4 ] optional: true } ]\n'
+     'output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]'),
+}
+
+# ONNX configs that name what the graph does not have fail their load (not every request).
+ONNX_BAD = {
+    "onnx_wrong_input": ('input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "b" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+                         'output [ { name: "s" data_type: TYPE_FP32 dims: [ 4 ] } ]', "input 'x' is not an input of the ONNX graph"),
+    "onnx_wrong_output": ('input [ { name: "a" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "b" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+                          'output [ { name: "zz" data_type: TYPE_FP32 dims: [ 4 ] } ]', "output 'zz' is not a tensor of the ONNX graph"),
+    # (a cv::dnn::Net keeps the last blob of each input: a left-out input would run on another request's data)
+    "onnx_optional": ('input [ { name: "a" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "b" data_type: TYPE_FP32 dims: [ 4 ] optional: true } ]\n'
+                      'output [ { name: "s" data_type: TYPE_FP32 dims: [ 4 ] } ]', "optional inputs are not supported"),
+}
+
+
+def infer_json(port, model, inputs, outputs=None):
+    """(status, body as JSON) of a JSON inference request; inputs: [(name, datatype, shape, data)]."""
+    body = {"inputs": [{"name": n, "datatype": t, "shape": s, "data": d} for n, t, s, d in inputs]}
+    if outputs:
+        body["outputs"] = [{"name": o} for o in outputs]
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v2/models/{model}/infer", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def torchscript_models(strato, tmp):
+    import importlib.util
+    repo = f"{tmp}/ts_repo"
+    # torch.jit.script reads the source of forward(): each model is a module file of its own.
+    modules = {}
+    for name, (source, io) in TS_MODELS.items():
+        path = f"{tmp}/ts_{name}.py"
+        with open(path, "w") as f:
+            f.write(f"import torch\nfrom typing import Dict, Optional, Tuple\n{source}")
+        spec = importlib.util.spec_from_file_location(f"ts_{name}", path)
+        modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(modules[name])
+        os.makedirs(f"{repo}/{name}/1")
+        torch.jit.script(modules[name].M()).save(f"{repo}/{name}/1/model.pt")
+        with open(f"{repo}/{name}/config.pbtxt", "w") as f:
+            f.write(f'platform: "pytorch_libtorch"\nmax_batch_size: 8\n{io}\n')
+
+    class Two(torch.nn.Module):
+        def forward(self, a, b):
+            return a + b, a * b
+    for name, (io, _) in ONNX_BAD.items():
+        os.makedirs(f"{repo}/{name}/1")
+        torch.onnx.export(Two(), (torch.randn(1, 4), torch.randn(1, 4)), f"{repo}/{name}/1/model.onnx", opset_version=13,
+                          input_names=["a", "b"], output_names=["s", "p"],
+                          dynamic_axes={n: {0: "n"} for n in ("a", "b", "s", "p")})
+        with open(f"{repo}/{name}/config.pbtxt", "w") as f:
+            f.write(f'platform: "onnxruntime_onnx"\nmax_batch_size: 8\n{io}\n')
+
+    proc, port = start_server(strato, repo, "--exit-on-error=false")
+    try:
+        x = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+        m = [0.5, 0.25, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+
+        st, r = infer_json(port, "by_arg_name", [("x", "FP32", [2, 4], x), ("mask", "FP32", [2, 4], m)])
+        want = [a - 2 * b for a, b in zip(x, m)]
+        assert st == 200 and r["outputs"][0]["data"] == want, f"by_arg_name: {st} {r}"
+        print("ok: inputs named after forward()'s arguments reach those arguments, in any config order")
+
+        st, r = infer_json(port, "by_index", [("INPUT__0", "FP32", [2, 4], x), ("INPUT__1", "FP32", [2, 4], m)])
+        got = {o["name"]: o["data"] for o in r.get("outputs", [])}
+        assert st == 200 and got == {"OUTPUT__0": [a - b for a, b in zip(x, m)], "OUTPUT__1": [a * 10 for a in x]}, \
+            f"by_index: {st} {r}"
+        print("ok: INPUT__<i> / OUTPUT__<i> follow their index, not the config order")
+
+        st, r = infer_json(port, "optional_bias", [("x", "FP32", [2, 4], x)])
+        assert st == 200 and r["outputs"][0]["data"] == [a + 1 for a in x], f"optional_bias without bias: {st} {r}"
+        st, r = infer_json(port, "optional_bias", [("x", "FP32", [2, 4], x), ("bias", "FP32", [2, 4], m)])
+        assert st == 200 and r["outputs"][0]["data"] == [a + b for a, b in zip(x, m)], f"optional_bias with bias: {st} {r}"
+        print("ok: an optional input left out reaches forward() as None")
+
+        st, r = infer_json(port, "dict_out", [("x", "FP32", [2, 4], x)])
+        got = {o["name"]: o["data"] for o in r.get("outputs", [])}
+        assert st == 200 and got == {"plus": [a + 1 for a in x], "twice": [a * 2 for a in x]}, f"dict_out: {st} {r}"
+        print("ok: a Dict[str, Tensor] result is read by the config's output names")
+
+        ids = torch.tensor([[1, 9], [0, 3], [7, 7]])
+        with torch.no_grad():
+            want = modules["embedding"].M()(ids)
+        st, r = infer_json(port, "embedding", [("ids", "INT64", [3, 2], ids.flatten().tolist())])
+        assert st == 200, f"embedding: {st} {r}"
+        got = torch.tensor(r["outputs"][0]["data"]).view(3, 2, 3)
+        diff = (got - want).abs().max().item()
+        assert r["outputs"][0]["shape"] == [3, 2, 3] and diff <= 1e-5, f"embedding differs by {diff}: {r}"
+        print(f"ok: INT64 ids into an embedding: max |strato - pytorch| = {diff:.3g}")
+
+        st, r = infer_json(port, "raises", [("INPUT__0", "FP32", [1, 4], [100, 2, 3, 4])])
+        assert st == 500 and "ValueError: input sum too large" in r.get("error", ""), f"raises: {st} {r}"
+        assert "Traceback" not in r["error"] and "\n" not in r["error"], f"raises: one line wanted: {r}"
+        st, r2 = infer_json(port, "raises", [("INPUT__0", "FP32", [1, 4], [1, 2, 3, 4])])
+        assert st == 200 and r2["outputs"][0]["data"] == [2, 4, 6, 8], f"raises, then a good request: {st} {r2}"
+        print(f"ok: a model that raises answers 500 {r['error']!r} and the next request is served")
+
+        for model, want in (("float64_out", "configuration expects datatype TYPE_INT8 for output 'OUTPUT__0', "
+                                            "model provides TYPE_FP64"),
+                            ("int_in_tuple", "output 'OUTPUT__0': the TorchScript model returned a value of type Int there, not a tensor"),
+                            ("drops_rows", "unexpected shape for output 'OUTPUT__0': the model returned [1,4], "
+                                           "the config says [-1,4] for a batch of 2")):
+            st, r = infer_json(port, model, [("INPUT__0", "FP32", [2, 4], x)])
+            assert st == 500 and want in r.get("error", ""), f"{model}: {st} {r}"
+            print(f"ok: {model}: 500 {r['error']}")
+
+        index = {e["name"]: e for e in json.loads(post(port, "/v2/repository/index")[1])}
+        for model, want in (("too_many_inputs", "configuration expects 2 inputs, model provides 1 (forward(x: Tensor))"),
+                            ("optional_not_optional", "input 'y' is optional in the config, but forward() argument 'y' is "
+                                                      "Tensor, not Optional[Tensor]"),
+                            *((name, why) for name, (_, why) in ONNX_BAD.items())):
+            e = index[model]
+            assert e["state"] == "UNAVAILABLE" and want in e["reason"] and model in e["reason"], f"{model}: {e}"
+            print(f"ok: {model} does not load: {e['reason']}")
+        assert proc.poll() is None, "the server died"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, "serve did not exit 0 on SIGTERM"
+
+
+def package_models(strato, tmp):
+    """A strato package served as Triton serves a model that does not batch (max_batch_size 0): a
+    request is one image and the outputs are [classes], equal to the batching model's row."""
+    pkg = os.path.join(train_tiny(f"{tmp}/runs", "cnn"), "model")
+    repo = f"{tmp}/pkg_repo"
+    shutil.copytree(pkg, f"{repo}/batched/1")
+    shutil.copytree(pkg, f"{repo}/unbatched/1")
+    with open(f"{repo}/unbatched/config.pbtxt", "w") as f:
+        f.write('max_batch_size: 0\ninput [ { name: "input" data_type: TYPE_FP32 dims: [ 1, 28, 28 ] } ]\n'
+                'output [ { name: "logits" data_type: TYPE_FP32 dims: [ 10 ] }, '
+                '{ name: "probabilities" data_type: TYPE_FP32 dims: [ 10 ] } ]\n')
+    shutil.copytree(pkg, f"{repo}/optional/1")
+    with open(f"{repo}/optional/config.pbtxt", "w") as f:
+        f.write('max_batch_size: 0\ninput [ { name: "input" data_type: TYPE_FP32 dims: [ 1, 28, 28 ] optional: true } ]\n'
+                'output [ { name: "logits" data_type: TYPE_FP32 dims: [ 10 ] } ]\n')
+    proc, port = start_server(strato, repo, "--exit-on-error=false")
+    try:
+        torch.manual_seed(3)
+        image = torch.rand(28 * 28).tolist()
+        st, r = infer_json(port, "batched", [("input", "FP32", [1, 1, 28, 28], image)])
+        assert st == 200, f"batched: {st} {r}"
+        want = {o["name"]: o for o in r["outputs"]}
+        st, r = infer_json(port, "unbatched", [("input", "FP32", [1, 28, 28], image)])
+        assert st == 200, f"unbatched: {st} {r}"
+        for o in r["outputs"]:
+            assert o["shape"] == [10], f"unbatched: output {o['name']} has shape {o['shape']}, the config says [10]"
+            diff = max(abs(a - b) for a, b in zip(o["data"], want[o["name"]]["data"]))
+            assert diff <= 1e-5, f"unbatched {o['name']} differs from the batching model's by {diff}"
+        print("ok: a package with max_batch_size 0 takes [1,28,28] and answers [10], as its config says")
+        # A config may call the input optional; a request without it is refused, not run on nothing.
+        st, r = infer_json(port, "optional", [])
+        assert st == 400 and "a strato package needs its input in every request" in r.get("error", ""), f"optional: {st} {r}"
+        error = r["error"]
+        st, r = infer_json(port, "optional", [("input", "FP32", [1, 28, 28], image)])
+        assert st == 200 and r["outputs"][0]["shape"] == [10], f"optional, then with the input: {st} {r}"
+        print(f"ok: a package request without its (optional) input: 400 {error}")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, "serve did not exit 0 on SIGTERM"
+
+
 def main():
     strato = os.path.abspath(sys.argv[1])
     tmp = tempfile.mkdtemp(prefix="strato-ts-")
     proc = None
     try:
+        torchscript_models(strato, tmp)
+        package_models(strato, tmp)
         torch.manual_seed(0)
         model = torchvision.models.resnet18(weights=None).eval()
         # Like a trained network: batch-norm statistics that are not all 1 and 0. (Fresh ones are

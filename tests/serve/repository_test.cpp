@@ -229,6 +229,45 @@ model_warmup [
         << short_file.message();
 }
 
+// A warm-up sample that leaves out an optional input hands the backend its inputs in config order
+// with an empty tensor in that place, as a request that leaves it out does (a backend that maps
+// inputs by position would otherwise feed the next input to the wrong argument).
+class InputNames : public Model {
+public:
+    static std::vector<std::vector<std::string>>& seen() {
+        static std::vector<std::vector<std::string>> s;
+        return s;
+    }
+    Status execute(const std::vector<Tensor>& in, std::vector<Tensor>* out) override {
+        std::vector<std::string> names;
+        for (const auto& t : in) names.push_back(t.shape.empty() ? "(left out)" : t.name);
+        seen().push_back(names);
+        out->push_back({"y", DataType::kFp32, {1, 1}, std::string(4, '\0')});
+        return Status::ok();
+    }
+};
+
+TEST_F(RepositoryTest, ModelWarmupKeepsConfigOrderWhenAnOptionalInputIsLeftOut) {
+    register_backend({"names", {"names_platform"}, "model.names", nullptr,
+                      [](const ModelConfig&, const std::string&, Device) -> Result<std::shared_ptr<Model>> {
+                          return std::shared_ptr<Model>(std::make_shared<InputNames>());
+                      }});
+    fs::create_directories(root / "opt" / "1");
+    std::ofstream(root / "opt" / "1" / "model.names") << "";
+    config("opt", R"(backend: "names"
+max_batch_size: 8
+input [ { name: "mask" data_type: TYPE_FP32 dims: [ 2 ] optional: true }, { name: "x" data_type: TYPE_FP32 dims: [ 2 ] } ]
+output [ { name: "y" data_type: TYPE_FP32 dims: [ 1 ] } ]
+model_warmup [ { name: "x only" batch_size: 1 inputs { key: "x" value: { data_type: TYPE_FP32 dims: [ 2 ] zero_data: true } } } ])");
+    InputNames::seen().clear();
+    Repository repo(options(ControlMode::kExplicit), &registry);
+    ASSERT_TRUE(repo.start().is_ok());
+    auto st = repo.load("opt");
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    ASSERT_EQ(InputNames::seen().size(), 1u);
+    EXPECT_EQ(InputNames::seen()[0], (std::vector<std::string>{"(left out)", "x"}));
+}
+
 TEST_F(RepositoryTest, ExplicitModeLoadsAndUnloadsOnRequest) {
     version("a", 1, "1");
     version("b", 1, "2");

@@ -97,6 +97,13 @@ Result<std::shared_ptr<Model>> onnx_load(const ModelConfig& c, const std::string
             if (t.dtype != DataType::kFp32)
                 return Status{StatusCode::kUnimplemented,
                               fmt::format("'{}': the OpenCV DNN runtime serves TYPE_FP32 tensors only", t.name)};
+    // A cv::dnn::Net keeps the last blob set for each input: an input a request left out would run
+    // with another request's data.
+    for (const auto& t : c.inputs)
+        if (t.optional)
+            return Status{StatusCode::kUnimplemented,
+                          fmt::format("input '{}': optional inputs are not supported by the OpenCV DNN runtime (it needs every "
+                                      "graph input in every request)", t.name)};
     std::string path = (std::filesystem::path(version_dir) / (c.default_model_filename.empty() ? "model.onnx" : c.default_model_filename)).string();
     STRATO_RETURN_IF_ERROR(strato::fs::check_regular_file(path));
     std::vector<cv::dnn::Net> nets;
@@ -110,6 +117,20 @@ Result<std::shared_ptr<Model>> onnx_load(const ModelConfig& c, const std::string
         }
     } catch (const cv::Exception& e) {
         return data_loss("{}: not an ONNX model OpenCV DNN can load: {}", path, e.what());
+    }
+    // Names the graph does not have fail the load, not every request. (forward() reads an output
+    // name with a '.' as "layer.output": those are left to it.)
+    for (const auto& t : c.outputs)
+        if (t.name.find('.') == std::string::npos && nets.front().getLayerId(t.name) < 0)
+            return invalid_argument("{}: output '{}' is not a tensor of the ONNX graph (use the output names given at export)",
+                                    path, t.name);
+    for (const auto& t : c.inputs) {
+        try {
+            nets.front().setInput(cv::Mat(), t.name);  // (replaced by the first request's data)
+        } catch (const cv::Exception&) {
+            return invalid_argument("{}: input '{}' is not an input of the ONNX graph (use the input names given at export)", path,
+                                    t.name);
+        }
     }
     return std::shared_ptr<Model>(std::make_shared<OnnxModel>(std::move(nets), c));
 }

@@ -6,6 +6,7 @@
 #include <torch/script.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 
@@ -109,9 +110,11 @@ std::string model_file(const ModelConfig& c, const std::string& version_dir, con
 
 class PackageModel : public Model {
 public:
-    /// `precision`: kFloat, kBFloat16 or kHalf (GPU).
-    PackageModel(models::LoadedPackage pkg, bool uint8_input, bool normalize, bool fuse, Device device, at::ScalarType precision)
-        : pkg_(std::move(pkg)), uint8_(uint8_input), device_(torch_device(device)), autocast_(precision) {
+    /// `precision`: kFloat, kBFloat16 or kHalf (GPU). `batched`: the config's max_batch_size > 0 (else
+    /// a request is one image, [C,H,W], and the outputs are [classes]).
+    PackageModel(models::LoadedPackage pkg, bool uint8_input, bool normalize, bool fuse, Device device, at::ScalarType precision,
+                 bool batched)
+        : pkg_(std::move(pkg)), uint8_(uint8_input), batched_(batched), device_(torch_device(device)), autocast_(precision) {
         // On the CPU the fused graph runs on oneDNN in FP32 or bf16; a GPU copy, fp16, or a CPU
         // without bf16 kernels get the eager network, channels-last, under autocast.
         const bool bf16 = precision == at::kBFloat16;
@@ -136,7 +139,10 @@ public:
         c10::InferenceMode guard;
         ExecutionStream stream(device_);
         const Tensor& in = inputs.at(0);
+        // (a config may call the input optional; a model that does not batch then sees requests without it)
+        if (in.shape.empty()) return invalid_argument("a strato package needs its input in every request");
         torch::Tensor x = as_tensor(in, uint8_ ? torch::kByte : torch::kFloat);
+        if (!batched_) x = x.unsqueeze(0);  // x: [C,H,W] -> [1,C,H,W]
         if (device_.is_cuda()) x = x.to(device_);  // one copy of the batch; the rest runs there
         if (uint8_) x = x.to(torch::kFloat).div_(255.f);
         // (x - mean) / std in one pass into a fresh (channels-last for CNNs) buffer.
@@ -149,10 +155,15 @@ public:
             logits = run_.net->forward(y);
         }
         logits = logits.to(torch::kFloat);
+        torch::Tensor probabilities = torch::softmax(logits, 1);
+        if (!batched_) {  // [1,classes] -> [classes], the shape the config gives a model that does not batch
+            logits = logits.squeeze(0);
+            probabilities = probabilities.squeeze(0);
+        }
         TensorSpec ls{"logits", DataType::kFp32, {}, false, ""};
         TensorSpec ps{"probabilities", DataType::kFp32, {}, false, ""};
         STRATO_ASSIGN_OR_RETURN(Tensor l, from_tensor(logits, ls));
-        STRATO_ASSIGN_OR_RETURN(Tensor p, from_tensor(torch::softmax(logits, 1), ps));
+        STRATO_ASSIGN_OR_RETURN(Tensor p, from_tensor(probabilities, ps));
         outputs->push_back(std::move(l));
         outputs->push_back(std::move(p));
         return Status::ok();
@@ -173,6 +184,7 @@ private:
     models::LoadedPackage pkg_;
     models::InferenceNet run_;
     bool uint8_;
+    bool batched_;
     torch::Device device_;
     at::ScalarType autocast_;
     torch::Tensor mean_, inv_std_;
@@ -263,13 +275,14 @@ Result<std::shared_ptr<Model>> package_load(const ModelConfig& c, const std::str
     std::shared_ptr<PackageModel> model;
     try {
         model = std::make_shared<PackageModel>(std::move(pkg), c.inputs[0].dtype == DataType::kUint8, flag("normalize"),
-                                               flag("fuse"), device, autocast);
+                                               flag("fuse"), device, autocast, c.max_batch_size > 0);
     } catch (const c10::Error& e) {
         return internal_error("moving the network to {} failed: {}", device.name(), models::torch_error_message(e));
     }
     // Warm-up: oneDNN builds its kernels on the first call (~100 ms); do it before the model is
     // reported ready rather than on a client's first request.
-    Tensor in{c.inputs[0].name, c.inputs[0].dtype, {1, s.channels, s.height, s.width}, {}};
+    Tensor in{c.inputs[0].name, c.inputs[0].dtype, {s.channels, s.height, s.width}, {}};
+    if (c.max_batch_size > 0) in.shape.insert(in.shape.begin(), 1);
     in.data.assign(static_cast<size_t>(in.numel() * static_cast<int64_t>(datatype_size(in.dtype))), '\0');
     std::vector<Tensor> out;
     STRATO_RETURN_IF_ERROR(model->execute({in}, &out).with_context("warm-up run"));
@@ -279,10 +292,58 @@ Result<std::shared_ptr<Model>> package_load(const ModelConfig& c, const std::str
 
 // ---- TorchScript ----
 
+/// The index in `name` by Triton's `<name>__<index>` convention ("INPUT__1" -> 1); none otherwise.
+std::optional<size_t> named_index(const std::string& name) {
+    const size_t at = name.find("__");
+    if (at == std::string::npos) return std::nullopt;
+    const std::string digits = name.substr(at + 2);
+    if (digits.empty() || digits.size() > 6 || !std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+        return std::nullopt;
+    return static_cast<size_t>(std::stoul(digits));
+}
+
+/// Where each config tensor goes, as Triton's PyTorch backend decides it (pytorch_backend
+/// GetNamingConvention): inputs by forward()'s argument names when every config input is one, else
+/// by `<name>__<index>` when every name has one, else in config order; outputs by `<name>__<index>`,
+/// else in config order. `args`: forward()'s argument names (empty for outputs).
+std::vector<size_t> triton_positions(const std::vector<TensorSpec>& specs, const std::vector<std::string>& args) {
+    std::vector<size_t> pos(specs.size());
+    bool by_arg = !args.empty();
+    for (const auto& s : specs) by_arg = by_arg && std::find(args.begin(), args.end(), s.name) != args.end();
+    bool by_index = true;
+    for (const auto& s : specs) by_index = by_index && named_index(s.name).has_value();
+    for (size_t k = 0; k < specs.size(); ++k)
+        pos[k] = by_arg     ? static_cast<size_t>(std::find(args.begin(), args.end(), specs[k].name) - args.begin())
+                 : by_index ? *named_index(specs[k].name)
+                            : k;
+    return pos;
+}
+
+std::optional<DataType> from_scalar(c10::ScalarType st) {
+    for (DataType t : {DataType::kBool, DataType::kUint8, DataType::kInt8, DataType::kInt16, DataType::kInt32, DataType::kInt64,
+                       DataType::kFp16, DataType::kFp32, DataType::kFp64, DataType::kBf16})
+        if (auto s = to_scalar(t); s && *s == st) return t;
+    return std::nullopt;
+}
+
+/// The message of an exception from a TorchScript forward: the error itself (its last line), not
+/// the interpreter's traceback of serialized code around it.
+std::string forward_error(const std::exception& e) {
+    std::string msg = e.what();
+    if (auto at = msg.find("\nException raised from "); at != std::string::npos) msg.resize(at);
+    while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+    if (msg.find("Traceback of TorchScript") != std::string::npos)
+        if (auto nl = msg.rfind('\n'); nl != std::string::npos) msg = msg.substr(nl + 1);
+    return msg;
+}
+
 class TorchScriptModel : public Model {
 public:
-    TorchScriptModel(torch::jit::Module m, ModelConfig c, Device device)
-        : module_(std::move(m)), config_(std::move(c)), device_(torch_device(device)) {
+    /// `in_pos` / `out_pos`: the forward() argument of each config input, the element of forward()'s
+    /// result of each config output (triton_positions).
+    TorchScriptModel(torch::jit::Module m, ModelConfig c, Device device, std::vector<size_t> in_pos, std::vector<size_t> out_pos)
+        : module_(std::move(m)), config_(std::move(c)), device_(torch_device(device)), in_pos_(std::move(in_pos)),
+          out_pos_(std::move(out_pos)) {
         std::vector<torch::Tensor> ps;
         for (const auto& p : module_.parameters()) ps.push_back(p);
         for (const auto& b : module_.buffers()) ps.push_back(b);
@@ -294,36 +355,64 @@ public:
     Status execute(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) override {
         c10::InferenceMode guard;
         ExecutionStream stream(device_);
-        std::vector<c10::IValue> args;
-        args.reserve(inputs.size());
-        for (const auto& t : inputs) {
+        std::vector<c10::IValue> args(inputs.size());
+        int64_t rows = -1;  // the batch (from the inputs) that every output must have
+        for (size_t k = 0; k < inputs.size(); ++k) {
+            const Tensor& t = inputs[k];
+            if (t.shape.empty()) continue;  // an optional input the request left out: None
             STRATO_ASSIGN_OR_RETURN(c10::ScalarType st, to_scalar(t.dtype));
             torch::Tensor x = as_tensor(t, st);
-            args.emplace_back(device_.is_cuda() ? x.to(device_) : x);
+            args.at(in_pos_.at(k)) = device_.is_cuda() ? x.to(device_) : x;
+            if (config_.max_batch_size > 0) rows = t.shape[0];
         }
         c10::IValue result;
         try {
             result = module_.forward(args);
-        } catch (const c10::Error& e) {
-            return internal_error("TorchScript forward failed: {}", models::torch_error_message(e));
+        } catch (const std::exception& e) {  // c10::Error, and the JITException of a TorchScript `raise`
+            return internal_error("TorchScript forward failed: {}", forward_error(e));
         }
-        std::vector<torch::Tensor> outs;
-        if (result.isTensor()) {
-            outs.push_back(result.toTensor());
-        } else if (result.isTuple()) {
-            for (const auto& v : result.toTupleRef().elements())
-                if (v.isTensor()) outs.push_back(v.toTensor());
-        } else if (result.isTensorList()) {
-            for (const auto& t : result.toTensorVector()) outs.push_back(t);
+        std::vector<c10::IValue> values;
+        if (result.isTuple()) {
+            values = result.toTupleRef().elements().vec();
         } else if (result.isList()) {
-            for (const auto& v : result.toListRef())
-                if (v.isTensor()) outs.push_back(v.toTensor());
+            for (const auto& v : result.toListRef()) values.push_back(v);
+        } else if (!result.isGenericDict()) {
+            values.push_back(result);
         }
-        if (outs.size() < config_.outputs.size())
-            return internal_error("the TorchScript model returned {} tensors; the config declares {} outputs", outs.size(),
-                                  config_.outputs.size());
         for (size_t i = 0; i < config_.outputs.size(); ++i) {
-            STRATO_ASSIGN_OR_RETURN(Tensor o, from_tensor(outs[i], config_.outputs[i]));
+            const TensorSpec& spec = config_.outputs[i];
+            c10::IValue v;
+            if (result.isGenericDict()) {
+                auto dict = result.toGenericDict();
+                auto it = dict.find(spec.name);
+                if (it == dict.end())
+                    return internal_error("the TorchScript model returned a dict without the key '{}' (output '{}')", spec.name, spec.name);
+                v = it->value();
+            } else if (out_pos_[i] < values.size()) {
+                v = values[out_pos_[i]];
+            } else {
+                return internal_error("the TorchScript model returned {} value{}; output '{}' is value {} of them", values.size(),
+                                      values.size() == 1 ? "" : "s", spec.name, out_pos_[i]);
+            }
+            if (!v.isTensor())
+                return internal_error("output '{}': the TorchScript model returned a value of type {} there, not a tensor", spec.name,
+                                      v.tagKind());
+            const torch::Tensor& x = v.toTensor();
+            // As Triton's PyTorch backend: no silent conversion (a float64 cast to INT8 is garbage).
+            std::optional<DataType> got = from_scalar(x.scalar_type());
+            if (got != spec.dtype)
+                return internal_error("configuration expects datatype {} for output '{}', model provides {}",
+                                      datatype_config_name(spec.dtype), spec.name,
+                                      got ? std::string(datatype_config_name(*got)) : std::string(c10::toString(x.scalar_type())));
+            std::vector<int64_t> want = config_.full_shape(spec);
+            if (rows >= 0) want[0] = rows;
+            bool fits = static_cast<size_t>(x.dim()) == want.size();
+            for (size_t d = 0; fits && d < want.size(); ++d) fits = want[d] < 0 || x.size(static_cast<int64_t>(d)) == want[d];
+            if (!fits)
+                return internal_error("unexpected shape for output '{}': the model returned {}, the config says {}{}", spec.name,
+                                      shape_string(std::vector<int64_t>(x.sizes().begin(), x.sizes().end())),
+                                      shape_string(config_.full_shape(spec)), rows >= 0 ? fmt::format(" for a batch of {}", rows) : "");
+            STRATO_ASSIGN_OR_RETURN(Tensor o, from_tensor(x, spec));
             outputs->push_back(std::move(o));
         }
         return Status::ok();
@@ -336,6 +425,7 @@ private:
     torch::jit::Module module_;
     ModelConfig config_;
     torch::Device device_;
+    std::vector<size_t> in_pos_, out_pos_;
     int64_t bytes_ = 0;
     int threads_ = 1;
 };
@@ -348,21 +438,68 @@ Status torchscript_autocomplete(ModelConfig* c, const std::string&) {
     return Status::ok();
 }
 
+/// Checks the config's inputs against forward()'s signature (as Triton's PyTorch backend does at
+/// load) and returns the argument of each config input.
+Result<std::vector<size_t>> torchscript_inputs(const torch::jit::Module& m, const ModelConfig& c, const std::string& path) {
+    auto method = m.find_method("forward");
+    if (!method) return invalid_argument("{}: the TorchScript module has no forward() method", path);
+    const auto& arguments = method->function().getSchema().arguments();
+    size_t first = !arguments.empty() && arguments[0].type()->kind() == c10::TypeKind::ClassType ? 1 : 0;  // self
+    std::vector<std::string> names;
+    size_t required = 0;
+    for (size_t i = first; i < arguments.size(); ++i) {
+        names.push_back(arguments[i].name());
+        if (!arguments[i].default_value()) required = names.size();
+    }
+    std::string signature;
+    for (size_t i = first; i < arguments.size(); ++i)
+        signature += fmt::format("{}{}: {}", signature.empty() ? "" : ", ", arguments[i].name(), arguments[i].type()->annotation_str());
+    if (c.inputs.size() > names.size() || c.inputs.size() < required)
+        return invalid_argument("{}: configuration expects {} inputs, model provides {} (forward({}))", path, c.inputs.size(),
+                                names.size(), signature);
+    std::vector<size_t> pos = triton_positions(c.inputs, names);
+    std::vector<bool> taken(names.size(), false);
+    for (size_t k = 0; k < c.inputs.size(); ++k) {
+        const TensorSpec& spec = c.inputs[k];
+        if (pos[k] >= c.inputs.size() || taken[pos[k]])
+            return invalid_argument("{}: input '{}' would be forward() argument {}, but the {} config inputs must be its first {} "
+                                    "arguments, each once (forward({}))", path, spec.name, pos[k], c.inputs.size(), c.inputs.size(), signature);
+        taken[pos[k]] = true;
+        const c10::Argument& arg = arguments[first + pos[k]];
+        const auto kind = arg.type()->kind();
+        const bool optional = kind == c10::TypeKind::OptionalType;
+        if (kind != c10::TypeKind::TensorType && !(optional && arg.type()->containedType(0)->kind() == c10::TypeKind::TensorType))
+            return invalid_argument("{}: input '{}' is forward() argument '{}' of type {}; strato passes tensors (forward({}))", path,
+                                    spec.name, arg.name(), arg.type()->annotation_str(), signature);
+        if (spec.optional && !optional)
+            return invalid_argument("{}: input '{}' is optional in the config, but forward() argument '{}' is {}, not "
+                                    "Optional[Tensor] (a request that leaves it out passes None)", path, spec.name, arg.name(),
+                                    arg.type()->annotation_str());
+    }
+    return pos;
+}
+
 Result<std::shared_ptr<Model>> torchscript_load(const ModelConfig& c, const std::string& version_dir, Device device) {
     std::string path = model_file(c, version_dir, "model.pt");
     for (const auto& t : c.inputs) STRATO_RETURN_IF_ERROR(to_scalar(t.dtype).status().with_context("input '" + t.name + "'"));
     for (const auto& t : c.outputs) STRATO_RETURN_IF_ERROR(to_scalar(t.dtype).status().with_context("output '" + t.name + "'"));
     STRATO_RETURN_IF_ERROR(strato::fs::check_regular_file(path));
+    torch::jit::Module m;
     try {
-        torch::jit::Module m = torch::jit::load(path, torch_device(device));
-        m.eval();
-        auto model = std::make_shared<TorchScriptModel>(std::move(m), c, device);
-        release_openmp_pool();
-        return std::shared_ptr<Model>(std::move(model));
+        m = torch::jit::load(path, torch_device(device));
     } catch (const c10::Error& e) {
         return data_loss("{}: not a loadable TorchScript file: {}", path, models::torch_error_message(e));
     } catch (const std::exception& e) {
         return data_loss("{}: not a loadable TorchScript file: {}", path, e.what());
+    }
+    try {
+        m.eval();
+        STRATO_ASSIGN_OR_RETURN(std::vector<size_t> in_pos, torchscript_inputs(m, c, path));
+        auto model = std::make_shared<TorchScriptModel>(std::move(m), c, device, std::move(in_pos), triton_positions(c.outputs, {}));
+        release_openmp_pool();
+        return std::shared_ptr<Model>(std::move(model));
+    } catch (const c10::Error& e) {
+        return internal_error("{}: preparing the TorchScript module on {} failed: {}", path, device.name(), models::torch_error_message(e));
     }
 }
 

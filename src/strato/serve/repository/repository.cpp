@@ -93,7 +93,10 @@ Result<std::vector<WarmupRequest>> warmup_requests(const ModelConfig& cfg, const
         const int64_t rows = cfg.max_batch_size > 0 ? w.batch_size : 1;
         for (const auto& spec : cfg.inputs) {
             auto it = w.inputs.find(spec.name);
-            if (it == w.inputs.end()) continue;  // an optional input left out
+            if (it == w.inputs.end()) {  // an optional input left out: an empty tensor in its place, as in a request
+                req.inputs.emplace_back();
+                continue;
+            }
             auto sample = warmup_sample(it->second, model_dir, rng);
             if (!sample) return sample.status().with_context(req.what);
             Tensor t;
