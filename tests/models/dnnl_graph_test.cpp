@@ -145,6 +145,67 @@ TEST(DnnlGraph, ManyShapesFromManyThreads) {
     EXPECT_LE((run(g, x) - refs[2]).abs().max().item<double>(), 1e-4);
 }
 
+/// An INT8 copy of a float convolution: symmetric per-channel weights.
+ConvSpec int8_conv(const Conv& c, float out_scale, bool relu) {
+    auto ws = c.w.abs().flatten(1).amax(1) / 127;
+    auto qw = (c.w / ws.view({-1, 1, 1, 1})).round().to(torch::kChar).contiguous();
+    ConvSpec spec = c.spec(relu);
+    spec.weight.clear();
+    spec.int8.weight.assign(qw.data_ptr<int8_t>(), qw.data_ptr<int8_t>() + qw.numel());
+    spec.int8.scales = floats(ws);
+    spec.int8.out_scale = out_scale;
+    return spec;
+}
+
+// Found by review: a plan built on one thread (a server's model load, or another batcher thread)
+// and run on a thread that had never built one failed with "could not execute a primitive":
+// oneDNN's library scratchpad is per thread, sized when a primitive is created. An INT8
+// package's first batch-1 request answered 500 until some other batch size had run on that
+// thread. Plans carry their scratchpad in the arena now.
+TEST(DnnlGraph, APlanBuiltOnOneThreadRunsOnAnother) {
+    torch::manual_seed(6);
+    // The Fashion-MNIST CNN's shape: its 256 -> 10 head is oneDNN's brgemm inner product, which
+    // takes a scratchpad.
+    const auto c1 = make_conv(32, 1), c2 = make_conv(64, 32);
+    const auto l1w = torch::randn({256, 64 * 7 * 7}) * 0.02, l1b = torch::randn({256}) * 0.1;
+    const auto l2w = torch::randn({10, 256}) * 0.1, l2b = torch::randn({10});
+    auto linear = [](const torch::Tensor& w, const torch::Tensor& b, bool int8, bool relu, float out_scale) {
+        LinearSpec spec{floats(w), w.size(0), w.size(1), floats(b), relu};
+        if (int8) {
+            auto ws = w.abs().amax(1) / 127;
+            auto qw = (w / ws.view({-1, 1})).round().to(torch::kChar).contiguous();
+            spec.weight.clear();
+            spec.int8.weight.assign(qw.data_ptr<int8_t>(), qw.data_ptr<int8_t>() + qw.numel());
+            spec.int8.scales = floats(ws);
+            spec.int8.out_scale = out_scale;
+        }
+        return spec;
+    };
+    for (const bool int8 : {true, false}) {
+        Graph g;
+        if (int8) g.quantize_input(1.0f / 127);
+        const PoolSpec pool{{2, 2}, {2, 2}, {0, 0}, false};
+        int v = g.conv(Graph::kInput, int8 ? int8_conv(c1, 0.02f, true) : c1.spec(true));
+        v = g.max_pool(v, pool);
+        v = g.max_pool(g.conv(v, int8 ? int8_conv(c2, 0.05f, true) : c2.spec(true)), pool);
+        v = g.linear(g.flatten(v), linear(l1w, l1b, int8, true, 0.05f));
+        g.set_output(g.linear(v, linear(l2w, l2b, int8, false, 0.0f)));
+        auto x = torch::rand({1, 1, 28, 28});
+        torch::Tensor here = run(g, x);  // built (and timed) on this thread, then cached
+        std::string error;
+        torch::Tensor there;
+        std::thread([&] {
+            try {
+                there = run(g, x);
+            } catch (const std::exception& e) {
+                error = e.what();
+            }
+        }).join();
+        ASSERT_EQ(error, "") << (int8 ? "int8" : "fp32");
+        EXPECT_TRUE(torch::equal(here, there)) << (int8 ? "int8" : "fp32");
+    }
+}
+
 TEST(DnnlGraph, Int8NodesFollowTheFloatComputation) {
     torch::manual_seed(4);
     const auto c1 = make_conv(16, 1);

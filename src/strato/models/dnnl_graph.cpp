@@ -43,6 +43,13 @@ dnnl::engine& cpu_engine() {
     return e;
 }
 
+/// Primitive attributes whose scratchpad the caller passes (DNNL_ARG_SCRATCHPAD).
+dnnl::primitive_attr user_scratchpad() {
+    dnnl::primitive_attr a;
+    a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    return a;
+}
+
 memory::desc activation_desc(const Dims& d, dt type = dt::f32) {
     return d.size() == 4 ? memory::desc(d, type, tag::nhwc) : memory::desc(d, type, tag::nc);
 }
@@ -303,7 +310,7 @@ struct Graph::Impl {
             }
         }
         if (relu) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-        dnnl::primitive_attr a;
+        dnnl::primitive_attr a = user_scratchpad();
         a.set_post_ops(po);
         if (int8) {
             std::vector<float> scales(q.scales.size());
@@ -329,10 +336,10 @@ std::unique_ptr<Plan> Graph::Impl::build_tuned(const Key& key) {
     int64_t span = 1;
     for (size_t i = 0; i < dims.size(); ++i) span += (dims[i] - 1) * strides[i];
     std::vector<float> in(static_cast<size_t>(span), 0.0f), out(static_cast<size_t>(plan->out_user.get_desc().get_size() / sizeof(float)));
-    Buffer arena(plan->arena_bytes);
+    auto arena = std::make_unique<Buffer>(plan->arena_bytes);
     auto seconds = [&](Plan& p) {
         const auto t0 = std::chrono::steady_clock::now();
-        p.run(in.data(), out.data(), arena);
+        p.run(in.data(), out.data(), *arena);
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     };
     // Work above a millisecond goes to all threads without a measurement, and the rounds are
@@ -342,7 +349,8 @@ std::unique_ptr<Plan> Graph::Impl::build_tuned(const Key& key) {
     if (first > 0.001) return plan;
     const int rounds = std::clamp(static_cast<int>(0.005 / std::max(first, 1e-6)), 4, 10);
     auto one = build(dims, strides, 1);
-    if (one->arena_bytes > arena.bytes) return plan;  // not expected: the same nodes, the same slots
+    // (The same nodes and slots; the scratchpad may differ with the thread count.)
+    if (one->arena_bytes > arena->bytes) arena = std::make_unique<Buffer>(one->arena_bytes);
     std::vector<double> t_all, t_one;
     for (int i = 0; i < rounds + 2; ++i) {  // alternating, after two warm-up rounds
         const double a = seconds(*plan), b = seconds(*one);
@@ -401,6 +409,18 @@ std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides, 
         plan->bound.emplace_back(m, slot);
         return m;
     };
+    // Every primitive's scratchpad is the plan's (oneDNN's own is per thread and sized when a
+    // primitive is created: a plan run on a thread that had created none failed to execute).
+    // The steps run one after another, so they share one slot, as large as the largest needs.
+    const int scratch_slot = static_cast<int>(slot_bytes.size());
+    slot_bytes.push_back(0);
+    auto push = [&](const dnnl::primitive& prim, const memory::desc& scratch, std::unordered_map<int, memory> args) {
+        if (scratch.get_size() > 0) {
+            slot_bytes[scratch_slot] = std::max(slot_bytes[scratch_slot], scratch.get_size());
+            args[DNNL_ARG_SCRATCHPAD] = slot_memory(scratch, scratch_slot);
+        }
+        plan->steps.push_back({prim, std::move(args)});
+    };
     auto bind = [&](int v, int slot, int r) {
         slot_of[v] = slot;
         root[v] = r;
@@ -412,13 +432,16 @@ std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides, 
     // The input (and, at the end, the output) crosses between the caller's FP32 and the graph's
     // layout and type in one reorder, quantizing or dequantizing on the way.
     auto scaled = [](float s) {
-        dnnl::primitive_attr a;
+        dnnl::primitive_attr a = user_scratchpad();
         a.set_output_scales(0, {s});
         return a;
     };
+    auto reorder = [&](const memory& from, const memory& to, const dnnl::primitive_attr& a) {
+        const dnnl::reorder::primitive_desc pd(from, to, a);
+        push(dnnl::reorder(pd), pd.scratchpad_desc(), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+    };
     plan->in_user = memory(memory::desc(dims, dt::f32, strides), cpu_engine(), nullptr);
-    plan->steps.push_back({dnnl::reorder(plan->in_user, mem[0], scaled(input_scale != 0.0f ? 1.0f / input_scale : 1.0f)),
-                           {{DNNL_ARG_FROM, plan->in_user}, {DNNL_ARG_TO, mem[0]}}});
+    reorder(plan->in_user, mem[0], scaled(input_scale != 0.0f ? 1.0f / input_scale : 1.0f));
 
     for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
         Node& n = nodes[i];
@@ -470,15 +493,15 @@ std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides, 
                         if (root_last[root[acc]] > i || root[acc] == root[n.src]) {
                             bind(out, allocate(desc[out]), out);
                             memory copy = slot_memory(desc[acc], slot_of[out]);
-                            plan->steps.push_back({dnnl::reorder(mem[acc], copy), {{DNNL_ARG_FROM, mem[acc]}, {DNNL_ARG_TO, copy}}});
+                            reorder(mem[acc], copy, user_scratchpad());
                         } else {
                             bind(out, slot_of[acc], root[acc]);
                         }
                     } else {
                         bind(out, allocate(desc[out]), out);
                     }
-                    plan->steps.push_back({dnnl::convolution_forward(pd),
-                                           {{DNNL_ARG_SRC, mem[n.src]}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, bias_of(n, scale[n.src])}, {DNNL_ARG_DST, mem[out]}}});
+                    push(dnnl::convolution_forward(pd), pd.scratchpad_desc(),
+                         {{DNNL_ARG_SRC, mem[n.src]}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, bias_of(n, scale[n.src])}, {DNNL_ARG_DST, mem[out]}});
                     plan->impl.push_back(fmt::format("conv: {}", pd.impl_info_str()));
                     break;
                 }
@@ -504,8 +527,8 @@ std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides, 
                     dnnl::inner_product_forward::primitive_desc pd(ld, attr(l.int8, scale[n.src], false, 0.0f, dt::f32, l.relu), cpu_engine());
                     memory w = packed_weights(n, pd.weights_desc(), memory::desc(wdims, int8 ? dt::s8 : dt::f32, wtag), plan->stream);
                     bind(out, allocate(desc[out]), out);
-                    plan->steps.push_back({dnnl::inner_product_forward(pd),
-                                           {{DNNL_ARG_SRC, mem[n.src]}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, bias_of(n, scale[n.src])}, {DNNL_ARG_DST, mem[out]}}});
+                    push(dnnl::inner_product_forward(pd), pd.scratchpad_desc(),
+                         {{DNNL_ARG_SRC, mem[n.src]}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, bias_of(n, scale[n.src])}, {DNNL_ARG_DST, mem[out]}});
                     plan->impl.push_back(fmt::format("linear: {}", pd.impl_info_str()));
                     break;
                 }
@@ -530,9 +553,9 @@ std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides, 
                     const auto alg = n.kind == Kind::kMaxPool ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_exclude_padding;
                     dnnl::pooling_forward::desc qd(dnnl::prop_kind::forward_inference, alg, sd, desc[out], {p.stride[0], p.stride[1]},
                                                    {p.kernel[0], p.kernel[1]}, {p.padding[0], p.padding[1]}, pad_r);
-                    dnnl::pooling_forward::primitive_desc pd(qd, cpu_engine());
+                    dnnl::pooling_forward::primitive_desc pd(qd, user_scratchpad(), cpu_engine());
                     bind(out, allocate(desc[out]), out);
-                    plan->steps.push_back({dnnl::pooling_forward(pd), {{DNNL_ARG_SRC, mem[n.src]}, {DNNL_ARG_DST, mem[out]}}});
+                    push(dnnl::pooling_forward(pd), pd.scratchpad_desc(), {{DNNL_ARG_SRC, mem[n.src]}, {DNNL_ARG_DST, mem[out]}});
                     plan->impl.push_back(fmt::format("{}: {}", kind_name(n.kind), pd.impl_info_str()));
                     break;
                 }
@@ -540,13 +563,13 @@ std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides, 
                     desc[out] = sd;
                     scale[out] = scale[n.src];
                     dnnl::eltwise_forward::desc ed(dnnl::prop_kind::forward_inference, dnnl::algorithm::eltwise_relu, sd, 0.0f, 0.0f);
-                    dnnl::eltwise_forward::primitive_desc pd(ed, cpu_engine());
+                    dnnl::eltwise_forward::primitive_desc pd(ed, user_scratchpad(), cpu_engine());
                     if (root_last[root[n.src]] <= i) {
                         bind(out, slot_of[n.src], root[n.src]);  // in place: nothing reads the input later
                     } else {
                         bind(out, allocate(desc[out]), out);
                     }
-                    plan->steps.push_back({dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, mem[n.src]}, {DNNL_ARG_DST, mem[out]}}});
+                    push(dnnl::eltwise_forward(pd), pd.scratchpad_desc(), {{DNNL_ARG_SRC, mem[n.src]}, {DNNL_ARG_DST, mem[out]}});
                     plan->impl.push_back(fmt::format("relu: {}", pd.impl_info_str()));
                     break;
                 }
@@ -576,8 +599,7 @@ std::unique_ptr<Plan> Graph::Impl::build(const Dims& dims, const Dims& strides, 
         plan->lay_out();
         return plan;
     }
-    plan->steps.push_back({dnnl::reorder(mem[output], plan->out_user, scaled(scale[output] != 0.0f ? scale[output] : 1.0f)),
-                           {{DNNL_ARG_FROM, mem[output]}, {DNNL_ARG_TO, plan->out_user}}});
+    reorder(mem[output], plan->out_user, scaled(scale[output] != 0.0f ? scale[output] : 1.0f));
     plan->lay_out();
     return plan;
 }
