@@ -441,7 +441,7 @@ TEST(Monitor, DurationOrStopEndsARunWhoseFifoHasNoReader) {
     MonitorOptions o;
     o.port = -1;
     o.interval_s = 0.05;
-    o.duration_s = 0.4;
+    o.duration_s = 1.0;  // (0.4 s took one sample only, under a sanitizer on a loaded machine)
     o.jsonl = fifo;
     o.nvml_library = "/nonexistent/libnvidia-ml.so.1";
     auto m = Monitor::create(o);
@@ -453,7 +453,7 @@ TEST(Monitor, DurationOrStopEndsARunWhoseFifoHasNoReader) {
         run.wait();
         ::close(unblock);
     }
-    ASSERT_TRUE(ended) << "--duration 0.4s with no reader on the FIFO did not end in 10 s";
+    ASSERT_TRUE(ended) << "--duration 1s with no reader on the FIFO did not end in 10 s";
     auto summary = run.get();
     ASSERT_TRUE(summary.is_ok()) << summary.status().message();
     EXPECT_GE(summary->samples, 2);
