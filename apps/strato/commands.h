@@ -83,6 +83,9 @@ CLI::Validator busy_poll_flag();
 /// message adds `why` when given ("expected a file path, got an empty one (<why>)").
 CLI::Validator file_path_flag(const std::string& why = "");
 
+/// Writes `text` to stderr, errors ignored (a closed pipe where SIGPIPE is ignored threw).
+void put_stderr(const std::string& text);
+
 /// "after 3 epochs, 1407 steps", or "after 20 steps (part of the first epoch)": a run stopped by
 /// train.max_steps inside its first epoch said "after 0 epochs".
 std::string trained_for(int64_t epochs, int64_t steps);

@@ -386,6 +386,14 @@ void add_loadtest_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
             return void(*exit_code = report_usage_error("loadtest", "no target: give a URL (http://host:port/path) or "
                                                                     "--model NAME for a server on 127.0.0.1:8000"));
         }
+        // With --model strato frames every request (the metadata GETs too): a -H Content-Length or
+        // Transfer-Encoding made the GETs wait for a body that never came (found by review).
+        if (!f->model.empty())
+            for (const auto& h : f->headers)
+                if (strncasecmp(h.c_str(), "content-length:", 15) == 0 || strncasecmp(h.c_str(), "transfer-encoding:", 18) == 0)
+                    return void(*exit_code = report_usage_error(
+                                    "loadtest", fmt::format("-H '{}': with --model strato frames every request itself; "
+                                                            "drop the header", h)));
         // Flags that only shape a model's inference requests, or one load mode, did nothing silently
         // elsewhere (-b 8 against a URL measured batch 1 and the CSV's inferences/s said so).
         if (f->model.empty())

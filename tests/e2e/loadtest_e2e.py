@@ -173,6 +173,18 @@ def closed_stdout(tmp):
     pts = json.load(open(f"{tmp}/closed.json"))["points"] if os.path.exists(f"{tmp}/closed.json") else []
     check(p.returncode == 0 and len(pts) == 70 and all(x["ok"] == 1 for x in pts),
           f"stdout closed: exit {p.returncode}, {len(pts)} points in --json, expected 70")
+    # Found by review: with SIGPIPE ignored, the error message to a closed stderr threw, and the
+    # handler's own message threw again: std::terminate (SIGABRT) instead of exit 1.
+    mute = mute_server()
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        p = subprocess.run([BIN, "loadtest", f"http://127.0.0.1:{mute.getsockname()[1]}/", "-n", "1", "--warmup", "0",
+                            "--timeout", "1s"], stdout=subprocess.DEVNULL, stderr=w, timeout=60)
+    finally:
+        os.close(w)
+        mute.close()
+    check(p.returncode == 1, f"stderr closed, no request succeeded: exit {p.returncode}, expected 1")
 
 
 def interrupt(args, delays):
@@ -559,7 +571,10 @@ def main():
                              (["--slo-p99", "50ms", "--request-rate-range", "10:20"], "--request-rate-range is a sweep, and --slo-p99 chooses"),
                              # (a header without a colon or with a CR/LF went out as it was)
                              (["-H", "X-Foo"], "expected 'Name: value'"),
-                             (["-H", "X-A: b\r\nX-Injected: 1"], "a control character")]:
+                             (["-H", "X-A: b\r\nX-Injected: 1"], "a control character"),
+                             # (found by review: with --model the metadata GET waited for 5 body bytes)
+                             (["--model", "m", "-H", "Content-Length: 5"], "with --model strato frames every request"),
+                             (["--model", "m", "-H", "transfer-encoding: chunked"], "with --model strato frames every request")]:
             out, err, _ = run([f"http://127.0.0.1:{dead}/", "-n", "1"] + args, expect=2)
             check(needle in err and "onnect" not in out + err, f"{args}: {out} {err}")
         out, err, _ = run([f"http://127.0.0.1:{dead}/", "-n", "1", "--concurrency", "4", "--max-connections", "2"], expect=2)
