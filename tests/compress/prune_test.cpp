@@ -636,6 +636,19 @@ TEST(PrunePackage, GradualReachesTheTargetAtTheEnd) {
     auto pkg = models::load_package(r->package);
     ASSERT_TRUE(pkg.is_ok());
     EXPECT_EQ(pkg->info.metrics["compression"]["schedule"], "gradual");
+
+    // Found by review: with early stopping in the fine-tuning config, its best evaluation (the
+    // first: min_delta 0.99 counts no later one as better) was packaged, an early and denser
+    // network. Stopped after the second of 4 epochs, at the end of the ramp (the first half).
+    PruneOptions es = small_options(tmp, src, {"train.early_stopping_patience=1", "train.early_stopping_min_delta=0.99"});
+    es.amount = 0.75;
+    es.schedule = "gradual";
+    es.ramp_points = 4;
+    es.epochs = 4;
+    es.output = tmp.str("early");
+    r = prune_package(es);
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_NEAR(static_cast<double>(r->zeros), 0.75 * static_cast<double>(r->weights), 1.0);
 }
 
 TEST(PrunePackage, ChannelsWithoutFineTuningWritesANarrowerPackage) {

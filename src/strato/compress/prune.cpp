@@ -605,6 +605,13 @@ Result<PruneReport> prune_package_impl(const PruneOptions& o) {
     // The fine-tuning config: the package's model and normalisation, the output run directory.
     train::TrainConfig cfg = o.finetune;
     if (epochs > 0) cfg.train.epochs = epochs;
+    // The gradual schedule's sparsity rises through the fine-tuning, and accuracy with it falls:
+    // early stopping's best evaluation would be an early, denser network (found by review).
+    if (gradual && cfg.train.early_stopping_patience > 0 && cfg.train.early_stopping_restore_best) {
+        cfg.train.early_stopping_restore_best = false;
+        log::info("prune: --schedule gradual packages the last weights (at the full sparsity), not early stopping's best "
+                  "evaluation");
+    }
     cfg.data.mean = src.info.mean;
     cfg.data.std = src.info.std;
     const auto& in = src.info.input_shape;
@@ -682,6 +689,11 @@ Result<PruneReport> prune_package_impl(const PruneOptions& o) {
     STRATO_RETURN_IF_ERROR(check_stop("pruning"));
 
     if (epochs == 0) {
+        STRATO_RETURN_IF_ERROR(fs::ensure_dir(report.run_dir));
+        // The trainer's lock on the run directory, before the package is looked at: a fine-tuning
+        // running there keeps its files (and a package it writes meanwhile is not replaced).
+        auto lock = fs::lock_dir(report.run_dir);
+        if (!lock) return lock.status().with_context("--output");
         std::error_code exists_ec;
         if (stdfs::exists(report.package, exists_ec) && !o.overwrite) {
             return Status(StatusCode::kAlreadyExists,
@@ -691,10 +703,6 @@ Result<PruneReport> prune_package_impl(const PruneOptions& o) {
         models::PackageInfo info = src.info;
         info.model = cfg.model;
         info.metrics = {{"compression", report.compression_json()}};
-        STRATO_RETURN_IF_ERROR(fs::ensure_dir(report.run_dir));
-        // The trainer's lock on the run directory: a fine-tuning running there keeps its files.
-        auto lock = fs::lock_dir(report.run_dir);
-        if (!lock) return lock.status().with_context("--output");
         if (o.overwrite) {
             // The replaced run's fine-tuning goes (the package is replaced below, atomically): left
             // beside the new package, a later --resume continued it under the new settings.
