@@ -320,6 +320,11 @@ TEST_F(Checkpoints, ARenamedOrForeignCheckpointIsUnusable) {
     ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
     EXPECT_EQ((*loaded)->step, 2);
     EXPECT_NE(fs::read_file(events)->find("it belongs to another run"), std::string::npos) << *fs::read_file(events);
+    // Nor are its weights taken as a best evaluation's (load_weights, early stopping's restore).
+    Status st5 = CheckpointStore(dir_.string(), CheckpointConfig{}).load_weights(5, *net_);
+    EXPECT_EQ(st5.code(), StatusCode::kDataLoss) << st5.message();
+    EXPECT_NE(st5.message().find("it belongs to another run"), std::string::npos) << st5.message();
+    EXPECT_TRUE(CheckpointStore(dir_.string(), CheckpointConfig{}).load_weights(2, *net_).is_ok());
 }
 
 // Found by review: `strato eval` scored a package of NaN weights (accuracy of a constant guess,

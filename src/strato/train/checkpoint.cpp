@@ -329,6 +329,11 @@ Status CheckpointStore::load_weights(int64_t step, torch::nn::Module& model) {
         if (const json& ms = manifest.contains("step") ? manifest["step"] : json();
             !(ms.is_number_integer() && ms.get<int64_t>() == step))
             return data_loss("manifest.json is for step {}, not {}", json_text(ms), step);
+        if (const json& rid = manifest.contains("run_id") ? manifest["run_id"] : json(); rid.is_string()) {
+            STRATO_ASSIGN_OR_RETURN(const std::string mine, run_id(/*create=*/false));
+            if (!mine.empty() && rid.get<std::string>() != mine)
+                return data_loss("it belongs to another run (run id {}, this run's is {})", rid.get<std::string>(), mine);
+        }
         STRATO_ASSIGN_OR_RETURN(const std::string bytes, read_checked(d, manifest, "model.pt"));
         STRATO_RETURN_IF_ERROR(models::module_from_bytes(model, bytes, (d / "model.pt").string()));
         if (!finite_weights(model)) return data_loss("model.pt holds NaN or infinite weights");
