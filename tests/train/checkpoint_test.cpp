@@ -38,6 +38,25 @@ protected:
         opt_->step();
     }
     stdfs::path step_dir(int64_t s) { return dir_ / "checkpoints" / fmt::format("step-{:09d}", s); }
+    /// A run of a 16-wide MLP on 64 synthetic 8x8 images of 4 classes (32 to test), under dir_.
+    TrainConfig tiny_run(const std::string& name) const {
+        TrainConfig c;
+        c.run.name = name;
+        c.run.dir = dir_.string();
+        c.run.threads = 1;
+        c.run.deterministic = true;
+        c.data.dataset = "synthetic";
+        c.data.path = "/nonexistent";
+        c.data.image_size = 8;
+        c.data.channels = 1;
+        c.data.classes = 4;
+        c.data.limit_train = 64;
+        c.data.limit_test = 32;
+        c.data.workers = 0;
+        c.model.arch = "mlp";
+        c.model.width = 16;
+        return c;
+    }
 
     stdfs::path dir_;
     torch::nn::Linear net_{nullptr};
@@ -391,23 +410,10 @@ namespace {
 // of 64 then 32.
 TEST_F(Checkpoints, AnEpochsShortLastAccumulatedStepTakesTheMeanGradient) {
     auto run = [&](const std::string& name, int64_t batch, int64_t accum) {
-        TrainConfig c;
-        c.run.name = name;
-        c.run.dir = dir_.string();
-        c.run.threads = 1;
-        c.run.deterministic = true;
-        c.data.dataset = "synthetic";
-        c.data.path = "/nonexistent";
-        c.data.image_size = 8;
-        c.data.channels = 1;
-        c.data.classes = 4;
+        TrainConfig c = tiny_run(name);
         c.data.limit_train = 96;
-        c.data.limit_test = 32;
         c.data.batch_size = batch;
         c.data.shuffle = false;
-        c.data.workers = 0;
-        c.model.arch = "mlp";
-        c.model.width = 16;
         c.optim.lr = 0.5;
         c.optim.momentum = 0;
         c.optim.weight_decay = 0;
@@ -437,22 +443,8 @@ TEST_F(Checkpoints, AnEpochsShortLastAccumulatedStepTakesTheMeanGradient) {
 // evaluation's checkpoint is packaged now, and its accuracy is the package's.
 TEST_F(Checkpoints, EarlyStoppingPackagesTheBestEvaluationsWeights) {
     auto config = [&](const std::string& name) {
-        TrainConfig c;
-        c.run.name = name;
-        c.run.dir = dir_.string();
-        c.run.threads = 1;
-        c.run.deterministic = true;
-        c.data.dataset = "synthetic";
-        c.data.path = "/nonexistent";
-        c.data.image_size = 8;
-        c.data.channels = 1;
-        c.data.classes = 4;
-        c.data.limit_train = 64;
-        c.data.limit_test = 32;
+        TrainConfig c = tiny_run(name);
         c.data.batch_size = 32;
-        c.data.workers = 0;
-        c.model.arch = "mlp";
-        c.model.width = 16;
         c.optim.lr = 0.5;
         c.train.epochs = 6;
         // Only the first evaluation counts as better: stopped after the third epoch (step 6),
@@ -516,20 +508,7 @@ TEST_F(Checkpoints, EarlyStoppingPackagesTheBestEvaluationsWeights) {
 // Found by review: a resume with another config warned only that "the config differs"; which keys
 // changed, and how, is what the user needs to see.
 TEST_F(Checkpoints, AResumeWithAnotherConfigNamesTheChangedKeys) {
-    TrainConfig c;
-    c.run.name = "changed";
-    c.run.dir = dir_.string();
-    c.run.threads = 1;
-    c.data.dataset = "synthetic";
-    c.data.path = "/nonexistent";
-    c.data.image_size = 8;
-    c.data.channels = 1;
-    c.data.classes = 4;
-    c.data.limit_train = 64;
-    c.data.limit_test = 32;
-    c.data.workers = 0;
-    c.model.arch = "mlp";
-    c.model.width = 16;
+    TrainConfig c = tiny_run("changed");
     c.train.epochs = 2;
     c.train.stop_after_epochs = 1;
     ASSERT_TRUE(run_training(c, {.quiet = true}).is_ok());
