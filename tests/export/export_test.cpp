@@ -192,10 +192,9 @@ class TempDir {
     stdfs::path path_;
 };
 
-TEST(PackageExport, WritesModelOnnxIntoTheManifestAndStaysLoadable) {
-    TempDir tmp;
-    const Case c{"cnn", config("cnn", 1, 4, true, 0.1), {1, 12, 12}, 3};
-    models::Net net = make_net(c, 11);
+/// A package of case `c`'s network (weights from `seed`), three labelled classes, at `dir`.
+Status save_test_package(const Case& c, uint64_t seed, const std::string& dir) {
+    models::Net net = make_net(c, seed);
     models::PackageInfo info;
     info.model = c.cfg;
     info.input_shape = c.shape;
@@ -203,8 +202,14 @@ TEST(PackageExport, WritesModelOnnxIntoTheManifestAndStaysLoadable) {
     info.labels = {"a", "b", "c"};
     info.mean = {0.5};
     info.std = {0.25};
+    return models::save_package(dir, info, *net);
+}
+
+TEST(PackageExport, WritesModelOnnxIntoTheManifestAndStaysLoadable) {
+    TempDir tmp;
+    const Case c{"cnn", config("cnn", 1, 4, true, 0.1), {1, 12, 12}, 3};
     const std::string dir = (tmp.path() / "model").string();
-    ASSERT_TRUE(models::save_package(dir, info, *net).is_ok());
+    ASSERT_TRUE(save_test_package(c, 11, dir).is_ok());
 
     for (int round = 0; round < 2; ++round) {  // the second export replaces a listed model.onnx
         auto r = export_package_onnx(dir, {});
@@ -315,17 +320,8 @@ TEST(PackageExport, WritesModelOnnxIntoTheManifestAndStaysLoadable) {
 // ONNX file's own temp files went).
 TEST(PackageExport, TempFilesOfAKilledExportAreRemoved) {
     TempDir tmp;
-    const Case c{"mlp", config("mlp", 1, 8, false, 0), {1, 6, 6}, 3};
-    models::Net net = make_net(c, 3);
-    models::PackageInfo info;
-    info.model = c.cfg;
-    info.input_shape = c.shape;
-    info.num_classes = c.classes;
-    info.labels = {"a", "b", "c"};
-    info.mean = {0.5};
-    info.std = {0.25};
     const stdfs::path dir = tmp.path() / "model";
-    ASSERT_TRUE(models::save_package(dir.string(), info, *net).is_ok());
+    ASSERT_TRUE(save_test_package({"mlp", config("mlp", 1, 8, false, 0), {1, 6, 6}, 3}, 3, dir.string()).is_ok());
     const std::string manifest_temp = std::string(models::kPackageManifest) + ".tmp.99999999.0";  // no such process
     const std::string onnx_temp = std::string(kOnnxFile) + ".tmp.99999999.1";
     ASSERT_TRUE(fs::atomic_write(dir / manifest_temp, "{}").is_ok());
