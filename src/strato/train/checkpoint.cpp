@@ -259,6 +259,17 @@ void CheckpointStore::prune(const TrainState& state) {
     }
 }
 
+Status CheckpointStore::check_run_id(const json& manifest) {
+    if (const json& rid = manifest.contains("run_id") ? manifest["run_id"] : json(); rid.is_string()) {
+        STRATO_ASSIGN_OR_RETURN(const std::string mine, run_id(/*create=*/false));
+        if (!mine.empty() && rid.get<std::string>() != mine)
+            return data_loss("it belongs to another run (run id {}; this run's, in {}/run-id, is {}): copied in from "
+                             "elsewhere?",
+                             rid.get<std::string>(), dir_, mine);
+    }
+    return Status::ok();
+}
+
 Status CheckpointStore::verify_and_load(const std::string& name, torch::nn::Module& model,
                                         torch::optim::Optimizer& optim, TrainState& state) {
     const stdfs::path d = stdfs::path(dir_) / name;
@@ -280,13 +291,7 @@ Status CheckpointStore::verify_and_load(const std::string& name, torch::nn::Modu
     if (const json& ms = manifest.contains("step") ? manifest["step"] : json();
         !ms.is_null() && !(ms.is_number_integer() && ms.get<int64_t>() == state.step))
         return data_loss("manifest.json is for step {}, state.json for step {}", json_text(ms), state.step);
-    if (const json& rid = manifest.contains("run_id") ? manifest["run_id"] : json(); rid.is_string()) {
-        STRATO_ASSIGN_OR_RETURN(const std::string mine, run_id(/*create=*/false));
-        if (!mine.empty() && rid.get<std::string>() != mine)
-            return data_loss("it belongs to another run (run id {}; this run's, in {}/run-id, is {}): copied in from "
-                             "elsewhere?",
-                             rid.get<std::string>(), dir_, mine);
-    }
+    STRATO_RETURN_IF_ERROR(check_run_id(manifest));
     // An elastic restart may bring another number of processes: the position within the epoch
     // counts each process's batches, so the rest of the epoch is another share of the data.
     if (const json& ws = manifest.contains("world_size") ? manifest["world_size"] : json();
@@ -329,11 +334,7 @@ Status CheckpointStore::load_weights(int64_t step, torch::nn::Module& model) {
         if (const json& ms = manifest.contains("step") ? manifest["step"] : json();
             !(ms.is_number_integer() && ms.get<int64_t>() == step))
             return data_loss("manifest.json is for step {}, not {}", json_text(ms), step);
-        if (const json& rid = manifest.contains("run_id") ? manifest["run_id"] : json(); rid.is_string()) {
-            STRATO_ASSIGN_OR_RETURN(const std::string mine, run_id(/*create=*/false));
-            if (!mine.empty() && rid.get<std::string>() != mine)
-                return data_loss("it belongs to another run (run id {}, this run's is {})", rid.get<std::string>(), mine);
-        }
+        STRATO_RETURN_IF_ERROR(check_run_id(manifest));
         STRATO_ASSIGN_OR_RETURN(const std::string bytes, read_checked(d, manifest, "model.pt"));
         STRATO_RETURN_IF_ERROR(models::module_from_bytes(model, bytes, (d / "model.pt").string()));
         if (!finite_weights(model)) return data_loss("model.pt holds NaN or infinite weights");

@@ -5,6 +5,7 @@
 // previous good checkpoint. Loading takes the newest checkpoint whose files all match the SHA-256
 // in its manifest; a corrupt one is skipped with a warning in favour of the one before.
 
+#include <nlohmann/json_fwd.hpp>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -78,6 +79,8 @@ private:
                            TrainState& state);
     std::vector<std::string> list_desc() const;
     void prune(const TrainState& state);
+    /// A checkpoint whose manifest names another run's id (copied in from elsewhere) is an error.
+    Status check_run_id(const nlohmann::json& manifest);
     /// This run's id (checkpoints/run-id); empty when there is none yet. `create`: make one.
     Result<std::string> run_id(bool create);
 
