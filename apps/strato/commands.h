@@ -4,7 +4,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
 #include <functional>
+#include <string_view>
 
 #include "strato/core/status.h"
 #include "strato/data/data_config.h"
@@ -83,8 +85,10 @@ CLI::Validator busy_poll_flag();
 /// message adds `why` when given ("expected a file path, got an empty one (<why>)").
 CLI::Validator file_path_flag(const std::string& why = "");
 
-/// Writes `text` to stderr, errors ignored (a closed pipe where SIGPIPE is ignored threw).
-void put_stderr(const std::string& text);
+/// Writes `text` to `f`, errors ignored: fmt::print throws on a closed pipe where SIGPIPE is ignored
+/// (loadtest ignores it so that `| head` keeps what it measured), and an error message about that
+/// error then ended in std::terminate (SIGABRT) instead of the exit status.
+void put(std::FILE* f, std::string_view text);
 
 /// "after 3 epochs, 1407 steps", or "after 20 steps (part of the first epoch)": a run stopped by
 /// train.max_steps inside its first epoch said "after 0 epochs".

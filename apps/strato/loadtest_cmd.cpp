@@ -4,7 +4,6 @@
 
 #include <csignal>
 #include <cstdio>
-#include <strings.h>
 #include <filesystem>
 #include <thread>
 #include <tuple>
@@ -36,11 +35,6 @@ struct LoadtestFlags {
     bool allow_remote = false;
     bool duration_set = false, warmup_set = false, window_set = false;  // given on the command line
 };
-
-/// Writes `text` to `f`, ignoring errors: a reader that went away (`| head`, a closed terminal) must not
-/// cost what was measured. fmt::print threw on EPIPE, and before that SIGPIPE killed the process
-/// with the table half written and no --json, --csv or --report.
-void put(std::FILE* f, std::string_view text) { (void)std::fwrite(text.data(), 1, text.size(), f); }
 
 Result<std::map<std::string, std::vector<int64_t>>> parse_shapes(const std::vector<std::string>& flags) {
     std::map<std::string, std::vector<int64_t>> out;
@@ -204,9 +198,9 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
             std::string_view value = std::string_view(h).substr(name.size() + 1);
             while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
             while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
-            if (strncasecmp(h.c_str(), "transfer-encoding:", 18) == 0)
+            if (loadgen::header_is(h, "transfer-encoding"))
                 return invalid_argument("-H '{}': strato sends the body with a Content-Length; drop the header", h);
-            if (strncasecmp(h.c_str(), "content-length:", 15) == 0 && value != std::to_string(body.size()))
+            if (loadgen::header_is(h, "content-length") && value != std::to_string(body.size()))
                 return invalid_argument("-H '{}': the body has {} bytes; drop the header (strato sets Content-Length)", h,
                                         body.size());
         }
@@ -226,7 +220,10 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
     ro.interrupted = [] { return signals::stop_requested(); };
     if (!g.quiet) ro.progress = [](const std::string& line) { put(stderr, line + "\n"); };
 
-    ::signal(SIGPIPE, SIG_IGN);  // (see put())
+    // A reader that went away (`| head`, a closed terminal) must not cost what was measured:
+    // SIGPIPE killed the process with the table half written and no --json, --csv or --report
+    // (and fmt::print throws on EPIPE: the output goes through put()).
+    ::signal(SIGPIPE, SIG_IGN);
     if (!g.quiet)
         put(stderr, fmt::format("strato loadtest: http://{}{}\n  {}\n", url.host_header, target.url.target, target.description));
     // From here a second Ctrl-C does not exit at once (a third does): the first already ends the
@@ -390,7 +387,7 @@ void add_loadtest_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         // Transfer-Encoding made the GETs wait for a body that never came (found by review).
         if (!f->model.empty())
             for (const auto& h : f->headers)
-                if (strncasecmp(h.c_str(), "content-length:", 15) == 0 || strncasecmp(h.c_str(), "transfer-encoding:", 18) == 0)
+                if (loadgen::header_is(h, "content-length") || loadgen::header_is(h, "transfer-encoding"))
                     return void(*exit_code = report_usage_error(
                                     "loadtest", fmt::format("-H '{}': with --model strato frames every request itself; "
                                                             "drop the header", h)));

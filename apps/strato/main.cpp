@@ -16,16 +16,13 @@
 
 namespace strato::cli {
 
-// To stderr, errors ignored: fmt::print throws on a closed pipe where SIGPIPE is ignored
-// (loadtest ignores it so that `| head` keeps what it measured), and an error about an error
-// ended in std::terminate (SIGABRT) instead of the exit status.
-void put_stderr(const std::string& text) { (void)std::fwrite(text.data(), 1, text.size(), stderr); }
+void put(std::FILE* f, std::string_view text) { (void)std::fwrite(text.data(), 1, text.size(), f); }
 
 int report_error(const std::string& command, const Status& status) {
     const std::string& msg = status.message();
     size_t nl = msg.find('\n');
-    put_stderr(fmt::format("strato {}: error: {}\n", command, msg.substr(0, nl)));
-    if (nl != std::string::npos) put_stderr(msg.substr(nl + 1) + "\n");
+    put(stderr, fmt::format("strato {}: error: {}\n", command, msg.substr(0, nl)));
+    if (nl != std::string::npos) put(stderr, msg.substr(nl + 1) + "\n");
     return status.code() == StatusCode::kCancelled ? 130 : 1;
 }
 
@@ -232,7 +229,7 @@ int main(int argc, char** argv) {
         }
         return app.exit(e) == 0 ? 0 : 2;
     } catch (const std::exception& e) {
-        strato::cli::put_stderr(fmt::format("strato: error: {}\n", e.what()));
+        strato::cli::put(stderr, fmt::format("strato: error: {}\n", e.what()));
         return 1;
     }
     return exit_code;

@@ -52,22 +52,26 @@ constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 
 std::string build_request(const Url& url, std::string_view method, const std::vector<std::string>& headers,
                           std::string_view body) {
-    const bool has_host = std::any_of(headers.begin(), headers.end(), [](const std::string& h) {
-        return h.size() >= 5 && strncasecmp(h.c_str(), "host:", 5) == 0;
-    });
+    const bool has_host =
+        std::any_of(headers.begin(), headers.end(), [](const std::string& h) { return header_is(h, "host"); });
     std::string r = fmt::format("{} {} HTTP/1.1\r\n", method, url.target);
     if (!has_host) r += fmt::format("Host: {}\r\n", url.host_header);
     bool has_length = false;
     for (const auto& h : headers) {
         r += h;
         r += "\r\n";
-        if (h.size() >= 15 && strncasecmp(h.c_str(), "content-length:", 15) == 0) has_length = true;
+        if (header_is(h, "content-length")) has_length = true;
     }
     if (!has_length && (!body.empty() || method == "POST" || method == "PUT"))
         r += fmt::format("Content-Length: {}\r\n", body.size());
     r += "\r\n";
     r += body;
     return r;
+}
+
+bool header_is(std::string_view header, std::string_view name) {
+    return header.size() > name.size() && header[name.size()] == ':' &&
+           strncasecmp(header.data(), name.data(), name.size()) == 0;
 }
 
 Status check_header(std::string_view h) {

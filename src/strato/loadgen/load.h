@@ -37,6 +37,8 @@ std::string build_request(const Url& url, std::string_view method, const std::ve
 /// Checks an extra header (-H): "Name: value", the name a token (RFC 9110 5.1), the value without
 /// control characters (a CR or LF would end the header early and start another, or the body).
 Status check_header(std::string_view header);
+/// True when a 'Name: value' header is named `name` (letters compared without case).
+bool header_is(std::string_view header, std::string_view name);
 
 /// The counts of one measurement window.
 struct Measurement {
