@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <sys/resource.h>
 #include <unistd.h>
+#include <csignal>
 
 #include <filesystem>
 #include <fstream>
@@ -434,6 +436,25 @@ TEST_F(Package, SavesReplaceOnlyPackagesAndTheirOwnLeftovers) {
     EXPECT_TRUE(stdfs::exists(dir_ / "model.tmp.1"));
     EXPECT_FALSE(stdfs::exists(dir_ / "model.tmp.99999999"));
     EXPECT_FALSE(stdfs::exists(dir_ / ".old-model.99999999"));
+    EXPECT_TRUE(load_package((dir_ / "model").string()).is_ok());
+}
+
+// A save whose write fails half way (here the file size limit, as a full disk would) left an empty
+// "model.tmp.<pid>" next to the package until the next save there.
+TEST_F(Package, AFailedWriteLeavesNoStagingCopy) {
+    struct rlimit old {};
+    ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+    auto* old_handler = std::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit small = old;
+    small.rlim_cur = 512;
+    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+    Status st = save_package((dir_ / "next").string(), info_, *net_);
+    ::setrlimit(RLIMIT_FSIZE, &old);
+    std::signal(SIGXFSZ, old_handler);
+    EXPECT_FALSE(st.is_ok());
+    EXPECT_FALSE(stdfs::exists(dir_ / "next"));
+    for (const auto& e : stdfs::directory_iterator(dir_))
+        EXPECT_EQ(e.path().filename().string().find("next.tmp."), std::string::npos) << e.path();
     EXPECT_TRUE(load_package((dir_ / "model").string()).is_ok());
 }
 

@@ -182,18 +182,10 @@ Status check_package_destination(const std::string& dir) {
     return Status::ok();
 }
 
-Status save_package(const std::string& dir, const PackageInfo& info, NetImpl& net) {
-    STRATO_RETURN_IF_ERROR(check_package_destination(dir));
-    const stdfs::path final_dir = package_path(dir);
-    stdfs::path parent = final_dir.parent_path().empty() ? stdfs::path(".") : final_dir.parent_path();
-    const std::string base = final_dir.filename().string();
-    std::error_code ec;
-    STRATO_RETURN_IF_ERROR(fs::ensure_dir(parent));
-    stdfs::path tmp = parent / (base + ".tmp." + std::to_string(::getpid()));
-    for (const auto& e : stdfs::directory_iterator(parent, ec))
-        if (stale_leftover(e.path().filename().string(), base)) (void)fs::remove_tree(e.path());
-    STRATO_RETURN_IF_ERROR(fs::ensure_dir(tmp));
+namespace {
 
+/// Writes the package's files into the staging directory `tmp`.
+Status stage_package(const stdfs::path& tmp, const PackageInfo& info, NetImpl& net) {
     std::string weights = module_to_bytes(net);
     std::string metrics = json_text(info.metrics, 2) + "\n";
     STRATO_RETURN_IF_ERROR(write_file(tmp / kPackageWeights, weights));
@@ -218,6 +210,28 @@ Status save_package(const std::string& dir, const PackageInfo& info, NetImpl& ne
     if (info.quantized()) manifest["quantization"] = info.quantization;
     manifest.update(signature(info));
     STRATO_RETURN_IF_ERROR(write_file(tmp / kPackageManifest, json_text(manifest, 2) + "\n"));
+    return Status::ok();
+}
+
+}  // namespace
+
+Status save_package(const std::string& dir, const PackageInfo& info, NetImpl& net) {
+    STRATO_RETURN_IF_ERROR(check_package_destination(dir));
+    const stdfs::path final_dir = package_path(dir);
+    stdfs::path parent = final_dir.parent_path().empty() ? stdfs::path(".") : final_dir.parent_path();
+    const std::string base = final_dir.filename().string();
+    std::error_code ec;
+    STRATO_RETURN_IF_ERROR(fs::ensure_dir(parent));
+    stdfs::path tmp = parent / (base + ".tmp." + std::to_string(::getpid()));
+    for (const auto& e : stdfs::directory_iterator(parent, ec))
+        if (stale_leftover(e.path().filename().string(), base)) (void)fs::remove_tree(e.path());
+    STRATO_RETURN_IF_ERROR(fs::ensure_dir(tmp));
+    // A write that fails (disk full, quota) takes the staging copy with it: nothing half-written
+    // is left next to the package.
+    if (Status st = stage_package(tmp, info, net); !st.is_ok()) {
+        (void)fs::remove_tree(tmp);
+        return st;
+    }
 
     // Swapped into place: a crash at any instant leaves the old package or the new one.
     if (Status st = fs::replace_dir(tmp, final_dir); !st.is_ok()) {
