@@ -283,6 +283,10 @@ TEST_F(FsTest, OutputFilesReplaceOnlyWhatTheCommandWrites) {
     EXPECT_EQ(check_output_file(dir_ / "nope" / "x.json", OutputKind::kText, "--json").message(),
               "--json " + (dir_ / "nope" / "x.json").string() + ": the directory " + (dir_ / "nope").string() +
                   " does not exist");
+    // A report write killed half way left "<out>.tmp.<pid>.<n>" beside it for good.
+    ASSERT_TRUE(atomic_write(dir_ / "report.html.tmp.99999999.0", "<!DOCTYPE html>\n<ht").is_ok());
+    EXPECT_TRUE(check_output_file(html, OutputKind::kHtml, "--out").is_ok());
+    EXPECT_FALSE(stdfs::exists(dir_ / "report.html.tmp.99999999.0"));
     // A model package's manifest is text, yet not a table's to replace (found by review).
     const auto pkg = dir_ / "model";
     ASSERT_TRUE(ensure_dir(pkg).is_ok());

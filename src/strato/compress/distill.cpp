@@ -163,6 +163,7 @@ Result<train::TrainResult> distill(const train::TrainConfig& student, const Dist
                           "with the new one, which the package's metrics.json records",
                           json_text(j), json_text(settings));
         }
+        fs::remove_stale_temps(record);  // a run killed while writing it
         return fs::atomic_write(record, json_text(settings, 2) + "\n");
     };
     train_opts.hooks = &d.hooks;

@@ -100,7 +100,8 @@ enum class OutputKind {
 };
 /// Checked before a command starts its work: `path` may be written when it does not exist, or
 /// holds what the command writes (an earlier run's output); a model's weights, a study database,
-/// a run's metrics under an HTML report's name are refused, naming `flag` and the file.
+/// a run's metrics under an HTML report's name are refused, naming `flag` and the file. The
+/// partial copies that killed writes of `path` left (remove_stale_temps) are removed.
 Status check_output_file(const stdfs::path& path, OutputKind kind, std::string_view flag);
 
 }  // namespace strato::fs
