@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "strato/core/fs.h"
@@ -503,6 +504,37 @@ TEST_F(Checkpoints, EarlyStoppingPackagesTheBestEvaluationsWeights) {
     ASSERT_TRUE(r.is_ok()) << r.status().message();
     EXPECT_EQ(r->weights_step, 6);
     EXPECT_TRUE(same(*models::load_package((dir_ / "gone" / "model").string())->net, *weights_of_step("gone", 6)));
+}
+
+// A resumed epoch's epoch_time_s was only the time after the resume (a tune study on
+// metric = "epoch_time_s" ranked a preempted trial as the fastest): the checkpoint keeps the
+// epoch's training time so far, and the resumed epoch adds it.
+TEST_F(Checkpoints, AnEpochResumedMidWayIsTimedWhole) {
+    TrainConfig c = tiny_run("timed");
+    c.data.batch_size = 16;  // 4 steps an epoch
+    c.train.epochs = 1;
+    c.train.max_steps = 2;
+    ASSERT_TRUE(run_training(c, {.overwrite = true, .quiet = true}).is_ok());
+    CheckpointStore store((dir_ / "timed").string(), CheckpointConfig{});
+    auto net = models::create_model(c.model, {1, 8, 8}, 4).value();
+    torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1));
+    auto state = store.load_latest(*net, opt);
+    ASSERT_TRUE(state.is_ok() && state->has_value()) << state.status().message();
+    EXPECT_EQ((*state)->next_batch, 2);
+    const double before = (*state)->epoch_elapsed_s;
+    EXPECT_GT(before, 0.0);
+
+    c.train.max_steps = 0;
+    ASSERT_TRUE(run_training(c, {.resume = true, .quiet = true}).is_ok());
+    auto lines = fs::read_file(dir_ / "timed" / "metrics.jsonl");
+    ASSERT_TRUE(lines.is_ok());
+    nlohmann::json last;
+    std::istringstream in(*lines);
+    for (std::string line; std::getline(in, line);)
+        if (auto j = nlohmann::json::parse(line); j["kind"] == "eval") last = j;
+    EXPECT_EQ(last["epoch"], 1);
+    EXPECT_FALSE(last.contains("partial")) << last.dump();
+    EXPECT_GT(last["epoch_time_s"].get<double>(), before);
 }
 
 // Found by review: a resume with another config warned only that "the config differs"; which keys

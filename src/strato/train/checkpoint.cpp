@@ -57,6 +57,7 @@ json state_to_json(const TrainState& s) {
             {"best_loss", real_to_json(s.best_loss)},
             {"bad_evals", s.bad_evals},
             {"elapsed_s", real_to_json(s.elapsed_s)},
+            {"epoch_elapsed_s", real_to_json(s.epoch_elapsed_s)},
             {"epoch_loss_sum", real_to_json(s.epoch_loss_sum)},
             {"epoch_correct", s.epoch_correct},
             {"epoch_seen", s.epoch_seen},
@@ -87,6 +88,7 @@ Status state_from_json(const json& j, TrainState& s) {
     STRATO_RETURN_IF_ERROR(real_from_json(j, "window_loss_sum", s.window_loss_sum, 0.0));
     STRATO_RETURN_IF_ERROR(real_from_json(j, "loss_scale", s.loss_scale, 0.0));  // absent before fp16
     STRATO_RETURN_IF_ERROR(real_from_json(j, "best_loss", s.best_loss, std::nan("")));  // absent before it was kept
+    STRATO_RETURN_IF_ERROR(real_from_json(j, "epoch_elapsed_s", s.epoch_elapsed_s, std::nan("")));  // (the same)
     try {
         s.step = j.at("step").get<int64_t>();
         s.epoch = j.at("epoch").get<int64_t>();

@@ -30,6 +30,9 @@ struct TrainState {
     double best_loss = std::nan("");  // the test loss of that evaluation (NaN: not known, an older checkpoint)
     int64_t bad_evals = 0;   // evaluations since the last improvement (early stopping)
     double elapsed_s = 0.0;  // training wall time before this process
+    // training time of the current epoch before this process (NaN: not known, a checkpoint from
+    // before it was kept; a resumed epoch's epoch_time_s was then only the rest's)
+    double epoch_elapsed_s = 0.0;
     // running sums of the current epoch's training loss/accuracy
     double epoch_loss_sum = 0.0;
     int64_t epoch_correct = 0;

@@ -457,6 +457,8 @@ private:
     int64_t group_ = 1;  // micro-steps in the current optimizer step (train_epoch)
     int64_t total_steps_ = 0;
     Clock::time_point process_start_;
+    Clock::time_point epoch_start_ = Clock::now();  // when this process began training the current epoch
+    bool epoch_running_ = false;                      // between that and the end of the epoch's training
     EvalResult last_eval_;
     bool bf16_ = false, fp16_ = false;
     bool channels_last_ = false;
@@ -771,6 +773,7 @@ Status Trainer::checkpoint() {
     s.train_samples = splits_.train->size();
     s.metrics_lines = metrics_->lines();
     s.elapsed_s = state_.elapsed_s + seconds_since(process_start_);
+    s.epoch_elapsed_s = s.next_batch == 0 ? 0.0 : state_.epoch_elapsed_s + (epoch_running_ ? seconds_since(epoch_start_) : 0.0);
     return store_->save(s, *net_, *optim_);
 }
 
@@ -966,10 +969,19 @@ Result<TrainResult> Trainer::run() {
             early_stopped = true;  // resumed after early stopping had triggered
             break;
         }
+        // A resume mid-epoch adds the training time its checkpoint kept (one from before that was
+        // kept times only the rest of the epoch: marked partial below).
+        if (state_.next_batch == 0) state_.epoch_elapsed_s = 0.0;
+        const bool timed_whole = std::isfinite(state_.epoch_elapsed_s);
         const auto epoch_start = Clock::now();
-        const bool from_epoch_start = state_.next_batch == 0;  // (a resume mid-epoch times only the rest)
+        epoch_start_ = epoch_start;
+        epoch_running_ = true;
         bool stop = false;
-        STRATO_RETURN_IF_ERROR(train_epoch(stop));
+        Status trained = train_epoch(stop);
+        epoch_running_ = false;
+        const auto train_end = Clock::now();
+        state_.epoch_elapsed_s += std::chrono::duration<double>(train_end - epoch_start).count();
+        STRATO_RETURN_IF_ERROR(trained);
         if (stop && stop_now()) {
             STRATO_RETURN_IF_ERROR(checkpoint());
             return Status(StatusCode::kCancelled,
@@ -987,7 +999,8 @@ Result<TrainResult> Trainer::run() {
                                                            static_cast<double>(state_.epoch_seen)}));
             const double train_loss = sums[0] / std::max(1.0, sums[2]);
             const double train_acc = sums[1] / std::max(1.0, sums[2]);
-            const double epoch_s = seconds_since(epoch_start);
+            const double epoch_s =
+                timed_whole ? state_.epoch_elapsed_s + seconds_since(train_end) : seconds_since(epoch_start);
             // A network whose outputs are NaN or infinite is not a model: no package is written.
             // (fp16's loss scaler skips steps whose loss overflowed, so only the test loss says so.)
             if (!std::isfinite(last_eval_.loss) || (!fp16_ && !std::isfinite(train_loss)))
@@ -1013,7 +1026,7 @@ Result<TrainResult> Trainer::run() {
                                        {"test_acc", last_eval_.accuracy},
                                        {"epoch_time_s", epoch_s},
                                        {"eval_time_s", last_eval_.seconds}};
-                if (!epoch_done || !from_epoch_start) line["partial"] = true;
+                if (!epoch_done || !timed_whole) line["partial"] = true;
                 STRATO_RETURN_IF_ERROR(metrics_->append(line));
             }
             log::info("epoch {}/{}: train loss {:.4f} acc {:.2f}% | test loss {:.4f} acc {:.2f}% | {:.1f} s", epoch + 1,
@@ -1040,6 +1053,7 @@ Result<TrainResult> Trainer::run() {
         if (epoch_done) {
             state_.epoch = epoch + 1;
             state_.next_batch = 0;
+            state_.epoch_elapsed_s = 0.0;
             state_.epoch_loss_sum = 0;
             state_.epoch_correct = state_.epoch_seen = 0;
         }
