@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <tuple>
 #include <nlohmann/json.hpp>
 
@@ -175,6 +176,16 @@ std::string si(double v) {
     return fmt::format("{:.3g}", v);
 }
 
+/// A rate for the table: whole numbers from 100 up, three significant digits below (a large model
+/// runs well under one sample a second per GPU; "0" said it did not run at all).
+std::string rate_text(double v) {
+    if (!(v > 0) || v >= 100) return fmt::format("{:.0f}", v);
+    return fmt::format("{:.3g}", v);
+}
+
+/// An amount of money to the cent, "<0.01" for a positive one that rounds to 0.00.
+std::string money_text(double v) { return v > 0 && v < 0.005 ? "<0.01" : fmt::format("{:.2f}", v); }
+
 std::string print_table(const cloud::Plan& p, const cloud::PlanRequest& r, const cloud::Catalog& cat, double ms,
                         int simulate) {
     const cloud::Workload& w = r.workload;
@@ -200,13 +211,16 @@ std::string print_table(const cloud::Plan& p, const cloud::PlanRequest& r, const
     int i = 0;
     for (const auto& c : p.ranked) {
         std::string range = c.spot ? fmt::format("{} - {}", cloud::format_hours(c.p10_h), cloud::format_hours(c.p90_h)) : "";
-        out += fmt::format("{:>2}  {:<6} {:<14} {:<26} {:>12} {:<9} {:>10.0f} {:>13} {:>19} {:>10.2f}  {}\n", ++i,
-                           c.inst->provider, c.inst->region,
-                           c.nodes > 1 ? fmt::format("{} x{}", c.inst->type, c.nodes) : c.inst->type,
-                           fmt::format("{}x{}", c.gpus(), c.inst->accelerator), c.spot ? "spot" : "on-demand",
-                           c.tp.samples_per_s, cloud::format_hours(c.expected_h), range, c.cost, c.reason);
+        out += fmt::format(
+            "{:>2}  {:<6} {:<14} {:<26} {:>12} {:<9} {:>10} {:>13} {:>19} {:>10}  {}\n", ++i, c.inst->provider,
+            c.inst->region, c.nodes > 1 ? fmt::format("{} x{}", c.inst->type, c.nodes) : c.inst->type,
+            fmt::format("{}x{}", c.gpus(), c.inst->accelerator), c.spot ? "spot" : "on-demand",
+            rate_text(c.tp.samples_per_s), cloud::format_hours(c.expected_h), range, money_text(c.cost), c.reason);
     }
-    if (simulate > 0) {
+    const bool any_spot =
+        std::any_of(p.ranked.begin(), p.ranked.end(), [](const cloud::Candidate& c) { return c.spot; });
+    if (simulate > 0 && !any_spot) out += "\n--simulate: no spot row in the plan, nothing to simulate\n";
+    if (simulate > 0 && any_spot) {
         out += fmt::format("\nspot rows simulated {} times each (preemptions at the same rates):\n", simulate);
         int k = 0;
         for (const auto& c : p.ranked) {
@@ -370,11 +384,14 @@ void add_plan_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
                     "90th percentile")
         ->check(duration_flag("h", true));
     cmd->add_option("--budget", f->budget,
-                    "Spend at most this much (catalog currency); spot rows must meet it at their 90th percentile")->check(finite_range(1e-9, 1e15));
-    cmd->add_option("--provider", f->providers, "Only these clouds (aws, gcp, azure, ...)");
-    cmd->add_option("--region", f->regions, "Only these regions");
-    cmd->add_option("--gpu", f->gpus, "Only these accelerators (T4, A10G, A100, H100, ...)");
-    cmd->add_option("--instance", f->instances, "Only these instance types");
+                    "Spend at most this much (USD, or the currency of --prices); spot rows must meet it at their 90th "
+                    "percentile")
+        ->check(finite_range(1e-9, 1e15));
+    cmd->add_option("--provider", f->providers, "Only these clouds (aws, gcp, azure, ...; any case)");
+    cmd->add_option("--region", f->regions, "Only these regions (any case)");
+    cmd->add_option("--gpu", f->gpus,
+                    "Only these accelerators (T4, A10G, A100, H100, ...; any case; a name, not A100:8)");
+    cmd->add_option("--instance", f->instances, "Only these instance types (exact names)");
     cmd->add_option("--max-nodes", f->max_nodes, "Largest node count to consider (default 16)")->check(CLI::Range(1, 1024));
     cmd->add_option("--market", f->market, "ondemand, spot or both (default)")
         ->check(CLI::IsMember({"ondemand", "spot", "both"}));
@@ -386,7 +403,10 @@ void add_plan_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         ->check(duration_flag("s", false));
     cmd->add_option("--spot-hazard", f->spot_hazard, "Preemptions per node-hour (default: catalog rates)")
         ->check(finite_range(0, 100));
-    auto* catalog = cmd->add_option("--catalog", f->catalog, "Instance CSV (SkyPilot-derived format of data/cloud/instances.csv)");
+    auto* catalog =
+        cmd->add_option("--catalog", f->catalog,
+                        "Instance CSV with the columns of data/cloud/instances.csv (convert a SkyPilot vms.csv with "
+                        "scripts/cloud/refresh_catalog.py)");
     cmd->add_option("--gpu-table", f->gpus_csv, "GPU table CSV (format of data/cloud/gpus.csv; with --catalog)")
         ->needs(catalog);
     cmd->add_option("--spot-rates", f->spot_csv,
@@ -394,8 +414,9 @@ void add_plan_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         ->needs(catalog);
     cmd->add_option("--prices", f->prices, "TOML price overrides: discounts, negotiated prices, currency (docs/plan.md)");
     cmd->add_option("--top", f->top, "Rows to show (default 10)")->check(CLI::Range(1, 1000000));
-    cmd->add_option("--simulate", f->simulate,
-                    "Check each spot row by simulating its preemptions N times (mean and 10-90 % of the cost)")
+    cmd->add_option(
+           "--simulate", f->simulate,
+           "Check each spot row by simulating its preemptions N times (mean time and cost, 10-90 % of the time)")
         ->check(CLI::Range(0, 100000));
     cmd->add_flag("--json", f->json, "Print the plan (or --list) as JSON");
     cmd->add_flag("--list", f->list, "List workload presets, GPUs and catalog warnings");
@@ -446,7 +467,9 @@ void add_plan_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         else
             fmt::print("{}", print_table(*plan, *req, *cat, ms, f->simulate));
         if (plan->ranked.empty()) {
-            if (!f->json) fmt::print(stderr, "strato plan: error: no plan meets the constraints: {}\n", plan->binding);
+            // (with --json too: stdout holds the JSON, and the exit status 1 needs its one line)
+            std::fflush(stdout);
+            fmt::print(stderr, "strato plan: error: no plan meets the constraints: {}\n", plan->binding);
             return void(*exit_code = 1);
         }
         *exit_code = 0;

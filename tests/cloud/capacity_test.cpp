@@ -112,6 +112,23 @@ TEST(Capacity, AnExactFitIsNotRoundedUpByFloatingPoint) {
     for (const auto& r : *rows) EXPECT_EQ(r.instances, 2) << r.inst->key();
 }
 
+// Found by review: `--gpu a10g` was "no instance of the catalog has it" here while `strato plan`
+// takes accelerators in any case.
+TEST(Capacity, AcceleratorsMatchInAnyCase) {
+    const Catalog cat = Catalog::builtin().value();
+    CapacityRequest req;
+    req.target_qps = 1000;
+    req.replica_qps = 300;
+    req.accelerators = {"A10G"};
+    auto exact = capacity_plan(cat, req);
+    req.accelerators = {"a10g"};
+    auto lower = capacity_plan(cat, req);
+    ASSERT_TRUE(exact.is_ok()) << exact.status().message();
+    ASSERT_TRUE(lower.is_ok()) << lower.status().message();
+    ASSERT_EQ(exact->size(), lower->size());
+    for (size_t i = 0; i < exact->size(); ++i) EXPECT_EQ((*exact)[i].inst, (*lower)[i].inst);
+}
+
 TEST(Manifests, ValidatesNamesAndRanges) {
     ManifestOptions o;
     o.name = "fashion";

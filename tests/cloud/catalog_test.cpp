@@ -110,6 +110,39 @@ TEST(Catalog, DuplicatesNegativesAndRowsWithoutGpusAreNamed) {
     EXPECT_NE(twice.status().message().find("is listed twice"), std::string::npos) << twice.status().message();
 }
 
+// Found by review: a SkyPilot vms.csv given to --catalog (the file an ML engineer has) failed with
+// a bare "missing column 'provider'"; an accelerator spelled "t4" was not the GPU table's T4; and
+// the warning for an unknown accelerator named no file or line.
+TEST(Catalog, SkyPilotSnapshotsAcceleratorCaseAndWarningsWithTheLine) {
+    auto sky = Catalog::parse(
+        "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,GpuInfo,Price,SpotPrice,Region,AvailabilityZone,"
+        "Arch\r\ng4dn.xlarge,T4,1.0,4.0,16.0,,0.5,0.19,us-east-1,use1-az1,x86_64\r\n",
+        "vms.csv", detail::kGpusCsv, "gpus.csv", detail::kSpotCsv, "spot.csv");
+    ASSERT_FALSE(sky.is_ok());
+    EXPECT_NE(sky.status().message().find("vms.csv:1: missing column 'provider'"), std::string::npos)
+        << sky.status().message();
+    EXPECT_NE(
+        sky.status().message().find("this is a SkyPilot vms.csv: convert it with scripts/cloud/refresh_catalog.py"),
+        std::string::npos)
+        << sky.status().message();
+    auto lower = from_rows("aws,us-east-1,x,t4,1,4,16,25,1,0.2,src\n");
+    ASSERT_TRUE(lower.is_ok()) << lower.status().message();
+    ASSERT_NE(lower->instances()[0].gpu, nullptr);
+    EXPECT_EQ(lower->instances()[0].gpu->name, "T4");
+    EXPECT_TRUE(lower->warnings().empty());
+    // A provider in capitals gets its provider's spot rates, not the unknown-provider estimate.
+    auto upper = from_rows("AWS,us-east-1,p4d.24xlarge,A100,8,96,1152,400,21.96,2.47,src\n");
+    ASSERT_TRUE(upper.is_ok()) << upper.status().message();
+    EXPECT_DOUBLE_EQ(upper->instances()[0].spot_interruptions_per_month, 0.025);
+    auto tpu =
+        from_rows("aws,us-east-1,x,T4,1,4,16,25,1,0.2,src\ngcp,us-central1,tpu-v6e-1,tpu-v6e,1,,,,2.7,0.5,src\n");
+    ASSERT_TRUE(tpu.is_ok()) << tpu.status().message();
+    ASSERT_EQ(tpu->warnings().size(), 1u);
+    EXPECT_EQ(
+        tpu->warnings()[0],
+        "test.csv:3: gcp/us-central1/tpu-v6e-1: accelerator 'tpu-v6e' is not in the GPU table; left out of plans");
+}
+
 TEST(Catalog, OverridesDiscountsPricesCurrency) {
     Catalog c = Catalog::builtin().value();
     Status s = c.apply_overrides(R"(
@@ -161,8 +194,11 @@ TEST(Catalog, RegionPriceWinsNonTablesAndValuesOutOfRangeAreRefused) {
                              "[prices.\"g4dn.xlarge\"]\nondemand = 5.0\n[prices.\"aws/us-east-1/g4dn.xlarge\"]\nondemand = 0.01\n"}) {
         Catalog c = Catalog::builtin().value();
         ASSERT_TRUE(c.apply_overrides(text, "o.toml").is_ok()) << text;
-        for (const auto& in : c.instances())
-            if (in.type == "g4dn.xlarge") EXPECT_DOUBLE_EQ(in.ondemand_usd_h, in.region == "us-east-1" ? 0.01 : 5.0) << in.key();
+        for (const auto& in : c.instances()) {
+            if (in.type == "g4dn.xlarge") {
+                EXPECT_DOUBLE_EQ(in.ondemand_usd_h, in.region == "us-east-1" ? 0.01 : 5.0) << in.key();
+            }
+        }
     }
     Catalog d = Catalog::builtin().value();
     EXPECT_EQ(d.apply_overrides("discounts = 0.5\n", "o.toml").message(),
@@ -191,6 +227,53 @@ TEST(Catalog, RegionPriceWinsNonTablesAndValuesOutOfRangeAreRefused) {
               "test.csv:2: expected 11 fields as in the header, got 10");
 }
 
+// Found by review: `[discounts] AWS = 0.3` said "unknown instance type 'AWS'" though a provider is
+// a key there too, and suggested nothing (nor 'azure' for "azur").
+TEST(Catalog, UnknownDiscountKeysSuggestAProviderOrAType) {
+    Catalog c = Catalog::builtin().value();
+    EXPECT_EQ(
+        c.apply_overrides("[discounts]\nAWS = 0.3\n", "o.toml").message(),
+        "o.toml [discounts]: 'AWS' is neither a provider nor an instance type of the catalog; did you mean 'aws'?");
+    EXPECT_NE(c.apply_overrides("[discounts]\nazur = 0.3\n", "o.toml").message().find("did you mean 'azure'?"),
+              std::string::npos);
+    EXPECT_NE(c.apply_overrides("[discounts]\n\"p4d.24xlarg\" = 0.3\n", "o.toml")
+                  .message()
+                  .find("did you mean 'p4d.24xlarge'?"),
+              std::string::npos);
+    EXPECT_EQ(c.apply_overrides("[discounts]\nnothing-like-it-at-all = 0.3\n", "o.toml").message(),
+              "o.toml [discounts]: 'nothing-like-it-at-all' is neither a provider nor an instance type of the catalog");
+    EXPECT_DOUBLE_EQ(c.find("p4d.24xlarge", "us-east-1").value()->ondemand_usd_h, 21.957642);  // nothing applied
+}
+
+// Found by review: a GPU table's bf16 column of "true" or "yes" read as no BF16 (only "1" was
+// yes), so FP32 jobs ran at the FP32 units' peak instead of TF32; "Y" or "x" passed silently too.
+TEST(Catalog, YesNoColumnsAcceptTrueFalseAndRefuseOtherText) {
+    const std::string gpu_header =
+        "name,memory_gb,memory_bw_gbs,fp32_tflops,tensor_tflops,bf16,int8_tops,tdp_w,nvlink_gbs,compute_efficiency,"
+        "estimate,source\n";
+    auto with_gpu = [&](const std::string& bf16, const std::string& estimate) {
+        return Catalog::parse(std::string(kHeader) + "aws,us-east-1,x,A100,1,4,16,25,1,,src\n", "test.csv",
+                              gpu_header + "A100,40,1555,19.5,312," + bf16 + ",624,400,600,1," + estimate + ",src\n",
+                              "gpus.csv", detail::kSpotCsv, "spot.csv");
+    };
+    for (const char* yes : {"1", "true", "TRUE", "Yes"}) {
+        auto c = with_gpu(yes, yes);
+        ASSERT_TRUE(c.is_ok()) << yes << ": " << c.status().message();
+        EXPECT_TRUE(c->gpus()[0].bf16) << yes;
+        EXPECT_TRUE(c->gpus()[0].estimate) << yes;
+    }
+    for (const char* no : {"0", "false", "No", ""}) {
+        auto c = with_gpu(no, no);
+        ASSERT_TRUE(c.is_ok()) << no << ": " << c.status().message();
+        EXPECT_FALSE(c->gpus()[0].bf16) << no;
+    }
+    EXPECT_EQ(with_gpu("Y", "0").status().message(), "gpus.csv:2 bf16: expected 1 or 0 (true/false, yes/no), got 'Y'");
+    auto spot = Catalog::parse(
+        std::string(kHeader) + "aws,us-east-1,x,T4,1,4,16,25,1,0.5,src\n", "test.csv", detail::kGpusCsv, "gpus.csv",
+        "provider,instance_type,interruptions_per_month,estimate\naws,x,0.1,maybe\n", "spot.csv");
+    EXPECT_EQ(spot.status().message(), "spot.csv:2 estimate: expected 1 or 0 (true/false, yes/no), got 'maybe'");
+}
+
 TEST(Catalog, HazardFromMonthlyRate) {
     EXPECT_NEAR(hazard_per_hour(0.3), -std::log(0.7) / 730, 1e-12);
     EXPECT_EQ(hazard_per_hour(0), 0);
@@ -204,6 +287,13 @@ TEST(Workloads, PresetsValidate) {
     EXPECT_NEAR(r50.fwd_flops, 8.178e9, 1e6);
     EXPECT_EQ(r50.dataset_samples, 1281167);
     EXPECT_NE(find_workload("resnet5").status().message().find("presets:"), std::string::npos);
+    // Found by review: "ResNet50-ImageNet" was an unknown workload while --gpu a100 is the A100.
+    auto any_case = find_workload("ResNet50-ImageNet");
+    ASSERT_TRUE(any_case.is_ok()) << any_case.status().message();
+    EXPECT_EQ(any_case->name, "resnet50-imagenet");
+    // Found by review: GPT-2 trains with AdamW; it was planned with SGD's optimizer state.
+    EXPECT_EQ(r50.optimizer, "sgd");
+    EXPECT_EQ(find_workload("gpt2-124m-openwebtext").value().optimizer, "adam");
 }
 
 }  // namespace

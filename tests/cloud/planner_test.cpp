@@ -418,6 +418,71 @@ TEST(Planner, SpotThatCannotCheckpointIsNamedAsTheBindingConstraint) {
     EXPECT_EQ(plan_brute_force(cat, req).value().binding, p.binding);
 }
 
+// Found by review: `--provider AWS`, `--region US-EAST-1` and `--gpu a100` (SkyPilot takes
+// `--cloud AWS --gpus a100`) were "not in the catalog" although it listed them in another case;
+// SkyPilot's `--gpus A100:8` got the same bare list.
+TEST(Planner, ProviderRegionAndGpuFiltersMatchInAnyCase) {
+    const Catalog cat = Catalog::builtin().value();
+    PlanRequest exact;
+    exact.workload = resnet50();
+    exact.max_nodes = 2;
+    exact.providers = {"aws"};
+    exact.regions = {"us-east-1"};
+    exact.accelerators = {"A100"};
+    PlanRequest any_case = exact;
+    any_case.providers = {"AWS"};
+    any_case.regions = {"US-East-1"};
+    any_case.accelerators = {"a100"};
+    const Plan a = make_plan(cat, exact).value();
+    auto b = make_plan(cat, any_case);
+    ASSERT_TRUE(b.is_ok()) << b.status().message();
+    ASSERT_FALSE(a.ranked.empty());
+    ASSERT_EQ(a.ranked.size(), b->ranked.size());
+    for (size_t i = 0; i < a.ranked.size(); ++i) {
+        EXPECT_EQ(a.ranked[i].inst, b->ranked[i].inst);
+        EXPECT_EQ(a.ranked[i].spot, b->ranked[i].spot);
+        EXPECT_EQ(a.ranked[i].cost, b->ranked[i].cost);
+    }
+    EXPECT_EQ(plan_brute_force(cat, any_case).value().ranked.size(), a.ranked.size());
+    // Instance types stay exact (a near miss is suggested).
+    any_case.instance_types = {"P4D.24XLARGE"};
+    EXPECT_NE(make_plan(cat, any_case).status().message().find("did you mean 'p4d.24xlarge'"), std::string::npos);
+    any_case.instance_types = {};
+    any_case.accelerators = {"A100:8"};
+    auto count = make_plan(cat, any_case);
+    EXPECT_EQ(count.status().message().rfind("--gpu 'A100:8': give the accelerator's name alone ('A100')", 0), 0u)
+        << count.status().message();
+    // A catalog that spells a GPU in lower case plans on it, and --gpu finds it in either case.
+    const Catalog lower = catalog_of("aws,us-east-1,g4dn.xlarge,t4,1,4,16,25,0.526,0.2,x\n");
+    PlanRequest t4;
+    t4.workload = resnet50();
+    t4.accelerators = {"T4"};
+    auto p = make_plan(lower, t4);
+    ASSERT_TRUE(p.is_ok()) << p.status().message();
+    EXPECT_EQ(p->ranked.size(), 2u);
+}
+
+// Found by review: one 8-GPU node whose NVLink all-reduce outlasted the backward pass was
+// "all-reduce dominates: 68% of a step on the network" — one node uses no network.
+TEST(Planner, AnAllReduceOnOneNodeIsOnNvlink) {
+    const Catalog cat = Catalog::builtin().value();
+    PlanRequest req;
+    req.workload = resnet50();
+    req.workload.fwd_flops = 2e12;
+    req.workload.params = 7e9;
+    req.workload.activations = 1e8;
+    req.workload.batch_per_gpu = 1;
+    req.workload.optimizer = "adam";
+    req.instance_types = {"p5en.48xlarge"};
+    req.max_nodes = 1;
+    Plan p = make_plan(cat, req).value();
+    ASSERT_FALSE(p.ranked.empty());
+    for (const auto& c : p.ranked) {
+        ASSERT_EQ(c.tp.bound, "all-reduce");
+        EXPECT_NE(c.reason.find("% of a step on NVLink"), std::string::npos) << c.reason;
+    }
+}
+
 TEST(Planner, RejectsBadRequests) {
     const Catalog cat = Catalog::builtin().value();
     PlanRequest req;

@@ -175,6 +175,34 @@ def main():
     p = run("plan", "--list")
     check("resnet50-imagenet" in p.stdout and "H100" in p.stdout, "list")
 
+    # Found by review: a large model's rate (0.0025 samples/s on a T4) showed as "0" samples/s, and a
+    # cost under half a cent as "0.00".
+    p = run("plan", "--gflops", "1e6", "--params-m", "1", "--activations-m", "1", "--batch-per-gpu", "1",
+            "--instance", "g4dn.xlarge", "--region", "us-east-1", "--max-nodes", "1", "--market", "ondemand")
+    row = p.stdout.splitlines()[-1].split()
+    check(row[6] == "0.00247", f"samples/s of a slow job: {row}")
+    p = run("plan", "--dataset-size", "1", "--epochs", "1", "--startup", "1s", "--instance", "g4dn.xlarge",
+            "--region", "us-east-1", "--max-nodes", "1", "--market", "ondemand")
+    check(" <0.01  cheapest" in p.stdout.splitlines()[-1], p.stdout)
+
+    # Found by review: --simulate without a spot row printed its heading over nothing.
+    p = run("plan", "--market", "ondemand", "--simulate", "10", "--top", "2")
+    check(p.stdout.rstrip().endswith("--simulate: no spot row in the plan, nothing to simulate"), p.stdout[-300:])
+
+    # Found by review: SkyPilot's spellings (`--cloud AWS --gpus a100`) were "not in the catalog".
+    p = run("plan", "--provider", "AWS", "--gpu", "a100", "--region", "US-EAST-1", "--top", "1", "--json")
+    rows = json.loads(p.stdout)["ranked"] if p.returncode == 0 else []
+    check(len(rows) == 1 and rows[0]["accelerator"] == "A100" and rows[0]["provider"] == "aws", p.stdout[-500:])
+    p = run("plan", "--gpu", "A100:8", expect=1)
+    check("give the accelerator's name alone ('A100')" in p.stderr, p.stderr)
+    # Found by review: with --json a plan nothing meets exited 1 without a word on stderr.
+    p = run("plan", "--deadline", "30s", "--json", expect=1)
+    check(json.loads(p.stdout)["ranked"] == [] and
+          p.stderr.startswith("strato plan: error: no plan meets the constraints: deadline 30 s"), p.stderr)
+    # Found by review: a SkyPilot vms.csv as --catalog said only "missing column 'provider'".
+    p = run("plan", "--catalog", os.path.join(REPO, "tests", "cloud", "fixtures", "skypilot_aws_vms.csv"), expect=1)
+    check("this is a SkyPilot vms.csv: convert it with scripts/cloud/refresh_catalog.py" in p.stderr, p.stderr)
+
     finish("plan e2e")
 
 

@@ -56,10 +56,12 @@ Result<std::vector<CapacityRow>> capacity_plan(const Catalog& catalog, const Cap
     // (a TPU).
     const auto servable = [](const Instance& in) { return in.accelerator.empty() || in.gpu; };
     for (const auto& a : req.accelerators) {
+        // In any case, as `strato plan --gpu` takes them ("a10g" is the A10G).
         const bool listed = std::any_of(catalog.instances().begin(), catalog.instances().end(),
-                                        [&](const Instance& in) { return in.accelerator == a; });
-        const bool usable = std::any_of(catalog.instances().begin(), catalog.instances().end(),
-                                        [&](const Instance& in) { return in.accelerator == a && in.gpu; });
+                                        [&](const Instance& in) { return detail::equals_any_case(in.accelerator, a); });
+        const bool usable =
+            std::any_of(catalog.instances().begin(), catalog.instances().end(),
+                        [&](const Instance& in) { return detail::equals_any_case(in.accelerator, a) && in.gpu; });
         if (!usable)
             return invalid_argument("--gpu '{}': {}", a,
                                     listed ? "not in the GPU table (data/cloud/gpus.csv); replicas are placed on the "
@@ -74,7 +76,8 @@ Result<std::vector<CapacityRow>> capacity_plan(const Catalog& catalog, const Cap
             std::find(req.instance_types.begin(), req.instance_types.end(), in.type) == req.instance_types.end())
             continue;
         if (!req.accelerators.empty() &&
-            std::find(req.accelerators.begin(), req.accelerators.end(), in.accelerator) == req.accelerators.end())
+            std::none_of(req.accelerators.begin(), req.accelerators.end(),
+                         [&](const std::string& a) { return detail::equals_any_case(in.accelerator, a); }))
             continue;
         double price = req.spot ? in.spot_usd_h : in.ondemand_usd_h;
         if (!(price > 0) || !std::isfinite(price) || !servable(in)) continue;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cmath>
 #include <tuple>
 #include <unordered_map>
@@ -24,7 +25,24 @@ double hazard_per_hour(double interruptions_per_month) {
     return -std::log1p(-p) / 730.0;
 }
 
+bool detail::equals_any_case(std::string_view a, std::string_view b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+               return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+           });
+}
+
 namespace {
+
+/// A yes/no column: 1/0, true/false or yes/no in any case; blank is `blank`. Anything else is an
+/// error ("Y" or "x" read as "no" made a BF16 GPU run FP32 math at the FP32 units' peak).
+Result<bool> parse_flag(std::string_view v, bool blank, const std::string& where) {
+    std::string s(v);
+    for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (s.empty()) return blank;
+    if (s == "1" || s == "true" || s == "yes") return true;
+    if (s == "0" || s == "false" || s == "no") return false;
+    return invalid_argument("{}: expected 1 or 0 (true/false, yes/no), got '{}'", where, v);
+}
 
 Result<std::vector<GpuSpec>> parse_gpus(std::string_view text, std::string_view source) {
     STRATO_ASSIGN_OR_RETURN(CsvTable t, CsvTable::parse(text, std::string(source)));
@@ -50,8 +68,8 @@ Result<std::vector<GpuSpec>> parse_gpus(std::string_view text, std::string_view 
                                 parse_number(t.at(r, "compute_efficiency"), 1, where("compute_efficiency")));
         if (!(g.compute_efficiency > 0 && g.compute_efficiency <= 2))
             return invalid_argument("{}: expected a factor in (0, 2]", where("compute_efficiency"));
-        g.bf16 = t.at(r, "bf16") == "1";
-        g.estimate = t.at(r, "estimate") == "1";
+        STRATO_ASSIGN_OR_RETURN(g.bf16, parse_flag(t.at(r, "bf16"), false, where("bf16")));
+        STRATO_ASSIGN_OR_RETURN(g.estimate, parse_flag(t.at(r, "estimate"), false, where("estimate")));
         g.source = t.at(r, "source");
         if (g.memory_gb <= 0 || g.memory_bw_gbs <= 0 || g.fp32_tflops <= 0)
             return invalid_argument("{}: GPU '{}' needs memory_gb, memory_bw_gbs and fp32_tflops > 0", where(""),
@@ -94,7 +112,9 @@ Result<std::vector<SpotRate>> parse_spot(std::string_view text, std::string_view
     STRATO_RETURN_IF_ERROR(t.require_columns({"provider", "instance_type", "interruptions_per_month"}));
     std::vector<SpotRate> out;
     for (size_t r = 0; r < t.rows(); ++r) {
-        SpotRate s{t.at(r, "provider"), t.at(r, "instance_type"), 0, t.at(r, "estimate") != "0"};
+        SpotRate s{t.at(r, "provider"), t.at(r, "instance_type"), 0, true};
+        STRATO_ASSIGN_OR_RETURN(
+            s.estimate, parse_flag(t.at(r, "estimate"), true, fmt::format("{}:{} estimate", t.source(), t.line(r))));
         std::string where = fmt::format("{}:{} interruptions_per_month", t.source(), t.line(r));
         STRATO_ASSIGN_OR_RETURN(s.per_month, parse_number(t.at(r, "interruptions_per_month"), -1, where));
         if (s.per_month < 0 || s.per_month >= 1)
@@ -112,7 +132,8 @@ const SpotRate* match_spot(const std::vector<SpotRate>& rates, const Instance& i
     // Most specific first: provider+type, provider+*, *+*.
     for (int pass = 0; pass < 3; ++pass) {
         for (const auto& s : rates) {
-            bool p = s.provider == inst.provider, t = s.type == inst.type;
+            // (a provider in any case: a catalog's "AWS" rows are AWS's, with its Advisor rates)
+            bool p = detail::equals_any_case(s.provider, inst.provider), t = s.type == inst.type;
             if ((pass == 0 && p && t) || (pass == 1 && p && s.type == "*") ||
                 (pass == 2 && s.provider == "*" && s.type == "*"))
                 return &s;
@@ -129,9 +150,19 @@ Result<Catalog> Catalog::parse(std::string_view instances, std::string_view inst
     STRATO_ASSIGN_OR_RETURN(c.gpus_, parse_gpus(gpus, gpus_source));
     STRATO_ASSIGN_OR_RETURN(std::vector<SpotRate> rates, parse_spot(spot, spot_source));
     STRATO_ASSIGN_OR_RETURN(CsvTable t, CsvTable::parse(instances, std::string(instances_source)));
-    STRATO_RETURN_IF_ERROR(t.require_columns({"provider", "region", "instance_type", "accelerator",
-                                              "accelerator_count", "vcpus", "memory_gib", "network_gbps",
-                                              "ondemand_usd_per_hour", "spot_usd_per_hour"}));
+    if (Status st =
+            t.require_columns({"provider", "region", "instance_type", "accelerator", "accelerator_count", "vcpus",
+                               "memory_gib", "network_gbps", "ondemand_usd_per_hour", "spot_usd_per_hour"});
+        !st.is_ok()) {
+        // A SkyPilot catalog snapshot (catalogs/vN/<cloud>/vms.csv) is the file people have at hand.
+        const std::string_view header = instances.substr(0, instances.find_first_of("\r\n"));
+        if (header.find("InstanceType") != std::string_view::npos && header.find("Price") != std::string_view::npos)
+            return invalid_argument(
+                "{}; this is a SkyPilot vms.csv: convert it with scripts/cloud/refresh_catalog.py "
+                "--aws/--gcp/--azure FILE --out instances.csv (docs/plan.md, The catalog)",
+                st.message());
+        return st;
+    }
     std::unordered_map<std::string, int> lines_by_key;
     for (size_t r = 0; r < t.rows(); ++r) {
         auto where = [&](std::string_view col) {
@@ -194,16 +225,16 @@ Result<Catalog> Catalog::parse(std::string_view instances, std::string_view inst
         c.instances_.push_back(std::move(in));
     }
     if (c.instances_.empty()) return invalid_argument("{}: the catalog has no instances (only a header)", instances_source);
-    c.link_gpus();
+    c.link_gpus(instances_source);
     return c;
 }
 
-void Catalog::link_gpus() {
+void Catalog::link_gpus(std::string_view source) {
     for (auto& in : instances_) {
         in.gpu = gpu(in.accelerator);
         if (!in.gpu && !in.accelerator.empty())
-            warnings_.push_back(fmt::format("{}: accelerator '{}' is not in the GPU table; left out of plans",
-                                            in.key(), in.accelerator));
+            warnings_.push_back(fmt::format("{}:{}: {}: accelerator '{}' is not in the GPU table; left out of plans",
+                                            source, in.line, in.key(), in.accelerator));
     }
 }
 
@@ -231,6 +262,10 @@ Result<Catalog> Catalog::load(const std::string& instances_csv, const std::strin
 const GpuSpec* Catalog::gpu(std::string_view name) const {
     for (const auto& g : gpus_)
         if (g.name == name) return &g;
+    // In any case next: SkyPilot and the clouds spell accelerators "A100", "a100" or "nvidia-a100"
+    // alike for the same card; "t4" in a catalog is the T4.
+    for (const auto& g : gpus_)
+        if (detail::equals_any_case(g.name, name)) return &g;
     return nullptr;
 }
 
@@ -238,7 +273,8 @@ Status Catalog::unknown_type(std::string_view type) const {
     std::string best;
     size_t best_d = SIZE_MAX;
     for (const auto& in : instances_) {
-        size_t d = config::edit_distance(type, in.type);
+        // (the same name in another case first: "standard_nc24ads_a100_v4", "P4D.24XLARGE")
+        size_t d = detail::equals_any_case(type, in.type) ? 0 : config::edit_distance(type, in.type);
         if (d < best_d) best_d = d, best = in.type;
     }
     std::string hint = best_d <= std::max<size_t>(3, type.size() / 3) ? fmt::format("; did you mean '{}'?", best) : "";
@@ -286,6 +322,21 @@ Status Catalog::apply_overrides(std::string_view toml_text, const std::string& s
                 return in.type == t || in.key() == t || in.provider == t;
             });
         };
+        // A [discounts] key may be a provider as well as a type: suggest the nearest of both
+        // ("AWS" is aws, "azur" azure), not an instance type alone.
+        auto unknown_discount_key = [&](const std::string& key) -> Status {
+            std::string best;
+            size_t best_d = SIZE_MAX;
+            for (const auto& in : instances_)
+                for (const std::string* name : {&in.provider, &in.type}) {
+                    const size_t d = detail::equals_any_case(key, *name) ? 0 : config::edit_distance(key, *name);
+                    if (d < best_d) best_d = d, best = *name;
+                }
+            const std::string hint =
+                best_d <= std::max<size_t>(3, key.size() / 3) ? fmt::format("; did you mean '{}'?", best) : "";
+            return not_found("{} [discounts]: '{}' is neither a provider nor an instance type of the catalog{}", source,
+                             key, hint);
+        };
         double global = 0;
         for (auto&& [k, node] : doc) {
             std::string key(k.str());
@@ -318,7 +369,7 @@ Status Catalog::apply_overrides(std::string_view toml_text, const std::string& s
         if (auto* t = doc["discounts"].as_table()) {
             for (auto&& [k, node] : *t) {
                 std::string key(k.str());
-                if (!type_known(key)) return unknown_type(key).with_context(fmt::format("{} [discounts]", source));
+                if (!type_known(key)) return unknown_discount_key(key);
                 STRATO_ASSIGN_OR_RETURN(double d, fraction(node, fmt::format("discounts.{}", key)));
                 discounts.emplace_back(key, d);
             }

@@ -96,10 +96,11 @@ public:
 
     const std::vector<Instance>& instances() const { return instances_; }
     const std::vector<GpuSpec>& gpus() const { return gpus_; }
+    /// The GPU table's entry for `name` (an exact match first, then one in any case); nullptr if none.
     const GpuSpec* gpu(std::string_view name) const;
     const Currency& currency() const { return currency_; }
     /// Data problems found while loading (a row with spot above on-demand, a row with no price,
-    /// an accelerator missing from the GPU table), one line each, for `strato plan --verbose`.
+    /// an accelerator missing from the GPU table), one line each, for `strato plan --list`.
     const std::vector<std::string>& warnings() const { return warnings_; }
 
     /// The instance of `type` in `region` (any region when empty: the cheapest on-demand).
@@ -109,7 +110,7 @@ public:
     Status unknown_type(std::string_view type) const;
 
 private:
-    void link_gpus();
+    void link_gpus(std::string_view source);
     std::vector<Instance> instances_;
     std::vector<GpuSpec> gpus_;
     Currency currency_;
@@ -121,6 +122,8 @@ private:
 double hazard_per_hour(double interruptions_per_month);
 
 namespace detail {
+/// ASCII letters compared in any case ("a100" is "A100").
+bool equals_any_case(std::string_view a, std::string_view b);
 /// The CSV text compiled into the binary (generated from data/cloud/ at build time).
 extern const char* const kInstancesCsv;
 extern const char* const kGpusCsv;

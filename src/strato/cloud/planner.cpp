@@ -6,31 +6,44 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <string_view>
 
 namespace strato::cloud {
 
 namespace {
 
-bool listed(const std::vector<std::string>& filter, const std::string& v) {
-    return filter.empty() || std::find(filter.begin(), filter.end(), v) != filter.end();
+// Providers, regions and accelerators match in any case, as SkyPilot's `--cloud AWS --gpus a100`
+// do; instance types exactly (a near miss gets a "did you mean").
+bool same_name(std::string_view a, std::string_view b, bool any_case) {
+    return any_case ? detail::equals_any_case(a, b) : a == b;
 }
 
-bool in_space(const PlanRequest& req, const Instance& in) {
-    return in.gpu && in.gpus > 0 && listed(req.providers, in.provider) && listed(req.regions, in.region) &&
-           listed(req.accelerators, in.accelerator) && listed(req.instance_types, in.type);
+bool listed(const std::vector<std::string>& filter, const std::string& v, bool any_case = true) {
+    return filter.empty() ||
+           std::any_of(filter.begin(), filter.end(), [&](const std::string& f) { return same_name(f, v, any_case); });
 }
+
+/// The filters alone (not whether the row can be planned).
+bool matches_filters(const PlanRequest& req, const Instance& in) {
+    return listed(req.providers, in.provider) && listed(req.regions, in.region) &&
+           listed(req.accelerators, in.accelerator) && listed(req.instance_types, in.type, false);
+}
+
+bool in_space(const PlanRequest& req, const Instance& in) { return in.gpu && in.gpus > 0 && matches_filters(req, in); }
 
 Status check_filter(const Catalog& cat, const std::vector<std::string>& values, std::string_view flag,
                     std::string Instance::*field) {
     // An accelerator counts as known only where it can be planned: with a GPU table entry.
     const bool gpus = field == &Instance::accelerator;
+    const bool any_case = field != &Instance::type;
     for (const auto& v : values) {
-        bool known = std::any_of(cat.instances().begin(), cat.instances().end(),
-                                 [&](const Instance& in) { return in.*field == v && (!gpus || in.gpu); });
+        bool known = std::any_of(cat.instances().begin(), cat.instances().end(), [&](const Instance& in) {
+            return same_name(in.*field, v, any_case) && (!gpus || in.gpu);
+        });
         if (known) continue;
         if (field == &Instance::type) return cat.unknown_type(v).with_context(std::string(flag));
         if (gpus && std::any_of(cat.instances().begin(), cat.instances().end(),
-                                [&](const Instance& in) { return in.accelerator == v; }))
+                                [&](const Instance& in) { return same_name(in.accelerator, v, true); }))
             return invalid_argument("{} '{}': the catalog lists it, but the GPU table has no entry for it, so it is "
                                     "left out of plans (see strato plan --list)",
                                     flag, v);
@@ -38,6 +51,13 @@ Status check_filter(const Catalog& cat, const std::vector<std::string>& values, 
         for (const auto& in : cat.instances())
             if (std::find(all.begin(), all.end(), in.*field) == all.end() && !(in.*field).empty() && (!gpus || in.gpu))
                 all.push_back(in.*field);
+        // SkyPilot's `--gpus A100:8` names a count too; here the count is what the planner chooses.
+        const size_t colon = gpus ? v.find(':') : std::string::npos;
+        if (colon != std::string::npos)
+            return invalid_argument(
+                "{} '{}': give the accelerator's name alone ('{}'); the planner chooses the GPUs "
+                "per node (the instance) and the node count (up to --max-nodes)",
+                flag, v, v.substr(0, colon));
         return invalid_argument("{} '{}' is not in the catalog (known: {})", flag, v, fmt::join(all, ", "));
     }
     return Status::ok();
@@ -83,9 +103,7 @@ void explain(Plan& plan, const PlanRequest& req, const std::vector<Candidate>& a
         std::vector<std::string> unknown;  // accelerators the GPU table lacks
         bool none = false;                 // rows without accelerators
         for (const auto& in : catalog.instances()) {
-            if (!(listed(req.providers, in.provider) && listed(req.regions, in.region) &&
-                  listed(req.accelerators, in.accelerator) && listed(req.instance_types, in.type)))
-                continue;
+            if (!matches_filters(req, in)) continue;
             if (in.gpus == 0 || in.accelerator.empty()) none = true;
             else if (!in.gpu && std::find(unknown.begin(), unknown.end(), in.accelerator) == unknown.end())
                 unknown.push_back(in.accelerator);
@@ -163,8 +181,9 @@ void annotate(Plan& plan, const PlanRequest& req) {
         const GpuSpec& g = *c.inst->gpu;
         if (c.tp.bound == "all-reduce")
             parts.push_back(g.nvlink_gbs > 0 || c.inst->gpus == 1
-                                ? fmt::format("all-reduce dominates: {:.0f}% of a step on the network",
-                                              100 * c.tp.exposed_comm_s / c.tp.step_s)
+                                ? fmt::format("all-reduce dominates: {:.0f}% of a step {}",
+                                              100 * c.tp.exposed_comm_s / c.tp.step_s,
+                                              c.nodes > 1 ? "on the network" : "on NVLink")
                                 : "needs NVLink: gradient all-reduce dominates on PCIe");
         else if (c.tp.bound == "input pipeline")
             parts.push_back(fmt::format("input-bound: {} vCPUs feed {:.0f} samples/s", c.inst->vcpus * c.nodes,

@@ -30,7 +30,8 @@ struct PlanRequest {
     Objective objective = Objective::kCost;
     double deadline_h = std::numeric_limits<double>::infinity();
     double budget = std::numeric_limits<double>::infinity();  // in the catalog's currency
-    std::vector<std::string> providers, regions, accelerators, instance_types;  // empty: all
+    // Empty: all. Providers, regions and accelerators match in any case; instance types exactly.
+    std::vector<std::string> providers, regions, accelerators, instance_types;
     int max_nodes = 16;
     bool ondemand = true, spot = true;
     double storage_gbs = 1.0;      // checkpoint write bandwidth (GB/s)

@@ -48,6 +48,7 @@ Result<std::vector<Workload>> builtin_workloads() {
         w.input_bytes = input_kb * 1e3;
         w.epochs = static_cast<int>(epochs);
         w.batch_per_gpu = static_cast<int>(batch);
+        w.optimizer = t.at(r, "optimizer");  // (GPT-2 was planned with SGD's state: its memory understated)
         w.source = t.at(r, "source");
         STRATO_RETURN_IF_ERROR(w.validate());
         out.push_back(std::move(w));
@@ -62,6 +63,8 @@ Result<Workload> find_workload(std::string_view name) {
         if (w.name == name) return w;
         names.push_back(w.name);
     }
+    for (auto& w : all)  // then in any case ("ResNet50-ImageNet"), as --gpu and --provider match
+        if (detail::equals_any_case(w.name, name)) return w;
     return not_found("unknown workload '{}' (presets: {})", name, fmt::join(names, ", "));
 }
 
