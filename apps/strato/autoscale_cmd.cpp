@@ -69,7 +69,9 @@ void add_simulate(CLI::App& parent, int* exit_code) {
     cmd->add_option("--slo", o->slo, "Queueing-delay objective (default 60s)")->check(duration_flag("s", true));
     cmd->add_option("--spot-hazard", o->hazard, "Preemptions per spot node-hour (default: catalog rates)")
         ->check(finite_range(0, 3600));
-    cmd->add_option("--start", o->start, "Schedule clock at the trace start (default \"mon 00:00\")");
+    // A bad clock is a usage error (exit 2), found before anything is read.
+    cmd->add_option("--start", o->start, "Schedule clock at the trace start (default \"mon 00:00\")")
+        ->check(status_flag("--start", [](const std::string& t) { return parse_week_clock(t).status(); }, "DAY HH:MM"));
     cmd->add_option("--horizon", o->horizon, "Simulated time (default: the trace end)")->check(duration_flag("s", true));
     cmd->add_option("--initial-nodes", o->initial, "Nodes at the start (default min_nodes)")->check(CLI::Range(0, 1000000));
     cmd->add_option("--runs", o->runs, "Repeat with seeds 1..N and report the spread of cost (spot preemptions are random)")
@@ -112,10 +114,7 @@ void add_simulate(CLI::App& parent, int* exit_code) {
         for (auto [text, out] : {std::pair{&o->boot, &so.boot_s}, {&o->tick, &so.tick_s}, {&o->slo, &so.slo_wait_s},
                                  {&o->horizon, &so.horizon_s}})
             *out = *parse_duration_s(*text);
-        auto start = parse_week_clock(o->start);
-        if (!start) return fail(start.status().message().starts_with("--start") ? start.status()
-                                                                              : start.status().with_context("--start"));
-        so.start_weekday_hour = *start;
+        so.start_weekday_hour = *parse_week_clock(o->start);  // (validated)
         if (o->hazard >= 0) so.spot_hazard_per_h = o->hazard;
         so.initial_nodes = o->initial;
         if (o->runs < 1) return fail(invalid_argument("--runs must be >= 1"));
@@ -265,7 +264,11 @@ void add_manifests(CLI::App& parent, int* exit_code) {
     cmd->add_flag("--kserve", o->kserve, "Emit a KServe InferenceService (v2 protocol) instead");
     cmd->callback([o, exit_code] {
         auto yaml = cloud::kubernetes_manifests(*o);
-        if (!yaml) return void(*exit_code = report_error("autoscale manifests", yaml.status()));
+        // Every value comes from a flag: a bad one is a usage error (exit 2), as CLI11's own.
+        if (!yaml)
+            return void(*exit_code = yaml.status().code() == StatusCode::kInvalidArgument
+                                         ? report_usage_error("autoscale manifests", yaml.status().message())
+                                         : report_error("autoscale manifests", yaml.status()));
         fmt::print("{}", *yaml);
         *exit_code = 0;
     });

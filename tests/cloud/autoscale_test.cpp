@@ -1,8 +1,10 @@
 // Autoscaling policies, the cluster simulator on synthetic traces, and the simulated spot job
 // against the planner's analytical expectation.
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "strato/cloud/autoscale.h"
@@ -64,7 +66,7 @@ TEST(AutoscaleConfig, ParsesAndRejects) {
         // Found by review: typed values are checked, not cast or read as false.
         {"[autoscale]\nmin_nodes = 1.9\n[[policy]]\nkind = \"backlog\"\nper_node = 1\n", "min_nodes must be a whole number"},
         {"[spot]\nenabled = \"yes\"\n[[policy]]\nkind = \"backlog\"\nper_node = 1\n", "[spot]: enabled must be true or false"},
-        {"[[policy]]\nkind = \"vertical\"\nabove = 150\nladder = [\"a\", \"b\"]\n", "above is a utilisation percent"},
+        {"[[policy]]\nkind = \"vertical\"\nabove = 150\nladder = [\"a\", \"b\"]\n", "above must be a number in [0, 100]"},
         {"[[policy]]\nkind = \"vertical\"\nladder = [\"g5.xlarge\", 3]\n", "ladder[1] must be an instance type name"},
         {"[[policy]]\nkind = \"schedule\"\nfrom = \"25:00\"\nnodes = 2\n", "test.toml policy 1 from: time of day '25:00'"},
         {"[[policy]]\nkind = \"schedule\"\nfrom = \"09:00\"\nto = \"09:00\"\nnodes = 2\n", "an empty window"},
@@ -79,6 +81,12 @@ TEST(AutoscaleConfig, ParsesAndRejects) {
         // utilisation-only policy from zero nodes never scaled up.
         {"[[policy]]\nkind = \"vertical\"\nladder = [\"g5.xlarge\", \"g5.xlarge\"]\n", "ladder lists g5.xlarge twice"},
         {"[autoscale]\nmin_nodes = 0\n[[policy]]\nkind = \"utilization\"\n", "no policy can start a node from zero"},
+        // Found by review: a kind of another type read as '', a percent below its range was told
+        // "[1, 1e+09]".
+        {"[[policy]]\nkind = 5\n", "test.toml policy 1: kind must be a string: backlog, utilization, vertical or schedule"},
+        {"[[policy]]\nkind = \"utilization\"\ntarget = -5\n", "test.toml policy 1: target must be a number in [1, 100]"},
+        {"[[policy]]\nkind = \"utilization\"\ntarget = 101\n", "target must be a number in [1, 100]"},
+        {"[[policy]]\nkind = \"vertical\"\nabove = -1\nladder = [\"a\", \"b\"]\n", "above must be a number in [0, 100]"},
     };
     for (const auto& [text, needle] : bad) {
         auto r = AutoscaleConfig::parse(text, "test.toml");
@@ -138,6 +146,11 @@ TEST(Autoscaler, AReasonSaysWhenTheCountWasClamped) {
     // Within the bounds: no clamp named.
     Autoscaler b(config("[autoscale]\nmax_nodes = 10\n[[policy]]\nkind = \"backlog\"\nper_node = 2\n"));
     EXPECT_EQ(b.decide(o).reason, "up: backlog 11 needs 6 node(s) at 2 each");
+    // Found by review: a mean backlog below one (a request in flight a fifth of the tick) read
+    // "backlog 0 needs 1 node(s)".
+    Autoscaler c(config("[autoscale]\nmin_nodes = 0\n[[policy]]\nkind = \"backlog\"\nper_node = 4\n"));
+    o.nodes = 0, o.backlog = 0.2;
+    EXPECT_EQ(c.decide(o).reason, "up: backlog 0.2 needs 1 node(s) at 4 each");
 }
 
 // Found by review (as capacity's 700 x 0.7 for 490): a backlog that is a whole number of nodes on
@@ -149,6 +162,47 @@ TEST(Autoscaler, AnExactBacklogIsNotRoundedUpANode) {
     Autoscaler b(config("[autoscale]\nmax_nodes = 20\n[[policy]]\nkind = \"backlog\"\nper_node = 0.7\n"));
     o.backlog = 4.9001;
     EXPECT_EQ(b.decide(o).nodes, 8);
+}
+
+// Found by review: down_after held a scale-down for its window, then went to the count wanted at
+// that instant: five minutes wanting 9 of 10 nodes and one quiet tick at the end left 1. As the
+// HPA's stabilisation window, a scale-down goes to the highest count wanted within down_after.
+TEST(Autoscaler, AScaleDownGoesToTheHighestCountWantedWithinDownAfter) {
+    Autoscaler a(config("[autoscale]\nmin_nodes = 1\nmax_nodes = 20\ncooldown_up = 0\ncooldown_down = 0\n"
+                        "down_after = \"5m\"\n[[policy]]\nkind = \"backlog\"\nper_node = 100\n"));
+    Observation o{.t_s = 0, .weekday_hour = 8, .nodes = 10, .instance = "g5.xlarge", .backlog = 900, .utilization = 50};
+    for (; o.t_s < 300; o.t_s += 30) EXPECT_EQ(a.decide(o).nodes, 10) << o.t_s;
+    o.backlog = 0;  // t = 300: one quiet tick
+    Decision d = a.decide(o);
+    EXPECT_EQ(d.nodes, 9);
+    EXPECT_EQ(d.reason, "down: backlog 900 needs 9 node(s) at 100 each (30 s ago: the most wanted within down_after)");
+    // Then 5 wanted for a minute and 1 after it: 5 first (the highest within the window), 1 later.
+    o.nodes = 9;
+    for (o.t_s = 330; o.t_s < 630; o.t_s += 30) {
+        o.backlog = o.t_s < 400 ? 500 : 0;
+        EXPECT_EQ(a.decide(o).nodes, 9) << o.t_s;
+    }
+    EXPECT_EQ(a.decide(o).nodes, 5);  // t = 630
+    o.nodes = 5;
+    for (o.t_s = 660; o.t_s < 960; o.t_s += 30) EXPECT_EQ(a.decide(o).nodes, 5) << o.t_s;
+    EXPECT_EQ(a.decide(o).nodes, 1);
+    // The window slides: held by cooldown_down past down_after, what was wanted before the last
+    // down_after no longer counts.
+    Autoscaler c(config("[autoscale]\nmin_nodes = 1\nmax_nodes = 20\ncooldown_up = 0\ncooldown_down = \"10m\"\n"
+                        "down_after = \"2m\"\n[[policy]]\nkind = \"backlog\"\nper_node = 100\n"));
+    o.t_s = 0, o.nodes = 1, o.backlog = 900;
+    EXPECT_EQ(c.decide(o).nodes, 9);
+    o.nodes = 9;
+    for (o.t_s = 30; o.t_s < 600; o.t_s += 30) {
+        o.backlog = o.t_s <= 120 ? 500 : 0;
+        EXPECT_EQ(c.decide(o).nodes, 9) << o.t_s;
+    }
+    EXPECT_EQ(c.decide(o).nodes, 1);  // t = 600: 5 was wanted, but more than 2 minutes ago
+    // down_after = 0: the count of the instant, as before.
+    Autoscaler b(config("[autoscale]\nmin_nodes = 1\nmax_nodes = 20\ncooldown_down = 0\ndown_after = 0\n"
+                        "[[policy]]\nkind = \"backlog\"\nper_node = 100\n"));
+    o.t_s = 0, o.nodes = 10, o.backlog = 300;
+    EXPECT_EQ(b.decide(o).nodes, 3);
 }
 
 TEST(Autoscaler, ScheduleWindowsThatCrossMidnight) {
@@ -287,6 +341,37 @@ TEST(Simulator, EveryNodeTypeNeedsAPriceInItsMarketAndSpotPicksTheCheapestSpotRe
     EXPECT_EQ(sim_to_json(r, o)["region"], cheapest->region);
 }
 
+// Found by review: nodes started on a type that is not on the vertical ladder (--instance
+// g4dn.xlarge, ladder g5.xlarge -> g5.12xlarge) were never resized, without a word.
+TEST(Simulator, AStartTypeOffTheVerticalLadderIsAnError) {
+    const Catalog cat = Catalog::builtin().value();
+    const Trace t = trace("time_s,rate\n0,3000\n7200,3000\n");
+    SimOptions o = g5_options("[autoscale]\nmax_nodes = 2\n[[policy]]\nkind = \"vertical\"\nabove = 90\n"
+                              "ladder = [\"g5.xlarge\", \"g5.12xlarge\"]\n",
+                              600);
+    o.instance = "g4dn.xlarge";
+    EXPECT_EQ(simulate(t, cat, o).status().message(),
+              "--instance g4dn.xlarge is not on the vertical policy's ladder (g5.xlarge, g5.12xlarge): it could never "
+              "resize; start on a type of the ladder");
+    o.instance = "g5.xlarge";
+    SimResult r = simulate(t, cat, o).value();
+    EXPECT_TRUE(std::any_of(r.actions.begin(), r.actions.end(),
+                            [](const auto& a) { return a.second.find("g5.xlarge -> g5.12xlarge") != std::string::npos; }));
+}
+
+// Found by review: what a tick served was the difference of two backlogs; with a backlog far
+// above the capacity (1e12 a second against 1e-3) it cancelled to noise: 104 % utilisation per
+// tick, 11 % over a run that was saturated throughout.
+TEST(Simulator, ASaturatedClusterIsFullyUtilisedWhateverTheBacklog) {
+    const Catalog cat = Catalog::builtin().value();
+    SimOptions o = g5_options("[autoscale]\nmin_nodes = 1\nmax_nodes = 1\n[[policy]]\nkind = \"backlog\"\nper_node = 1\n",
+                              1e-3);
+    SimResult r = simulate(trace("time_s,rate\n0,1e12\n3600,1e12\n"), cat, o).value();
+    EXPECT_NEAR(r.served, 3.6, 1e-9);  // one GPU at 1e-3 a second for an hour
+    EXPECT_NEAR(r.mean_utilization, 100, 1e-9);
+    for (const auto& p : r.timeline) EXPECT_NEAR(p.utilization, 100, 1e-9) << p.t_s;
+}
+
 TEST(Simulator, SpotPreemptionsFromTheTraceAreReplaced) {
     const Catalog cat = Catalog::builtin().value();
     SimOptions o = g5_options("[autoscale]\nmin_nodes = 3\nmax_nodes = 3\n[[policy]]\nkind = \"backlog\"\n"
@@ -420,6 +505,7 @@ TEST(Simulator, MalformedTracesAreClearErrors) {
     const std::pair<const char*, const char*> bad[] = {
         {"time_s,rate\n", "no rows"},
         {"time,rate\n0,1\n", "missing column 'time_s'"},
+        {"time_s,rate,preemt\n0,1,2\n", "trace.csv:1: unknown column 'preemt' in the header (expected only time_s, rate, preempt)"},
         {"time_s,rate\n10,1\n5,1\n", "trace.csv:3 time_s: time goes backwards"},
         {"time_s,rate\n0,-4\n", "trace.csv:2 rate: expected a rate in [0, 1e12]"},
         {"time_s,rate\n0,fast\n", "expected a number, got 'fast'"},
@@ -470,6 +556,34 @@ TEST(Manifests, KserveScalesOnCpuWhenATargetIsGiven) {
     EXPECT_NE(kubernetes_manifests(o)->find("averageUtilization: 55\n"), std::string::npos);
     o.target_cpu_percent = 101;
     EXPECT_NE(kubernetes_manifests(o).status().message().find("--target-cpu 101 must be a percent"), std::string::npos);
+}
+
+// Found by review: --cpu 0 gave an HPA on CPU utilisation over a request of 0, which has no
+// utilisation and never scales.
+TEST(Manifests, ScalingOnCpuNeedsACpuRequest) {
+    ManifestOptions o;
+    o.name = "fashion";
+    for (const char* zero : {"0", "0m", "0.0", "0e3"}) {
+        o.cpu = zero;
+        EXPECT_EQ(kubernetes_manifests(o).status().message(),
+                  fmt::format("--cpu {}: scaling on CPU utilisation needs a CPU request above 0 (utilisation is usage "
+                              "over the request)",
+                              zero));
+    }
+    o.kserve = true;
+    o.target_cpu_percent = 60;
+    EXPECT_FALSE(kubernetes_manifests(o).is_ok());
+    // Scaling on another metric, a request of 0 is the user's choice.
+    o.target_cpu_percent = 0;
+    EXPECT_TRUE(kubernetes_manifests(o).is_ok());  // KServe on concurrency
+    o.kserve = false;
+    o.pending_per_pod = 4;
+    EXPECT_TRUE(kubernetes_manifests(o).is_ok());
+    o.pending_per_pod = 0;
+    for (const char* some : {"1", "500m", "0.5", "1e3", "10"}) {
+        o.cpu = some;
+        EXPECT_TRUE(kubernetes_manifests(o).is_ok()) << some;
+    }
 }
 
 TEST(SpotJob, MeanOf1000SimulatedRunsMatchesTheAnalyticalExpectation) {

@@ -4,7 +4,8 @@
 // SIGTERM stops it at once. With FAKE_REPLICA_LAZY=DIR, only the first replica (the one that
 // creates DIR/first) is ready at once; the others answer 503 on /v2/health/ready until SIGTERM,
 // then 200 for one more second before they exit (a replica that turns ready while draining).
-// With FAKE_REPLICA_CRASHY=DIR every replica after the first exits with status 3 at once.
+// With FAKE_REPLICA_CRASHY=DIR every replica after the first exits with status 3 at once; with
+// FAKE_REPLICA_FAIL=WHY every one prints "strato serve: error: WHY" and exits with status 1.
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -63,6 +64,10 @@ int main(int argc, char** argv) {
     for (int i = 1; i + 1 < argc; ++i)
         if (std::strcmp(argv[i], "--http-port") == 0) port = std::atoi(argv[i + 1]);
     bool lazy = false;
+    if (const char* why = std::getenv("FAKE_REPLICA_FAIL")) {  // as serve with a missing model
+        std::fprintf(stderr, "strato serve: error: %s\n", why);
+        return 1;
+    }
     if (const char* dir = std::getenv("FAKE_REPLICA_CRASHY")) {  // every replica but the first dies at start
         int fd = open((std::string(dir) + "/first").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
         if (fd < 0) return 3;

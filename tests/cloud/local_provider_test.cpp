@@ -172,6 +172,42 @@ TEST(LocalProvider, AReplicaDrainedWhileStartingIsNeverReady) {
     EXPECT_FALSE(ready);
 }
 
+// Found by review: replicas that could not start (a missing model) ended the provider with "no
+// replica started; see the logs in DIR": the reason was one file away. It is in the message.
+TEST(LocalProvider, AReplicaThatCannotStartSaysWhy) {
+    Fixture f("fail", "[autoscale]\nmin_nodes = 1\nmax_nodes = 1\n[[policy]]\nkind = \"backlog\"\nper_node = 1\n");
+    setenv("FAKE_REPLICA_FAIL", "--model m=/gone: /gone is not a directory", 1);
+    Status s = f.provider->start();
+    unsetenv("FAKE_REPLICA_FAIL");
+    EXPECT_EQ(s.message(), fmt::format("no replica started (strato serve: error: --model m=/gone: /gone is not a "
+                                       "directory); see the logs in {}/logs",
+                                       f.dir));
+}
+
+// Found by review: with min_nodes = 0 the provider scaled to zero and stayed there: a request
+// with no replica ready was answered 503 at once, so the backlog never saw it. It now waits for
+// the replica its own backlog starts (as Knative's activator holds requests).
+TEST(LocalProvider, ARequestScalesUpFromZero) {
+    Fixture f("zero",
+              "[autoscale]\nmin_nodes = 0\nmax_nodes = 1\ncooldown_up = 0\ncooldown_down = 0\n"
+              "down_after = 0\n[[policy]]\nkind = \"backlog\"\nper_node = 1\n");
+    ASSERT_TRUE(f.provider->start().is_ok());
+    ASSERT_TRUE(f.ready(1));
+    std::thread control([&] { EXPECT_TRUE(f.provider->run().is_ok()); });
+    bool zero = false;
+    for (auto t0 = std::chrono::steady_clock::now(); !zero && std::chrono::steady_clock::now() - t0 < 10s;) {
+        zero = f.provider->replicas().empty();
+        std::this_thread::sleep_for(10ms);
+    }
+    EXPECT_TRUE(zero) << "never scaled down to zero";
+    auto r = f.get("/whoami");
+    f.provider->stop();
+    control.join();
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(r->body.rfind("pid=", 0), 0u) << r->body;
+}
+
 // Found by review: `--serve-arg=--metrics-port --serve-arg=9102` repeated a flag the provider sets
 // on every replica; serve refused the repeat and every replica exited at start, again and again.
 TEST(LocalProvider, ServeArgsThatTheProviderSetsAreRefused) {

@@ -28,6 +28,8 @@ TEST(Csv, ByteOrderMarkAndSpacedHeaderNamesAndDuplicates) {
     EXPECT_EQ(t->at(0, "rate"), "2");  // blanks around fields are dropped ("aws, us-east-1" is us-east-1)
     EXPECT_EQ(t->at(0, "missing"), "");
     EXPECT_EQ(t->require_columns({"time_s", "preempt"}).message(), "t.csv:1: missing column 'preempt' in the header (expected time_s, preempt; the header names 'time_s', 'rate')");
+    EXPECT_TRUE(t->only_columns({"time_s", "rate", "preempt"}).is_ok());
+    EXPECT_EQ(t->only_columns({"time_s"}).message(), "t.csv:1: unknown column 'rate' in the header (expected only time_s)");
     EXPECT_EQ(CsvTable::parse("a, a\n", "t.csv").status().message(), "t.csv:1: column 'a' appears twice in the header");
     EXPECT_EQ(CsvTable::parse("\n\n", "t.csv").status().message(), "t.csv: empty file (expected a header row)");
 }

@@ -142,9 +142,11 @@ def simulate_capacity_manifests(tmp, loadtest_json):
         page = f.read()
     check(page.count("<svg") == 4 and "Scaling actions" in page, "report charts")
 
-    # Capacity from the real load test of one replica.
-    p = run("autoscale", "capacity", "--loadtest", loadtest_json, "--slo-p99", "1s", "--qps", "10000", "--json")
-    cap = json.loads(p.stdout)
+    # Capacity from the real load test of one replica. (An objective of 10 s: on a 2-core machine
+    # shared with compilers, the p99 of 12 clients on one replica passed 1 s; this checks the
+    # pipeline, not the speed.)
+    p = run("autoscale", "capacity", "--loadtest", loadtest_json, "--slo-p99", "10s", "--qps", "10000", "--json")
+    cap = json.loads(p.stdout) if p.returncode == 0 else {"replica_qps": 0, "rows": []}
     check(cap["replica_qps"] > 0 and cap["rows"] and cap["rows"][0]["cost_per_million"] > 0, str(cap)[:300])
     costs = [r["cost_per_million"] for r in cap["rows"]]
     check(costs == sorted(costs), "capacity rows sorted by cost per million")
@@ -198,7 +200,6 @@ def simulate_capacity_manifests(tmp, loadtest_json):
         (["autoscale", "simulate", "--policy", seeds, "--trace", trace, "--per-gpu-capacity", "1", "--instance", "g9.huge"],
          "unknown instance type 'g9.huge'"),
         (["autoscale", "simulate", "--policy", seeds, "--trace", trace], "--per-gpu-capacity"),
-        (["autoscale", "manifests", "--name", "Fashion_Model"], "not a valid Kubernetes name"),
         (["autoscale", "capacity", "--qps", "100"], "--loadtest"),
         # Found by review: outputs on inputs (the trace became JSON), and on each other.
         (["autoscale", "simulate", "--policy", seeds, "--trace", trace, "--per-gpu-capacity", "600", "--json", trace],
@@ -230,9 +231,18 @@ def simulate_capacity_manifests(tmp, loadtest_json):
     p = run("autoscale", "local", "--policy", seeds, "--model", "unused", "--serve-arg=--metrics-port",
             "--serve-arg=9102", expect=2)
     check("--metrics-port" in p.stderr and "--http-address, --http-port and --metrics-port" in p.stderr, p.stderr)
+    # Found by review: a bad --start or manifests flag value exited 1, not as a usage error.
     p = run("autoscale", "simulate", "--policy", seeds, "--trace", trace, "--per-gpu-capacity", "1", "--start",
-            "mon-fri 08:00", expect=1)
-    check("--start 'mon-fri 08:00': expected one day" in p.stderr, p.stderr)
+            "mon-fri 08:00", expect=2)
+    check("--start: 'mon-fri 08:00': expected one day" in p.stderr, p.stderr)
+    p = run("autoscale", "simulate", "--policy", seeds, "--trace", trace, "--per-gpu-capacity", "1", "--start",
+            "fri 25:00", expect=2)
+    check("--start: time of day '25:00'" in p.stderr, p.stderr)
+    for args, needle in ((["--name", "Fashion_Model"], "not a valid Kubernetes name"),
+                         (["--name", "fashion", "--min-replicas", "5", "--max-replicas", "2"], "min (5) <= max (2)"),
+                         (["--name", "fashion", "--cpu", "two"], "--cpu 'two' is not a Kubernetes quantity")):
+        p = run("autoscale", "manifests", *args, expect=2)
+        check(p.stderr.startswith("strato autoscale manifests: error: ") and needle in p.stderr, f"{args}: {p.stderr!r}")
     # A trace in Unix seconds is simulated from its first row, not billed from 1970.
     epoch = os.path.join(tmp, "epoch.csv")
     with open(epoch, "w") as f:

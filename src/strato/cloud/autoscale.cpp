@@ -67,13 +67,15 @@ Result<double> duration_field(const toml::table& t, const char* key, double def,
 
 constexpr int kMaxNodes = 10000;  // the simulator passes over every node each tick
 
-Result<double> number_field(const toml::table& t, const char* key, double def, double min, const std::string& where) {
-    constexpr double kMax = 1e9;  // node counts and seconds: far above any real one, far below int's limit
+// (1e9 by default: node counts and seconds far above any real one, far below int's limit; a
+// percent says 100, or target = -5 was told "[1, 1e+09]")
+Result<double> number_field(const toml::table& t, const char* key, double def, double min, const std::string& where,
+                            double max = 1e9) {
     auto* n = t.get(key);
     if (!n) return def;
     auto v = n->value<double>();
-    if (!v || !std::isfinite(*v) || *v < min || *v > kMax)
-        return invalid_argument("{}: {} must be a number in [{}, {:g}]", where, key, min, kMax);
+    if (!v || !std::isfinite(*v) || *v < min || *v > max)
+        return invalid_argument("{}: {} must be a number in [{}, {:g}]", where, key, min, max);
     return *v;
 }
 
@@ -144,6 +146,8 @@ Result<AutoscaleConfig> AutoscaleConfig::parse(std::string_view toml_text, const
             auto* t = node.as_table();
             if (!t) return invalid_argument("{}: expected a [[policy]] table", where);
             ScalePolicy p;
+            if (t->contains("kind") && !(*t)["kind"].is_string())  // (kind = 5 was "got ''")
+                return invalid_argument("{}: kind must be a string: backlog, utilization, vertical or schedule", where);
             p.kind = (*t)["kind"].value_or(std::string());
             if (p.kind == "backlog") {
                 STRATO_RETURN_IF_ERROR(only_keys(*t, {"kind", "per_node"}, where));
@@ -151,12 +155,10 @@ Result<AutoscaleConfig> AutoscaleConfig::parse(std::string_view toml_text, const
                 if (!(p.per_node > 0)) return invalid_argument("{}: backlog needs per_node > 0", where);
             } else if (p.kind == "utilization") {
                 STRATO_RETURN_IF_ERROR(only_keys(*t, {"kind", "target"}, where));
-                STRATO_ASSIGN_OR_RETURN(p.target, number_field(*t, "target", 70, 1, where));
-                if (p.target > 100) return invalid_argument("{}: target is a percent in [1, 100]", where);
+                STRATO_ASSIGN_OR_RETURN(p.target, number_field(*t, "target", 70, 1, where, 100));  // (a percent)
             } else if (p.kind == "vertical") {
                 STRATO_RETURN_IF_ERROR(only_keys(*t, {"kind", "above", "for", "ladder"}, where));
-                STRATO_ASSIGN_OR_RETURN(p.above, number_field(*t, "above", 90, 0, where));
-                if (p.above > 100) return invalid_argument("{}: above is a utilisation percent in [0, 100]", where);
+                STRATO_ASSIGN_OR_RETURN(p.above, number_field(*t, "above", 90, 0, where, 100));  // (a percent)
                 STRATO_ASSIGN_OR_RETURN(p.for_s, duration_field(*t, "for", 600, where));
                 if (t->contains("ladder") && !(*t)["ladder"].as_array())
                     return invalid_argument("{}: ladder must be an array of instance types", where);
@@ -237,7 +239,9 @@ Decision Autoscaler::decide(const Observation& o) {
     for (const auto& p : c_.policies) {
         if (p.kind == "backlog") {
             int n = nodes_for(o.backlog / p.per_node);
-            propose(n, fmt::format("backlog {:.0f} needs {} node(s) at {:g} each", o.backlog, n, p.per_node));
+            // (a mean backlog below one, 0.2 requests in flight, read "backlog 0 needs 1 node(s)")
+            propose(n, o.backlog >= 1 ? fmt::format("backlog {:.0f} needs {} node(s) at {:g} each", o.backlog, n, p.per_node)
+                                      : fmt::format("backlog {:.2g} needs {} node(s) at {:g} each", o.backlog, n, p.per_node));
         } else if (p.kind == "utilization") {
             // As Kubernetes' HPA: ceil(nodes x utilisation / target), held within a 10 % tolerance.
             // Utilisation is measured on the ready nodes. Scaling up, booting nodes count as idle,
@@ -284,6 +288,7 @@ Decision Autoscaler::decide(const Observation& o) {
     else if (want > asked) why += fmt::format(" (clamped to min_nodes {})", c_.min_nodes);
     if (want > o.nodes) {
         down_wanted_since_ = -1;
+        down_window_.clear();
         if (o.t_s - last_up_ >= c_.cooldown_up_s) {
             d.nodes = want;
             last_up_ = last_change_ = o.t_s;
@@ -291,14 +296,26 @@ Decision Autoscaler::decide(const Observation& o) {
         }
     } else if (want < o.nodes) {
         if (down_wanted_since_ < 0) down_wanted_since_ = o.t_s;
-        if (o.t_s - down_wanted_since_ >= c_.down_after_s && o.t_s - last_change_ >= c_.cooldown_down_s) {
-            d.nodes = want;
+        // The highest count wanted within down_after, not the one of this instant: ten minutes at
+        // 9 of 10 nodes and one quiet tick at the end went down to 1.
+        while (!down_window_.empty() && down_window_.back().nodes <= want) down_window_.pop_back();
+        down_window_.push_back({o.t_s, want, std::move(why)});  // (why is not read below)
+        while (down_window_.front().t_s < o.t_s - c_.down_after_s) down_window_.pop_front();
+        const Wanted& peak = down_window_.front();
+        if (o.t_s - down_wanted_since_ >= c_.down_after_s && o.t_s - last_change_ >= c_.cooldown_down_s &&
+            peak.nodes < o.nodes) {
+            d.nodes = peak.nodes;
             last_change_ = o.t_s;
             down_wanted_since_ = -1;
-            d.reason = d.reason.empty() ? "down: " + why : d.reason + "; down: " + why;
+            const std::string down =
+                "down: " + peak.why +
+                (peak.t_s < o.t_s ? fmt::format(" ({:g} s ago: the most wanted within down_after)", o.t_s - peak.t_s) : "");
+            d.reason = d.reason.empty() ? down : d.reason + "; " + down;
+            down_window_.clear();
         }
     } else {
         down_wanted_since_ = -1;
+        down_window_.clear();
     }
     return d;
 }

@@ -32,8 +32,10 @@
 //
 // The desired node count is the largest any horizontal policy asks for, clamped to
 // [min_nodes, max_nodes]; scale-ups wait out cooldown_up, scale-downs cooldown_down and must be
-// wanted for down_after. Not thread-safe: one Autoscaler per control loop.
+// wanted for down_after, and go to the highest count wanted within that window (the HPA's
+// stabilisation window). Not thread-safe: one Autoscaler per control loop.
 
+#include <deque>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -93,6 +95,15 @@ private:
     AutoscaleConfig c_;
     double last_up_ = -1e300, last_change_ = -1e300;
     double down_wanted_since_ = -1;
+    /// The counts wanted within the last down_after seconds of the scale-down wish, as a
+    /// decreasing monotonic queue (front: the highest): a scale-down goes to that highest one, as
+    /// the HPA's stabilisation window (at most max_nodes + 1 entries).
+    struct Wanted {
+        double t_s;
+        int nodes;
+        std::string why;
+    };
+    std::deque<Wanted> down_window_;
     double busy_since_ = -1;  // vertical condition holding since
 };
 

@@ -10,6 +10,7 @@
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -46,6 +47,17 @@ int ready_port(const std::string& log_path) {
     auto text = fs::read_file(log_path);
     size_t at = text ? text->find(kReady) : std::string::npos;
     return at == std::string::npos ? 0 : std::atoi(text->c_str() + at + kReady.size());
+}
+
+/// The last non-blank line of a replica's log (at most 300 bytes of it); empty when none.
+std::string last_line(const std::string& log_path) {
+    auto text = fs::read_file(log_path);
+    if (!text) return {};
+    std::string_view t = *text;
+    while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.remove_suffix(1);
+    const size_t nl = t.find_last_of('\n');
+    std::string_view line = nl == std::string_view::npos ? t : t.substr(nl + 1);
+    return std::string(line.substr(0, 300));
 }
 
 /// Hours since Monday 00:00 local time: the schedule policy's clock.
@@ -144,6 +156,7 @@ struct LocalProvider::Impl {
     std::atomic<bool> stopping{false};
     Clock::time_point t0 = Clock::now();
     std::atomic<int> crash_streak{0};    // replicas in a row that exited while starting
+    std::string start_error;             // the last line the last of them wrote (under mu)
     Clock::time_point last_spawn = Clock::now();
 
     explicit Impl(LocalOptions opts) : o(std::move(opts)), scaler(o.config) {}
@@ -161,6 +174,21 @@ struct LocalProvider::Impl {
             if (r->state == 1 && (!best || r->in_flight < best->in_flight)) best = r;
         if (best) ++best->in_flight;  // claimed under the lock: a drain cannot miss it
         return best;
+    }
+
+    /// A ready replica, claimed; while there is none (scaled to zero, every one starting, the last
+    /// one just died), the request waits for one, up to the ready timeout, as Knative's activator
+    /// holds requests: it stays counted in flight, so the backlog policy sees it and starts a
+    /// replica (answered 503 at once, it was never seen, and a provider scaled to zero stayed there).
+    /// Null when none came, the provider stops, or replicas keep dying at start with none left.
+    std::shared_ptr<Replica> wait_for_replica() {
+        const auto since = Clock::now();
+        for (std::shared_ptr<Replica> r = pick();; r = pick()) {
+            if (r) return r;
+            if (stopping || signals::stop_requested() || seconds_since(since) >= o.ready_timeout_s) return nullptr;
+            if (crash_streak > 0 && live() == 0) return nullptr;  // (a deleted model: no use waiting)
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
     }
 
     void handle(serve::http::Request&& req, serve::http::Reply reply) {
@@ -186,7 +214,7 @@ struct LocalProvider::Impl {
             }
             // One retry on another replica when a replica cannot be reached (it just died).
             for (int attempt = 0; attempt < 2; ++attempt) {
-                std::shared_ptr<Replica> r = pick();
+                std::shared_ptr<Replica> r = wait_for_replica();
                 if (!r) {
                     out.status = 503;
                     out.content_type = "application/json";
@@ -320,9 +348,18 @@ struct LocalProvider::Impl {
             const auto stopped = [this] { return stopping || signals::stop_requested(); };
             while (!stopped() && r->state == 0 && seconds_since(start) < o.ready_timeout_s) {
                 if (exited(*r)) {
+                    // Its last line says why (a missing model, a bad flag): "see the logs" alone
+                    // sent the user to a file for the one line that mattered. (Kept before the
+                    // state changes: start() reports it once no replica is left.)
+                    std::string why = last_line(log_path);
+                    {
+                        std::lock_guard<std::mutex> lock(mu);
+                        start_error = why;
+                    }
                     r->state = 3;
                     const int streak = ++crash_streak;
-                    note(fmt::format("replica pid {} exited while starting; see {}{}", r->pid, log_path,
+                    note(fmt::format("replica pid {} exited while starting{}; see {}{}", r->pid,
+                                     why.empty() ? "" : ": " + why, log_path,
                                      streak > 1 ? fmt::format(" ({} in a row)", streak) : ""));
                     return;
                 }
@@ -508,7 +545,7 @@ Status LocalProvider::start() {
     if (m.o.port < 0 || m.o.port > 65535) return invalid_argument("front-end port {} is not in 0..65535", m.o.port);
     m.pool = std::make_unique<boost::asio::thread_pool>(m.o.proxy_threads);
     // The front end first: a port in use or a bad --address fails before replicas load models for
-    // a minute. Until one is ready it answers 503 "no replica is ready".
+    // a minute. Until one is ready, requests wait for it (up to the ready timeout).
     serve::http::ServerOptions so;
     so.address = m.o.address;
     so.port = static_cast<uint16_t>(m.o.port);
@@ -532,7 +569,12 @@ Status LocalProvider::start() {
             for (const auto& r : m.replicas) ready |= r->state == 1, alive |= r->state != 3;
         }
         if (ready) break;
-        if (!alive) return Status(StatusCode::kUnavailable, fmt::format("no replica started; see the logs in {}", m.o.log_dir));
+        if (!alive) {
+            std::lock_guard<std::mutex> lock(m.mu);
+            return Status(StatusCode::kUnavailable,
+                          fmt::format("no replica started{}; see the logs in {}",
+                                      m.start_error.empty() ? "" : " (" + m.start_error + ")", m.o.log_dir));
+        }
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     return Status::ok();

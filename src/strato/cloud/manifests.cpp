@@ -94,6 +94,13 @@ Result<std::string> kubernetes_manifests(const ManifestOptions& o) {
                                     o.model_dir);
     if (!quantity(o.cpu)) return invalid_argument("--cpu '{}' is not a Kubernetes quantity (2, 500m, 1.5)", o.cpu);
     if (!quantity(o.memory)) return invalid_argument("--memory '{}' is not a Kubernetes quantity (4Gi, 512Mi)", o.memory);
+    // CPU utilisation is usage over the request: with a request of 0 the HPA has no utilisation
+    // ("missing request for cpu") and never scales.
+    const bool on_cpu = o.kserve ? o.target_cpu_percent > 0 : !(o.pending_per_pod > 0);
+    if (on_cpu && o.cpu.find_first_of("123456789") >= o.cpu.find_first_not_of("0123456789."))
+        return invalid_argument("--cpu {}: scaling on CPU utilisation needs a CPU request above 0 (utilisation is usage "
+                                "over the request)",
+                                o.cpu);
     if (o.gpus < 0 || o.gpus > 64) return invalid_argument("--gpus {} must be 0..64", o.gpus);
     if (o.min_replicas < 0 || o.max_replicas < 1 || o.min_replicas > o.max_replicas)
         return invalid_argument("replicas: need 0 <= min ({}) <= max ({}) and max >= 1", o.min_replicas, o.max_replicas);

@@ -1,6 +1,7 @@
 #include "strato/cloud/simulator.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -17,6 +18,7 @@ namespace strato::cloud {
 Result<Trace> parse_trace(std::string_view csv, const std::string& source) {
     STRATO_ASSIGN_OR_RETURN(CsvTable t, CsvTable::parse(csv, source));
     STRATO_RETURN_IF_ERROR(t.require_columns({"time_s", "rate"}));
+    STRATO_RETURN_IF_ERROR(t.only_columns({"time_s", "rate", "preempt"}));  // ("preemt": no preemptions, silently)
     Trace tr;
     tr.source = source;
     for (size_t r = 0; r < t.rows(); ++r) {
@@ -197,7 +199,10 @@ void Sim::advance(double t) {
     double c = capacity();
     double b0 = backlog_;
     double b1 = std::max(0.0, b0 + (rate_ - c) * dt);
-    double served = b0 + rate_ * dt - b1;
+    // Served: every unit of capacity while work waited, or all the work when the queue emptied.
+    // (b0 + rate dt - b1 cancelled: a backlog of 6e14 against 0.03 served a tick gave 104 %
+    // utilisation per tick and 11 % over the run.)
+    double served = b1 > 0 ? c * dt : b0 + rate_ * dt;
     // Queueing delay b / c above the objective: b above slo_wait x c. b is linear in t until it
     // reaches zero, so the time above the line is found exactly.
     double line = o_.slo_wait_s * c;
@@ -392,6 +397,12 @@ Result<SimResult> simulate(const Trace& trace, const Catalog& catalog, const Sim
     };
     STRATO_RETURN_IF_ERROR(priced(start));
     for (const auto& p : o.config.policies) {
+        // A vertical policy steps from the type the nodes run: off its ladder it never resized,
+        // without a word, while the nodes stayed saturated.
+        if (p.kind == "vertical" && std::find(p.ladder.begin(), p.ladder.end(), start->type) == p.ladder.end())
+            return invalid_argument("--instance {} is not on the vertical policy's ladder ({}): it could never resize; "
+                                    "start on a type of the ladder",
+                                    start->type, fmt::join(p.ladder, ", "));
         // Step by step as the resizes will go: each looked up in the region of the type before it.
         std::string region = start->region;
         for (const auto& t : p.ladder) {

@@ -1,9 +1,9 @@
 #include "strato/core/csv_table.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-
-#include <algorithm>
 
 namespace strato {
 
@@ -105,6 +105,16 @@ Status CsvTable::require_columns(const std::vector<std::string>& names) const {
         return invalid_argument("{}:{}: missing column '{}' in the header (expected {}; the header names {})", source_,
                                 header_line_, n, fmt::join(names, ", "), fmt::join(header, ", "));
     }
+    return Status::ok();
+}
+
+Status CsvTable::only_columns(const std::vector<std::string>& known) const {
+    std::vector<std::string> header(columns_.size());
+    for (const auto& [name, i] : columns_) header[i] = name;
+    for (const auto& name : header)  // (in header order: the first unknown one is named)
+        if (std::find(known.begin(), known.end(), name) == known.end())
+            return invalid_argument("{}:{}: unknown column '{}' in the header (expected only {})", source_, header_line_,
+                                    name, fmt::join(known, ", "));
     return Status::ok();
 }
 

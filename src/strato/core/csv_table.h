@@ -23,6 +23,9 @@ public:
 
     /// Fails naming the first of `names` the header lacks.
     Status require_columns(const std::vector<std::string>& names) const;
+    /// Fails naming the first column of the header that is not one of `known` (a misspelt
+    /// optional column, "preemt", was read as absent without a word).
+    Status only_columns(const std::vector<std::string>& known) const;
 
     size_t rows() const { return rows_.size(); }
     /// The field in `column` of row `row` (empty when the column does not exist).
