@@ -16,6 +16,7 @@
 #include "strato/core/fs.h"
 #include "strato/report/run_report.h"
 #include "strato/report/svg_chart.h"
+#include "strato/report/tune_report.h"
 
 namespace strato::report {
 namespace {
@@ -210,6 +211,38 @@ TEST(SvgChart, DenseSeriesAreReducedPerPixelColumnKeepingTheExtremes) {
     EXPECT_NEAR(min_y, spike_y, 0.15);
 }
 
+// Found by review: a dense series with gaps (every other loss null: 200k lines) drew each of its
+// 100k points as an isolated marker, a 14 MB page. A gap inside one pixel column cannot be seen,
+// so there the line goes on; a lone point of a dense series is a dot of the line, no marker.
+TEST(SvgChart, DenseSeriesWithGapsStaySmall) {
+    for (int period : {2, 3, 7}) {
+        SCOPED_TRACE(period);
+        Series s{"loss", {}, {}};
+        for (int i = 0; i < 200000; ++i) {
+            s.x.push_back(i);
+            s.y.push_back(i % period == 0 ? kNaN : 1 + std::sin(i * 0.001) + (i % 5) * 0.01);
+        }
+        const std::string svg = line_chart_svg({s}, {.title = "t"});
+        expect_clean_svg(svg);
+        EXPECT_LT(svg.size(), 100000u);
+        EXPECT_EQ(count(svg, "<circle"), 0u);
+    }
+    // A real gap (many pixel columns without data) still breaks the line; a lone point in a
+    // dense series is still drawn, as a dot.
+    Series s{"loss", {}, {}};
+    for (int i = 0; i < 100000; ++i) {
+        s.x.push_back(i);
+        s.y.push_back(i >= 40000 && i < 60000 && i != 50000 ? kNaN : 1.0 + (i % 3));
+    }
+    const std::string svg = line_chart_svg({s}, {.title = "t"});
+    expect_clean_svg(svg);
+    const size_t p = svg.find("<path d=\"");
+    ASSERT_NE(p, std::string::npos);
+    const std::string d = svg.substr(p + 9, svg.find('"', p + 9) - p - 9);
+    EXPECT_EQ(count(d, "M"), 3u) << "before the gap, the lone point, after the gap";
+    EXPECT_EQ(count(d, " h0"), 1u) << d.substr(0, 200);
+}
+
 // Found by review: 120 series wrapped the legend past the chart and turned the plot upside
 // down. The legend keeps at most 4 rows and says how many it leaves out.
 TEST(SvgChart, ALongLegendIsCappedAndThePlotKeepsItsRoom) {
@@ -280,6 +313,21 @@ TEST(SvgChart, TickLabels) {
 // overwrite it as "not an HTML report"; control characters are not allowed in SVG either.
 TEST(HtmlEscape, ControlCharactersBecomeReplacementCharacters) {
     EXPECT_EQ(html_escape(std::string("a\0b\x01" "c\x7f\td\n", 9)), "a&#xFFFD;b&#xFFFD;c&#xFFFD;\td\n");
+}
+
+// Found by review: a run directory or config.toml in Latin-1 ("caf\xe9") put bytes that are no
+// UTF-8 into a page that declares UTF-8 (an SVG of it is no XML; Python's html.parser could not
+// read it). Each byte of a broken sequence becomes a replacement character; UTF-8 passes.
+TEST(HtmlEscape, InvalidUtf8BecomesReplacementCharacters) {
+    EXPECT_EQ(html_escape("caf\xe9"), "caf&#xFFFD;");
+    EXPECT_EQ(html_escape("\xe9t\xe9"), "&#xFFFD;t&#xFFFD;");
+    EXPECT_EQ(html_escape("a\xe2\x82"), "a&#xFFFD;&#xFFFD;") << "a truncated 3-byte sequence";
+    EXPECT_EQ(html_escape("\xc0\xaf"), "&#xFFFD;&#xFFFD;") << "an overlong '/'";
+    EXPECT_EQ(html_escape("\xed\xa0\x80"), "&#xFFFD;&#xFFFD;&#xFFFD;") << "a surrogate";
+    EXPECT_EQ(html_escape("\xf4\x90\x80\x80"), "&#xFFFD;&#xFFFD;&#xFFFD;&#xFFFD;") << "beyond U+10FFFF";
+    EXPECT_EQ(html_escape("\xff<"), "&#xFFFD;&lt;");
+    const std::string ok = "caf\xc3\xa9 \xe5\x90\x8d\xe5\x89\x8d \xf0\x9f\x9a\x80 \xef\xbf\xbd";  // café 名前 🚀 U+FFFD
+    EXPECT_EQ(html_escape(ok), ok);
 }
 
 TEST(HtmlEscape, EscapesMarkupCharacters) {
@@ -540,6 +588,28 @@ TEST_F(RunReportTest, AHugeCountIsShownShort) {
     EXPECT_FALSE(contains(*html, "000,000,000,000,000,000"));
 }
 
+// Found by review: a diverging loss (3e25 before it became NaN) printed as 26 digits and four
+// decimals in the summary, the cards and the epoch table ("-1e308": 309 digits); a loss of 3e-6
+// printed as "0.0000". Such values are shown in scientific notation.
+TEST_F(RunReportTest, HugeAndTinyValuesAreShownShort) {
+    write("metrics.jsonl",
+          "{\"kind\":\"train\",\"step\":1,\"epoch\":0.5,\"loss\":3e25,\"acc\":0.1,\"lr\":0.1,\"samples_per_s\":10}\n"
+          "{\"kind\":\"eval\",\"step\":2,\"epoch\":1,\"train_loss\":-1e308,\"train_acc\":1e300,\"test_loss\":3e-6,"
+          "\"test_acc\":0.25}\n");
+    auto html = render();
+    ASSERT_TRUE(html.is_ok()) << html.status().message();
+    EXPECT_FALSE(std::regex_search(*html, std::regex("[0-9]{16}"))) << "a number of 16 digits or more";
+    EXPECT_FALSE(contains(*html, ">0.0000<")) << "3e-6 is no zero";
+    EXPECT_TRUE(contains(*html, "3e+25")) << "the final train loss";
+    EXPECT_TRUE(contains(*html, "3e-06")) << "the test loss";
+    EXPECT_TRUE(contains(*html, "25.00%"));
+    // The load test's table: a damaged throughput of 1e300 req/s.
+    write("loadtest.json", R"({"kind": "strato-loadtest", "points": [{"concurrency": 1, "throughput": 1e300}]})");
+    html = render();
+    ASSERT_TRUE(html.is_ok()) << html.status().message();
+    EXPECT_FALSE(std::regex_search(*html, std::regex("[0-9]{16}"))) << "a number of 16 digits or more";
+}
+
 // Found by review: a run stopped by max_steps at step 5 of 32 wrote "epoch": 1 with 0.04 s, and
 // the report and plan --run took it as an epoch's time.
 TEST_F(RunReportTest, APartialEpochIsShownAsSuchAndLeftOutOfTheEpochTime) {
@@ -560,6 +630,19 @@ TEST_F(RunReportTest, APartialEpochIsShownAsSuchAndLeftOutOfTheEpochTime) {
     auto bad = render();
     ASSERT_FALSE(bad.is_ok());
     EXPECT_NE(bad.status().message().find("'partial' must be true or false"), std::string::npos) << bad.status().message();
+}
+
+// Found by review: a run stopped half-way through its first epoch (train.max_steps) showed
+// "epochs 0" in the card and the results ({:.0f} of 0.5); the table said 0.50.
+TEST_F(RunReportTest, APartOfAnEpochIsNotRoundedAway) {
+    write("metrics.jsonl",
+          "{\"kind\":\"eval\",\"step\":16,\"epoch\":0.5,\"train_loss\":1,\"train_acc\":0.5,\"test_loss\":1,"
+          "\"test_acc\":0.5,\"epoch_time_s\":0.04,\"eval_time_s\":1,\"partial\":true}\n");
+    auto html = render();
+    ASSERT_TRUE(html.is_ok()) << html.status().message();
+    EXPECT_TRUE(contains(*html, "<div class=\"label\">epochs</div><div class=\"value\">0.50</div>")) << *html;
+    EXPECT_TRUE(contains(*html, "<th scope=\"row\">epochs</th><td>0.50</td>")) << *html;
+    EXPECT_FALSE(contains(*html, "<div class=\"value\">0</div>"));
 }
 
 TEST_F(RunReportTest, AnEpochWithoutAccuracyIsNeverTheBestRow) {
@@ -632,6 +715,31 @@ TEST_F(RunReportTest, BrokenOptionalFilesAreNotedInThePage) {
     EXPECT_TRUE(contains(*html, "91.23%"));  // falls back to the last eval line
 }
 
+// Found by review: `train.monitor_every` records CPU, memory and GPU samples in metrics.jsonl
+// ("kind": "monitor", docs/monitor.md), and the report left them out: W&B charts a run's system
+// metrics next to its loss. A run with such lines gets a chart of them, in percent over steps; a
+// sample of an unexpected shape is left out, never an error.
+TEST_F(RunReportTest, MonitorSamplesAreChartedOverSteps) {
+    write("metrics.jsonl",
+          "{\"kind\":\"train\",\"step\":10,\"epoch\":0.5,\"loss\":1,\"acc\":0.5,\"lr\":0.1,\"samples_per_s\":10}\n"
+          "{\"kind\":\"monitor\",\"step\":10,\"t\":1.5e9,\"cpu_util\":55.5,\"mem_used_pct\":31,"
+          "\"gpu_util\":{\"0\":90,\"<b>1</b>\":12}}\n"
+          "{\"kind\":\"monitor\",\"step\":20,\"t\":1.5e9,\"cpu_util\":null,\"mem_used_pct\":\"x\",\"gpu_util\":[1]}\n"
+          "{\"kind\":\"monitor\",\"step\":30,\"t\":1.5e9,\"cpu_util\":65,\"mem_used_pct\":33,\"gpu_util\":{\"0\":80}}\n");
+    auto html = render();
+    ASSERT_TRUE(html.is_ok()) << html.status().message();
+    EXPECT_EQ(count(*html, "<svg"), 5u);
+    EXPECT_TRUE(contains(*html, ">System utilization</text>"));
+    for (const char* name : {">CPU</text>", ">memory</text>", ">GPU 0</text>", ">GPU &lt;b&gt;1&lt;/b&gt;</text>"})
+        EXPECT_TRUE(contains(*html, name)) << name;
+    EXPECT_FALSE(contains(*html, "<b>1</b>"));
+    // A run without monitor lines keeps its four charts.
+    write("metrics.jsonl", metrics_lines());
+    html = render();
+    ASSERT_TRUE(html.is_ok()) << html.status().message();
+    EXPECT_EQ(count(*html, "<svg"), 4u);
+}
+
 TEST_F(RunReportTest, ManyStepsMakeALogScaleLossChart) {
     std::string lines;
     for (int step = 1; step <= 400; ++step) {
@@ -645,6 +753,48 @@ TEST_F(RunReportTest, ManyStepsMakeALogScaleLossChart) {
     ASSERT_TRUE(html.is_ok()) << html.status().message();
     EXPECT_TRUE(contains(*html, "Loss (log scale)"));
     expect_self_contained(*html);
+}
+
+// ---------------------------------------------------------------- tune report
+
+// Found by review: a study's parameter charts drew a log-uniform learning rate (1e-4 .. 0.1) on a
+// linear axis, all but the largest trials squeezed against its left edge, and joined the trials
+// sorted by the parameter with a line, as if the objective were a function of it. A parameter
+// spread over two decades or more gets a log axis, and each trial is a point. A diverged trial's
+// objective (3e25) printed 26 digits in the leaderboard.
+TEST(TuneReport, ParametersAreScatteredOnALogAxisWhenTheySpanDecades) {
+    nlohmann::json st = {{"kind", "strato-tune"}, {"name", "s"},        {"metric", "val_loss"},
+                         {"mode", "min"},         {"trials", nlohmann::json::array()}};
+    for (int i = 0; i < 20; ++i) {
+        const double lr = 1e-4 * std::pow(10.0, i * 3.0 / 19);
+        st["trials"].push_back({{"name", fmt::format("trial_{:04}", i)},
+                                {"params",
+                                 {{"optim.lr", fmt::format("{:.3g}", lr)}, {"model.width", std::to_string(16 + i)}}},
+                                {"state", "done"},
+                                {"epochs", 3},
+                                {"best", i == 7 ? 3e25 : 0.5 + 0.01 * i},
+                                {"results", nlohmann::json::array({nlohmann::json::array({1, 0.6})})}});
+    }
+    auto html = render_tune_report(st);
+    ASSERT_TRUE(html.is_ok()) << html.status().message();
+    const auto figure = [&](const std::string& title) {
+        const size_t at = html->find(">" + title + "</text>");
+        EXPECT_NE(at, std::string::npos) << title;
+        if (at == std::string::npos) return std::string();
+        const size_t begin = html->rfind("<svg", at);
+        return html->substr(begin, html->find("</svg>", at) - begin);
+    };
+    const std::string lr = figure("optim.lr vs best val_loss");
+    expect_clean_svg(lr + "</svg>");
+    EXPECT_TRUE(contains(lr, ">0.001</text>") && contains(lr, ">0.01</text>")) << "decade ticks";
+    EXPECT_FALSE(contains(lr, "<path")) << "trials are points";
+    EXPECT_EQ(count(lr, "<circle"), 20u);
+    // A parameter within one decade keeps its linear axis.
+    const std::string width = figure("model.width vs best val_loss");
+    EXPECT_TRUE(contains(width, ">20</text>")) << width;
+    EXPECT_EQ(count(width, "<circle"), 20u);
+    EXPECT_FALSE(std::regex_search(*html, std::regex("[0-9]{16}"))) << "a number of 16 digits or more";
+    EXPECT_TRUE(contains(*html, "3e+25"));
 }
 
 }  // namespace

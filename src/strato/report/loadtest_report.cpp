@@ -8,6 +8,7 @@
 #include "strato/core/fs.h"
 #include "strato/core/json.h"
 #include "strato/core/json_depth.h"
+#include "strato/report/autoscale_report.h"
 #include "strato/report/page.h"
 #include "strato/report/svg_chart.h"
 
@@ -23,9 +24,7 @@ double num(const json& j, const char* key) {
     return j[key].get<double>();
 }
 
-std::string cell(double v, int decimals) {
-    return std::isfinite(v) ? fmt::format("{:.{}f}", v, decimals) : std::string("–");
-}
+std::string cell(double v, int decimals) { return format_fixed(v, decimals); }
 
 bool rate_mode(const json& lt) { return lt.value("mode", std::string()) == "request_rate"; }
 
@@ -203,6 +202,29 @@ Status write_loadtest_report(const std::string& json_path, const std::string& ou
     STRATO_ASSIGN_OR_RETURN(auto text, fs::read_file(json_path));
     STRATO_ASSIGN_OR_RETURN(json j, parse_json_named(text, json_path));
     auto html = render_loadtest_report(j);
+    if (!html) return html.status().with_context(json_path);
+    return fs::atomic_write(out_path, *html);
+}
+
+Status write_json_report(const std::string& json_path, const std::string& out_path) {
+    STRATO_ASSIGN_OR_RETURN(auto text, fs::read_file(json_path));
+    STRATO_ASSIGN_OR_RETURN(json j, parse_json_named(text, json_path));
+    const bool object = j.is_object();
+    const auto kind = object ? j.find("kind") : j.end();
+    Result<std::string> html = invalid_argument("");
+    if (kind != j.end() && *kind == "strato-autoscale-sim") {
+        html = render_autoscale_report(j);
+    } else if (kind != j.end() && *kind == "strato-loadtest") {
+        html = render_loadtest_report(j);
+    } else {
+        return invalid_argument(
+            "{}: not a result strato report reads (expected \"kind\": \"strato-loadtest\" from `strato loadtest "
+            "--json` or \"strato-autoscale-sim\" from `strato autoscale simulate --json`, got {})",
+            json_path,
+            !object           ? std::string(j.type_name())
+            : kind != j.end() ? "kind " + json_text(*kind)
+                              : std::string("no kind"));
+    }
     if (!html) return html.status().with_context(json_path);
     return fs::atomic_write(out_path, *html);
 }

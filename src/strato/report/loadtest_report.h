@@ -24,4 +24,12 @@ Result<std::string> render_loadtest_report(const nlohmann::json& loadtest);
 /// atomically.
 Status write_loadtest_report(const std::string& json_path, const std::string& out_path);
 
+/// What `strato report FILE.json` does: reads `json_path` and writes the page of its "kind" to
+/// `out_path` atomically: "strato-loadtest" (`strato loadtest --json`) or "strato-autoscale-sim"
+/// (`strato autoscale simulate --json`, render_autoscale_report). Another kind or no JSON is
+/// kInvalidArgument naming the file and the kinds it reads; so is a field of an unexpected type.
+///
+///     Status st = strato::report::write_json_report("sim.json", "sim.html");
+Status write_json_report(const std::string& json_path, const std::string& out_path);
+
 }  // namespace strato::report

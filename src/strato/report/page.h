@@ -12,4 +12,8 @@ std::string page_head(std::string_view title);
 /// The footer and the closing tags.
 std::string page_foot();
 
+/// `v` with `decimals` decimals, "–" when it is not finite. From 1e9 on (a diverged or damaged
+/// value) in scientific notation, "3e+25", not as 26 digits.
+std::string format_fixed(double v, int decimals);
+
 }  // namespace strato::report

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string_view>
 #include <utility>
@@ -39,11 +40,25 @@ struct EvalPoint {
     bool partial = false;  // an epoch cut short or resumed mid-way: epoch_time_s is not an epoch's
 };
 
+// One "kind":"monitor" line (train.monitor_every): the machine's utilisation at a step, percent.
+struct MonitorPoint {
+    double step = kNaN, cpu = kNaN, mem = kNaN;
+    std::vector<std::pair<std::string, double>> gpu;  // by the sample's GPU label ("0", "1", ...)
+};
+
 struct RunMetrics {
     std::vector<TrainPoint> train;
     std::vector<EvalPoint> eval;
+    std::vector<MonitorPoint> monitor;
     bool torn_last_line = false;
 };
+
+// A monitor sample's number; NaN when missing or of another type (system samples are extra: a
+// sample of another shape never fails the report).
+double sample_number(const json& j, const char* key) {
+    auto it = j.find(key);
+    return it != j.end() && it->is_number() ? it->get<double>() : kNaN;
+}
 
 // A numeric field; missing or null (how JSON writers spell NaN) is NaN, any other type an error.
 Status read_number(const json& j, const char* key, const std::string& where, double& out) {
@@ -108,6 +123,15 @@ Result<RunMetrics> parse_metrics(std::string_view text, const std::string& path)
                 p.partial = it->get<bool>();
             }
             m.eval.push_back(p);
+        } else if (*kind == "monitor") {
+            MonitorPoint p;
+            p.step = sample_number(j, "step");
+            p.cpu = sample_number(j, "cpu_util");
+            p.mem = sample_number(j, "mem_used_pct");
+            if (auto it = j.find("gpu_util"); it != j.end() && it->is_object())
+                for (const auto& [label, v] : it->items())
+                    if (v.is_number()) p.gpu.emplace_back(label, v.get<double>());
+            m.monitor.push_back(std::move(p));
         }
     }
     return m;
@@ -140,8 +164,12 @@ const json* find_pointer(const json& j, const char* pointer) {
 
 // ---- value formatting ----
 
-std::string fmt_percent(double v) { return std::isfinite(100 * v) ? fmt::format("{:.2f}%", 100 * v) : "–"; }
-std::string fmt_fixed(double v, int decimals) { return std::isfinite(v) ? fmt::format("{:.{}f}", v, decimals) : "–"; }
+std::string fmt_percent(double v) { return std::isfinite(100 * v) ? format_fixed(100 * v, 2) + "%" : "–"; }
+// (a loss of 3e-6 is no "0.0000")
+std::string fmt_fixed(double v, int decimals) {
+    if (v != 0 && std::abs(v) < 0.5 * std::pow(10.0, -decimals)) return fmt::format("{:.3g}", v);
+    return format_fixed(v, decimals);
+}
 std::string fmt_general(double v) { return std::isfinite(v) ? fmt::format("{:.4g}", v) : "–"; }
 
 std::string fmt_count(double v) {
@@ -155,6 +183,9 @@ std::string fmt_count(double v) {
     }
     return v < 0 ? "-" + out : out;
 }
+
+// An epoch count: whole as a count, a part of one (a run stopped by train.max_steps) with two decimals.
+std::string fmt_epochs(double v) { return v == std::floor(v) ? fmt_count(v) : fmt_fixed(v, 2); }
 
 std::string fmt_duration(double s) {
     if (!std::isfinite(s)) return "–";
@@ -242,7 +273,7 @@ Rows result_rows(const json& final_metrics, const RunMetrics& m) {
     rows = {{"test accuracy", fmt_percent(last.test_acc)},
             {"best test accuracy", fmt_percent(best)},
             {"test loss", fmt_fixed(last.test_loss, 4)},
-            {"epochs", fmt_count(last.epoch)},
+            {"epochs", fmt_epochs(last.epoch)},
             {"steps", fmt_count(last.step)}};
     return rows;
 }
@@ -346,6 +377,21 @@ std::string charts_html(const RunMetrics& m) {
            {.title = "Learning rate", .x_label = "step", .y_label = "learning rate"});
     figure(m.train.empty() ? std::vector<Series>{} : std::vector<Series>{sps},
            {.title = "Throughput", .x_label = "step", .y_label = "samples/s"});
+    if (!m.monitor.empty()) {
+        // CPU, memory and each GPU (in the order first seen), each point at its own step.
+        std::vector<Series> sys{{"CPU", {}, {}}, {"memory", {}, {}}};
+        std::map<std::string, size_t> gpu_series;
+        for (const auto& p : m.monitor) {
+            sys[0].x.push_back(p.step), sys[0].y.push_back(p.cpu);
+            sys[1].x.push_back(p.step), sys[1].y.push_back(p.mem);
+            for (const auto& [label, v] : p.gpu) {
+                auto [it, added] = gpu_series.emplace(label, sys.size());
+                if (added) sys.push_back({"GPU " + label, {}, {}});
+                sys[it->second].x.push_back(p.step), sys[it->second].y.push_back(v);
+            }
+        }
+        figure(sys, {.title = "System utilization", .x_label = "step", .y_label = "percent"});
+    }
     return out + "</div>\n";
 }
 
@@ -382,7 +428,7 @@ std::string epoch_table(const RunMetrics& m) {
             "class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td "
             "class=\"num\">{}</td></tr>\n",
             i == best && m.eval.size() > 1 ? " class=\"best\"" : "",
-            e.epoch == std::floor(e.epoch) ? fmt_count(e.epoch) : fmt_fixed(e.epoch, 2), fmt_count(e.step),
+            fmt_epochs(e.epoch), fmt_count(e.step),
             fmt_fixed(e.train_loss, 4), fmt_percent(e.train_acc), fmt_fixed(e.test_loss, 4), fmt_percent(e.test_acc),
             e.partial ? fmt_duration(e.epoch_time_s) + " (part)" : fmt_duration(e.epoch_time_s), fmt_duration(e.eval_time_s));
     }
@@ -403,7 +449,8 @@ Result<RunMetrics> read_run_metrics(const stdfs::path& dir) {
     std::error_code ec;
     if (!stdfs::is_directory(dir, ec))
         return stdfs::exists(dir, ec)
-                   ? invalid_argument("{} is a file: expected a run directory (runs/NAME) or a load test's .json",
+                   ? invalid_argument("{} is a file: expected a run directory (runs/NAME) or a .json of `strato loadtest` "
+                                      "or `strato autoscale simulate`",
                                       dir.string())
                    : not_found("run directory {} does not exist", dir.string());
     const stdfs::path metrics_path = dir / "metrics.jsonl";
@@ -482,7 +529,7 @@ Result<std::string> render_run_report(const std::string& run_dir) {
     };
     card("test accuracy", fmt_percent(acc));
     card("test loss", fmt_fixed(loss, 4));
-    card("epochs", fmt_count(epochs));
+    card("epochs", fmt_epochs(epochs));
     card("wall time", fmt_duration(wall));
     html += "</div>\n";
     if (!notes.empty()) {

@@ -10,8 +10,9 @@
 namespace strato::report {
 
 /// Builds the HTML report of the run directory `run_dir` and returns it. Reads
-///   metrics.jsonl              required; "train" and "eval" lines (others are skipped; a last
-///                              line with no newline is torn, still being written, and skipped)
+///   metrics.jsonl              required; "train", "eval" and "monitor" lines (others are
+///                              skipped; a last line with no newline is torn, still being
+///                              written, and skipped)
 ///   config.toml                optional; shown verbatim
 ///   model/metrics.json         optional; final metrics (else taken from the last eval line)
 ///   model/strato-model.json    optional; architecture, parameter count, input shape

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <set>
+#include <utility>
 
 namespace strato::report {
 
@@ -205,10 +207,41 @@ std::string format_tick(double value, double step, double magnitude) {
 
 }  // namespace detail
 
+namespace {
+
+// The length of the well-formed UTF-8 sequence at text[i] (a lead byte >= 0x80), or 0 when it is
+// not one: a stray continuation byte, an overlong form, a surrogate, beyond U+10FFFF, cut short.
+size_t utf8_sequence(std::string_view text, size_t i) {
+    const auto byte = [&](size_t k) { return i + k < text.size() ? static_cast<unsigned char>(text[i + k]) : 0u; };
+    const unsigned b0 = byte(0);
+    size_t n = 0;
+    unsigned lo = 0x80, hi = 0xbf;  // the range of the second byte
+    if (b0 >= 0xc2 && b0 <= 0xdf) {
+        n = 2;
+    } else if (b0 >= 0xe0 && b0 <= 0xef) {
+        n = 3;
+        if (b0 == 0xe0) lo = 0xa0;  // overlong
+        if (b0 == 0xed) hi = 0x9f;  // surrogates
+    } else if (b0 >= 0xf0 && b0 <= 0xf4) {
+        n = 4;
+        if (b0 == 0xf0) lo = 0x90;  // overlong
+        if (b0 == 0xf4) hi = 0x8f;  // beyond U+10FFFF
+    } else {
+        return 0;
+    }
+    if (byte(1) < lo || byte(1) > hi) return 0;
+    for (size_t k = 2; k < n; ++k)
+        if (byte(k) < 0x80 || byte(k) > 0xbf) return 0;
+    return n;
+}
+
+}  // namespace
+
 std::string html_escape(std::string_view text) {
     std::string out;
     out.reserve(text.size() + text.size() / 8);
-    for (char c : text) {
+    for (size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
         switch (c) {
             case '&':
                 out += "&amp;";
@@ -226,12 +259,23 @@ std::string html_escape(std::string_view text) {
                 out += "&#39;";
                 break;
             default:
-                // Control characters are not allowed in XML (SVG) and a NUL marks a file as
-                // binary: the replacement character shows where one was.
-                if ((static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f)
+                if (static_cast<unsigned char>(c) >= 0x80) {
+                    // NOTE: the page says UTF-8; a byte of another encoding (a Latin-1 config.toml
+                    // or directory name) is no character there, nor in an SVG (XML) of it.
+                    const size_t n = utf8_sequence(text, i);
+                    if (n == 0) {
+                        out += "&#xFFFD;";
+                    } else {
+                        out.append(text.substr(i, n));
+                        i += n - 1;
+                    }
+                } else if ((static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f) {
+                    // Control characters are not allowed in XML (SVG) and a NUL marks a file as
+                    // binary: the replacement character shows where one was.
                     out += "&#xFFFD;";
-                else
+                } else {
                     out += c;
+                }
         }
     }
     return out;
@@ -241,6 +285,7 @@ std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions
     const double width = std::max(200, options.width);
     double height = std::max(140, options.height);
     const bool log = options.log_y;
+    const bool log_x = options.log_x;
 
     // Data ranges over the points that can be drawn.
     double x_lo = std::numeric_limits<double>::infinity(), x_hi = -x_lo, y_lo = x_lo, y_hi = -x_lo;
@@ -248,7 +293,7 @@ std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions
     for (const auto& s : series) {
         const size_t n = std::min(s.x.size(), s.y.size());
         for (size_t i = 0; i < n; ++i) {
-            if (!usable(s.x[i], false) || !usable(s.y[i], log)) continue;
+            if (!usable(s.x[i], log_x) || !usable(s.y[i], log)) continue;
             x_lo = std::min(x_lo, s.x[i]);
             x_hi = std::max(x_hi, s.x[i]);
             y_lo = std::min(y_lo, s.y[i]);
@@ -258,8 +303,8 @@ std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions
     }
     const bool no_data = drawable == 0;
     if (no_data) {
-        x_lo = 0;
-        x_hi = 1;
+        x_lo = log_x ? 1 : 0;
+        x_hi = log_x ? 10 : 1;
         y_lo = log ? 1 : 0;
         y_hi = log ? 10 : 1;
     }
@@ -318,7 +363,8 @@ std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions
     const double left = 10 + (options.y_label.empty() ? 0 : 20) + y_label_w + 8;
     const double right_guess = 20;
     const double plot_w_guess = std::max(40.0, width - left - right_guess);
-    const Axis x_axis = linear_axis(x_lo, x_hi, std::max(2, static_cast<int>(plot_w_guess / 90)), true);
+    const int x_ticks = std::max(2, static_cast<int>(plot_w_guess / 90));
+    const Axis x_axis = log_x ? log_axis(x_lo, x_hi, x_ticks) : linear_axis(x_lo, x_hi, x_ticks, true);
     const double last_label_w = x_axis.labels.empty() ? 0 : text_width(x_axis.labels.back(), kTickFont);
     const double right = std::max(right_guess, last_label_w / 2 + 6);
 
@@ -380,22 +426,32 @@ std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions
         const char* colour = kPalette[k % kPaletteSize];
         const bool dashed = static_cast<int>(k) >= kPaletteSize;
         const size_t n = std::min(s.x.size(), s.y.size());
-        auto ok = [&](size_t i) { return i < n && usable(s.x[i], false) && usable(s.y[i], log); };
+        auto ok = [&](size_t i) { return i < n && usable(s.x[i], log_x) && usable(s.y[i], log); };
         size_t count = 0;
         for (size_t i = 0; i < n; ++i) count += ok(i) ? 1 : 0;
         if (count == 0) continue;
-        std::string d;
-        bool pen_down = false;
-        auto vertex = [&](size_t i) {
-            d += fmt::format("{}{},{}", pen_down ? " L" : (d.empty() ? "M" : " M"), px(sx(s.x[i])), px(sy(s.y[i])));
-            pen_down = true;
-        };
         // Far more points than pixels (a long run's every step): per pixel column of a stretch,
         // its first, lowest, highest and last point draw the same line in a fraction of the bytes.
         const bool reduce = static_cast<double>(count) > kPointsPerPixel * (x1 - x0);
+        std::string d;
+        bool pen_down = false;
+        size_t subpath_vertices = 0;
+        auto vertex = [&](size_t i) {
+            d += fmt::format("{}{},{}", pen_down ? " L" : (d.empty() ? "M" : " M"), px(sx(s.x[i])), px(sy(s.y[i])));
+            pen_down = true;
+            ++subpath_vertices;
+        };
+        // Lifts the pen. In a reduced series (no markers) a stretch of one vertex, which has no
+        // segment to stroke, becomes a dot (a zero-length segment with a round cap).
+        auto pen_up = [&] {
+            if (reduce && pen_down && subpath_vertices == 1) d += " h0";
+            pen_down = false;
+            subpath_vertices = 0;
+        };
         long column = 0;
         size_t first = 0, low = 0, high = 0, last = 0;
         bool open = false;
+        bool gap = false;  // unusable points since the last usable one (reduced series)
         auto flush = [&] {
             if (!open) return;
             size_t picks[] = {first, low, high, last};
@@ -406,16 +462,25 @@ std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions
         };
         for (size_t i = 0; i < n; ++i) {
             if (!ok(i)) {
-                flush();
-                pen_down = false;
+                if (reduce)
+                    gap = true;
+                else
+                    pen_up();
                 continue;
             }
             if (!reduce) {
                 vertex(i);
                 continue;
             }
+            // NOTE: a gap is only visible where it leaves a whole pixel column empty; one that
+            // does not (every other loss null, 200k lines) broke the line 100k times (14 MB).
             const long c = std::lround(sx(s.x[i]));
-            if (open && c != column) flush();
+            if (open && c != column) {
+                const long prev = column;
+                flush();
+                if (gap && std::abs(c - prev) > 1) pen_up();
+            }
+            gap = false;
             if (!open) {
                 open = true;
                 column = c;
@@ -426,15 +491,24 @@ std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions
             last = i;
         }
         flush();
+        pen_up();
         out += fmt::format("<g class=\"series\" data-name=\"{}\">\n", html_escape(s.name));
-        out += fmt::format(
-            "<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\" stroke-linejoin=\"round\" "
-            "stroke-linecap=\"round\"{}/>\n",
-            d, colour, dashed ? " stroke-dasharray=\"6 3\"" : "");
-        for (size_t i = 0; i < n; ++i) {
+        if (options.lines) {
+            out += fmt::format(
+                "<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\" stroke-linejoin=\"round\" "
+                "stroke-linecap=\"round\"{}/>\n",
+                d, colour, dashed ? " stroke-dasharray=\"6 3\"" : "");
+        }
+        std::set<std::pair<long, long>> dots;  // (a scatter plot: the pixels that have a marker)
+        // (a reduced series has no markers: its lone points are dots of the path)
+        for (size_t i = 0; i < n && (!reduce || !options.lines); ++i) {
             if (!ok(i)) continue;
-            const bool isolated = (i == 0 || !ok(i - 1)) && !ok(i + 1);
-            if (count > static_cast<size_t>(kMarkerPointsMax) && !isolated) continue;
+            if (options.lines) {
+                const bool isolated = (i == 0 || !ok(i - 1)) && !ok(i + 1);
+                if (count > static_cast<size_t>(kMarkerPointsMax) && !isolated) continue;
+            } else if (!dots.emplace(std::lround(sx(s.x[i])), std::lround(sy(s.y[i]))).second) {
+                continue;
+            }
             out += fmt::format(
                 "<circle cx=\"{}\" cy=\"{}\" r=\"3\" fill=\"{}\" stroke=\"#fff\" stroke-width=\"1\"><title>{}: "
                 "{}, {}</title></circle>\n",

@@ -15,10 +15,14 @@ struct Series {
     std::vector<double> x, y;
 };
 
-/// Size and labels of a chart. With `log_y`, points with y <= 0 are left out.
+/// Size and labels of a chart. With `log_y` (`log_x`), points with y (x) <= 0 are left out.
+/// Without `lines`, each point is a marker and nothing joins them: a scatter plot (points that
+/// fall on the same pixel are drawn once).
 struct ChartOptions {
     std::string title, x_label, y_label;
     bool log_y = false;
+    bool log_x = false;
+    bool lines = true;
     int width = 640;
     int height = 320;
 };
@@ -36,7 +40,8 @@ struct ChartOptions {
 /// Pure function; safe to call from any thread.
 std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions& options);
 
-/// Escapes `text` for HTML and XML text or attribute values: & < > " ' become entities.
+/// Escapes `text` for HTML and XML text or attribute values: & < > " ' become entities; control
+/// characters (but tab, CR, LF) and each byte that is not part of well-formed UTF-8 become U+FFFD.
 std::string html_escape(std::string_view text);
 
 namespace detail {

@@ -54,14 +54,21 @@ Result<std::string> render_tune_report(const json& st) {
             const std::string v = it->get<std::string>();
             char* end = nullptr;
             double x = std::strtod(v.c_str(), &end);
-            if (end && *end == '\0' && !v.empty()) by_param[it.key()].emplace_back(x, t["best"].get<double>());
+            // (a choice of "nan" or "inf" is no number to place: NaN would also break the sort below)
+            if (end && *end == '\0' && !v.empty() && std::isfinite(x))
+                by_param[it.key()].emplace_back(x, t["best"].get<double>());
         }
     }
+    // Each trial a point (no line: the objective is no function of one parameter); a parameter
+    // spread over two decades or more (a log-uniform learning rate) on a log axis.
     for (auto& [k, pts] : by_param) {
         std::sort(pts.begin(), pts.end());
         Series s{k, {}, {}};
         for (auto [x, y] : pts) s.x.push_back(x), s.y.push_back(y);
-        html += "<figure>" + line_chart_svg({s}, {.title = k + " vs best " + metric, .x_label = k, .y_label = metric}) +
+        const bool log_x = !pts.empty() && pts.front().first > 0 && pts.back().first >= 100 * pts.front().first;
+        html += "<figure>" +
+                line_chart_svg({s}, {.title = k + " vs best " + metric, .x_label = log_x ? k + " (log scale)" : k,
+                                     .y_label = metric, .log_x = log_x, .lines = false}) +
                 "</figure>\n";
     }
     html += "</div></section>\n<section><h2>Leaderboard</h2><div class=\"scroll\"><table class=\"epochs\"><thead><tr>"
@@ -75,7 +82,7 @@ Result<std::string> render_tune_report(const json& st) {
         html += fmt::format("<tr><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
                             "<td>{}</td><td>{}</td></tr>\n",
                             ++rank, html_escape(t.value("name", "")),
-                            t["best"].is_number() ? fmt::format("{:.4f}", t["best"].get<double>()) : "–",
+                            t["best"].is_number() ? format_fixed(t["best"].get<double>(), 4) : "–",
                             t.value("epochs", 0), html_escape(t.value("state", "")), html_escape(params));
     }
     html += "</tbody></table></div></section>\n";
