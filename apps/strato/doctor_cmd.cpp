@@ -39,7 +39,8 @@ void add_doctor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
                           },
                           "HOST:PORT");
     auto* samples = cmd->add_option("--samples", o->samples, "Round trips per peer (default 20; each within 3 s)")
-                        ->check(CLI::Range(1, 100000));
+                        ->check(CLI::Range(1, 100000))
+                        ->needs(peers);  // (alone it was silently ignored)
     // The listener runs no checks: flags for them would be silently ignored.
     cmd->add_option("--listen", o->listen,
                     "Answer other nodes' --peers probes on [HOST:]PORT until Ctrl-C (HOST an IPv4 address, "

@@ -44,15 +44,17 @@ void add_monitor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     auto* jsonl = cmd->add_option("--jsonl", o->jsonl,
                                   "Append every sample to this JSONL file (or a FIFO or device: never blocks on one)");
     auto* rules = cmd->add_option("--rules", o->rules, "Alert rules (TOML [[rule]] tables: when = \"gpu_util < 20 for 10m\")");
-    cmd->add_option("--pid", o->pids, "Also report these processes (CPU time, resident memory, threads)");
+    auto* pid = cmd->add_option("--pid", o->pids, "Also report these processes (CPU time, resident memory, threads)");
     auto* replay = cmd->add_option("--replay", o->replay,
                                    "Run the rules over a JSONL log written by --jsonl instead of sampling");
     auto* once = cmd->add_flag("--once", o->once, "Print one sample (Prometheus text, or --json) and exit");
     // --once samples and prints: what only a run does (rules, a log, an exporter) is a usage error.
     once->excludes(rules)->excludes(jsonl)->excludes(replay)->excludes(port)->excludes(duration)->excludes(interval);
     cmd->add_flag("--json", o->json, "With --once: print the sample as JSON")->needs(once);
-    cmd->add_flag("--dcgm-labels", o->dcgm_labels,
-                  "GPU labels UUID and modelName exactly as the DCGM exporter (default uuid, model_name)");
+    auto* dcgm = cmd->add_flag("--dcgm-labels", o->dcgm_labels,
+                               "GPU labels UUID and modelName exactly as the DCGM exporter (default uuid, model_name)");
+    // A replay samples nothing: what only sampling uses was silently ignored with it.
+    replay->excludes(pid)->excludes(interval)->excludes(dcgm);
     cmd->add_flag("--allow-remote-webhooks", o->allow_remote, "Allow webhooks to hosts other than this machine");
     cmd->footer(
         "Examples:\n"

@@ -141,8 +141,13 @@ def alerts_and_exporter(tmp):
                     scraped = get(f"http://127.0.0.1:{rport}/metrics", 1)[2]
                 except OSError:
                     return False
-                return 'gpu_util{gpu="1"} 99' in scraped
-            wait_for(replay_scraped, 30, "the replay's last sample on /metrics")
+                return 'DCGM_FI_DEV_GPU_UTIL{gpu="1"} 99' in scraped
+            # Found by review: the replay served the log's keys (gpu_util, counters as gauges), not
+            # the live page's names, and a stray key such as "bad name" spoiled the whole page.
+            wait_for(replay_scraped, 30, "the replay's last sample on /metrics under the live names")
+            check("# TYPE strato_network_receive_bytes_total counter" in scraped, scraped[:1500])
+            lint = subprocess.run(["promtool", "check", "metrics"], input=scraped, capture_output=True, text=True)
+            check(lint.returncode == 0, f"promtool on the replay: {lint.returncode} {lint.stdout}{lint.stderr}")
             rproc.send_signal(signal.SIGTERM)
             rc = rproc.wait(timeout=10)
             check(rc == 0, f"replay --port after SIGTERM: exit {rc} {rproc.stderr.read()[-500:]}")
@@ -189,6 +194,10 @@ def bad_inputs(tmp):
         (["monitor", "--once", "--rules", rules], "excludes"),
         (["monitor", "--once", "--replay", os.path.join(tmp, "m.jsonl")], "excludes"),
         (["monitor", "--json"], "requires --once"),
+        # Found by review: a replay samples nothing, and silently ignored what only sampling uses.
+        (["monitor", "--replay", os.path.join(tmp, "m.jsonl"), "--pid", str(os.getpid())], "excludes"),
+        (["monitor", "--replay", os.path.join(tmp, "m.jsonl"), "--interval", "5s"], "excludes"),
+        (["monitor", "--replay", os.path.join(tmp, "m.jsonl"), "--dcgm-labels"], "excludes"),
     ]
     for args, needle in usage:
         p = subprocess.run([STRATO, *args], capture_output=True, text=True, timeout=30)
@@ -269,6 +278,31 @@ def bad_inputs(tmp):
         check(p.returncode == 1 and "exporter on 127.0.0.1" in p.stderr, p.stderr)
 
 
+def doctor_blas(tmp):
+    """Found by review: `strato doctor` called every BLAS but OpenBLAS and MKL the reference one:
+    Debian's BLIS (the libblas.so.3 alternative under blis-openmp/) was a FAIL and exit 1. The check
+    goes by the library's path, so a copy of this machine's libblas.so.3 under a blis-openmp/
+    directory stands in for it."""
+    system = "/usr/lib/x86_64-linux-gnu/libblas.so.3"
+    if not os.path.exists(system):
+        return
+    blis = os.path.join(tmp, "blis-openmp")
+    os.makedirs(blis)
+    shutil.copy(os.path.realpath(system), os.path.join(blis, "libblas.so.3"))
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "BLIS_NUM_THREADS")}
+    env["LD_LIBRARY_PATH"] = blis
+    p = subprocess.run([STRATO, "doctor", "--json", "--dir", tmp], capture_output=True, text=True, env=env, timeout=120)
+    checks = {c["name"]: c for c in json.loads(p.stdout or "[]")}
+    b = checks.get("blas", {})
+    check(b.get("level") == "warn" and b.get("value", "").endswith("(BLIS)") and "BLIS_NUM_THREADS" in b.get("hint", ""),
+          f"doctor on BLIS: {b}")
+    failed = [c for c in checks.values() if c["level"] == "fail"]
+    check(p.returncode == (1 if failed else 0), f"doctor exit {p.returncode} with failing checks {failed}")
+    # Found by review: --samples without --peers was silently ignored; a usage error now.
+    p = subprocess.run([STRATO, "doctor", "--samples", "5"], capture_output=True, text=True, timeout=60)
+    check(p.returncode == 2 and "--samples requires --peers" in p.stderr, f"doctor --samples alone: {p.returncode} {p.stderr!r}")
+
+
 def hung_webhook_and_duration(tmp):
     """A webhook receiver that accepts and never answers must not stall sampling (each post blocked
     the loop for 5 s), and --duration ends the run on time, not at the next sample after it."""
@@ -347,6 +381,7 @@ def main():
         else:
             alerts_and_exporter(tmp)
             bad_inputs(tmp)
+            doctor_blas(tmp)
             hung_webhook_and_duration(tmp)
     finish("monitor e2e")
 

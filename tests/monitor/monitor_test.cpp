@@ -1,11 +1,14 @@
 // Monitor: alert rule parsing and `for` semantics on synthetic snapshots, the exposition format,
 // procfs values, and NVML through a stand-in driver library.
 
+#include "strato/monitor/monitor.h"
+
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -17,7 +20,6 @@
 #include "strato/loadgen/oip_target.h"
 #include "strato/monitor/alerts.h"
 #include "strato/monitor/jsonl_sink.h"
-#include "strato/monitor/monitor.h"
 #include "strato/monitor/nvml.h"
 #include "strato/monitor/procfs.h"
 
@@ -67,6 +69,15 @@ TEST(AlertRule, RulesFileErrorsNameTheRule) {
     EXPECT_NE(parse_rules("[[rule]]\nwhen = \"cpu_util > 1\"\naction = \"webhook\"\n", "a.toml").status().message().find(
                   "needs webhook"),
               std::string::npos);
+    // Found by review: a webhook without action = "webhook" was accepted and never called.
+    for (const char* action : {"", "action = \"log\"\n", "action = \"exit\"\n"}) {
+        auto quiet = parse_rules(std::string("[[rule]]\nname = \"w\"\nwhen = \"cpu_util > 1\"\n") + action +
+                                     "webhook = \"http://127.0.0.1:5001/alerts\"\n",
+                                 "a.toml");
+        ASSERT_FALSE(quiet.is_ok()) << action;
+        EXPECT_NE(quiet.status().message().find("a.toml rule 1 (w): webhook is set but action is"), std::string::npos)
+            << quiet.status().message();
+    }
     EXPECT_NE(parse_rules("[[rule]]\nwhen = \"cpu_util >\"\n", "a.toml").status().message().find("a.toml rule 1"),
               std::string::npos);
     EXPECT_FALSE(parse_rules("[[rule]]\nwhen = \"cpu_util > 1\"\ncolour = \"red\"\n", "a.toml").is_ok());
@@ -219,6 +230,44 @@ TEST(Exposition, PrometheusTextAndJsonRoundTrip) {
     EXPECT_FALSE(from_json(nlohmann::json::parse("{\"t\": 1, \"cpu_util\": \"high\"}"), &back, &err));
 }
 
+// Found by review: a replay exported its log's keys as metric names: `cpu_util`, not the live
+// `strato_cpu_utilization_percent`, counters typed as gauges, and a stray key such as "bad name"
+// written as is, which made Prometheus refuse the whole page.
+TEST(Exposition, AReplayExportsTheLiveNamesTypesAndOnlyValidNames) {
+    Snapshot live;
+    ProcSampler().sample(live);
+    auto nvml = Nvml::open(FAKE_NVML);
+    ASSERT_TRUE(nvml.is_ok()) << nvml.status().message();
+    (*nvml)->sample(live);
+    Snapshot back;
+    std::string err;
+    ASSERT_TRUE(from_json(to_json(live), &back, &err)) << err;
+    size_t checked = 0;
+    for (const Metric& m : live.metrics) {
+        if (m.alias.empty()) continue;
+        auto replayed = back.find(m.alias);
+        ASSERT_FALSE(replayed.empty()) << m.alias;
+        for (const Metric* r : replayed) {
+            EXPECT_EQ(r->name, m.name) << m.alias;
+            EXPECT_EQ(r->help, m.help) << m.alias;
+            EXPECT_EQ(r->counter, m.counter) << m.alias;
+            ++checked;
+        }
+    }
+    EXPECT_GT(checked, 10u);
+    EXPECT_EQ(back.find("DCGM_FI_DEV_GPU_UTIL").size(), 2u);  // a rule may name it in a replay too
+    const std::string text = to_prometheus(back);
+    EXPECT_NE(text.find("# TYPE strato_disk_read_bytes_total counter\n"), std::string::npos) << text;
+
+    Snapshot odd;
+    ASSERT_TRUE(
+        from_json(nlohmann::json::parse(R"({"t": 1, "bad name": 3, "1abc": 4, "x\"y": 2, "loss": 0.5})"), &odd, &err))
+        << err;
+    const std::string page = to_prometheus(odd);
+    EXPECT_EQ(page,
+              "# HELP loss Replayed from the log's key loss\n# TYPE loss gauge\nloss 0.5\n");  // (promtool wants help)
+}
+
 TEST(ProcSampler, ReadsThisMachine) {
     ProcSampler p;
     Snapshot s;
@@ -355,6 +404,64 @@ TEST(AlertEngine, AlertsCarryTheSeriesLabelsLiveAndReplayed) {
     EXPECT_EQ(d.evaluate(live).at(0).labels, (SeriesLabels{{"pid", "42"}}));
 }
 
+// Found by review: /proc/stat counters that went back (a container's virtualised /proc/stat after
+// its CPU set shrank; an idle count that went back) wrapped the unsigned differences: cpu_util read
+// ~100 % or 200 %, and fired "cpu_util > 95" rules on an idle machine.
+TEST(ProcSampler, CpuCountersThatGoBackAreNoReading) {
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::path(testing::TempDir()) / ("procstat-" + std::to_string(getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    auto util_after = [&](ProcSampler& p, const char* stat) {
+        std::ofstream(dir / "stat") << stat;
+        Snapshot s;
+        p.sample(s);
+        return s.find("cpu_util").at(0)->value;
+    };
+    std::ofstream(dir / "stat") << "cpu  100 0 100 800 0 0 0 0\n";
+    ProcSampler p({.root = dir.string(), .sys_root = (dir / "sys").string()});
+    EXPECT_EQ(util_after(p, "cpu  200 0 100 900 0 0 0 0\n"), 50);  // busy +100 of +200
+    EXPECT_EQ(util_after(p, "cpu  50 0 50 400 0 0 0 0\n"), 50);    // all went back: no new reading
+    EXPECT_EQ(util_after(p, "cpu  80 0 50 470 0 0 0 0\n"), 30);    // measured from there
+    EXPECT_EQ(util_after(p, "cpu  180 0 50 420 0 0 0 0\n"), 100);  // idle went back: at most 100 %
+    EXPECT_EQ(util_after(p, "cpu  170 0 50 520 0 0 0 0\n"), 100);  // busy went back: no new reading
+    EXPECT_EQ(util_after(p, "cpu  190 0 50 600 0 0 0 0\n"), 20);
+    fs::remove_all(dir);
+}
+
+// Found by review: a --pid process that exited, its id given by the kernel to another process,
+// went on being reported with the newcomer's CPU time and memory. The start time tells them apart.
+TEST(ProcSampler, AReusedPidIsAnotherProcess) {
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::path(testing::TempDir()) / ("procpid-" + std::to_string(getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir / "4242");
+    auto stat = [&](const char* comm, const char* start) {
+        std::ofstream(dir / "4242/stat") << "4242 (" << comm << ") S 1 1 1 0 -1 0 0 0 0 0 300 100 0 0 20 0 3 0 "
+                                         << start << " 1000 10 0\n";
+        std::ofstream(dir / "4242/statm") << "100 10 5 1 0 50 0\n";
+    };
+    ProcSampler p({.root = dir.string(), .sys_root = (dir / "sys").string(), .pids = {4242}});
+    auto threads = [&](Snapshot& s) {
+        p.sample(s);
+        for (const Metric* m : s.find("proc_threads"))
+            if (m->labels.at(0).second == "4242") return m->value;
+        return -1.0;
+    };
+    stat("train) x", "5000");
+    Snapshot a, b, c, d;
+    EXPECT_EQ(threads(a), 3);
+    stat("python3", "5000");  // the same process after an exec
+    EXPECT_EQ(threads(b), 3);
+    stat("other", "9000");  // the id now names another process
+    EXPECT_EQ(threads(c), -1);
+    EXPECT_NE(std::find(c.notes.begin(), c.notes.end(), "process 4242 is gone (its id now names another process)"),
+              c.notes.end());
+    stat("train) x", "5000");
+    EXPECT_EQ(threads(d), 3);
+    fs::remove_all(dir);
+}
+
 // Found by review: /proc/diskstats' partitions (sda and sda1), device-mapper volumes and zram
 // were each counted, so sum(disk_read_bytes) counted bytes two or three times.
 TEST(ProcSampler, CountsWholeDisksOnly) {
@@ -385,6 +492,39 @@ TEST(ProcSampler, CountsWholeDisksOnly) {
     // (md0 has no slaves: a disk of its own here)
     EXPECT_EQ(devices, (std::vector<std::string>{"sda", "nvme0n1", "md0"}));
     EXPECT_EQ(read, (100 + 8 + 2) * 512.0);
+    fs::remove_all(dir);
+}
+
+// Found by review: after logrotate renamed the log (no copytruncate), every later sample went on
+// into the renamed file, and after its compression into a deleted one: the log at the path never
+// came back. A moved or removed log is started anew at its path.
+TEST(JsonlSink, ARotatedLogStartsAnewAtItsPath) {
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::path(testing::TempDir()) / ("rotate-" + std::to_string(getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const std::string log = (dir / "m.jsonl").string();
+    auto read = [](const fs::path& p) {
+        std::ifstream in(p);
+        return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    };
+    auto sink = JsonlSink::open(log);
+    ASSERT_TRUE(sink.is_ok()) << sink.status().message();
+    ASSERT_TRUE((*sink)->append("{\"t\": 1}\n").is_ok());
+    fs::rename(log, log + ".1");
+    ASSERT_TRUE((*sink)->append("{\"t\": 2}\n").is_ok());
+    EXPECT_EQ(read(log + ".1"), "{\"t\": 1}\n");
+    EXPECT_EQ(read(log), "{\"t\": 2}\n");
+    fs::remove(log);
+    ASSERT_TRUE((*sink)->append("{\"t\": 3}\n").is_ok());
+    EXPECT_EQ(read(log), "{\"t\": 3}\n");
+    ASSERT_TRUE((*sink)->append("{\"t\": 4}\n").is_ok());  // the same file again: no reopening
+    EXPECT_EQ(read(log), "{\"t\": 3}\n{\"t\": 4}\n");
+    fs::remove(log);
+    fs::create_directory(log);  // something else in its place: an error, not a hang or a loss
+    auto replaced = (*sink)->append("{\"t\": 5}\n");
+    ASSERT_FALSE(replaced.is_ok());
+    EXPECT_NE(replaced.message().find("not a regular file"), std::string::npos) << replaced.message();
     fs::remove_all(dir);
 }
 
@@ -486,12 +626,12 @@ TEST(Monitor, AReplayWithAnExporterServesItsLastSampleUntilStopped) {
     auto run = std::async(std::launch::async, [&] { return (*m)->run(); });
     auto url = loadgen::parse_url("http://127.0.0.1:" + std::to_string((*m)->port()));
     std::string body;
-    for (int i = 0; i < 100 && body.find("gpu_util{gpu=\"0\"} 42") == std::string::npos; ++i) {
+    for (int i = 0; i < 100 && body.find("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 42") == std::string::npos; ++i) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
         auto reply = loadgen::http_request(*url, "GET", "/metrics", {}, 2000);
         if (reply.is_ok() && reply->status == 200) body = reply->body;
     }
-    EXPECT_NE(body.find("gpu_util{gpu=\"0\"} 42"), std::string::npos) << body;
+    EXPECT_NE(body.find("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 42"), std::string::npos) << body;
     EXPECT_EQ(run.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout) << "the replay did not wait";
     (*m)->stop();
     ASSERT_EQ(run.wait_for(std::chrono::seconds(5)), std::future_status::ready);

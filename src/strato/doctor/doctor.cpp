@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -114,6 +115,20 @@ std::vector<Check> run_checks(const std::string& disk_path) {
                        openmp ? "" : "the pthread OpenBLAS ignores libtorch's thread count: apt-get install libopenblas0-openmp"});
     } else if (blas.find("mkl") != std::string::npos) {
         out.push_back({"blas", blas, Level::kOk, ""});
+    } else if (blas.find("blis") != std::string::npos) {
+        // Debian's libblis4-* (the libblas.so.3 alternative under blis-*/): optimised, not the
+        // reference BLAS it was called (FAIL, exit 1). It runs one thread unless told by its
+        // environment: libtorch's thread count does not reach it.
+        const bool told = std::getenv("BLIS_NUM_THREADS") || std::getenv("OMP_NUM_THREADS");
+        out.push_back({"blas", blas + " (BLIS)", told ? Level::kOk : Level::kWarn,
+                       told ? ""
+                            : "BLIS runs one thread unless BLIS_NUM_THREADS is set; libopenblas0-openmp follows "
+                              "strato's thread count"});
+    } else if (blas.find("atlas") != std::string::npos || blas.find("flexiblas") != std::string::npos) {
+        const bool flexi = blas.find("flexiblas") != std::string::npos;
+        out.push_back({"blas", blas + (flexi ? " (FlexiBLAS)" : " (ATLAS)"), Level::kWarn,
+                       flexi ? "FlexiBLAS picks its backend at run time (`flexiblas print`); choose OpenBLAS (openmp)"
+                             : "ATLAS is slower than OpenBLAS on these products: apt-get install libopenblas0-openmp"});
     } else {
         out.push_back({"blas", blas.empty() ? "reference BLAS (netlib)" : blas + " (reference BLAS)", Level::kFail,
                        "linear layers run 10-30x slower on the reference BLAS: apt-get install libopenblas0-openmp"});

@@ -141,6 +141,12 @@ Result<std::vector<AlertRule>> parse_rules(std::string_view toml_text, const std
         if (rule.action == "webhook" && rule.webhook.empty())
             return invalid_argument("{} ({}): action = \"webhook\" needs webhook = \"http://127.0.0.1:PORT/path\"", where,
                                     rule.name);
+        // A webhook with the default action was never called: an alert that went nowhere.
+        if (!rule.webhook.empty() && rule.action != "webhook")
+            return invalid_argument(
+                "{} ({}): webhook is set but action is '{}', so it would never be called; add "
+                "action = \"webhook\" (or remove webhook)",
+                where, rule.name, rule.action);
         if (!rule.webhook.empty())
             if (auto url = loadgen::parse_url(rule.webhook); !url.is_ok())
                 return url.status().with_context(fmt::format("{} ({}): webhook", where, rule.name));

@@ -84,6 +84,27 @@ JsonlSink::~JsonlSink() {
     if (fd_ >= 0) ::close(fd_);
 }
 
+// logrotate (without copytruncate) renames the log and expects the writer to start a new one at
+// the path: writing on to the renamed file, samples went into the old one, and after its
+// compression into a deleted file. As Python's WatchedFileHandler does, a path that is no longer
+// the open file (moved, removed, replaced) is opened anew.
+Status JsonlSink::follow_rotation() {
+    struct stat at {};
+    struct stat open_st {};
+    const bool there = ::stat(path_.c_str(), &at) == 0;
+    if (there && ::fstat(fd_, &open_st) == 0 && at.st_dev == open_st.st_dev && at.st_ino == open_st.st_ino)
+        return Status::ok();
+    // (a FIFO put there would block open() until a reader came)
+    if (there && !S_ISREG(at.st_mode))
+        return io_error("cannot append to {}: it was replaced by something that is not a regular file", path_);
+    const int fd = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return io_error("cannot append to {} (it was moved or removed): {}", path_, std::strerror(errno));
+    ::close(fd_);
+    fd_ = fd;
+    log::info("monitor: --jsonl {} was moved or removed (log rotation?); samples go to a new {}", path_, path_);
+    return Status::ok();
+}
+
 Status JsonlSink::try_open() {
     // Non-blocking: opening a FIFO to write waits for a reader otherwise, and no signal ends the
     // wait (the stop handlers restart system calls).
@@ -124,6 +145,7 @@ Result<bool> JsonlSink::write_some() {
 
 Status JsonlSink::append(const std::string& line) {
     if (regular_) {
+        STRATO_RETURN_IF_ERROR(follow_rotation());
         for (size_t done = 0; done < line.size();) {
             const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
             if (n < 0 && errno == EINTR) continue;

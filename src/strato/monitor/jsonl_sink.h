@@ -3,7 +3,8 @@
 // (/dev/stdout, a log shipper's FIFO) that must never stall the sampling loop or its shutdown.
 //
 // A regular file is opened to append and written as usual (a failed write, a full disk, is an
-// error). Anything else is opened non-blocking: a FIFO without a reader (open() fails with ENXIO)
+// error); when its path names another file or none (logrotate moved it) a new one is started
+// there. Anything else is opened non-blocking: a FIFO without a reader (open() fails with ENXIO)
 // is retried at each line, with one note that the sink waits for a reader; lines are written
 // without waiting, and a line the reader has not taken room for by the next one is dropped and
 // counted, never torn (the rest of a partly written line goes first). A reader that goes away
@@ -48,6 +49,8 @@ public:
 private:
     JsonlSink() = default;
     Status try_open();
+    /// A regular file's path that no longer names the open file (rotated, removed) is reopened.
+    Status follow_rotation();
     /// Writes what it can of pending_ without blocking; false once the reader went away.
     Result<bool> write_some();
 

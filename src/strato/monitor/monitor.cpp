@@ -191,8 +191,7 @@ void Monitor::warn_unknown_metrics(const Snapshot& s) const {
     for (const auto& r : options_.rules)
         if (s.find(r.metric).empty())
             log::warn("rule {}: no metric '{}' in {}, so it never fires here (metrics: {})", r.name, r.metric,
-                      options_.replay.empty() ? "this machine's samples"
-                                              : "the replayed log (a log keeps the short names)",
+                      options_.replay.empty() ? "this machine's samples" : "the replayed log",
                       fmt::join(names, ", "));
 }
 

@@ -69,9 +69,14 @@ void ProcSampler::sample(Snapshot& out) {
         std::tie(now.busy, now.total) = cpu_times(text);
         // Samples closer than a clock tick see no CPU time pass: that is no reading, not 0 % (a
         // burst of them read as an idle machine and fired "cpu_util < X" rules).
-        const uint64_t dt = now.total - last_cpu_.total;
-        if (dt > 0) {
-            last_util_ = 100.0 * static_cast<double>(now.busy - last_cpu_.busy) / static_cast<double>(dt);
+        // Counters that went back (a container's virtualised /proc/stat after its CPU set shrank)
+        // or an idle count that did (a known kernel quirk) are no reading either: the unsigned
+        // differences wrapped and read as ~100 % or 200 %. The next sample measures from here.
+        if (now.total < last_cpu_.total || now.busy < last_cpu_.busy) {
+            last_cpu_ = now;
+        } else if (const uint64_t dt = now.total - last_cpu_.total; dt > 0) {
+            last_util_ = std::clamp(100.0 * static_cast<double>(now.busy - last_cpu_.busy) / static_cast<double>(dt),
+                                    0.0, 100.0);
             last_cpu_ = now;
         }
         const double util = last_util_;
@@ -161,7 +166,13 @@ void ProcSampler::sample(Snapshot& out) {
         std::vector<std::string> f;
         std::string tok;
         while (ls >> tok) f.push_back(tok);
-        if (f.size() < 18) continue;
+        if (f.size() < 20) continue;
+        // A process that exited and whose id the kernel gave to another: the start time (field 22)
+        // tells them apart, or the new process's numbers went on under the watched one's pid.
+        if (auto [it, first] = start_times_.emplace(pid, f[19]); !first && it->second != f[19]) {
+            out.notes.push_back(fmt::format("process {} is gone (its id now names another process)", pid));
+            continue;
+        }
         double utime = std::stod(f[11]), stime = std::stod(f[12]), threads = std::stod(f[17]);
         double resident = 0, size = 0;
         std::istringstream(statm) >> size >> resident;

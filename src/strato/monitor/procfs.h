@@ -37,6 +37,7 @@ private:
     ProcOptions options_;
     CpuTimes last_cpu_;
     double last_util_ = 0;  // repeated when no CPU time passed since the last sample
+    std::map<pid_t, std::string> start_times_;  // each watched process's start time, first seen
 };
 
 }  // namespace strato::monitor

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cmath>
 #include <map>
 
@@ -43,6 +44,55 @@ std::string escape_label(const std::string& v) {
     return out;
 }
 
+// [a-zA-Z_:][a-zA-Z0-9_:]*: a replayed log's keys are anything, and one bad name in the page makes
+// the scraper refuse all of it.
+bool valid_metric_name(const std::string& name) {
+    if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+    for (char c : name)
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != ':') return false;
+    return true;
+}
+
+// What a log keeps of each metric is its alias; a replay gives back the name, help, type and label
+// the live monitor exports (a dashboard or a rule on DCGM_FI_DEV_GPU_UTIL reads a replay as the live
+// page). ProcSampler and Nvml write the same (a test checks the round trip).
+struct KnownMetric {
+    const char* alias;
+    const char* name;
+    const char* help;
+    bool counter;
+};
+constexpr KnownMetric kKnown[] = {
+    {"cpu_util", "strato_cpu_utilization_percent", "Busy CPU time since the previous sample, percent of all cores",
+     false},
+    {"cpu_cores", "strato_cpu_cores", "Online CPU cores", false},
+    {"load1", "strato_load1", "One-minute load average", false},
+    {"mem_total_bytes", "strato_memory_total_bytes", "Physical memory", false},
+    {"mem_used_bytes", "strato_memory_used_bytes", "Physical memory not available to new processes", false},
+    {"mem_used_pct", "strato_memory_used_percent", "Memory in use, percent", false},
+    {"disk_read_bytes", "strato_disk_read_bytes_total", "Bytes read from the device", true},
+    {"disk_written_bytes", "strato_disk_written_bytes_total", "Bytes written to the device", true},
+    {"net_rx_bytes", "strato_network_receive_bytes_total", "Bytes received on the interface", true},
+    {"net_tx_bytes", "strato_network_transmit_bytes_total", "Bytes sent on the interface", true},
+    {"proc_cpu_seconds", "strato_process_cpu_seconds_total", "User and system CPU time of the process", true},
+    {"proc_rss_bytes", "strato_process_resident_memory_bytes", "Resident memory of the process", false},
+    {"proc_threads", "strato_process_threads", "Threads of the process", false},
+    {"gpu_util", "DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", false},
+    {"gpu_mem_util", "DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", false},
+    {"gpu_mem_used_mib", "DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", false},
+    {"gpu_mem_free_mib", "DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", false},
+    {"gpu_power_w", "DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", false},
+    {"gpu_temp_c", "DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", false},
+    {"gpu_sm_clock_mhz", "DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", false},
+    {"gpu_mem_clock_mhz", "DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", false},
+};
+
+const KnownMetric* known_metric(const std::string& alias) {
+    for (const auto& k : kKnown)
+        if (alias == k.alias) return &k;
+    return nullptr;
+}
+
 std::string format_value(double v) {
     if (std::isnan(v)) return "NaN";
     if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
@@ -76,9 +126,10 @@ std::string to_prometheus(const Snapshot& s) {
     }
     std::string out;
     for (const auto& name : order) {
+        if (!valid_metric_name(name)) continue;
         const auto& f = families[name];
-        out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, f.front()->help, name,
-                           f.front()->counter ? "counter" : "gauge");
+        if (!f.front()->help.empty()) out += fmt::format("# HELP {} {}\n", name, f.front()->help);
+        out += fmt::format("# TYPE {} {}\n", name, f.front()->counter ? "counter" : "gauge");
         for (const Metric* m : f) {
             out += name;
             if (!m->labels.empty()) {
@@ -114,12 +165,16 @@ bool from_json(const nlohmann::json& j, Snapshot* out, std::string* error) {
     out->unix_s = j["t"].get<double>();
     for (auto it = j.begin(); it != j.end(); ++it) {
         if (it.key() == "t" || it.key() == "notes" || it.key() == "kind" || it.key() == "step") continue;
+        const KnownMetric* known = known_metric(it.key());
+        const std::string name = known ? known->name : it.key();
+        const std::string help = known ? known->help : "Replayed from the log's key " + it.key();
+        const bool counter = known && known->counter;
         if (it->is_number()) {
-            out->add(it.key(), it.key(), "", it->get<double>());
+            out->add(name, it.key(), help, it->get<double>(), {}, counter);
         } else if (it->is_object()) {
             for (auto s = it->begin(); s != it->end(); ++s) {
                 if (!s->is_number()) continue;
-                out->add(it.key(), it.key(), "", s->get<double>(), {{series_label_name(it.key()), s.key()}});
+                out->add(name, it.key(), help, s->get<double>(), {{series_label_name(it.key()), s.key()}}, counter);
             }
         } else if (!it->is_null()) {
             *error = fmt::format("\"{}\" is a {}, expected a number or an object of numbers", it.key(), it->type_name());

@@ -14,7 +14,7 @@ namespace strato::monitor {
 using Labels = std::vector<std::pair<std::string, std::string>>;
 
 struct Metric {
-    std::string name;   // Prometheus name: strato_cpu_utilization_ratio, DCGM_FI_DEV_GPU_UTIL, ...
+    std::string name;   // Prometheus name: strato_cpu_utilization_percent, DCGM_FI_DEV_GPU_UTIL, ...
     std::string alias;  // short name for alert rules and JSONL: cpu_util, gpu_util, ...
     std::string help;
     bool counter = false;  // else a gauge
@@ -43,16 +43,18 @@ std::pair<std::string, std::string> series_label(const Labels& labels);
 /// labels the live monitor's do.
 std::string series_label_name(std::string_view alias);
 
-/// Prometheus text exposition format 0.0.4: HELP and TYPE once per family, families in order of
-/// first appearance, label values escaped.
+/// Prometheus text exposition format 0.0.4: HELP (when there is one) and TYPE once per family,
+/// families in order of first appearance, label values escaped. A family whose name is no
+/// Prometheus metric name (a replayed log's stray key) is left out, not written to spoil the page.
 std::string to_prometheus(const Snapshot& s);
 
 /// One JSON object per snapshot: {"t": unix_s, "<alias>": value | {"<label>": value, ...}}.
 /// Labelled series are keyed by their most specific label (gpu index, device, pid).
 nlohmann::json to_json(const Snapshot& s);
 
-/// Parses a line written by to_json back into a snapshot (for `strato monitor --replay`).
-/// Only aliases survive the round trip, which is what alert rules use.
+/// Parses a line written by to_json back into a snapshot (for `strato monitor --replay`). The
+/// metrics strato samples get back their Prometheus name, help and type; of the labels only the
+/// series' one survives. Other keys become gauges named as the key.
 bool from_json(const nlohmann::json& j, Snapshot* out, std::string* error);
 
 }  // namespace strato::monitor
