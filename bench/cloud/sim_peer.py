@@ -38,6 +38,7 @@ def main():
     tick_served = tick_cap = 0.0
     last_up = last_change = -1e300
     down_since = -1.0
+    down_window = []  # (time, nodes wanted) while a scale-down is wanted
     events = 0
 
     def capacity():
@@ -95,6 +96,7 @@ def main():
             want = min(max(want, min_n), max_n)
             if want > n:
                 down_since = -1.0
+                down_window.clear()
                 if now - last_up >= up_cd:
                     for _ in range(want - n):
                         launch()
@@ -102,14 +104,20 @@ def main():
             elif want < n:
                 if down_since < 0:
                     down_since = now
-                if now - down_since >= down_after and now - last_change >= down_cd:
-                    for _ in range(n - want):
+                # the HPA's stabilisation window: down to the most wanted within down_after
+                down_window.append((now, want))
+                down_window[:] = [(t, w) for t, w in down_window if t >= now - down_after]
+                peak = max(w for _, w in down_window)
+                if now - down_since >= down_after and now - last_change >= down_cd and peak < n:
+                    for _ in range(n - peak):
                         victim = max(nodes, key=lambda i: (not nodes[i]["ready"], nodes[i]["launched"]))
                         stop(victim)
                     last_change = now
                     down_since = -1.0
+                    down_window.clear()
             else:
                 down_since = -1.0
+                down_window.clear()
             tick_served = tick_cap = 0.0
             push(now + tick, 1)
     for i in list(nodes):
