@@ -34,9 +34,10 @@ void add_monitor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
                                  "with --replay only when given, and then it serves the last sample until Ctrl-C or "
                                  "--duration)")
                      ->check(CLI::Range(0, 65535));
-    cmd->add_option("--address", o->address,
-                    "Exporter address (default 127.0.0.1, also \"localhost\"; 0.0.0.0 to be scraped from elsewhere)");
-    cmd->add_flag("--no-exporter", o->no_exporter, "Do not serve /metrics");
+    auto* address = cmd->add_option(
+        "--address", o->address, "Exporter address (default 127.0.0.1, also \"localhost\"; 0.0.0.0 to be scraped from elsewhere)");
+    // (an exporter's port with --no-exporter served nothing, without a word)
+    cmd->add_flag("--no-exporter", o->no_exporter, "Do not serve /metrics")->excludes(port)->excludes(address);
     auto* interval = cmd->add_option("--interval", o->interval, "Time between samples (default 1s, at least 10ms)")
                          ->check(strato::cli::duration_flag("s", true, 0.01));
     auto* duration = cmd->add_option("--duration", o->duration, "Stop after this long (default: until Ctrl-C)")

@@ -198,6 +198,8 @@ def bad_inputs(tmp):
         (["monitor", "--replay", os.path.join(tmp, "m.jsonl"), "--pid", str(os.getpid())], "excludes"),
         (["monitor", "--replay", os.path.join(tmp, "m.jsonl"), "--interval", "5s"], "excludes"),
         (["monitor", "--replay", os.path.join(tmp, "m.jsonl"), "--dcgm-labels"], "excludes"),
+        (["monitor", "--no-exporter", "--port", "9500"], "excludes"),
+        (["monitor", "--no-exporter", "--address", "0.0.0.0"], "excludes"),
     ]
     for args, needle in usage:
         p = subprocess.run([STRATO, *args], capture_output=True, text=True, timeout=30)

@@ -92,6 +92,17 @@ TEST(AlertRule, RulesFileErrorsNameTheRule) {
                   .message()
                   .find("a second rule named 'a'"),
               std::string::npos);
+    // A default name ("rule2") meeting a written one: the message says which rule was unnamed.
+    EXPECT_NE(parse_rules("[[rule]]\nname = \"rule2\"\nwhen = \"cpu_util > 1\"\n[[rule]]\nwhen = \"cpu_util > 2\"\n", "a.toml")
+                  .status()
+                  .message()
+                  .find("a.toml rule 2: a second rule named 'rule2' (the name an unnamed rule 2 gets; name it)"),
+              std::string::npos);
+    EXPECT_NE(parse_rules("[[rule]]\nwhen = \"cpu_util > 1\"\n[[rule]]\nname = \"rule1\"\nwhen = \"cpu_util > 2\"\n", "a.toml")
+                  .status()
+                  .message()
+                  .find("a.toml rule 2: a second rule named 'rule1' (the name unnamed rule 1 got; name that one)"),
+              std::string::npos);
 }
 
 TEST(AlertEngine, FiresAfterTheDurationPerSeriesAndResolves) {

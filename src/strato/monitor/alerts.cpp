@@ -109,6 +109,7 @@ Result<std::vector<AlertRule>> parse_rules(std::string_view toml_text, const std
     auto* arr = doc["rule"].as_array();
     if (!arr) return rules;
     int i = 0;
+    std::vector<bool> unnamed;  // per rule so far: its name is the default "rule<N>"
     for (auto& node : *arr) {
         ++i;
         auto* t = node.as_table();
@@ -131,8 +132,16 @@ Result<std::vector<AlertRule>> parse_rules(std::string_view toml_text, const std
         AlertRule rule = std::move(*r);
         rule.name = str("name").value_or(fmt::format("rule{}", i));
         if (rule.name.empty()) return invalid_argument("{}: name must not be empty", where);
-        for (const auto& other : rules)
-            if (other.name == rule.name) return invalid_argument("{}: a second rule named '{}'", where, rule.name);
+        const bool defaulted = !str("name").has_value();
+        for (size_t k = 0; k < rules.size(); ++k) {
+            if (rules[k].name != rule.name) continue;
+            // ("a second rule named 'rule2'" when neither the user wrote twice: one was unnamed)
+            const std::string why = defaulted     ? fmt::format(" (the name an unnamed rule {} gets; name it)", i)
+                                    : unnamed[k] ? fmt::format(" (the name unnamed rule {} got; name that one)", k + 1)
+                                                 : std::string();
+            return invalid_argument("{}: a second rule named '{}'{}", where, rule.name, why);
+        }
+        unnamed.push_back(defaulted);
         rule.action = str("action").value_or("log");
         rule.webhook = str("webhook").value_or("");
         rule.severity = str("severity").value_or("warning");
