@@ -90,9 +90,7 @@ Result<std::string> render(const json& sim) {
 Result<std::string> render_autoscale_report(const json& sim) {
     if (!sim.is_object() || !sim.contains("kind") || sim["kind"] != "strato-autoscale-sim")
         return invalid_argument("not an autoscaling simulation (expected \"kind\": \"strato-autoscale-sim\", got {})",
-                                !sim.is_object()       ? std::string(sim.type_name())
-                                : sim.contains("kind") ? "kind " + json_text(sim["kind"])
-                                                       : std::string("no kind"));
+                                describe_kind(sim));
     try {  // a last resort: every field is read by its type
         return render(sim);
     } catch (const json::exception& e) {

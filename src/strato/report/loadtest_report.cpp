@@ -183,9 +183,7 @@ Result<std::string> loadtest_section_html(const json& lt) {
 Result<std::string> render_loadtest_report(const json& lt) {
     if (!lt.is_object() || !lt.contains("kind") || lt["kind"] != "strato-loadtest")
         return invalid_argument("not a strato load test (expected {{\"kind\": \"strato-loadtest\", ...}}, got {})",
-                                !lt.is_object()       ? std::string(lt.type_name())
-                                : lt.contains("kind") ? "kind " + json_text(lt["kind"])
-                                                      : std::string("no kind"));
+                                describe_kind(lt));
     try {  // a last resort: check_types covers every field this page reads
         STRATO_ASSIGN_OR_RETURN(std::string section, loadtest_section_html(lt));
         std::string html = page_head("strato load test");
@@ -220,10 +218,7 @@ Status write_json_report(const std::string& json_path, const std::string& out_pa
         return invalid_argument(
             "{}: not a result strato report reads (expected \"kind\": \"strato-loadtest\" from `strato loadtest "
             "--json` or \"strato-autoscale-sim\" from `strato autoscale simulate --json`, got {})",
-            json_path,
-            !object           ? std::string(j.type_name())
-            : kind != j.end() ? "kind " + json_text(*kind)
-                              : std::string("no kind"));
+            json_path, describe_kind(j));
     }
     if (!html) return html.status().with_context(json_path);
     return fs::atomic_write(out_path, *html);

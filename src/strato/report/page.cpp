@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "strato/core/json.h"
 #include "strato/report/svg_chart.h"
 
 namespace strato::report {
@@ -67,6 +68,11 @@ std::string format_fixed(double v, int decimals) {
     if (!std::isfinite(v)) return "–";
     if (std::abs(v) >= 1e9) return fmt::format("{:.4g}", v);
     return fmt::format("{:.{}f}", v, decimals);
+}
+
+std::string describe_kind(const nlohmann::json& j) {
+    if (!j.is_object()) return j.type_name();
+    return j.contains("kind") ? "kind " + json_text(j["kind"]) : "no kind";
 }
 
 }  // namespace strato::report
