@@ -181,6 +181,7 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
         io.string_length = f.string_length;
         io.seed = f.seed;
         io.headers = f.headers;  // (they were dropped: an Authorization never reached a gateway)
+        io.interrupted = [] { return signals::stop_requested(); };
         STRATO_ASSIGN_OR_RETURN(target, build_infer_target(url, io));
     } else {
         std::string body = f.body;

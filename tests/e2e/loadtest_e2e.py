@@ -219,6 +219,26 @@ def interrupt_checks(tmp, url):
         check(h["points"][0].get("interrupted") is True and h["points"][0].get("unfinished") == 2 and
               h.get("interrupted") is True, f"grace: JSON {h['points'][0]}")
 
+        print("== Ctrl-C while the model's metadata is fetched from a server that never answers")
+        # Found by review: each metadata fetch sat out its 5 s timeout first (10 s for two).
+        import socket
+        quiet = socket.socket()
+        quiet.bind(("127.0.0.1", 0))
+        quiet.listen(4)
+        quiet.settimeout(60)
+        p = subprocess.Popen([BIN, "loadtest", f"http://127.0.0.1:{quiet.getsockname()[1]}/", "--model", "m", "-n", "1"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        held = quiet.accept()[0]  # the fetch is under way (the handlers are installed before it)
+        time.sleep(0.3)
+        t_int = time.time()
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        took = time.time() - t_int
+        held.close()
+        quiet.close()
+        check(p.returncode == 130 and took < 2 and "interrupted" in err.decode(),
+              f"metadata fetch: exit {p.returncode} {took:.1f}s after Ctrl-C\n{err.decode()}")
+
         print("== a second Ctrl-C keeps the table and the outputs")
         for k, second in enumerate([0, 0.005, 0.02]):  # in the grace wait, in the output, just after
             rc, out, err, took = interrupt([dead, "--concurrency", "2", "-d", "20s", "--warmup", "0", "--grace", "8s",

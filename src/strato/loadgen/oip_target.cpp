@@ -29,7 +29,8 @@ using serve::DataType;
 using serve::Tensor;
 
 Result<HttpReply> http_request(const Url& base, std::string_view method, const std::string& target,
-                               std::string_view body, int64_t timeout_ms, const std::vector<std::string>& extra) {
+                               std::string_view body, int64_t timeout_ms, const std::vector<std::string>& extra,
+                               const std::function<bool()>& cancelled) {
     Url url = base;
     url.target = target;
     std::vector<std::string> headers = extra;
@@ -87,7 +88,13 @@ Result<HttpReply> http_request(const Url& base, std::string_view method, const s
             read_more();
         });
     });
-    io.run_for(std::chrono::milliseconds(timeout_ms));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (auto now = std::chrono::steady_clock::now(); !finished && !io.stopped() && now < deadline;
+         now = std::chrono::steady_clock::now()) {
+        if (cancelled && cancelled())
+            return Status(StatusCode::kCancelled, fmt::format("{} http://{}{}: interrupted", method, url.host_header, target));
+        io.run_for(std::min<std::chrono::steady_clock::duration>(deadline - now, std::chrono::milliseconds(50)));
+    }
     if (!finished)
         return Status(StatusCode::kUnavailable, fmt::format("{} http://{}{}: no answer within {} ms", method,
                                                             url.host_header, target, timeout_ms));
@@ -111,8 +118,9 @@ std::string model_path(const InferTargetOptions& o) {
     return p;
 }
 
-Result<json> get_json(const Url& base, const std::string& target, const std::vector<std::string>& headers) {
-    STRATO_ASSIGN_OR_RETURN(auto reply, http_request(base, "GET", target, {}, 5000, headers));
+Result<json> get_json(const Url& base, const std::string& target, const std::vector<std::string>& headers,
+                      const std::function<bool()>& cancelled = {}) {
+    STRATO_ASSIGN_OR_RETURN(auto reply, http_request(base, "GET", target, {}, 5000, headers, cancelled));
     json j = parse_json_bounded(reply.body);
     if (reply.status != 200) {
         std::string why = j.is_object() && j.contains("error") && j["error"].is_string() ? j["error"].get<std::string>()
@@ -413,9 +421,11 @@ static std::vector<std::string> shapes_of(const std::vector<InputSpec>& inputs) 
 Result<Target> build_infer_target(const Url& base, const InferTargetOptions& o) {
     if (o.model.empty()) return invalid_argument("no model named (--model)");
     if (o.batch_size < 1) return invalid_argument("batch size must be >= 1, got {}", o.batch_size);
-    STRATO_ASSIGN_OR_RETURN(auto meta, get_json(base, model_path(o), o.headers));
+    STRATO_ASSIGN_OR_RETURN(auto meta, get_json(base, model_path(o), o.headers, o.interrupted));
     int64_t max_batch = 0;
-    if (auto config = get_json(base, model_path(o) + "/config", o.headers); config.is_ok() && config->contains("max_batch_size")) {
+    auto config = get_json(base, model_path(o) + "/config", o.headers, o.interrupted);
+    if (!config.is_ok() && config.status().code() == StatusCode::kCancelled) return config.status();
+    if (config.is_ok() && config->contains("max_batch_size")) {
         const json& mb = (*config)["max_batch_size"];
         if (!mb.is_number_integer() || mb.get<int64_t>() < 0)
             return invalid_argument("model '{}': the server's config has max_batch_size {}, expected a whole number >= 0",

@@ -23,9 +23,12 @@ struct HttpReply {
     std::vector<std::pair<std::string, std::string>> headers;
 };
 /// `headers` are "Name: value" lines; without a Content-Type one, a body is sent as JSON.
+/// `cancelled`, polled every 50 ms, ends the wait early with kCancelled (a Ctrl-C need not sit
+/// out the timeout of a server that does not answer).
 Result<HttpReply> http_request(const Url& base, std::string_view method, const std::string& target,
                                std::string_view body = {}, int64_t timeout_ms = 5000,
-                               const std::vector<std::string>& headers = {});
+                               const std::vector<std::string>& headers = {},
+                               const std::function<bool()>& cancelled = {});
 
 struct InferTargetOptions {
     std::string model;
@@ -40,6 +43,7 @@ struct InferTargetOptions {
     // -H: extra "Name: value" headers on every request, the metadata's too (an Authorization for
     // a server behind a gateway); fetch_server_stats takes them as well.
     std::vector<std::string> headers;
+    std::function<bool()> interrupted;  // ends a metadata fetch early (Ctrl-C)
 };
 
 /// Builds the inference target for `options.model` on the server at `base` (its path is
