@@ -501,11 +501,14 @@ TEST(Http, HeadResponsesHaveNoBodyAndTheConnectionGoesOn) {
     EXPECT_NE(both.find("GET /b "), std::string::npos) << both;                  // and the next answer parses
 }
 
-TEST(Http, PastTheConnectionCapNewConnectionsAreClosedUntilOneLeaves) {
+TEST(Http, AtTheConnectionCapTheLongestIdleConnectionMakesRoom) {
     // Idle clients must not take every descriptor (strato monitor's exporter then failed its
-    // /proc reads); at the cap a new connection is closed at once and the open ones serve on.
+    // /proc reads), nor lock new clients out: 256 idle connections kept a Prometheus scraper out of
+    // strato monitor until their 75 s idle timeout. At the cap the longest-idle one is closed.
     ServerOptions o = opts();
+    o.threads = 1;
     o.max_connections = 3;
+    o.idle_timeout = std::chrono::seconds(60);
     Server s(o, echo());
     ASSERT_TRUE(s.start().is_ok());
     std::vector<std::unique_ptr<Conn>> idle;
@@ -513,13 +516,37 @@ TEST(Http, PastTheConnectionCapNewConnectionsAreClosedUntilOneLeaves) {
         idle.push_back(std::make_unique<Conn>(s.port()));
         idle.back()->send("GET /keep HTTP/1.1\r\nHost: x\r\n\r\n");
         ASSERT_NE(idle.back()->response().find("200 OK"), std::string::npos);  // accepted and served
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));           // (idle since, in order)
+    }
+    Conn extra(s.port());
+    extra.send("GET /new HTTP/1.1\r\nHost: x\r\n\r\n");
+    EXPECT_NE(extra.response().find("GET /new"), std::string::npos);
+    EXPECT_TRUE(idle[0]->closed_by_peer());  // the longest idle
+    idle[1]->send("GET /still HTTP/1.1\r\nHost: x\r\n\r\n");
+    EXPECT_NE(idle[1]->response().find("GET /still"), std::string::npos);
+}
+
+TEST(Http, PastTheConnectionCapWithNoneIdleNewConnectionsAreClosedUntilOneLeaves) {
+    // Every connection in the middle of a request (its headers arriving): none to close, so past
+    // the margin (1 + cap/16) a new connection is closed at once and the open ones serve on.
+    ServerOptions o = opts();
+    o.max_connections = 3;
+    o.header_timeout = std::chrono::seconds(30);
+    Server s(o, echo());
+    ASSERT_TRUE(s.start().is_ok());
+    std::vector<std::unique_ptr<Conn>> busy;
+    for (int i = 0; i < 4; ++i) {  // the cap and its margin of one
+        busy.push_back(std::make_unique<Conn>(s.port()));
+        busy.back()->send("GET /slow HTTP/1.1\r\n");
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));  // (read, so not idle)
     }
     Conn extra(s.port());
     ASSERT_TRUE(extra.ok());  // (the kernel's backlog accepts it)
     EXPECT_TRUE(extra.closed_by_peer());
-    idle[0]->send("GET /still HTTP/1.1\r\nHost: x\r\n\r\n");
-    EXPECT_NE(idle[0]->response().find("GET /still"), std::string::npos);
-    idle.pop_back();  // one leaves: room for a new one
+    busy[0]->send("Host: x\r\n\r\n");
+    EXPECT_NE(busy[0]->response().find("GET /slow"), std::string::npos);
+    busy.pop_back();  // one leaves: room for a new one
+    busy.pop_back();
     std::string r;
     for (int i = 0; i < 100 && r.empty(); ++i) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));

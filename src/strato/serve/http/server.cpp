@@ -106,6 +106,12 @@ public:
         if (!busy_ && !receiving_ && !lingering_) close();
     }
 
+    /// Waiting for a request, none of it read (a keep-alive connection between requests, or one
+    /// that has sent nothing yet), since idle_since().
+    bool idle() const { return !busy_ && !receiving_ && !lingering_ && !started_; }
+    Clock::time_point idle_since() const { return idle_since_; }
+    void close_now() { close(); }
+
     /// From the loop's sweep: a read or write past its deadline closes the connection, as nginx's
     /// client_header_timeout / client_body_timeout / send_timeout do.
     void check_deadline(Clock::time_point now) {
@@ -130,6 +136,7 @@ private:
         started_ = buffer_.size() > 0;  // pipelined bytes of the next request
         if (started_) set_receiving(true);
         set_deadline(first_ || started_ ? shared_->opts.header_timeout : shared_->opts.idle_timeout);
+        idle_since_ = Clock::now();
         first_ = false;
         parse();
     }
@@ -400,6 +407,7 @@ private:
     Loop* loop_;
     std::shared_ptr<std::atomic<bool>> cancelled_;
     Clock::time_point deadline_ = Clock::time_point::max();
+    Clock::time_point idle_since_ = Clock::now();
     bool header_seen_ = false;
     bool started_ = false;   // a byte of the current request has arrived
     bool receiving_ = false;  // counted in Shared::receiving
@@ -441,11 +449,20 @@ struct Server::Impl {
             if (!ec) {
                 const int64_t cap = shared->opts.max_connections;
                 if (cap > 0 && shared->open.load() >= cap) {
-                    if (refused++ % 1000 == 0)
-                        log::warn("http: {} connections open (the most allowed); closing new ones ({} so far)", cap, refused);
-                    beast::error_code ignored;
-                    socket.close(ignored);
-                    return accept();
+                    // As nginx when its connections run out: the longest-idle keep-alive connection
+                    // of each loop is closed to make room (256 idle clients locked a Prometheus
+                    // scraper out of strato monitor until their 75 s idle timeout). The new one is
+                    // let in while that happens, up to a margin; past it (every connection busy) it
+                    // is closed at once.
+                    if (shared->open.load() >= cap + 1 + cap / 16) {
+                        if (refused++ % 1000 == 0)
+                            log::warn("http: {} connections open (the most allowed), none idle; closing new ones "
+                                      "({} so far)", cap, refused);
+                        beast::error_code ignored;
+                        socket.close(ignored);
+                        return accept();
+                    }
+                    for (auto& l : loops) net::post(l->ctx, [loop = l.get()] { close_longest_idle(loop); });
                 }
                 shared->accepted.fetch_add(1);
                 beast::error_code ignored;
@@ -463,6 +480,15 @@ struct Server::Impl {
             }
             accept();
         });
+    }
+
+    // From the loop's thread.
+    static void close_longest_idle(Loop* loop) {
+        std::shared_ptr<Session> oldest;
+        for (const auto& w : loop->sessions)
+            if (auto sp = w.lock(); sp && sp->idle() && (!oldest || sp->idle_since() < oldest->idle_since()))
+                oldest = std::move(sp);
+        if (oldest) oldest->close_now();
     }
 
     void sweep(Loop* loop) {
