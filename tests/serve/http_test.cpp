@@ -125,6 +125,22 @@ TEST(Http, KeepAliveServesSeveralRequestsOnOneConnection) {
 
 // With busy polling the I/O threads poll instead of sleeping between requests: the same answers,
 // replies from other threads still arrive, and stop() ends the polling loops.
+TEST(Http, AnAbsoluteFormTargetIsItsPath) {
+    // RFC 9112 3.2.2: a server must accept `GET http://host/path` (a client configured with a
+    // proxy sends it); strato monitor answered 404 for its /metrics.
+    Server s(opts(), echo());
+    ASSERT_TRUE(s.start().is_ok());
+    Conn c(s.port());
+    c.send("GET http://127.0.0.1:9400/metrics?x=1 HTTP/1.1\r\nHost: 127.0.0.1:9400\r\n\r\n"
+           "GET HTTPS://example.com HTTP/1.1\r\nHost: example.com\r\n\r\n"
+           "GET http://h?q HTTP/1.1\r\nHost: h\r\n\r\n"
+           "GET /plain HTTP/1.1\r\nHost: x\r\n\r\n");
+    EXPECT_NE(c.response().find("GET /metrics?x=1 "), std::string::npos);
+    EXPECT_NE(c.response().find("GET / "), std::string::npos);
+    EXPECT_NE(c.response().find("GET /?q "), std::string::npos);
+    EXPECT_NE(c.response().find("GET /plain "), std::string::npos);
+}
+
 TEST(Http, BusyPollingServesTheSameAndStops) {
     ServerOptions o = opts();
     o.threads = 2;

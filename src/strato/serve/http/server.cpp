@@ -75,6 +75,20 @@ struct Shared {
     std::atomic<bool> draining{false};
 };
 
+// A request target in absolute form (`GET http://host:8002/metrics`, as a client sends through a
+// proxy) names the same resource as its path (RFC 9112 3.2.2: a server must accept it); it was
+// a 404. Other targets are kept as they are.
+std::string origin_form(std::string_view target) {
+    for (std::string_view scheme : {"http://", "https://"})
+        if (target.size() >= scheme.size() && strncasecmp(target.data(), scheme.data(), scheme.size()) == 0) {
+            std::string_view rest = target.substr(scheme.size());
+            const size_t path = rest.find_first_of("/?");
+            if (path == std::string_view::npos) return "/";
+            return (rest[path] == '?' ? "/" : "") + std::string(rest.substr(path));
+        }
+    return std::string(target);
+}
+
 std::string error_json(std::string_view msg) { return fmt::format(R"({{"error":"{}"}})", msg); }
 
 class Session : public std::enable_shared_from_this<Session> {
@@ -242,7 +256,7 @@ private:
         head_ = msg.method() == bhttp::verb::head;
         Request r;
         r.method = std::string(msg.method_string());
-        r.target = std::string(msg.target());
+        r.target = origin_form(std::string_view(msg.target().data(), msg.target().size()));
         r.headers.reserve(8);
         for (const auto& f : msg) r.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
         r.body = std::move(msg.body());
