@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <tuple>
 
@@ -41,6 +42,16 @@ Result<double> parse_week_clock(const std::string& text) {
     return day * 24 + h;
 }
 
+/// Hours since Monday 00:00 -> "tue 09:00".
+std::string format_week_clock(double weekday_hour) {
+    static constexpr const char* kDays[] = {"mon", "tue", "wed", "thu", "fri", "sat", "sun"};
+    const auto minutes = static_cast<int64_t>(std::floor(weekday_hour * 60)) % (7 * 24 * 60);
+    return fmt::format("{} {:02}:{:02}", kDays[minutes / (24 * 60)], minutes / 60 % 24, minutes % 60);
+}
+
+// A trace whose first row is at least this (2001-09-09) is taken to be in Unix seconds.
+constexpr double kUnixTimeFrom = 1e9;
+
 void add_simulate(CLI::App& parent, int* exit_code) {
     struct Opts {
         std::string policy, trace, instance = "g5.xlarge", region, boot = "3m", tick = "30s", slo = "60s", start = "mon 00:00";
@@ -70,7 +81,9 @@ void add_simulate(CLI::App& parent, int* exit_code) {
     cmd->add_option("--spot-hazard", o->hazard, "Preemptions per spot node-hour (default: catalog rates)")
         ->check(finite_range(0, 3600));
     // A bad clock is a usage error (exit 2), found before anything is read.
-    cmd->add_option("--start", o->start, "Schedule clock at the trace start (default \"mon 00:00\")")
+    cmd->add_option("--start", o->start,
+                    "Schedule clock at the trace start (default \"mon 00:00\"; a trace in Unix seconds: its first row's "
+                    "time, UTC)")
         ->check(status_flag("--start", [](const std::string& t) { return parse_week_clock(t).status(); }, "DAY HH:MM"));
     cmd->add_option("--horizon", o->horizon, "Simulated time (default: the trace end)")->check(duration_flag("s", true));
     cmd->add_option("--initial-nodes", o->initial, "Nodes at the start (default min_nodes)")->check(CLI::Range(0, 1000000));
@@ -79,7 +92,7 @@ void add_simulate(CLI::App& parent, int* exit_code) {
     cmd->add_option("--seed", o->seed, "Random seed (default 1)");
     cmd->add_option("--json", o->json_out, "Write the full result (timelines, actions) as JSON");
     cmd->add_option("--report", o->report_out, "Write an HTML report with the timelines");
-    cmd->callback([o, exit_code] {
+    cmd->callback([o, exit_code, cmd] {
         auto fail = [&](const Status& s) { *exit_code = report_error("autoscale simulate", s); };
         for (const auto& [out, kind, flag] : {std::tuple{o->json_out, fs::OutputKind::kText, "--json"},
                                               std::tuple{o->report_out, fs::OutputKind::kHtml, "--report"}})
@@ -115,6 +128,14 @@ void add_simulate(CLI::App& parent, int* exit_code) {
                                  {&o->horizon, &so.horizon_s}})
             *out = *parse_duration_s(*text);
         so.start_weekday_hour = *parse_week_clock(o->start);  // (validated)
+        // A trace in Unix seconds knows its own clock: a schedule follows the first row's day and
+        // hour (UTC), not Monday 00:00 (a Tuesday 09:00 trace ran the weekday floor from 9 pm).
+        const double t0 = trace->points.front().t_s;
+        if (cmd->count("--start") == 0 && t0 >= kUnixTimeFrom) {
+            so.start_weekday_hour = std::fmod(t0 / 3600 + 3 * 24, 7 * 24);  // (1970-01-01 was a Thursday)
+            fmt::print("schedule clock from the trace's Unix time: {} UTC at its first row (--start sets another)\n",
+                       format_week_clock(so.start_weekday_hour));
+        }
         if (o->hazard >= 0) so.spot_hazard_per_h = o->hazard;
         so.initial_nodes = o->initial;
         if (o->runs < 1) return fail(invalid_argument("--runs must be >= 1"));

@@ -290,6 +290,28 @@ def killed_provider_takes_its_replicas(tmp, model):
             proc.kill()
 
 
+def unix_time_trace_clock(tmp):
+    """Found by review: a trace in Unix seconds ran its schedule from Monday 00:00, whatever its
+    dates: a Tuesday 09:00-10:00 trace never saw the weekday floor. Its first row's day and hour
+    (UTC) are the clock now; --start still sets another."""
+    policy, trace = os.path.join(tmp, "floor.toml"), os.path.join(tmp, "unix.csv")
+    with open(policy, "w") as f:
+        f.write('[autoscale]\nmin_nodes = 1\nmax_nodes = 8\n\n[[policy]]\nkind = "schedule"\ndays = "mon-fri"\n'
+                'from = "09:00"\nto = "18:00"\nnodes = 4\notherwise = 1\n')
+    t0 = 1796115600  # Tuesday 2026-12-01 09:00 UTC
+    with open(trace, "w") as f:
+        f.write(f"time_s,rate\n{t0},1\n{t0 + 3600},1\n")
+    for extra, nodes, line in [([], 4, "schedule clock from the trace's Unix time: tue 09:00 UTC"),
+                               (["--start", "sat 09:00"], 1, None)]:
+        out = os.path.join(tmp, "unix.json")
+        p = run("autoscale", "simulate", "--policy", policy, "--trace", trace, "--per-gpu-capacity", "10", "--json",
+                out, *extra)
+        with open(out) as f:
+            got = json.load(f)["max_nodes"]
+        check(got == nodes and (line is None or line in p.stdout) and (line is not None or "Unix" not in p.stdout),
+              f"Unix-time trace {extra}: max {got} nodes, expected {nodes}\n{p.stdout}")
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         runs = os.path.join(tmp, "runs")
@@ -297,6 +319,7 @@ def main():
         lt = local_provider(tmp, model)
         killed_provider_takes_its_replicas(tmp, model)
         simulate_capacity_manifests(tmp, lt)
+        unix_time_trace_clock(tmp)
     finish("autoscale e2e")
 
 
