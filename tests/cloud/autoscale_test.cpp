@@ -128,6 +128,17 @@ TEST(Autoscaler, BacklogScheduleCooldownsAndHysteresis) {
     EXPECT_EQ(a.decide(o).nodes, 1);
 }
 
+TEST(Autoscaler, AScaleUpThatCannotHappenDoesNotStartTheCooldown) {
+    // autoscale local in a crash back-off: the scale-up decided then started no replica, yet
+    // started cooldown_up, so the first one after the back-off waited a minute more.
+    Autoscaler a(config(kSeedPolicies));
+    Observation o{.t_s = 0, .weekday_hour = 8, .nodes = 1, .instance = "g5.xlarge", .backlog = 23000, .utilization = 50};
+    o.may_scale_up = false;
+    EXPECT_EQ(a.decide(o).nodes, 1);
+    o.t_s = 10, o.may_scale_up = true;
+    EXPECT_EQ(a.decide(o).nodes, 3);
+}
+
 TEST(Autoscaler, AHugeBacklogOverATinyPerNodeAsksForMaxNodes) {
     // 1e6 waiting at per_node 0.001 is 1e9 nodes: it cast to INT_MIN and never scaled up.
     Autoscaler a(config("[autoscale]\nmax_nodes = 50\n[[policy]]\nkind = \"backlog\"\nper_node = 0.001\n"));

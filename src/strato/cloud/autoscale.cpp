@@ -289,7 +289,7 @@ Decision Autoscaler::decide(const Observation& o) {
     if (want > o.nodes) {
         down_wanted_since_ = -1;
         down_window_.clear();
-        if (o.t_s - last_up_ >= c_.cooldown_up_s) {
+        if (o.may_scale_up && o.t_s - last_up_ >= c_.cooldown_up_s) {
             d.nodes = want;
             last_up_ = last_change_ = o.t_s;
             d.reason = d.reason.empty() ? "up: " + why : d.reason + "; up: " + why;

@@ -76,6 +76,9 @@ struct Observation {
     std::string instance;      // current node type (vertical policy)
     double backlog = 0;        // work waiting (samples, requests)
     double utilization = 0;    // percent of capacity in use (GPU utilisation)
+    // False while nodes cannot be added (autoscale local's back-off after replicas that crashed
+    // while starting): no scale-up is decided, so none starts the cooldown_up it would then wait.
+    bool may_scale_up = true;
 };
 
 struct Decision {

@@ -605,8 +605,11 @@ Status LocalProvider::run() {
         obs.ready = m.ready();
         obs.backlog = samples ? sum / samples : 0;
         obs.utilization = samples ? 100 * busy / samples : 0;
+        // (in a crash back-off: a scale-up decided now would start its cooldown with no replica
+        // started, and wait it out again once the back-off ends)
+        obs.may_scale_up = m.may_spawn();
         Decision d = m.scaler.decide(obs);
-        if (d.nodes > obs.nodes && m.may_spawn()) {
+        if (d.nodes > obs.nodes) {
             m.note(fmt::format("{} -> {} replicas: {}{}", obs.nodes, d.nodes, d.reason,
                                m.crash_streak > 0 ? fmt::format(" (after {} failed start(s))", m.crash_streak.load()) : ""));
             for (int i = obs.nodes; i < d.nodes; ++i) {
