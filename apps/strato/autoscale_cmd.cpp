@@ -317,7 +317,10 @@ void add_local(CLI::App& parent, int* exit_code) {
     cmd->add_option("--tick", o->tick, "Control-loop period (default 1s, at least 10ms)")->check(duration_flag("s", true, 0.01));
     cmd->add_option("--log-dir", o->log_dir, "Replica logs (default: a new directory under /tmp)");
     cmd->footer("The front end answers the Open Inference Protocol like one server; GET /strato/replicas shows\n"
-                "the replicas and every scaling action as JSON.");
+                "the replicas and every scaling action as JSON.\n\n"
+                "Example:\n  strato autoscale local --policy configs/autoscale/local.toml --model "
+                "fashion=runs/fashion_mnist_cnn/model --port 8000\n"
+                "  strato loadtest http://127.0.0.1:8000 --model fashion --concurrency 16 -d 60s   # (another terminal)");
     cmd->callback([o, exit_code] {
         auto fail = [&](const Status& s) { *exit_code = report_error("autoscale local", s); };
         auto cfg = cloud::AutoscaleConfig::load(o->policy);
