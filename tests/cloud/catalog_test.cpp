@@ -141,6 +141,12 @@ TEST(Catalog, SkyPilotSnapshotsAcceleratorCaseAndWarningsWithTheLine) {
     EXPECT_EQ(
         tpu->warnings()[0],
         "test.csv:3: gcp/us-central1/tpu-v6e-1: accelerator 'tpu-v6e' is not in the GPU table; left out of plans");
+    // Warnings come in line order (an unknown accelerator's came after every other kind).
+    auto mixed = from_rows("gcp,us-central1,tpu-v6e-1,tpu-v6e,1,,,,2.7,0.5,src\naws,us-east-1,x,T4,1,4,16,25,,,src\n");
+    ASSERT_TRUE(mixed.is_ok()) << mixed.status().message();
+    ASSERT_EQ(mixed->warnings().size(), 2u);
+    EXPECT_EQ(mixed->warnings()[0].substr(0, 11), "test.csv:2:") << mixed->warnings()[0];
+    EXPECT_EQ(mixed->warnings()[1].substr(0, 11), "test.csv:3:") << mixed->warnings()[1];
 }
 
 TEST(Catalog, OverridesDiscountsPricesCurrency) {

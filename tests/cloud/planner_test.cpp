@@ -323,6 +323,10 @@ TEST(Planner, DurationsRoundWithCarryAndComparedOnesDiffer) {
     EXPECT_EQ(format_hours(1.5), "1 h 30 min");
     EXPECT_EQ(format_hours(47.999), "2.0 d");
     EXPECT_EQ(format_hours(72), "3.0 d");
+    EXPECT_EQ(format_hours(999 * 24), "999.0 d");
+    EXPECT_EQ(format_hours(540305.9 * 24), "1479 years");
+    EXPECT_EQ(format_hours(3 * 365.25 * 24), "3.0 years");
+    EXPECT_EQ(format_hours(2e7 * 365.25 * 24), "2.0e+07 years");
     EXPECT_EQ(format_hours_exact(33.17 / 60), "33 min 10 s");
     EXPECT_EQ(format_hours_exact(2.1, 1), "2 h 06 min 00.0 s");
     EXPECT_EQ(format_hours_exact(59.96 / 3600, 1), "1 min 00.0 s");  // rounded, then carried

@@ -218,6 +218,9 @@ Result<Catalog> Catalog::parse(std::string_view instances, std::string_view inst
         if (in.has_ondemand() && in.has_spot() && in.spot_usd_h > in.ondemand_usd_h)
             c.warnings_.push_back(fmt::format("{}: {} spot {:.4g} is above on-demand {:.4g} (catalog inconsistency)",
                                               where(""), in.key(), in.spot_usd_h, in.ondemand_usd_h));
+        if (!in.accelerator.empty() && !c.gpu(in.accelerator))  // (here, so warnings come in line order)
+            c.warnings_.push_back(fmt::format("{}: {}: accelerator '{}' is not in the GPU table; left out of plans",
+                                              where(""), in.key(), in.accelerator));
         if (const SpotRate* s = match_spot(rates, in)) {
             in.spot_interruptions_per_month = s->per_month;
             in.spot_rate_estimated = s->estimate;
@@ -225,17 +228,12 @@ Result<Catalog> Catalog::parse(std::string_view instances, std::string_view inst
         c.instances_.push_back(std::move(in));
     }
     if (c.instances_.empty()) return invalid_argument("{}: the catalog has no instances (only a header)", instances_source);
-    c.link_gpus(instances_source);
+    c.link_gpus();
     return c;
 }
 
-void Catalog::link_gpus(std::string_view source) {
-    for (auto& in : instances_) {
-        in.gpu = gpu(in.accelerator);
-        if (!in.gpu && !in.accelerator.empty())
-            warnings_.push_back(fmt::format("{}:{}: {}: accelerator '{}' is not in the GPU table; left out of plans",
-                                            source, in.line, in.key(), in.accelerator));
-    }
+void Catalog::link_gpus() {
+    for (auto& in : instances_) in.gpu = gpu(in.accelerator);
 }
 
 Result<Catalog> Catalog::builtin() {

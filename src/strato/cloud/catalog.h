@@ -110,7 +110,7 @@ public:
     Status unknown_type(std::string_view type) const;
 
 private:
-    void link_gpus(std::string_view source);
+    void link_gpus();
     std::vector<Instance> instances_;
     std::vector<GpuSpec> gpus_;
     Currency currency_;

@@ -211,7 +211,12 @@ std::string format_hours(double h) {
     const double min = std::round(h * 60);
     if (min < 60) return fmt::format("{:.0f} min", min);
     if (min < 48 * 60) return fmt::format("{:.0f} h {:02.0f} min", std::floor(min / 60), std::fmod(min, 60));
-    return fmt::format("{:.1f} d", h / 24);
+    const double days = h / 24, years = days / 365.25;
+    if (days < 1000) return fmt::format("{:.1f} d", days);
+    // (an absurd job read "540305.9 d")
+    if (years < 100) return fmt::format("{:.1f} years", years);
+    if (years < 1e6) return fmt::format("{:.0f} years", years);
+    return fmt::format("{:.1e} years", years);
 }
 
 std::string format_hours_exact(double h, int decimals) {
