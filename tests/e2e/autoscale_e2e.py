@@ -89,9 +89,12 @@ def local_provider(tmp, model):
                 pts = json.load(f)["points"]
             errors = sum(p["errors"]["total"] for p in pts)
             done = sum(p["ok"] for p in pts)
+            longest = max((p["latency_us"]["max"] for p in pts if p["ok"]), default=0) / 1e6
             # Requests flow all along (hundreds a second here): a front end that stalls while
-            # replicas start or drain falls below 10 a second.
-            check(errors == 0 and done >= 10 * seconds, f"{os.path.basename(path)}: {errors} errors in {done} requests")
+            # replicas start or drain falls below 10 a second, with a request held for seconds (a
+            # machine only loaded by others is slower, at 6 a second once, but holds none so long).
+            check(errors == 0 and (done >= 10 * seconds or (done >= seconds and longest < 2)),
+                  f"{os.path.basename(path)}: {errors} errors in {done} requests, the longest {longest:.2f} s")
         # HEAD through the proxy: a Content-Length and no body (it waited out 120 s for the body,
         # then stopped the replica as dead); gzip bodies keep their Content-Encoding.
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
