@@ -55,6 +55,11 @@ TEST(AlertRule, ParsesConditions) {
         EXPECT_NE(parse_condition(never).status().message().find("is not a finite number"), std::string::npos) << never;
     EXPECT_NE(parse_condition("cpu_util > 1 junk").status().message().find("unexpected 'junk'"), std::string::npos)
         << parse_condition("cpu_util > 1 junk").status().message();
+    // A duration without a unit was seconds; Prometheus refuses it (minutes may have been meant).
+    EXPECT_NE(parse_condition("gpu_util < 20 for 10").status().message().find("'for 10' needs a unit, such as 10s or 10m"),
+              std::string::npos)
+        << parse_condition("gpu_util < 20 for 10").status().message();
+    EXPECT_EQ(parse_condition("gpu_util < 20 for 1m30s")->for_s, 90);
 }
 
 TEST(AlertRule, RulesFileErrorsNameTheRule) {

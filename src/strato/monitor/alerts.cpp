@@ -92,6 +92,9 @@ Result<AlertRule> parse_condition(std::string_view expr) {
         skip();
         std::string d = s.substr(pos);
         while (!d.empty() && (d.back() == ' ' || d.back() == '\t')) d.pop_back();
+        // A unit is required, as Prometheus requires one: "for 10" could be meant as minutes.
+        if (!d.empty() && d.find_first_not_of("0123456789.") == std::string::npos)
+            return bad("'for " + d + "' needs a unit, such as " + d + "s or " + d + "m");
         auto secs = parse_duration_s(d, "s");
         if (!secs.is_ok()) return bad(secs.status().message());
         r.for_s = *secs;
