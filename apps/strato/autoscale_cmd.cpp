@@ -313,7 +313,7 @@ void add_local(CLI::App& parent, int* exit_code) {
                     "--metrics-port, which the provider sets)")
         ->check(status_flag("--serve-arg", [](const std::string& a) { return cloud::check_serve_arg(a); }, "ARG"));
     cmd->add_option("--port", o->port, "Front-end port (default 8000; 0: a free port, printed)")->check(CLI::Range(0, 65535));
-    cmd->add_option("--address", o->address, "Front-end address (default 127.0.0.1)");
+    cmd->add_option("--address", o->address, "Front-end address (default 127.0.0.1)")->check(listen_address_flag());
     cmd->add_option("--tick", o->tick, "Control-loop period (default 1s, at least 10ms)")->check(duration_flag("s", true, 0.01));
     cmd->add_option("--log-dir", o->log_dir, "Replica logs (default: a new directory under /tmp)");
     cmd->footer("The front end answers the Open Inference Protocol like one server; GET /strato/replicas shows\n"

@@ -85,6 +85,10 @@ CLI::Validator busy_poll_flag();
 /// message adds `why` when given ("expected a file path, got an empty one (<why>)").
 CLI::Validator file_path_flag(const std::string& why = "");
 
+/// An address to listen on: an IPv4 or IPv6 literal, or "localhost" (127.0.0.1); a name or a
+/// typo is a usage error (exit 2) before anything starts.
+CLI::Validator listen_address_flag();
+
 /// Writes `text` to `f`, errors ignored: fmt::print throws on a closed pipe where SIGPIPE is ignored
 /// (loadtest ignores it so that `| head` keeps what it measured), and an error message about that
 /// error then ended in std::terminate (SIGABRT) instead of the exit status.

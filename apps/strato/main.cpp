@@ -1,5 +1,6 @@
 // strato: one binary for the life of a model. Subcommands live in *_cmd.cpp.
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -87,6 +88,20 @@ Result<int64_t> parse_busy_poll_ns(const std::string& text) {
     if (!ns) return ns.status().with_context("--busy-poll");
     if (*ns < 0 || *ns > 10'000'000) return invalid_argument("--busy-poll must be between 0 and 10ms, not '{}'", text);
     return *ns;
+}
+
+CLI::Validator listen_address_flag() {
+    return CLI::Validator(
+        [](std::string& text) -> std::string {
+            unsigned char buf[sizeof(in6_addr)];
+            if (text == "localhost" || ::inet_pton(AF_INET, text.c_str(), buf) == 1 ||
+                ::inet_pton(AF_INET6, text.c_str(), buf) == 1)
+                return {};
+            return fmt::format("'{}' is not an IP address to listen on (expected e.g. 127.0.0.1, 0.0.0.0, ::1 or "
+                               "localhost)",
+                               text);
+        },
+        "ADDRESS");
 }
 
 CLI::Validator status_flag(const std::string& flag, std::function<Status(const std::string&)> check,

@@ -35,7 +35,8 @@ void add_monitor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
                                  "--duration)")
                      ->check(CLI::Range(0, 65535));
     auto* address = cmd->add_option(
-        "--address", o->address, "Exporter address (default 127.0.0.1, also \"localhost\"; 0.0.0.0 to be scraped from elsewhere)");
+        "--address", o->address, "Exporter address (default 127.0.0.1, also \"localhost\"; 0.0.0.0 to be scraped from elsewhere)")
+        ->check(listen_address_flag());
     // (an exporter's port with --no-exporter served nothing, without a word)
     cmd->add_flag("--no-exporter", o->no_exporter, "Do not serve /metrics")->excludes(port)->excludes(address);
     auto* interval = cmd->add_option("--interval", o->interval, "Time between samples (default 1s, at least 10ms)")

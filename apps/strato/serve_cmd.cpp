@@ -72,7 +72,8 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     cmd->option_defaults()->always_capture_default();
     cmd->add_option("--model-repository,--model-store", o->repos, "Triton-layout repository: <repo>/<model>/[config.pbtxt|config.toml] and <model>/<version>/");
     cmd->add_option("--model", o->models, "Serve a strato package directly: [NAME=]DIR (repeatable; version 1)");
-    cmd->add_option("--http-address", o->address, "Address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)");
+    cmd->add_option("--http-address", o->address, "Address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)")
+        ->check(listen_address_flag());
     cmd->add_option("--http-port", o->port, "Inference API port (0 = pick a free one)")->check(CLI::Range(0, 65535));
     cmd->add_option("--metrics-port", o->metrics_port, "Prometheus /metrics port (0 = pick a free one)")->check(CLI::Range(0, 65535));
     cmd->add_option("--allow-metrics", o->allow_metrics, "Serve /metrics (true|false)")

@@ -70,6 +70,13 @@ TEST_F(Cli, HelpListsCommands) {
         auto u = run_strato(nothing, dir_);
         EXPECT_EQ(u.code, 2) << nothing << ": " << u.err;
     }
+    // Found by review: an address that is no IP literal exited 1 once the server tried to bind it.
+    for (const char* bad : {"serve --model x --http-address nonsense", "monitor --address 127.0.0.256",
+                            "autoscale local --policy p.toml --model x --address example.com"}) {
+        auto u = run_strato(bad, dir_);
+        EXPECT_EQ(u.code, 2) << bad << ": " << u.err;
+        EXPECT_NE(u.err.find("is not an IP address to listen on"), std::string::npos) << bad << ": " << u.err;
+    }
     // eval's --dataset is checked by its flag, against data.dataset's kinds: a usage error that
     // names the kinds (it exited 1 from the command).
     auto kind = run_strato("eval --model " + dir_ + "/missing --dataset foo", dir_);

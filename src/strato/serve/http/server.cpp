@@ -535,7 +535,8 @@ Server::~Server() { stop(); }
 Status Server::start() {
     const ServerOptions& o = impl_->shared->opts;
     beast::error_code ec;
-    auto addr = net::ip::make_address(o.address, ec);
+    // ("localhost" is the loopback address, as strato monitor's --address took it)
+    auto addr = net::ip::make_address(o.address == "localhost" ? "127.0.0.1" : o.address, ec);
     if (ec) return invalid_argument("'{}' is not an IP address to listen on", o.address);
     tcp::endpoint ep(addr, o.port);
     const int n = std::max(1, o.threads);
