@@ -99,6 +99,45 @@ TEST(Config, OverridesWinAndBareStringsWork) {
     EXPECT_FALSE(load_string<Outer>("", {"inner={label=2}"}).is_ok());  // (nested: the table's value, an error)
 }
 
+// Found by review: `--set inner={lr=0.5}` replaced the file's [inner] table, so every other key
+// the file set there went back to its default without a word; Hydra merges a dict override.
+TEST(Config, ATableOverrideIsMergedIntoTheFilesSection) {
+    auto r = load_string<Outer>("[inner]\nsteps = 5\nmode = \"b\"\n", {"inner={lr=0.5, mode=\"a\"}"});
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_DOUBLE_EQ(r->inner.lr, 0.5);
+    EXPECT_EQ(r->inner.mode, "a");
+    EXPECT_EQ(r->inner.steps, 5);  // (was 10, the default)
+    // An unknown key in the table is still the flag's.
+    auto bad = load_string<Outer>("[inner]\nsteps = 5\n", {"inner={lrr=0.5}"});
+    ASSERT_FALSE(bad.is_ok());
+    EXPECT_EQ(bad.status().message(), "--set inner={lrr=0.5}: unknown key 'inner.lrr' (did you mean 'inner.lr'?)");
+}
+
+// Found by review: the shell removes the quotes of `--set inner.tags=["x"]`, and `[x]` became the
+// string "[x]" ("expected an array of strings, got a string"); words in a list are strings, as
+// Hydra reads them. Other lists and tables that are not TOML are errors, not strings.
+TEST(Config, WordsInAListAreStringsAndBadListsAreErrors) {
+    auto r = load_string<Outer>("", {"inner.tags=[x, y]", "inner.betas=[0.5,0.25]"});
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_EQ(r->inner.tags, (std::vector<std::string>{"x", "y"}));
+    EXPECT_EQ(r->inner.betas, (std::vector<double>{0.5, 0.25}));
+    EXPECT_EQ(load_string<Outer>("", {"inner.tags=[x]"})->inner.tags, std::vector<std::string>{"x"});
+    EXPECT_TRUE(load_string<Outer>("", {"inner.tags=[]"})->inner.tags.empty());
+    auto mixed = load_string<Outer>("", {"inner.tags=[x, 2]"});
+    ASSERT_FALSE(mixed.is_ok());
+    EXPECT_NE(mixed.status().message().find("expected strings in the array, got an integer"), std::string::npos)
+        << mixed.status().message();
+    for (const char* bad : {"inner={lr: 0.5}", "inner.tags=[[x], y]", "inner.betas=[0.5"}) {
+        auto e = load_string<Outer>("", {bad});
+        ASSERT_FALSE(e.is_ok()) << bad;
+        EXPECT_NE(e.status().message().find(std::string("--set ") + bad + ": the value is not a TOML "),
+                  std::string::npos)
+            << e.status().message();
+    }
+    // A string key still takes text with brackets inside it.
+    EXPECT_EQ(load_string<Outer>("", {"name=a[1]"})->name, "a[1]");
+}
+
 TEST(Config, IntegerArraysAreCheckedElementByElement) {
     auto r = load_string<Outer>("[inner]\nwidths = [3, 64, 1]\n");
     ASSERT_TRUE(r.is_ok()) << r.status().message();
@@ -170,6 +209,37 @@ TEST(Config, JsonRoundTrip) {
     EXPECT_NE(bad.message().find("steps"), std::string::npos);
 }
 
+// Found by review: JSON was written out as TOML text and parsed again, so a JSON value TOML text
+// cannot spell was "TOML syntax error" at a line and column of text the user never saw.
+TEST(Config, JsonValuesAreCheckedAsJson) {
+    auto bind = [](const char* json) {
+        Inner in;
+        Status st = bind_json(json, "pkg/strato-model.json /model", [&](Visitor& v) { in.visit(v); });
+        return std::make_pair(st, in);
+    };
+    auto [ok, in] = bind(R"({"label": "a\u007fb", "betas": [0.5, 0], "steps": 7})");
+    ASSERT_TRUE(ok.is_ok()) << ok.message();
+    EXPECT_EQ(in.label,
+              "a\x7f"
+              "b");
+    EXPECT_EQ(in.betas, (std::vector<double>{0.5, 0.0}));  // (an integer is a number)
+    EXPECT_EQ(in.steps, 7);
+    EXPECT_EQ(bind(R"({"steps": 18446744073709551615})").first.message(),
+              "pkg/strato-model.json /model/steps: 18446744073709551615 is too large a number (integers are 64-bit)");
+    EXPECT_EQ(bind(R"({"betas": [null]})").first.message(),
+              "pkg/strato-model.json /model/betas/0: null is not a valid value");
+    EXPECT_EQ(bind(R"({"tags": [{"a": 1}]})").first.message(),
+              "pkg/strato-model.json /model: tags: expected strings in the array, got a table");
+    EXPECT_EQ(bind(R"({"steps": 1000})").first.message(),
+              "pkg/strato-model.json /model: steps: expected an integer in [1, 100], got 1000");
+    EXPECT_EQ(bind(R"({"stpes": 3})").first.message(),
+              "pkg/strato-model.json /model: unknown key 'stpes' (did you mean 'steps'?)");
+    const std::string deep = "{\"tags\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+    EXPECT_EQ(bind(deep.c_str()).first.message(),
+              "pkg/strato-model.json /model: nested deeper than 64 levels at byte 72");
+    EXPECT_EQ(bind("[1]").first.message(), "pkg/strato-model.json /model: expected a JSON object");
+}
+
 struct ErrorCase {
     const char* toml;
     std::vector<std::string> overrides;
@@ -202,6 +272,20 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         ErrorCase{"[inner]\nlrr = 0.1\n", {}, "cfg.toml:2: unknown key 'inner.lrr' (did you mean 'inner.lr'?)"},
         ErrorCase{"nmae = 1\n", {}, "cfg.toml:1: unknown key 'nmae' (did you mean 'name'?)"},
+        // Found by review: the names Lightning and Hydra configs use got the list of known keys only.
+        ErrorCase{"\n[inner]\nlearnig_rate = 0.1\n",
+                  {},
+                  "cfg.toml:3: unknown key 'inner.learnig_rate' (did you mean 'inner.lr'?)"},
+        ErrorCase{"[inner]\nmax_steps = 5\n", {}, "unknown key 'inner.max_steps' (did you mean 'inner.steps'?)"},
+        ErrorCase{"[innerconfig]\nlr = 0.1\n", {}, "cfg.toml:1: unknown key 'innerconfig' (did you mean 'inner'?)"},
+        ErrorCase{"[inner]\nzzz = 1\n", {}, "unknown key 'inner.zzz' (known keys in [inner]: lr, steps,"},
+        // Found by review: a key in the wrong section, or at the top as flat configs have it, got the
+        // list of the keys where it was; it is pointed at its section.
+        ErrorCase{"lr = 0.1\n", {}, "cfg.toml:1: unknown key 'lr' (did you mean 'inner.lr'?)"},
+        // ('mode' is two edits from 'name': the exact key elsewhere wins; one edit away wins over it.)
+        ErrorCase{"[inner]\nname = \"x\"\n", {}, "cfg.toml:2: unknown key 'inner.name' (did you mean 'name'?)"},
+        ErrorCase{"[inner]\nlabe = \"x\"\n", {}, "unknown key 'inner.labe' (did you mean 'inner.label'?)"},
+        ErrorCase{"", {"tags=[x]"}, "--set tags=[x]: unknown key 'tags' (did you mean 'inner.tags'?)"},
         ErrorCase{"[inner]\nlr = \"fast\"\n", {}, "cfg.toml:2: inner.lr: expected a number > 0, got a string 'fast'"},
         ErrorCase{"[inner]\nlr = -0.1\n", {}, "cfg.toml:2: inner.lr: expected a number > 0, got -0.1"},
         ErrorCase{"[inner]\nsteps = 1.5\n", {}, "inner.steps: expected an integer in [1, 100], got a number 1.5"},
@@ -219,6 +303,15 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"", {"inner.lr=inf"}, "--set inner.lr=inf: inner.lr: expected a number > 0, got inf"},
         ErrorCase{"", {"inner.steps=99999999999999999999"}, "99999999999999999999 is too large a number"},
         ErrorCase{"", {"lr"}, "--set lr: expected section.key=value"},
+        // Found by review: 1e400 was taken as the string "1e400" ("expected a number, got a string").
+        ErrorCase{"", {"inner.lr=1e400"}, "--set inner.lr=1e400: 1e400 is out of range for a number (64-bit floats)"},
+        ErrorCase{"", {"inner.lr=-1_0e400"}, "-1_0e400 is out of range for a number"},
+        // Found by review: a second line in the value was parsed and dropped without a word.
+        ErrorCase{"",
+                  {"inner.lr=0.5\ninner.steps=3"},
+                  "--set inner.lr=0.5\\x0ainner.steps=3: control character 0x0a in the flag; expected "
+                  "section.key=value on one line"},
+        ErrorCase{"", {"name=1\n"}, "control character 0x0a"},
         ErrorCase{"", {"name.x=1"}, "name: expected a string, got a table"}));
 
 TEST(Config, ReportsEveryErrorOnItsOwnLine) {
@@ -259,6 +352,22 @@ TEST(Config, NonAsciiCharactersWhereWhitespaceIsExpectedAreCleanErrors) {
         }
     }
     EXPECT_EQ(checked, 4 * ((0x499 - 0xA1 + 1) + (0x3127 - 0x2D2E + 1) - 1));
+}
+
+TEST(Config, Utf16FilesAreNamedAsSuch) {
+    // Found by review: a config saved by Windows PowerShell (`>`, UTF-16 with a byte-order mark)
+    // was "TOML syntax error: Encountered invalid utf-8 sequence".
+    for (std::string bom : {"\xFF\xFE", "\xFE\xFF"}) {
+        auto r = Document::from_string(bom + std::string("n\0a\0", 4), "w.toml");
+        ASSERT_FALSE(r.is_ok());
+        EXPECT_EQ(r.status().message(),
+                  "w.toml:1:1: the file is UTF-16 (it starts with a UTF-16 byte-order mark); TOML is UTF-8: save it as "
+                  "UTF-8");
+    }
+    // (UTF-8's byte-order mark is TOML's own business: it is skipped.)
+    auto bom8 = load_string<Outer>("\xEF\xBB\xBFname = \"x\"\r\n");
+    ASSERT_TRUE(bom8.is_ok()) << bom8.status().message();
+    EXPECT_EQ(bom8->name, "x");
 }
 
 TEST(Config, MissingFileIsNotFound) {

@@ -2,6 +2,7 @@
 #include "strato/core/config.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -13,6 +14,8 @@
 #include <toml++/toml.h>
 
 #include "strato/core/fs.h"
+#include "strato/core/json_depth.h"
+#include "strato/core/parse.h"
 
 namespace strato::config {
 
@@ -88,6 +91,7 @@ public:
         Frame& top = stack_.back();
         std::string path = join(name);
         top.known.emplace_back(name);
+        all_known_.push_back(path);
         static const toml::table kEmpty;
         const toml::table* table = &kEmpty;
         if (top.table) {
@@ -204,7 +208,30 @@ public:
         }
     }
 
-    void finish() { check_unknown(stack_.front()); }
+    void finish() {
+        check_unknown(stack_.front());
+        // Hints, now that every section's keys are known: a typo of a key of its section (one edit
+        // away); else the same key in another section (found by review: `epochs = 10` at the top, as
+        // flat Lightning or argparse configs have it, or `lr` under [train], got the list of the
+        // keys where it was); else a looser match in its section; else that list.
+        for (const auto& u : unknown_) {
+            std::vector<std::string> there;
+            for (const auto& k : all_known_) {
+                const size_t dot = k.rfind('.');
+                if (k != u.path && (dot == std::string::npos ? k : k.substr(dot + 1)) == u.key)
+                    there.push_back("'" + k + "'");
+            }
+            std::string hint;
+            if (!u.near.empty() && (u.near_d <= 1 || there.empty())) {
+                hint = fmt::format("did you mean '{}'?", u.near);
+            } else if (!there.empty()) {
+                hint = fmt::format("did you mean {}?", fmt::join(there, " or "));
+            } else {
+                hint = u.known;
+            }
+            errors_[u.error] += hint + ")";
+        }
+    }
 
     Status status() const {
         if (errors_.empty()) return Status::ok();
@@ -228,6 +255,7 @@ private:
     const toml::node* lookup(std::string_view key) {
         Frame& top = stack_.back();
         top.known.emplace_back(key);
+        all_known_.push_back(join(key));
         return top.table ? top.table->get(key) : nullptr;
     }
 
@@ -254,13 +282,35 @@ private:
                 size_t d = edit_distance(kn, key);
                 if (d < best_d) best_d = d, best = kn;
             }
+            if (best.empty()) best = similar_key(key, f.known);
             std::string list;
             for (const auto& kn : f.known) list += (list.empty() ? "" : ", ") + kn;
-            std::string path = f.path.empty() ? key : f.path + "." + key;
-            std::string hint = best.empty() ? fmt::format("known keys{}: {}", f.path.empty() ? "" : " in [" + f.path + "]", list)
-                                            : fmt::format("did you mean '{}'?", f.path.empty() ? best : f.path + "." + best);
-            errors_.push_back(fmt::format("{}: unknown key '{}' ({})", where(node, source_), path, hint));
+            const std::string path = f.path.empty() ? key : f.path + "." + key;
+            // (the hint is added by finish(), when every section's keys are known)
+            unknown_.push_back({errors_.size(), key, path,
+                                best.empty()     ? ""
+                                : f.path.empty() ? best
+                                                 : f.path + "." + best,
+                                best_d,
+                                fmt::format("known keys{}: {}", f.path.empty() ? "" : " in [" + f.path + "]", list)});
+            errors_.push_back(fmt::format("{}: unknown key '{}' (", where(node, source_), path));
         }
+    }
+
+    // A known key that the unknown one contains or is contained in (`optimizer`, `max_epochs`,
+    // `num_workers`, `dataset`: the names Lightning and Hydra configs use for strato's `optim`,
+    // `epochs`, `workers`, `data`), the longest; or `lr` for a (misspelt) `learning_rate`. Found by
+    // review: these were answered with the list of known keys only.
+    static std::string similar_key(const std::string& key, const std::vector<std::string>& known) {
+        std::string best;
+        for (const auto& kn : known) {
+            if (kn.size() < 3 || kn.size() <= best.size()) continue;
+            if (key.find(kn) != std::string::npos || (key.size() >= 3 && kn.find(key) != std::string::npos)) best = kn;
+        }
+        if (best.empty() && edit_distance(key, "learning_rate") <= 2 &&
+            std::find(known.begin(), known.end(), "lr") != known.end())
+            best = "lr";
+        return best;
     }
 
     void error(const toml::node& n, const std::string& path, const std::string& what) {
@@ -270,6 +320,15 @@ private:
     std::string source_;
     std::vector<Frame> stack_;
     std::vector<std::string> errors_;
+    std::vector<std::string> all_known_;  // the dotted paths of every key and section visited
+    struct Unknown {
+        size_t error;           // its entry in errors_, finished by finish()
+        std::string key, path;  // "lr", "train.lr"
+        std::string near;       // a similar key of its section ("optim.lr"), or ""
+        size_t near_d;          // near's edit distance (3: a looser match)
+        std::string known;      // "known keys in [optim]: ..."
+    };
+    std::vector<Unknown> unknown_;
 };
 
 class Writer final : public Visitor {
@@ -337,7 +396,71 @@ Result<Document> Document::from_string(std::string_view text, const std::string&
 
 const std::string& Document::source_name() const { return impl_->source; }
 
+namespace {
+
+// Hydra merges a dict given on the command line into the config's (`optim={lr:0.1}` keeps the
+// file's other optim keys); so does `--set optim={lr=0.1}`. Moved nodes keep their source (the
+// --set flag) for error messages.
+void merge_table(toml::table& into, toml::table& from) {
+    for (auto&& [k, v] : from) {
+        toml::node* have = into.get(k.str());
+        if (have && have->is_table() && v.is_table()) {
+            merge_table(*have->as_table(), *v.as_table());
+        } else {
+            into.insert_or_assign(k.str(), std::move(v));
+        }
+    }
+}
+
+// `[hflip, random-crop]` -- also what the shell leaves of an unquoted `["hflip"]` -- with its bare
+// words quoted, as Hydra reads words in a list: `["hflip", "random-crop"]`. Only a flat list;
+// nullopt when `value` is not one or holds a control character.
+std::optional<std::string> quote_list_words(std::string_view value) {
+    value = trim_blanks(value);
+    if (value.size() < 2 || value.front() != '[' || value.back() != ']') return std::nullopt;
+    std::string_view inner = value.substr(1, value.size() - 2);
+    if (inner.find_first_of("[]{}\"'#") != std::string_view::npos) return std::nullopt;
+    std::string out = "[";
+    for (size_t start = 0;;) {
+        const size_t comma = inner.find(',', start);
+        const std::string_view word = trim_blanks(inner.substr(start, comma - start));
+        if (start > 0) out += ", ";
+        bool is_toml = word.empty();  // ("[]", or a trailing comma)
+        if (!is_toml) {
+            try {
+                is_toml = toml::parse("v = " + std::string(word)).size() == 1;
+            } catch (const toml::parse_error&) {
+            }
+        }
+        if (is_toml) {
+            out += word;
+        } else {
+            for (char c : word)
+                if (static_cast<unsigned char>(c) < 0x20) return std::nullopt;
+            out += "\"" + std::string(word) + "\"";
+        }
+        if (comma == std::string_view::npos) break;
+        start = comma + 1;
+    }
+    return out + "]";
+}
+
+}  // namespace
+
 Status Document::apply_override(std::string_view assignment) {
+    // One line (found by review: `--set 'optim.lr=0.1<newline>optim.eps=1'` parsed both lines and
+    // dropped the second without a word).
+    for (char c : assignment) {
+        const auto u = static_cast<unsigned char>(c);
+        if ((u < 0x20 && c != '\t') || u == 0x7f) {
+            std::string shown;
+            for (char d : assignment)
+                shown +=
+                    static_cast<unsigned char>(d) < 0x20 || d == 0x7f ? fmt::format("\\x{:02x}", d) : std::string(1, d);
+            return invalid_argument(
+                "--set {}: control character 0x{:02x} in the flag; expected section.key=value on one line", shown, u);
+        }
+    }
     size_t eq = assignment.find('=');
     if (eq == std::string_view::npos || eq == 0) {
         return invalid_argument("--set {}: expected section.key=value", assignment);
@@ -352,17 +475,42 @@ Status Document::apply_override(std::string_view assignment) {
     toml::table parsed;
     try {
         parsed = toml::parse("v = " + value, label);
-    } catch (const toml::parse_error&) {
+    } catch (const toml::parse_error& first) {
         // Digits TOML cannot hold (past 64-bit integers) are a number too large, not a string.
         const size_t first_digit = value.find_first_not_of("+-") == 0 ? 0 : 1;
         if (value.size() > first_digit && value.find_first_not_of("0123456789", first_digit) == std::string::npos)
             return invalid_argument("{}: {} is too large a number (integers are 64-bit)", label, value);
+        // So is 1e400 (found by review: it was the string "1e400", "expected a number, got a string").
+        std::string digits;
+        for (char c : value.substr(value.size() > 1 && value[0] == '+' && value[1] != '-' ? 1 : 0))
+            if (c != '_') digits += c;
+        double d = 0;
+        const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), d);
+        if (!digits.empty() && end == digits.data() + digits.size() && ec == std::errc::result_out_of_range)
+            return invalid_argument("{}: {} is out of range for a number (64-bit floats)", label, value);
+        // A list of words is a list of strings (found by review: `--set data.augment=["hflip"]`, whose
+        // quotes the shell removes, was the string "[hflip]": "expected an array of strings, got a string").
+        if (auto words = quote_list_words(value)) {
+            try {
+                parsed = toml::parse("v = " + *words, label);
+            } catch (const toml::parse_error&) {
+                parsed.clear();
+            }
+        }
+        // Another list or table that is not TOML is a mistake, not a string.
+        const std::string_view v = trim_blanks(value);
+        if (parsed.empty() && !v.empty() && (v.front() == '[' || v.front() == '{'))
+            return invalid_argument("{}: the value is not a TOML {} ({}); expected such as {}", label,
+                                    v.front() == '[' ? "array" : "inline table", first.description(),
+                                    v.front() == '[' ? "[0.9, 0.99] or [\"hflip\", \"random-crop\"]"
+                                                     : "{lr = 0.1, momentum = 0.9}");
+    }
+    if (parsed.empty()) {
         // Not TOML: a bare string (`--set model.arch=resnet`). Quote it so the node keeps the
         // flag as its source and errors point at it.
         std::string quoted = "\"";
         for (char c : value) {
             if (c == '"' || c == '\\') quoted += '\\';
-            if (static_cast<unsigned char>(c) < 0x20) return invalid_argument("{}: control character in value", label);
             quoted += c;
         }
         quoted += '"';
@@ -372,6 +520,7 @@ Status Document::apply_override(std::string_view assignment) {
             return invalid_argument("{}: cannot parse value: {}", label, e.description());
         }
     }
+    if (parsed.size() != 1 || !parsed.get("v")) return invalid_argument("{}: expected one value", label);
     std::vector<std::string> parts;
     for (size_t start = 0;;) {
         size_t dot = key.find('.', start);
@@ -393,8 +542,16 @@ Status Document::apply_override(std::string_view assignment) {
         if (!n->is_table()) return invalid_argument("--set {}: '{}' is not a section", assignment, parts[i]);
         t = n->as_table();
     }
-    // Moved, not copied: a moved node keeps its source (the --set flag) for error messages.
-    t->insert_or_assign(parts.back(), std::move(*parsed.get("v")));
+    // Moved, not copied: a moved node keeps its source (the --set flag) for error messages. A
+    // table given to a section is merged into it (found by review: `--set optim={lr=0.1}` dropped
+    // every other optim key of the file, where Hydra merges).
+    toml::node& v = *parsed.get("v");
+    toml::node* have = t->get(parts.back());
+    if (have && have->is_table() && v.is_table()) {
+        merge_table(*have->as_table(), *v.as_table());
+    } else {
+        t->insert_or_assign(parts.back(), std::move(v));
+    }
     return Status::ok();
 }
 
@@ -495,33 +652,60 @@ std::string to_json(const VisitFn& visit) {
 
 namespace {
 
-Status json_to_toml(const nlohmann::json& obj, const std::string& prefix, std::string& out, const std::string& source) {
-    std::string tables;
-    for (const auto& [k, v] : obj.items()) {
-        if (v.is_object()) {
-            std::string name = (prefix.empty() ? "" : prefix + ".") + nlohmann::json(k).dump();
-            tables += "[" + name + "]\n";
-            STRATO_RETURN_IF_ERROR(json_to_toml(v, name, tables, source));
-        } else if (v.is_null()) {
-            return invalid_argument("{}: {}: null is not a valid value", source, k);
-        } else {
-            out += nlohmann::json(k).dump() + " = " + v.dump() + "\n";
+// JSON values as TOML nodes, built directly (found by review: the JSON used to be written out as
+// TOML text and parsed again, so 18446744073709551615, a "\u007f" in a string or an array of
+// objects in a model package were "TOML syntax error" at a line and column of text the user never
+// saw). `path` is the JSON pointer of `v`, for errors.
+Status json_to_node(const nlohmann::json& v, const std::string& path, const std::string& source,
+                    const std::function<void(toml::node&&)>& put) {
+    using Type = nlohmann::json::value_t;
+    switch (v.type()) {
+        case Type::object: {
+            toml::table t;
+            for (const auto& [k, e] : v.items()) {
+                STRATO_RETURN_IF_ERROR(json_to_node(e, path + "/" + k, source, [&](toml::node&& n) {
+                    t.insert_or_assign(k, std::move(n));
+                }));
+            }
+            put(std::move(t));
+            return Status::ok();
         }
+        case Type::array: {
+            toml::array a;
+            for (size_t i = 0; i < v.size(); ++i) {
+                STRATO_RETURN_IF_ERROR(json_to_node(v[i], fmt::format("{}/{}", path, i), source,
+                                                    [&](toml::node&& n) { a.push_back(std::move(n)); }));
+            }
+            put(std::move(a));
+            return Status::ok();
+        }
+        case Type::string: put(toml::value<std::string>(v.get<std::string>())); return Status::ok();
+        case Type::boolean: put(toml::value<bool>(v.get<bool>())); return Status::ok();
+        case Type::number_integer: put(toml::value<int64_t>(v.get<int64_t>())); return Status::ok();
+        case Type::number_unsigned:
+            if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+                return invalid_argument("{}{}: {} is too large a number (integers are 64-bit)", source, path,
+                                        v.get<uint64_t>());
+            put(toml::value<int64_t>(v.get<int64_t>()));
+            return Status::ok();
+        case Type::number_float: put(toml::value<double>(v.get<double>())); return Status::ok();
+        case Type::null: return invalid_argument("{}{}: null is not a valid value", source, path);
+        default: return invalid_argument("{}{}: expected a JSON value", source, path);
     }
-    out += tables;
-    return Status::ok();
 }
 
 }  // namespace
 
 Status bind_json(std::string_view json_object, const std::string& source, const VisitFn& visit) {
-    nlohmann::json j = nlohmann::json::parse(json_object, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object()) return invalid_argument("{}: expected a JSON object", source);
-    std::string text;
-    STRATO_RETURN_IF_ERROR(json_to_toml(j, "", text, source));
-    auto doc = Document::from_string(text, source);
-    if (!doc) return doc.status();
-    return doc->bind(visit);
+    STRATO_ASSIGN_OR_RETURN(nlohmann::json j, parse_json_named(json_object, source));
+    if (!j.is_object()) return invalid_argument("{}: expected a JSON object", source);
+    toml::table root;
+    STRATO_RETURN_IF_ERROR(json_to_node(j, "", source, [&](toml::node&& n) { root = std::move(*n.as_table()); }));
+    // (Nodes made here have no source: errors name `source`.)
+    Reader reader(root, source);
+    visit(reader);
+    reader.finish();
+    return reader.status();
 }
 
 }  // namespace strato::config

@@ -70,6 +70,12 @@ inline Status check_toml_keys(std::string_view text, const std::string& source) 
 /// `text` (TOML from `source`, a file name for messages) parsed after check_toml_keys(); a syntax
 /// error names the file, line and column.
 inline Result<toml::table> parse_toml_named(std::string_view text, const std::string& source) {
+    // UTF-16 (Windows PowerShell 5 writes it for `>` and Out-File): said to be, not "invalid utf-8
+    // sequence" at 1:1 (found by review).
+    if (text.substr(0, 2) == "\xFF\xFE" || text.substr(0, 2) == "\xFE\xFF")
+        return invalid_argument("{}:1:1: the file is UTF-16 (it starts with a UTF-16 byte-order mark); TOML is UTF-8: "
+                                "save it as UTF-8",
+                                source);
     STRATO_RETURN_IF_ERROR(check_toml_keys(text, source));
     try {
         return toml::parse(text, source);
