@@ -175,6 +175,31 @@ TEST(DistEnv, BadValuesNameTheVariable) {
     }
 }
 
+TEST(DistEnv, MasterAddrIsAHostOrAnAddress) {
+    // Found by review: MASTER_ADDR=node1:29500 (the port in the address), a stray blank or a URL
+    // made rank 0 wait out dist.timeout_s connecting to the store it hosts, then blame the port.
+    for (const char* bad : {"127.0.0.1:29500", "node1:29500", " 127.0.0.1", "node1 ", "tcp://node1", "[::1]:29500",
+                            "node\x01"}) {
+        auto e = read_env(from({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", bad}}));
+        ASSERT_FALSE(e.is_ok()) << bad;
+        EXPECT_NE(e.status().message().find("MASTER_ADDR"), std::string::npos) << e.status().message();
+        EXPECT_NE(e.status().message().find("expected a host name or an IP address"), std::string::npos)
+            << e.status().message();
+    }
+    auto e = read_env(from({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "node1:29500"}}));
+    EXPECT_NE(e.status().message().find("the port goes in MASTER_PORT"), std::string::npos) << e.status().message();
+    for (auto [given, want] : std::vector<std::pair<std::string, std::string>>{
+             {"::1", "::1"}, {"[::1]", "::1"}, {"fe80::1%eth0", "fe80::1%eth0"}, {"node-1.cluster.local", "node-1.cluster.local"},
+             {"10.0.0.7", "10.0.0.7"}}) {
+        e = read_env(from({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", given}}));
+        ASSERT_TRUE(e.is_ok()) << given << ": " << e.status().message();
+        EXPECT_EQ(e->master_addr, want);
+    }
+    // Slurm and Open MPI take MASTER_ADDR too.
+    e = read_env(from({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"MASTER_ADDR", "n1:1"}}));
+    EXPECT_FALSE(e.is_ok());
+}
+
 TEST(HostList, Expands) {
     EXPECT_EQ(*expand_hostlist("n[1-3,7],gpu-a[08-09],login"),
               (std::vector<std::string>{"n1", "n2", "n3", "n7", "gpu-a08", "gpu-a09", "login"}));

@@ -4,7 +4,9 @@
 gradient accumulation); a worker killed with SIGKILL mid-run restarts the group from the last
 checkpoint and, in deterministic mode, ends with the weights of an uninterrupted run; a rank
 whose peer never comes gives a clear error within the timeout, also when the port is held by a
-program that is no store; Ctrl-C while waiting stops at once; the same training under mpirun."""
+program that is no store; Ctrl-C while waiting stops at once; the same training under mpirun;
+ranks with different models, different steps per epoch or a malformed MASTER_ADDR stop at once
+with an error saying why."""
 import json
 import os
 import signal
@@ -160,6 +162,44 @@ def static_nodes_of_different_sizes(tmp):
         node0.communicate(timeout=60)
 
 
+def listening(port):
+    """Whether a socket of this machine listens on TCP `port` (read from /proc, without connecting)."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = open(table).read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            f = row.split()
+            if len(f) > 3 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:
+                return True
+    return False
+
+
+def c10d_nodes_of_different_sizes(tmp):
+    """Found by review: under the c10d rendezvous two nodes of 1 and 2 processes (a job of 3, which
+    docs/launch.md recommends c10d for) were refused by strato train: every rank compared its
+    LOCAL_WORLD_SIZE with rank 0's and called the ranks' sizes a disagreement."""
+    port = free_port()
+    common = ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "sizes",
+              "--last-call", "1", "--join-timeout", "60", "--quiet-workers", "--stop-timeout", "5"]
+    train_args = [STRATO, "-q", "train", *BASE, "--set", f"run.dir={tmp}", "--set", "run.name=sizes", "--set",
+                  "dist.timeout_s=60", "--set", "train.epochs=1"]
+    node0 = subprocess.Popen([STRATO, "launch", *common, "--nproc-per-node", "1", "--log-dir", f"{tmp}/sizes0",
+                              *train_args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        p = subprocess.run([STRATO, "launch", *common, "--nproc-per-node", "2", "--log-dir", f"{tmp}/sizes1",
+                            *train_args], capture_output=True, text=True, timeout=240)
+        _, err0 = node0.communicate(timeout=120)
+    finally:
+        if node0.poll() is None:
+            node0.kill()
+            node0.communicate()
+    check(p.returncode == 0 and node0.returncode == 0,
+          f"nodes of 1 and 2 processes: exit {node0.returncode} and {p.returncode}: {err0[-800:]} {p.stderr[-800:]}")
+    check(os.path.isfile(os.path.join(tmp, "sizes", "model", "weights.pt")), "the job of 3 wrote its package")
+
+
 def port_held_by_another_program(tmp):
     # Found by review: a port held by a program that is no store made rank 1 abort (SIGABRT, a core)
     # when it reset the connection, and hang past dist.timeout_s when it accepted and stayed silent;
@@ -196,11 +236,17 @@ def port_held_by_another_program(tmp):
         check("127.0.0.1:%d" % port in p.stderr, f"{mode}: the store is named: {p.stderr[-600:]}")
         check(took < 30, f"{mode}: ended within the timeout ({took:.1f} s)")
         listener.close()
-    env = dict(os.environ, RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    port = free_port()
+    env = dict(os.environ, RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     proc = subprocess.Popen([STRATO, "-q", "train", *BASE, "--set", f"run.dir={tmp}", "--set", "run.name=waiting",
                              "--set", "dist.timeout_s=60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
-    time.sleep(4)
+    # Until rank 0 hosts its store (a fixed 4 s sleep sent SIGINT before the process had started
+    # on a loaded machine), then a little more.
+    deadline = time.time() + 60
+    while time.time() < deadline and proc.poll() is None and not listening(port):
+        time.sleep(0.1)
+    time.sleep(1)
     t0 = time.time()
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
@@ -209,10 +255,86 @@ def port_held_by_another_program(tmp):
     check(time.time() - t0 < 10, f"Ctrl-C stopped the wait in {time.time() - t0:.1f} s")
 
 
+def different_models(tmp):
+    """Found by review: ranks that build different models (model.width 256 on rank 0, 128 on rank 1)
+    crashed rank 1 with SIGABRT inside Gloo (gloo::EnforceNotMet, a core dump) and left rank 0 with
+    "Connection reset by peer"; tensors of fewer values could even be averaged into the wrong
+    places. Every rank now compares its parameter and buffer shapes with rank 0's as it joins (as
+    torch's DDP does), and all stop at once naming the first that differs."""
+    port = free_port()
+    procs = []
+    for rank, width in ((0, 256), (1, 128)):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([STRATO, "-q", "train", *BASE, "--set", f"run.dir={tmp}", "--set",
+                                       f"run.name=width{width}", "--set", f"model.width={width}", "--set",
+                                       "dist.timeout_s=60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=env))
+    t0 = time.time()
+    errs = [p.communicate(timeout=120)[1] for p in procs]
+    took = time.time() - t0
+    want = "parameter 0 is Float[128,784] on rank 1, Float[256,784] on rank 0"
+    for rank, (p, err) in enumerate(zip(procs, errs)):
+        check(p.returncode == 1, f"different models, rank {rank}: exit {p.returncode} (not a crash): {err[-600:]}")
+        check(want in err, f"different models, rank {rank} names the difference: {err[-600:]}")
+    check("rank 1's model differs from rank 0's" in errs[1], errs[1][-600:])
+    check(took < 30, f"different models: both stopped before dist.timeout_s ({took:.1f} s)")
+
+
+def timeout_out_of_range(tmp):
+    """Found by review: dist.timeout_s = 1e10 (meant as "never") overflowed libtorch's deadlines and
+    1e-4 became 0 ms; both failed at once, saying rank 0 could not reach its own store."""
+    for value in ("1e10", "1e-4"):
+        env = dict(os.environ, RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+        p = subprocess.run([STRATO, "-q", "train", *BASE, "--set", f"run.dir={tmp}", "--set", "run.name=timeouts",
+                            "--set", f"dist.timeout_s={value}"], capture_output=True, text=True, env=env, timeout=120)
+        check(p.returncode == 1 and "dist.timeout_s" in p.stderr and "expected 0.001 to 1e8 seconds" in p.stderr,
+              f"dist.timeout_s={value}: exit {p.returncode}: {p.stderr[-600:]}")
+
+
+def different_steps(tmp):
+    """Found by review: ranks started with different data.batch_size train a different number of
+    steps per epoch, so one rank's gradient all-reduce met the other's all-reduce of metrics; Gloo
+    threw from its I/O thread and the process aborted (SIGABRT, a core dump). It is now an error
+    (exit 1) saying that the ranks run different collectives, and the other rank fails at once."""
+    port = free_port()
+    procs = []
+    for rank, batch in ((0, 32), (1, 16)):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([STRATO, "-q", "train", *BASE, "--set", f"run.dir={tmp}", "--set",
+                                       f"run.name=batch{batch}", "--set", f"data.batch_size={batch}", "--set",
+                                       "dist.timeout_s=60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=env))
+    t0 = time.time()
+    errs = [p.communicate(timeout=120)[1] for p in procs]
+    took = time.time() - t0
+    for rank, (p, err) in enumerate(zip(procs, errs)):
+        check(p.returncode == 1, f"different steps, rank {rank}: exit {p.returncode} (not a crash): {err[-600:]}")
+    check(any("the ranks run different collectives" in e for e in errs), f"different steps: why is said: {errs}")
+    check(took < 30, f"different steps: both stopped before dist.timeout_s ({took:.1f} s)")
+
+
+def bad_master_addr(tmp):
+    """Found by review: rank 0 with a MASTER_ADDR that does not resolve, or with the port in it
+    (node1:29500), retried for dist.timeout_s (300 s by default) to reach the store it hosts, then
+    hinted that another program held MASTER_PORT."""
+    for addr, said in (("127.0.0.1:%d" % free_port(), "the port goes in MASTER_PORT"),
+                       ("nosuchhost.invalid", "MASTER_ADDR")):
+        env = dict(os.environ, RANK="0", WORLD_SIZE="2", MASTER_ADDR=addr, MASTER_PORT=str(free_port()))
+        p = subprocess.run([STRATO, "-q", "train", *BASE, "--set", f"run.dir={tmp}", "--set", "run.name=badaddr",
+                            "--set", "dist.timeout_s=3"], capture_output=True, text=True, env=env, timeout=120)
+        check(p.returncode == 1 and said in p.stderr and addr in p.stderr, f"{addr}: exit {p.returncode}: {p.stderr[-600:]}")
+        check("using MASTER_PORT" not in p.stderr, f"{addr}: the port is not blamed: {p.stderr[-600:]}")
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
+        different_models(tmp)
+        different_steps(tmp)
+        bad_master_addr(tmp)
+        timeout_out_of_range(tmp)
         port_held_by_another_program(tmp)
         static_nodes_of_different_sizes(tmp)
+        c10d_nodes_of_different_sizes(tmp)
         equivalence(tmp)
         under_mpirun(tmp)
         kill_and_resume(tmp)

@@ -24,10 +24,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <thread>
 
+#include <netdb.h>
 #include <unistd.h>
 
 #include "strato/core/log.h"
@@ -74,6 +77,37 @@ void flush_stdout_if_free() {
     _exit(1);
 }
 
+// Once the ranks joined: Gloo checks that a message fits the buffer posted for it and throws from
+// its I/O thread when it does not -- ranks whose collectives differ, as with settings that change
+// the steps per epoch (data.batch_size 32 on one rank, 16 on another). Uncaught, that aborted the
+// process with a core dump; it ends as an error saying why. Other terminates go on as before.
+std::terminate_handler g_terminate_before = nullptr;
+int g_terminate_rank = 0;
+
+[[noreturn]] void collective_thread_failed() {
+    std::string what;
+    if (auto e = std::current_exception()) {
+        try {
+            std::rethrow_exception(e);
+        } catch (const std::exception& x) {
+            what = first_line(x.what());
+        } catch (...) {
+        }
+    }
+    if (what.find("op.preamble.length <= op.nbytes") != std::string::npos) {
+        std::fprintf(stderr,
+                     "strato: error: rank %d: another rank sent more than this rank's collective expected (%s): the "
+                     "ranks run different collectives\nhint: start every rank with the same config (data.batch_size, "
+                     "data.limit_train, train.epochs, train.grad_accum, ... decide each rank's steps)\n",
+                     g_terminate_rank, what.c_str());
+        std::fflush(stderr);
+        flush_stdout_if_free();
+        _exit(1);
+    }
+    if (g_terminate_before) g_terminate_before();
+    std::abort();
+}
+
 // libtorch's store calls can block past their timeout (a port held by a program that accepts and
 // never answers), and a blocked call does not see Ctrl-C. While the ranks join, a watchdog ends
 // the process when joining outlasts the timeout by 5 s, or 2 s after a stop was asked.
@@ -114,6 +148,52 @@ private:
     bool done_ = false;
     std::thread thread_;  // last: it starts once the rest is built
 };
+
+/// The model as the ranks compare it when they join: one word per parameter, then per buffer
+/// ("Float[256,784]"), lines "params ..." and "buffers ...".
+std::string model_signature(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& buffers) {
+    std::string out;
+    for (const auto* list : {&params, &buffers}) {
+        out += list == &params ? "params" : "\nbuffers";
+        for (const auto& t : *list) {
+            out += fmt::format(" {}[", std::string(c10::toString(t.scalar_type())));
+            for (int64_t d = 0; d < t.dim(); ++d) out += fmt::format("{}{}", d ? "," : "", t.size(d));
+            out += ']';
+        }
+    }
+    return out;
+}
+
+std::vector<std::string> split_words(const std::string& s) {
+    std::vector<std::string> out;
+    size_t p = 0;
+    while ((p = s.find_first_not_of(' ', p)) != std::string::npos) {
+        const size_t e = std::min(s.find(' ', p), s.size());
+        out.push_back(s.substr(p, e - p));
+        p = e;
+    }
+    return out;
+}
+
+/// Where model signature `ours` (rank `rank`'s) differs from `theirs` (rank 0's), in words; empty
+/// when equal.
+std::string model_difference(const std::string& ours, const std::string& theirs, int rank) {
+    const size_t nl_ours = ours.find('\n'), nl_theirs = theirs.find('\n');
+    const std::string parts[2][2] = {{ours.substr(0, nl_ours), theirs.substr(0, nl_theirs)},
+                                     {nl_ours == std::string::npos ? "" : ours.substr(nl_ours + 1),
+                                      nl_theirs == std::string::npos ? "" : theirs.substr(nl_theirs + 1)}};
+    for (int k = 0; k < 2; ++k) {
+        const char* what = k == 0 ? "parameter" : "buffer";
+        auto a = split_words(parts[k][0]), b = split_words(parts[k][1]);
+        if (!a.empty()) a.erase(a.begin());  // the "params"/"buffers" label
+        if (!b.empty()) b.erase(b.begin());
+        for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+            if (a[i] != b[i]) return fmt::format("{} {} is {} on rank {}, {} on rank 0", what, i, a[i], rank, b[i]);
+        if (a.size() != b.size())
+            return fmt::format("{} {}s on rank {}, {} on rank 0", a.size(), what, rank, b.size());
+    }
+    return "";
+}
 
 }  // namespace
 
@@ -168,6 +248,10 @@ struct DataParallel::Impl {
 
 Result<std::unique_ptr<DataParallel>> DataParallel::create(const DistEnv& env, std::vector<torch::Tensor> params,
                                                            std::vector<torch::Tensor> buffers, const DdpOptions& o) {
+    // Found by review: 1e10 s (meant as "never") overflowed libtorch's deadlines and 1e-4 s became
+    // 0 ms: both failed at once, blaming the store's address.
+    if (!(o.timeout_s >= 1e-3 && o.timeout_s <= 1e8))
+        return invalid_argument("dist.timeout_s = {}: expected 0.001 to 1e8 seconds (about 3 years)", o.timeout_s);
     std::unique_ptr<DataParallel> dp(new DataParallel());
     dp->impl_ = std::make_unique<Impl>();
     auto& im = *dp->impl_;
@@ -184,6 +268,18 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(const DistEnv& env, s
     const std::terminate_handler previous_terminate = std::set_terminate(store_thread_failed);
     std::optional<JoinWatchdog> watchdog(std::in_place, o.timeout_s);
     const bool server = env.rank == 0 && !env.agent_store;
+    // Rank 0 connects to the store it hosts at MASTER_ADDR too: a name that does not resolve
+    // would have it retry until the timeout (300 s by default), then blame the port.
+    if (server) {
+        addrinfo hints{}, *res = nullptr;
+        hints.ai_socktype = SOCK_STREAM;
+        const int rc = getaddrinfo(env.master_addr.c_str(), nullptr, &hints, &res);
+        if (res) freeaddrinfo(res);
+        if (rc == EAI_NONAME)
+            return invalid_argument("rank 0: MASTER_ADDR={} does not resolve ({}); rank 0 hosts the store there\n"
+                                    "hint: set MASTER_ADDR to the host name or address of rank 0's machine",
+                                    env.master_addr, gai_strerror(rc));
+    }
     c10::intrusive_ptr<c10d::Store> store;
     try {
         c10d::TCPStoreOptions so;
@@ -198,6 +294,13 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(const DistEnv& env, s
         if (signals::stop_requested())
             return Status(StatusCode::kCancelled, fmt::format("rank {}: interrupted while connecting to the store at {}:{}",
                                                               env.rank, env.master_addr, env.master_port));
+        // (libtorch 1.13: "The server socket has failed to listen on any local network address")
+        if (server && std::string_view(e.what()).find("failed to listen") == std::string_view::npos &&
+            std::string_view(e.what()).find("failed to bind") == std::string_view::npos)
+            return Status(StatusCode::kUnavailable,
+                          fmt::format("rank 0: hosts the store on port {} but cannot reach it at MASTER_ADDR {}: {}\n"
+                                      "hint: MASTER_ADDR must name rank 0's machine, as the other ranks reach it",
+                                      env.master_port, env.master_addr, first_line(e.what())));
         if (server)
             return Status(StatusCode::kUnavailable,
                           fmt::format("rank 0: cannot host the store on port {}: {}\nhint: is another job or program "
@@ -208,64 +311,109 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(const DistEnv& env, s
                                   "running, and are MASTER_ADDR and MASTER_PORT right?",
                                   env.rank, env.master_addr, env.master_port, o.timeout_s, first_line(e.what())));
     }
-    // 2. Everyone signs in; a rank that never comes is named.
+    // 2. Everyone signs in; a rank that never comes is named. Every rank but 0 first compares its
+    // job size and its model with rank 0's and signs in only when they agree; one that differs
+    // posts why under "refused", and every rank waiting hears it at once (as torch's DDP refuses
+    // a model of other shapes) rather than a collective failing, aborting or averaging mismatched
+    // tensors later.
     std::vector<std::string> keys;
     for (int r = 0; r < env.world_size; ++r) keys.push_back(fmt::format("joined/{}", r));
     try {
         char host[256] = {};
         gethostname(host, sizeof host - 1);
-        // "host world_size local_world_size": every rank compares its world with rank 0's.
-        const std::string me = fmt::format("{} {} {}", host, env.world_size, env.local_world_size);
+        // "host world_size local_world_size\nparams ...\nbuffers ...": every rank compares its
+        // world size and its model with rank 0's.
+        const std::string model = model_signature(params, buffers);
+        const std::string me = fmt::format("{} {} {}\n{}", host, env.world_size, env.local_world_size, model);
+        const auto refuse = [&](Status st) -> Status {
+            if (st.is_ok()) return st;
+            try {
+                const std::string why = first_line(st.message());
+                store->set("refused", std::vector<uint8_t>(why.begin(), why.end()));
+            } catch (const std::exception&) {
+            }
+            return st;
+        };
         // Two processes with one RANK (under the static backend: nodes started with different
         // --nproc-per-node, or the same --node-rank twice) would overwrite each other's key and
         // fail later, or hang, in the first collective.
-        if (store->add(fmt::format("signins/{}", env.rank), 1) > 1)
-            return invalid_argument("rank {} at {}:{}: another process already joined as rank {}: two processes have "
-                                    "RANK={}\nhint: under the static backend every node needs the same "
-                                    "--nproc-per-node and its own --node-rank",
-                                    env.rank, env.master_addr, env.master_port, env.rank, env.rank);
-        store->set(keys[static_cast<size_t>(env.rank)], std::vector<uint8_t>(me.begin(), me.end()));
+        const int64_t signins = store->add(fmt::format("signins/{}", env.rank), 1);
+        // (The store rank 0 just started holds no sign-in yet: the one it reached is another.)
+        if (server && signins != 1)
+            return invalid_argument("rank 0 hosts the store on port {}, but what it reaches at MASTER_ADDR {} is "
+                                    "another store\nhint: MASTER_ADDR must name rank 0's "
+                                    "machine, as the other ranks reach it",
+                                    env.master_port, env.master_addr);
+        if (signins > 1)
+            return refuse(invalid_argument("rank {} at {}:{}: another process already joined as rank {}: two processes "
+                                           "have RANK={}\nhint: under the static backend every node needs the same "
+                                           "--nproc-per-node and its own --node-rank",
+                                           env.rank, env.master_addr, env.master_port, env.rank, env.rank));
         const auto deadline = Clock::now() + timeout;
-        bool compared = env.rank == 0;  // with rank 0's world, once its key is there
         const auto missing_ranks = [&] {
             std::string missing;
             for (int r = 0; r < env.world_size; ++r)
-                if (!store->check({keys[static_cast<size_t>(r)]})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+                if (r != env.rank && !store->check({keys[static_cast<size_t>(r)]}))
+                    missing += (missing.empty() ? "" : ", ") + std::to_string(r);
             return missing;
+        };
+        // Until `ready`: an error when a rank was refused, on Ctrl-C, or at the deadline.
+        const auto wait_until = [&](const std::function<bool()>& ready) -> Status {
+            for (;;) {
+                if (ready()) return Status::ok();
+                if (store->check({"refused"})) {
+                    const auto v = store->get("refused");
+                    return invalid_argument("rank {}: the process group at {}:{} cannot form: {}", env.rank,
+                                            env.master_addr, env.master_port, std::string(v.begin(), v.end()));
+                }
+                if (signals::stop_requested())  // Ctrl-C while peers are missing stops now, not at the timeout
+                    return Status(StatusCode::kCancelled, fmt::format("rank {}: interrupted while waiting for rank(s) "
+                                                                      "{} to join",
+                                                                      env.rank, missing_ranks()));
+                if (Clock::now() > deadline)
+                    return Status(StatusCode::kUnavailable,
+                                  fmt::format("rank {}: cannot form the process group of {} at {}:{} within {:.0f} s: "
+                                              "rank(s) {} never joined\nhint: are all {} ranks running (strato launch "
+                                              "starts them)?",
+                                              env.rank, env.world_size, env.master_addr, env.master_port, o.timeout_s,
+                                              missing_ranks(), env.world_size));
+                std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            }
         };
         const auto compare_with_rank0 = [&]() -> Status {
             const auto v = store->get(keys[0]);
             const std::string theirs(v.begin(), v.end());
-            const size_t blank = theirs.find(' ');
+            const size_t nl = theirs.find('\n');
+            const std::string head = theirs.substr(0, nl);
+            const size_t blank = head.find(' ');
             if (blank == std::string::npos) return Status::ok();  // (a rank without the numbers)
-            const std::string ours = me.substr(me.find(' ') + 1);
-            if (theirs.substr(blank + 1) == ours) return Status::ok();
+            // The world only: nodes of different sizes (LOCAL_WORLD_SIZE) are a job under the c10d
+            // rendezvous (found by review: they were refused as disagreeing), and the static
+            // backend's overlapping ranks of such nodes show in their WORLD_SIZE.
             int world0 = 0, local0 = 0;
-            std::sscanf(theirs.c_str() + blank + 1, "%d %d", &world0, &local0);
-            return invalid_argument("rank {} (node {}) has WORLD_SIZE={} and LOCAL_WORLD_SIZE={}, but rank 0 at {}:{} "
-                                    "has WORLD_SIZE={} and LOCAL_WORLD_SIZE={}: the ranks disagree on the job's size\n"
-                                    "hint: under the static backend every node needs the same --nproc-per-node "
-                                    "(or use --rdzv-backend c10d, which counts each node's processes)",
-                                    env.rank, env.group_rank, env.world_size, env.local_world_size, env.master_addr,
-                                    env.master_port, world0, local0);
-        };
-        for (;;) {
-            if (!compared && store->check({keys[0]})) {
-                compared = true;
-                STRATO_RETURN_IF_ERROR(compare_with_rank0());
+            std::sscanf(head.c_str() + blank + 1, "%d %d", &world0, &local0);
+            if (world0 != env.world_size) {
+                return invalid_argument(
+                    "rank {} (node {}) has WORLD_SIZE={} and LOCAL_WORLD_SIZE={}, but rank 0 at {}:{} has WORLD_SIZE={} "
+                    "and LOCAL_WORLD_SIZE={}: the ranks disagree on the job's size\nhint: under the static backend "
+                    "every node needs the same --nproc-per-node (or use --rdzv-backend c10d, which counts each node's "
+                    "processes)",
+                    env.rank, env.group_rank, env.world_size, env.local_world_size, env.master_addr, env.master_port,
+                    world0, local0);
             }
-            if (store->check(keys)) break;
-            if (signals::stop_requested())  // Ctrl-C while peers are missing stops now, not at the timeout
-                return Status(StatusCode::kCancelled, fmt::format("rank {}: interrupted while waiting for rank(s) {} to join",
-                                                                  env.rank, missing_ranks()));
-            if (Clock::now() > deadline)
-                return Status(StatusCode::kUnavailable,
-                              fmt::format("rank {}: cannot form the process group of {} at {}:{} within {:.0f} s: rank(s) "
-                                          "{} never joined\nhint: are all {} ranks running (strato launch starts them)?",
-                                          env.rank, env.world_size, env.master_addr, env.master_port, o.timeout_s,
-                                          missing_ranks(), env.world_size));
-            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            if (nl == std::string::npos) return Status::ok();  // (a rank without the model)
+            if (const std::string diff = model_difference(model, theirs.substr(nl + 1), env.rank); !diff.empty())
+                return invalid_argument("rank {}'s model differs from rank 0's at {}:{}: {}\nhint: every rank must "
+                                        "build the same model (the same config and model.* settings)",
+                                        env.rank, env.master_addr, env.master_port, diff);
+            return Status::ok();
+        };
+        if (env.rank != 0) {
+            STRATO_RETURN_IF_ERROR(wait_until([&] { return store->check({keys[0]}); }));
+            STRATO_RETURN_IF_ERROR(refuse(compare_with_rank0()));
         }
+        store->set(keys[static_cast<size_t>(env.rank)], std::vector<uint8_t>(me.begin(), me.end()));
+        STRATO_RETURN_IF_ERROR(wait_until([&] { return store->check(keys); }));
     } catch (const std::exception& e) {
         if (signals::stop_requested())
             return Status(StatusCode::kCancelled, fmt::format("rank {}: interrupted while the ranks joined", env.rank));
@@ -273,7 +421,9 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(const DistEnv& env, s
                                                             env.master_addr, env.master_port, first_line(e.what())));
     }
     watchdog.reset();  // everyone joined
-    std::set_terminate(previous_terminate);
+    g_terminate_before = previous_terminate;
+    g_terminate_rank = env.rank;
+    std::set_terminate(collective_thread_failed);
     // 3. The process group: NCCL for CUDA parameters where built in, else Gloo (which reduces
     // CUDA tensors through host copies).
     const bool on_cuda = !params.empty() && params.front().is_cuda();
@@ -358,7 +508,11 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(const DistEnv& env, s
     return dp;
 }
 
-DataParallel::~DataParallel() = default;
+DataParallel::~DataParallel() {
+    const bool joined = impl_ && impl_->pg;
+    impl_.reset();  // (the process group's threads end here)
+    if (joined) std::set_terminate(g_terminate_before);
+}
 
 int64_t DataParallel::bucket_count() const { return static_cast<int64_t>(impl_->flat.size()); }
 

@@ -1,6 +1,9 @@
 #pragma once
 // Data-parallel gradient synchronisation, as PyTorch's DistributedDataParallel does it, over a
 // c10d Gloo process group (CPU; NCCL belongs to the CUDA build):
+//   - as the ranks join, each compares its world size and its parameter and buffer shapes with
+//     rank 0's (as torch's DDP does); a rank that differs is refused, and every rank stops at once
+//     saying why;
 //   - parameters and buffers are broadcast from rank 0 at the start, so every rank starts equal;
 //   - gradients are packed into buckets in reverse parameter order (a small first bucket, then
 //     about 25 MB each) from autograd hooks as backward produces them, and each full bucket is

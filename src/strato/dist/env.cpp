@@ -54,6 +54,21 @@ Result<int> tasks_on_node(const char* name, const std::string& spec, int node) {
     return found;
 }
 
+/// MASTER_ADDR is a host name or an IPv4/IPv6 address. Found by review: "node1:29500" (the port
+/// in the address, a common slip), a stray blank or a URL made rank 0 wait out dist.timeout_s
+/// (300 s) connecting to a store it hosts itself, then blame the port.
+Status check_master_addr(const std::string& addr) {
+    if (addr.find_first_of(" \t\r\n\v\f/[]") != std::string::npos ||
+        std::any_of(addr.begin(), addr.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; }))
+        return invalid_argument("MASTER_ADDR='{}': expected a host name or an IP address, without blanks, a port "
+                                "or a URL scheme", addr);
+    if (std::count(addr.begin(), addr.end(), ':') == 1)
+        return invalid_argument("MASTER_ADDR={}: expected a host name or an IP address without a port (the port goes "
+                                "in MASTER_PORT)",
+                                addr);
+    return Status::ok();
+}
+
 }  // namespace
 
 std::string DistEnv::describe() const {
@@ -130,10 +145,14 @@ Result<DistEnv> read_env(const GetEnv& get_in) {
         // (a world of one forms no group: its master port is never used)
         if (d.world_size > 1 && (d.master_port < 1 || d.master_port > 65535))
             return invalid_argument("{}: master port {} is not a TCP port", d.source, d.master_port);
+        if (d.world_size > 1) STRATO_RETURN_IF_ERROR(check_master_addr(d.master_addr));
         return d;
     };
     auto master = [&](DistEnv& d, const std::string& fallback_addr) -> Status {
         d.master_addr = str_var(get, "MASTER_ADDR", fallback_addr);
+        // "[::1]", as an IPv6 address is written with a port, is the address ::1.
+        if (d.master_addr.size() > 2 && d.master_addr.front() == '[' && d.master_addr.back() == ']')
+            d.master_addr = d.master_addr.substr(1, d.master_addr.size() - 2);
         STRATO_ASSIGN_OR_RETURN(d.master_port, int_var(get, "MASTER_PORT", 29500));
         return Status::ok();
     };

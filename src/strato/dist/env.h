@@ -37,7 +37,8 @@ struct DistEnv {
 using GetEnv = std::function<const char*(const char*)>;
 
 /// Reads the process environment (or `get`, for tests). Malformed or inconsistent values
-/// (RANK=abc, RANK >= WORLD_SIZE, a port out of range) are errors naming the variable.
+/// (RANK=abc, RANK >= WORLD_SIZE, a port out of range, MASTER_ADDR=node1:29500 or with blanks)
+/// are errors naming the variable. MASTER_ADDR=[::1] is the IPv6 address ::1.
 Result<DistEnv> read_env(const GetEnv& get = nullptr);
 
 /// Expands a Slurm host list: "n[1-3,7],gpu-a[08-09],login" -> n1 n2 n3 n7 gpu-a08 gpu-a09 login;
