@@ -52,7 +52,8 @@ void add_eval_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     cmd->add_option("--dataset", o->dataset, "Dataset kind: fashion-mnist, idx, image-folder, shards, csv, synthetic")
         ->check(status_flag(
             "--dataset", [](const std::string& v) { return data_config_from_flags("", {}, "", v).status(); }, "KIND"));
-    cmd->add_option("--threads", o->threads, "Intra-op threads (0 = one per usable CPU)")->check(CLI::Range(0, 1024));
+    cmd->add_option("--threads", o->threads, "Intra-op threads (0 = OMP_NUM_THREADS when set, else one per usable CPU)")
+        ->check(CLI::Range(0, 1024));
     cmd->add_flag("--bf16", o->bf16,
                   "Run the forward pass in bf16 as `strato serve` does with precision \"bf16\" (the inference graph on "
                   "oneDNN's bf16 kernels; the eager network under autocast where the CPU has none)");

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "strato/core/fs.h"
@@ -195,6 +196,34 @@ TEST(ZooErrors, BadArchitectureOrDepth) {
     r = create_model(cfg, {1, 28, 28}, 10);
     ASSERT_FALSE(r.is_ok());
     EXPECT_NE(r.status().message().find("shrink"), std::string::npos);
+}
+
+// Found by review: depth 65 passed the "pooling shrinks the image to nothing" check for 28x28
+// (28 >> 65 is undefined; x86 shifts by 1), then failed on a width of 32 << 64 ("7.66e+38
+// parameters") or, with model.channels set, deep in libtorch ("from is out of bounds for float").
+// And a CSV's 1x1 features were told "use at most 0" blocks, which means the default, 2.
+TEST(ZooErrors, CnnDepthBeyondTheImageIsRefusedForEveryDepth) {
+    ModelConfig cfg;
+    cfg.arch = "cnn";
+    for (int64_t depth : {5, 63, 64, 65, 70, 1000}) {
+        cfg.depth = depth;
+        auto r = count_parameters(cfg, {1, 28, 28}, 10);
+        ASSERT_FALSE(r.is_ok()) << depth;
+        const std::string want =
+            fmt::format("model.depth: {} pooling blocks shrink a 28x28 image to nothing; use at most 4", depth);
+        EXPECT_NE(r.status().message().find(want), std::string::npos)
+            << r.status().message();
+        cfg.channels.assign(static_cast<size_t>(2 * depth), 1);
+        EXPECT_FALSE(create_model(cfg, {1, 28, 28}, 10).is_ok()) << depth;
+        cfg.channels.clear();
+    }
+    cfg.depth = 1;
+    auto r = create_model(cfg, {4, 1, 1}, 3);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().message(), "model.cnn: a 1x1 input is too small for the cnn (each block max-pools by 2, so it "
+                                    "needs at least 2x2); use arch \"mlp\" for it");
+    cfg.depth = 4;
+    EXPECT_TRUE(create_model(cfg, {1, 28, 28}, 10).is_ok());
 }
 
 TEST(ZooCount, PrunedWidthsAreCountedToo) {
@@ -456,6 +485,87 @@ TEST_F(Package, AFailedWriteLeavesNoStagingCopy) {
     for (const auto& e : stdfs::directory_iterator(dir_))
         EXPECT_EQ(e.path().filename().string().find("next.tmp."), std::string::npos) << e.path();
     EXPECT_TRUE(load_package((dir_ / "model").string()).is_ok());
+}
+
+// Found by review: a save to a link to a package (models/current -> v3), as `strato compress
+// quantize --output current --overwrite` does after calibrating, failed at the very end with
+// "cannot move ./current.tmp.N to current: Not a directory". It is saved through the link now.
+TEST_F(Package, SaveThroughALinkReplacesThePackageItPointsTo) {
+    stdfs::create_directories(dir_ / "models");
+    stdfs::create_directory_symlink("../model", dir_ / "models" / "current");
+    ModelConfig wider = info_.model;
+    wider.width = 8;
+    PackageInfo info = info_;
+    info.model = wider;
+    Net net = create_model(wider, info.input_shape, 10).value();
+    Status st = save_package((dir_ / "models" / "current").string(), info, *net);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    EXPECT_TRUE(stdfs::is_symlink(dir_ / "models" / "current"));
+    auto through = load_package((dir_ / "models" / "current").string());
+    ASSERT_TRUE(through.is_ok()) << through.status().message();
+    EXPECT_EQ(through->info.model.width, 8);
+    EXPECT_EQ(load_package((dir_ / "model").string())->info.model.width, 8);
+    for (const auto& e : stdfs::directory_iterator(dir_))  // no staging copy left beside either
+        EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+    for (const auto& e : stdfs::directory_iterator(dir_ / "models"))
+        EXPECT_EQ(e.path().filename().string(), "current");
+    // A link to a directory that is no package is still refused, and what it points to kept.
+    stdfs::create_directories(dir_ / "mine");
+    ASSERT_TRUE(fs::atomic_write(dir_ / "mine" / "notes.txt", "x").is_ok());
+    stdfs::create_directory_symlink(dir_ / "mine", dir_ / "mine-link");
+    st = save_package((dir_ / "mine-link").string(), info, *net);
+    EXPECT_NE(st.message().find("is not a model package"), std::string::npos) << st.message();
+    EXPECT_TRUE(stdfs::exists(dir_ / "mine" / "notes.txt"));
+}
+
+// torch.load takes the weights file; a package is its directory. Found by review: "model package
+// runs/x/model/weights.pt does not exist or is not a directory" for a file that exists, and no
+// word about model/ for a run directory.
+TEST_F(Package, AFileOrARunDirectoryForAPackageSaysWhatToGive) {
+    auto r = load_package((dir_ / "model" / kPackageWeights).string());
+    ASSERT_FALSE(r.is_ok());
+    const auto weights = (dir_ / "model" / kPackageWeights).string();
+    EXPECT_EQ(r.status().message(),
+              fmt::format("model package {} is a file of a package; give the package's directory: {}", weights,
+                          (dir_ / "model").string()));
+    ASSERT_TRUE(fs::atomic_write(dir_ / "notes.txt", "x").is_ok());
+    r = load_package((dir_ / "notes.txt").string());
+    EXPECT_NE(r.status().message().find("notes.txt is a file; expected a package directory (holding "
+                                        "strato-model.json and weights.pt)"),
+              std::string::npos)
+        << r.status().message();
+    r = load_package(dir_.string());  // the package is dir_/model, as in runs/NAME/model
+    EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+    EXPECT_NE(r.status().message().find("a run directory? its package is " + (dir_ / "model").string()),
+              std::string::npos)
+        << r.status().message();
+    r = load_package((dir_ / "gone").string());
+    EXPECT_EQ(r.status().message(), fmt::format("model package {} does not exist", (dir_ / "gone").string()));
+}
+
+// Found by review: "a newer strato wrote it?" for /format_version 0 or -1, and a correct SHA-256
+// written in uppercase (PowerShell's Get-FileHash, hand-made manifests) reported as corruption.
+TEST_F(Package, VersionsAndChecksumsAreReadAsWritten) {
+    const auto m = dir_ / "model" / kPackageManifest;
+    const auto good = nlohmann::json::parse(*fs::read_file(m));
+    auto with = [&](const char* pointer, const nlohmann::json& value) {
+        nlohmann::json j = good;
+        j[nlohmann::json::json_pointer(pointer)] = value;
+        EXPECT_TRUE(fs::atomic_write(m, j.dump()).is_ok());
+        return load_package((dir_ / "model").string());
+    };
+    auto r = with("/format_version", 0);
+    EXPECT_NE(r.status().message().find("/format_version is 0, and this strato reads version 1"), std::string::npos);
+    EXPECT_EQ(r.status().message().find("newer"), std::string::npos) << r.status().message();
+    r = with("/format_version", 2);
+    EXPECT_NE(r.status().message().find("(a newer strato wrote it?)"), std::string::npos) << r.status().message();
+    std::string upper = good["files"][kPackageWeights]["sha256"].get<std::string>();
+    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    r = with("/files/weights.pt/sha256", upper);
+    EXPECT_TRUE(r.is_ok()) << r.status().message();
+    upper[0] = upper[0] == 'A' ? 'B' : 'A';  // and a wrong one is still wrong
+    r = with("/files/weights.pt/sha256", upper);
+    EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << r.status().message();
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -217,10 +218,19 @@ Status stage_package(const stdfs::path& tmp, const PackageInfo& info, NetImpl& n
 
 Status save_package(const std::string& dir, const PackageInfo& info, NetImpl& net) {
     STRATO_RETURN_IF_ERROR(check_package_destination(dir));
-    const stdfs::path final_dir = package_path(dir);
+    stdfs::path final_dir = package_path(dir);
+    std::error_code ec;
+    // A link to a package (models/current -> v3) is saved through, as a file is written through
+    // one: the directory it points to is replaced and the link kept. Renamed onto the link
+    // itself, the new package failed after all the work ("cannot move ...: Not a directory").
+    // (check_package_destination refused a dangling link; the target's checks follow the link.)
+    if (stdfs::is_symlink(stdfs::symlink_status(final_dir, ec))) {
+        stdfs::path target = stdfs::canonical(final_dir, ec);
+        if (ec) return io_error("{}: cannot resolve the symbolic link: {}", dir, ec.message());
+        final_dir = target;
+    }
     stdfs::path parent = final_dir.parent_path().empty() ? stdfs::path(".") : final_dir.parent_path();
     const std::string base = final_dir.filename().string();
-    std::error_code ec;
     STRATO_RETURN_IF_ERROR(fs::ensure_dir(parent));
     stdfs::path tmp = parent / (base + ".tmp." + std::to_string(::getpid()));
     for (const auto& e : stdfs::directory_iterator(parent, ec))
@@ -248,17 +258,40 @@ Status save_package(const std::string& dir, const PackageInfo& info, NetImpl& ne
 
 Result<LoadedPackage> load_package(const std::string& dir) {
     std::error_code ec;
-    if (!stdfs::is_directory(dir, ec)) return not_found("model package {} does not exist or is not a directory", dir);
+    if (!stdfs::is_directory(dir, ec)) {
+        // A package is its directory, not one of its files (torch.load takes the weights file;
+        // here the manifest beside it says what network they fill).
+        if (stdfs::exists(dir, ec)) {
+            const stdfs::path p(dir);
+            const std::string name = p.filename().string();
+            if (name == kPackageManifest || name == kPackageWeights || name == "metrics.json" || name == "model.onnx")
+                return not_found("model package {} is a file of a package; give the package's directory: {}", dir,
+                                        p.parent_path().empty() ? std::string(".") : p.parent_path().string());
+            return not_found("model package {} is a file; expected a package directory (holding {} and {})", dir,
+                                    kPackageManifest, kPackageWeights);
+        }
+        return not_found("model package {} does not exist", dir);
+    }
     const std::string manifest_path = (stdfs::path(dir) / kPackageManifest).string();
     auto text = fs::read_file(manifest_path);
-    if (!text) return not_found("{} is not a model package: {}", dir, text.status().message());
+    if (!text) {
+        // A run directory (runs/NAME) holds its package in model/.
+        const stdfs::path inner = stdfs::path(dir) / "model";
+        if (stdfs::exists(inner / kPackageManifest, ec))
+            return not_found("{} is not a model package: {}; a run directory? its package is {}", dir,
+                             text.status().message(), inner.string());
+        return not_found("{} is not a model package: {}", dir, text.status().message());
+    }
     STRATO_ASSIGN_OR_RETURN(json m, parse_json_named(*text, manifest_path, StatusCode::kDataLoss));
     if (!m.is_object()) return data_loss("{}: expected a JSON object, got {}", manifest_path, m.type_name());
     STRATO_ASSIGN_OR_RETURN(std::string format, get<std::string>(m, "format", manifest_path));
     if (format != "strato-model") return invalid_argument("{}: /format is \"{}\", expected \"strato-model\"", manifest_path, format);
-    if (m.contains("format_version") && m["format_version"] != 1)
-        return invalid_argument("{}: /format_version is {}, and this strato reads version 1 (a newer strato wrote it?)",
-                                manifest_path, json_text(m["format_version"]));
+    if (m.contains("format_version") && m["format_version"] != 1) {
+        const json& v = m["format_version"];
+        const bool newer = v.is_number() && v.get<double>() > 1;  // not for 0, -1 or "1"
+        return invalid_argument("{}: /format_version is {}, and this strato reads version 1{}", manifest_path,
+                                json_text(v), newer ? " (a newer strato wrote it?)" : "");
+    }
 
     LoadedPackage out;
     PackageInfo& info = out.info;
@@ -329,6 +362,9 @@ Result<LoadedPackage> load_package(const std::string& dir) {
         auto bytes = fs::read_file(path);
         if (!bytes) return data_loss("model package {}: {} is missing ({})", dir, name, bytes.status().message());
         std::string got = fs::sha256_hex(*bytes);
+        // Hex digits in either case: sha256sum and hashlib write lowercase, PowerShell's
+        // Get-FileHash and many manifests made by hand uppercase.
+        std::transform(want.begin(), want.end(), want.begin(), [](unsigned char c) { return std::tolower(c); });
         if (got != want) {
             return data_loss("model package {}: {} is corrupt (sha256 {}, manifest says {})", dir, name,
                              got.substr(0, 12), want.substr(0, 12));

@@ -319,7 +319,13 @@ Result<Plan> make_mlp(const ModelConfig& c, const data::ImageShape& s, int64_t c
 Result<Plan> make_cnn(const ModelConfig& c, const data::ImageShape& s, int64_t classes) {
     int64_t depth = c.depth ? c.depth : 2;
     int64_t min_side = std::min(s.height, s.width);
-    if ((min_side >> depth) < 1) {
+    // Every block halves the image (a 2x2 max-pool). NOTE: depth goes up to 1000, and a shift by
+    // 64 or more is undefined: x86 takes it modulo 64, so depth 65 passed for a 28x28 image.
+    if (min_side < 2)
+        return invalid_argument("model.cnn: a {}x{} input is too small for the cnn (each block max-pools by 2, so it "
+                                "needs at least 2x2); use arch \"mlp\" for it",
+                                s.height, s.width);
+    if (depth >= 63 || (min_side >> depth) < 1) {
         return invalid_argument("model.depth: {} pooling blocks shrink a {}x{} image to nothing; use at most {}", depth,
                                 s.height, s.width, static_cast<int>(std::log2(static_cast<double>(min_side))));
     }
