@@ -43,6 +43,20 @@ void add_train_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         signals::install_stop_handlers();
         auto r = train::run_training(*cfg, {.resume = o->resume, .overwrite = o->overwrite, .quiet = g.quiet || o->json});
         if (!r) return void(*exit_code = report_error("train", r.status()));
+        if (r->rank != 0) {
+            // Rank 0 writes the run directory, the package and the report; another rank's node may
+            // not even have the directory (found by review: rank 1 then failed "writing the report"
+            // after a good run, which strato launch counted as a failed worker).
+            if (o->json)
+                fmt::print("{}\n", json_text(nlohmann::json{{"rank", r->rank}, {"test_acc", r->test_acc},
+                                                             {"steps", r->steps}, {"epochs", r->epochs}},
+                                              2));
+            else
+                fmt::print("rank {}: test accuracy {:.2f}% {}; rank 0 writes the package and the report\n", r->rank,
+                           100 * r->test_acc, trained_for(r->epochs, r->steps));
+            *exit_code = 0;
+            return;
+        }
         std::string report_path;
         if (!o->no_report) {
             report_path = (std::filesystem::path(r->run_dir) / "report.html").string();

@@ -294,8 +294,8 @@ def timeout_out_of_range(tmp):
 def different_steps(tmp):
     """Found by review: ranks started with different data.batch_size train a different number of
     steps per epoch, so one rank's gradient all-reduce met the other's all-reduce of metrics; Gloo
-    threw from its I/O thread and the process aborted (SIGABRT, a core dump). It is now an error
-    (exit 1) saying that the ranks run different collectives, and the other rank fails at once."""
+    threw from its I/O thread and the process aborted (SIGABRT, a core dump). The ranks now compare
+    what decides their steps as they join, and all stop at once naming the setting."""
     port = free_port()
     procs = []
     for rank, batch in ((0, 32), (1, 16)):
@@ -307,10 +307,32 @@ def different_steps(tmp):
     t0 = time.time()
     errs = [p.communicate(timeout=120)[1] for p in procs]
     took = time.time() - t0
+    want = "data.batch_size is 16 on rank 1, 32 on rank 0"
     for rank, (p, err) in enumerate(zip(procs, errs)):
         check(p.returncode == 1, f"different steps, rank {rank}: exit {p.returncode} (not a crash): {err[-600:]}")
-    check(any("the ranks run different collectives" in e for e in errs), f"different steps: why is said: {errs}")
+        check(want in err, f"different steps, rank {rank} names the setting: {err[-600:]}")
+    check("rank 1's training settings differ from rank 0's" in errs[1], errs[1][-600:])
     check(took < 30, f"different steps: both stopped before dist.timeout_s ({took:.1f} s)")
+
+
+def run_directory_on_rank0_only(tmp):
+    """Found by review: every rank wrote report.html after training; a rank on a node without the
+    run directory (not shared) then failed with "writing the report: run directory ... does not
+    exist" after a good run, which strato launch counted as a failed worker."""
+    port = free_port()
+    procs = []
+    for rank in (0, 1):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        args = [a for a in BASE if a != "--no-report"] + ["--set", "train.epochs=1", "--set", "data.limit_train=640",
+                                                           "--set", f"run.dir={tmp}/node{rank}", "--set", "run.name=own"]
+        procs.append(subprocess.Popen([STRATO, "-q", "train", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=env))
+    outs = [p.communicate(timeout=300) for p in procs]
+    for rank, (p, (out, err)) in enumerate(zip(procs, outs)):
+        check(p.returncode == 0, f"own run directories, rank {rank}: exit {p.returncode}: {err[-600:]}")
+    check("rank 1: test accuracy" in outs[1][0] and "rank 0 writes the package" in outs[1][0], outs[1][0])
+    check(os.path.exists(f"{tmp}/node0/own/report.html") and os.path.exists(f"{tmp}/node0/own/model/weights.pt") and
+          not os.path.exists(f"{tmp}/node1/own/report.html"), f"what each node wrote: {sorted(os.listdir(tmp))}")
 
 
 def bad_master_addr(tmp):
@@ -330,6 +352,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         different_models(tmp)
         different_steps(tmp)
+        run_directory_on_rank0_only(tmp)
         bad_master_addr(tmp)
         timeout_out_of_range(tmp)
         port_held_by_another_program(tmp)

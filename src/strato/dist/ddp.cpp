@@ -195,6 +195,21 @@ std::string model_difference(const std::string& ours, const std::string& theirs,
     return "";
 }
 
+/// Where settings `ours` (rank `rank`'s "key=value" words) differ from `theirs` (rank 0's), in
+/// words; empty when every key both name agrees.
+std::string settings_difference(const std::string& ours, const std::string& theirs, int rank) {
+    std::vector<std::string> b = split_words(theirs);
+    for (const auto& word : split_words(ours)) {
+        const size_t eq = word.find('=');
+        const std::string key = word.substr(0, eq + 1);
+        for (const auto& other : b)
+            if (other.compare(0, key.size(), key) == 0 && other != word)
+                return fmt::format("{} is {} on rank {}, {} on rank 0", word.substr(0, eq), word.substr(eq + 1), rank,
+                                   other.substr(eq + 1));
+    }
+    return "";
+}
+
 }  // namespace
 
 struct DataParallel::Impl {
@@ -324,7 +339,8 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(const DistEnv& env, s
         // "host world_size local_world_size\nparams ...\nbuffers ...": every rank compares its
         // world size and its model with rank 0's.
         const std::string model = model_signature(params, buffers);
-        const std::string me = fmt::format("{} {} {}\n{}", host, env.world_size, env.local_world_size, model);
+        const std::string me =
+            fmt::format("{} {} {}\n{}\nsettings {}", host, env.world_size, env.local_world_size, model, o.settings);
         const auto refuse = [&](Status st) -> Status {
             if (st.is_ok()) return st;
             try {
@@ -402,7 +418,16 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(const DistEnv& env, s
                     world0, local0);
             }
             if (nl == std::string::npos) return Status::ok();  // (a rank without the model)
-            if (const std::string diff = model_difference(model, theirs.substr(nl + 1), env.rank); !diff.empty())
+            std::string model0 = theirs.substr(nl + 1), settings0;
+            if (const size_t at = model0.find("\nsettings "); at != std::string::npos) {
+                settings0 = model0.substr(at + 10);
+                model0.resize(at);
+            }
+            if (const std::string diff = settings_difference(o.settings, settings0, env.rank); !diff.empty())
+                return invalid_argument("rank {}'s training settings differ from rank 0's at {}:{}: {}\nhint: start "
+                                        "every rank with the same config and the same amount of training data",
+                                        env.rank, env.master_addr, env.master_port, diff);
+            if (const std::string diff = model_difference(model, model0, env.rank); !diff.empty())
                 return invalid_argument("rank {}'s model differs from rank 0's at {}:{}: {}\nhint: every rank must "
                                         "build the same model (the same config and model.* settings)",
                                         env.rank, env.master_addr, env.master_port, diff);

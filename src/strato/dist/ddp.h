@@ -34,6 +34,11 @@ struct DdpOptions {
     /// "auto": NCCL when the parameters are CUDA tensors and this build has NCCL
     /// (STRATO_WITH_CUDA), else Gloo; "gloo"; "nccl" (an error where NCCL is not built in).
     std::string backend = "auto";
+    /// "key=value" words that must agree over the ranks (what decides each rank's steps and
+    /// collectives: batches per epoch, epochs, grad_accum, ...). Ranks whose value of a key differs
+    /// from rank 0's are refused at join, naming the key: the first collective that no longer
+    /// matched crashed or hung.
+    std::string settings;
 };
 
 struct DdpStats {

@@ -676,6 +676,18 @@ Status Trainer::setup() {
         d.bucket_bytes = static_cast<int64_t>(cfg_.dist.bucket_mb * (1 << 20));
         d.first_bucket_bytes = static_cast<int64_t>(cfg_.dist.first_bucket_mb * (1 << 20));
         d.backend = cfg_.dist.backend;
+        // What decides the steps and collectives each rank runs (found by review: data.batch_size
+        // 32 on one rank and 16 on another aborted in Gloo once one rank's gradients met the
+        // other's metrics).
+        const auto& t = cfg_.train;
+        d.settings = fmt::format(
+            "data.batch_size={} batches_per_epoch={} train.epochs={} train.max_steps={} train.stop_after_epochs={} "
+            "train.grad_accum={} train.log_every={} train.monitor_every={} train.eval_every={} "
+            "train.early_stopping_patience={} train.precision={} checkpoint.every_steps={} dist.bucket_mb={} "
+            "dist.first_bucket_mb={} dist.backend={}",
+            cfg_.data.batch_size, train_loader_->batches_per_epoch(), t.epochs, t.max_steps, t.stop_after_epochs,
+            t.grad_accum, t.log_every, t.monitor_every, t.eval_every, t.early_stopping_patience, t.precision,
+            cfg_.checkpoint.every_steps, cfg_.dist.bucket_mb, cfg_.dist.first_bucket_mb, cfg_.dist.backend);
         STRATO_ASSIGN_OR_RETURN(ddp_, dist::DataParallel::create(env_, net_->parameters(), net_->buffers(), d));
         STRATO_RETURN_IF_ERROR(ddp_->broadcast_state());
         // The checkpoint holds the epoch's sums over all ranks: rank 0 carries them on.
@@ -1122,6 +1134,7 @@ Result<TrainResult> Trainer::finish(bool early_stopped) {
     }
     r.run_dir = run_dir_;
     r.package_dir = (stdfs::path(run_dir_) / "model").string();
+    r.rank = env_.rank;
     r.steps = state_.step;
     r.epochs = state_.epoch;
     r.test_acc = r.weights_step == state_.step ? last_eval_.accuracy : state_.best_acc;

@@ -70,6 +70,7 @@ struct TrainResult {
     double wall_time_s = 0.0;
     bool early_stopped = false;
     int64_t weights_step = 0;  // the step whose weights the package holds (the best evaluation's: early stopping)
+    int rank = 0;              // under data parallelism only rank 0 writes the run directory and the package
 };
 
 Result<TrainResult> run_training(const TrainConfig& cfg, const TrainOptions& opts);
