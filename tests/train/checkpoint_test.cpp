@@ -385,6 +385,46 @@ TEST_F(Checkpoints, EvaluatingAPackageOfNanWeightsIsAnError) {
         << bad.status().message();
 }
 
+// Found by review: a package trained on a CSV table scored a test.csv whose columns were in
+// another order without a word (they are matched by position). The package names its features.
+TEST_F(Checkpoints, ACsvPackageRefusesDataWhoseFeatureColumnsDiffer) {
+    models::PackageInfo info;
+    info.model.arch = "mlp";
+    info.model.width = 8;
+    info.input_shape = {3, 1, 1};
+    info.num_classes = 2;
+    info.labels = {"x", "y"};
+    info.features = {"a", "b", "c"};
+    info.mean = {0, 0, 0};
+    info.std = {1, 1, 1};
+    auto net = models::create_model(info.model, info.input_shape, 2).value();
+    const std::string pkg = (dir_ / "model").string();
+    ASSERT_TRUE(models::save_package(pkg, info, *net).is_ok());
+    EXPECT_EQ(models::load_package(pkg)->info.features, info.features);
+    data::DataConfig data;
+    data.dataset = "csv";
+    data.path = (dir_ / "table").string();
+    data.workers = 0;
+    stdfs::create_directories(data.path);
+    auto eval_with = [&](const std::string& header) {
+        EXPECT_TRUE(fs::atomic_write(data.path + "/test.csv", header + "\n1,2,3,x\n4,5,6,y\n").is_ok());
+        return evaluate_package(pkg, data, false);
+    };
+    auto same = eval_with("a,b,c,label");
+    EXPECT_TRUE(same.is_ok()) << same.status().message();
+    auto swapped = eval_with("b,a,c,label");
+    ASSERT_FALSE(swapped.is_ok());
+    EXPECT_NE(swapped.status().message().find("the data's feature column 1 is 'b' but the model's is 'a' (the same "
+                                              "columns in another order?): the columns must be the model's, in its "
+                                              "order (a, b, c)"),
+              std::string::npos)
+        << swapped.status().message();
+    auto other = eval_with("a,b,d,label");
+    ASSERT_FALSE(other.is_ok());
+    EXPECT_NE(other.status().message().find("feature column 3 is 'd' but the model's is 'c':"), std::string::npos)
+        << other.status().message();
+}
+
 TEST(Threads, ZeroTakesOmpNumThreadsWhenSetAsPyTorchDoes) {
     // strato launch sets OMP_NUM_THREADS=1 for several workers per node; each took every core.
     const char* old = std::getenv("OMP_NUM_THREADS");

@@ -209,6 +209,7 @@ Status stage_package(const stdfs::path& tmp, const PackageInfo& info, NetImpl& n
           {"metrics.json", {{"sha256", fs::sha256_hex(metrics)}, {"bytes", metrics.size()}}}}},
     };
     if (info.quantized()) manifest["quantization"] = info.quantization;
+    if (!info.features.empty()) manifest["features"] = info.features;
     manifest.update(signature(info));
     STRATO_RETURN_IF_ERROR(write_file(tmp / kPackageManifest, json_text(manifest, 2) + "\n"));
     return Status::ok();
@@ -305,6 +306,9 @@ Result<LoadedPackage> load_package(const std::string& dir) {
     if (!info.labels.empty() && static_cast<int64_t>(info.labels.size()) != info.num_classes)
         return invalid_argument("{}: /labels has {} names for {} classes (/num_classes)", manifest_path,
                                 info.labels.size(), info.num_classes);
+    if (m.contains("features")) {  // (packages before it have none: not checked)
+        STRATO_ASSIGN_OR_RETURN(info.features, get<std::vector<std::string>>(m, "features", manifest_path));
+    }
     STRATO_ASSIGN_OR_RETURN(json inputs, get<json>(m, "inputs", manifest_path));
     std::vector<int64_t> shape;
     if (!inputs.is_array() || inputs.empty()) return invalid_argument("{}: /inputs must be a non-empty array", manifest_path);
@@ -319,6 +323,9 @@ Result<LoadedPackage> load_package(const std::string& dir) {
                                 "to 65536)",
                                 manifest_path, shape[1], shape[2], shape[3]);
     info.input_shape = {shape[1], shape[2], shape[3]};
+    if (!info.features.empty() && (static_cast<int64_t>(info.features.size()) != shape[1] || shape[2] != 1 || shape[3] != 1))
+        return invalid_argument("{}: /features names {} columns, but the input is {}x{}x{}", manifest_path,
+                                info.features.size(), shape[1], shape[2], shape[3]);
     // The signature servers and other tools read (Triton's config, KServe's metadata) must say what
     // the network gives: [-1, num_classes] logits (a hand-edited [-1, 7] was served as the truth).
     if (m.contains("outputs")) {

@@ -28,6 +28,9 @@ struct PackageInfo {
     std::vector<std::string> labels;
     std::vector<double> mean;  // input normalisation on pixels scaled to [0, 1]
     std::vector<double> std;
+    // A model trained on a CSV table: its feature columns, in the order it takes them (scikit-learn's
+    // feature_names_in_); data evaluated with it must have them, in that order. Empty otherwise.
+    std::vector<std::string> features;
     nlohmann::json metrics = nlohmann::json::object();  // written to metrics.json
     // Set (an object) for an INT8 package made by `strato compress quantize`: its weights.pt
     // holds a models::QuantizedNet, not the float network of `model`.

@@ -23,6 +23,7 @@
 #include "strato/core/parse.h"
 #include "strato/core/progress.h"
 #include "strato/core/signals.h"
+#include "strato/data/csv.h"
 #include "strato/dist/ddp.h"
 #include "strato/dist/env.h"
 #include "strato/models/package.h"
@@ -378,6 +379,20 @@ Result<data::DataSplits> open_package_data(const models::PackageInfo& info, cons
                 "the data's class {} is '{}' but the model's class {} is '{}': the classes must be the model's, in its "
                 "order (the model knows {}; an image folder needs a folder for each, empty ones included)",
                 i, names[i], i, info.labels[i], fmt::join(info.labels, ", "));
+    }
+    // A table's columns are matched by position: the model's features must be the data's, in its
+    // order (found by review: a test.csv with its columns swapped was scored without a word).
+    if (const auto* csv = dynamic_cast<const data::CsvDataset*>(splits.test.get()); csv && !info.features.empty()) {
+        const auto& have = csv->feature_names();
+        for (size_t i = 0; i < have.size() && i < info.features.size(); ++i)
+            if (have[i] != info.features[i]) {
+                const bool known = std::find(info.features.begin(), info.features.end(), have[i]) != info.features.end();
+                return invalid_argument("the data's feature column {} is '{}' but the model's is '{}'{}: the columns "
+                                        "must be the model's, in its order ({})",
+                                        i + 1, have[i], info.features[i],
+                                        known ? " (the same columns in another order?)" : "",
+                                        fmt::join(info.features, ", "));
+            }
     }
     splits.mean = info.mean;
     splits.std = info.std;
@@ -1148,6 +1163,7 @@ Result<TrainResult> Trainer::finish(bool early_stopped) {
     info.input_shape = splits_.train->shape();
     info.num_classes = splits_.train->num_classes();
     info.labels = splits_.train->class_names();
+    if (const auto* csv = dynamic_cast<const data::CsvDataset*>(splits_.train.get())) info.features = csv->feature_names();
     info.mean = splits_.mean;
     info.std = splits_.std;
     info.metrics = {{"test_acc", r.test_acc},        {"test_loss", r.test_loss}, {"best_test_acc", r.best_test_acc},
