@@ -203,7 +203,8 @@ TEST(Csv, EveryErrorSaysWhereAndWhat) {
         {"huge label", "a,label\n1,5000000\n", "label 5000000 is too large for a class index"},
         {"unknown class",
          "a,label\n1,cat\n2,bird\n",
-         "t.csv:3:3: column 'label': label 'bird' is not one of the 2 classes",
+         "t.csv:3:3: column 'label': label 'bird' is not one of the 2 known classes (cat, dog: the training data's, "
+         "or the model's when evaluating a package)",
          {.class_names = {"cat", "dog"}}},
         {"quote as delimiter", "a\"label\n", "the delimiter cannot be a quote", {.delimiter = '"'}},
     };

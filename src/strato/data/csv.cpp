@@ -1,5 +1,7 @@
 #include "strato/data/csv.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -246,8 +248,16 @@ Result<std::shared_ptr<CsvDataset>> CsvDataset::parse(std::string_view text, con
             if (integer_classes && parse_integer(s, &v)) s = std::to_string(v);
             auto it = index.find(s);
             if (it == index.end()) {
-                return invalid_argument("{}: label '{}' is not one of the {} classes of the training data", where(f),
-                                        trim(f.value), options.class_names.size());
+            {
+                // (the classes are the training file's, or a package's when evaluating one)
+                const auto& names = options.class_names;
+                const size_t shown = std::min<size_t>(names.size(), 10);
+                return invalid_argument("{}: label '{}' is not one of the {} known classes ({}{}: the training data's, "
+                                        "or the model's when evaluating a package)",
+                                        where(f), trim(f.value), names.size(),
+                                        fmt::join(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+                                        names.size() > shown ? ", ..." : "");
+            }
             }
             ds->labels_.push_back(it->second);
         }
