@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -23,13 +24,10 @@ namespace {
 /// "256MB", "1.5GiB", "64k", "1000000": K/M/G/T and KiB/MiB/GiB/TiB are powers of 1024, KB/MB/GB/TB
 /// powers of 1000.
 Result<int64_t> parse_size(const std::string& text) {
-    size_t used = 0;
+    // Decimal only (std::stod took "0x10" as 16 bytes, and blanks before the number).
     double v = 0;
-    try {
-        v = std::stod(text, &used);
-    } catch (const std::exception&) {
-        used = 0;
-    }
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    const size_t used = ec == std::errc() ? static_cast<size_t>(end - text.data()) : 0;
     std::string unit;
     for (char c : text.substr(used))
         if (c != ' ') unit.push_back(static_cast<char>(std::toupper(static_cast<unsigned char>(c))));

@@ -154,6 +154,8 @@ def main():
         check("nope does not exist" in p.stderr, p.stderr)
         p = run("data", "pack", src, dst, "--shard-size", "12XB", expect=2)  # a usage error, as other flags'
         check("--shard-size: size '12XB' is not a size" in p.stderr, p.stderr)
+        p = run("data", "pack", src, dst, "--shard-size", "0x100000", expect=2)  # (std::stod read hex)
+        check("size '0x100000' is not a size" in p.stderr, p.stderr)
         p = run("data", "pack", src, dst, "--workers", "-3", expect=2)
         p = run("data", "pack", src, dst, "--seed", "-1", expect=2)
         # Found by review: an empty or cut-off image was packed without a word (only verify found it).
