@@ -89,6 +89,10 @@ CLI::Validator file_path_flag(const std::string& why = "");
 /// typo is a usage error (exit 2) before anything starts.
 CLI::Validator listen_address_flag();
 
+/// A `--set section.key=value` override: without `=` or a key, a usage error (exit 2), as
+/// other malformed flags are; the value itself is checked with the config.
+CLI::Validator set_flag();
+
 /// Writes `text` to `f`, errors ignored: fmt::print throws on a closed pipe where SIGPIPE is ignored
 /// (loadtest ignores it so that `| head` keeps what it measured), and an error message about that
 /// error then ended in std::terminate (SIGABRT) instead of the exit status.

@@ -38,7 +38,8 @@ void add_compress_distill_command(CLI::App& compress, const GlobalFlags& g, int*
     cmd->add_option("--alpha", o->d.alpha, "Weight of the teacher's term in [0, 1]; 1 - alpha goes to the labels")
         ->capture_default_str()
         ->check(finite_range(0, 1));
-    cmd->add_option("--set", o->sets, "Override a key of the student's config: --set train.epochs=5 (repeatable)");
+    cmd->add_option("--set", o->sets, "Override a key of the student's config: --set train.epochs=5 (repeatable)")
+        ->check(set_flag());
     cmd->add_flag("--resume", o->resume, "Continue from the run's latest checkpoint (starts fresh when there is none)");
     cmd->add_flag("--overwrite", o->overwrite, "Delete an existing run directory of the same name first");
     cmd->add_flag("--json", o->json, "Print the result as JSON on stdout");
@@ -119,7 +120,7 @@ void add_compress_report_command(CLI::App& compress, const GlobalFlags&, int* ex
                     "baseline of the ratios)")
         ->required();
     cmd->add_option("--config", o->config, "Take the [data] section from this training config");
-    cmd->add_option("--set", o->sets, "Override a config key, e.g. --set data.limit_test=2000");
+    cmd->add_option("--set", o->sets, "Override a config key, e.g. --set data.limit_test=2000")->check(set_flag());
     cmd->add_option("--data", o->data, "Dataset directory (default: Debian's Fashion-MNIST)");
     // Checked as eval checks it (data.dataset's list of kinds): an unknown kind is a usage error (exit 2).
     cmd->add_option("--dataset", o->dataset, "Dataset kind: fashion-mnist, idx, image-folder, shards, csv, synthetic")

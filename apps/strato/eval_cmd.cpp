@@ -46,7 +46,7 @@ void add_eval_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     auto* cmd = app.add_subcommand("eval", "Evaluate a model package on a dataset's test split (accuracy, loss)");
     cmd->add_option("--model", o->model, "Model package directory (runs/NAME/model)")->required();
     cmd->add_option("--config", o->config, "Take the [data] section from this training config");
-    cmd->add_option("--set", o->sets, "Override a config key, e.g. --set data.limit_test=1000");
+    cmd->add_option("--set", o->sets, "Override a config key, e.g. --set data.limit_test=1000")->check(set_flag());
     cmd->add_option("--data", o->data, "Dataset directory (default: Debian's Fashion-MNIST)");
     // Checked as data.dataset is (its list of kinds): an unknown kind is a usage error (exit 2).
     cmd->add_option("--dataset", o->dataset, "Dataset kind: fashion-mnist, idx, image-folder, shards, csv, synthetic")

@@ -90,6 +90,17 @@ Result<int64_t> parse_busy_poll_ns(const std::string& text) {
     return *ns;
 }
 
+CLI::Validator set_flag() {
+    return CLI::Validator(
+        [](std::string& text) -> std::string {
+            const size_t eq = text.find('=');
+            if (eq == std::string::npos || eq == 0 || text.find_first_not_of(" \t") == eq)
+                return fmt::format("expected section.key=value, such as optim.lr=0.1, got '{}'", text);
+            return {};
+        },
+        "KEY=VALUE");
+}
+
 CLI::Validator listen_address_flag() {
     return CLI::Validator(
         [](std::string& text) -> std::string {

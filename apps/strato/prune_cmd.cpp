@@ -89,7 +89,8 @@ void add_compress_prune_command(CLI::App& compress, const GlobalFlags& g, int* e
     auto* epochs = cmd->add_option("--epochs", o->epochs,
                                    "Fine-tuning epochs (overrides train.epochs); 0 = prune without fine-tuning")
                        ->check(CLI::Range(int64_t{0}, int64_t{100000}));
-    cmd->add_option("--set", o->sets, "Override a fine-tuning config key: --set optim.lr=0.005 (repeatable)");
+    cmd->add_option("--set", o->sets, "Override a fine-tuning config key: --set optim.lr=0.005 (repeatable)")
+        ->check(set_flag());
     cmd->add_option("--output", o->output,
                     "Run directory of the fine-tuning; the pruned package is OUTPUT/model (default: next to the "
                     "source run, e.g. runs/NAME-prune-magnitude-50)");

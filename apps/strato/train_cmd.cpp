@@ -23,7 +23,7 @@ void add_train_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
     auto* cmd = app.add_subcommand("train", "Train a model from a TOML config; writes a run directory with checkpoints, "
                                             "metrics.jsonl, the model package and report.html");
     cmd->add_option("config", o->config, "Training config (TOML), e.g. configs/fashion_mnist_cnn.toml")->required();
-    cmd->add_option("--set", o->sets, "Override a config key: --set optim.lr=0.1 (repeatable)");
+    cmd->add_option("--set", o->sets, "Override a config key: --set optim.lr=0.1 (repeatable)")->check(set_flag());
     cmd->add_flag("--resume", o->resume,
                   "Continue from the run's newest usable checkpoint (a corrupt one is skipped for the one before); "
                   "starts fresh when the run has none, unless that would replace its package or evaluated metrics");

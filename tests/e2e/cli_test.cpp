@@ -77,6 +77,12 @@ TEST_F(Cli, HelpListsCommands) {
         EXPECT_EQ(u.code, 2) << bad << ": " << u.err;
         EXPECT_NE(u.err.find("is not an IP address to listen on"), std::string::npos) << bad << ": " << u.err;
     }
+    // A --set without '=' is a malformed flag, a usage error (it exited 1 once the config was read).
+    for (const char* bad : {"train configs/fashion_mnist_cnn.toml --set optim.lr", "eval --model x --set =1"}) {
+        auto u = run_strato(bad, dir_);
+        EXPECT_EQ(u.code, 2) << bad << ": " << u.err;
+        EXPECT_NE(u.err.find("expected section.key=value, such as optim.lr=0.1"), std::string::npos) << bad << ": " << u.err;
+    }
     // eval's --dataset is checked by its flag, against data.dataset's kinds: a usage error that
     // names the kinds (it exited 1 from the command).
     auto kind = run_strato("eval --model " + dir_ + "/missing --dataset foo", dir_);
