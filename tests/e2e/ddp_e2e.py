@@ -255,29 +255,45 @@ def port_held_by_another_program(tmp):
     check(time.time() - t0 < 10, f"Ctrl-C stopped the wait in {time.time() - t0:.1f} s")
 
 
+def ranks_that_differ(tmp, what, key, values, want, said):
+    """Starts rank 0 and rank 1 with `key` set to values[0] and values[1]; both must exit 1 at
+    once (before dist.timeout_s), each naming the difference `want`, rank 1 saying `said`."""
+    port = free_port()
+    procs = []
+    for rank, value in enumerate(values):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([STRATO, "-q", "train", *BASE, "--set", f"run.dir={tmp}", "--set",
+                                       f"run.name={what.replace(' ', '-')}{value}", "--set", f"{key}={value}", "--set",
+                                       "dist.timeout_s=60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=env))
+    t0 = time.time()
+    errs = [p.communicate(timeout=120)[1] for p in procs]
+    took = time.time() - t0
+    for rank, (p, err) in enumerate(zip(procs, errs)):
+        check(p.returncode == 1, f"{what}, rank {rank}: exit {p.returncode} (not a crash): {err[-600:]}")
+        check(want in err, f"{what}, rank {rank} names the difference: {err[-600:]}")
+    check(said in errs[1], errs[1][-600:])
+    check(took < 30, f"{what}: both stopped before dist.timeout_s ({took:.1f} s)")
+
+
 def different_models(tmp):
     """Found by review: ranks that build different models (model.width 256 on rank 0, 128 on rank 1)
     crashed rank 1 with SIGABRT inside Gloo (gloo::EnforceNotMet, a core dump) and left rank 0 with
     "Connection reset by peer"; tensors of fewer values could even be averaged into the wrong
     places. Every rank now compares its parameter and buffer shapes with rank 0's as it joins (as
     torch's DDP does), and all stop at once naming the first that differs."""
-    port = free_port()
-    procs = []
-    for rank, width in ((0, 256), (1, 128)):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen([STRATO, "-q", "train", *BASE, "--set", f"run.dir={tmp}", "--set",
-                                       f"run.name=width{width}", "--set", f"model.width={width}", "--set",
-                                       "dist.timeout_s=60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, env=env))
-    t0 = time.time()
-    errs = [p.communicate(timeout=120)[1] for p in procs]
-    took = time.time() - t0
-    want = "parameter 0 is Float[128,784] on rank 1, Float[256,784] on rank 0"
-    for rank, (p, err) in enumerate(zip(procs, errs)):
-        check(p.returncode == 1, f"different models, rank {rank}: exit {p.returncode} (not a crash): {err[-600:]}")
-        check(want in err, f"different models, rank {rank} names the difference: {err[-600:]}")
-    check("rank 1's model differs from rank 0's" in errs[1], errs[1][-600:])
-    check(took < 30, f"different models: both stopped before dist.timeout_s ({took:.1f} s)")
+    ranks_that_differ(tmp, "different models", "model.width", (256, 128),
+                      "parameter 0 is Float[128,784] on rank 1, Float[256,784] on rank 0",
+                      "rank 1's model differs from rank 0's")
+
+
+def different_steps(tmp):
+    """Found by review: ranks started with different data.batch_size train a different number of
+    steps per epoch, so one rank's gradient all-reduce met the other's all-reduce of metrics; Gloo
+    threw from its I/O thread and the process aborted (SIGABRT, a core dump). The ranks now compare
+    what decides their steps as they join, and all stop at once naming the setting."""
+    ranks_that_differ(tmp, "different steps", "data.batch_size", (32, 16), "data.batch_size is 16 on rank 1, 32 on rank 0",
+                      "rank 1's training settings differ from rank 0's")
 
 
 def timeout_out_of_range(tmp):
@@ -289,30 +305,6 @@ def timeout_out_of_range(tmp):
                             "--set", f"dist.timeout_s={value}"], capture_output=True, text=True, env=env, timeout=120)
         check(p.returncode == 1 and "dist.timeout_s" in p.stderr and "expected 0.001 to 1e8 seconds" in p.stderr,
               f"dist.timeout_s={value}: exit {p.returncode}: {p.stderr[-600:]}")
-
-
-def different_steps(tmp):
-    """Found by review: ranks started with different data.batch_size train a different number of
-    steps per epoch, so one rank's gradient all-reduce met the other's all-reduce of metrics; Gloo
-    threw from its I/O thread and the process aborted (SIGABRT, a core dump). The ranks now compare
-    what decides their steps as they join, and all stop at once naming the setting."""
-    port = free_port()
-    procs = []
-    for rank, batch in ((0, 32), (1, 16)):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen([STRATO, "-q", "train", *BASE, "--set", f"run.dir={tmp}", "--set",
-                                       f"run.name=batch{batch}", "--set", f"data.batch_size={batch}", "--set",
-                                       "dist.timeout_s=60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, env=env))
-    t0 = time.time()
-    errs = [p.communicate(timeout=120)[1] for p in procs]
-    took = time.time() - t0
-    want = "data.batch_size is 16 on rank 1, 32 on rank 0"
-    for rank, (p, err) in enumerate(zip(procs, errs)):
-        check(p.returncode == 1, f"different steps, rank {rank}: exit {p.returncode} (not a crash): {err[-600:]}")
-        check(want in err, f"different steps, rank {rank} names the setting: {err[-600:]}")
-    check("rank 1's training settings differ from rank 0's" in errs[1], errs[1][-600:])
-    check(took < 30, f"different steps: both stopped before dist.timeout_s ({took:.1f} s)")
 
 
 def run_directory_on_rank0_only(tmp):

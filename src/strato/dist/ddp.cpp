@@ -58,16 +58,21 @@ void flush_stdout_if_free() {
     funlockfile(stdout);
 }
 
-[[noreturn]] void store_thread_failed() {
-    std::string what = "an unknown exception";
+// The first line of the exception being handled (in a terminate handler), or `otherwise`.
+std::string current_exception_line(std::string otherwise) {
     if (auto e = std::current_exception()) {
         try {
             std::rethrow_exception(e);
         } catch (const std::exception& x) {
-            what = first_line(x.what());
+            return first_line(x.what());
         } catch (...) {
         }
     }
+    return otherwise;
+}
+
+[[noreturn]] void store_thread_failed() {
+    const std::string what = current_exception_line("an unknown exception");
     std::fprintf(stderr,
                  "strato: error: %s: a libtorch thread failed: %s\nhint: is MASTER_PORT held by a program that is no "
                  "process-group store?\n",
@@ -85,15 +90,7 @@ std::terminate_handler g_terminate_before = nullptr;
 int g_terminate_rank = 0;
 
 [[noreturn]] void collective_thread_failed() {
-    std::string what;
-    if (auto e = std::current_exception()) {
-        try {
-            std::rethrow_exception(e);
-        } catch (const std::exception& x) {
-            what = first_line(x.what());
-        } catch (...) {
-        }
-    }
+    const std::string what = current_exception_line("");
     if (what.find("op.preamble.length <= op.nbytes") != std::string::npos) {
         std::fprintf(stderr,
                      "strato: error: rank %d: another rank sent more than this rank's collective expected (%s): the "
