@@ -245,8 +245,13 @@ TEST(ModelConfig, ValidationCatchesInconsistentConfigs) {
     c.inputs.push_back({"x", DataType::kFp32, {4}, false, ""});
     c.outputs.push_back({"y", DataType::kFp32, {2}, false, ""});
     EXPECT_TRUE(validate_model_config(c, "c").is_ok());
+    // As Triton: a model without a batch dimension may have a dynamic batcher (its queue policy
+    // applies; requests run one at a time), but no preferred batch size.
     c.dynamic_batching = DynamicBatching{};
-    EXPECT_NE(validate_model_config(c, "c").message().find("needs max_batch_size > 0"), std::string::npos);
+    EXPECT_TRUE(validate_model_config(c, "c").is_ok());
+    c.dynamic_batching->preferred_batch_size = {1};
+    EXPECT_NE(validate_model_config(c, "c").message().find("preferred_batch_size 1 must be between 1 and max_batch_size 0"),
+              std::string::npos);
     c.max_batch_size = 4;
     c.dynamic_batching->preferred_batch_size = {8};
     EXPECT_NE(validate_model_config(c, "c").message().find("preferred_batch_size 8"), std::string::npos);
@@ -289,6 +294,26 @@ TEST(ModelConfig, ReadsTheTextFormatAsProtobufDoes) {
     EXPECT_NE(error_of(R"(input [ { name: "x" name: "z" data_type: TYPE_FP32 dims: [ 1 ] } ])").find("'name' is given twice in input"),
               std::string::npos);
     EXPECT_NE(error_of(R"(name: "a\q")").find("unknown escape '\\q'"), std::string::npos);
+    // Adjacent literals join whatever their quotes; booleans that ask for an unsupported feature
+    // refuse the config in every spelling (a `1` used to load as if the field were off).
+    EXPECT_EQ(parse(R"(name: 'm' "1" 'x')" + io)->name, "m1x");
+    for (const char* on : {"true", "1", "t", "True"})
+        for (const char* field : {"allow_ragged_batch", "is_shape_tensor"}) {
+            auto r = parse(fmt::format(R"(input [ {{ name: "x" data_type: TYPE_FP32 dims: [ 1 ] {}: {} }} ])", field, on));
+            EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented) << field << ": " << on;
+        }
+    EXPECT_TRUE(parse(R"(input [ { name: "x" data_type: TYPE_FP32 dims: [ 1 ] allow_ragged_batch: f is_shape_tensor: 0 } ])").is_ok());
+    auto empty_policy = parse("version_policy: { }" + io);
+    ASSERT_TRUE(empty_policy.is_ok()) << empty_policy.status().message();
+    EXPECT_EQ(empty_policy->version_policy.kind, VersionPolicy::Kind::kAll);  // as Triton loads it
+    EXPECT_NE(error_of("version_policy: { all { } latest { } }" + io).find("exactly one of"), std::string::npos);
+    // Triton makes a count below 1 one instance (NormalizeInstanceGroup); it did not load here.
+    auto zero = parse("instance_group [ { kind: KIND_CPU count: 0 }, { count: -3 } ]" + io);
+    ASSERT_TRUE(zero.is_ok()) << zero.status().message();
+    EXPECT_EQ(zero->instance_count(), 2);
+    EXPECT_TRUE(validate_model_config(*zero, "c").is_ok());
+    EXPECT_NE(error_of(R"(input [ { name: "x" data_type: TYPE_FP32 dims: [ 1 ] allow_ragged_batch: yes } ])")
+                  .find("'allow_ragged_batch' must be true or false, got 'yes'"), std::string::npos);
     EXPECT_NE(error_of("max_batch_size: 09" + io).find("must be an integer, got '09'"), std::string::npos);
     EXPECT_NE(error_of("max_batch_size: 0x8000000000000000" + io).find("must be an integer"), std::string::npos);
     EXPECT_NE(error_of(R"(parameters { key: "a" value: { string_value: "1" } } parameters { key: "a" value: { string_value: "2" } })" + io)

@@ -5,6 +5,9 @@
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
+#include <sstream>
+
+#include "strato/core/log.h"
 
 namespace strato::serve {
 namespace {
@@ -110,6 +113,76 @@ TEST_F(RepositoryTest, BrokenModelIsUnavailableWithItsReasonAndServerNotReady) {
             EXPECT_NE(e.reason.find("not a number"), std::string::npos) << e.reason;
         }
     EXPECT_TRUE(found);
+}
+
+// Found by review: `max_batch_size: 0` with `dynamic_batching { ... }` (Triton loads it: requests
+// queue under the queue policy and run one at a time) failed its load with "dynamic_batching needs
+// max_batch_size > 0", so a Triton repository with such a model did not come up.
+TEST_F(RepositoryTest, AModelWithoutABatchDimensionMayHaveADynamicBatcher) {
+    register_backend({"fake_unbatched", {}, "model.fake", nullptr,
+                      [](const ModelConfig&, const std::string&, Device) -> Result<std::shared_ptr<Model>> {
+                          return std::shared_ptr<Model>(std::make_shared<Echo>(5));
+                      }});
+    version("m", 1, "5");
+    config("m", R"(backend: "fake_unbatched" max_batch_size: 0
+        input [ { name: "x" data_type: TYPE_FP32 dims: [ 1 ] } ] output [ { name: "y" data_type: TYPE_FP32 dims: [ 1, 1 ] } ]
+        dynamic_batching { max_queue_delay_microseconds: 100 default_queue_policy { max_queue_size: 3 } })");
+    Repository repo(options(ControlMode::kNone), &registry);
+    ASSERT_TRUE(repo.start().is_ok());
+    auto m = repo.get("m", "");
+    ASSERT_TRUE(m.is_ok()) << m.status().message();
+    EXPECT_EQ((*m)->config.max_batch_size, 0);
+    ASSERT_TRUE((*m)->config.dynamic_batching.has_value());
+    EXPECT_EQ((*m)->config.dynamic_batching->max_queue_size, 3);
+    EXPECT_TRUE(repo.ready());
+}
+
+// Found by review: `--model-repository models/m` (a model directory, as Triton users mix up)
+// reported models "1" and "2" without versions and nothing about the real mistake.
+TEST_F(RepositoryTest, AModelDirectoryGivenAsTheRepositoryIsNamedAsSuch) {
+    version("m", 1, "1");
+    config("m", "max_batch_size: 4");
+    RepositoryOptions o = options(ControlMode::kNone);
+    o.paths = {(root / "m").string()};
+    Repository repo(o, &registry);
+    ASSERT_TRUE(repo.start().is_ok());
+    auto index = repo.index(false);
+    ASSERT_EQ(index.size(), 1u);
+    EXPECT_EQ(index[0].name, "1");
+    EXPECT_NE(index[0].reason.find("m looks like a model directory (a config, or version directories holding model files): "
+                                   "--model-repository takes"),
+              std::string::npos) << index[0].reason;
+    // Without a config too: the "model" 1 holds a model file itself.
+    fs::remove(root / "m" / "config.pbtxt");
+    Repository again(o, &registry);
+    ASSERT_TRUE(again.start().is_ok());
+    EXPECT_NE(again.index(false).at(0).reason.find("looks like a model directory"), std::string::npos);
+    // A real model named 1 without versions gets no such hint.
+    fs::remove(root / "m" / "1" / "model.fake");
+    Repository plain(o, &registry);
+    ASSERT_TRUE(plain.start().is_ok());
+    EXPECT_EQ(plain.index(false).at(0).reason.find("looks like"), std::string::npos);
+}
+
+// Found by review: a config.pbtxt put beside a --model package (to set instance_group or
+// dynamic_batching) was ignored without a word.
+TEST_F(RepositoryTest, AConfigBesideAModelPackageIsSaidNotToBeRead) {
+    fs::create_directories(root / "pkg");
+    std::ofstream(root / "pkg" / "model.fake") << 3;
+    std::ofstream(root / "pkg" / "config.pbtxt") << "instance_group [ { count: 4 } ]";
+    const std::string log_path = (root / "log.txt").string();
+    ASSERT_TRUE(log::add_file_sink(log_path));
+    RepositoryOptions o;
+    o.packages = {{"p", (root / "pkg").string()}};
+    Repository repo(o, &registry);
+    const Status started = repo.start();
+    log::remove_file_sinks();
+    ASSERT_TRUE(started.is_ok()) << started.message();
+    EXPECT_TRUE(repo.get("p", "").is_ok());
+    std::stringstream text;
+    text << std::ifstream(log_path).rdbuf();
+    EXPECT_NE(text.str().find("config.pbtxt is not read (a --model package is served with the config filled in from it)"),
+              std::string::npos) << text.str();
 }
 
 TEST_F(RepositoryTest, ABackendThatThrowsFailsItsLoadNotTheServer) {

@@ -105,8 +105,9 @@ private:
                 if (pos_ >= s_.size()) return error("unterminated string");
                 ++pos_;
                 skip();
-                if (pos_ < s_.size() && s_[pos_] == q) {
-                    ++pos_;
+                // ('a' "b" is "ab" too: protobuf's tokenizer joins string literals of either quote)
+                if (pos_ < s_.size() && (s_[pos_] == '"' || s_[pos_] == '\'')) {
+                    q = s_[pos_++];
                     continue;
                 }
                 break;
@@ -454,7 +455,13 @@ public:
                 STRATO_ASSIGN_OR_RETURN(t.label_filename, to_string(v, k));
             } else if (k == "format" || k == "reshape" || k == "is_shape_tensor" || k == "allow_ragged_batch" ||
                        k == "is_non_linear_format_io") {
-                if (k == "reshape" || ((k == "is_shape_tensor" || k == "allow_ragged_batch") && v.scalar == "true"))
+                // Read as booleans are everywhere (1, t, True): `allow_ragged_batch: 1` asks for
+                // what strato does not do and must not load as if it were off.
+                bool on = k == "reshape";
+                if (k == "is_shape_tensor" || k == "allow_ragged_batch") {
+                    STRATO_ASSIGN_OR_RETURN(on, to_bool(v, k));
+                }
+                if (on)
                     return Status{StatusCode::kUnimplemented,
                             fmt::format("{}:{}: {} field '{}' is not supported by strato serve", source_, v.line, kind, k)};
             } else {
@@ -508,6 +515,12 @@ public:
     Result<VersionPolicy> version_policy(const Node& n) const {
         STRATO_RETURN_IF_ERROR(want_message(n, "version_policy"));
         VersionPolicy p;
+        // An empty `version_policy { }` is every version in Triton (VersionsToLoad: neither latest
+        // nor specific set means all), not a config error.
+        if (n.fields.empty()) {
+            p.kind = VersionPolicy::Kind::kAll;
+            return p;
+        }
         if (n.fields.size() != 1) return error(n, "version_policy needs exactly one of 'latest', 'all' or 'specific'");
         const auto& [k, v] = n.fields[0];
         STRATO_RETURN_IF_ERROR(want_message(v, k));
@@ -542,6 +555,7 @@ public:
                 STRATO_ASSIGN_OR_RETURN(g.name, to_string(v, k));
             } else if (k == "count") {
                 STRATO_ASSIGN_OR_RETURN(g.count, to_int(v, k));
+                if (g.count < 1) g.count = 1;  // as Triton's NormalizeInstanceGroup: at least one instance
             } else if (k == "kind") {
                 STRATO_ASSIGN_OR_RETURN(g.kind, to_string(v, k));
                 // The enum's number in the text format (model_config.proto: KIND_AUTO = 0 ... KIND_MODEL = 3).
@@ -764,7 +778,8 @@ Status validate_model_config(const ModelConfig& c, const std::string& source) {
     }
     if (c.dynamic_batching) {
         const auto& b = *c.dynamic_batching;
-        if (c.max_batch_size == 0) return err("dynamic_batching needs max_batch_size > 0");
+        // (max_batch_size 0 with dynamic_batching loads in Triton: requests queue under its
+        // queue policy and run one at a time; only a preferred size can then never fit)
         for (int64_t p : b.preferred_batch_size)
             if (p < 1 || p > c.max_batch_size)
                 return err(fmt::format("preferred_batch_size {} must be between 1 and max_batch_size {}", p, c.max_batch_size));

@@ -297,8 +297,20 @@ Result<std::map<int64_t, std::shared_ptr<ModelVersion>>> Repository::build(const
         found = version_dirs(e.dir, ec);
         if (ec) return io_error("cannot list {}: {}", e.dir, ec.message());
     }
-    if (found.empty())
-        return not_found("model '{}': no version directories in {} (expected {}/1/<model file>)", name, e.dir, e.dir);
+    if (found.empty()) {
+        // `--model-repository models/resnet` (the model, not the repository) makes "1", "2", ...
+        // models without versions: say what the mistake was.
+        std::string hint;
+        const fs::path parent = fs::path(e.dir).parent_path();
+        std::error_code ec;
+        if (!e.package && is_version_dir_name(name) &&
+            (fs::exists(parent / "config.pbtxt", ec) || fs::exists(parent / "config.toml", ec) || detect_backend(e.dir)))
+            hint = fmt::format("; {} looks like a model directory (a config, or version directories holding model "
+                               "files): --model-repository takes the directory that holds the model directories",
+                               parent.string());
+        return not_found("model '{}': no version directories in {} (expected {}/1/<model file>){}", name, e.dir, e.dir,
+                         hint);
+    }
     std::map<int64_t, std::string> chosen;
     const auto& pol = base.version_policy;
     // Checked before anything is built: a policy that selects nothing would retire the serving versions.
@@ -382,7 +394,7 @@ Result<std::map<int64_t, std::shared_ptr<ModelVersion>>> Repository::build(const
         BatcherOptions bo;
         bo.name = name;
         bo.batches = cfg.max_batch_size > 0;
-        bo.dynamic = cfg.dynamic_batching.has_value();
+        bo.dynamic = cfg.dynamic_batching.has_value() && bo.batches;  // (without a batch dim: its queue policy only)
         bo.max_batch_size = cfg.max_batch_size;
         bo.instances = static_cast<int>(mv->instances.size());
         bo.max_queue_size = opt_.default_max_queue_size;
@@ -562,6 +574,14 @@ Status Repository::start() {
             if (fs::is_directory(fs::path(p) / name, ec))
                 return invalid_argument("--model {}={}: --model-repository {} also has a model '{}' (rename one with NAME=DIR)",
                                         name, dir, p, name);
+        // A package is served with the config filled in from it: a config file put beside it
+        // (instance_group, dynamic_batching, ...) is not read, which must not go unsaid.
+        for (const char* file : {"config.pbtxt", "config.toml"})
+            if (fs::exists(fs::path(dir) / file, ec))
+                log::warn("serve: --model {}={}: {} is not read (a --model package is served with the config filled in "
+                          "from it); to configure the model, serve it from a --model-repository as {}/1/ beside "
+                          "{}/{}",
+                          name, dir, (fs::path(dir) / file).string(), name, name, file);
         std::lock_guard lock(mu_);
         Entry& e = entries_[name];
         e.dir = dir;
