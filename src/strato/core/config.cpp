@@ -662,9 +662,10 @@ Status json_to_node(const nlohmann::json& v, const std::string& path, const std:
     switch (v.type()) {
         case Type::object: {
             toml::table t;
-            for (const auto& [k, e] : v.items()) {
-                STRATO_RETURN_IF_ERROR(json_to_node(e, path + "/" + k, source, [&](toml::node&& n) {
-                    t.insert_or_assign(k, std::move(n));
+            for (const auto& item : v.items()) {
+                const std::string& key = item.key();  // (clang 14 cannot capture a structured binding)
+                STRATO_RETURN_IF_ERROR(json_to_node(item.value(), path + "/" + key, source, [&](toml::node&& n) {
+                    t.insert_or_assign(key, std::move(n));
                 }));
             }
             put(std::move(t));
