@@ -71,15 +71,19 @@ std::string current_exception_line(std::string otherwise) {
     return otherwise;
 }
 
-[[noreturn]] void store_thread_failed() {
-    const std::string what = current_exception_line("an unknown exception");
-    std::fprintf(stderr,
-                 "strato: error: %s: a libtorch thread failed: %s\nhint: is MASTER_PORT held by a program that is no "
-                 "process-group store?\n",
-                 g_store_where, what.c_str());
+// Ends the process from a thread that cannot return an error (a terminate handler, the join
+// watchdog): `message` on stderr, what stdout holds, exit `code`.
+[[noreturn]] void exit_with(const std::string& message, int code = 1) {
+    std::fputs(message.c_str(), stderr);
     std::fflush(stderr);
     flush_stdout_if_free();
-    _exit(1);
+    _exit(code);
+}
+
+[[noreturn]] void store_thread_failed() {
+    exit_with(fmt::format("strato: error: {}: a libtorch thread failed: {}\nhint: is MASTER_PORT held by a program "
+                          "that is no process-group store?\n",
+                          g_store_where, current_exception_line("an unknown exception")));
 }
 
 // Once the ranks joined: Gloo checks that a message fits the buffer posted for it and throws from
@@ -91,16 +95,12 @@ int g_terminate_rank = 0;
 
 [[noreturn]] void collective_thread_failed() {
     const std::string what = current_exception_line("");
-    if (what.find("op.preamble.length <= op.nbytes") != std::string::npos) {
-        std::fprintf(stderr,
-                     "strato: error: rank %d: another rank sent more than this rank's collective expected (%s): the "
-                     "ranks run different collectives\nhint: start every rank with the same config (data.batch_size, "
-                     "data.limit_train, train.epochs, train.grad_accum, ... decide each rank's steps)\n",
-                     g_terminate_rank, what.c_str());
-        std::fflush(stderr);
-        flush_stdout_if_free();
-        _exit(1);
-    }
+    if (what.find("op.preamble.length <= op.nbytes") != std::string::npos)
+        exit_with(fmt::format("strato: error: rank {}: another rank sent more than this rank's collective expected "
+                              "({}): the ranks run different collectives\nhint: start every rank with the same config "
+                              "(data.batch_size, data.limit_train, train.epochs, train.grad_accum, ... decide each "
+                              "rank's steps)\n",
+                              g_terminate_rank, what));
     if (g_terminate_before) g_terminate_before();
     std::abort();
 }
@@ -130,13 +130,11 @@ private:
             if (signals::stop_requested() && !stop_seen) stop_seen = Clock::now();
             const bool stopped = stop_seen && Clock::now() - *stop_seen > std::chrono::seconds(2);
             if (!stopped && Clock::now() < deadline) continue;
-            std::fprintf(stderr, "strato: error: %s: %s\n", g_store_where,
-                         stopped ? "interrupted while a store call was blocked"
-                                 : "no answer from the store within the timeout (dist.timeout_s)\nhint: is MASTER_PORT "
-                                   "held by a program that is no process-group store?");
-            std::fflush(stderr);
-            flush_stdout_if_free();
-            _exit(stopped ? 130 : 1);
+            exit_with(fmt::format("strato: error: {}: {}\n", g_store_where,
+                                  stopped ? "interrupted while a store call was blocked"
+                                          : "no answer from the store within the timeout (dist.timeout_s)\nhint: is "
+                                            "MASTER_PORT held by a program that is no process-group store?"),
+                      stopped ? 130 : 1);
         }
     }
 

@@ -79,8 +79,6 @@ Result<std::unique_ptr<Monitor>> Monitor::create(MonitorOptions options) {
                                     "alerts off it",
                                     r.name, r.webhook);
     }
-    // The exporter binds an IP address; "localhost" was refused as not one.
-    if (options.address == "localhost") options.address = "127.0.0.1";
     std::unique_ptr<Monitor> m(new Monitor);
     m->options_ = options;
     m->proc_ = ProcSampler({.root = "/proc", .pids = options.pids});
