@@ -185,6 +185,38 @@ TEST_F(RepositoryTest, AConfigBesideAModelPackageIsSaidNotToBeRead) {
               std::string::npos) << text.str();
 }
 
+// Found by review: in poll mode a repository model that appeared later under a --model
+// package's name was ignored without a word (at start the clash is refused).
+TEST_F(RepositoryTest, InPollModeARepositoryModelNamedAsAPackageIsSaidOnce) {
+    fs::create_directories(root / "pkg");
+    std::ofstream(root / "pkg" / "model.fake") << 3;
+    const fs::path repo_dir = root / "repo";
+    fs::create_directories(repo_dir);
+    RepositoryOptions o;
+    o.paths = {repo_dir.string()};
+    o.mode = ControlMode::kPoll;
+    o.poll_interval = std::chrono::hours(1);  // (the test polls)
+    o.packages = {{"p", (root / "pkg").string()}};
+    Repository repo(o, &registry);
+    ASSERT_TRUE(repo.start().is_ok());
+    fs::create_directories(repo_dir / "p" / "1");
+    std::ofstream(repo_dir / "p" / "1" / "model.fake") << 9;
+    const std::string log_path = (root / "log.txt").string();
+    ASSERT_TRUE(log::add_file_sink(log_path));
+    repo.poll_once();
+    repo.poll_once();
+    log::remove_file_sinks();
+    std::stringstream text;
+    text << std::ifstream(log_path).rdbuf();
+    const std::string said = "the repository's 'p' is not loaded (rename one)";
+    const size_t at = text.str().find(said);
+    ASSERT_NE(at, std::string::npos) << text.str();
+    EXPECT_EQ(text.str().find(said, at + 1), std::string::npos) << "said once: " << text.str();
+    auto served = repo.get("p", "");
+    ASSERT_TRUE(served.is_ok());
+    EXPECT_EQ((*served)->dir, (root / "pkg").string());  // the package keeps the name
+}
+
 TEST_F(RepositoryTest, ABackendThatThrowsFailsItsLoadNotTheServer) {
     // As a package manifest with a string where a dimension belongs once did (a JSON type error
     // ended `strato serve`).

@@ -809,9 +809,16 @@ void Repository::poll_once() {
                 continue;
             }
             // A copy of the model that appeared in another repository (or left it), or a model
-            // that moved between repositories: loaded again, which says so. (A --model package
-            // of a name a repository took later stays as it is: its entry is no repository's.)
-            if (it->second.package) continue;
+            // that moved between repositories: loaded again, which says so. A --model package
+            // of a name a repository took later stays as it is (its entry is no repository's),
+            // which is said once: the repository's model would otherwise wait unseen.
+            if (it->second.package) {
+                if (shadowed_.insert(n).second)
+                    log::warn("serve: the model repository now has a model directory '{}', but --model {}={} is served "
+                              "under that name; the repository's '{}' is not loaded (rename one)",
+                              n, n, it->second.dir, n);
+                continue;
+            }
             if (auto dir = locate(n); dir ? *dir != it->second.dir : dir.status().message() != it->second.reason) {
                 reload.push_back(n);
                 continue;
@@ -820,6 +827,7 @@ void Repository::poll_once() {
             probe.dir = it->second.dir;
             if (fingerprint(probe) != it->second.fingerprint) reload.push_back(n);
         }
+        for (auto it = shadowed_.begin(); it != shadowed_.end();) it = on_disk.count(*it) ? std::next(it) : shadowed_.erase(it);
         // Gone from disk: unloaded, and so is a model that never loaded (it would keep the
         // server unready under --strict-readiness until a restart).
         for (const auto& [n, e] : entries_)

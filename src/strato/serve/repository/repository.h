@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -163,6 +164,7 @@ private:
     mutable std::mutex mu_;           // guards entries_
     std::mutex load_mu_;              // one load/unload at a time
     std::string poll_error_;          // why the last poll could not list the repository (said once)
+    std::set<std::string> shadowed_;  // repository models hidden behind a --model package's name (said once)
     std::map<std::string, Entry> entries_;
     std::thread poller_;
     std::mutex poll_mu_;
