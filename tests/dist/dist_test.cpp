@@ -247,6 +247,32 @@ TEST(Launch, Nnodes) {
                   fmt::format("--nnodes '{}': expected N or MIN:MAX (whole numbers >= 1)", bad));
 }
 
+// Found by review: nodes sharing a log directory each wrote error.json, the last one winning; a
+// rank's death makes its peers on other nodes fail a moment later (the broken all-reduce), so the
+// root cause was replaced by a peer's "exited with code 1".
+TEST(Launch, ErrorJsonKeepsTheRootCauseAcrossNodes) {
+    const std::string path = fmt::format("{}/strato-errfile-{}.json", ::testing::TempDir(), ::getpid());
+    auto put = [&](const std::string& text) { std::ofstream(path) << text; };
+    const double start = 1000;  // (the file's modification time, now, is well after it)
+    std::remove(path.c_str());
+    EXPECT_FALSE(error_file_keeps(path, {0, false, 50}, start)) << "no file";
+    put(R"({"rank": 3, "attempt": 0, "signal": "SIGKILL", "timestamp": 100.5})");
+    EXPECT_TRUE(error_file_keeps(path, {0, false, 100.4}, start)) << "a signal before an exit code";
+    EXPECT_TRUE(error_file_keeps(path, {0, true, 100.6}, start)) << "a later signal";
+    EXPECT_FALSE(error_file_keeps(path, {0, true, 100.4}, start)) << "an earlier signal";
+    EXPECT_FALSE(error_file_keeps(path, {1, false, 200}, start)) << "a later attempt's failure replaces it";
+    put(R"({"rank": 3, "attempt": 2, "exit_code": 1, "timestamp": 100.5})");
+    EXPECT_TRUE(error_file_keeps(path, {1, true, 90}, start)) << "an earlier attempt's failure does not";
+    EXPECT_TRUE(error_file_keeps(path, {2, false, 100.5}, start)) << "the first of two exit codes";
+    EXPECT_FALSE(error_file_keeps(path, {2, false, 100.4}, start));
+    EXPECT_FALSE(error_file_keeps(path, {2, false, 200}, 4e9)) << "an earlier run's file (older than the start)";
+    for (const char* bad : {"", "{", "[]", R"({"attempt": "0", "timestamp": 1})", R"({"attempt": 0})"}) {
+        put(bad);
+        EXPECT_FALSE(error_file_keeps(path, {0, false, 200}, start)) << bad;
+    }
+    std::remove(path.c_str());
+}
+
 TEST(Launch, BadOptionsAreErrorsBeforeAnyWorker) {
     LaunchOptions o;
     EXPECT_FALSE(run_launch(o).is_ok());  // no command

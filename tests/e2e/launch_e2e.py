@@ -256,6 +256,38 @@ def stale_error_on_other_node(tmp):
     check(len(ids) == 2 and ids[0] == ids[1], f"static nodes' run ids: {ids}")
 
 
+def shared_log_dir_root_cause(tmp):
+    """Found by review: the nodes of a job on a shared log directory each wrote error.json, the last
+    one winning. A rank's death makes its peers on the other nodes fail a moment later (a broken
+    all-reduce), so error.json named a peer's failure, not the root cause. Here rank 1 (node 1)
+    exits 3, and rank 0 (node 0) exits 1 half a second after it: error.json keeps rank 1, and each
+    node's own failure is in attempt_0/node_N.error.json."""
+    logs, port = f"{tmp}/shared-fail", str(free_port())
+    # (rank 1 fails once rank 0 runs, as after the ranks connect: a node that starts after another
+    # has finished takes the other's files for an earlier run's)
+    script = ("import os, sys, time\n"
+              f"up, failed = {tmp + '/rank0-up'!r}, {tmp + '/rank1-failed'!r}\n"
+              "if os.environ['RANK'] == '1':\n"
+              "    while not os.path.exists(up): time.sleep(0.01)\n"
+              "    open(failed, 'w').close(); sys.exit(3)\n"
+              "open(up, 'w').close()\n"
+              "while not os.path.exists(failed): time.sleep(0.01)\n"
+              "time.sleep(0.5); sys.exit(1)\n")
+    nodes = [subprocess.Popen([STRATO, "launch", "--nnodes", "2", "--node-rank", str(n), "--master-addr", "127.0.0.1",
+                               "--master-port", port, "--log-dir", logs, "--quiet-workers", "/usr/bin/python3", "-c",
+                               script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n in (0, 1)]
+    outs = [p.communicate(timeout=60) for p in nodes]
+    check([p.returncode for p in nodes] == [1, 3], f"node exits {[p.returncode for p in nodes]}: {outs}")
+    err = json.load(open(f"{logs}/error.json"))
+    check(err.get("rank") == 1 and err.get("exit_code") == 3, f"error.json names a later failure: {err}")
+    check(json.load(open(f"{logs}/attempt_0/error.json")).get("rank") == 1, "attempt_0/error.json is not the root cause")
+    mine = [json.load(open(f"{logs}/attempt_0/node_{n}.error.json")) for n in (0, 1)]
+    check([m.get("rank") for m in mine] == [0, 1] and mine[0].get("exit_code") == 1,
+          f"each node's own failure: {[(m.get('rank'), m.get('exit_code')) for m in mine]}")
+    check("node_0.error.json" in outs[0][1] and "names another node's failure" in outs[0][1],
+          f"node 0 does not say where its failure went: {outs[0][1][-400:]}")
+
+
 def blocked_stderr(tmp):
     """Found by review: the launcher's own messages were blocking writes to stderr, so with a stderr
     pipe nobody reads (`2>&1 | less` paused, a FIFO) it hung in write() at its first line, deaf to
@@ -532,6 +564,7 @@ def main():
         bad_flags(tmp)
         nproc_cpu(tmp)
         stale_error_on_other_node(tmp)
+        shared_log_dir_root_cause(tmp)
         blocked_stderr(tmp)
         second_signal(tmp)
         sigkill_worker(tmp)

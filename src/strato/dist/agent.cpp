@@ -174,6 +174,7 @@ struct Failure {
     std::string worker_error;  // the worker's own TORCHELASTIC_ERROR_FILE, if it wrote one
     bool worker_error_truncated = false;  // it was longer than kWorkerErrorMax: its start is kept
     int64_t worker_error_bytes = -1;       // its size, when it is a regular file
+    double timestamp = 0;                  // Unix seconds, when it was seen
     int code() const { return signal ? 128 + signal : exit_code; }
     std::string what() const {
         return signal ? fmt::format("rank {} (local rank {}) was killed by {}", rank, local_rank, signal_text(signal))
@@ -644,6 +645,9 @@ Group::State Group::poll(Failure* f) {
     f->exit_code = WIFEXITED(first->status) ? WEXITSTATUS(first->status) : 0;
     f->signal = WIFSIGNALED(first->status) ? WTERMSIG(first->status) : 0;
     f->tail = first->tail;
+    timespec now{};
+    clock_gettime(CLOCK_REALTIME, &now);
+    f->timestamp = static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9;
     read_worker_error(first->error_file, f);
     return State::kFailed;
 }
@@ -775,9 +779,15 @@ private:
 void remove_earlier_errors(const std::string& log_dir, bool hosting, double start_s) {
     std::vector<stdfs::path> files{stdfs::path(log_dir) / "error.json"};
     std::error_code ec;
-    for (stdfs::directory_iterator it(log_dir, ec), end; !ec && it != end; it.increment(ec))
-        if (it->is_directory(ec) && it->path().filename().string().starts_with("attempt_"))
-            files.push_back(it->path() / "error.json");
+    for (stdfs::directory_iterator it(log_dir, ec), end; !ec && it != end; it.increment(ec)) {
+        if (!it->is_directory(ec) || !it->path().filename().string().starts_with("attempt_")) continue;
+        files.push_back(it->path() / "error.json");
+        std::error_code ec2;
+        for (stdfs::directory_iterator in(it->path(), ec2), e2; !ec2 && in != e2; in.increment(ec2)) {
+            const std::string n = in->path().filename().string();
+            if (n.starts_with("node_") && n.ends_with(".error.json")) files.push_back(in->path());
+        }
+    }
     const std::string me = host_name();
     int removed = 0;
     for (const auto& f : files) {
@@ -796,7 +806,11 @@ void remove_earlier_errors(const std::string& log_dir, bool hosting, double star
     if (removed > 0) note::info("launch: removed {} error.json file(s) an earlier run left in {}", removed, log_dir);
 }
 
-Status write_error_file(const std::string& log_dir, const std::string& attempt_dir, const Failure& f, const Round& r) {
+/// Writes the failure to attempt_N/node_<group rank>.error.json, and to attempt_N/error.json and
+/// <log dir>/error.json unless another node of this run recorded the root cause there first
+/// (error_file_keeps). True when <log dir>/error.json is this failure.
+Result<bool> write_error_file(const std::string& log_dir, const std::string& attempt_dir, const Failure& f, const Round& r,
+                              double start_s) {
     nlohmann::json tail = nlohmann::json::array();
     for (const auto& l : f.tail) tail.push_back(l);
     nlohmann::json j{{"message", f.what()},
@@ -805,6 +819,7 @@ Status write_error_file(const std::string& log_dir, const std::string& attempt_d
                      {"group_rank", r.group_rank},
                      {"host", host_name()},
                      {"attempt", r.round},
+                     {"timestamp", f.timestamp},
                      {"last_lines", tail}};
     if (f.signal) {
         j["signal"] = signal_text(f.signal);
@@ -820,11 +835,36 @@ Status write_error_file(const std::string& log_dir, const std::string& attempt_d
         }
     }
     std::string text = json_text(j, 2) + "\n";
-    STRATO_RETURN_IF_ERROR(fs::atomic_write(attempt_dir + "/error.json", text));
-    return fs::atomic_write(log_dir + "/error.json", text);
+    STRATO_RETURN_IF_ERROR(fs::atomic_write(fmt::format("{}/node_{}.error.json", attempt_dir, r.group_rank), text));
+    const FailureRank mine{r.round, f.signal != 0, f.timestamp};
+    // (checked, then written: two nodes failing within the same instant may still race)
+    if (!error_file_keeps(attempt_dir + "/error.json", mine, start_s))
+        STRATO_RETURN_IF_ERROR(fs::atomic_write(attempt_dir + "/error.json", text));
+    if (error_file_keeps(log_dir + "/error.json", mine, start_s)) return false;
+    STRATO_RETURN_IF_ERROR(fs::atomic_write(log_dir + "/error.json", text));
+    return true;
 }
 
 }  // namespace
+
+bool error_file_keeps(const std::string& path, const FailureRank& mine, double start_s) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+    const double mtime_s = static_cast<double>(st.st_mtim.tv_sec) + static_cast<double>(st.st_mtim.tv_nsec) * 1e-9;
+    if (mtime_s < start_s) return false;  // an earlier run's
+    auto text = fs::read_file(path, 1 << 20);
+    if (!text) return false;
+    const auto j = parse_json_bounded(*text);
+    if (j.is_discarded() || !j.is_object()) return false;
+    const auto attempt = j.find("attempt"), timestamp = j.find("timestamp");
+    if (attempt == j.end() || !attempt->is_number_integer() || timestamp == j.end() || !timestamp->is_number())
+        return false;
+    const int theirs = attempt->get<int>();
+    if (theirs != mine.attempt) return theirs > mine.attempt;
+    const bool signaled = j.contains("signal");
+    if (signaled != mine.signaled) return signaled;
+    return timestamp->get<double>() <= mine.timestamp;
+}
 
 Status parse_nnodes(const std::string& text, LaunchOptions* o) {
     const size_t colon = text.find(':');
@@ -1009,10 +1049,14 @@ Result<int> run_launch(const LaunchOptions& in) {
             if (state == Group::State::kFailed) {
                 note::error("launch: {} (attempt {}); stopping the other workers", f.what(), r->round);
                 group.stop(keepalive);
-                if (Status s = write_error_file(o.log_dir, attempt_dir, f, *r); !s.is_ok())
-                    note::warn("launch: cannot write the error file: {}", s.message());
-                else
+                if (auto w = write_error_file(o.log_dir, attempt_dir, f, *r, start_s); !w)
+                    note::warn("launch: cannot write the error file: {}", w.status().message());
+                else if (*w)
                     note::info("launch: details in {}/error.json", o.log_dir);
+                else
+                    note::info("launch: details in {}/node_{}.error.json ({}/error.json names another node's failure, "
+                               "which came first)",
+                               attempt_dir, r->group_rank, o.log_dir);
                 last_code = f.code();
                 STRATO_RETURN_IF_ERROR(coord->failed(f.what()));
                 break;

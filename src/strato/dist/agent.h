@@ -52,6 +52,20 @@ Status check_timing(const LaunchOptions& o);
 /// --rdzv-id): a kInvalidArgument status naming the flag (a usage error). run_launch calls it.
 Status check_options(const LaunchOptions& o);
 
+/// What decides between two failures for error.json.
+struct FailureRank {
+    int attempt = 0;
+    bool signaled = false;  // killed by a signal (peers of a killed rank exit 1 on the broken collective)
+    double timestamp = 0;   // Unix seconds, when the agent saw the worker end
+};
+/// True when the error file at `path`, written by a node of this run (modified at or after
+/// `start_s`, Unix seconds), names a failure that `mine` must not replace. The nodes of a job may
+/// share a log directory, and one rank's death makes its peers on other nodes fail a moment
+/// later: error.json keeps the root cause, as torchrun's agent reports the first failure — the
+/// later attempt's, then a worker killed by a signal before one that exited non-zero, then the
+/// earlier. A missing, stale or unreadable file keeps nothing.
+bool error_file_keeps(const std::string& path, const FailureRank& mine, double start_s);
+
 /// Runs the job to the end: 0 when every worker of the last round exited 0, else non-zero
 /// (the first failure's exit code, 128+signal, 130 when interrupted). Errors before any worker
 /// started (bad options, unreachable rendezvous) come back as a Status.
