@@ -97,6 +97,18 @@ def main():
         p = run("eval", "--model", model, "--dataset", "image-folder", "--data", folder, "--json")
         if p.returncode == 0:
             check(json.loads(p.stdout)["accuracy"] >= 0.8, f"strato eval on the folder: {p.stdout}")
+            # Found by review: without --config, eval resized each image whole instead of the run's
+            # test transforms (resize 28, center-crop 24), so it scored the package otherwise than
+            # its metrics.json. The package records them; eval gives the training's test loss.
+            with open(os.path.join(model, "metrics.json")) as f:
+                trained = json.load(f)
+            with open(os.path.join(model, "strato-model.json")) as f:
+                pre = json.load(f)["preprocessing"]
+            check(pre.get("transforms") == ["resize size=28", "center-crop size=24"], f"package preprocessing: {pre}")
+            got = json.loads(p.stdout)["loss"]
+            # (relative: the colours are learnt to a loss near 1e-8; images resized whole give +19 %)
+            check(abs(got - trained["test_loss"]) <= 1e-3 * abs(trained["test_loss"]) + 1e-12,
+                  f"eval without --config: loss {got}, the training's test loss {trained['test_loss']}")
         # The classes are the model's: a folder without its first class is still numbered by the
         # model (not shifted one lower, which would score every prediction against another class),
         # evaluated on the classes it has, the missing one reported.

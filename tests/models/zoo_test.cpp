@@ -293,6 +293,17 @@ TEST_F(Package, RoundTripGivesIdenticalOutputs) {
     EXPECT_EQ(entries, 1);
 }
 
+// Found by review: the test transforms a model was evaluated with were not kept, so `strato eval`
+// without a config scored an image model on differently prepared images.
+TEST_F(Package, TheTestTransformsAreKept) {
+    EXPECT_TRUE(load_package((dir_ / "model").string())->info.test_transforms.empty());
+    info_.test_transforms = {"resize size=32", "center-crop size=28"};
+    ASSERT_TRUE(save_package((dir_ / "model").string(), info_, *net_).is_ok());
+    auto loaded = load_package((dir_ / "model").string());
+    ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+    EXPECT_EQ(loaded->info.test_transforms, info_.test_transforms);
+}
+
 // What serve, eval and report run: the fused graph for a float package, the eager network in
 // channels-last when fusing is off (bf16 autocast); the same logits either way.
 TEST_F(Package, InferenceNetIsTheFusedGraphUnlessTurnedOff) {
@@ -423,6 +434,8 @@ TEST_F(Package, ManifestFieldsThatDoNotFitAreRefused) {
         {"/inputs/0/shape", {1, 1, 28, 28}, "/inputs/0/shape must be [-1, C, H, W]"},
         {"/precision", "int8", "/precision is \"int8\" but the package has no /quantization"},
         {"/files/..~1..~1..~1etc~1hostname", {{"sha256", "x"}}, "expected the name of a file in the package"},
+        {"/preprocessing/transforms", "resize size=28", "/preprocessing"},
+        {"/preprocessing/transforms", {"resize size=28", 7}, "/preprocessing"},
     };
     for (const auto& c : cases) {
         nlohmann::json j = good;

@@ -210,6 +210,7 @@ Status stage_package(const stdfs::path& tmp, const PackageInfo& info, NetImpl& n
     };
     if (info.quantized()) manifest["quantization"] = info.quantization;
     if (!info.features.empty()) manifest["features"] = info.features;
+    if (!info.test_transforms.empty()) manifest["preprocessing"]["transforms"] = info.test_transforms;
     manifest.update(signature(info));
     STRATO_RETURN_IF_ERROR(write_file(tmp / kPackageManifest, json_text(manifest, 2) + "\n"));
     return Status::ok();
@@ -344,6 +345,10 @@ Result<LoadedPackage> load_package(const std::string& dir) {
     STRATO_ASSIGN_OR_RETURN(json pre, get<json>(m, "preprocessing", manifest_path));
     STRATO_ASSIGN_OR_RETURN(info.mean, get<std::vector<double>>(pre, "mean", manifest_path + " /preprocessing"));
     STRATO_ASSIGN_OR_RETURN(info.std, get<std::vector<double>>(pre, "std", manifest_path + " /preprocessing"));
+    if (pre.contains("transforms")) {
+        STRATO_ASSIGN_OR_RETURN(info.test_transforms,
+                                get<std::vector<std::string>>(pre, "transforms", manifest_path + " /preprocessing"));
+    }
     const auto channels = static_cast<size_t>(info.input_shape.channels);
     if (info.mean.size() != channels || info.std.size() != channels)
         return invalid_argument("{}: /preprocessing/mean and /std need {} values (one per input channel), got {} and {}",

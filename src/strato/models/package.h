@@ -31,6 +31,10 @@ struct PackageInfo {
     // A model trained on a CSV table: its feature columns, in the order it takes them (scikit-learn's
     // feature_names_in_); data evaluated with it must have them, in that order. Empty otherwise.
     std::vector<std::string> features;
+    // A model trained on images: the test split's transforms it was evaluated with (data.test.transforms,
+    // e.g. ["resize size=256", "center-crop size=224"]); `strato eval` and compress apply them when
+    // their data config names none. Empty: images are resized to the input size.
+    std::vector<std::string> test_transforms;
     nlohmann::json metrics = nlohmann::json::object();  // written to metrics.json
     // Set (an object) for an INT8 package made by `strato compress quantize`: its weights.pt
     // holds a models::QuantizedNet, not the float network of `model`.

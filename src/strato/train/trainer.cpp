@@ -351,7 +351,13 @@ Result<data::DataSplits> open_package_data(const models::PackageInfo& info, cons
     // Images are brought to the size the model takes unless the config says otherwise.
     data::DataConfig cfg = data;
     if (cfg.image_size <= 0 && info.input_shape.height == info.input_shape.width) cfg.image_size = info.input_shape.height;
-    if (cfg.dataset == "image-folder" || cfg.dataset == "shards") cfg.channels = info.input_shape.channels;
+    if (cfg.dataset == "image-folder" || cfg.dataset == "shards") {
+        cfg.channels = info.input_shape.channels;
+        // The test transforms the model was evaluated with in training (found by review: without
+        // them, `strato eval` resized a center-cropped model's images whole and scored it otherwise
+        // than its metrics.json), unless the data config names its own.
+        if (cfg.test_transforms.empty()) cfg.test_transforms = info.test_transforms;
+    }
     data::DataSplits splits;
     if (evaluation_only) {
         STRATO_ASSIGN_OR_RETURN(splits.test, data::open_evaluation_split(cfg, info.labels, info.mean));
@@ -1166,6 +1172,7 @@ Result<TrainResult> Trainer::finish(bool early_stopped) {
     if (const auto* csv = dynamic_cast<const data::CsvDataset*>(splits_.train.get())) info.features = csv->feature_names();
     info.mean = splits_.mean;
     info.std = splits_.std;
+    if (cfg_.data.dataset == "image-folder" || cfg_.data.dataset == "shards") info.test_transforms = cfg_.data.test_transforms;
     info.metrics = {{"test_acc", r.test_acc},        {"test_loss", r.test_loss}, {"best_test_acc", r.best_test_acc},
                     {"test_samples", last_eval_.count}, {"epochs", r.epochs},       {"steps", r.steps},
                     {"wall_time_s", r.wall_time_s},   {"precision", cfg_.train.precision},
