@@ -111,8 +111,11 @@ void add_launch_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         ->check(one_word);
     cmd->add_option("--partition", o->e.partition, "With --emit slurm: sbatch --partition")->check(one_word);
     cmd->add_option("--time", o->e.time, "With --emit slurm: sbatch --time")->check(one_word);
-    cmd->add_option("--gpus-per-node", o->e.gpus_per_node, "With --emit: GPUs to request per node");
-    cmd->add_option("--cpus-per-node", o->e.cpus_per_node, "With --emit: CPUs to request per node");
+    // (a negative count was written as none: a typo gave a job without GPUs)
+    cmd->add_option("--gpus-per-node", o->e.gpus_per_node, "With --emit: GPUs to request per node")
+        ->check(CLI::Range(0, 1024));
+    cmd->add_option("--cpus-per-node", o->e.cpus_per_node, "With --emit: CPUs to request per node")
+        ->check(CLI::Range(0, 1 << 20));
     cmd->add_option("--strato-path", o->e.strato,
                     "With --emit: strato on the nodes (default: this executable for slurm, strato for kubernetes)");
     cmd->add_option("--rdzv-port", o->e.rdzv_port, "With --emit: the rendezvous port on the first node (default 29400)")

@@ -125,6 +125,9 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         "Protocol, repository layout and config fields: docs/serve.md");
     cmd->callback([o, exit_code, allow_grpc, grpc_port] {
         using namespace serve;
+        // First: a SIGTERM while the flags are checked and the backends registered (a pod deleted
+        // at once) is this command's to handle, not the default action's (found by review).
+        signals::install_stop_handlers();
         auto fail = [&](const Status& s) { *exit_code = report_error("serve", s); };
         if (!o->allow_http)
             return void(*exit_code = report_usage_error("serve", "--allow-http=false leaves nothing to serve: strato "
@@ -174,7 +177,6 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
 #ifndef STRATO_MINIMAL
         register_onnx_backend(o->intra_threads);
 #endif
-        signals::install_stop_handlers();
         so.repository.interrupted = [] { return signals::stop_requested(); };
         InferenceServer server(so);
         Status st = server.start();

@@ -449,7 +449,8 @@ def emit_usage_errors(tmp):
                          ("slurm", ["--job-name", "a\tb"]), ("slurm", ["--rdzv-port", "70000"]),
                          ("slurm", ["--rdzv-port", "0"]), ("kubernetes", ["--image", "me/strato:1\nkind: Pod"]),
                          ("kubernetes", ["--job-name", "x\ny"]), ("slurm", ["--nproc-per-node", "x"]),
-                         ("slurm", ["--nproc-per-node", "0"])):
+                         ("slurm", ["--nproc-per-node", "0"]), ("slurm", ["--gpus-per-node", "-1"]),
+                         ("kubernetes", ["--cpus-per-node", "-4"])):
         p = launch("--emit", engine, "--nnodes", "2", *args, "true", timeout=30)
         check(p.returncode == 2 and f"{args[0]}: " in p.stderr and "INJECTED" not in p.stdout,
               f"--emit {engine} {args}: exit {p.returncode}, {p.stderr}")

@@ -382,6 +382,11 @@ def main():
         check("Rate over time" in open(f"{tmp}/tr.html").read(), "trace report without its timeline chart")
         check(len(re.findall(r"t = \d+ s: asked \d+\.\d req/s, answered \d+\.\d req/s, p50", err)) == 3,
               f"trace progress lines: {err[-600:]}")
+        # Found by review: windows under a second were labelled in whole seconds ("t = 1 s" twice).
+        _, err, _ = run([url, "--model", "cnn", "--trace", f"{tmp}/trace.csv", "--trace-speedup", "3", "-p", "250ms",
+                         "--json", f"{tmp}/tr3.json"])
+        times = re.findall(r"t = (\d+\.\d) s: asked", err)
+        check(len(times) >= 3 and len(set(times)) == len(times), f"sub-second windows' labels: {times}: {err[-600:]}")
         # The same trace 10 times faster at twice the rates: 32 requests in 0.3 s.
         out, _, _ = run([url, "--model", "cnn", "--trace", f"{tmp}/trace.csv", "--trace-speedup", "10", "--trace-rate-scale",
                          "2", "--json", f"{tmp}/tr2.json"])

@@ -207,7 +207,7 @@ Result<AutoscaleConfig> AutoscaleConfig::parse(std::string_view toml_text, const
     });
     if (c.min_nodes == 0 && !from_zero)
         return invalid_argument("{}: min_nodes = 0, but no policy can start a node from zero (utilisation is measured "
-                                "on running nodes); set min_nodes >= 1 or add a backlog policy",
+                                "on running nodes); set min_nodes >= 1, or add a backlog policy or a schedule with nodes > 0",
                                 source);
     return c;
 }

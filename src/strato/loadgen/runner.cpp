@@ -62,8 +62,10 @@ void follow_schedule(LoadSession& session, const RunOptions& o, const Schedule& 
         e.errors = m.errors();
         out->timeline.push_back(e);
         if (o.progress)
-            o.progress(fmt::format("  t = {:.0f} s: asked {:.1f} req/s, answered {:.1f} req/s, p50 {} ms, p99 {} ms, {} errors",
-                                   e.t_s, e.asked, e.throughput, ms(e.p50_ns), ms(e.p99_ns), e.errors));
+            // (windows under a second: "t = 1 s" twice read as a repeated line)
+            o.progress(fmt::format("  t = {:.{}f} s: asked {:.1f} req/s, answered {:.1f} req/s, p50 {} ms, p99 {} ms, {} errors",
+                                   e.t_s, o.window_s >= 1 ? 0 : o.window_s >= 0.1 ? 1 : 3, e.asked, e.throughput,
+                                   ms(e.p50_ns), ms(e.p99_ns), e.errors));
         const double secs = out->m.seconds + m.seconds;
         out->m.merge(m);
         out->m.seconds = secs;
