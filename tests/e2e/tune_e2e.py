@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """`strato tune` end to end with real trial processes: a small ASHA study killed with SIGKILL at
 random moments and restarted until it finishes — every trial exactly once, no epoch recorded
-twice, no trial process left behind; then status, best, export-best (trained again), report; and
-bad study files rejected before any trial starts."""
+twice, no trial process left behind; then status, best, export-best (trained again), report; bad
+study files rejected before any trial starts; and Ctrl-C: exit 130, the study resumed."""
 import json
 import os
 import random
@@ -129,11 +129,15 @@ def bad_studies(tmp):
         # Found by review: the trainer then evaluated at fractional epochs ("partial": true), which
         # the tuner skips, and trials ended "completed" with no result.
         ('"train.max_steps" = { type = "int", low = 10, high = 100 }', "train.max_steps = 10"),
+        # Found by review: a set entry on a tuned key was silently overridden by the parameter.
+        ('"optim.lr" = { type = "uniform", low = 0.1, high = 1 }\n[study]\nset = ["optim.lr=0.5"]',
+         '[params] "optim.lr": [study] set also gives it ("optim.lr=0.5")'),
     ]
     for i, (param, needle) in enumerate(cases):
         path = os.path.join(tmp, f"bad{i}.toml")
+        param, _, study_lines = param.partition("\n[study]\n")  # (more [study] settings)
         with open(path, "w") as f:
-            f.write(f'[study]\nname = "bad{i}"\nbase = "{base}"\n[params]\n{param}\n')
+            f.write(f'[study]\nname = "bad{i}"\nbase = "{base}"\n{study_lines}\n[params]\n{param}\n')
         sdir = os.path.join(tmp, f"bad{i}")
         p = run("tune", "run", path, "--dir", sdir, expect=1)
         check(p.stderr.startswith("strato tune: error: ") and needle in p.stderr, f"{param}: {p.stderr!r}")
@@ -231,6 +235,52 @@ def every_trial_failed(tmp):
           f"every trial failed: {p.stderr!r}")
 
 
+def ctrl_c_keeps_the_study(tmp):
+    """Ctrl-C (SIGINT) on `tune run` once its trials train: exit 130 with one error line, the
+    trials stopped at a checkpoint and left for the next run ("interrupted", no process left),
+    and the next run finishes the study, each epoch of each trial trained once."""
+    base = os.path.join(REPO, "configs", "fashion_mnist_mlp.toml")
+    study = os.path.join(tmp, "ctrl_c.toml")
+    with open(study, "w") as f:
+        f.write(f'[study]\nname = "ctrl_c"\nbase = "{base}"\ntrials = 2\nparallel = 2\nsampler = "random"\n'
+                'scheduler = "fifo"\nset = ["data.limit_train=2000", "data.limit_test=300", "train.log_every=1000"]\n'
+                '[scheduler]\nmax_t = 4\n[params]\n"optim.lr" = { type = "loguniform", low = 1e-4, high = 3e-2 }\n')
+    sdir = os.path.join(tmp, "ctrl_c")
+    p = subprocess.Popen([STRATO, "-q", "tune", "run", study, "--dir", sdir], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+
+    def evaluated():
+        for i in (1, 2):
+            try:
+                with open(os.path.join(sdir, "trials", f"trial-{i:04d}", "metrics.jsonl")) as f:
+                    if '"eval"' in f.read():
+                        return True
+            except OSError:
+                pass
+        return False
+
+    end = time.time() + 120  # (an epoch done: the trainers' handlers are in place)
+    while not evaluated() and p.poll() is None and time.time() < end:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    check(p.returncode == 130, f"tune run after Ctrl-C: exit {p.returncode}: {err[-1500:]}")
+    check(err.startswith("strato tune: error: interrupted"), f"tune run after Ctrl-C: {err!r}")
+    end = time.time() + 30
+    while trial_processes(sdir) and time.time() < end:
+        time.sleep(0.1)
+    check(not trial_processes(sdir), "trial processes outlived the interrupted study")
+    st = run("tune", "status", study, "--dir", sdir).stdout
+    check("interrupted" in st and " running" not in st and "failed" not in st, st)
+    p = run("-q", "tune", "run", study, "--dir", sdir)
+    st = run("tune", "status", study, "--dir", sdir).stdout
+    check("2 of 2 trials" in st and "2 completed" in st, st)
+    for i in (1, 2):
+        with open(os.path.join(sdir, "trials", f"trial-{i:04d}", "metrics.jsonl")) as f:
+            epochs = [json.loads(l)["epoch"] for l in f if '"kind":"eval"' in l.replace(" ", "")]
+        check(epochs == [1, 2, 3, 4], f"trial {i} after Ctrl-C and a resume: eval epochs {epochs}")
+
+
 def missing_study(tmp):
     """Found by review: report and export-best on a study that has not run blamed the default
     output ("--out DIR/report.html: the directory DIR does not exist", an --out never given);
@@ -258,6 +308,7 @@ def main():
         slurm_usage(tmp)
         edited_base_refused(tmp)
         every_trial_failed(tmp)
+        ctrl_c_keeps_the_study(tmp)
         missing_study(tmp)
     finish("tune e2e")
 

@@ -3,15 +3,18 @@
 tune executor's scheduling, shutdown and sharing can be tested in seconds.
 
 It writes RUN_DIR/RUN_NAME/metrics.jsonl eval lines ({"kind": "eval", "epoch": e, "test_acc": v}),
-honours train.epochs and train.stop_after_epochs, and on --resume rewrites the lines it already
+honours train.epochs and train.stop_after_epochs, locks its run directory as the trainer does
+(exit 1 when another process holds it), and on --resume rewrites the lines it already
 had (as the real trainer does after restoring a checkpoint) before going on. The first SIGTERM
 or SIGINT finishes the epoch, writes an "interrupted" line and exits 130; a second one kills
 it at once (as the real trainer exits without its checkpoint).
 Environment: FAKE_TRAIN_EPOCH_S (seconds per epoch, default 0.05), FAKE_TRAIN_ALLOC_MB (touch
 this much memory at start), FAKE_TRAIN_ODD_LINES (write lines of other shapes before each eval line), FAKE_TRAIN_FAIL_LR (a
-trial with this optim.lr exits 1 after its first epoch, or after FAKE_TRAIN_FAIL_EPOCH), FAKE_TRAIN_SLOW_RUN (a run of this
+trial with this optim.lr exits 1 after its first epoch, or after FAKE_TRAIN_FAIL_EPOCH; or kills itself
+with signal FAKE_TRAIN_FAIL_SIGNAL), FAKE_TRAIN_SLOW_RUN (a run of this
 run.name takes 5 times as long per epoch), FAKE_TRAIN_PARTIAL (write one eval line at a fractional
 epoch with "partial": true and exit 0, as the trainer does when train.max_steps ends an epoch)."""
+import fcntl
 import json
 import math
 import os
@@ -31,6 +34,16 @@ stop_after = int(sets.get("train.stop_after_epochs", "0")) or epochs
 lr = float(sets.get("optim.lr", "0.01"))
 os.makedirs(run_dir, exist_ok=True)
 path = os.path.join(run_dir, "metrics.jsonl")
+
+# The trainer's lock on its run directory (fs::lock_dir: an flock on "<parent>/.<name>.lock"):
+# a second process on the same directory fails at once, as `strato train` does.
+real_dir = os.path.realpath(run_dir)
+lock = open(os.path.join(os.path.dirname(real_dir), "." + os.path.basename(real_dir) + ".lock"), "a+")
+try:
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+except OSError:
+    print(f"run directory {run_dir} is in use by another strato process", file=sys.stderr)
+    sys.exit(1)
 
 stopping = [False]
 
@@ -88,5 +101,7 @@ while epoch < stop_after:
         f.write(json.dumps({"kind": "eval", "epoch": epoch, "test_acc": acc}) + "\n")
     if os.environ.get("FAKE_TRAIN_FAIL_LR") and float(os.environ["FAKE_TRAIN_FAIL_LR"]) == lr \
             and epoch >= int(os.environ.get("FAKE_TRAIN_FAIL_EPOCH", "1")):
+        if os.environ.get("FAKE_TRAIN_FAIL_SIGNAL"):  # killed (the kernel's OOM killer, kill -9)
+            os.kill(os.getpid(), int(os.environ["FAKE_TRAIN_FAIL_SIGNAL"]))
         sys.exit(1)  # a crash after a good epoch (out of memory, a node lost)
 sys.exit(0)

@@ -199,6 +199,11 @@ TEST(Space, StudySettingsOutOfReachAreRefusedAtLoad) {
         {"[params]\n\"model.width\" = { type = \"grid\", values = [64, 128, 64.0] }\n", "values holds 64 twice"},
         {"[params]\n\"optim.name\" = { type = \"choice\", values = [\"sgd\", \"adamw\", \"sgd\"] }\n",
          "values holds \"sgd\" twice"},
+        // One key given twice: the last silently won (the set entry never reached a trial).
+        {"set = [\"optim.lr=0.5\"]\n[params]\n" + lr,
+         "study.toml [params] \"optim.lr\": [study] set also gives it (\"optim.lr=0.5\")"},
+        {"set = [\"data.limit_train=100\", \"data.limit_train = 200\"]\n[params]\n" + lr,
+         "study.toml [study]: set gives data.limit_train twice (\"data.limit_train=100\" and \"data.limit_train = 200\")"},
     };
     for (const auto& [text, needle] : bad) {
         auto r = StudyConfig::parse(head + text, "study.toml", STRATO_SOURCE_DIR);
@@ -385,6 +390,17 @@ TEST(Sampler, GridEnumeratesTheProduct) {
                           "\"data.batch_size\" = { type = \"grid\", values = [32, 64, 128] }\n"
                           "\"optim.name\" = { type = \"grid\", values = [\"adamw\", \"sgd\"] }\n");
     EXPECT_EQ(grid_size(s), 6);
+    // Found by review: without `trials` a grid study ran 20 trials, this grid 3 times over (a
+    // grid of 60 only its first 20 points); it runs the grid once, as Ray Tune and Optuna do.
+    EXPECT_EQ(s.trials, 6);
+    StudyConfig two = study("[study]\nbase = \"configs/fashion_mnist_mlp.toml\"\nsampler = \"grid\"\ntrials = 2\n"
+                            "[params]\n\"optim.name\" = { type = \"grid\", values = [\"adamw\", \"sgd\"] }\n"
+                            "\"optim.lr\" = { type = \"loguniform\", low = 1e-4, high = 1e-1 }\n");
+    EXPECT_EQ(two.trials, 2) << "a trials setting is kept";
+    EXPECT_EQ(study("[study]\nbase = \"configs/fashion_mnist_mlp.toml\"\nsampler = \"random\"\n[params]\n"
+                    "\"optim.name\" = { type = \"grid\", values = [\"adamw\", \"sgd\"] }\n")
+                  .trials,
+              20) << "other samplers keep the default";
     std::set<Assignment> seen;
     std::mt19937_64 rng(1);
     for (int i = 0; i < 6; ++i) seen.insert(sample(s, i, {}, rng));
@@ -787,6 +803,40 @@ TEST(Executor, TrialDirectoriesOfAnotherStudyAreRefused) {
     EXPECT_TRUE(db->trials()->empty()) << "no trial was started";
 }
 
+// Found by review: a study resumed while the trainer of an interrupted trial still held its run
+// directory (the trial process of an executor killed a moment before, still exiting, or one whose
+// executor elsewhere lost its lease) started the trial at once; its trainer found the directory
+// in use and exited 1, and the trial was marked failed for good. It waits for the directory.
+TEST(Executor, AnInterruptedTrialWaitsWhileItsDirectoryIsInUse) {
+    auto r = fake_study("held", "max_t = 2", "trials = 1\nparallel = 1\nscheduler = \"fifo\"");
+    std::filesystem::create_directories(r.dir);
+    {
+        auto st = open_db(r);
+        ASSERT_TRUE(st);
+        ASSERT_TRUE(st->add_trial({{"optim.lr", "0.01"}}, 2, 0, "").is_ok());  // running, given up
+    }
+    auto held = fs::lock_dir(r.dir + "/trials/trial-0001");  // the old trainer, not gone yet
+    ASSERT_TRUE(held.is_ok()) << held.status().message();
+    std::thread old_trainer([&] {
+        // It goes once a new trainer has tried the directory (its log says so), or after a while.
+        const std::string log = r.dir + "/logs/trial-0001.log";
+        for (int i = 0; i < 300; ++i) {
+            std::error_code ec;
+            if (std::filesystem::file_size(log, ec) > 0 && !ec) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        fs::DirLock gone = std::move(*held);
+    });
+    auto s = run_fake(r);
+    old_trainer.join();
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    auto st = open_db(r);
+    const auto trials = *st->trials();
+    ASSERT_EQ(trials.size(), 1u);
+    EXPECT_EQ(trials[0].state, TrialState::kCompleted) << trials[0].error;
+    EXPECT_EQ(trials[0].epochs, 2);
+}
+
 // The stopping variant keeps the top 1/eta of a rung: a trial in the bottom half of four (eta 2)
 // is stopped even when it sits exactly at the lower neighbour of the quantile.
 TEST(Executor, AshaStoppingCutsAtTheInterpolatedQuantile) {
@@ -891,6 +941,41 @@ TEST(Executor, ATrialThatFailsAfterItsPromotionKeepsItsPlace) {
     for (const auto& t : trials)
         if (t.params.at("optim.lr") != "0.01") {
             EXPECT_EQ(t.epochs, 1) << "trial " << t.id;
+        }
+}
+
+// Found by review: a promotion study of fewer trials than a rung needs ended with every trial
+// paused at rung 0, none trained to max_t, and nothing said so.
+TEST(Executor, AStudyTooSmallToPromoteSaysSo) {
+    auto r = fake_study("too-small", "grace = 1\nmax_t = 3\nreduction = 3", "trials = 2\nparallel = 1\nscheduler = \"asha\"");
+    testing::internal::CaptureStderr();
+    auto s = run_fake(r);
+    const std::string err = testing::internal::GetCapturedStderr();
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    EXPECT_EQ(s->completed, 0);
+    EXPECT_NE(err.find("no trial trained to max_t = 3 epochs: 2 trial(s) wait paused at a rung"), std::string::npos) << err;
+    auto big = fake_study("big-enough", "grace = 1\nmax_t = 3\nreduction = 3", "trials = 3\nparallel = 1\nscheduler = \"asha\"");
+    testing::internal::CaptureStderr();
+    ASSERT_TRUE(run_fake(big).is_ok());
+    EXPECT_EQ(testing::internal::GetCapturedStderr().find("no trial trained"), std::string::npos);
+}
+
+// Found by review: a trial killed by a signal (the kernel's OOM killer, kill -9) failed with
+// "exit 137", read as the trainer's own exit status.
+TEST(Executor, ATrialKilledByASignalFailsSayingSo) {
+    setenv("FAKE_TRAIN_FAIL_SIGNAL", "9", 1);
+    StudyRun r;
+    auto s = run_with_failing_best(r, "killed", "1");
+    unsetenv("FAKE_TRAIN_FAIL_SIGNAL");
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    EXPECT_EQ(s->failed, 1);
+    auto st = open_db(r);
+    const auto trials = *st->trials();
+    for (const auto& t : trials)
+        if (t.state == TrialState::kFailed) {
+            EXPECT_EQ(t.error.rfind("killed by signal 9 (Killed): out of memory (the kernel's OOM killer), or kill -9", 0),
+                      0u)
+                << t.error;
         }
 }
 

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <set>
 #include <toml++/toml.h>
@@ -15,6 +16,7 @@
 #include "strato/core/json.h"
 #include "strato/core/log.h"
 #include "strato/train/train_config.h"
+#include "strato/tune/sampler.h"
 
 namespace strato::tune {
 
@@ -380,8 +382,29 @@ Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string&
             at = next == s.params.end() ? nullptr : &*next;
         }
     }
+    // A key given twice, by two `set` entries or by one and a parameter, was silently the last
+    // one's (`set = ["optim.lr=0.1"]` beside a tuned "optim.lr": the set entry never applied).
+    std::map<std::string, std::string> set_keys;
+    for (const auto& entry : s.fixed) {
+        std::string key = entry.substr(0, entry.find('='));
+        key.erase(key.find_last_not_of(' ') + 1);
+        key.erase(0, key.find_first_not_of(' '));
+        if (auto [at, fresh] = set_keys.emplace(key, entry); !fresh)
+            return invalid_argument("{}: set gives {} twice (\"{}\" and \"{}\"); the last would silently win: keep one",
+                                    in_study, key, at->second, entry);
+    }
+    for (const auto& p : s.params)
+        if (auto at = set_keys.find(p.key); at != set_keys.end())
+            return invalid_argument("{} [params] \"{}\": [study] set also gives it (\"{}\"), which the tuned value would "
+                                    "silently override: drop the set entry or the parameter",
+                                    source, p.key, at->second);
     if (s.sampler == "grid" && std::none_of(s.params.begin(), s.params.end(), [](const Param& p) { return p.dist == Dist::kGrid; }))
         return invalid_argument("{}: sampler = \"grid\" needs at least one parameter of type grid", source);
+    // A grid study without `trials` runs its grid once (Ray Tune's grid_search with num_samples 1;
+    // Optuna's GridSampler stops when the grid is done): the default of 20 ran a 4-point grid five
+    // times over, and only the first 20 points of a larger one.
+    if (s.sampler == "grid" && !st->contains("trials"))
+        s.trials = static_cast<int>(std::clamp<int64_t>(grid_size(s), 1, kGridTrialsMax));
     return s;
 }
 

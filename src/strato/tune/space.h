@@ -29,6 +29,7 @@
 //
 // Every error names the file and the parameter and is found before any trial starts.
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -59,6 +60,9 @@ struct Param {
 /// an int64 however they are converted.
 constexpr double kMemoryLimitGbMax = 1e6;
 constexpr double kCpusPerTrialMax = 1e5;
+/// The trials of a grid study that leaves `trials` out (one per grid point), at most tune run's
+/// --trials bound.
+constexpr int64_t kGridTrialsMax = 1'000'000;
 
 /// One trial's parameters: key -> TOML literal, as passed to `strato train --set key=literal`.
 using Assignment = std::map<std::string, std::string>;
@@ -70,7 +74,7 @@ struct StudyConfig {
     std::vector<std::string> fixed; // --set overrides for every trial
     std::string metric = "test_acc";
     bool maximize = true;
-    int trials = 20, parallel = 1, threads_per_trial = 1;
+    int trials = 20, parallel = 1, threads_per_trial = 1;  // trials: a grid's size without `trials`
     std::string sampler = "tpe", scheduler = "asha", variant = "promotion";
     uint64_t seed = 1;
     int grace = 1, max_t = 9, reduction = 3, brackets = 1;

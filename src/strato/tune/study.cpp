@@ -12,6 +12,7 @@
 #include <cctype>
 #include <cmath>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -233,6 +234,7 @@ private:
     std::string base_text_;  // the base train config the study's trials train on (study.db's record)
     bool cgroups_ = false;
     bool shutting_down_ = false;  // stopping the trials because one could not start (not by a signal)
+    std::set<int> waiting_;       // trials not taken over yet since a process still holds their directory
 };
 
 Status Executor::launch(const Trial& t) {
@@ -475,7 +477,14 @@ Status Executor::reap() {
             log::warn("tune: {} failed: {}", trial_name(id), why);
             STRATO_RETURN_IF_ERROR(store_->set_state(id, TrialState::kFailed, why));
         } else {
+            // "exit 137" read as the trainer's own exit status: it was SIGKILL, most often the
+            // kernel's out-of-memory killer (or kill -9); exit 130, a stop from outside the tuner.
             std::string why = fmt::format("exit {}", code);
+            if (WIFSIGNALED(status))
+                why = fmt::format("killed by signal {} ({}){}", WTERMSIG(status), strsignal(WTERMSIG(status)),
+                                  WTERMSIG(status) == SIGKILL ? ": out of memory (the kernel's OOM killer), or kill -9" : "");
+            else if (terminated)
+                why = fmt::format("exit {}: stopped by a signal that did not come from the tuner", code);
             if (r.group && r.group->oom_kills() > 0)
                 why = fmt::format("killed by the memory limit ({})", r.group->describe());
             else if (code == 126 && r.group)
@@ -498,6 +507,17 @@ Status Executor::adopt() {
         for (const auto& t : all) {
             if (running_.size() + take.size() >= static_cast<size_t>(c_.parallel)) break;
             if (t.state != TrialState::kRunning || running_.count(t.id) || owner_alive(t, host_)) continue;
+            // A trainer still holds its run directory: the trial process of an executor killed a
+            // moment ago, still exiting (its memory unmapped before its files are closed), or
+            // one of an executor elsewhere whose lease ran out while it lives. Started now, the
+            // trial's trainer found the directory in use, exited 1, and the trial was marked
+            // failed for good. It is taken once the directory is free.
+            if (auto held = fs::lock_dir(stdfs::path(o_.dir) / "trials" / trial_name(t.id)); !held.is_ok()) {
+                if (held.status().code() != StatusCode::kAlreadyExists) return held.status();
+                if (waiting_.insert(t.id).second && !o_.quiet)
+                    log::info("tune: {} waits: {}", trial_name(t.id), held.status().message());
+                continue;
+            }
             STRATO_RETURN_IF_ERROR(store_->set_owner(t.id, owner_));
             take.push_back(t);
         }
@@ -673,6 +693,17 @@ Result<RunSummary> Executor::run() {
         s.epochs_trained += t.epochs;
         if (rankable(t) && (!s.best || c_.better(*t.best, *s.best->best))) s.best = t;
     }
+    // A rung promotes its best 1/reduction once it holds `reduction` trials: a study of too few
+    // trials ended with every trial paused at a rung, none trained to max_t, and nothing said so
+    // (Ray Tune's ASHA and Optuna's pruner let the best one so far go on).
+    if (promotion() && s.completed == 0) {
+        const auto paused = std::count_if(done.begin(), done.end(), [](const Trial& t) { return t.state == TrialState::kPaused; });
+        if (paused > 0)
+            log::warn("tune: no trial trained to max_t = {} epochs: {} trial(s) wait paused at a rung, which promotes its "
+                      "best 1/{} only once it holds {} trials; more trials promote them (`strato tune run --trials N` "
+                      "continues this study)",
+                      c_.max_t, paused, c_.reduction, c_.reduction);
+    }
     return s;
 }
 
@@ -759,10 +790,14 @@ Result<RunSummary> run_study(const StudyConfig& cfg, const RunOptions& options) 
         o.strato_binary = stdfs::read_symlink("/proc/self/exe", ec).string();
         if (ec) return io_error("cannot find this executable: {}", ec.message());
     }
-    if (cfg.sampler == "grid" && grid_size(cfg) < cfg.trials)
+    if (const int64_t points = cfg.sampler == "grid" ? grid_size(cfg) : 0; points > 0 && points < cfg.trials)
         log::warn("tune: the grid has {} distinct point(s) and the study {} trials: the grid is run again from its "
                   "first point after that",
-                  grid_size(cfg), cfg.trials);
+                  points, cfg.trials);
+    else if (points > cfg.trials)  // (the first points only: a value of the last grid parameter never ran, unsaid)
+        log::warn("tune: the grid has {} distinct points and the study {} trials: the last {} points do not run "
+                  "(leave trials out to run the whole grid once)",
+                  points, cfg.trials, points - cfg.trials);
     STRATO_ASSIGN_OR_RETURN(auto store, open_store(cfg, o.dir, true));
     STRATO_ASSIGN_OR_RETURN(std::optional<std::string> base_text, store->meta("base_config"));
     Executor ex(cfg, o, std::move(store), base_text.value_or(std::string()));
