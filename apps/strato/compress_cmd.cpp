@@ -8,6 +8,7 @@
 #include "strato/compress/quantize.h"
 #include "strato/core/json.h"
 #include "strato/core/log.h"
+#include "strato/core/signals.h"
 #include "strato/train/train_config.h"
 #include "strato/train/trainer.h"
 
@@ -62,8 +63,11 @@ void add_quantize_command(CLI::App& compress, const GlobalFlags& g, int* exit_co
         "compress report like any other.\n"
         "Examples:\n  strato compress quantize --model runs/fashion_mnist_cnn/model\n"
         "  strato compress quantize --model runs/x/model --output runs/x/model-int8 --observer percentile "
-        "--percentile 99.9\nSee docs/compress.md.");
+        "--percentile 99.9\n"
+        "Ctrl-C (SIGINT) or SIGTERM stops between calibration or evaluation batches and exits with 130;\n"
+        "nothing is written (a package already at --output stays as it was). See docs/compress.md.");
     cmd->callback([o, &g, exit_code] {
+        signals::install_stop_handlers();  // first: a Ctrl-C while the data opens stops it too (exit 130)
         auto data = data_config_from_flags(o->config, o->sets, o->data, o->dataset);
         if (!data) return void(*exit_code = report_error("compress quantize", data.status()));
         compress::QuantizeRequest r = o->r;

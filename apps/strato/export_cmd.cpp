@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "strato/core/json.h"
+#include "strato/core/signals.h"
 #include "strato/export/onnx_export.h"
 
 namespace strato::cli {
@@ -22,7 +23,9 @@ void add_export_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
     auto o = std::make_shared<Opts>();
     auto* cmd =
         app.add_subcommand("export", "Write a model package as an ONNX file (dynamic batch axis), checked by libonnx");
-    cmd->add_option("--model", o->model, "Model package directory (runs/NAME/model)")->required();
+    cmd->add_option("--model", o->model, "Model package directory (runs/NAME/model)")
+        ->required()
+        ->check(file_path_flag());  // an empty value (an unset variable in a script) is a usage error
     cmd->add_option("--format", o->format, "Output format (onnx)")->capture_default_str()->check(CLI::IsMember({"onnx"}));
     cmd->add_option("--output", o->output,
                     "Output file (default: <model>/model.onnx, recorded in the package manifest)");
@@ -35,8 +38,11 @@ void add_export_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         "Examples:\n  strato export --model runs/fashion_mnist_cnn/model\n"
         "  strato export --model runs/x/model --output /srv/models/x/1/model.onnx --opset 17 --json\n"
         "The graph takes the package's normalised input (see strato-model.json /preprocessing) and\n"
-        "returns the logits; the batch axis is dynamic. See docs/export.md.");
+        "returns the logits; the batch axis is dynamic.\n"
+        "Ctrl-C (SIGINT) or SIGTERM stops between the steps (load, build and check, write) and exits with\n"
+        "130; nothing is written (an existing file and the manifest stay as they were). See docs/export.md.");
     cmd->callback([o, &g, exit_code] {
+        signals::install_stop_handlers();
         auto r = exporter::export_package_onnx(o->model, {.output = o->output, .opset = o->opset});
         if (!r) return void(*exit_code = report_error("export", r.status()));
         if (o->json) {

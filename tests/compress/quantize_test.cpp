@@ -1,12 +1,15 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "strato/compress/quantize.h"
 #include "strato/core/fs.h"
+#include "strato/core/signals.h"
 #include "strato/models/package.h"
 #include "strato/models/quantized.h"
 #include "strato/serve/backend/backend.h"
@@ -469,6 +472,98 @@ TEST_F(QuantizePackage, AnOutputThatCannotBeWrittenIsRefusedBeforeAnyWork) {
     EXPECT_NE(q.status().message().find("--output /proc/strato-quantize-test/model-int8"), std::string::npos)
         << q.status().message();
     EXPECT_NE(q.status().message().find("cannot write in /proc"), std::string::npos) << q.status().message();
+}
+
+/// Every file under `dir` with its SHA-256.
+std::map<std::string, std::string> tree_checksums(const stdfs::path& dir) {
+    std::map<std::string, std::string> out;
+    for (const auto& e : stdfs::recursive_directory_iterator(dir))
+        if (e.is_regular_file()) {
+            auto sum = fs::sha256_file(e.path());
+            out[e.path().string()] = sum.is_ok() ? *sum : sum.status().message();
+        }
+    return out;
+}
+
+// Found by review: Ctrl-C killed `strato compress quantize` on the spot (SIGINT's default
+// action). With the stop handlers installed, a stop request ends it at the next calibration
+// batch with kCancelled (exit 130): the package already at --output is left as it was, and no
+// staging folder or probe file is left beside it.
+TEST_F(QuantizePackage, AStopRequestEndsTheCalibrationAndWritesNothing) {
+    QuantizeRequest r = request();
+    r.evaluate = false;
+    ASSERT_TRUE(quantize_package(r).is_ok());
+    const auto before = tree_checksums(dir_);
+    signals::install_stop_handlers();
+    std::raise(SIGINT);
+    ASSERT_TRUE(signals::stop_requested());
+    r.overwrite = true;
+    r.evaluate = true;
+    r.seed = 3;
+    auto q = quantize_package(r);
+    signals::reset();
+    ASSERT_FALSE(q.is_ok());
+    EXPECT_EQ(q.status().code(), StatusCode::kCancelled);
+    EXPECT_NE(q.status().message().find("interrupted by signal 2 during the calibration (pass 1 of 2, before batch 1"),
+              std::string::npos)
+        << q.status().message();
+    EXPECT_NE(q.status().message().find("no package written"), std::string::npos) << q.status().message();
+    EXPECT_EQ(tree_checksums(dir_), before);  // same files, same bytes: nothing added, nothing replaced
+}
+
+// Found by review: a CSV model quantized without --dataset was calibrated on Fashion-MNIST (the
+// default) and refused with "the data has 1x28x28 images but the model expects 4x1x1", naming no
+// data and no way out.
+TEST_F(QuantizePackage, CalibrationDataThatDoesNotFitTheModelIsNamedWithAHint) {
+    QuantizeRequest r = request();
+    r.data.channels = 1;  // synthetic 1x16x16 images for a model of 3x16x16
+    auto q = quantize_package(r);
+    ASSERT_FALSE(q.is_ok());
+    EXPECT_NE(q.status().message().find("calibration data (synthetic): the data has 1x16x16 images but the model "
+                                        "expects 3x16x16"),
+              std::string::npos)
+        << q.status().message();
+    EXPECT_NE(q.status().message().find("hint: calibrate on the data the model was trained on"), std::string::npos)
+        << q.status().message();
+    EXPECT_FALSE(stdfs::exists(int8_dir()));
+
+    // A table's model (features in its manifest): the hint names the columns and --dataset csv.
+    models::PackageInfo info;
+    info.model.arch = "mlp";
+    info.input_shape = {3, 1, 1};
+    info.num_classes = 2;
+    info.labels = {"no", "yes"};
+    info.features = {"age", "income", "score"};
+    info.mean = {0.5, 0.5, 0.5};
+    info.std = {0.25, 0.25, 0.25};
+    auto net = models::create_model(info.model, info.input_shape, 2).value();
+    const std::string table = (dir_ / "table").string();
+    ASSERT_TRUE(models::save_package(table, info, *net).is_ok());
+    r = request();
+    r.model = table;
+    r.output = (dir_ / "table-int8").string();
+    r.data = data::DataConfig{};  // the default: Fashion-MNIST
+    q = quantize_package(r);
+    ASSERT_FALSE(q.is_ok());
+    EXPECT_NE(q.status().message().find("calibration data (fashion-mnist at "), std::string::npos)
+        << q.status().message();
+    EXPECT_NE(q.status().message().find("hint: the model reads a table of 3 features (age, income, score): --dataset "
+                                        "csv --data DIR"),
+              std::string::npos)
+        << q.status().message();
+    // A table that cannot be read is named by its file and line, with no hint at other data.
+    const stdfs::path csv = dir_ / "csv";
+    stdfs::create_directories(csv);
+    for (const char* split : {"train.csv", "test.csv"})
+        ASSERT_TRUE(fs::atomic_write(csv / split, "age,income,score,label\n0.1,0.2,0.3,0\ninf,0.5,0.5,1\n").is_ok());
+    r.data.dataset = "csv";
+    r.data.path = csv.string();
+    q = quantize_package(r);
+    ASSERT_FALSE(q.is_ok());
+    EXPECT_NE(q.status().message().find("calibration data (csv at " + csv.string() + "): "), std::string::npos)
+        << q.status().message();
+    EXPECT_NE(q.status().message().find("train.csv:3"), std::string::npos) << q.status().message();
+    EXPECT_EQ(q.status().message().find("hint:"), std::string::npos) << q.status().message();
 }
 
 TEST_F(QuantizePackage, CorruptInt8WeightsAreReportedNotLoaded) {

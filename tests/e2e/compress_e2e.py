@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import urllib.request
 
 from harness import STRATO, check, finish, run, train_tiny
@@ -55,6 +56,45 @@ def served_logits(pkg, images):
     finally:
         p.terminate()
         p.wait(timeout=30)
+
+
+def interrupted(args, ready, what):
+    """Runs `strato ARGS`, sends SIGINT as soon as a stderr line contains READY (the command is
+    then mid-work: its stop handlers are installed); returns its exit status, the stderr lines
+    after READY and the seconds from the signal to the exit. Killed after 300 s in any case."""
+    p = subprocess.Popen([STRATO, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killer = threading.Timer(300, p.kill)
+    killer.start()
+    try:
+        for line in p.stderr:
+            if ready in line:
+                break
+        else:
+            p.wait()
+            check(False, f"{what}: exit {p.returncode} before any '{ready}' line")
+            return p.returncode, [], 0
+        t0 = time.time()
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate()
+        return p.returncode, err.splitlines(), time.time() - t0
+    finally:
+        killer.cancel()
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def snapshot(*dirs):
+    """Every file under DIRS (links left out) with its bytes: temp and probe files show up too."""
+    out = {}
+    for d in dirs:
+        for root, _, files in os.walk(d):
+            for f in files:
+                if os.path.islink(os.path.join(root, f)):
+                    continue
+                with open(os.path.join(root, f), "rb") as fh:
+                    out[os.path.join(root, f)] = fh.read()
+    return out
 
 
 def test_images(n):
@@ -146,6 +186,47 @@ def main():
             p = run("compress", "quantize", "--model", fp32, "--output", out, expect=1)
             check(needle in p.stderr, f"--output {out}: {p.stderr}")
             check(time.time() - t0 < 20, f"--output {out} was refused only after {time.time() - t0:.0f}s")
+        # Found by review: Ctrl-C killed quantize on the spot (SIGINT's default action: no message,
+        # exit -2). It stops at the next calibration batch, or evaluation batch, exits 130 with one
+        # line, and the package already at --output (replaced only on success) stays as it was.
+        # 900 batches of 64 images, twice (histogram): the calibration lasts far longer than the signal.
+        before = snapshot(tmp)
+        code, lines, secs = interrupted(["compress", "quantize", "--model", fp32, "--output", int8, "--overwrite",
+                                         "--calibration-batches", "900", "--batch-size", "64"],
+                                        "calibrating on", "quantize (calibration)")
+        check(code == 130, f"quantize interrupted during the calibration: exit {code}: {lines}")
+        check(len(lines) == 1 and lines[0].startswith(
+            "strato compress quantize: error: interrupted by signal 2 during the calibration (pass 1 of 2"),
+              f"quantize interrupted during the calibration: {lines}")
+        check(secs < 60, f"quantize took {secs:.0f}s to stop after SIGINT")
+        check(snapshot(tmp) == before, "an interrupted quantize changed files: "
+              f"{sorted(set(snapshot(tmp)) ^ set(before))}")
+        # ... and during the evaluation (the whole test split, float then INT8).
+        code, lines, secs = interrupted(["compress", "quantize", "--model", fp32, "--output", int8, "--overwrite",
+                                         "--calibration-batches", "1"], "calibrated on", "quantize (evaluation)")
+        check(code == 130 and len(lines) == 1 and "interrupted by signal 2 while evaluating the" in lines[0]
+              and "no package written" in lines[0], f"quantize interrupted during the evaluation: exit {code}: {lines}")
+        check(secs < 60, f"quantize took {secs:.0f}s to stop after SIGINT")
+        check(snapshot(tmp) == before, "an interrupted quantize changed files: "
+              f"{sorted(set(snapshot(tmp)) ^ set(before))}")
+        # The same for strato export: a 37M-parameter mlp (150 MB of weights) takes seconds to build,
+        # check and write; the signal comes once the package is loaded. The file at --output (an
+        # earlier export) and the package stay as they were, and no temp file is left.
+        big = os.path.join(train_tiny(tmp, "big", "model.arch=mlp", "model.depth=3", "model.channels=[4096,4096,4096]",
+                                      "data.limit_train=256", "data.limit_test=100"), "model")
+        onnx_out = os.path.join(tmp, "exported", "big.onnx")
+        os.makedirs(os.path.dirname(onnx_out))
+        run("export", "--model", fp32, "--output", onnx_out)
+        before = snapshot(big, os.path.dirname(onnx_out))
+        code, lines, secs = interrupted(["-v", "export", "--model", big, "--output", onnx_out], "export: loaded",
+                                        "export")
+        errors = [l for l in lines if not l.startswith("debug:")]
+        check(code == 130 and len(errors) == 1 and errors[0].startswith("strato export: error: interrupted by signal 2")
+              and "nothing written" in errors[0], f"export interrupted: exit {code}: {lines}")
+        check(secs < 60, f"export took {secs:.0f}s to stop after SIGINT")
+        check(snapshot(big, os.path.dirname(onnx_out)) == before, "an interrupted export changed files")
+        shutil.rmtree(os.path.dirname(big))
+
         # Found by review: a trailing slash (a shell's completion) was "not a directory of its
         # own"; values out of range were found after the data was opened (exit 1).
         p = run("compress", "quantize", "--model", fp32, "--output", int8 + "/", expect=1)
@@ -187,6 +268,7 @@ def main():
         for args in (["compress", "quantize", "--model", fp32, "--dataset", "foo"],
                      ["compress", "report", "--model", f"a={fp32}", "--dataset", "foo"],
                      ["compress", "quantize", "--model", "", "--no-eval"],
+                     ["export", "--model", ""],  # (found by review: exit 1, "model package  does not exist")
                      ["compress", "prune", "--model", ""],
                      ["compress", "distill", "--teacher", "", "--config", "c.toml"]):
             p = run(*args, expect=2)

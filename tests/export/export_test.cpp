@@ -11,13 +11,16 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
+#include <map>
 #include <thread>
 #include <nlohmann/json.hpp>
 #include <opencv2/core.hpp>
 #include <opencv2/dnn.hpp>
 
 #include "strato/core/fs.h"
+#include "strato/core/signals.h"
 #include "strato/export/onnx_export.h"
 #include "strato/models/package.h"
 
@@ -331,6 +334,146 @@ TEST(PackageExport, TempFilesOfAKilledExportAreRemoved) {
     EXPECT_FALSE(stdfs::exists(dir / manifest_temp));
     EXPECT_FALSE(stdfs::exists(dir / onnx_temp));
     EXPECT_TRUE(models::load_package(dir.string()).is_ok());
+}
+
+// The OpenCV check above runs opset 13; --opset takes 13..17, so each is run too.
+TEST(ZooExport, EveryOpsetIsCheckedAndRunsInOpenCv) {
+    for (const Case& c : {Case{"mlp", config("mlp", 2, 16, false, 0.3), {1, 6, 6}, 4},
+                          Case{"cnn_bn", config("cnn", 2, 4, true, 0.25), {3, 16, 12}, 5},
+                          Case{"resnet8", config("resnet", 8, 4, true, 0), {3, 16, 16}, 6}}) {
+        models::Net net = make_net(c, 5);
+        for (int64_t opset = kOnnxOpsetMin; opset <= kOnnxOpsetMax; ++opset) {
+            OnnxSpec spec = spec_for(c);
+            spec.opset = opset;
+            auto m = net_to_onnx(*net, spec);
+            ASSERT_TRUE(m.is_ok()) << c.name << " opset " << opset << ": " << m.status().message();
+            onnx::ModelProto proto;
+            ASSERT_TRUE(proto.ParseFromString(m->bytes));
+            EXPECT_EQ(proto.opset_import(0).version(), opset);
+            EXPECT_NO_THROW(onnx::checker::check_model(proto)) << c.name << " opset " << opset;
+            cv::dnn::Net cv_net = cv::dnn::readNetFromONNX(m->bytes.data(), m->bytes.size());
+            ASSERT_FALSE(cv_net.empty()) << c.name << " opset " << opset;
+            for (int batch : {1, 3})
+                EXPECT_LE(max_diff_vs_opencv(cv_net, *net, c, batch), kTolerance) << c.name << " opset " << opset;
+        }
+    }
+}
+
+/// Every file under `dir` with its bytes' SHA-256.
+std::map<std::string, std::string> tree_checksums(const stdfs::path& dir) {
+    std::map<std::string, std::string> out;
+    for (const auto& e : stdfs::recursive_directory_iterator(dir)) {
+        if (!e.is_regular_file()) continue;
+        auto sum = fs::sha256_file(e.path());
+        out[e.path().string()] = sum.is_ok() ? *sum : sum.status().message();
+    }
+    return out;
+}
+
+// Found by review: Ctrl-C killed `strato export` on the spot (SIGINT's default action). With the
+// stop handlers installed, a stop request ends it between its steps with kCancelled (exit 130):
+// an existing model.onnx, the manifest (put back after a stale entry was unlisted) and a file at
+// --output stay as they were, and no temp file is left.
+TEST(PackageExport, AStopRequestEndsTheExportAndWritesNothing) {
+    TempDir tmp;
+    const Case c{"cnn", config("cnn", 1, 4, true, 0.1), {1, 12, 12}, 3};
+    const stdfs::path dir = tmp.path() / "model";
+    ASSERT_TRUE(save_test_package(c, 11, dir.string()).is_ok());
+    ASSERT_TRUE(export_package_onnx(dir.string(), {}).is_ok());
+    const stdfs::path elsewhere = tmp.path() / "other.onnx";
+    ASSERT_TRUE(fs::atomic_write(elsewhere, "\x08" "an older export").is_ok());
+    auto before = tree_checksums(tmp.path());
+
+    signals::install_stop_handlers();
+    std::raise(SIGINT);
+    ASSERT_TRUE(signals::stop_requested());
+    auto in_package = export_package_onnx(dir.string(), {.opset = 17});
+    auto outside = export_package_onnx(dir.string(), {.output = elsewhere.string()});
+    auto fresh = export_package_onnx(dir.string(), {.output = (tmp.path() / "new.onnx").string()});
+    auto after = tree_checksums(tmp.path());
+    // A listed model.onnx that no longer matches its checksum is unlisted before the package is
+    // loaded: the manifest comes back as it was.
+    ASSERT_TRUE(fs::atomic_write(dir / kOnnxFile, "\x08stale").is_ok());
+    auto stale_before = tree_checksums(tmp.path());
+    auto stale = export_package_onnx(dir.string(), {});
+    auto stale_after = tree_checksums(tmp.path());
+    signals::reset();
+
+    for (const auto* r : {&in_package, &outside, &fresh, &stale}) {
+        ASSERT_FALSE(r->is_ok());
+        EXPECT_EQ(r->status().code(), StatusCode::kCancelled) << r->status().message();
+        EXPECT_NE(r->status().message().find("interrupted by signal 2 after loading the package; nothing written"),
+                  std::string::npos)
+            << r->status().message();
+    }
+    EXPECT_EQ(after, before);  // same files, same bytes: nothing added, nothing replaced
+    EXPECT_EQ(stale_after, stale_before);
+}
+
+// Found by review: an --output in a folder that takes no new files failed only after the package
+// was loaded and the graph built, naming the temp file ("cannot create /proc/x.onnx.tmp.<pid>.0").
+// It is refused first, before the package is even read.
+TEST(ExportErrors, AnOutputThatCannotBeWrittenIsRefusedBeforeTheWork) {
+    TempDir tmp;
+    const stdfs::path dir = tmp.path() / "model";
+    ASSERT_TRUE(save_test_package({"mlp", config("mlp", 1, 8, false, 0), {1, 6, 6}, 3}, 3, dir.string()).is_ok());
+    auto weights = fs::read_file(dir / models::kPackageWeights).value();
+    weights[weights.size() / 2] ^= 1;  // loading it would fail: the output is refused before
+    ASSERT_TRUE(fs::atomic_write(dir / models::kPackageWeights, weights).is_ok());
+    auto r = export_package_onnx(dir.string(), {.output = "/proc/strato-export-test.onnx"});
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("/proc/strato-export-test.onnx: cannot write in /proc"), std::string::npos)
+        << r.status().message();
+    EXPECT_EQ(r.status().message().find(".tmp."), std::string::npos) << r.status().message();
+}
+
+// Found by review: `strato export --model runs/x/model/weights.pt` said "does not exist or is not
+// a directory" of a file that exists, and a run directory got no hint at its package.
+TEST(ExportErrors, WhatIsNotAPackageIsSaidAsLoadingSaysIt) {
+    TempDir tmp;
+    const stdfs::path dir = tmp.path() / "model";
+    ASSERT_TRUE(save_test_package({"mlp", config("mlp", 1, 8, false, 0), {1, 6, 6}, 3}, 3, dir.string()).is_ok());
+    auto file = export_package_onnx((dir / models::kPackageWeights).string(), {});
+    ASSERT_FALSE(file.is_ok());
+    EXPECT_NE(file.status().message().find("is a file of a package; give the package's directory"), std::string::npos)
+        << file.status().message();
+    auto run = export_package_onnx(tmp.path().string(), {});
+    ASSERT_FALSE(run.is_ok());
+    EXPECT_NE(run.status().message().find("a run directory? its package is " + dir.string()), std::string::npos)
+        << run.status().message();
+    EXPECT_FALSE(stdfs::exists(tmp.path() / kOnnxFile));
+}
+
+// Found by review: the ONNX file of a model trained on a CSV table did not say which column goes
+// where in its [batch, features, 1, 1] input; the package's feature names are in its metadata.
+TEST(PackageExport, ATableModelNamesItsFeatureColumns) {
+    TempDir tmp;
+    const Case c{"mlp", config("mlp", 1, 8, false, 0), {3, 1, 1}, 2};
+    models::Net net = make_net(c, 4);
+    models::PackageInfo info;
+    info.model = c.cfg;
+    info.input_shape = c.shape;
+    info.num_classes = 2;
+    info.labels = {"no", "yes"};
+    info.features = {"age", "income", "score"};
+    info.mean = {0.5, 0.5, 0.5};
+    info.std = {0.25, 0.25, 0.25};
+    const stdfs::path dir = tmp.path() / "model";
+    ASSERT_TRUE(models::save_package(dir.string(), info, *net).is_ok());
+    auto r = export_package_onnx(dir.string(), {});
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    onnx::ModelProto proto;
+    ASSERT_TRUE(proto.ParseFromString(fs::read_file(r->path).value()));
+    std::map<std::string, std::string> meta;
+    for (const auto& p : proto.metadata_props()) meta[p.key()] = p.value();
+    EXPECT_EQ(meta["strato.features"], R"(["age","income","score"])");
+    // An image model has none.
+    const std::string img_dir = (tmp.path() / "img").string();
+    ASSERT_TRUE(save_test_package({"mlp", config("mlp", 1, 8, false, 0), {1, 6, 6}, 3}, 3, img_dir).is_ok());
+    auto img = export_package_onnx(img_dir, {});
+    ASSERT_TRUE(img.is_ok()) << img.status().message();
+    ASSERT_TRUE(proto.ParseFromString(fs::read_file(img->path).value()));
+    for (const auto& p : proto.metadata_props()) EXPECT_NE(p.key(), "strato.features");
 }
 
 TEST(ExportErrors, UnsupportedModuleIsNamedWithItsPathAndType) {

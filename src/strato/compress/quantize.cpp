@@ -1,10 +1,13 @@
 #include "strato/compress/quantize.h"
 
+#include <fmt/ranges.h>
+
 #include <chrono>
 #include <filesystem>
 
 #include "strato/core/fs.h"
 #include "strato/core/log.h"
+#include "strato/core/signals.h"
 #include "strato/data/loader.h"
 #include "strato/models/package.h"
 #include "strato/train/trainer.h"
@@ -32,6 +35,46 @@ Status check_output_writable(const std::string& output) {
         if (up == up.parent_path()) return Status::ok();
     }
 }
+
+/// Ctrl-C (SIGINT) or SIGTERM, once signals::install_stop_handlers() ran: the command stops at
+/// the next safe point, before the package is saved, so --output stays as it was.
+Status check_stop(const std::string& during, const std::string& output) {
+    if (!signals::stop_requested()) return Status::ok();
+    return Status(StatusCode::kCancelled, fmt::format("interrupted by signal {} {}; no package written ({} left as it was)",
+                                                      signals::stop_signal(), during, output));
+}
+
+/// The test split as the evaluation reads it: a sample asked for after a stop signal fails with
+/// kCancelled (never a "bad sample" that data.on_bad_sample = "skip" would step over), so
+/// train::evaluate ends at the batch it is in instead of scoring the whole split first.
+class StopAtSignal final : public data::Dataset {
+public:
+    explicit StopAtSignal(std::shared_ptr<const data::Dataset> inner) : inner_(std::move(inner)) {}
+    int64_t size() const override { return inner_->size(); }
+    data::ImageShape shape() const override { return inner_->shape(); }
+    const std::vector<std::string>& class_names() const override { return inner_->class_names(); }
+    Status load(int64_t index, uint8_t* dst, int64_t* label) const override {
+        STRATO_RETURN_IF_ERROR(stopped());
+        return inner_->load(index, dst, label);
+    }
+    Status load_random(int64_t index, uint64_t seed, uint8_t* dst, int64_t* label) const override {
+        STRATO_RETURN_IF_ERROR(stopped());
+        return inner_->load_random(index, seed, dst, label);
+    }
+    std::vector<int64_t> group_starts() const override { return inner_->group_starts(); }
+    void will_read(const std::vector<int64_t>& order, int64_t from) const override { inner_->will_read(order, from); }
+    bool is_float() const override { return inner_->is_float(); }
+    Status load_float(int64_t index, float* dst, int64_t* label) const override {
+        STRATO_RETURN_IF_ERROR(stopped());
+        return inner_->load_float(index, dst, label);
+    }
+
+private:
+    static Status stopped() {
+        return signals::stop_requested() ? Status(StatusCode::kCancelled, "stop requested") : Status::ok();
+    }
+    std::shared_ptr<const data::Dataset> inner_;
+};
 
 }  // namespace
 
@@ -63,7 +106,24 @@ Result<QuantizeResult> quantize_package(const QuantizeRequest& r) {
                                   r.output));
     data::DataConfig cfg;
     auto splits = train::open_package_data(pkg.info, r.data, &cfg);
-    if (!splits) return Status(splits.status().code(), "calibration data: " + splits.status().message());
+    if (!splits) {
+        // Which data was read (the default is Fashion-MNIST, whatever the model was trained on), and
+        // for data that does not fit the model, what would.
+        std::string msg = fmt::format("calibration data ({}{}{}): {}", r.data.dataset,
+                                      r.data.dataset == "synthetic" ? "" : " at ",
+                                      r.data.dataset == "synthetic" ? "" : r.data.path, splits.status().message());
+        // (open_package_data's refusals of data that opened but does not fit start "the data has",
+        // "the data's ..."; a file that cannot be read or parsed is named by its path instead.)
+        if (splits.status().message().rfind("the data", 0) == 0) {
+            msg += pkg.info.features.empty() || r.data.dataset == "csv"
+                       ? "\nhint: calibrate on the data the model was trained on: --dataset KIND --data PATH, or "
+                         "--config with its [data] section"
+                       : fmt::format("\nhint: the model reads a table of {} features ({}): --dataset csv --data DIR "
+                                     "(DIR/train.csv, DIR/test.csv)",
+                                     pkg.info.features.size(), fmt::join(pkg.info.features, ", "));
+        }
+        return Status(splits.status().code(), msg);
+    }
     if (splits->train->size() == 0)
         return invalid_argument("calibration data: the train split of {} holds no samples", cfg.path);
 
@@ -83,11 +143,18 @@ Result<QuantizeResult> quantize_package(const QuantizeRequest& r) {
         const int64_t batches = std::min(r.calibration_batches, calib->batches_per_epoch());
         const auto start = std::chrono::steady_clock::now();
         int64_t samples = 0;
+        int pass = 0;
+        const int passes = r.quant.observer == "minmax" ? 1 : 2;
         auto for_each_batch = [&](const models::QuantizedNet::Feed& feed) -> Status {
             calib->seek({0, 0});
             samples = 0;
+            ++pass;
             data::Batch b;
             for (int64_t i = 0; i < batches; ++i) {
+                if (signals::stop_requested())
+                    return check_stop(fmt::format("during the calibration (pass {} of {}, before batch {} of {})", pass,
+                                                  passes, i + 1, batches),
+                                      r.output);
                 STRATO_ASSIGN_OR_RETURN(bool more, calib->next(b));
                 if (!more) break;
                 feed(train::images_tensor(b, false));  // NCHW: the folded float graph keeps NCHW weights
@@ -95,6 +162,8 @@ Result<QuantizeResult> quantize_package(const QuantizeRequest& r) {
             }
             return Status::ok();
         };
+        log::info("calibrating on {} batch{} of {} training samples ({} observer, {} pass{})", batches,
+                  batches == 1 ? "" : "es", r.calibration_batch_size, r.quant.observer, passes, passes == 1 ? "" : "es");
         STRATO_RETURN_IF_ERROR(qnet->calibrate(for_each_batch, r.quant));
         out.calibration_samples = samples;
         out.calibration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -124,10 +193,17 @@ Result<QuantizeResult> quantize_package(const QuantizeRequest& r) {
         info.metrics.erase("best_test_acc");
         if (info.metrics.contains("precision")) info.metrics["precision"] = "int8";
         if (r.evaluate) {
-            STRATO_ASSIGN_OR_RETURN(auto test, data::Loader::create(splits->test, data::eval_loader_options(cfg, *splits)));
+            STRATO_ASSIGN_OR_RETURN(auto test, data::Loader::create(std::make_shared<StopAtSignal>(splits->test),
+                                                                    data::eval_loader_options(cfg, *splits)));
             if (channels_last) models::to_channels_last(*pkg.net);
-            STRATO_ASSIGN_OR_RETURN(train::EvalResult f, train::evaluate(*pkg.net, *test, false, channels_last));
-            STRATO_ASSIGN_OR_RETURN(train::EvalResult q, train::evaluate(*qnet, *test, false, channels_last));
+            auto evaluate = [&](models::NetImpl& net, const char* which) -> Result<train::EvalResult> {
+                auto e = train::evaluate(net, *test, false, channels_last);
+                if (!e.is_ok() && signals::stop_requested())
+                    return check_stop(fmt::format("while evaluating the {} model", which), r.output);
+                return e;
+            };
+            STRATO_ASSIGN_OR_RETURN(train::EvalResult f, evaluate(*pkg.net, "float"));
+            STRATO_ASSIGN_OR_RETURN(train::EvalResult q, evaluate(*qnet, "INT8"));
             out.float_accuracy = f.accuracy;
             out.int8_accuracy = q.accuracy;
             out.test_samples = q.count;
@@ -139,6 +215,8 @@ Result<QuantizeResult> quantize_package(const QuantizeRequest& r) {
             for (const char* k : {"test_acc", "test_loss", "test_samples"}) info.metrics.erase(k);
         }
         info.metrics["compression"] = {{"method", "int8"}, {"source", source}, {"observer", r.quant.observer}};
+        // The last safe point: a signal during the save (atomic, short) lets it finish.
+        STRATO_RETURN_IF_ERROR(check_stop("before the package was saved", r.output));
         STRATO_RETURN_IF_ERROR(models::save_package(r.output, info, *qnet));
     } catch (const c10::Error& e) {
         return internal_error("libtorch: {}", models::torch_error_message(e));

@@ -41,6 +41,8 @@ struct QuantizeResult {
     nlohmann::json layers;                    // QuantizedNet::describe()
 };
 
+/// After signals::install_stop_handlers(), a SIGINT/SIGTERM stops it before the next calibration
+/// or evaluation batch with kCancelled: nothing is written, a package at `output` stays as it was.
 Result<QuantizeResult> quantize_package(const QuantizeRequest& request);
 
 }  // namespace strato::compress

@@ -10,9 +10,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <thread>
+#include <utility>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -20,6 +23,7 @@
 #include "strato/core/json.h"
 #include "strato/core/json_depth.h"
 #include "strato/core/log.h"
+#include "strato/core/signals.h"
 #include "strato/models/package.h"
 #include "strato/models/zoo.h"
 
@@ -422,6 +426,14 @@ Status check_onnx_destination(const stdfs::path& out) {
     return Status::ok();
 }
 
+/// Ctrl-C (SIGINT) or SIGTERM, once signals::install_stop_handlers() ran: the export stops
+/// between its steps, before the file is written (the manifest is put back as it was read).
+Status check_stop(const char* after, const stdfs::path& out) {
+    if (!signals::stop_requested()) return Status::ok();
+    return Status(StatusCode::kCancelled, fmt::format("interrupted by signal {} {}; nothing written ({} left as it was)",
+                                                      signals::stop_signal(), after, out.string()));
+}
+
 }  // namespace
 
 Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxExportOptions& options) {
@@ -430,7 +442,12 @@ Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxE
                                 kOnnxOpsetMax);
     }
     std::error_code ec;
-    if (!stdfs::is_directory(dir, ec)) return not_found("model package {} does not exist or is not a directory", dir);
+    // What is there instead of a package (a file of one, a run directory) is said as every command says it.
+    const auto not_a_package = [&dir](const std::string& fallback) -> Status {
+        auto pkg = models::load_package(dir);
+        return pkg.is_ok() ? not_found("{}", fallback) : pkg.status();
+    };
+    if (!stdfs::is_directory(dir, ec)) return not_a_package(fmt::format("model package {} is not a directory", dir));
     // One export of a package at a time: each rewrites its manifest, and two at once could leave
     // it listing one's file with the other's checksum. (A lock on the directory: the manifest
     // itself is replaced by rename.)
@@ -440,8 +457,17 @@ Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxE
         ::close(*fd);  // (releases the flock)
         delete fd;
     });
+    // Waiting for another export's turn, a Ctrl-C still stops this one (a blocking flock restarts
+    // after the signal handler).
     int locked = -1;
-    while ((locked = ::flock(dir_fd, LOCK_EX)) != 0 && errno == EINTR) {
+    for (bool said = false;
+         (locked = ::flock(dir_fd, LOCK_EX | LOCK_NB)) != 0 && (errno == EWOULDBLOCK || errno == EINTR);) {
+        if (signals::stop_requested())
+            return Status(StatusCode::kCancelled, fmt::format("interrupted by signal {} while waiting for another "
+                                                              "export of {}; nothing written",
+                                                              signals::stop_signal(), dir));
+        if (!std::exchange(said, true)) log::info("export: waiting for another export of {} to finish", dir);
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     if (locked != 0)  // (a filesystem without flock: go on, as one export at a time is the common case)
         log::warn("export: cannot lock {} ({}); another export of it at the same time could mix their manifests", dir,
@@ -451,7 +477,7 @@ Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxE
     // the lock: a live export's own is left alone, as is a process's that still runs).
     fs::remove_stale_temps(manifest_path);
     auto text = fs::read_file(manifest_path);
-    if (!text) return not_found("{} is not a model package: {}", dir, text.status().message());
+    if (!text) return not_a_package(fmt::format("{} is not a model package: {}", dir, text.status().message()));
     STRATO_ASSIGN_OR_RETURN(json manifest, parse_json_named(*text, manifest_path.string(), StatusCode::kDataLoss));
     if (!manifest.is_object())
         return data_loss("{}: expected a JSON object, got {}", manifest_path.string(), manifest.type_name());
@@ -464,6 +490,9 @@ Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxE
     if (!stdfs::is_directory(out_dir, ec)) {
         return not_found("cannot write {}: directory {} does not exist", out.string(), out_dir.string());
     }
+    // A folder that takes no new files (a read-only mount) is found before the package is loaded
+    // and the graph built, not by the temp file's name at the end.
+    STRATO_RETURN_IF_ERROR(fs::check_writable_dir(out_dir).with_context(out.string()));
     const bool in_package = stdfs::equivalent(out_dir, stdfs::path(dir), ec);
     // Another package's folder: its manifest lists its files with checksums, and a file written
     // over one of them (its own model.onnx) broke that package without a word.
@@ -497,6 +526,8 @@ Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxE
         }
     }
     STRATO_ASSIGN_OR_RETURN(models::LoadedPackage pkg, models::load_package(dir));
+    log::debug("export: loaded {} ({}, {} parameters)", dir, pkg.info.model.arch, models::parameter_count(*pkg.net));
+    STRATO_RETURN_IF_ERROR(check_stop("after loading the package", out));
     if (pkg.info.quantized()) {
         return invalid_argument("{} is an INT8 package (strato compress quantize); ONNX export writes float graphs: "
                                 "export its float package ({})",
@@ -521,7 +552,11 @@ Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxE
                      {"strato.model", json_text(model_cfg)},
                      {"strato.labels", json_text(json(pkg.info.labels))},
                      {"strato.preprocessing", json_text(manifest.value("preprocessing", json::object()))}};
+    // A table's model: which column goes where in the input (C = the features, H = W = 1).
+    if (!pkg.info.features.empty()) spec.metadata["strato.features"] = json_text(json(pkg.info.features));
     STRATO_ASSIGN_OR_RETURN(OnnxModelBytes onnx_model, net_to_onnx(*pkg.net, spec));
+    log::debug("export: graph built and checked ({} nodes, {} bytes)", onnx_model.nodes, onnx_model.bytes.size());
+    STRATO_RETURN_IF_ERROR(check_stop("after building the ONNX graph", out));
 
     if (files.is_object() && files.contains(name) && in_package) {
         // Unlist the old file first: a crash while the new one is written must not leave a
@@ -531,6 +566,8 @@ Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxE
         STRATO_RETURN_IF_ERROR(fs::atomic_write(manifest_path, json_text(manifest, 2) + "\n"));
     }
     fs::remove_stale_temps(out);  // an export killed mid-write left its partial copy
+    // The last safe point: a signal during the write (atomic) lets it and the manifest finish.
+    STRATO_RETURN_IF_ERROR(check_stop("before writing the file", out));
     {
         const Status written = fs::atomic_write(out, onnx_model.bytes);
         // In place although the write says otherwise (the directory's fsync after the rename

@@ -77,7 +77,8 @@ struct OnnxExportResult {
 /// Loads (and verifies) the package at `dir`, exports its network with the package signature's
 /// input/output names and writes the file atomically. A file written into the package directory
 /// is added to strato-model.json's `files` with its SHA-256, so the package stays verifiable;
-/// a crash at any point leaves a loadable package.
+/// a crash at any point leaves a loadable package. After signals::install_stop_handlers(), a
+/// SIGINT/SIGTERM stops it between its steps with kCancelled, the file and the manifest untouched.
 Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxExportOptions& options);
 
 }  // namespace strato::exporter
