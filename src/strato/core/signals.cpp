@@ -5,7 +5,9 @@
 #include <atomic>
 #include <cerrno>
 #include <csignal>
+#include <cstdint>
 #include <cstdlib>
+#include <ctime>
 #include <unistd.h>
 
 namespace strato::signals {
@@ -21,8 +23,27 @@ static_assert(std::atomic<int>::is_always_lock_free, "read in a signal handler")
 constexpr int kMaxGroups = 4096;
 std::atomic<int> g_groups[kMaxGroups];
 
-extern "C" void on_stop_signal(int sig) {
+// Who sent the first signal (0: the kernel, e.g. a terminal's Ctrl-C) and when (CLOCK_MONOTONIC, ns).
+volatile std::sig_atomic_t g_first_sender = 0;
+std::atomic<int64_t> g_first_ns{0};
+static_assert(std::atomic<int64_t>::is_always_lock_free, "read in a signal handler");
+constexpr int64_t kEchoNs = 1'000'000'000;
+
+int64_t monotonic_ns() {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);  // (async-signal-safe)
+    return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+int sender(const siginfo_t* info) { return info && (info->si_code == SI_USER || info->si_code == SI_QUEUE) ? info->si_pid : 0; }
+
+extern "C" void on_stop_signal(int sig, siginfo_t* info, void*) {
     if (g_signal != 0) {
+        // One stop delivered twice: Slurm signals every process of a job step, and the process's
+        // parent (strato launch, the tune executor) passes the stop on too; a terminal's Ctrl-C
+        // reaches the whole foreground group. A second signal from another sender within a
+        // second is that echo, not a user insisting: ignored, so the job still checkpoints.
+        if (sender(info) != g_first_sender && monotonic_ns() - g_first_ns.load(std::memory_order_relaxed) < kEchoNs) return;
         if (g_count < 1000) g_count = g_count + 1;
         // Held by a SecondSignalGuard: the second signal only asks to hurry; a third insists.
         if (g_guards.load(std::memory_order_relaxed) > 0 && g_count < 3) return;
@@ -33,6 +54,8 @@ extern "C" void on_stop_signal(int sig) {
             if (const int pgid = g.load(std::memory_order_relaxed); pgid > 0) ::kill(-pgid, SIGKILL);
         ::_exit(128 + sig);
     }
+    g_first_sender = sender(info);
+    g_first_ns.store(monotonic_ns(), std::memory_order_relaxed);
     g_signal = sig;
     g_count = 1;
 }
@@ -41,9 +64,9 @@ extern "C" void on_stop_signal(int sig) {
 
 void install_stop_handlers() {
     struct sigaction sa {};
-    sa.sa_handler = on_stop_signal;
+    sa.sa_sigaction = on_stop_signal;
     sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
+    sa.sa_flags = SA_RESTART | SA_SIGINFO;
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
     // A closed terminal (SIGHUP) stops a job as SIGTERM does (checkpoint, drain, stop the children

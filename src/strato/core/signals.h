@@ -1,7 +1,9 @@
 #pragma once
 // Cooperative stop on SIGINT/SIGTERM: the first signal sets a flag that long loops poll
 // (finish the step, checkpoint, exit cleanly); a second SIGINT/SIGTERM exits at once, unless a
-// SecondSignalGuard is held (then only a third does).
+// SecondSignalGuard is held (then only a third does). A second signal from another sender within
+// a second of the first is the same stop delivered twice (Slurm signals every process of a step
+// and the parent passes it on) and is ignored.
 
 namespace strato::signals {
 
