@@ -620,6 +620,26 @@ TEST(PrunePackage, CtrlCBeforeFineTuningCancelsWithoutAPackage) {
         EXPECT_NE(r.status().message().find("interrupted by signal"), std::string::npos) << r.status().message();
         EXPECT_FALSE(stdfs::exists(tmp.path() / "out" / "model")) << epochs;
     }
+    // Found by review: with --overwrite over a package, the stop was seen after the save and the
+    // new package deleted, the old one already replaced: both gone. The old one stays now.
+    PruneOptions o = small_options(tmp, src);
+    o.epochs = 0;
+    auto first = prune_package(o);
+    ASSERT_TRUE(first.is_ok()) << first.status().message();
+    auto manifest = fs::read_file(stdfs::path(first->package) / models::kPackageManifest);
+    ASSERT_TRUE(manifest.is_ok());
+    o.overwrite = true;
+    o.amount = 0.7;
+    signals::install_stop_handlers();
+    std::raise(SIGINT);
+    auto r = prune_package(o);
+    signals::reset();
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kCancelled) << r.status().message();
+    auto after = fs::read_file(stdfs::path(first->package) / models::kPackageManifest);
+    ASSERT_TRUE(after.is_ok()) << "the --overwrite target is gone: " << after.status().message();
+    EXPECT_EQ(*after, *manifest);
+    EXPECT_TRUE(models::load_package(first->package).is_ok());
 }
 
 TEST(PrunePackage, GradualReachesTheTargetAtTheEnd) {

@@ -703,6 +703,9 @@ Result<PruneReport> prune_package_impl(const PruneOptions& o) {
         models::PackageInfo info = src.info;
         info.model = cfg.model;
         info.metrics = {{"compression", report.compression_json()}};
+        // Before anything is replaced (found by review: a stop seen after the save deleted the new
+        // package, which had already replaced the --overwrite target: both were gone).
+        STRATO_RETURN_IF_ERROR(check_stop("pruning"));
         if (o.overwrite) {
             // The replaced run's fine-tuning goes (the package is replaced below, atomically): left
             // beside the new package, a later --resume continued it under the new settings.
@@ -712,15 +715,18 @@ Result<PruneReport> prune_package_impl(const PruneOptions& o) {
         fs::remove_stale_temps(settings_path);
         STRATO_RETURN_IF_ERROR(fs::atomic_write(settings_path, json_text(settings, 2) + "\n"));
         STRATO_RETURN_IF_ERROR(models::save_package(report.package, info, *start));
-        // Interrupted while saving or evaluating: the package goes again (no half-reported package).
-        auto cancel = [&](const char* step) -> Status {
-            Status st = check_stop(step);
-            if (!st.is_ok()) (void)fs::remove_tree(report.package);
-            return st;
+        // Interrupted once it is saved: the package stays (whatever it replaced is gone), without
+        // its test scores, and the message says so.
+        auto saved_then_stopped = [&](const char* step) -> Status {
+            if (!signals::stop_requested()) return Status::ok();
+            return Status(StatusCode::kCancelled,
+                          fmt::format("interrupted by signal {} {}; {} holds the pruned package, not evaluated "
+                                      "(`strato eval --model {}` scores it)",
+                                      signals::stop_signal(), step, report.package, report.package));
         };
-        STRATO_RETURN_IF_ERROR(cancel("saving the pruned package"));
+        STRATO_RETURN_IF_ERROR(saved_then_stopped("while the pruned package was saved"));
         auto ev = train::evaluate_package(report.package, cfg.data, /*bf16=*/false);
-        STRATO_RETURN_IF_ERROR(cancel("evaluating the pruned package"));
+        STRATO_RETURN_IF_ERROR(saved_then_stopped("while the pruned package was evaluated"));
         if (ev) {
             report.test_acc = ev->result.accuracy;
             report.test_samples = ev->result.count;
