@@ -401,6 +401,10 @@ TEST_F(Checkpoints, ACsvPackageRefusesDataWhoseFeatureColumnsDiffer) {
     const std::string pkg = (dir_ / "model").string();
     ASSERT_TRUE(models::save_package(pkg, info, *net).is_ok());
     EXPECT_EQ(models::load_package(pkg)->info.features, info.features);
+    // Its manifest does not call the values pixels (found by review).
+    const auto manifest = nlohmann::json::parse(*fs::read_file(stdfs::path(pkg) / models::kPackageManifest));
+    EXPECT_FALSE(manifest["preprocessing"].contains("pixels")) << manifest["preprocessing"].dump();
+    EXPECT_TRUE(manifest["preprocessing"].contains("values")) << manifest["preprocessing"].dump();
     data::DataConfig data;
     data.dataset = "csv";
     data.path = (dir_ / "table").string();

@@ -209,7 +209,12 @@ Status stage_package(const stdfs::path& tmp, const PackageInfo& info, NetImpl& n
           {"metrics.json", {{"sha256", fs::sha256_hex(metrics)}, {"bytes", metrics.size()}}}}},
     };
     if (info.quantized()) manifest["quantization"] = info.quantization;
-    if (!info.features.empty()) manifest["features"] = info.features;
+    if (!info.features.empty()) {
+        manifest["features"] = info.features;
+        // (a table's values are no pixels: each column is normalised by its mean and std)
+        manifest["preprocessing"].erase("pixels");
+        manifest["preprocessing"]["values"] = "the feature columns as read, in /features order, as [F, 1, 1]";
+    }
     if (!info.test_transforms.empty()) manifest["preprocessing"]["transforms"] = info.test_transforms;
     manifest.update(signature(info));
     STRATO_RETURN_IF_ERROR(write_file(tmp / kPackageManifest, json_text(manifest, 2) + "\n"));
