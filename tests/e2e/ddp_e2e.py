@@ -46,6 +46,8 @@ def train(tmp, name, *sets, procs=1, extra_launch=(), timeout=300):
                             "--log-dir", f"{tmp}/launch-{name}", *extra_launch, STRATO, "-q", "train", *args],
                            capture_output=True, text=True, timeout=timeout)
         check(p.returncode == 0, f"{name}: launch exit {p.returncode}: {p.stderr[-1500:]}")
+        if p.returncode != 0:  # (said now: reading the missing package below ends the script)
+            print(f"{name}: launch exit {p.returncode}:\n{p.stderr[-3000:]}", flush=True)
     return os.path.join(tmp, name)
 
 

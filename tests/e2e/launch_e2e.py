@@ -58,6 +58,11 @@ def environment(tmp):
     check([x["RANK"] for x in e] == ["0", "1", "2"], f"ranks {e}")
     check(all(x["WORLD_SIZE"] == "3" and x["LOCAL_WORLD_SIZE"] == "3" and x["GROUP_RANK"] == "0" for x in e), e)
     check(len({x["MASTER_PORT"] for x in e}) == 1 and e[0]["MASTER_ADDR"] == "127.0.0.1", e)
+    # Found by a parallel test run: the store's port came from bind(0), the kernel's ephemeral range,
+    # where any outgoing connection could take it before rank 0 bound it ("address in use").
+    lo, hi = map(int, open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
+    check(e and not lo <= int(e[0]["MASTER_PORT"]) <= hi, f"MASTER_PORT {e[0]['MASTER_PORT'] if e else '?'} is in the "
+          f"ephemeral range {lo}-{hi}")
     check(all(x["TORCHELASTIC_RESTART_COUNT"] == "0" and x["TORCHELASTIC_MAX_RESTARTS"] == "2" for x in e), e)
     check(all(x["OMP_NUM_THREADS"] == "1" for x in e), "OMP_NUM_THREADS=1 by default with several workers")
     # The rest of torchrun's worker environment (found by review: NCCL_ASYNC_ERROR_HANDLING was not set).

@@ -24,7 +24,10 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "strato/core/fs.h"
 #include "strato/core/json.h"
@@ -64,20 +67,51 @@ std::string job_id_chars(std::string id) {
 }
 
 /// A port nobody listens on now (bound and released; the worker of rank 0 binds it next).
+/// A port nothing else is handed meanwhile, for the workers' store: one outside the kernel's
+/// ephemeral range (net.ipv4.ip_local_port_range), which outgoing connections take their local
+/// ports from. A port bind(0) chose is in that range, and between the choice and rank 0's bind
+/// (seconds, as libtorch loads) any process's connect() could take it: rank 0 then failed with
+/// "address in use" (seen under a parallel test run). Falls back to bind(0).
 int free_port(const std::string& addr) {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = addr == "0.0.0.0" ? INADDR_ANY : htonl(INADDR_LOOPBACK);
-    a.sin_port = 0;
-    int port = 29500;
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-        socklen_t len = sizeof a;
-        getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-        port = ntohs(a.sin_port);
+    auto bind_to = [&addr](int want) {
+        const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) return -1;
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = addr == "0.0.0.0" ? INADDR_ANY : htonl(INADDR_LOOPBACK);
+        a.sin_port = htons(static_cast<uint16_t>(want));
+        int port = -1;
+        if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+            socklen_t len = sizeof a;
+            if (getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) port = ntohs(a.sin_port);
+        }
+        ::close(fd);
+        return port;
+    };
+    int lo = 32768, hi = 60999;  // (Linux's default range)
+    if (std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range"); range) {
+        int a = 0, b = 0;
+        if (range >> a >> b && 0 < a && a <= b && b <= 65535) lo = a, hi = b;
     }
-    ::close(fd);
-    return port;
+    // Below the range from 10000 (under it lie well-known services), and above it.
+    std::vector<std::pair<int, int>> spans;
+    if (lo - 1 >= 10000) spans.emplace_back(10000, lo - 1);
+    if (hi + 1 <= 65535) spans.emplace_back(hi + 1, 65535);
+    int total = 0;
+    for (const auto& [a, b] : spans) total += b - a + 1;
+    std::mt19937 rng(std::random_device{}());
+    for (int tries = 0; total > 0 && tries < 64; ++tries) {
+        int k = std::uniform_int_distribution<int>(0, total - 1)(rng);
+        for (const auto& [a, b] : spans) {
+            if (k <= b - a) {
+                if (const int port = bind_to(a + k); port > 0) return port;
+                break;
+            }
+            k -= b - a + 1;
+        }
+    }
+    const int port = bind_to(0);
+    return port > 0 ? port : 29500;
 }
 
 std::string signal_text(int sig) {
