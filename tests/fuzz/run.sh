@@ -65,7 +65,7 @@ inputs)
   s="$root/src/strato"
   build "$root/tests/fuzz/fuzz_inputs.cpp" \
     "$s"/core/{status,check,config,fs,duration,log,csv_table,parse,signals,cgroup}.cpp "$s"/train/train_config.cpp "$s"/data/data_config.cpp \
-    "$s"/tune/space.cpp "$s"/monitor/{alerts,snapshot}.cpp "$s"/cloud/{autoscale,catalog,simulator,spot}.cpp \
+    "$s"/tune/{space,sampler}.cpp "$s"/monitor/{alerts,snapshot}.cpp "$s"/cloud/{autoscale,catalog,simulator,spot}.cpp \
     "$s"/data/{csv,dataset,idx,manifest,codec,mapped_file,shards,tar,image_folder,remote,remote_fetch,loader,transforms}.cpp \
     "$s"/loadgen/{http_parse,schedule}.cpp "$s"/serve/repository/model_config.cpp "$s"/serve/protocol/types.cpp -- -lturbojpeg -ljpeg -lpng -ltomlplusplus -lfmt -lcrypto -lz
   cp "$root"/tests/fuzz/corpus/inputs/* "$out/corpus/"
