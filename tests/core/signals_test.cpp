@@ -38,6 +38,23 @@ TEST(SignalsDeathTest, AStopEchoedByAnotherSenderIsOneStop) {
         ::testing::ExitedWithCode(7), "");
 }
 
+// Every command's "interrupted by signal N ..." (compress, export) comes from one place.
+TEST(SignalsDeathTest, StoppedNamesTheSignal) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(
+        {
+            install_stop_handlers();
+            const bool before = stopped("after pruning; no package written").is_ok();
+            ::kill(::getpid(), SIGINT);
+            const Status after = stopped("after pruning; no package written");
+            ::_exit(before && after.code() == StatusCode::kCancelled &&
+                            after.message() == "interrupted by signal 2 after pruning; no package written"
+                        ? 7
+                        : 1);
+        },
+        ::testing::ExitedWithCode(7), "");
+}
+
 TEST(SignalsDeathTest, ASecondStopFromTheSameSenderEndsTheProcess) {
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     EXPECT_EXIT(

@@ -10,6 +10,8 @@
 #include <ctime>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 namespace strato::signals {
 namespace {
 
@@ -95,6 +97,10 @@ bool process_gone(long pid) {
 
 bool stop_requested() { return g_signal != 0; }
 int stop_signal() { return g_signal; }
+Status stopped(std::string_view what) {
+    if (!stop_requested()) return Status::ok();
+    return Status(StatusCode::kCancelled, fmt::format("interrupted by signal {} {}", stop_signal(), what));
+}
 int signal_count() { return g_count; }
 void reset() {
     g_signal = 0;

@@ -5,6 +5,10 @@
 // a second of the first is the same stop delivered twice (Slurm signals every process of a step
 // and the parent passes it on) and is ignored.
 
+#include <string_view>
+
+#include "strato/core/status.h"
+
 namespace strato::signals {
 
 void install_stop_handlers();
@@ -18,6 +22,10 @@ void untrack_process_group(int pgid);
 /// True when no process has this id (kill(pid, 0) fails with ESRCH; one that exists but belongs
 /// to another user is there). Ids below 1 are no process.
 bool process_gone(long pid);
+/// After a stop signal: kCancelled "interrupted by signal N <what>", the one wording every
+/// command stops with (`what` says where and what was kept, e.g. "after pruning; no package
+/// written"); before one: ok.
+Status stopped(std::string_view what);
 /// Stop signals received so far (0 before the first).
 int signal_count();
 /// For tests: clears the flag and the count.

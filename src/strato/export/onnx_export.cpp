@@ -429,9 +429,7 @@ Status check_onnx_destination(const stdfs::path& out) {
 /// Ctrl-C (SIGINT) or SIGTERM, once signals::install_stop_handlers() ran: the export stops
 /// between its steps, before the file is written (the manifest is put back as it was read).
 Status check_stop(const char* after, const stdfs::path& out) {
-    if (!signals::stop_requested()) return Status::ok();
-    return Status(StatusCode::kCancelled, fmt::format("interrupted by signal {} {}; nothing written ({} left as it was)",
-                                                      signals::stop_signal(), after, out.string()));
+    return signals::stopped(fmt::format("{}; nothing written ({} left as it was)", after, out.string()));
 }
 
 }  // namespace
@@ -462,10 +460,7 @@ Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxE
     int locked = -1;
     for (bool said = false;
          (locked = ::flock(dir_fd, LOCK_EX | LOCK_NB)) != 0 && (errno == EWOULDBLOCK || errno == EINTR);) {
-        if (signals::stop_requested())
-            return Status(StatusCode::kCancelled, fmt::format("interrupted by signal {} while waiting for another "
-                                                              "export of {}; nothing written",
-                                                              signals::stop_signal(), dir));
+        STRATO_RETURN_IF_ERROR(signals::stopped(fmt::format("while waiting for another export of {}; nothing written", dir)));
         if (!std::exchange(said, true)) log::info("export: waiting for another export of {} to finish", dir);
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
