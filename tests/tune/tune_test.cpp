@@ -60,6 +60,8 @@ TEST(Space, ParsesAndValidatesAgainstTheTrainConfig) {
     const std::pair<const char*, const char*> bad[] = {
         {"\"optim.lr\" = { type = \"uniform\", low = 1, high = 0.1 }", "low 1 must be below high 0.1"},
         {"\"optim.lr\" = { type = \"gaussian\", low = 0, high = 1 }", "unknown distribution 'gaussian'"},
+        {"\"model.width\" = { type = \"int\", low = 64, high = 64 }",
+         "low and high are both 64: nothing to tune\nhint: a fixed value goes in the study's set = [\"model.width=64\"]"},
         {"\"optim.name\" = { type = \"choice\", values = [] }", "non-empty values"},
         {"\"optim.lr\" = { type = \"loguniform\", low = 0, high = 1 }", "loguniform needs low > 0"},
         {"\"optim.lr\" = { type = \"uniform\", low = 0, hgh = 1 }", "unknown key 'hgh'"},
@@ -135,6 +137,15 @@ TEST(Space, ParsesAndValidatesAgainstTheTrainConfig) {
     EXPECT_EQ(lattice.params[0].high, 48);
     for (double x : {lattice.params[0].internal_low(), 47.0, 60.0, lattice.params[0].internal_high()})
         EXPECT_EQ(std::stoi(lattice.params[0].from_internal(x)) % 16, 0) << x;
+    // Found by review: uniform values were written with 6 digits, so every draw of [1e6, 1e6 + 10]
+    // was "1e+06". They are exact now; on a q lattice, without the sum's rounding.
+    StudyConfig narrow = study("[study]\nbase = \"configs/fashion_mnist_mlp.toml\"\n[params]\n"
+                               "\"optim.lr\" = { type = \"uniform\", low = 1e6, high = 1000010 }\n"
+                               "\"optim.weight_decay\" = { type = \"uniform\", low = 0, high = 1, q = 0.1 }\n");
+    ASSERT_EQ(narrow.params.size(), 2u);
+    EXPECT_EQ(narrow.params[0].from_internal(1000003.25), "1000003.25");
+    EXPECT_EQ(std::stod(narrow.params[0].from_internal(1000003.0000001)), 1000003.0000001);
+    EXPECT_EQ(narrow.params[1].from_internal(0.31), "0.3");
     auto sched = StudyConfig::parse("[study]\nbase = \"configs/fashion_mnist_mlp.toml\"\n[scheduler]\nmax_t = 1e3\n"
                                     "[params]\n\"optim.lr\" = { type = \"uniform\", low = 0.1, high = 1 }\n",
                                     "study.toml", STRATO_SOURCE_DIR);

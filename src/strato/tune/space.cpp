@@ -53,7 +53,10 @@ std::string Param::from_internal(double x) const {
     if (q > 0) v = low + std::round((v - low) / q) * q;
     v = std::clamp(v, low, high);
     if (dist == Dist::kInt) return fmt::format("{}", static_cast<int64_t>(std::llround(v)));
-    return fmt::format("{:.6g}", v);
+    // 15 digits (found by review: 6 made every draw of [1e6, 1e6 + 10] "1e+06", one trial run
+    // over and over), and no more: they drop a q lattice's sums' and log/exp's rounding (0.3, not
+    // 0.30000000000000004; 256, not 255.99999999999994).
+    return fmt::format("{:.15g}", v);
 }
 
 namespace {
@@ -107,6 +110,10 @@ Result<Param> parse_param(const std::string& key, const toml::node& node, const 
             return invalid_argument("{}: int needs whole-number low and high, got {} and {}", where, p.low, p.high);
         if (p.dist == Dist::kInt && (std::fabs(p.low) > 0x1p53 || std::fabs(p.high) > 0x1p53))
             return invalid_argument("{}: int low and high must lie within +-2^53, got {:g} and {:g}", where, p.low, p.high);
+        if (p.low == p.high)
+            return invalid_argument("{}: low and high are both {}: nothing to tune\nhint: a fixed value goes in the "
+                                    "study's set = [\"{}={}\"]",
+                                    where, p.low, key, p.low);
         if (!(p.low < p.high)) return invalid_argument("{}: low {} must be below high {}", where, p.low, p.high);
         if (p.dist == Dist::kLogUniform && p.low <= 0) return invalid_argument("{}: loguniform needs low > 0", where);
         if (p.q < 0) return invalid_argument("{}: q must be >= 0", where);
