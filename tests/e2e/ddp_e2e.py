@@ -6,7 +6,7 @@ checkpoint and, in deterministic mode, ends with the weights of an uninterrupted
 whose peer never comes gives a clear error within the timeout, also when the port is held by a
 program that is no store; Ctrl-C while waiting stops at once; the same training under mpirun;
 ranks with different models, different steps per epoch or a malformed MASTER_ADDR stop at once
-with an error saying why."""
+with an error saying why; a stop signal to one rank stops both, each saying why."""
 import json
 import os
 import signal
@@ -342,6 +342,32 @@ def bad_master_addr(tmp):
         check("using MASTER_PORT" not in p.stderr, f"{addr}: the port is not blamed: {p.stderr[-600:]}")
 
 
+def signal_to_one_rank(tmp):
+    """Found by review: SIGTERM to rank 1 alone stopped both ranks with a checkpoint, but rank 0,
+    which got no signal, said "interrupted by signal 0"."""
+    port = free_port()
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([STRATO, "-q", "train", *BASE, "--set", f"run.dir={tmp}", "--set",
+                                       "run.name=one-signal", "--set", "train.epochs=100", "--set",
+                                       "checkpoint.every_steps=5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=env))
+    ckpt = os.path.join(tmp, "one-signal", "checkpoints")
+    deadline = time.time() + 120
+    while time.time() < deadline and procs[1].poll() is None:
+        if os.path.isdir(ckpt) and any(n.startswith("step") for n in os.listdir(ckpt)):
+            procs[1].send_signal(signal.SIGTERM)
+            break
+        time.sleep(0.02)
+    errs = [p.communicate(timeout=120)[1] for p in procs]
+    for rank, (p, err) in enumerate(zip(procs, errs)):
+        check(p.returncode == 130, f"SIGTERM to rank 1, rank {rank}: exit {p.returncode}: {err[-600:]}")
+        check("checkpoint saved" in err, f"rank {rank} says where its checkpoint is: {err[-600:]}")
+    check("interrupted by a stop signal to another rank" in errs[0], f"rank 0: {errs[0][-600:]}")
+    check("interrupted by signal 15" in errs[1], f"rank 1: {errs[1][-600:]}")
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         different_models(tmp)
@@ -357,6 +383,7 @@ def main():
         kill_and_resume(tmp)
         missing_peer(tmp)
         rank0_missing(tmp)
+        signal_to_one_rank(tmp)
     finish("ddp e2e")
 
 

@@ -349,27 +349,38 @@ TEST_F(Checkpoints, ARenamedOrForeignCheckpointIsUnusable) {
 
 // Found by review: `strato eval` scored a package of NaN weights (accuracy of a constant guess,
 // loss nan) with exit 0.
-TEST_F(Checkpoints, EvaluatingAPackageOfNanWeightsIsAnError) {
+// A 4-class MLP package of 8x8 grey images and 64 synthetic test samples for it.
+struct TinyPackage {
     models::PackageInfo info;
-    info.model.arch = "mlp";
-    info.model.width = 16;
-    info.input_shape = {1, 8, 8};
-    info.num_classes = 4;
-    for (int i = 0; i < 4; ++i) info.labels.push_back(fmt::format("c{}", i));
-    info.mean = {0.5};
-    info.std = {0.25};
-    auto net = models::create_model(info.model, info.input_shape, 4).value();
-    const std::string pkg = (dir_ / "model").string();
-    ASSERT_TRUE(models::save_package(pkg, info, *net).is_ok());
+    models::Net net;
+    std::string dir;
     data::DataConfig data;
-    data.dataset = "synthetic";
-    data.path = "/nonexistent";
-    data.image_size = 8;
-    data.channels = 1;
-    data.classes = 4;
-    data.limit_train = 64;
-    data.limit_test = 64;
-    data.workers = 0;
+};
+TinyPackage tiny_package(const stdfs::path& dir) {
+    TinyPackage t;
+    t.info.model.arch = "mlp";
+    t.info.model.width = 16;
+    t.info.input_shape = {1, 8, 8};
+    t.info.num_classes = 4;
+    for (int i = 0; i < 4; ++i) t.info.labels.push_back(fmt::format("c{}", i));
+    t.info.mean = {0.5};
+    t.info.std = {0.25};
+    t.net = models::create_model(t.info.model, t.info.input_shape, 4).value();
+    t.dir = (dir / "model").string();
+    EXPECT_TRUE(models::save_package(t.dir, t.info, *t.net).is_ok());
+    t.data.dataset = "synthetic";
+    t.data.path = "/nonexistent";
+    t.data.image_size = 8;
+    t.data.channels = 1;
+    t.data.classes = 4;
+    t.data.limit_train = 64;
+    t.data.limit_test = 64;
+    t.data.workers = 0;
+    return t;
+}
+
+TEST_F(Checkpoints, EvaluatingAPackageOfNanWeightsIsAnError) {
+    auto [info, net, pkg, data] = tiny_package(dir_);
     auto good = evaluate_package(pkg, data, false);
     ASSERT_TRUE(good.is_ok()) << good.status().message();
     {
@@ -383,6 +394,21 @@ TEST_F(Checkpoints, EvaluatingAPackageOfNanWeightsIsAnError) {
         << bad.status().message();
     EXPECT_NE(bad.status().message().find("nan: its outputs are NaN or infinite"), std::string::npos)
         << bad.status().message();
+}
+
+// Ctrl-C during `strato compress prune`'s evaluations (and quantize's) stops at the next batch
+// instead of scoring the whole test split first.
+TEST_F(Checkpoints, AnEvaluationAskedToStopEndsAtTheNextBatch) {
+    auto t = tiny_package(dir_);
+    t.data.eval_batch_size = 16;
+    int asked = 0;
+    auto stopped = evaluate_package(t.dir, t.data, false, true, [&asked] { return ++asked == 3; });
+    ASSERT_FALSE(stopped.is_ok());
+    EXPECT_EQ(stopped.status().code(), StatusCode::kCancelled);
+    EXPECT_EQ(stopped.status().message(), "interrupted while evaluating, after 32 of the test samples");
+    auto whole = evaluate_package(t.dir, t.data, false, true, [] { return false; });
+    ASSERT_TRUE(whole.is_ok()) << whole.status().message();
+    EXPECT_EQ(whole->result.count, 64);
 }
 
 // Found by review: a package trained on a CSV table scored a test.csv whose columns were in
@@ -427,6 +453,19 @@ TEST_F(Checkpoints, ACsvPackageRefusesDataWhoseFeatureColumnsDiffer) {
     ASSERT_FALSE(other.is_ok());
     EXPECT_NE(other.status().message().find("feature column 3 is 'd' but the model's is 'c':"), std::string::npos)
         << other.status().message();
+    // The data read is named, and for a table model given images (the default is Fashion-MNIST),
+    // what would fit (found by review: "label 9 found, but there are only 2 classes", no more).
+    data::DataConfig images;
+    images.dataset = "synthetic";
+    images.image_size = 8;
+    images.workers = 0;
+    auto wrong = evaluate_package(pkg, images, false);
+    ASSERT_FALSE(wrong.is_ok());
+    EXPECT_EQ(wrong.status().message().rfind("test data (synthetic): ", 0), 0u) << wrong.status().message();
+    EXPECT_NE(wrong.status().message().find("\nhint: the model reads a table of 3 features (a, b, c): --dataset csv "
+                                            "--data DIR (DIR/train.csv, DIR/test.csv)"),
+              std::string::npos)
+        << wrong.status().message();
 }
 
 TEST(Threads, ZeroTakesOmpNumThreadsWhenSetAsPyTorchDoes) {

@@ -535,11 +535,7 @@ bool holds_run(const stdfs::path& dir) {
 
 /// Ctrl-C (SIGINT) or SIGTERM between the long steps before and after fine-tuning (the trainer
 /// polls during it): `step` is what just finished.
-Status check_stop(const char* step) {
-    if (!signals::stop_requested()) return Status::ok();
-    return Status(StatusCode::kCancelled,
-                  fmt::format("interrupted by signal {} after {}; no package written", signals::stop_signal(), step));
-}
+Status check_stop(const char* step) { return signals::stopped(fmt::format("after {}; no package written", step)); }
 
 Result<PruneReport> prune_package_impl(const PruneOptions& o) {
     // Options first, then the package: every refusal before any work.
@@ -616,7 +612,7 @@ Result<PruneReport> prune_package_impl(const PruneOptions& o) {
     cfg.data.std = src.info.std;
     const auto& in = src.info.input_shape;
     if (cfg.data.image_size <= 0 && in.height == in.width) cfg.data.image_size = in.height;  // as strato eval
-    if (cfg.data.dataset == "image-folder" || cfg.data.dataset == "shards") cfg.data.channels = in.channels;
+    if (cfg.data.reads_image_files()) cfg.data.channels = in.channels;
     // The fine-tuning data must be the model's: its image shape and its classes, in its order
     // (else the package would be relabelled with the data's class names).
     if (auto checked = train::open_package_data(src.info, cfg.data); !checked)
@@ -655,9 +651,10 @@ Result<PruneReport> prune_package_impl(const PruneOptions& o) {
 
     // The source's accuracy on the test split the pruned model is measured on: its metrics.json may
     // count another (10,000 samples against --set data.limit_test=500: "89.20 % -> 93.40 %").
-    if (auto ev = train::evaluate_package(o.model, cfg.data, /*bf16=*/false); ev.is_ok())
+    const auto interrupted = [] { return signals::stop_requested(); };
+    if (auto ev = train::evaluate_package(o.model, cfg.data, /*bf16=*/false, /*fuse=*/true, interrupted); ev.is_ok())
         report.source_test_acc = ev->result.accuracy;
-    else
+    else if (!signals::stop_requested())
         log::warn("prune: the source package's accuracy is taken from its metrics.json (evaluating it failed: {})",
                   ev.status().message());
     STRATO_RETURN_IF_ERROR(check_stop("evaluating the source package"));
@@ -718,14 +715,12 @@ Result<PruneReport> prune_package_impl(const PruneOptions& o) {
         // Interrupted once it is saved: the package stays (whatever it replaced is gone), without
         // its test scores, and the message says so.
         auto saved_then_stopped = [&](const char* step) -> Status {
-            if (!signals::stop_requested()) return Status::ok();
-            return Status(StatusCode::kCancelled,
-                          fmt::format("interrupted by signal {} {}; {} holds the pruned package, not evaluated "
-                                      "(`strato eval --model {}` scores it)",
-                                      signals::stop_signal(), step, report.package, report.package));
+            return signals::stopped(fmt::format("{}; {} holds the pruned package, not evaluated "
+                                                "(`strato eval --model {}` scores it)",
+                                                step, report.package, report.package));
         };
         STRATO_RETURN_IF_ERROR(saved_then_stopped("while the pruned package was saved"));
-        auto ev = train::evaluate_package(report.package, cfg.data, /*bf16=*/false);
+        auto ev = train::evaluate_package(report.package, cfg.data, /*bf16=*/false, /*fuse=*/true, interrupted);
         STRATO_RETURN_IF_ERROR(saved_then_stopped("while the pruned package was evaluated"));
         if (ev) {
             report.test_acc = ev->result.accuracy;

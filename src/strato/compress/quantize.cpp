@@ -39,42 +39,8 @@ Status check_output_writable(const std::string& output) {
 /// Ctrl-C (SIGINT) or SIGTERM, once signals::install_stop_handlers() ran: the command stops at
 /// the next safe point, before the package is saved, so --output stays as it was.
 Status check_stop(const std::string& during, const std::string& output) {
-    if (!signals::stop_requested()) return Status::ok();
-    return Status(StatusCode::kCancelled, fmt::format("interrupted by signal {} {}; no package written ({} left as it was)",
-                                                      signals::stop_signal(), during, output));
+    return signals::stopped(fmt::format("{}; no package written ({} left as it was)", during, output));
 }
-
-/// The test split as the evaluation reads it: a sample asked for after a stop signal fails with
-/// kCancelled (never a "bad sample" that data.on_bad_sample = "skip" would step over), so
-/// train::evaluate ends at the batch it is in instead of scoring the whole split first.
-class StopAtSignal final : public data::Dataset {
-public:
-    explicit StopAtSignal(std::shared_ptr<const data::Dataset> inner) : inner_(std::move(inner)) {}
-    int64_t size() const override { return inner_->size(); }
-    data::ImageShape shape() const override { return inner_->shape(); }
-    const std::vector<std::string>& class_names() const override { return inner_->class_names(); }
-    Status load(int64_t index, uint8_t* dst, int64_t* label) const override {
-        STRATO_RETURN_IF_ERROR(stopped());
-        return inner_->load(index, dst, label);
-    }
-    Status load_random(int64_t index, uint64_t seed, uint8_t* dst, int64_t* label) const override {
-        STRATO_RETURN_IF_ERROR(stopped());
-        return inner_->load_random(index, seed, dst, label);
-    }
-    std::vector<int64_t> group_starts() const override { return inner_->group_starts(); }
-    void will_read(const std::vector<int64_t>& order, int64_t from) const override { inner_->will_read(order, from); }
-    bool is_float() const override { return inner_->is_float(); }
-    Status load_float(int64_t index, float* dst, int64_t* label) const override {
-        STRATO_RETURN_IF_ERROR(stopped());
-        return inner_->load_float(index, dst, label);
-    }
-
-private:
-    static Status stopped() {
-        return signals::stop_requested() ? Status(StatusCode::kCancelled, "stop requested") : Status::ok();
-    }
-    std::shared_ptr<const data::Dataset> inner_;
-};
 
 }  // namespace
 
@@ -106,24 +72,7 @@ Result<QuantizeResult> quantize_package(const QuantizeRequest& r) {
                                   r.output));
     data::DataConfig cfg;
     auto splits = train::open_package_data(pkg.info, r.data, &cfg);
-    if (!splits) {
-        // Which data was read (the default is Fashion-MNIST, whatever the model was trained on), and
-        // for data that does not fit the model, what would.
-        std::string msg = fmt::format("calibration data ({}{}{}): {}", r.data.dataset,
-                                      r.data.dataset == "synthetic" ? "" : " at ",
-                                      r.data.dataset == "synthetic" ? "" : r.data.path, splits.status().message());
-        // (open_package_data's refusals of data that opened but does not fit start "the data has",
-        // "the data's ..."; a file that cannot be read or parsed is named by its path instead.)
-        if (splits.status().message().rfind("the data", 0) == 0) {
-            msg += pkg.info.features.empty() || r.data.dataset == "csv"
-                       ? "\nhint: calibrate on the data the model was trained on: --dataset KIND --data PATH, or "
-                         "--config with its [data] section"
-                       : fmt::format("\nhint: the model reads a table of {} features ({}): --dataset csv --data DIR "
-                                     "(DIR/train.csv, DIR/test.csv)",
-                                     pkg.info.features.size(), fmt::join(pkg.info.features, ", "));
-        }
-        return Status(splits.status().code(), msg);
-    }
+    if (!splits) return train::package_data_error(pkg.info, r.data, splits.status(), "calibration data", "calibrate");
     if (splits->train->size() == 0)
         return invalid_argument("calibration data: the train split of {} holds no samples", cfg.path);
 
@@ -193,11 +142,12 @@ Result<QuantizeResult> quantize_package(const QuantizeRequest& r) {
         info.metrics.erase("best_test_acc");
         if (info.metrics.contains("precision")) info.metrics["precision"] = "int8";
         if (r.evaluate) {
-            STRATO_ASSIGN_OR_RETURN(auto test, data::Loader::create(std::make_shared<StopAtSignal>(splits->test),
+            STRATO_ASSIGN_OR_RETURN(auto test, data::Loader::create(splits->test,
                                                                     data::eval_loader_options(cfg, *splits)));
             if (channels_last) models::to_channels_last(*pkg.net);
             auto evaluate = [&](models::NetImpl& net, const char* which) -> Result<train::EvalResult> {
-                auto e = train::evaluate(net, *test, false, channels_last);
+                auto e = train::evaluate(net, *test, false, channels_last, torch::kCPU, /*fp16=*/false,
+                                         [] { return signals::stop_requested(); });
                 if (!e.is_ok() && signals::stop_requested())
                     return check_stop(fmt::format("while evaluating the {} model", which), r.output);
                 return e;

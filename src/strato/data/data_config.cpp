@@ -267,7 +267,7 @@ Result<std::shared_ptr<Dataset>> open_evaluation_split(const DataConfig& cfg, co
         STRATO_RETURN_IF_ERROR(apply_limit(test, cfg.limit_test, "limit_test"));
         return test;
     }
-    if (cfg.dataset != "image-folder" && cfg.dataset != "shards") {
+    if (!cfg.reads_image_files()) {
         STRATO_ASSIGN_OR_RETURN(DataSplits all, open_datasets(cfg));
         return all.test;
     }

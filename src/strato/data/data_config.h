@@ -56,6 +56,9 @@ struct DataConfig {
     int64_t classes = 1000;
 
     void visit(config::Visitor& v);
+    /// image-folder and shards: image files of any size, decoded and brought to the model's input
+    /// by the per-split transforms (the other kinds hold tensors of one shape).
+    bool reads_image_files() const { return dataset == "image-folder" || dataset == "shards"; }
 };
 
 struct DataSplits {

@@ -101,7 +101,7 @@ Status TrainConfig::validate() const {
         return invalid_argument("dist.backend = \"nccl\" needs run.device = \"cuda\" (NCCL reduces GPU tensors); on CPU "
                                 "use \"gloo\" or \"auto\"");
     if (optim.betas.size() != 2) return invalid_argument("optim.betas: expected 2 values, got {}", optim.betas.size());
-    if ((data.dataset == "image-folder" || data.dataset == "shards") && data.image_size <= 0 &&
+    if (data.reads_image_files() && data.image_size <= 0 &&
         (data.train_transforms.empty() || data.test_transforms.empty())) {
         return invalid_argument("data.image_size: required (> 0) for {} datasets unless data.train.transforms and "
                                 "data.test.transforms both end at a fixed size",

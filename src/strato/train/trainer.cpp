@@ -304,7 +304,7 @@ int configure_threads(int64_t threads, std::string* source) {
 }
 
 Result<EvalResult> evaluate(models::NetImpl& net, data::Loader& loader, bool bf16, bool channels_last,
-                            const torch::Device& device, bool fp16) {
+                            const torch::Device& device, bool fp16, const std::function<bool()>& interrupted) {
     const auto start = Clock::now();
     const bool was_training = net.is_training();
     net.eval();
@@ -315,6 +315,11 @@ Result<EvalResult> evaluate(models::NetImpl& net, data::Loader& loader, bool bf1
     loader.seek({0, 0});
     data::Batch b;
     for (;;) {
+        if (interrupted && interrupted()) {
+            net.train(was_training);
+            return Status(StatusCode::kCancelled,
+                          fmt::format("interrupted while evaluating, after {} of the test samples", r.count));
+        }
         STRATO_ASSIGN_OR_RETURN(bool more, loader.next(b));
         if (!more) break;
         torch::Tensor logits;
@@ -351,7 +356,7 @@ Result<data::DataSplits> open_package_data(const models::PackageInfo& info, cons
     // Images are brought to the size the model takes unless the config says otherwise.
     data::DataConfig cfg = data;
     if (cfg.image_size <= 0 && info.input_shape.height == info.input_shape.width) cfg.image_size = info.input_shape.height;
-    if (cfg.dataset == "image-folder" || cfg.dataset == "shards") {
+    if (cfg.reads_image_files()) {
         cfg.channels = info.input_shape.channels;
         // The test transforms the model was evaluated with in training (found by review: without
         // them, `strato eval` resized a center-cropped model's images whole and scored it otherwise
@@ -377,7 +382,7 @@ Result<data::DataSplits> open_package_data(const models::PackageInfo& info, cons
     // Labels are class indices: the data's class i must be the model's class i, or every
     // prediction is scored against another class (a folder with a class missing shifts the rest).
     // Folder datasets name their classes; IDX and CSV files number them.
-    const bool named = cfg.dataset == "image-folder" || cfg.dataset == "shards";
+    const bool named = cfg.reads_image_files();
     const auto& names = splits.test->class_names();
     for (size_t i = 0; named && i < names.size() && i < info.labels.size(); ++i) {
         if (names[i] != info.labels[i])
@@ -406,7 +411,29 @@ Result<data::DataSplits> open_package_data(const models::PackageInfo& info, cons
     return splits;
 }
 
-Result<PackageEval> evaluate_package(const std::string& package_dir, const data::DataConfig& data, bool bf16, bool fuse) {
+Status package_data_error(const models::PackageInfo& info, const data::DataConfig& data, const Status& error,
+                          std::string_view role, std::string_view verb) {
+    const bool synthetic = data.dataset == "synthetic";
+    std::string msg = fmt::format("{} ({}{}{}): {}", role, data.dataset, synthetic ? "" : " at ", synthetic ? "" : data.path,
+                                  error.message());
+    if (!info.features.empty() && data.dataset != "csv") {
+        // (found by review: a table model evaluated on the default data said only "label 9 found,
+        // but there are only 2 classes")
+        msg += fmt::format("\nhint: the model reads a table of {} features ({}): --dataset csv --data DIR "
+                           "(DIR/train.csv, DIR/test.csv)",
+                           info.features.size(), fmt::join(info.features, ", "));
+    } else if (error.message().rfind("the data", 0) == 0) {
+        // (open_package_data's refusals of data that opened but does not fit start "the data has",
+        // "the data's ..."; a file that cannot be read or parsed is named by its path instead.)
+        msg += fmt::format("\nhint: {} on the data the model was trained on: --dataset KIND --data PATH, or --config "
+                           "with its [data] section",
+                           verb);
+    }
+    return Status(error.code(), msg);
+}
+
+Result<PackageEval> evaluate_package(const std::string& package_dir, const data::DataConfig& data, bool bf16, bool fuse,
+                                     const std::function<bool()>& interrupted) {
     try {
         STRATO_ASSIGN_OR_RETURN(models::LoadedPackage pkg, models::load_package(package_dir));
         if (bf16 && pkg.info.quantized())
@@ -414,13 +441,15 @@ Result<PackageEval> evaluate_package(const std::string& package_dir, const data:
                                     "packages (drop --bf16)",
                                     package_dir);
         data::DataConfig cfg;
-        STRATO_ASSIGN_OR_RETURN(data::DataSplits splits, open_package_data(pkg.info, data, &cfg, true));
-        STRATO_ASSIGN_OR_RETURN(auto loader, data::Loader::create(splits.test, data::eval_loader_options(cfg, splits)));
+        auto splits = open_package_data(pkg.info, data, &cfg, true);
+        if (!splits) return package_data_error(pkg.info, data, splits.status(), "test data", "evaluate");
+        STRATO_ASSIGN_OR_RETURN(auto loader, data::Loader::create(splits->test, data::eval_loader_options(cfg, *splits)));
         PackageEval out;
         // What the server runs: the fused network in FP32 or bf16 (the eager one under bf16
         // autocast where the CPU has no oneDNN bf16 kernels, or with `fuse` false).
         models::InferenceNet run = models::inference_net(pkg, fuse, bf16);
-        STRATO_ASSIGN_OR_RETURN(out.result, evaluate(*run.net, *loader, run.bf16_autocast, run.channels_last));
+        STRATO_ASSIGN_OR_RETURN(out.result, evaluate(*run.net, *loader, run.bf16_autocast, run.channels_last, torch::kCPU,
+                                                    /*fp16=*/false, interrupted));
         if (!std::isfinite(out.result.loss))
             return invalid_argument("{}: the model's loss on the {} test samples is {}: its outputs are NaN or infinite "
                                     "(weights from a training that diverged?); it is no usable model",
@@ -506,6 +535,12 @@ private:
     bool rank0_ = true;
     bool stopping_ = false;  // agreed by all ranks (through the gradient all-reduce)
     bool stop_now() const { return ddp_ ? stopping_ : signals::stop_requested(); }
+    /// What stopped the run: this process's signal, or (found by review: said "signal 0") a
+    /// signal that only another rank received.
+    static std::string interrupted_by() {
+        const int sig = signals::stop_signal();
+        return sig != 0 ? fmt::format("interrupted by signal {}", sig) : "interrupted by a stop signal to another rank";
+    }
     /// Sums over the ranks (identity in a single process).
     Result<std::vector<double>> global_sum(std::vector<double> v) {
         if (!ddp_) return v;
@@ -1018,9 +1053,9 @@ Result<TrainResult> Trainer::run() {
         if (stop && stop_now()) {
             STRATO_RETURN_IF_ERROR(checkpoint());
             return Status(StatusCode::kCancelled,
-                          fmt::format("interrupted by signal {} at step {}; checkpoint saved in {}\nhint: continue with "
-                                      "the same command and --resume",
-                                      signals::stop_signal(), state_.step, store_->dir()));
+                          fmt::format("{} at step {}; checkpoint saved in {}\nhint: continue with the same command and "
+                                      "--resume",
+                                      interrupted_by(), state_.step, store_->dir()));
         }
         const bool epoch_done = state_.next_batch >= train_loader_->batches_per_epoch();
         const int64_t epoch = state_.epoch;
@@ -1098,9 +1133,9 @@ Result<TrainResult> Trainer::run() {
         }
         if (interrupted) {
             return Status(StatusCode::kCancelled,
-                          fmt::format("interrupted by signal {} after epoch {}; checkpoint saved in {}\nhint: continue "
-                                      "with the same command and --resume",
-                                      signals::stop_signal(), epoch + 1, store_->dir()));
+                          fmt::format("{} after epoch {}; checkpoint saved in {}\nhint: continue with the same command "
+                                      "and --resume",
+                                      interrupted_by(), epoch + 1, store_->dir()));
         }
         if (stop || early_stopped) break;
     }
@@ -1172,7 +1207,7 @@ Result<TrainResult> Trainer::finish(bool early_stopped) {
     if (const auto* csv = dynamic_cast<const data::CsvDataset*>(splits_.train.get())) info.features = csv->feature_names();
     info.mean = splits_.mean;
     info.std = splits_.std;
-    if (cfg_.data.dataset == "image-folder" || cfg_.data.dataset == "shards") info.test_transforms = cfg_.data.test_transforms;
+    if (cfg_.data.reads_image_files()) info.test_transforms = cfg_.data.test_transforms;
     info.metrics = {{"test_acc", r.test_acc},        {"test_loss", r.test_loss}, {"best_test_acc", r.best_test_acc},
                     {"test_samples", last_eval_.count}, {"epochs", r.epochs},       {"steps", r.steps},
                     {"wall_time_s", r.wall_time_s},   {"precision", cfg_.train.precision},

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "strato/core/status.h"
 #include "strato/data/data_config.h"
@@ -93,9 +94,12 @@ struct EvalResult {
 
 /// Accuracy and mean cross-entropy of `net` over every batch of `loader` (epoch 0, in order);
 /// `channels_last` feeds NHWC inputs (for a net converted with models::to_channels_last); on
-/// `device` (where `net` lives), under bf16 or fp16 autocast when asked.
+/// `device` (where `net` lives), under bf16 or fp16 autocast when asked. `interrupted`, when
+/// given, is asked before each batch: once true, the evaluation ends with kCancelled
+/// ("interrupted while evaluating, after N of the test samples").
 Result<EvalResult> evaluate(models::NetImpl& net, data::Loader& loader, bool bf16, bool channels_last,
-                            const torch::Device& device = torch::kCPU, bool fp16 = false);
+                            const torch::Device& device = torch::kCPU, bool fp16 = false,
+                            const std::function<bool()>& interrupted = {});
 
 struct PackageEval {
     EvalResult result;
@@ -112,10 +116,16 @@ struct PackageEval {
 Result<data::DataSplits> open_package_data(const models::PackageInfo& info, const data::DataConfig& data,
                                            data::DataConfig* resolved = nullptr, bool evaluation_only = false);
 
+/// `error`, from opening `data` for a package (open_package_data), as said to a user: names the
+/// data read (the default is Fashion-MNIST, whatever the model learnt) and, for data that does
+/// not fit, what would. `role`: "test data", "calibration data"; `verb`: "evaluate", "calibrate".
+Status package_data_error(const models::PackageInfo& info, const data::DataConfig& data, const Status& error,
+                          std::string_view role, std::string_view verb);
+
 /// Loads the model package at `package_dir` and evaluates it on the test split of `data`
-/// (normalised with the package's own preprocessing).
+/// (normalised with the package's own preprocessing); `interrupted` as for evaluate().
 Result<PackageEval> evaluate_package(const std::string& package_dir, const data::DataConfig& data, bool bf16,
-                                     bool fuse = true);
+                                     bool fuse = true, const std::function<bool()>& interrupted = {});
 
 /// A loader batch's images as a [B, C, H, W] tensor: a view of the batch buffer (valid until the
 /// next batch), or a channels-last copy for a net converted with models::to_channels_last.
