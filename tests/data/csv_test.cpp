@@ -2,6 +2,7 @@
 
 #include "strato/data/csv.h"
 #include "strato/data/data_config.h"
+#include "strato/data/loader.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -95,6 +96,28 @@ TEST(Csv, FeatureStatsStandardisePerFeature) {
     EXPECT_NEAR(std[0], std::sqrt(8.0 / 3.0), 1e-12);
     EXPECT_NEAR(std[1], std::sqrt(600.0 / 3.0), 1e-12);
     EXPECT_EQ(std[2], 1.0);  // constant
+}
+
+// Found by review: a value far outside the training data (1e36 against a std of 1e-3) became inf
+// in the batch, and `compress quantize` failed inside torch.histc without naming the sample.
+TEST(Csv, AValueThatStandardisesBeyondAFloatNamesTheSample) {
+    auto ds = parse_ok("a,b,label\n0.5,1,0\n0.5,1e36,1\n");
+    ASSERT_TRUE(ds);
+    LoaderOptions o;
+    o.batch_size = 2;
+    o.workers = 0;
+    o.shuffle = false;
+    o.mean = {0.5, 1};
+    o.std = {1, 1e-3};
+    auto loader = Loader::create(ds, o);
+    ASSERT_TRUE(loader.is_ok()) << loader.status().message();
+    Batch b;
+    auto more = (*loader)->next(b);
+    ASSERT_FALSE(more.is_ok());
+    EXPECT_NE(more.status().message().find("sample 1, feature 2: 1e+36 standardises to inf (mean 1, std 0.001 of the "
+                                           "training data), beyond a 32-bit float"),
+              std::string::npos)
+        << more.status().message();
 }
 
 TEST(Csv, OpensFilesAndNamesThemInErrors) {

@@ -1,6 +1,7 @@
 #include "strato/data/loader.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace strato::data {
@@ -246,8 +247,18 @@ Result<Batch> Loader::assemble_unchecked(int64_t b) const {
             dx = static_cast<int64_t>(rng.below(static_cast<uint64_t>(2 * pad + 1))) - pad;
         }
         if (floats) {  // features: standardise in place
-            for (int64_t c = 0; c < s.channels; ++c)
-                dst[c] = dst[c] * scale_[static_cast<size_t>(c)] + shift_[static_cast<size_t>(c)];
+            for (int64_t c = 0; c < s.channels; ++c) {
+                const float v = dst[c] * scale_[static_cast<size_t>(c)] + shift_[static_cast<size_t>(c)];
+                // (found by review: a test value of 1e36 against a training std of 1e-3 went on as
+                // inf, and quantize failed in torch.histc without a word about the sample)
+                if (!std::isfinite(v))
+                    return invalid_argument("sample {}, feature {}: {:g} standardises to {:g} (mean {:g}, std {:g} of the "
+                                            "training data), beyond a 32-bit float: far outside the data the model "
+                                            "learnt from",
+                                            idx, c + 1, dst[c], v, -shift_[static_cast<size_t>(c)] / scale_[static_cast<size_t>(c)],
+                                            1.0 / scale_[static_cast<size_t>(c)]);
+                dst[c] = v;
+            }
             continue;
         }
         const bool flip = opts_.hflip && (rng.next() & 1);
