@@ -68,7 +68,8 @@ void add_launch_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
             "N|cpu|auto"));
     opt("--nnodes", o->nnodes, "Nodes: N, or MIN:MAX for an elastic job (needs --rdzv-backend c10d)", "PET_NNODES");
     opt("--node-rank,--node_rank", o->l.node_rank,
-        "This node's rank (static backend, where every node needs the same --nproc-per-node; a preference under c10d)",
+        "This node's rank, 0..nodes-1 (static backend, where every node needs the same --nproc-per-node; a "
+        "preference under c10d)",
         "PET_NODE_RANK");
     opt("--rdzv-backend,--rdzv_backend", o->l.rdzv_backend,
         "static (fixed nodes, --master-addr/--master-port) or c10d (strato's rendezvous at --rdzv-endpoint)",
@@ -83,8 +84,8 @@ void add_launch_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     auto* master_addr = opt("--master-addr,--master_addr", o->l.master_addr,
                             "Host of rank 0 (static backend; default 127.0.0.1)", "PET_MASTER_ADDR");
     auto* master_port = opt("--master-port,--master_port", o->l.master_port,
-                            "Port of rank 0's store (static backend; default 29500; on one node without it or "
-                            "--master-addr: a free port)",
+                            "Port of rank 0's store, 1..65535 (static backend; default 29500; on one node without "
+                            "it or --master-addr: a free port)",
                             "PET_MASTER_PORT");
     opt("--max-restarts,--max_restarts", o->l.max_restarts, "Group restarts after a failure before giving up (default 0)",
         "PET_MAX_RESTARTS");
