@@ -298,6 +298,13 @@ def different_steps(tmp):
                       "rank 1's training settings differ from rank 0's")
 
 
+def different_learning_rates(tmp):
+    """Found by review: ranks with different optim.lr trained without a word, their replicas drifting
+    apart from the same averaged gradients (rank 0's weights were saved)."""
+    ranks_that_differ(tmp, "different lr", "optim.lr", (0.05, 0.1), "optim.lr is 0.1 on rank 1, 0.05 on rank 0",
+                      "rank 1's training settings differ from rank 0's")
+
+
 def timeout_out_of_range(tmp):
     """Found by review: dist.timeout_s = 1e10 (meant as "never") overflowed libtorch's deadlines and
     1e-4 became 0 ms; both failed at once, saying rank 0 could not reach its own store."""
@@ -372,6 +379,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         different_models(tmp)
         different_steps(tmp)
+        different_learning_rates(tmp)
         run_directory_on_rank0_only(tmp)
         bad_master_addr(tmp)
         timeout_out_of_range(tmp)

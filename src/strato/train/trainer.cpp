@@ -744,6 +744,19 @@ Status Trainer::setup() {
             cfg_.data.batch_size, train_loader_->batches_per_epoch(), t.epochs, t.max_steps, t.stop_after_epochs,
             t.grad_accum, t.log_every, t.monitor_every, t.eval_every, t.early_stopping_patience, t.precision,
             cfg_.checkpoint.every_steps, cfg_.dist.bucket_mb, cfg_.dist.first_bucket_mb, cfg_.dist.backend);
+        // ... and what each rank's optimizer step and data order take (found by review: optim.lr
+        // 0.05 on one rank and 0.1 on another trained without a word, the replicas' weights
+        // drifting apart from the same averaged gradients; rank 0's were saved).
+        const auto& op = cfg_.optim;
+        const auto& sc = cfg_.schedule;
+        d.settings += fmt::format(
+            " optim.name={} optim.lr={} optim.momentum={} optim.nesterov={} optim.weight_decay={} optim.betas={} "
+            "optim.eps={} schedule.name={} schedule.warmup_epochs={} schedule.warmup_start_factor={} "
+            "schedule.step_epochs={} schedule.gamma={} schedule.min_lr={} schedule.pct_start={} schedule.div_factor={} "
+            "schedule.final_div_factor={} train.clip_grad_norm={} train.label_smoothing={} run.seed={} data.augment={}",
+            op.name, op.lr, op.momentum, op.nesterov, op.weight_decay, fmt::join(op.betas, ","), op.eps, sc.name,
+            sc.warmup_epochs, sc.warmup_start_factor, sc.step_epochs, sc.gamma, sc.min_lr, sc.pct_start, sc.div_factor,
+            sc.final_div_factor, t.clip_grad_norm, t.label_smoothing, cfg_.run.seed, fmt::join(cfg_.data.augment, ","));
         STRATO_ASSIGN_OR_RETURN(ddp_, dist::DataParallel::create(env_, net_->parameters(), net_->buffers(), d));
         STRATO_RETURN_IF_ERROR(ddp_->broadcast_state());
         // The checkpoint holds the epoch's sums over all ranks: rank 0 carries them on.
