@@ -20,6 +20,14 @@ namespace strato::train {
 namespace {
 namespace stdfs = std::filesystem;
 
+/// A 4-class MLP package of 8x8 grey images and 64 synthetic test samples for it.
+struct TinyPackage {
+    models::PackageInfo info;
+    models::Net net;
+    std::string dir;
+    data::DataConfig data;
+};
+
 class Checkpoints : public ::testing::Test {
 protected:
     void SetUp() override {
@@ -57,6 +65,22 @@ protected:
         c.model.arch = "mlp";
         c.model.width = 16;
         return c;
+    }
+    /// tiny_run's model saved as a package under dir_, with its data (all 64 test samples).
+    TinyPackage tiny_package() const {
+        TinyPackage t;
+        t.data = tiny_run("package").data;
+        t.data.limit_test = 64;
+        t.info.model = tiny_run("package").model;
+        t.info.input_shape = {1, 8, 8};
+        t.info.num_classes = 4;
+        for (int i = 0; i < 4; ++i) t.info.labels.push_back(fmt::format("c{}", i));
+        t.info.mean = {0.5};
+        t.info.std = {0.25};
+        t.net = models::create_model(t.info.model, t.info.input_shape, 4).value();
+        t.dir = (dir_ / "model").string();
+        EXPECT_TRUE(models::save_package(t.dir, t.info, *t.net).is_ok());
+        return t;
     }
 
     stdfs::path dir_;
@@ -349,38 +373,8 @@ TEST_F(Checkpoints, ARenamedOrForeignCheckpointIsUnusable) {
 
 // Found by review: `strato eval` scored a package of NaN weights (accuracy of a constant guess,
 // loss nan) with exit 0.
-// A 4-class MLP package of 8x8 grey images and 64 synthetic test samples for it.
-struct TinyPackage {
-    models::PackageInfo info;
-    models::Net net;
-    std::string dir;
-    data::DataConfig data;
-};
-TinyPackage tiny_package(const stdfs::path& dir) {
-    TinyPackage t;
-    t.info.model.arch = "mlp";
-    t.info.model.width = 16;
-    t.info.input_shape = {1, 8, 8};
-    t.info.num_classes = 4;
-    for (int i = 0; i < 4; ++i) t.info.labels.push_back(fmt::format("c{}", i));
-    t.info.mean = {0.5};
-    t.info.std = {0.25};
-    t.net = models::create_model(t.info.model, t.info.input_shape, 4).value();
-    t.dir = (dir / "model").string();
-    EXPECT_TRUE(models::save_package(t.dir, t.info, *t.net).is_ok());
-    t.data.dataset = "synthetic";
-    t.data.path = "/nonexistent";
-    t.data.image_size = 8;
-    t.data.channels = 1;
-    t.data.classes = 4;
-    t.data.limit_train = 64;
-    t.data.limit_test = 64;
-    t.data.workers = 0;
-    return t;
-}
-
 TEST_F(Checkpoints, EvaluatingAPackageOfNanWeightsIsAnError) {
-    auto [info, net, pkg, data] = tiny_package(dir_);
+    auto [info, net, pkg, data] = tiny_package();
     auto good = evaluate_package(pkg, data, false);
     ASSERT_TRUE(good.is_ok()) << good.status().message();
     {
@@ -399,7 +393,7 @@ TEST_F(Checkpoints, EvaluatingAPackageOfNanWeightsIsAnError) {
 // Ctrl-C during `strato compress prune`'s evaluations (and quantize's) stops at the next batch
 // instead of scoring the whole test split first.
 TEST_F(Checkpoints, AnEvaluationAskedToStopEndsAtTheNextBatch) {
-    auto t = tiny_package(dir_);
+    auto t = tiny_package();
     t.data.eval_batch_size = 16;
     int asked = 0;
     auto stopped = evaluate_package(t.dir, t.data, false, true, [&asked] { return ++asked == 3; });
