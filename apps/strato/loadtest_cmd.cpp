@@ -249,6 +249,16 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
     }
 
     std::string text = format_table(points);
+    // Ctrl-C in a level's warm-up, before anything of it was measured: no row is marked, and the
+    // table and the JSON ("interrupted": false) read as a finished run without the levels left out.
+    const bool cut_short = !slo && points.size() < levels.size() && signals::stop_requested() &&
+                           (points.empty() || !points.back().interrupted);
+    if (cut_short)
+        text += fmt::format("interrupted before {} was measured: {} of {} level(s) measured (partial)\n",
+                            ro.load.mode == LoadOptions::Mode::kOpen
+                                ? fmt::format("{:g} req/s", levels[points.size()])
+                                : fmt::format("concurrency {:g}", levels[points.size()]),
+                            points.size(), levels.size());
     if (slo) {
         if (slo->found)
             text += fmt::format("highest request rate with p99 <= {:.2f} ms and no errors: {:.1f} req/s (p99 {:.2f} ms){}\n",
@@ -266,6 +276,7 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
     }
     put(stdout, text);
     auto j = to_json(points, fmt::format("http://{}{}", url.host_header, target.url.target), ro, slo);
+    if (cut_short) j["interrupted"] = true;
     if (!f.json_out.empty()) STRATO_RETURN_IF_ERROR(fs::atomic_write(f.json_out, json_text(j, 1) + "\n"));
     if (!f.csv.empty()) STRATO_RETURN_IF_ERROR(fs::atomic_write(f.csv, format_csv(points, target.batch)));
     if (!f.report_out.empty()) {
@@ -324,7 +335,7 @@ void add_loadtest_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
     cmd->add_option("--concurrency-range", f->concurrency_range, "Sweep: START:END[:STEP] or START:END:xFACTOR (1:64:x2), or a list 1,4,16")
         ->check(status_flag("--concurrency-range", [](const std::string& t) { return loadgen::parse_range(t, true, 100000).status(); }, "RANGE"))
         ->group(load);
-    cmd->add_option("--request-rate", f->rate, "Open loop: requests per second (latency from the intended send time; default: none, closed loop)")->check(finite_range(1e-6, 1e7))->default_str("")->group(load);
+    cmd->add_option("--request-rate", f->rate, "Open loop: requests per second (latency from the intended send time; default: none, closed loop)")->check(finite_range(loadgen::kMinRate, loadgen::kMaxRate))->default_str("")->group(load);
     cmd->add_option("--request-rate-range", f->rate_range, "Sweep request rates: START:END[:STEP|xFACTOR] or a list")
         ->check(status_flag("--request-rate-range", [](const std::string& t) { return loadgen::parse_range(t, false).status(); }, "RANGE"))
         ->group(load);
@@ -341,7 +352,8 @@ void add_loadtest_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
     cmd->add_option("--trace-rate-scale", f->trace_rate_scale, "Multiply the trace's rates by this")->check(finite_range(1e-9, 1e9))->group(load);
     cmd->add_option("--request-intervals", f->intervals, "Open loop with perf_analyzer's intervals file: one gap in microseconds per line, cycled")->group(load);
     auto* meas = "Measurement";
-    cmd->add_option("-d,--duration", f->duration, "Measured time per level (after the warm-up)")->check(duration_flag("s", false))->group(meas);
+    // (-d 0 was found only after parsing: exit 1, where every other value out of range is a usage error)
+    cmd->add_option("-d,--duration", f->duration, "Measured time per level (after the warm-up)")->check(duration_flag("s", true))->group(meas);
     cmd->add_option("-n,--requests", f->requests, "Measure this many requests per level instead of a duration (default: none, --duration)")->check(CLI::Range(int64_t{1}, int64_t{1} << 40))->default_str("")->group(meas);
     cmd->add_option("--warmup", f->warmup, "Load before measuring (not counted)")->check(duration_flag("s", false))->group(meas);
     // (windows of a fixed count of requests: the count ran out after the first, and three empty

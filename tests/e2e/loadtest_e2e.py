@@ -73,6 +73,7 @@ def fake_server():
 
         def do_GET(self):
             self.server.auth.append(("GET", self.headers.get("Authorization")))
+            self.server.paths.append(self.path)
             inputs = [{"name": "x", "datatype": "FP32", "shape": [-1, 100000000, 1000]}]
             if self.path.startswith("/v2/models/strcfg"):
                 inputs = [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}]
@@ -91,6 +92,7 @@ def fake_server():
 
         def do_POST(self):  # inference: the body is kept, the answer is empty
             self.server.auth.append(("POST", self.headers.get("Authorization")))
+            self.server.paths.append(self.path)
             self.server.bodies.append(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
             self.reply({})
 
@@ -98,6 +100,7 @@ def fake_server():
     srv.heads = 0
     srv.bodies = []
     srv.auth = []  # (method, Authorization header) of every request
+    srv.paths = []  # the request target of every request
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv
 
@@ -257,6 +260,17 @@ def interrupt_checks(tmp, url):
         check(s1.get("interrupted") is True and s1.get("found") is False, f"SLO grace: {s1}")
     finally:
         mute.close()
+
+    print("== Ctrl-C in a level's warm-up: the run is marked partial")
+    # Found by review: nothing of the level was measured, so no row was marked, and the JSON said
+    # "interrupted": false for a sweep that had measured none of its levels.
+    rc, out, err, _ = interrupt([url, "--concurrency-range", "1,2", "-d", "1s", "--warmup", "30s", "--threads", "1",
+                                 "--json", f"{tmp}/w1.json"], [0.5])
+    w1 = json.load(open(f"{tmp}/w1.json")) if os.path.exists(f"{tmp}/w1.json") else {}
+    check(rc == 130 and w1.get("interrupted") is True and w1.get("points") == [],
+          f"warm-up Ctrl-C: exit {rc}, JSON {w1}\n{out}\n{err}")
+    check("interrupted before concurrency 1 was measured: 0 of 2 level(s) measured (partial)" in out,
+          f"warm-up Ctrl-C table:\n{out}")
 
     print("== an SLO probe cut short is neither a pass nor the answer")
     rc, out, err, _ = interrupt([url, "--slo-p99", "50ms", "-d", "1s", "--warmup", "0", "--threads", "1",
@@ -494,6 +508,12 @@ def main():
             run([ourl, "--model", "rec12", "-H", "Authorization: Bearer t0k", "-n", "5", "--warmup", "0"])
             check({m for m, _ in odd.auth} == {"GET", "POST"} and all(a == "Bearer t0k" for _, a in odd.auth),
                   f"-H with --model: {odd.auth[:6]}")
+            # Found by review: a model name went into the path as it was: a space ended the request
+            # line early (the server's 400), a CR/LF sent a header of its own. Percent-encoded now.
+            del odd.paths[:]
+            run([ourl, "--model", "rec12 v\r\nX: 1", "-n", "3", "--warmup", "0"])
+            check(odd.paths[:2] == ["/v2/models/rec12%20v%0D%0AX%3A%201", "/v2/models/rec12%20v%0D%0AX%3A%201/config"]
+                  and odd.paths[-1] == "/v2/models/rec12%20v%0D%0AX%3A%201/infer", f"model name in the path: {odd.paths}")
             _, err, _ = run([ourl, "--model", "strcfg", "-n", "5"], expect=1)
             check("the server's config has max_batch_size \"8\", expected a whole number" in err and "json.exception" not in err,
                   f"string max_batch_size: {err}")
@@ -553,6 +573,8 @@ def main():
         # Found by review: every other duration, the ranges and --max-rate were checked only once a
         # server answered the model's metadata ("Connection refused" without one; --max-rate never).
         for flag, value, needle in [("--duration", "abc", "--duration: duration 'abc'"),
+                                    # (found by review: -d 0 was exit 1, found after parsing)
+                                    ("--duration", "0", "--duration: duration '0': expected more than 0"),
                                     ("--warmup", "-1s", "--warmup: duration '-1s'"),
                                     ("--grace", "xyz", "--grace: duration 'xyz'"),
                                     ("-p", "abc", "--measurement-interval: duration 'abc'"),
@@ -605,6 +627,16 @@ def main():
         out, err, _ = run([f"http://127.0.0.1:{dead}/", "-n", "1", "--concurrency", "4", "--max-connections", "2"], expect=2)
         check("--max-connections caps the connections of an open loop" in err and "errors:" not in out,
               f"--max-connections in a closed loop: {out} {err}")
+
+        print("== a gateway's HTML error page is said on one line")
+        # Found by review: the first 200 bytes of the page came out as they were, a dozen lines.
+        page = b"<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center>nginx</center>\r\n</body>\r\n</html>\r\n"
+        gw = raw_server(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: %d\r\n\r\n" % len(page) + page)
+        _, err, _ = run([f"http://127.0.0.1:{gw.getsockname()[1]}", "--model", "m", "-n", "1"], expect=1)
+        gw.close()
+        line = [l for l in err.splitlines() if "answered 502" in l]
+        check(len(line) == 1 and "<center>nginx</center> </body> </html>" in line[0],
+              f"HTML error page: {err}")
 
         print("== a truncated answer is a bad response that says why, not a reset")
         # Found by review: a body cut short by the close was counted "reset/closed", as if the

@@ -721,6 +721,32 @@ TEST(LoadNet, OpenLoopCountsEachDueRequestOnceAgainstADeadPort) {
     EXPECT_GE(p->m.connect_errors, 4);
 }
 
+// A recording's requests add up to one pass whatever the server does: ok + errors + late +
+// unfinished is what fell due. Its next pass's first request, due as the run ended, waited for a
+// connection (a dead port; a server that holds the only one) and was counted unfinished: 21 of 20.
+TEST(LoadNet, ARecordingsRequestsAddUpToOnePassAgainstADeadOrSilentServer) {
+    TestServer silent([](int64_t, int64_t) { return Action{.never = true}; });
+    auto sched = Schedule::from_rate_trace("time_s,rate\n0,100\n1,100\n", "t.csv", 10);  // 20 in 0.2 s
+    ASSERT_TRUE(sched.is_ok()) << sched.status().message();
+    for (int round = 0; round < 4; ++round) {
+        RunOptions o;
+        o.load.mode = LoadOptions::Mode::kOpen;
+        o.load.schedule = std::make_shared<const Schedule>(*sched);
+        o.load.threads = 1;
+        o.load.max_connections = 1;
+        o.warmup_s = 0;
+        o.duration_s = sched->period_s();
+        o.window_s = 1;
+        o.grace_s = 0.05;
+        const uint16_t port = round % 2 ? silent.port() : free_port();
+        auto p = run_point(target_for(port), o, sched->mean_rate());
+        ASSERT_TRUE(p.is_ok()) << p.status().message();
+        EXPECT_EQ(p->m.ok + p->m.errors() + p->m.late + p->m.unfinished, 20)
+            << (round % 2 ? "silent server" : "dead port") << ": " << p->m.connect_errors << " connect errors, "
+            << p->m.unfinished << " unfinished";
+    }
+}
+
 // The retry of a request whose reused connection closed unanswered works in the open loop too:
 // each due request counted once, none a reset.
 TEST(LoadNet, OpenLoopAgainstAServerThatClosesAfterEachResponse) {

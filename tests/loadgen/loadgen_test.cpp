@@ -20,11 +20,40 @@
 namespace strato::loadgen {
 namespace {
 
+// The order statistic by a brute-force sort, its rank in integers (p has at most three decimals):
+// the smallest k with k / n >= p / 100.
 int64_t exact_percentile(std::vector<int64_t> v, double p) {
     std::sort(v.begin(), v.end());
-    auto rank = static_cast<int64_t>(std::ceil(p / 100.0 * static_cast<double>(v.size())));
-    rank = std::clamp<int64_t>(rank, 1, static_cast<int64_t>(v.size()));
+    const auto n = static_cast<int64_t>(v.size());
+    const int64_t milli = std::llround(p * 1000);  // p = milli / 1000
+    int64_t rank = (milli * n + 100'000 - 1) / 100'000;
+    rank = std::clamp<int64_t>(rank, 1, n);
     return v[static_cast<size_t>(rank - 1)];
+}
+
+// Values below 2048 ns have buckets of their own, so there the histogram's percentile must be the
+// sorted values' order statistic exactly, for every count. p99.9 of 1,000 values was the largest
+// of them: p / 100 * n is 999.0000000000001 in doubles, and its ceil() one rank too high.
+TEST(Histogram, PercentilesEqualABruteForceSortWhereBucketsAreExact) {
+    std::mt19937_64 rng(11);
+    std::uniform_int_distribution<int64_t> value(0, 2047);
+    for (int n = 1; n <= 3000; n += (n < 200 ? 1 : 7)) {
+        std::vector<int64_t> values;
+        LatencyHistogram h;
+        for (int i = 0; i < n; ++i) {
+            values.push_back(value(rng));
+            h.record(values.back());
+        }
+        for (double p : {0.0, 0.1, 1.0, 10.0, 17.6, 25.0, 33.3, 50.0, 64.9, 75.0, 87.5, 90.0, 90.4, 95.0, 99.0, 99.5,
+                         99.9, 99.99, 100.0})
+            ASSERT_EQ(h.percentile(p), exact_percentile(values, p)) << "p" << p << " of " << n << " values";
+    }
+    // One outlier among 1,000: p99.9 is the 999th value, not the outlier.
+    LatencyHistogram h;
+    for (int i = 0; i < 999; ++i) h.record(1'000);
+    h.record(5'000'000'000);
+    EXPECT_EQ(h.percentile(99.9), 1'000);
+    EXPECT_EQ(h.percentile(100), 5'000'000'000);
 }
 
 TEST(Histogram, PercentilesWithinATenthOfAPercentOfExactOrderStatistics) {
@@ -272,6 +301,22 @@ TEST(Parsing, RangesAndDurations) {
     EXPECT_FALSE(parse_range("1e10", false).is_ok());
     EXPECT_FALSE(parse_range("1,200000", true, 100000).is_ok());
     EXPECT_TRUE(parse_range("1,100000", true, 100000).is_ok());
+    // Rates below --request-rate's floor: at 1e-300 req/s the gap between requests was infinite, its
+    // int64 cast undefined, and requests went out every nanosecond.
+    for (const char* tiny : {"1e-300:1", "1e-300", "1,1e-7", "1e-9:1e-8:x2"}) {
+        auto t = parse_range(tiny, false);
+        EXPECT_FALSE(t.is_ok()) << tiny;
+        EXPECT_NE(t.status().message().find("is below the least allowed, 1e-06"), std::string::npos)
+            << t.status().message();
+    }
+    EXPECT_EQ(*parse_range("1e-6,2", false), (std::vector<double>{1e-6, 2}));
+    Target target;
+    target.url = *parse_url("http://127.0.0.1:1/");  // (nothing is sent: the session must not start)
+    target.requests.push_back("GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    LoadOptions open;
+    open.mode = LoadOptions::Mode::kOpen;
+    open.rate = 1e-300;
+    EXPECT_FALSE(LoadSession::start(target, open).is_ok());
 }
 
 // A request never answered kept out of p99 and the error count let the SLO search call a server
@@ -414,6 +459,13 @@ TEST(Schedule, IntervalsGiveEachRequestItsTimeAndCycle) {
     EXPECT_FALSE(Schedule::from_intervals("-5\n", "iv.txt").is_ok());
     EXPECT_FALSE(Schedule::from_intervals("1e400\n", "iv.txt").is_ok());
     EXPECT_NE(Schedule::from_intervals("# nothing\n", "iv.txt").status().message().find("no intervals"), std::string::npos);
+    // Gaps that add up past the int64 clock (10,000 of 1e12 us) overflowed it: undefined, and
+    // refused as "the schedule lasts 0 s". Now the line where the sum passes a century.
+    std::string huge;
+    for (int i = 0; i < 10000; ++i) huge += "1e12\n";
+    auto long_sum = Schedule::from_intervals(huge, "iv.txt");
+    const std::string long_why = long_sum.status().message();
+    EXPECT_NE(long_why.find("iv.txt:3156: the gaps add up to more than 100 years"), std::string::npos) << long_why;
 }
 
 TEST(Schedule, RateTracesArePiecewiseConstantRatesWithSpeedupAndScale) {
@@ -454,6 +506,14 @@ TEST(Schedule, RateTracesArePiecewiseConstantRatesWithSpeedupAndScale) {
     ASSERT_TRUE(sheet.is_ok()) << sheet.status().message();
     EXPECT_DOUBLE_EQ(sheet->requests_per_period(), 300);
     EXPECT_FALSE(Schedule::from_rate_trace(csv, "t.csv", 0).is_ok());
+    // A week slowed down a million times (--trace-speedup 1e-6) is 6e20 ns: llround() of it was
+    // undefined and the trace refused as "the schedule lasts 0 s".
+    auto slow = Schedule::from_rate_trace("time_s,rate\n0,10\n604800,10\n", "week.csv", 1e-6);
+    const std::string slow_why = slow.status().message();
+    EXPECT_NE(slow_why.find("week.csv: one pass lasts 1.21e+12 s at speed-up 1e-06, more than 100 years"),
+              std::string::npos)
+        << slow_why;
+    EXPECT_TRUE(Schedule::from_rate_trace("time_s,rate\n0,10\n604800,10\n", "week.csv", 0.01).is_ok());
 }
 
 // strato loadtest holds a SecondSignalGuard so that a second Ctrl-C does not lose what it measured

@@ -75,8 +75,13 @@ double LatencyHistogram::stddev() const {
 int64_t LatencyHistogram::percentile(double p) const {
     if (count_ == 0) return 0;
     p = std::clamp(p, 0.0, 100.0);
-    // rank of the order statistic (1-based): at least p % of the values are <= it
-    auto rank = static_cast<int64_t>(std::ceil(p / 100.0 * static_cast<double>(count_)));
+    // rank of the order statistic (1-based): at least p % of the values are <= it. NOTE: the product
+    // carries a rounding error of a few ulps that ceil() must not see: 99.9 / 100 * 1000 is
+    // 999.0000000000001 in doubles, and p99.9 of 1,000 values was the largest of them (one outlier
+    // reported as the 99.9th percentile). A true p * count / 100 that is no whole number lies further
+    // above one than 1e-15 of itself for any p with up to three decimals and count up to 1e9.
+    const double exact = p * static_cast<double>(count_) / 100.0;
+    auto rank = static_cast<int64_t>(std::ceil(exact - exact * 1e-15));
     rank = std::clamp<int64_t>(rank, 1, count_);
     int64_t seen = 0;
     for (size_t i = 0; i < counts_.size(); ++i) {

@@ -676,7 +676,12 @@ void Worker::sweep(int64_t now) {
 void Worker::begin_stop() {
     stopping = true;
     next_intended = kNever;
-    count([&](Measurement& m) { m.unfinished += static_cast<int64_t>(pending.size()); });
+    // Due and never sent: unfinished, each taking its share of a budget as a sent one does. Past it,
+    // a request is no part of the run (a recording's next pass, due just as it ended, was counted:
+    // 20 connect errors + 1 unfinished for a trace of 20 requests).
+    int64_t never_sent = 0;
+    for (size_t k = 0; k < pending.size() && owner->take_budget(); ++k) ++never_sent;
+    count([&](Measurement& m) { m.unfinished += never_sent; });
     pending.clear();
     // (A connection connecting to send a request again is outstanding, as a busy one: it finishes in
     // the grace period or counts unfinished; closed here it held the busy count for the whole grace.)
@@ -728,8 +733,10 @@ Result<std::unique_ptr<LoadSession>> LoadSession::start(const Target& target, co
         return invalid_argument("concurrency must be >= 1, got {}", options.concurrency);
     if (options.schedule && options.poisson && options.schedule->exact())
         return invalid_argument("an intervals file gives every request its time: drop the Poisson distribution");
-    if (options.mode == LoadOptions::Mode::kOpen && !options.schedule && !(options.rate > 0))
-        return invalid_argument("request rate must be > 0, got {}", options.rate);
+    if (options.mode == LoadOptions::Mode::kOpen && !options.schedule &&
+        !(options.rate >= kMinRate && options.rate <= kMaxRate))
+        return invalid_argument("request rate must be in [{:g}, {:g}] per second, got {:g}", kMinRate, kMaxRate,
+                                options.rate);
     if (options.timeout_ns <= 0) return invalid_argument("timeout must be > 0");
     STRATO_RETURN_IF_ERROR(ensure_descriptors(
         options.mode == LoadOptions::Mode::kClosed ? options.concurrency : options.max_connections, options.threads));

@@ -69,6 +69,11 @@ struct Measurement {
 /// The monotonic clock every load-generator timestamp uses, in ns.
 int64_t now_ns();
 
+/// The open loop's request rates, per second: below the least, the gap between requests (ns) leaves
+/// the int64 clock's range.
+constexpr double kMinRate = 1e-6;
+constexpr double kMaxRate = 1e7;
+
 struct LoadOptions {
     enum class Mode { kClosed, kOpen };
     Mode mode = Mode::kClosed;

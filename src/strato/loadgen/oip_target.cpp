@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <zlib.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -112,11 +113,26 @@ Result<HttpReply> http_request(const Url& base, std::string_view method, const s
 
 namespace {
 
-std::string model_path(const InferTargetOptions& o) {
-    std::string p = "/v2/models/" + o.model;
-    if (!o.version.empty()) p += "/versions/" + o.version;
+// A model name or version as one path segment: bytes other than RFC 3986's unreserved ones
+// percent-encoded (strato serve and Triton decode them). A space ended the request line early (the
+// server's 400), a '?' or '/' moved the name's end, and a CR/LF sent a header of its own.
+std::string path_segment(std::string_view name) {
+    std::string out;
+    for (const char ch : name) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') out += ch;
+        else out += fmt::format("%{:02X}", c);
+    }
+    return out;
+}
+
+std::string model_path(const std::string& model, const std::string& version) {
+    std::string p = "/v2/models/" + path_segment(model);
+    if (!version.empty()) p += "/versions/" + path_segment(version);
     return p;
 }
+
+std::string model_path(const InferTargetOptions& o) { return model_path(o.model, o.version); }
 
 Result<json> get_json(const Url& base, const std::string& target, const std::vector<std::string>& headers,
                       const std::function<bool()>& cancelled = {}) {
@@ -125,6 +141,10 @@ Result<json> get_json(const Url& base, const std::string& target, const std::vec
     if (reply.status != 200) {
         std::string why = j.is_object() && j.contains("error") && j["error"].is_string() ? j["error"].get<std::string>()
                                                                                           : reply.body.substr(0, 200);
+        // One line: a gateway's HTML error page came out as a dozen lines of markup.
+        for (char& c : why)
+            if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+        why.erase(std::unique(why.begin(), why.end(), [](char a, char b) { return a == ' ' && b == ' '; }), why.end());
         return Status(reply.status == 404 || reply.status == 400 ? StatusCode::kNotFound : StatusCode::kUnavailable,
                       fmt::format("GET {} answered {}: {}", target, reply.status, why));
     }
@@ -566,7 +586,7 @@ Result<Target> build_infer_target(const Url& base, const InferTargetOptions& o) 
 
 Result<ServerStats> fetch_server_stats(const Url& base, const std::string& model, const std::string& version,
                                        const std::vector<std::string>& headers) {
-    std::string target = "/v2/models/" + model + (version.empty() ? "" : "/versions/" + version) + "/stats";
+    std::string target = model_path(model, version) + "/stats";
     STRATO_ASSIGN_OR_RETURN(auto j, get_json(base, target, headers));
     ServerStats s;
     try {

@@ -308,6 +308,7 @@ Result<SloResult> slo_search(const Target& target, const RunOptions& o, int64_t 
             break;
         }
         double mid = lo > 0 ? (lo + hi) / 2 : hi / 2;
+        if (mid < kMinRate) break;  // (a probe there cannot start)
         STRATO_ASSIGN_OR_RETURN(bool ok, probe(mid));
         if (r.interrupted || !r.failed.is_ok()) break;
         (ok ? lo : hi) = mid;
@@ -325,6 +326,10 @@ Result<std::vector<double>> parse_range(const std::string& text, bool integer, d
             (integer && v != std::floor(v)))
             return invalid_argument("'{}' in '{}' is not a positive {}", s, text, integer ? "integer" : "number");
         if (v > max) return invalid_argument("'{}' in '{}' is above the most allowed, {:g}", s, text, max);
+        // A rate of 1e-300 req/s made the gap between requests infinite, its int64 cast undefined:
+        // requests went out every nanosecond (1.8e9 in a second). --request-rate's own floor.
+        if (!integer && v < kMinRate)
+            return invalid_argument("'{}' in '{}' is below the least allowed, {:g}", s, text, kMinRate);
         return v;
     };
     if (text.find(':') == std::string::npos) {

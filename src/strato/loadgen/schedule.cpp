@@ -15,6 +15,10 @@ std::string_view trim(std::string_view s) {
     return s;
 }
 
+// One pass at most (~100 years in ns): the run's clock, an int64 of ns from boot, adds it.
+constexpr int64_t kMaxPeriodNs = int64_t{3'155'760'000} * 1'000'000'000;
+constexpr double kYearS = 365.25 * 86400;
+
 /// A finite number in [lo, hi], or nullopt (empty, not a number, out of range).
 std::optional<double> number_in(std::string_view text, double lo, double hi) {
     auto v = parse_number(text, std::nan(""), "");
@@ -55,6 +59,10 @@ Result<Schedule> Schedule::from_intervals(std::string_view text, const std::stri
             return invalid_argument("{}:{}: expected a gap in microseconds (a number in [0, 1e12]), got '{}'", source,
                                     line_no, line);
         const auto gap = std::max<int64_t>(1, std::llround(*us * 1e3));
+        // (10,000 gaps of 1e12 us overflowed the int64 clock: undefined, "the schedule lasts 0 s")
+        if (t > kMaxPeriodNs - gap)
+            return invalid_argument("{}:{}: the gaps add up to more than {:.0f} years, the longest schedule", source,
+                                    line_no, kMaxPeriodNs / 1e9 / kYearS);
         segs.push_back({t, 0, 1.0 / static_cast<double>(gap)});
         t += gap;
     }
@@ -90,9 +98,15 @@ Result<Schedule> Schedule::from_rate_trace(std::string_view csv, const std::stri
         return invalid_argument("{}: a rate trace needs at least two rows (time_s,rate), found {}", source, rows.size());
     std::vector<Segment> segs;
     const double t0 = rows.front().first;
+    const double last_step = rows.back().first - rows[rows.size() - 2].first;
+    // (a week's trace at --trace-speedup 1e-6 is 6e20 ns: llround() of it was undefined, and the run
+    // refused as "the schedule lasts 0 s")
+    if (const double period_s = (rows.back().first + last_step - t0) / speedup; period_s * 1e9 > kMaxPeriodNs)
+        return invalid_argument("{}: one pass lasts {:.3g} s at speed-up {:g}, more than {:.0f} years, the longest "
+                                "schedule",
+                                source, period_s, speedup, kMaxPeriodNs / 1e9 / kYearS);
     auto at_ns = [&](double t) { return static_cast<int64_t>(std::llround((t - t0) / speedup * 1e9)); };
     for (const auto& [t, r] : rows) segs.push_back({at_ns(t), 0, r * rate_scale / 1e9});
-    const double last_step = rows.back().first - rows[rows.size() - 2].first;
     return build(std::move(segs), at_ns(rows.back().first + last_step), false, source);
 }
 
