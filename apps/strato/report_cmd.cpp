@@ -29,7 +29,10 @@ void add_report_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
                                  : "";
             },
             "PATH"));
-    cmd->add_option("--out", o->out, "Output file (default: RUN_DIR/report.html, or FILE.html next to the JSON)");
+    // (an --out "$OUT" with OUT unset wrote the default file, without a word)
+    cmd->add_option("--out", o->out, "Output file (default: RUN_DIR/report.html, or FILE.html next to the JSON)")
+        ->check(CLI::Validator(
+            [](std::string& v) { return v.empty() ? std::string("expected a file name, got ''") : ""; }, "FILE"));
     cmd->footer(
         "Examples:\n  strato report runs/fashion_mnist_cnn && chromium runs/fashion_mnist_cnn/report.html\n"
         "  strato loadtest --model fashion_mnist_cnn --concurrency-range 1:16:x2 --json lt.json && strato report lt.json\n"

@@ -120,6 +120,20 @@ size=$(stat -c %s "$tmp/gaps/report.html")
 ((size < 1000000)) || fail "the report of 200k lines with gaps is $size bytes"
 check_html "$tmp/gaps/report.html" || fail "the report of a dense run with gaps is not valid"
 
+# 2b. Found by review: Python's json writes a diverged loss as NaN or Infinity (not JSON), and the
+# whole report failed with "not a JSON object". Such values are gaps, with a note.
+mkdir -p "$tmp/pynan"
+python3 - "$tmp/pynan/metrics.jsonl" <<'EOF'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for i, loss in enumerate([2.0, 1.5, float("nan"), float("inf"), 1.0], 1):
+        f.write(json.dumps({"kind": "train", "step": i, "epoch": i / 5, "loss": loss, "acc": 0.5, "lr": 0.1,
+                            "samples_per_s": 100}) + "\n")
+EOF
+"$strato" report "$tmp/pynan" >/dev/null || fail "strato report of a log with NaN and Infinity failed"
+check_html "$tmp/pynan/report.html" || fail "the report of a log with NaN and Infinity is not valid"
+grep -q 'hold NaN or Infinity' "$tmp/pynan/report.html" || fail "the NaN and Infinity values are not noted"
+
 # 3. An autoscaling simulation's JSON is a report of its own, as a load test's is.
 "$strato" autoscale simulate --policy configs/autoscale/seeds.toml --trace bench/cloud/week_trace.csv \
     --per-gpu-capacity 600 --json "$tmp/sim.json" >/dev/null
@@ -148,6 +162,15 @@ rc=$?
 set -e
 [[ $rc == 1 ]] || fail "--out onto the input JSON exited $rc"
 cmp -s "$tmp/sim.json" "$tmp/sim.json.orig" || fail "--out onto the input JSON changed it"
+
+# 4b. Found by review: --out '' (an unset variable) wrote the default file: a usage error now.
+rm -f "$tmp/pynan/report.html"
+set +e
+err=$("$strato" report "$tmp/pynan" --out '' 2>&1 >/dev/null)
+rc=$?
+set -e
+[[ $rc == 2 && $err == *"expected a file name"* ]] || fail "--out '': exit $rc, '$err'"
+[[ ! -e "$tmp/pynan/report.html" ]] || fail "--out '' wrote the default report"
 
 # 5. A small real run, in a browser.
 "$strato" --quiet train configs/fashion_mnist_mlp.toml --set run.dir="$tmp" --set run.name=report \

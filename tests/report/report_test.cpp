@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -578,6 +579,75 @@ TEST_F(RunReportTest, NullValuesAreGapsNotErrors) {
     EXPECT_FALSE(has_non_number(*html));
 }
 
+// Found by review: Python's json writes a diverged loss as NaN or Infinity (not JSON), and the
+// whole report failed with "not a JSON object". Such values are gaps, and a note says so; a
+// string that holds the word is left alone.
+TEST_F(RunReportTest, NaNAndInfinityAsPythonWritesThemAreGaps) {
+    write("metrics.jsonl",
+          "{\"kind\":\"train\",\"step\":1,\"epoch\":0.5,\"loss\":NaN,\"acc\":0.1,\"lr\":0.1,\"samples_per_s\":10}\n"
+          "{\"kind\":\"train\",\"step\":2,\"epoch\":0.6,\"loss\":Infinity,\"acc\":-Infinity,\"lr\":0.1,"
+          "\"samples_per_s\":10,\"note\":\"NaN \\\" Infinity\"}\n"
+          "{\"kind\":\"eval\",\"step\":2,\"epoch\":1,\"train_loss\":NaN,\"test_loss\":1.5,\"test_acc\":0.25}\n");
+    auto html = render();
+    ASSERT_TRUE(html.is_ok()) << html.status().message();
+    EXPECT_TRUE(contains(*html, "25.00%"));
+    EXPECT_TRUE(contains(*html, "2 train, 1 eval")) << *html;
+    EXPECT_TRUE(contains(*html, "3 line(s) of metrics.jsonl hold NaN or Infinity"));
+    const size_t notes = html->find("<div class=\"notes\">");
+    ASSERT_NE(notes, std::string::npos);
+    EXPECT_FALSE(has_non_number(html->substr(0, notes) + html->substr(html->find("</div>", notes))));
+
+    // Only the tokens: a line that is broken otherwise is still an error at its line.
+    write("metrics.jsonl", "{\"kind\":\"train\",\"step\":1,\"loss\":NaN\n");
+    html = render();
+    ASSERT_FALSE(html.is_ok());
+    EXPECT_TRUE(contains(html.status().message(), "metrics.jsonl:1: not a JSON object")) << html.status().message();
+}
+
+// Found by review: metrics.jsonl was read whole before parsing, so a long run's log held all its
+// bytes in memory at once (1e6 lines: 400 MB for a 150 MB file). It is read a block at a time:
+// memory follows the points, not the file. Lines that cross a block boundary still parse.
+TEST_F(RunReportTest, ALongLogIsReadWithoutHoldingItWhole) {
+    const auto train_line = [](int step) {
+        return fmt::format("{{\"kind\":\"train\",\"step\":{},\"epoch\":{},\"loss\":0.5,\"acc\":0.5,\"lr\":0.1,"
+                           "\"samples_per_s\":1000}}\n",
+                           step, step / 100.0);
+    };
+    {
+        std::ofstream f(dir_ / "metrics.jsonl", std::ios::binary);
+        f << train_line(1);
+        // A line that ends just short of 1 MiB, so that the next one crosses that boundary.
+        f << std::string((size_t{1} << 20) - train_line(1).size() - 20, ' ') << '\n' << train_line(2);
+        const std::string blank(4095, ' ');
+        for (int i = 0; i < 32 * 1024; ++i) f << blank << '\n';  // 128 MiB of blank lines
+        f << train_line(777777);
+    }
+    rusage before{};
+    ::getrusage(RUSAGE_SELF, &before);
+    auto html = render();
+    rusage after{};
+    ::getrusage(RUSAGE_SELF, &after);
+    ASSERT_TRUE(html.is_ok()) << html.status().message();
+    EXPECT_TRUE(contains(*html, "3 train, 0 eval")) << html->substr(0, 3000);
+    EXPECT_TRUE(contains(*html, "777,777"));
+    // (ru_maxrss is in KiB; the file is 129 MiB)
+    EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 48 * 1024)
+        << "peak memory grew by " << (after.ru_maxrss - before.ru_maxrss) / 1024 << " MiB reading a 129 MiB log";
+}
+
+// A file without line ends is no metrics log: it is refused at the line, not held whole.
+TEST_F(RunReportTest, ALineLongerThanAnyMetricsLineIsAnError) {
+    {
+        std::ofstream f(dir_ / "metrics.jsonl", std::ios::binary);
+        f << "{\"kind\":\"train\",\"step\":1}\n" << std::string(size_t{17} << 20, 'x');
+    }
+    auto html = render();
+    ASSERT_FALSE(html.is_ok());
+    EXPECT_EQ(html.status().code(), StatusCode::kDataLoss);
+    EXPECT_TRUE(contains(html.status().message(), "metrics.jsonl:2: a line longer than 16 MiB"))
+        << html.status().message();
+}
+
 // Found by review: a damaged "steps": 1e300 printed as 300 digits with commas.
 TEST_F(RunReportTest, AHugeCountIsShownShort) {
     write_full_run();
@@ -663,7 +733,9 @@ TEST_F(RunReportTest, DeeplyNestedJsonIsAnErrorNotACrash) {
     write_full_run();
     write("model/metrics.json", "{\"test_acc\":0.5,\"x\":" + std::string(100000, '[') + std::string(100000, ']') + "}");
     auto html = render();
-    if (html.is_ok()) EXPECT_FALSE(contains(*html, "[[[[")) << "the nested value is not printed";
+    if (html.is_ok()) {
+        EXPECT_FALSE(contains(*html, "[[[[")) << "the nested value is not printed";
+    }
 }
 
 TEST_F(RunReportTest, MissingRunDirectoryIsNotFound) {

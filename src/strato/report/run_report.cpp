@@ -2,11 +2,18 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string_view>
 #include <utility>
@@ -51,6 +58,7 @@ struct RunMetrics {
     std::vector<EvalPoint> eval;
     std::vector<MonitorPoint> monitor;
     bool torn_last_line = false;
+    int64_t nonfinite_lines = 0;  // lines with NaN or Infinity, read as null
 };
 
 // A monitor sample's number; NaN when missing or of another type (system samples are extra: a
@@ -72,33 +80,60 @@ Status read_number(const json& j, const char* key, const std::string& where, dou
     return Status::ok();
 }
 
-Result<RunMetrics> parse_metrics(std::string_view text, const std::string& path) {
-    RunMetrics m;
-    size_t pos = 0;
-    int64_t line_no = 0;
-    while (pos < text.size()) {
-        const size_t nl = text.find('\n', pos);
-        ++line_no;
-        if (nl == std::string_view::npos) {
-            // NOTE: the writer appends whole lines; one without its newline is being written (or
-            // was cut by a crash) and is dropped, as the trainer's own reader does.
-            m.torn_last_line = true;
-            break;
+// Python's json module (and so many a logging script) writes NaN, Infinity and -Infinity, which
+// JSON has no spelling for: `line` with each such token outside strings as null (missing, as
+// strato writes a NaN), or "" when it has none. A diverged loss failed the whole report.
+std::string nonfinite_as_null(std::string_view line) {
+    std::string out;
+    bool in_string = false, changed = false;
+    for (size_t i = 0; i < line.size(); ++i) {
+        const char c = line[i];
+        if (in_string) {
+            out += c;
+            if (c == '\\' && i + 1 < line.size()) out += line[++i];
+            else if (c == '"') in_string = false;
+            continue;
         }
-        std::string_view line = text.substr(pos, nl - pos);
-        pos = nl + 1;
-        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-        if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
+        if (c == '"') in_string = true;
+        bool replaced = false;
+        for (std::string_view token : {"-Infinity", "Infinity", "NaN"}) {
+            if (line.substr(i, token.size()) == token) {
+                out += "null";
+                i += token.size() - 1;
+                replaced = changed = true;
+                break;
+            }
+        }
+        if (!replaced) out += c;
+    }
+    return changed ? out : std::string();
+}
 
-        const std::string where = fmt::format("{}:{}", path, line_no);
-        const json j = parse_json_bounded(line);
+// Reads metrics.jsonl line by line (parse_line), keeping only the numbers the page needs.
+class MetricsParser {
+public:
+    explicit MetricsParser(std::string path) : path_(std::move(path)) {}
+
+    // One complete line (without its '\n'), the `line_no`-th of the file.
+    Status parse_line(std::string_view line, int64_t line_no) {
+        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+        if (line.find_first_not_of(" \t") == std::string_view::npos) return Status::ok();
+
+        const std::string where = fmt::format("{}:{}", path_, line_no);
+        json j = parse_json_bounded(line);
+        if (j.is_discarded()) {
+            if (const std::string spelled = nonfinite_as_null(line); !spelled.empty()) {
+                j = parse_json_bounded(spelled);
+                if (j.is_object()) ++m_.nonfinite_lines;
+            }
+        }
         if (j.is_discarded() || !j.is_object()) {
             const std::string_view head = line.substr(0, 60);
             return data_loss("{}: not a JSON object: {}{}", where, json_text(std::string(head)),  // bytes shown escaped
                              line.size() > head.size() ? "..." : "");
         }
         const auto kind = j.find("kind");
-        if (kind == j.end() || !kind->is_string()) continue;
+        if (kind == j.end() || !kind->is_string()) return Status::ok();
         if (*kind == "train") {
             TrainPoint p;
             STRATO_RETURN_IF_ERROR(read_number(j, "step", where, p.step));
@@ -107,7 +142,7 @@ Result<RunMetrics> parse_metrics(std::string_view text, const std::string& path)
             STRATO_RETURN_IF_ERROR(read_number(j, "acc", where, p.acc));
             STRATO_RETURN_IF_ERROR(read_number(j, "lr", where, p.lr));
             STRATO_RETURN_IF_ERROR(read_number(j, "samples_per_s", where, p.samples_per_s));
-            m.train.push_back(p);
+            m_.train.push_back(p);
         } else if (*kind == "eval") {
             EvalPoint p;
             STRATO_RETURN_IF_ERROR(read_number(j, "step", where, p.step));
@@ -122,7 +157,7 @@ Result<RunMetrics> parse_metrics(std::string_view text, const std::string& path)
                 if (!it->is_boolean()) return data_loss("{}: 'partial' must be true or false", where);
                 p.partial = it->get<bool>();
             }
-            m.eval.push_back(p);
+            m_.eval.push_back(p);
         } else if (*kind == "monitor") {
             MonitorPoint p;
             p.step = sample_number(j, "step");
@@ -131,10 +166,93 @@ Result<RunMetrics> parse_metrics(std::string_view text, const std::string& path)
             if (auto it = j.find("gpu_util"); it != j.end() && it->is_object())
                 for (const auto& [label, v] : it->items())
                     if (v.is_number()) p.gpu.emplace_back(label, v.get<double>());
-            m.monitor.push_back(std::move(p));
+            m_.monitor.push_back(std::move(p));
+        }
+        return Status::ok();
+    }
+
+    // What follows the last '\n': a line being written (or cut by a crash), dropped as the
+    // trainer's own reader drops it.
+    void torn_tail() { m_.torn_last_line = true; }
+    RunMetrics take() { return std::move(m_); }
+
+private:
+    std::string path_;
+    RunMetrics m_;
+};
+
+Result<RunMetrics> parse_metrics(std::string_view text, const std::string& path) {
+    MetricsParser parser(path);
+    size_t pos = 0;
+    int64_t line_no = 0;
+    while (pos < text.size()) {
+        const size_t nl = text.find('\n', pos);
+        if (nl == std::string_view::npos) {
+            parser.torn_tail();
+            break;
+        }
+        STRATO_RETURN_IF_ERROR(parser.parse_line(text.substr(pos, nl - pos), ++line_no));
+        pos = nl + 1;
+    }
+    return parser.take();
+}
+
+// No metrics line comes near this; a file with a longer one is not a metrics log (a binary file,
+// one without line ends), and reading on would hold all of it.
+constexpr size_t kMetricsLineMax = size_t{16} << 20;
+
+// metrics.jsonl read a block at a time: memory follows the points kept, not the file (a long
+// run's log of 1e6 lines took 400 MB for its 150 MB read whole). Other than a regular file (a
+// FIFO) it is read whole, by fs::read_file, which does not hang on a pipe without a writer.
+Result<RunMetrics> read_metrics_file(const stdfs::path& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        const int err = errno;
+        if (err == ENOENT) return not_found("{} does not exist", path.string());
+        return io_error("cannot open {}: {}", path.string(), std::strerror(err));
+    }
+    const auto closer = std::unique_ptr<const int, void (*)(const int*)>(&fd, [](const int* f) { ::close(*f); });
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        STRATO_ASSIGN_OR_RETURN(std::string text, fs::read_file(path));
+        return parse_metrics(text, path.string());
+    }
+    MetricsParser parser(path.string());
+    std::vector<char> buf(size_t{1} << 20);
+    std::string carry;  // the start of a line that the next block ends
+    int64_t line_no = 0;
+    auto too_long = [&] {
+        return data_loss("{}:{}: a line longer than {} MiB, expected one JSON object per line (is it a metrics.jsonl?)",
+                         path.string(), line_no + 1, kMetricsLineMax >> 20);
+    };
+    for (;;) {
+        const ssize_t n = ::read(fd, buf.data(), buf.size());
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return io_error("cannot read {}: {}", path.string(), std::strerror(errno));
+        if (n == 0) break;
+        const std::string_view block(buf.data(), static_cast<size_t>(n));
+        size_t pos = 0;
+        for (;;) {
+            const size_t nl = block.find('\n', pos);
+            const std::string_view piece = block.substr(pos, nl == std::string_view::npos ? block.npos : nl - pos);
+            if (carry.size() + piece.size() > kMetricsLineMax) return too_long();
+            if (nl == std::string_view::npos) {
+                carry.append(piece);
+                break;
+            }
+            ++line_no;
+            if (carry.empty()) {
+                STRATO_RETURN_IF_ERROR(parser.parse_line(piece, line_no));
+            } else {
+                carry.append(piece);
+                STRATO_RETURN_IF_ERROR(parser.parse_line(carry, line_no));
+                carry.clear();
+            }
+            pos = nl + 1;
         }
     }
-    return m;
+    if (!carry.empty()) parser.torn_tail();
+    return parser.take();
 }
 
 // An optional JSON file: nullopt-like null when absent; a note when present but unreadable.
@@ -320,47 +438,49 @@ Rows training_rows(const RunMetrics& m) {
 }
 
 std::string charts_html(const RunMetrics& m) {
-    Series loss_step{"train (per step)", {}, {}}, acc_step{"train (per step)", {}, {}};
-    Series lr{"learning rate", {}, {}}, sps{"samples/s", {}, {}};
-    for (const auto& t : m.train) {
-        loss_step.x.push_back(t.epoch);
-        loss_step.y.push_back(t.loss);
-        acc_step.x.push_back(t.epoch);
-        acc_step.y.push_back(100 * t.acc);
-        lr.x.push_back(t.step);
-        lr.y.push_back(t.lr);
-        sps.x.push_back(t.step);
-        sps.y.push_back(t.samples_per_s);
-    }
-    Series loss_train{"train (epoch)", {}, {}}, loss_test{"test (epoch)", {}, {}};
-    Series acc_train{"train (epoch)", {}, {}}, acc_test{"test (epoch)", {}, {}};
-    for (const auto& e : m.eval) {
-        for (Series* s : {&loss_train, &loss_test, &acc_train, &acc_test}) s->x.push_back(e.epoch);
-        loss_train.y.push_back(e.train_loss);
-        loss_test.y.push_back(e.test_loss);
-        acc_train.y.push_back(100 * e.train_acc);
-        acc_test.y.push_back(100 * e.test_acc);
-    }
-    std::vector<Series> loss, acc;
-    if (!m.train.empty()) {
-        loss.push_back(std::move(loss_step));
-        acc.push_back(std::move(acc_step));
-    }
-    if (!m.eval.empty()) {
-        loss.push_back(std::move(loss_train));
-        loss.push_back(std::move(loss_test));
-        acc.push_back(std::move(acc_train));
-        acc.push_back(std::move(acc_test));
-    }
+    // Each chart's series are made just before it is drawn and freed after it: a long run's
+    // points were held eight times over at once.
+    auto train = [&](const char* name, double TrainPoint::*x, double TrainPoint::*y, double scale) {
+        Series s{name, {}, {}};
+        s.x.reserve(m.train.size());
+        s.y.reserve(m.train.size());
+        for (const auto& t : m.train) s.x.push_back(t.*x), s.y.push_back(scale * (t.*y));
+        return s;
+    };
+    auto eval = [&](const char* name, double EvalPoint::*y, double scale) {
+        Series s{name, {}, {}};
+        s.x.reserve(m.eval.size());
+        s.y.reserve(m.eval.size());
+        for (const auto& e : m.eval) s.x.push_back(e.epoch), s.y.push_back(scale * (e.*y));
+        return s;
+    };
+    auto loss = [&] {
+        std::vector<Series> out;
+        if (!m.train.empty()) out.push_back(train("train (per step)", &TrainPoint::epoch, &TrainPoint::loss, 1));
+        if (!m.eval.empty()) {
+            out.push_back(eval("train (epoch)", &EvalPoint::train_loss, 1));
+            out.push_back(eval("test (epoch)", &EvalPoint::test_loss, 1));
+        }
+        return out;
+    };
+    auto acc = [&] {
+        std::vector<Series> out;
+        if (!m.train.empty()) out.push_back(train("train (per step)", &TrainPoint::epoch, &TrainPoint::acc, 100));
+        if (!m.eval.empty()) {
+            out.push_back(eval("train (epoch)", &EvalPoint::train_acc, 100));
+            out.push_back(eval("test (epoch)", &EvalPoint::test_acc, 100));
+        }
+        return out;
+    };
     // A log scale only pays when the loss falls by more than an order of magnitude.
     double lo = std::numeric_limits<double>::infinity(), hi = 0;
-    for (const auto& s : loss) {
-        for (double v : s.y) {
-            if (!std::isfinite(v)) continue;
-            lo = std::min(lo, v);
-            hi = std::max(hi, v);
-        }
-    }
+    auto range = [&](double v) {
+        if (!std::isfinite(v)) return;
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+    };
+    for (const auto& t : m.train) range(t.loss);
+    for (const auto& e : m.eval) range(e.train_loss), range(e.test_loss);
     const bool loss_log = lo > 0 && hi / lo >= 20;
 
     const int w = 560, h = 300;
@@ -370,13 +490,17 @@ std::string charts_html(const RunMetrics& m) {
         o.height = h;
         out += "<figure>" + line_chart_svg(s, o) + "</figure>\n";
     };
-    figure(loss,
+    figure(loss(),
            {.title = loss_log ? "Loss (log scale)" : "Loss", .x_label = "epoch", .y_label = "loss", .log_y = loss_log});
-    figure(acc, {.title = "Accuracy", .x_label = "epoch", .y_label = "accuracy (%)"});
-    figure(m.train.empty() ? std::vector<Series>{} : std::vector<Series>{lr},
-           {.title = "Learning rate", .x_label = "step", .y_label = "learning rate"});
-    figure(m.train.empty() ? std::vector<Series>{} : std::vector<Series>{sps},
-           {.title = "Throughput", .x_label = "step", .y_label = "samples/s"});
+    figure(acc(), {.title = "Accuracy", .x_label = "epoch", .y_label = "accuracy (%)"});
+    // (moved in: a braced list would copy the series)
+    auto by_step = [&](const char* name, double TrainPoint::*y) {
+        std::vector<Series> one;
+        if (!m.train.empty()) one.push_back(train(name, &TrainPoint::step, y, 1));
+        return one;
+    };
+    figure(by_step("learning rate", &TrainPoint::lr), {.title = "Learning rate", .x_label = "step", .y_label = "learning rate"});
+    figure(by_step("samples/s", &TrainPoint::samples_per_s), {.title = "Throughput", .x_label = "step", .y_label = "samples/s"});
     if (!m.monitor.empty()) {
         // CPU, memory and each GPU (in the order first seen), each point at its own step.
         std::vector<Series> sys{{"CPU", {}, {}}, {"memory", {}, {}}};
@@ -456,8 +580,7 @@ Result<RunMetrics> read_run_metrics(const stdfs::path& dir) {
     const stdfs::path metrics_path = dir / "metrics.jsonl";
     if (!stdfs::exists(metrics_path, ec))
         return not_found("{} has no metrics.jsonl (is it a run directory?)", dir.string());
-    STRATO_ASSIGN_OR_RETURN(std::string metrics_text, fs::read_file(metrics_path));
-    return parse_metrics(metrics_text, metrics_path.string());
+    return read_metrics_file(metrics_path);
 }
 
 }  // namespace
@@ -488,6 +611,10 @@ Result<std::string> render_run_report(const std::string& run_dir) {
     std::vector<std::string> notes;
     if (m.torn_last_line)
         notes.push_back("The last line of metrics.jsonl is incomplete (the run may still be going); it is left out.");
+    if (m.nonfinite_lines > 0)
+        notes.push_back(fmt::format("{} line(s) of metrics.jsonl hold NaN or Infinity, which JSON has no spelling for "
+                                    "(Python's json writes them); those values are shown as missing.",
+                                    m.nonfinite_lines));
     const json final_metrics = read_optional_json(dir / "model" / "metrics.json", notes);
     const json manifest = read_optional_json(dir / "model" / "strato-model.json", notes);
     if (!final_metrics.is_object() && !m.eval.empty()) {

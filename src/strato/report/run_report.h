@@ -12,12 +12,15 @@ namespace strato::report {
 /// Builds the HTML report of the run directory `run_dir` and returns it. Reads
 ///   metrics.jsonl              required; "train", "eval" and "monitor" lines (others are
 ///                              skipped; a last line with no newline is torn, still being
-///                              written, and skipped)
+///                              written, and skipped); read a block at a time, so memory
+///                              follows the points kept, not the file; NaN, Infinity and
+///                              -Infinity (as Python's json writes them) are read as null
 ///   config.toml                optional; shown verbatim
 ///   model/metrics.json         optional; final metrics (else taken from the last eval line)
 ///   model/strato-model.json    optional; architecture, parameter count, input shape
 /// A missing directory or metrics.jsonl is kNotFound naming the path; a line of metrics.jsonl
-/// that is not a JSON object, or a field of the wrong type, is kDataLoss naming file:line.
+/// that is not a JSON object, longer than 16 MiB, or a field of the wrong type, is kDataLoss
+/// naming file:line.
 /// Optional files that cannot be read are reported inside the page instead. Output is
 /// deterministic (no timestamps). Thread-safe; reads only.
 ///
