@@ -111,6 +111,8 @@ void add_monitor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
             (*m)->sample();  // CPU utilisation is a difference: take it over the next 250 ms
             std::this_thread::sleep_for(std::chrono::milliseconds(250));
             monitor::Snapshot s = (*m)->sample();
+            // (the Prometheus text has no place for them: "no GPU: cannot load NVML (...)" went unsaid)
+            for (const auto& note : s.notes) log::warn("monitor: {}", note);
             fmt::print("{}", o->json ? json_text(monitor::to_json(s), 2) + "\n" : monitor::to_prometheus(s));
             return void(*exit_code = 0);
         }

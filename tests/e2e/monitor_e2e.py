@@ -271,6 +271,20 @@ def bad_inputs(tmp):
     j = json.loads(p.stdout)
     check(p.returncode == 0 and "gpu_util" not in j and "cpu_util" in j, p.stdout[:500])
     check(any(n.startswith("no GPU") for n in j.get("notes", [])), str(j.get("notes")))
+    # Found by review: --once in Prometheus text said nothing of the missing driver (the notes went
+    # only into --json): a machine whose NVML failed to load looked like one without GPUs.
+    p = subprocess.run([STRATO, "monitor", "--once"], capture_output=True, text=True, env=env, timeout=30)
+    check(p.returncode == 0 and "strato_cpu_utilization_percent" in p.stdout and "no GPU" not in p.stdout
+          and "no GPU: cannot load NVML (/nonexistent/libnvidia-ml.so.1)" in p.stderr,
+          f"--once without a driver: {p.returncode} {p.stderr!r}")
+    # Found by review: a --pid process that exited only left /metrics and the log's "notes",
+    # without a word on stderr. It is said once. (A thread reaps it: a zombie still has its /proc.)
+    short = subprocess.Popen(["sleep", "2"])
+    threading.Thread(target=short.wait, daemon=True).start()
+    p = subprocess.run([STRATO, "monitor", "--no-exporter", "--interval", "200ms", "--duration", "5s", "--pid",
+                        str(short.pid)], capture_output=True, text=True, timeout=60)
+    check(p.returncode == 0 and p.stderr.count(f"monitor: process {short.pid} is gone") == 1,
+          f"--pid of a process that exits: {p.returncode} {p.stderr[-800:]!r}")
     # The port is taken: a clear error.
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -248,6 +248,10 @@ Result<MonitorSummary> Monitor::run() {
             if (summary.samples == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
             s = sample();
             if (summary.samples == 0) next = std::chrono::steady_clock::now();
+            // A watched process that exited ("process 4242 is gone") only left the page and the
+            // log's "notes", without a word: each condition is said once as it appears.
+            for (const auto& note : s.notes)
+                if (note != gpu_summary_ && said_notes_.insert(note).second) log::warn("monitor: {}", note);
         }
         ++summary.samples;
         if (summary.samples == 1) warn_unknown_metrics(s);

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,7 @@ private:
     std::mutex text_mu_;
     std::string text_;  // the last snapshot in Prometheus format
     std::atomic<bool> stop_{false};
+    std::set<std::string> said_notes_;  // sampler notes already logged (each once)
 };
 
 }  // namespace strato::monitor
