@@ -162,7 +162,7 @@ void add_simulate(CLI::App& parent, int* exit_code) {
             double mean = 0;
             for (double c : costs) mean += c / costs.size();
             fmt::print("cost over {} runs: mean {:.2f}, p10 {:.2f}, p90 {:.2f} {}\n", o->runs, mean,
-                       costs[costs.size() / 10], costs[costs.size() * 9 / 10], r.currency);
+                       cloud::sample_quantile(costs, 0.1), cloud::sample_quantile(costs, 0.9), r.currency);
         }
         if (o->json_out.empty() && o->report_out.empty()) return void(*exit_code = 0);
         const nlohmann::json json = cloud::sim_to_json(r, so);
@@ -270,18 +270,27 @@ void add_manifests(CLI::App& parent, int* exit_code) {
     cmd->add_option("--image", o->image, "Container image with strato (default strato:latest)");
     cmd->add_option("--model-repository", o->model_dir, "Model repository path in the container (default /models)");
     cmd->add_option("--namespace", o->namespace_, "Namespace (default default)");
-    cmd->add_option("--min-replicas", o->min_replicas, "Minimum replicas (default 1)");
-    cmd->add_option("--max-replicas", o->max_replicas, "Maximum replicas (default 8)");
+    // The ranges show in --help; the rest (min <= max, 0 only with --kserve) is checked together.
+    cmd->add_option("--min-replicas", o->min_replicas,
+                    "Minimum replicas (default 1; at most --max-replicas; 0 only with --kserve, scaling on "
+                    "concurrency)")
+        ->check(CLI::Range(0, cloud::kReplicasMax));
+    cmd->add_option("--max-replicas", o->max_replicas, "Maximum replicas (default 8; at least --min-replicas)")
+        ->check(CLI::Range(1, cloud::kReplicasMax));
     auto* target_cpu = cmd->add_option("--target-cpu", o->target_cpu_percent,
                     "Scale on CPU utilisation, this percent per pod (HPA default 70; with --kserve: scaleMetric cpu "
                     "instead of concurrency)")
         ->check(CLI::Range(1, 100));
     cmd->add_option("--pending-per-pod", o->pending_per_pod,
-                    "Scale on nv_inference_pending_request_count per pod instead of CPU (needs a metrics adapter)")
+                    "Scale on nv_inference_pending_request_count per pod instead of CPU (needs a metrics adapter; "
+                    "with --kserve a whole number)")
+        ->check(finite_range(0, cloud::kPendingPerPodMax))
         ->excludes(target_cpu);  // (one scale metric: the other was ignored)
-    cmd->add_option("--gpus", o->gpus, "nvidia.com/gpu per pod");
-    cmd->add_option("--cpu", o->cpu, "CPU request per pod (default 2)");
-    cmd->add_option("--memory", o->memory, "Memory per pod (default 4Gi)");
+    cmd->add_option("--gpus", o->gpus, "nvidia.com/gpu per pod (default 0)")
+        ->check(CLI::Range(0, cloud::kGpusPerPodMax));
+    cmd->add_option("--cpu", o->cpu,
+                    "CPU request per pod, a Kubernetes quantity: 2, 500m (default 2; above 0 to scale on CPU)");
+    cmd->add_option("--memory", o->memory, "Memory request and limit per pod, at least 1Mi: 4Gi, 512Mi (default 4Gi)");
     cmd->add_flag("--kserve", o->kserve, "Emit a KServe InferenceService (v2 protocol) instead");
     cmd->callback([o, exit_code] {
         auto yaml = cloud::kubernetes_manifests(*o);

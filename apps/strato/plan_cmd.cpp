@@ -162,8 +162,8 @@ Simulated simulate_row(const cloud::PlanRequest& r, const cloud::Candidate& c, i
     s.stderr_h = std::sqrt(var / runs);
     const double startup_h = r.startup_s / 3600;
     s.mean_h += startup_h;
-    s.p10_h = walls[walls.size() / 10] + startup_h;
-    s.p90_h = walls[walls.size() * 9 / 10] + startup_h;
+    s.p10_h = cloud::sample_quantile(walls, 0.1) + startup_h;
+    s.p90_h = cloud::sample_quantile(walls, 0.9) + startup_h;
     s.mean_cost = s.mean_h * c.price_per_h;
     return s;
 }

@@ -616,6 +616,26 @@ TEST(SpotJob, MeanOf1000SimulatedRunsMatchesTheAnalyticalExpectation) {
     EXPECT_GT(e.expected_interruptions, 3);  // the case exercises preemptions
 }
 
+// Found by review: `plan --simulate N` and `autoscale simulate --runs N` took sorted[N * 9 / 10]
+// as the 90th percentile: the largest of 10 runs (nearest rank: the 9th), one rank high for any N
+// that 10 divides; and sorted[N / 10] as the 10th (the 2nd of 10, nearest rank the 1st).
+TEST(SampleQuantile, NearestRank) {
+    std::vector<double> ten;
+    for (int i = 1; i <= 10; ++i) ten.push_back(i);
+    EXPECT_EQ(sample_quantile(ten, 0.9), 9);
+    EXPECT_EQ(sample_quantile(ten, 0.1), 1);
+    EXPECT_EQ(sample_quantile(ten, 0.5), 5);
+    EXPECT_EQ(sample_quantile(ten, 1.0), 10);
+    EXPECT_EQ(sample_quantile(ten, 0.0), 1);
+    std::vector<double> thousand;
+    for (int i = 1; i <= 1000; ++i) thousand.push_back(i);
+    EXPECT_EQ(sample_quantile(thousand, 0.9), 900);
+    EXPECT_EQ(sample_quantile(thousand, 0.1), 100);
+    EXPECT_EQ(sample_quantile({7.0}, 0.9), 7);
+    EXPECT_EQ(sample_quantile({1.0, 2.0, 3.0}, 0.9), 3);  // (ceil(2.7) = 3rd)
+    EXPECT_TRUE(std::isnan(sample_quantile({}, 0.5)));
+}
+
 TEST(SpotJob, NoCheckpointAfterTheLastSegment) {
     // 3 segments of 20 min: checkpoints after the first two only, when the interval divides the work
     // as when it does not.

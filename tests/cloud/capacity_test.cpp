@@ -189,5 +189,73 @@ TEST(Manifests, ValuesAreQuotedOrRefusedNeverYamlOfTheirOwn) {
     }
 }
 
+// Found by review: `--memory 512m` (Docker's megabytes) is 0.512 bytes in Kubernetes and a bare
+// `--memory 4` four bytes; the manifests were written and every pod died at start.
+TEST(Manifests, MemoryIsAtLeastOneMebibyte) {
+    ManifestOptions o;
+    o.name = "fashion";
+    for (const char* tiny : {"512m", "4", "1000k", "1e3", "0", "1023Ki"}) {
+        o.memory = tiny;
+        auto r = kubernetes_manifests(o);
+        ASSERT_FALSE(r.is_ok()) << tiny;
+        EXPECT_NE(r.status().message().find("--memory '" + std::string(tiny) + "'"), std::string::npos)
+            << r.status().message();
+    }
+    o.memory = "512m";
+    EXPECT_NE(kubernetes_manifests(o).status().message().find("for megabytes write '512Mi'"), std::string::npos)
+        << kubernetes_manifests(o).status().message();
+    for (const char* fine : {"1Mi", "512Mi", "4Gi", "1.5Gi", "2G", "1e9", "1048576", "1E", "1Ei"}) {
+        o.memory = fine;
+        EXPECT_TRUE(kubernetes_manifests(o).is_ok()) << fine << ": " << kubernetes_manifests(o).status().message();
+    }
+    o.memory = std::string(400, '9');  // (a quantity of 400 digits: no exception on the way)
+    EXPECT_TRUE(kubernetes_manifests(o).is_ok());
+}
+
+// Found by review: the Deployment carried `replicas: <min>` beside its HPA, so every `kubectl
+// apply` of the same file (a new image tag) scaled a loaded service down to min_replicas; the
+// Kubernetes HPA documentation says to leave spec.replicas out.
+TEST(Manifests, DeploymentLeavesTheReplicaCountToTheHpa) {
+    ManifestOptions o;
+    o.name = "fashion";
+    o.min_replicas = 3;
+    const std::string y = kubernetes_manifests(o).value();
+    const std::string deployment = y.substr(0, y.find("---"));
+    EXPECT_NE(deployment.find("kind: Deployment"), std::string::npos);
+    EXPECT_EQ(deployment.find("replicas"), std::string::npos) << deployment;
+    EXPECT_NE(y.find("  minReplicas: 3\n  maxReplicas: 8\n"), std::string::npos) << y;
+}
+
+// Found by review: the InferenceService's container was "strato", which KServe's webhook renames
+// to kserve-container (its storage and agent injection find the container by that name): the
+// applied manifest never matched the live object.
+TEST(Manifests, KServeContainerIsNamedAsKServeNamesIt) {
+    ManifestOptions o;
+    o.name = "fashion";
+    o.kserve = true;
+    EXPECT_NE(kubernetes_manifests(o)->find("    - name: kserve-container\n"), std::string::npos)
+        << kubernetes_manifests(o).value();
+    o.kserve = false;
+    EXPECT_NE(kubernetes_manifests(o)->find("      - name: strato\n"), std::string::npos);
+}
+
+// The ranges --help shows are the ones the library checks; a message names the flags.
+TEST(Manifests, ReplicaRangeNamesTheFlags) {
+    ManifestOptions o;
+    o.name = "fashion";
+    o.max_replicas = kReplicasMax;
+    EXPECT_TRUE(kubernetes_manifests(o).is_ok());
+    o.max_replicas = kReplicasMax + 1;
+    auto r = kubernetes_manifests(o);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("--max-replicas 150001"), std::string::npos) << r.status().message();
+    o.max_replicas = 8;
+    o.min_replicas = -3;
+    EXPECT_NE(kubernetes_manifests(o).status().message().find("--min-replicas -3"), std::string::npos);
+    o.min_replicas = 1;
+    o.gpus = kGpusPerPodMax + 1;
+    EXPECT_NE(kubernetes_manifests(o).status().message().find("--gpus 65 must be 0..64"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace strato::cloud

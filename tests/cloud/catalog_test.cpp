@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
+
 #include "strato/cloud/catalog.h"
 #include "strato/cloud/throughput.h"
 
@@ -108,6 +110,23 @@ TEST(Catalog, DuplicatesNegativesAndRowsWithoutGpusAreNamed) {
     auto twice = Catalog::parse(std::string(kHeader) + "aws,us-east-1,x,T4,1,4,16,25,1,0.2,src\n", "test.csv", gpus,
                                 "gpus.csv", detail::kSpotCsv, "spot.csv");
     EXPECT_NE(twice.status().message().find("is listed twice"), std::string::npos) << twice.status().message();
+    // Found by review: providers, regions and accelerators match in any case, but the duplicate
+    // checks compared exactly: "AWS/US-EAST-1/x" after "aws/us-east-1/x" was planned as a second
+    // machine, and a GPU "t4" after "T4" was a second entry that `--gpu t4` never reached.
+    auto cased = from_rows("aws,us-east-1,x,T4,1,4,16,25,1,0.2,src\nAWS,US-EAST-1,x,T4,1,4,16,25,1,0.2,src\n");
+    EXPECT_NE(cased.status().message().find(
+                  "test.csv:3 instance_type: AWS/US-EAST-1/x is listed twice (also on line 2, as aws/us-east-1/x"),
+              std::string::npos)
+        << cased.status().message();
+    EXPECT_TRUE(from_rows("aws,us-east-1,x,T4,1,4,16,25,1,0.2,src\naws,us-east-1,X,T4,1,4,16,25,1,0.2,src\n").is_ok());
+    std::string lower_gpus = detail::kGpusCsv;
+    const size_t row1 = lower_gpus.find('\n') + 1;
+    std::string again = lower_gpus.substr(row1, lower_gpus.find('\n', row1) + 1 - row1);
+    for (size_t i = 0; i < again.size() && again[i] != ','; ++i) again[i] = static_cast<char>(std::tolower(again[i]));
+    auto gpu_cased = Catalog::parse(std::string(kHeader) + "aws,us-east-1,x,T4,1,4,16,25,1,0.2,src\n", "test.csv",
+                                    lower_gpus + again, "gpus.csv", detail::kSpotCsv, "spot.csv");
+    EXPECT_NE(gpu_cased.status().message().find("is listed twice (also as '"), std::string::npos)
+        << gpu_cased.status().message();
 }
 
 // Found by review: a SkyPilot vms.csv given to --catalog (the file an ML engineer has) failed with

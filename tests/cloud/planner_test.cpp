@@ -285,6 +285,63 @@ TEST(Planner, SaysWhichConstraintBinds) {
     EXPECT_EQ(p.binding.rfind("GPU memory: one replica needs", 0), 0u) << p.binding;
 }
 
+// Found by review: a multi-node row of an instance whose network the catalog leaves blank (the
+// shipped p4de.24xlarge, 400 Gb/s of EFA) was priced with an assumed 25 Gb/s and did not say so.
+TEST(Planner, MultiNodeRowsSayWhenTheNetworkIsAssumed) {
+    const std::string header =
+        "provider,region,instance_type,accelerator,accelerator_count,vcpus,memory_gib,network_gbps,"
+        "ondemand_usd_per_hour,spot_usd_per_hour,source\n";
+    for (const char* net : {"", "0", "100"}) {
+        const Catalog cat = Catalog::parse(header + "aws,r,x,T4,1,4,16," + net + ",0.5,0,s\n", "test.csv",
+                                           detail::kGpusCsv, "gpus.csv", detail::kSpotCsv, "spot.csv")
+                                .value();
+        PlanRequest req;
+        req.workload = resnet50();
+        req.objective = Objective::kTime;
+        req.max_nodes = 4;
+        Plan p = make_plan(cat, req).value();
+        ASSERT_EQ(p.ranked.size(), 1u);
+        ASSERT_EQ(p.ranked[0].nodes, 4);
+        const bool said = p.ranked[0].reason.find("network unknown: 25 Gb/s assumed") != std::string::npos;
+        EXPECT_EQ(said, std::string(net) != "100") << net << ": " << p.ranked[0].reason;
+        req.max_nodes = 1;  // one node: no network in the model
+        EXPECT_EQ(make_plan(cat, req).value().ranked[0].reason.find("network"), std::string::npos);
+    }
+}
+
+// Found by review: every plan that failed on GPU memory said "lower --batch-per-gpu", also for a
+// 20B model with Adam, whose weights, gradients and optimizer state (360 GB) fit no GPU at any
+// batch; and it never said how far to lower it.
+TEST(Planner, MemoryBindingSaysWhichBatchFitsOrThatNoneDoes) {
+    const Catalog cat = Catalog::builtin().value();
+    PlanRequest req;
+    req.workload = resnet50();
+    req.workload.batch_per_gpu = 4096;
+    Plan p = make_plan(cat, req).value();
+    ASSERT_TRUE(p.ranked.empty());
+    const std::string lower = "lower --batch-per-gpu to ";
+    const size_t at = p.binding.find(lower);
+    ASSERT_NE(at, std::string::npos) << p.binding;
+    const int batch_max = std::stoi(p.binding.substr(at + lower.size()));
+    ASSERT_GT(batch_max, 256) << p.binding;  // (256 fits a 16 GB V100 with AMP)
+    ASSERT_LT(batch_max, 4096) << p.binding;
+    req.workload.batch_per_gpu = batch_max;  // fits the largest GPU
+    EXPECT_FALSE(make_plan(cat, req).value().ranked.empty());
+    req.workload.batch_per_gpu = batch_max + 1;  // does not
+    EXPECT_TRUE(make_plan(cat, req).value().ranked.empty());
+
+    req.workload.params = 20e9;
+    req.workload.optimizer = "adam";
+    req.workload.batch_per_gpu = 1;
+    p = make_plan(cat, req).value();
+    ASSERT_TRUE(p.ranked.empty());
+    EXPECT_EQ(p.binding.find("lower --batch-per-gpu"), std::string::npos) << p.binding;
+    EXPECT_NE(p.binding.find("optimizer state alone need 360.0 GB (and 1.5 GB of CUDA context), at any batch"),
+              std::string::npos)
+        << p.binding;
+    EXPECT_EQ(plan_brute_force(cat, req).value().binding, p.binding);
+}
+
 // Found by review: a spot row "met the deadline" on its mean while its 90th percentile missed
 // it (`plan --deadline 2.1h --spot-hazard 0.5`: p4d.24xlarge on spot, 2 h 06 min expected,
 // 2 h 17 min at p90), and the budget was judged on the expected cost likewise.

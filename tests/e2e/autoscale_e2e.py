@@ -315,7 +315,25 @@ def unix_time_trace_clock(tmp):
               f"Unix-time trace {extra}: max {got} nodes, expected {nodes}\n{p.stdout}")
 
 
+def manifests_ranges_in_help():
+    """Found by review: `autoscale manifests` checked --min-replicas, --max-replicas, --gpus and
+    --pending-per-pod only after parsing, and --help showed no range; out-of-range values are now
+    refused by the flag (exit 2, naming it) and --help shows each range."""
+    p = run("autoscale", "manifests", "--help")
+    for flag, shown in (("--min-replicas", "[0 - 150000]"), ("--max-replicas", "[1 - 150000]"),
+                        ("--gpus", "[0 - 64]"), ("--pending-per-pod", "[0, 1000000]")):
+        line = next((l for l in p.stdout.splitlines() if l.strip().startswith(flag + " ")), "")
+        check(shown in line, f"--help shows the range of {flag}: {line!r}")
+    for args, needle in ((["--min-replicas", "-3"], "--min-replicas"), (["--max-replicas", "0"], "--max-replicas"),
+                         (["--gpus", "65"], "--gpus"), (["--pending-per-pod", "nan"], "--pending-per-pod"),
+                         # Found by review: Docker's `-m 512m` is 0.512 bytes in Kubernetes.
+                         (["--memory", "512m"], "for megabytes write '512Mi'")):
+        p = run("autoscale", "manifests", "--name", "fashion", *args, expect=2)
+        check(needle in p.stderr and len(p.stderr.strip().splitlines()) <= 2, f"{args}: {p.stderr!r}")
+
+
 def main():
+    manifests_ranges_in_help()
     with tempfile.TemporaryDirectory() as tmp:
         runs = os.path.join(tmp, "runs")
         model = os.path.join(train_tiny(runs, "tiny"), "model")

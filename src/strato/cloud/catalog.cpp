@@ -93,8 +93,11 @@ Result<std::vector<GpuSpec>> parse_gpus(std::string_view text, std::string_view 
                                         : lo > 0 ? fmt::format("0, or {:g} to ", lo)
                                                  : "up to ",
                                         hi);
+        // (in any case: an accelerator finds its entry in any case, so "t4" after "T4" is the T4 again)
         for (const auto& other : out)
-            if (other.name == g.name) return invalid_argument("{}: GPU '{}' is listed twice", where("name"), g.name);
+            if (detail::equals_any_case(other.name, g.name))
+                return invalid_argument("{}: GPU '{}' is listed twice{}", where("name"), g.name,
+                                        other.name == g.name ? "" : fmt::format(" (also as '{}')", other.name));
         if (g.tensor_tflops <= 0) g.tensor_tflops = g.fp32_tflops;
         out.push_back(std::move(g));
     }
@@ -121,7 +124,7 @@ Result<std::vector<SpotRate>> parse_spot(std::string_view text, std::string_view
             return invalid_argument("{}: expected a fraction in [0, 1), got '{}'", where,
                                     t.at(r, "interruptions_per_month"));
         for (const auto& other : out)
-            if (other.provider == s.provider && other.type == s.type)
+            if (detail::equals_any_case(other.provider, s.provider) && other.type == s.type)  // (as match_spot)
                 return invalid_argument("{}:{}: {}/{} is listed twice", t.source(), t.line(r), s.provider, s.type);
         out.push_back(std::move(s));
     }
@@ -163,7 +166,13 @@ Result<Catalog> Catalog::parse(std::string_view instances, std::string_view inst
                 st.message());
         return st;
     }
-    std::unordered_map<std::string, int> lines_by_key;
+    // Providers and regions match in any case (`--provider AWS`), so "AWS/us-east-1/x" repeats
+    // "aws/us-east-1/x": both rows were planned, the same machine twice in the ranking.
+    std::unordered_map<std::string, std::pair<int, std::string>> lines_by_key;
+    const auto lower = [](std::string v) {
+        for (char& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        return v;
+    };
     for (size_t r = 0; r < t.rows(); ++r) {
         auto where = [&](std::string_view col) {
             return col.empty() ? fmt::format("{}:{}", t.source(), t.line(r))
@@ -207,9 +216,14 @@ Result<Catalog> Catalog::parse(std::string_view instances, std::string_view inst
                                          {"ondemand_usd_per_hour", in.ondemand_usd_h, 1e7},
                                          {"spot_usd_per_hour", in.spot_usd_h, 1e7}})
             if (v > hi) return invalid_argument("{}: {:g} is out of range; expected up to {:g}", where(col), v, hi);
-        if (auto [it, fresh] = lines_by_key.emplace(in.key(), in.line); !fresh)
-            return invalid_argument("{}: {} is listed twice (also on line {})", where("instance_type"), in.key(),
-                                    it->second);
+        if (auto [it, fresh] = lines_by_key.emplace(lower(in.provider) + "/" + lower(in.region) + "/" + in.type,
+                                                    std::pair{in.line, in.key()});
+            !fresh)
+            return invalid_argument(
+                "{}: {} is listed twice (also on line {}{})", where("instance_type"), in.key(), it->second.first,
+                it->second.second == in.key()
+                    ? ""
+                    : fmt::format(", as {}; providers and regions match in any case", it->second.second));
         in.list_ondemand_usd_h = in.ondemand_usd_h;
         if (!in.has_ondemand() && !in.has_spot())
             c.warnings_.push_back(fmt::format("{}: {} has no price; left out of plans", where(""), in.key()));

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <regex>
 
 #include "strato/core/json.h"
@@ -27,6 +28,21 @@ std::string q(const std::string& s) { return json_text(s); }
 bool quantity(const std::string& s) {
     static const std::regex kQuantity(R"(^[0-9]+(\.[0-9]+)?([eE][0-9]+|m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$)");
     return std::regex_match(s, kQuantity);
+}
+
+// The value of a quantity that `quantity` accepted, in its base unit (bytes for memory).
+double quantity_value(const std::string& s) {
+    size_t end = s.find_first_not_of("0123456789.");
+    const double number = std::strtod(s.substr(0, end).c_str(), nullptr);  // (no throw: 400 digits are inf)
+    const std::string suffix = end == std::string::npos ? "" : s.substr(end);
+    if (suffix.empty()) return number;
+    static const std::pair<const char*, double> kSuffixes[] = {
+        {"m", 1e-3}, {"k", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}, {"P", 1e15}, {"E", 1e18},
+        {"Ki", 0x1p10}, {"Mi", 0x1p20}, {"Gi", 0x1p30}, {"Ti", 0x1p40}, {"Pi", 0x1p50}, {"Ei", 0x1p60}};
+    for (const auto& [name, scale] : kSuffixes)
+        if (suffix == name) return number * scale;
+    // 1e3 (`quantity` admits no other suffix)
+    return number * std::pow(10.0, std::strtod(suffix.c_str() + 1, nullptr));
 }
 
 // An image reference has no blanks or control characters (registry/name:tag@digest).
@@ -55,8 +71,11 @@ std::string container(const ManifestOptions& o, int indent) {
                                                      "{0}  - {{name: metrics, containerPort: 8002}}\n",
                                                      pad);
     const char* port = o.kserve ? "" : ", port: http";
+    // KServe's defaulting webhook renames a custom predictor's one container to kserve-container
+    // (the name its storage, agent and CA-bundle injection look for): named so here, what is
+    // applied is what runs, and `kubectl diff` or a GitOps tool shows no drift.
     return fmt::format(
-        "{0}- name: strato\n"
+        "{0}- name: {6}\n"
         "{0}  image: {1}\n"
         "{0}  args: [\"serve\", \"--model-repository\", {2}, \"--http-port\", \"8000\", \"--metrics-port\", "
         "\"8002\", \"--http-address\", \"0.0.0.0\"]\n"
@@ -69,7 +88,8 @@ std::string container(const ManifestOptions& o, int indent) {
         "{0}    httpGet: {{path: /v2/health/live{5}}}\n"
         "{0}    periodSeconds: 10\n"
         "{3}",
-        pad, q(o.image), q(o.model_dir), resources(o, indent + 2), ports, port);
+        pad, q(o.image), q(o.model_dir), resources(o, indent + 2), ports, port,
+        o.kserve ? "kserve-container" : "strato");
 }
 
 }  // namespace
@@ -94,6 +114,14 @@ Result<std::string> kubernetes_manifests(const ManifestOptions& o) {
                                     o.model_dir);
     if (!quantity(o.cpu)) return invalid_argument("--cpu '{}' is not a Kubernetes quantity (2, 500m, 1.5)", o.cpu);
     if (!quantity(o.memory)) return invalid_argument("--memory '{}' is not a Kubernetes quantity (4Gi, 512Mi)", o.memory);
+    // Memory is in bytes: Docker's `-m 512m` is 0.512 bytes here ("m" is milli), and a bare `4`
+    // four bytes; either limit kills the container before it starts.
+    if (quantity_value(o.memory) < 0x1p20)
+        return invalid_argument("--memory '{}' is {:g} bytes; a pod needs at least 1Mi{}", o.memory,
+                                quantity_value(o.memory),
+                                o.memory.back() == 'm' ? fmt::format(" (\"m\" is milli: for megabytes write '{}Mi')",
+                                                                     o.memory.substr(0, o.memory.size() - 1))
+                                                       : " (give a unit: 4Gi, 512Mi)");
     // CPU utilisation is usage over the request: with a request of 0 the HPA has no utilisation
     // ("missing request for cpu") and never scales.
     const bool on_cpu = o.kserve ? o.target_cpu_percent > 0 : !(o.pending_per_pod > 0);
@@ -101,15 +129,19 @@ Result<std::string> kubernetes_manifests(const ManifestOptions& o) {
         return invalid_argument("--cpu {}: scaling on CPU utilisation needs a CPU request above 0 (utilisation is usage "
                                 "over the request)",
                                 o.cpu);
-    if (o.gpus < 0 || o.gpus > 64) return invalid_argument("--gpus {} must be 0..64", o.gpus);
-    if (o.min_replicas < 0 || o.max_replicas < 1 || o.min_replicas > o.max_replicas)
-        return invalid_argument("replicas: need 0 <= min ({}) <= max ({}) and max >= 1", o.min_replicas, o.max_replicas);
+    if (o.gpus < 0 || o.gpus > kGpusPerPodMax)
+        return invalid_argument("--gpus {} must be 0..{}", o.gpus, kGpusPerPodMax);
+    if (o.min_replicas < 0 || o.max_replicas < 1 || o.min_replicas > o.max_replicas || o.max_replicas > kReplicasMax)
+        return invalid_argument(
+            "--min-replicas {}, --max-replicas {}: need 0 <= min ({}) <= max ({}) and 1 <= max <= {}", o.min_replicas,
+            o.max_replicas, o.min_replicas, o.max_replicas, kReplicasMax);
     if (o.min_replicas == 0 && !o.kserve)
         return invalid_argument("--min-replicas 0 needs --kserve (a HorizontalPodAutoscaler keeps at least one replica)");
     if (o.target_cpu_percent != 0 && (o.target_cpu_percent < 1 || o.target_cpu_percent > 100))
         return invalid_argument("--target-cpu {} must be a percent in [1, 100]", o.target_cpu_percent);
-    if (!(o.pending_per_pod >= 0 && o.pending_per_pod <= 1e6))  // (NaN fails too)
-        return invalid_argument("--pending-per-pod {} must be between 0 (scale on CPU) and 1000000", o.pending_per_pod);
+    if (!(o.pending_per_pod >= 0 && o.pending_per_pod <= kPendingPerPodMax))  // (NaN fails too)
+        return invalid_argument("--pending-per-pod {} must be between 0 (scale on CPU) and {:g}", o.pending_per_pod,
+                                kPendingPerPodMax);
     if (o.kserve && o.pending_per_pod > 0 && o.pending_per_pod != std::floor(o.pending_per_pod))
         return invalid_argument("--pending-per-pod {} with --kserve: KServe's scaleTarget is a whole number of requests",
                                 o.pending_per_pod);
@@ -160,6 +192,10 @@ Result<std::string> kubernetes_manifests(const ManifestOptions& o) {
             : fmt::format("  - type: Resource\n    resource:\n      name: cpu\n      target:\n        type: Utilization\n"
                           "        averageUtilization: {}\n",
                           o.target_cpu_percent > 0 ? o.target_cpu_percent : 70);
+    // The Deployment has no `replicas`: the HPA owns the count, and Kubernetes' HPA page says to
+    // leave it out, since every `kubectl apply` of a manifest that has it resets the running
+    // Deployment to that number (a scaled-up service dropped to min_replicas until the HPA's next
+    // sync). Created without it, the Deployment starts at 1 and the HPA raises it to minReplicas.
     return fmt::format(
         "apiVersion: apps/v1\n"
         "kind: Deployment\n"
@@ -168,7 +204,6 @@ Result<std::string> kubernetes_manifests(const ManifestOptions& o) {
         "  namespace: {1}\n"
         "  labels: {{app: {0}}}\n"
         "spec:\n"
-        "  replicas: {2}\n"
         "  selector:\n"
         "    matchLabels: {{app: {0}}}\n"
         "  template:\n"

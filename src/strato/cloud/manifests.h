@@ -24,6 +24,11 @@ struct ManifestOptions {
     bool kserve = false;
 };
 
+// The ranges kubernetes_manifests checks; `strato autoscale manifests --help` shows them.
+inline constexpr int kReplicasMax = 150000;  // Kubernetes' documented limit: 150,000 pods in a cluster
+inline constexpr int kGpusPerPodMax = 64;
+inline constexpr double kPendingPerPodMax = 1e6;
+
 /// YAML documents separated by "---". Invalid names and ranges are errors.
 Result<std::string> kubernetes_manifests(const ManifestOptions& o);
 

@@ -93,7 +93,8 @@ std::string describe(const Candidate& c) {
     return fmt::format("{} {} x{} ({})", c.inst->provider, c.inst->type, c.nodes, market(c.spot));
 }
 
-void explain(Plan& plan, const PlanRequest& req, const std::vector<Candidate>& all, const Catalog& catalog) {
+void explain(Plan& plan, const PlanRequest& req, const std::vector<Candidate>& all, const Catalog& catalog,
+             const ThroughputModel& model) {
     const Currency& cur = catalog.currency();
     if (all.empty()) {
         const bool matches = std::any_of(catalog.instances().begin(), catalog.instances().end(),
@@ -142,10 +143,26 @@ void explain(Plan& plan, const PlanRequest& req, const std::vector<Candidate>& a
             cheapest_in_time = &c;
     }
     if (!fits_best) {
+        // The largest batch that fits the largest GPU; none when the model's own state does not
+        // (a 20B model with Adam: 360 GB at any batch) — "lower --batch-per-gpu"
+        // could not help there, and this planner has each GPU hold the whole model.
+        Workload w = req.workload;
+        w.batch_per_gpu = 0;
+        const double fixed = model.memory_needed_gb(w);
+        w.batch_per_gpu = 1;
+        const double per_sample = model.memory_needed_gb(w) - fixed;
+        const double batch_max = per_sample > 0 ? std::floor((largest - fixed) / per_sample) : 0;
+        const std::string hint =
+            batch_max >= 1
+                ? fmt::format("lower --batch-per-gpu to {:.0f} or less", batch_max)
+                : fmt::format("the model's weights, gradients and optimizer state alone need {:.1f} GB (and {:g} GB "
+                              "of CUDA context), at any batch: strato plan models data-parallel training, each GPU "
+                              "holding the whole model (no sharding)",
+                              fixed - model.constants().workspace_gb, model.constants().workspace_gb);
         plan.binding = fmt::format(
             "GPU memory: one replica needs {:.1f} GB per GPU (weights, gradients, optimizer state, activations of "
-            "a batch of {}), the largest GPU considered has {:.0f} GB; lower --batch-per-gpu",
-            need, req.workload.batch_per_gpu, largest);
+            "a batch of {}), the largest GPU considered has {:.0f} GB; {}",
+            need, req.workload.batch_per_gpu, largest, hint);
     } else if (!fastest && outrun) {
         plan.binding = "spot: on every candidate preemptions arrive faster than checkpoints can save progress; allow "
                        "on-demand (--market), or lower --restart or --spot-hazard";
@@ -161,7 +178,7 @@ void explain(Plan& plan, const PlanRequest& req, const std::vector<Candidate>& a
     }
 }
 
-void annotate(Plan& plan, const PlanRequest& req) {
+void annotate(Plan& plan, const PlanRequest& req, const ThroughputModel& model) {
     if (plan.ranked.empty()) return;
     const Candidate* fastest = &plan.ranked.front();
     for (const auto& c : plan.ranked)
@@ -197,6 +214,10 @@ void annotate(Plan& plan, const PlanRequest& req) {
                                 : fmt::format("{} preemptions expected, too short to checkpoint", count(c.interruptions)));
         if (c.tp.scaling_efficiency < 0.7 && c.gpus() > 1)
             parts.push_back(fmt::format("scales at {:.0f}%", 100 * c.tp.scaling_efficiency));
+        // Nodes talk over the catalog's network; where it is blank (p4de.24xlarge has 400 Gb/s of
+        // EFA, the catalog nothing) the model assumes a figure, and the row must say so.
+        if (c.nodes > 1 && !(std::isfinite(c.inst->network_gbps) && c.inst->network_gbps > 0))
+            parts.push_back(fmt::format("network unknown: {:g} Gb/s assumed", model.constants().unknown_network_gbps));
         c.reason = fmt::format("{}", fmt::join(parts, "; "));
     }
 }
@@ -345,8 +366,8 @@ Result<Plan> plan_brute_force(const Catalog& catalog, const PlanRequest& req, co
     std::sort(ok.begin(), ok.end(), [&](const Candidate& a, const Candidate& b) { return ranks_before(a, b, req.objective); });
     if (ok.size() > static_cast<size_t>(req.top)) ok.resize(req.top);
     plan.ranked = std::move(ok);
-    if (plan.ranked.empty()) explain(plan, req, all, catalog);
-    annotate(plan, req);
+    if (plan.ranked.empty()) explain(plan, req, all, catalog, model);
+    annotate(plan, req, model);
     return plan;
 }
 
@@ -393,8 +414,8 @@ Result<Plan> make_plan(const Catalog& catalog, const PlanRequest& req, const Thr
         if (best.size() > static_cast<size_t>(req.top)) best.pop_back();
     }
     plan.ranked = std::move(best);
-    if (plan.ranked.empty()) explain(plan, req, rejected, catalog);
-    annotate(plan, req);
+    if (plan.ranked.empty()) explain(plan, req, rejected, catalog, model);
+    annotate(plan, req, model);
     return plan;
 }
 

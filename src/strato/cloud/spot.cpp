@@ -33,6 +33,13 @@ double poisson_quantile(double mu, double q) {
     return static_cast<double>(k);
 }
 
+double sample_quantile(const std::vector<double>& sorted, double q) {
+    if (sorted.empty()) return std::nan("");
+    // (a tolerance: 0.9 x 10 is 9.000000000000002, whose ceiling made the 10th the 90th percentile)
+    const double rank = std::ceil(std::clamp(q, 0.0, 1.0) * static_cast<double>(sorted.size()) * (1 - 1e-12));
+    return sorted[static_cast<size_t>(std::clamp(rank, 1.0, static_cast<double>(sorted.size()))) - 1];
+}
+
 SpotEstimate estimate_spot(const SpotJob& job) {
     SpotEstimate e;
     const double lambda = job.hazard_per_s;

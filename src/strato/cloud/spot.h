@@ -11,6 +11,7 @@
 // first-order optimum sqrt(2 C / lambda) (Young 1974; Daly 2006 adds the C correction).
 
 #include <cstdint>
+#include <vector>
 
 namespace strato::cloud {
 
@@ -39,5 +40,9 @@ SpotEstimate estimate_spot(const SpotJob& job);
 
 /// The q-quantile of a Poisson distribution with mean `mu` (smallest k with CDF(k) >= q).
 double poisson_quantile(double mu, double q);
+
+/// The q-quantile of a sample sorted ascending, by nearest rank: the smallest value with at least
+/// q of the sample at or below it (p90 of 10 runs is the 9th, not the largest). NaN when empty.
+double sample_quantile(const std::vector<double>& sorted, double q);
 
 }  // namespace strato::cloud
