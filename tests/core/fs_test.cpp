@@ -298,6 +298,31 @@ TEST_F(FsTest, OutputFilesReplaceOnlyWhatTheCommandWrites) {
             << name;
 }
 
+// Found by review: `strato loadtest --json /dev/stdout | jq` ran the whole test, then failed to make
+// a temporary file beside /proc/self/fd/pipe:[...]: the results were lost. A pipe, a terminal or
+// /dev/null is written as a stream.
+TEST_F(FsTest, APipeOrADeviceIsWrittenAsAStream) {
+    const auto fifo = dir_ / "fifo";
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    EXPECT_TRUE(check_output_file(fifo, OutputKind::kText, "--json").is_ok());
+    EXPECT_TRUE(check_output_file("/dev/null", OutputKind::kHtml, "--out").is_ok());
+    std::string got;
+    std::thread reader([&] {
+        std::FILE* f = std::fopen(fifo.c_str(), "rb");
+        if (!f) return;
+        char buf[256];
+        for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) got.append(buf, n);
+        std::fclose(f);
+    });
+    const Status st = atomic_write(fifo, "{\"ok\": true}\n");
+    reader.join();
+    EXPECT_TRUE(st.is_ok()) << st.message();
+    EXPECT_EQ(got, "{\"ok\": true}\n");
+    EXPECT_TRUE(atomic_write("/dev/null", "x").is_ok());
+    // Nothing was made beside the pipe.
+    EXPECT_EQ(std::distance(stdfs::directory_iterator(dir_), stdfs::directory_iterator()), 1);
+}
+
 TEST_F(FsTest, StaleTempsOfDeadWritersAreRemoved) {
     const auto out = dir_ / "model.onnx";
     for (const char* n : {"model.onnx.tmp.99999999.0", "model.onnx.tmp.1.3", "model.onnx.tmp.notes", "other.tmp.99999999.0"})

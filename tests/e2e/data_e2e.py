@@ -181,8 +181,12 @@ def main():
         # --manifest may not replace what is not a manifest, nor lie inside the dataset.
         p = run("data", "stats", src, "--manifest", os.path.join(src, "m.json"), expect=1)
         check("lies inside the dataset" in p.stderr, p.stderr)
-        p = run("data", "stats", src, "--manifest", "/dev/null", expect=1)
-        check("not a regular file" in p.stderr, p.stderr)
+        p = run("data", "stats", src, "--manifest", tmp, expect=1)
+        check("is a directory; expected a file name" in p.stderr, p.stderr)
+        # A stream is written as one: /dev/stdout into a pipe (found by review: a temporary file
+        # beside /proc/self/fd/pipe:[...] could not be made, the results lost after the work).
+        p = run("data", "stats", src, "--manifest", "/dev/stdout")
+        check('"dataset_hash"' in p.stdout and '"format"' in p.stdout, p.stdout[-300:])
         p = run("data", "verify", src, "--manifest", os.path.join(tmp, "missing.json"), expect=1)
         check("missing.json does not exist" in p.stderr, p.stderr)
         # ... nor any file that is not an earlier manifest (it overwrote a CSV table, an index.json).

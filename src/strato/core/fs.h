@@ -16,8 +16,13 @@ namespace strato::fs {
 namespace stdfs = std::filesystem;
 
 /// Replaces `path` with `data` atomically. The parent directory must exist. A symbolic link at
-/// `path` is followed, as `>` would (the file it names is replaced; the link stays).
+/// `path` is followed, as `>` would (the file it names is replaced; the link stays). A terminal,
+/// /dev/null or a pipe (/dev/stdout, a named pipe) is written to as a stream.
 Status atomic_write(const stdfs::path& path, std::string_view data);
+
+/// A terminal, /dev/null or a pipe (`--json /dev/stdout | jq`, a named pipe): written as a
+/// stream, in place, and never read to see what it holds.
+bool is_stream(const stdfs::path& path);
 
 /// `path` with the symbolic links at its end followed (a link to a file not there yet too): the
 /// file a write to `path` replaces. An error names a loop or an unreadable link.
@@ -101,7 +106,8 @@ enum class OutputKind {
 /// Checked before a command starts its work: `path` may be written when it does not exist, or
 /// holds what the command writes (an earlier run's output); a model's weights, a study database,
 /// a run's metrics under an HTML report's name are refused, naming `flag` and the file. The
-/// partial copies that killed writes of `path` left (remove_stale_temps) are removed.
+/// partial copies that killed writes of `path` left (remove_stale_temps) are removed. A terminal,
+/// /dev/null or a pipe may always be written.
 Status check_output_file(const stdfs::path& path, OutputKind kind, std::string_view flag);
 
 }  // namespace strato::fs
