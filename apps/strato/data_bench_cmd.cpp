@@ -122,6 +122,11 @@ void add_data_bench_command(CLI::App& data, const GlobalFlags&, int* exit_code) 
         "  strato data bench shards/train --transform 'resize size=256' --transform 'center-crop size=224' --raw-decode");
     cmd->callback([o, exit_code] {
         auto fail = [&](const Status& st) { *exit_code = report_error("data bench", st); };
+        // A flag missing is a usage error (exit 2), found before the dataset is opened (a URL's
+        // index is fetched, a folder listed): it was exit 1, after that work.
+        if (o->transforms.empty() && o->image_size <= 0)
+            return void(*exit_code = report_usage_error(
+                            "data bench", "give --image-size N (the side images are resized to) or --transform SPEC..."));
         std::shared_ptr<const data::SampleSource> source;
         std::error_code ec;
         if (std::filesystem::exists(std::filesystem::path(o->path) / "index.json", ec) || data::is_remote_url(o->path)) {
@@ -143,8 +148,6 @@ void add_data_bench_command(CLI::App& data, const GlobalFlags&, int* exit_code) 
             if (!s) return fail(s.status());
             source = *s;
         }
-        if (o->transforms.empty() && o->image_size <= 0)
-            return fail(invalid_argument("give --image-size N (the side images are resized to) or --transform SPEC..."));
         data::ImageDatasetOptions io;
         io.shape = {o->channels, o->image_size, o->image_size};
         io.transforms = o->transforms;

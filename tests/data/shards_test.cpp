@@ -177,6 +177,31 @@ TEST_F(Tar, SkipsDirectoriesLinksAndFollowsPaxAndGnuNames) {
     EXPECT_EQ((*list)[2].name, "plain");
 }
 
+// Found by review: an old-GNU sparse file with more than 4 regions (`tar --sparse --format=gnu`)
+// has sparse map blocks between its header and its data; they were read as data, and every
+// member after it was listed at the wrong offset (or not at all).
+TEST_F(Tar, SkipsTheSparseMapBlocksOfAnOldGnuSparseFile) {
+    std::string sparse = typed_header("sparse.bin", 1000, 'S');
+    sparse[482] = 1;  // isextended: a map block follows
+    std::memset(sparse.data() + 148, ' ', 8);
+    int64_t sum = 0;
+    for (unsigned char c : sparse) sum += c;
+    std::memcpy(sparse.data() + 148, fmt::format("{:06o}", sum).data(), 6);
+    std::string map1(512, '\0'), map2(512, '\0');
+    map1[504] = 1;  // another one follows
+    std::string a = sparse + map1 + map2 + padded(std::string(1000, 's')) + tar_header("k.png", 3).value() +
+                    padded("png") + std::string(1024, '\0');
+    auto list = list_tar_bytes(a, "s.tar");
+    ASSERT_TRUE(list.is_ok()) << list.status().message();
+    ASSERT_EQ(list->size(), 1u);
+    EXPECT_EQ((*list)[0].name, "k.png");
+    EXPECT_EQ((*list)[0].data_offset, 512 * 3 + 1024 + 512);
+    // Cut inside the map: an error naming it.
+    auto st = list_tar_bytes(sparse + map1, "s.tar").status();
+    EXPECT_NE(st.message().find("s.tar: truncated at offset 1024: the sparse file at offset 0"), std::string::npos)
+        << st.message();
+}
+
 TEST_F(Tar, CorruptAndTruncatedArchivesAreErrorsWithTheOffset) {
     std::string a = tar_header("one", 600).value() + padded(std::string(600, '1')) + tar_header("two", 5).value() +
                     padded("22222") + std::string(1024, '\0');
@@ -569,6 +594,40 @@ TEST_F(Pack, BadArgumentsAreClearErrors) {
                   .message()
                   .find("no .jpg/.jpeg/.png images"),
               std::string::npos);
+}
+
+// Found by review: a pack into a folder holding shard-NNNNNN.tar files that no strato pack wrote
+// (another tool's WebDataset shards) overwrote shard-000000.tar and deleted those past its plan.
+TEST_F(Pack, ShardsThatNoPackWroteAreNeitherOverwrittenNorDeleted) {
+    make_folder(root_ / "src", 2, 2);
+    put(root_ / "dst" / "notes.txt", "mine");
+    put(root_ / "dst" / "shard-000000.tar", "other tool's shard 0");
+    put(root_ / "dst" / "shard-000005.tar", "other tool's shard 5");
+    auto r = pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), {});
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("holds shard-000000.tar and 1 more shard file(s) but no index.json"),
+              std::string::npos)
+        << r.status().message();
+    EXPECT_EQ(get(root_ / "dst" / "shard-000000.tar"), "other tool's shard 0");
+    EXPECT_EQ(get(root_ / "dst" / "shard-000005.tar"), "other tool's shard 5");
+    EXPECT_FALSE(stdfs::exists(root_ / "dst" / "index.json"));
+    // Other files are no obstacle; nor are a pack's own shards when it packs again.
+    stdfs::remove(root_ / "dst" / "shard-000000.tar");
+    stdfs::remove(root_ / "dst" / "shard-000005.tar");
+    ASSERT_TRUE(pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), {}).is_ok());
+    ASSERT_TRUE(pack_image_folder((root_ / "src").string(), (root_ / "dst").string(), {}).is_ok());
+    EXPECT_EQ(get(root_ / "dst" / "notes.txt"), "mine");
+    // A split folder too: train/ of the destination.
+    make_folder(root_ / "splits" / "train", 2, 2);
+    make_folder(root_ / "splits" / "test", 2, 1);
+    put(root_ / "dst2" / "test" / "shard-000003.tar", "theirs");
+    auto split = pack_image_folder((root_ / "splits").string(), (root_ / "dst2").string(), {});
+    ASSERT_FALSE(split.is_ok());
+    EXPECT_NE(split.status().message().find("test holds shard-000003.tar but no index.json"), std::string::npos)
+        << split.status().message();
+    EXPECT_FALSE(stdfs::exists(root_ / "dst2" / "train" / "index.json"));
+    EXPECT_EQ(get(root_ / "dst2" / "test" / "shard-000003.tar"), "theirs");
 }
 
 // Found by review: a zero-byte or cut-off image was packed as is, without a word; only a later

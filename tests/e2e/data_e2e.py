@@ -111,7 +111,7 @@ def main():
         check(b.get("images_per_s", 0) > 0, f"data bench: {p.stdout} {p.stderr}")
         p = run("data", "bench", os.path.join(dst, "train"), "--image-size", "16", "--batch-size", "64", expect=1)
         check("nothing was timed: 1 batch(es) of 64 came" in p.stderr, p.stderr)
-        p = run("data", "bench", os.path.join(dst, "train"), expect=1)  # it blamed --transform
+        p = run("data", "bench", os.path.join(dst, "train"), expect=2)  # it blamed --transform; a usage error
         check("give --image-size N" in p.stderr, p.stderr)
         for flag, value in (("--epochs", "0"), ("--workers", "100000"), ("--channels", "2"), ("--limit", "-1")):
             p = run("data", "bench", os.path.join(dst, "train"), flag, value, expect=2)
@@ -178,6 +178,22 @@ def main():
             f.write(png(9, 9, 2))
         p = run("data", "pack", bad, os.path.join(tmp, "badshards"), "--json")
         check(p.returncode == 0 and json.loads(p.stdout)["splits"][0]["samples"] == 2, p.stdout)
+        # Found by review: a class folder without images (".ipynb_checkpoints") became class 0 without
+        # a word, shifting every label after it (torchvision's ImageFolder refuses it).
+        os.makedirs(os.path.join(bad, ".ipynb_checkpoints"))
+        p = run("data", "pack", bad, os.path.join(tmp, "badshards2"))
+        check("class '.ipynb_checkpoints' (label 0) has no images; it is a hidden folder" in p.stderr, p.stderr)
+        os.rmdir(os.path.join(bad, ".ipynb_checkpoints"))
+        # Found by review: shard-NNNNNN.tar files that no pack wrote were overwritten and deleted.
+        foreign = os.path.join(tmp, "foreign")
+        os.makedirs(foreign)
+        for n in ("shard-000000.tar", "shard-000009.tar"):
+            with open(os.path.join(foreign, n), "wb") as f:
+                f.write(b"another tool's shard")
+        p = run("data", "pack", bad, foreign, expect=1)
+        check("holds shard-000000.tar and 1 more shard file(s) but no index.json" in p.stderr, p.stderr)
+        check(sorted(os.listdir(foreign)) == [".pack.lock", "shard-000000.tar", "shard-000009.tar"],
+              os.listdir(foreign))
         # --manifest may not replace what is not a manifest, nor lie inside the dataset.
         p = run("data", "stats", src, "--manifest", os.path.join(src, "m.json"), expect=1)
         check("lies inside the dataset" in p.stderr, p.stderr)

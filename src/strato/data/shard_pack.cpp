@@ -309,6 +309,30 @@ void remove_leftovers(const stdfs::path& dir, size_t shards) {
     }
 }
 
+/// A split folder that holds `shard-NNNNNN.tar` files but neither an index.json nor a journal:
+/// not a strato pack's (a pack writes its journal before its first shard). The pack would write
+/// over them and delete those past its plan, so it refuses before anything changes.
+Status check_no_foreign_shards(const stdfs::path& dir) {
+    std::error_code ec;
+    if (!stdfs::is_directory(dir, ec)) return Status::ok();
+    if (stdfs::exists(dir / kShardIndexName, ec) || stdfs::exists(dir / kJournalName, ec)) return Status::ok();
+    std::vector<std::string> found;
+    for (const auto& e : stdfs::directory_iterator(dir, ec)) {
+        const std::string n = e.path().filename().string();
+        unsigned num = 0;
+        bool tmp = false;
+        if (shard_file_name(n, &num, &tmp) && !tmp) found.push_back(n);
+    }
+    if (ec) return io_error("cannot list {}: {}", dir.string(), ec.message());
+    if (found.empty()) return Status::ok();
+    std::sort(found.begin(), found.end());
+    return invalid_argument("{} holds {}{} but no {} or {}: shards that no strato pack wrote, which this pack would "
+                            "overwrite or delete; pack into an empty directory, or move them away",
+                            dir.string(), found[0],
+                            found.size() > 1 ? fmt::format(" and {} more shard file(s)", found.size() - 1) : "",
+                            kShardIndexName, kJournalName);
+}
+
 constexpr const char* kStalePrefix = ".stale-";
 
 /// The split folders of an earlier pack into `dst` that the source (`splits`) no longer has: a
@@ -542,6 +566,21 @@ Result<std::vector<PackedSplit>> pack_image_folder(const std::string& src, const
         const stdfs::path from = split.empty() ? stdfs::path(src) : stdfs::path(src) / split;
         STRATO_ASSIGN_OR_RETURN(FolderIndex idx, index_image_folder(from.string(), class_names));
         if (class_names.empty()) class_names = idx.class_names;  // train's classes label every split
+        // A class folder without images (".ipynb_checkpoints", a folder emptied by a failed copy)
+        // is still a class: a label and an output of the model, and it shifts the labels of the
+        // classes sorted after it. torchvision's ImageFolder refuses it; training warns, and so
+        // does a pack, which said nothing.
+        {
+            std::vector<int64_t> counts(idx.class_names.size(), 0);
+            for (const ImageFile& f : idx.files) ++counts[static_cast<size_t>(f.label)];
+            for (size_t c = 0; c < counts.size(); ++c) {
+                if (counts[c] > 0) continue;
+                const std::string& name = idx.class_names[c];
+                log::warn("data pack: {}: class '{}' (label {}) has no images{}", from.string(), name, c,
+                          !name.empty() && name[0] == '.' ? "; it is a hidden folder: remove it if it is no class"
+                                                          : "");
+            }
+        }
         // Empty files (a failed download or copy) are refused before anything is written.
         const auto empty = std::count_if(idx.files.begin(), idx.files.end(), [](const ImageFile& f) { return f.bytes == 0; });
         if (empty > 0) {
@@ -560,6 +599,8 @@ Result<std::vector<PackedSplit>> pack_image_folder(const std::string& src, const
                                         from.string(), json_text(c));
         indexes.push_back(std::move(idx));
     }
+    for (const std::string& split : splits)
+        STRATO_RETURN_IF_ERROR(check_no_foreign_shards(split.empty() ? stdfs::path(dst) : stdfs::path(dst) / split));
     STRATO_ASSIGN_OR_RETURN(const std::vector<std::string> stale_splits, stale_split_folders(src, dst, splits));
     remove_stale_leftovers(dst);
     // A pack of the other layout in the same folder: its index would win over (a root index.json)

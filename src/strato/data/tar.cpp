@@ -19,6 +19,9 @@ constexpr size_t kWriteBuffer = size_t{1} << 20;
 constexpr size_t kName = 0, kNameLen = 100;
 constexpr size_t kMode = 100, kUid = 108, kGid = 116, kSize = 124, kMtime = 136, kChksum = 148;
 constexpr size_t kType = 156, kMagic = 257, kVersion = 263, kPrefix = 345, kPrefixLen = 155;
+// Old-GNU sparse files (type 'S'): "more sparse map blocks follow" flags of the header and of
+// each extension block.
+constexpr size_t kGnuIsExtended = 482, kGnuExtIsExtended = 504;
 
 std::string os_error() { return std::strerror(errno); }
 
@@ -285,7 +288,22 @@ Result<std::vector<TarMember>> list_tar(const TarReadAt& read_at, int64_t archiv
         }
         const char type = block[kType];
         if (next_size >= 0 && (type == '0' || type == '\0' || type == '7')) size = next_size;
-        const int64_t data_offset = offset + kTarBlock;
+        int64_t data_offset = offset + kTarBlock;
+        if (type == 'S' && block[kGnuIsExtended] != 0) {
+            // An old-GNU sparse file (`tar --sparse --format=gnu`) with more than 4 regions: its
+            // sparse map goes on in extension blocks between the header and the data, which
+            // the size does not count; read as data, they put every later member off.
+            char ext[kTarBlock];
+            do {
+                if (archive_bytes - data_offset < kTarBlock) {
+                    return data_loss("{}: truncated at offset {}: the sparse file at offset {} needs another 512-byte "
+                                     "sparse map block",
+                                     what, data_offset, offset);
+                }
+                STRATO_RETURN_IF_ERROR(read_at(data_offset, kTarBlock, ext));
+                data_offset += kTarBlock;
+            } while (ext[kGnuExtIsExtended] != 0);
+        }
         if (size > archive_bytes - data_offset) {
             return data_loss("{}: truncated: the entry at offset {} says {} bytes of data, {} remain", what, offset,
                              size, archive_bytes - data_offset);
