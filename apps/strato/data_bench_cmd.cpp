@@ -127,6 +127,12 @@ void add_data_bench_command(CLI::App& data, const GlobalFlags&, int* exit_code) 
         if (o->transforms.empty() && o->image_size <= 0)
             return void(*exit_code = report_usage_error(
                             "data bench", "give --image-size N (the side images are resized to) or --transform SPEC..."));
+        // ... and so are transforms that end at no size, or at another than --image-size (found
+        // by review: exit 1 after the dataset opened, naming the config key data.image_size).
+        if (auto p = data::Pipeline::parse(o->transforms, {o->channels, o->image_size, o->image_size}, "--transform",
+                                           "--image-size");
+            !p)
+            return void(*exit_code = report_usage_error("data bench", p.status().message()));
         std::shared_ptr<const data::SampleSource> source;
         std::error_code ec;
         if (std::filesystem::exists(std::filesystem::path(o->path) / "index.json", ec) || data::is_remote_url(o->path)) {

@@ -113,6 +113,13 @@ def main():
         check("nothing was timed: 1 batch(es) of 64 came" in p.stderr, p.stderr)
         p = run("data", "bench", os.path.join(dst, "train"), expect=2)  # it blamed --transform; a usage error
         check("give --image-size N" in p.stderr, p.stderr)
+        # Transforms that fix no size, or another than --image-size, are the flags' fault too (exit 1
+        # after the dataset opened, naming the config key data.image_size).
+        p = run("data", "bench", os.path.join(dst, "train"), "--transform", "hflip", expect=2)
+        check("--transform: the image size is not set (--image-size) and no transform fixes it" in p.stderr, p.stderr)
+        p = run("data", "bench", os.path.join(dst, "train"), "--transform", "center-crop size=8", "--image-size", "16",
+                expect=2)
+        check("the transforms end at 8x8 but --image-size is 16x16" in p.stderr, p.stderr)
         for flag, value in (("--epochs", "0"), ("--workers", "100000"), ("--channels", "2"), ("--limit", "-1")):
             p = run("data", "bench", os.path.join(dst, "train"), flag, value, expect=2)
             check(flag in p.stderr, f"data bench {flag} {value}: {p.stderr}")

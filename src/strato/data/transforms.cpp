@@ -362,7 +362,7 @@ Result<std::shared_ptr<Pipeline::Op>> parse_op(const std::string& spec, const st
 }  // namespace
 
 Result<std::shared_ptr<Pipeline>> Pipeline::parse(const std::vector<std::string>& specs, ImageShape output,
-                                                  const std::string& where) {
+                                                  const std::string& where, const std::string& size_key) {
     if (output.channels != 1 && output.channels != 3)
         return invalid_argument("{}: images must have 1 or 3 channels, got {}", where, output.channels);
     auto p = std::shared_ptr<Pipeline>(new Pipeline());
@@ -380,7 +380,7 @@ Result<std::shared_ptr<Pipeline>> Pipeline::parse(const std::vector<std::string>
     }
     if (!any_geometry) {
         if (output.height <= 0 || output.width <= 0)
-            return invalid_argument("{}: the image size is not set (data.image_size) and no transform fixes it", where);
+            return invalid_argument("{}: the image size is not set ({}) and no transform fixes it", where, size_key);
         auto op = std::make_shared<Op>();
         op->kind = OpKind::kResize, op->spec = "resize", op->h = output.height, op->w = output.width;
         p->ops_.insert(p->ops_.begin(), std::move(op));
@@ -393,7 +393,7 @@ Result<std::shared_ptr<Pipeline>> Pipeline::parse(const std::vector<std::string>
             where);
     }
     if (output.height > 0 && (fh != output.height || fw != output.width)) {
-        return invalid_argument("{}: the transforms end at {}x{} but data.image_size is {}x{}", where, fh, fw,
+        return invalid_argument("{}: the transforms end at {}x{} but {} is {}x{}", where, fh, fw, size_key,
                                 output.height, output.width);
     }
     p->output_ = {output.channels, fh, fw};

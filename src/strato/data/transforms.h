@@ -39,9 +39,11 @@ class Pipeline {
 public:
     /// Parses transform strings. `output` is the dataset's sample shape: the transforms must end
     /// at exactly that size (the last geometric one fixes it); with no transforms the image is
-    /// resized to it. `where` names the config key in errors ("data.train.transforms").
+    /// resized to it. `where` names the config key in errors ("data.train.transforms"), `size_key`
+    /// the setting that gives `output`'s size.
     static Result<std::shared_ptr<Pipeline>> parse(const std::vector<std::string>& specs, ImageShape output,
-                                                   const std::string& where);
+                                                   const std::string& where,
+                                                   const std::string& size_key = "data.image_size");
 
     /// Checks one transform string alone (name, keys, values), as parse() does; for a command
     /// line's flag, where the whole list is checked later. Errors start with `where`.
