@@ -33,11 +33,15 @@ bool detail::equals_any_case(std::string_view a, std::string_view b) {
 
 namespace {
 
+std::string lowercase(std::string s) {
+    for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return s;
+}
+
 /// A yes/no column: 1/0, true/false or yes/no in any case; blank is `blank`. Anything else is an
 /// error ("Y" or "x" read as "no" made a BF16 GPU run FP32 math at the FP32 units' peak).
 Result<bool> parse_flag(std::string_view v, bool blank, const std::string& where) {
-    std::string s(v);
-    for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    const std::string s = lowercase(std::string(v));
     if (s.empty()) return blank;
     if (s == "1" || s == "true" || s == "yes") return true;
     if (s == "0" || s == "false" || s == "no") return false;
@@ -169,10 +173,6 @@ Result<Catalog> Catalog::parse(std::string_view instances, std::string_view inst
     // Providers and regions match in any case (`--provider AWS`), so "AWS/us-east-1/x" repeats
     // "aws/us-east-1/x": both rows were planned, the same machine twice in the ranking.
     std::unordered_map<std::string, std::pair<int, std::string>> lines_by_key;
-    const auto lower = [](std::string v) {
-        for (char& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-        return v;
-    };
     for (size_t r = 0; r < t.rows(); ++r) {
         auto where = [&](std::string_view col) {
             return col.empty() ? fmt::format("{}:{}", t.source(), t.line(r))
@@ -216,7 +216,7 @@ Result<Catalog> Catalog::parse(std::string_view instances, std::string_view inst
                                          {"ondemand_usd_per_hour", in.ondemand_usd_h, 1e7},
                                          {"spot_usd_per_hour", in.spot_usd_h, 1e7}})
             if (v > hi) return invalid_argument("{}: {:g} is out of range; expected up to {:g}", where(col), v, hi);
-        if (auto [it, fresh] = lines_by_key.emplace(lower(in.provider) + "/" + lower(in.region) + "/" + in.type,
+        if (auto [it, fresh] = lines_by_key.emplace(lowercase(in.provider) + "/" + lowercase(in.region) + "/" + in.type,
                                                     std::pair{in.line, in.key()});
             !fresh)
             return invalid_argument(
