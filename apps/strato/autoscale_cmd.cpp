@@ -90,8 +90,8 @@ void add_simulate(CLI::App& parent, int* exit_code) {
     cmd->add_option("--runs", o->runs, "Repeat with seeds 1..N and report the spread of cost (spot preemptions are random)")
         ->check(CLI::Range(1, 100000));
     cmd->add_option("--seed", o->seed, "Random seed (default 1)");
-    cmd->add_option("--json", o->json_out, "Write the full result (timelines, actions) as JSON");
-    cmd->add_option("--report", o->report_out, "Write an HTML report with the timelines");
+    cmd->add_option("--json", o->json_out, "Write the full result (timelines, actions) as JSON (- for stdout, the summary then on stderr)");
+    cmd->add_option("--report", o->report_out, "Write an HTML report with the timelines (- for stdout)");
     cmd->callback([o, exit_code, cmd] {
         auto fail = [&](const Status& s) { *exit_code = report_error("autoscale simulate", s); };
         for (const auto& [out, kind, flag] : {std::tuple{o->json_out, fs::OutputKind::kText, "--json"},
@@ -104,6 +104,8 @@ void add_simulate(CLI::App& parent, int* exit_code) {
                                              {o->loadtest, "--loadtest", false}});
             !s.is_ok())
             return fail(s);
+        // With --json or --report on standard output (`--json - | jq`) the summary goes to stderr.
+        std::FILE* text_out = text_stream({o->json_out, o->report_out});
         auto cat = cloud::Catalog::builtin();
         if (!cat) return fail(cat.status());
         auto cfg = cloud::AutoscaleConfig::load(o->policy);
@@ -133,7 +135,7 @@ void add_simulate(CLI::App& parent, int* exit_code) {
         const double t0 = trace->points.front().t_s;
         if (cmd->count("--start") == 0 && t0 >= kUnixTimeFrom) {
             so.start_weekday_hour = std::fmod(t0 / 3600 + 3 * 24, 7 * 24);  // (1970-01-01 was a Thursday)
-            fmt::print("schedule clock from the trace's Unix time: {} UTC at its first row (--start sets another)\n",
+            fmt::print(text_out, "schedule clock from the trace's Unix time: {} UTC at its first row (--start sets another)\n",
                        format_week_clock(so.start_weekday_hour));
         }
         if (o->hazard >= 0) so.spot_hazard_per_h = o->hazard;
@@ -150,18 +152,18 @@ void add_simulate(CLI::App& parent, int* exit_code) {
             if (i == 0) first = std::move(*r);
         }
         const cloud::SimResult& r = first;
-        fmt::print("{} on {} in {}: {:.2f} {} for {:.1f} node-hours over {}; max {} nodes, {} scaling actions, {} preemptions\n",
+        fmt::print(text_out, "{} on {} in {}: {:.2f} {} for {:.1f} node-hours over {}; max {} nodes, {} scaling actions, {} preemptions\n",
                    o->trace, o->instance, r.region, r.cost, r.currency, r.node_hours, cloud::format_hours(r.duration_s / 3600),
                    r.max_nodes, r.scale_actions, r.preemptions);
-        fmt::print("SLO (queueing delay <= {:g} s) violated {:.0f} s ({:.2f}% of the time); mean utilisation {:.1f}%\n",
+        fmt::print(text_out, "SLO (queueing delay <= {:g} s) violated {:.0f} s ({:.2f}% of the time); mean utilisation {:.1f}%\n",
                    so.slo_wait_s, r.slo_violation_s, 100 * r.slo_violation_s / std::max(r.duration_s, 1e-9),
                    r.mean_utilization);
-        fmt::print("{} events in {:.3f} s: {:.2f} M events/s\n", r.events, r.wall_s, r.events / std::max(r.wall_s, 1e-9) / 1e6);
+        fmt::print(text_out, "{} events in {:.3f} s: {:.2f} M events/s\n", r.events, r.wall_s, r.events / std::max(r.wall_s, 1e-9) / 1e6);
         if (o->runs > 1) {
             std::sort(costs.begin(), costs.end());
             double mean = 0;
             for (double c : costs) mean += c / costs.size();
-            fmt::print("cost over {} runs: mean {:.2f}, p10 {:.2f}, p90 {:.2f} {}\n", o->runs, mean,
+            fmt::print(text_out, "cost over {} runs: mean {:.2f}, p10 {:.2f}, p90 {:.2f} {}\n", o->runs, mean,
                        cloud::sample_quantile(costs, 0.1), cloud::sample_quantile(costs, 0.9), r.currency);
         }
         if (o->json_out.empty() && o->report_out.empty()) return void(*exit_code = 0);
@@ -175,7 +177,7 @@ void add_simulate(CLI::App& parent, int* exit_code) {
             if (!html) return fail(html.status());
             Status s = fs::atomic_write(o->report_out, *html);
             if (!s.is_ok()) return fail(s);
-            fmt::print("report: {}\n", o->report_out);
+            fmt::print(text_out, "report: {}\n", o->report_out);
         }
         *exit_code = 0;
     });

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <initializer_list>
 #include <string_view>
 
 #include "strato/core/status.h"
@@ -63,6 +64,9 @@ struct FileFlag {
 /// Refuses an output that names the same file as another flag's input or output (compared as
 /// absolute paths with links resolved): it would replace the other (`--json trace.csv`).
 Status check_distinct_files(const std::vector<FileFlag>& files);
+/// Where a command prints its own text: stderr when one of its output flags names standard output
+/// ("-", /dev/stdout: `--json - | jq` gets the data alone), stdout otherwise.
+std::FILE* text_stream(std::initializer_list<std::string_view> outputs);
 
 /// A flag's number: finite and within [lo, hi] (CLI::Range lets NaN through: every comparison
 /// with NaN is false).

@@ -208,13 +208,14 @@ void add_data_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
                 return void(*exit_code = report_error("data stats", s));
             }
         }
+        std::FILE* text_out = text_stream({o->manifest});  // (`--manifest -`: the manifest alone on stdout)
         if (o->json) {
             nlohmann::json j = data::stats_to_json(*r);
             if (!o->manifest.empty()) j["manifest"] = o->manifest;
-            fmt::print("{}\n", json_text(j, 2));
+            fmt::print(text_out, "{}\n", json_text(j, 2));
         } else {
-            fmt::print("{}", data::format_stats(*r));
-            if (!o->manifest.empty()) fmt::print("manifest: {}\n", o->manifest);
+            fmt::print(text_out, "{}", data::format_stats(*r));
+            if (!o->manifest.empty()) fmt::print(text_out, "manifest: {}\n", o->manifest);
         }
         *exit_code = 0;
     });

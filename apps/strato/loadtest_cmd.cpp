@@ -274,7 +274,9 @@ Status run_loadtest(const LoadtestFlags& f, const GlobalFlags& g, bool* all_fail
         else
             text += fmt::format("no request rate met p99 <= {:.2f} ms\n", slo->slo_p99_ns / 1e6);
     }
-    put(stdout, text);
+    // With an output on standard output (`--json - | jq`), the table goes to stderr: the pipe
+    // carries the data alone.
+    put(text_stream({f.json_out, f.csv, f.report_out}), text);
     auto j = to_json(points, fmt::format("http://{}{}", url.host_header, target.url.target), ro, slo);
     if (cut_short) j["interrupted"] = true;
     if (!f.json_out.empty()) STRATO_RETURN_IF_ERROR(fs::atomic_write(f.json_out, json_text(j, 1) + "\n"));
@@ -375,9 +377,9 @@ void add_loadtest_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
                             "RATE"))
         ->group(meas);
     auto* outg = "Output";
-    cmd->add_option("--csv", f->csv, "perf_analyzer-style CSV (µs columns, rows sorted by throughput)")->group(outg);
-    cmd->add_option("--json", f->json_out, "Everything measured, as JSON (render with `strato report FILE.json`)")->group(outg);
-    cmd->add_option("--report", f->report_out, "Self-contained HTML report with latency charts")->group(outg);
+    cmd->add_option("--csv", f->csv, "perf_analyzer-style CSV (µs columns, rows sorted by throughput; - for stdout)")->group(outg);
+    cmd->add_option("--json", f->json_out, "Everything measured, as JSON (render with `strato report FILE.json`; - for stdout, the table then on stderr)")->group(outg);
+    cmd->add_option("--report", f->report_out, "Self-contained HTML report with latency charts (- for stdout)")->group(outg);
     cmd->add_flag("--allow-remote", f->allow_remote, "Allow a target that is not a loopback address");
     cmd->footer(
         "Examples:\n"
@@ -416,6 +418,12 @@ void add_loadtest_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
                                                             flag)));
         if (cmd->count("--spawn-rate") > 0 && f->users <= 0)
             return void(*exit_code = report_usage_error("loadtest", "--spawn-rate ramps up --users; give -u/--users N"));
+        // (-u 100000 -r 1e-5: a ramp of 317 years overflowed the clock's nanoseconds)
+        if (f->users > 0 && f->spawn_rate > 0 && f->users / f->spawn_rate > 365.25 * 86400)
+            return void(*exit_code = report_usage_error(
+                            "loadtest", fmt::format("--users {} at --spawn-rate {:g} would ramp up for {:.0f} days; "
+                                                    "expected a ramp of at most a year",
+                                                    f->users, f->spawn_rate, f->users / f->spawn_rate / 86400)));
         // Found by review: more flags that act only with another did nothing without it (--max-rate
         // 500 on a rate sweep, --trace-speedup without --trace, --max-connections in a closed loop),
         // and --slo-p99 ignored a --request-rate-range.

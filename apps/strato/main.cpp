@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "strato/core/config.h"
 #include "strato/core/duration.h"
+#include "strato/core/fs.h"
 #include "strato/core/log.h"
 #include "strato/core/memory.h"
 #include "strato/core/parse.h"
@@ -39,16 +40,24 @@ Status check_distinct_files(const std::vector<FileFlag>& files) {
         std::error_code ec;
         std::string real = std::filesystem::weakly_canonical(std::filesystem::absolute(f.path, ec), ec).string();
         if (ec || real.empty()) real = f.path;
+        if (f.output && fs::is_stdout(f.path)) real = "standard output";  // ("-" and /dev/stdout alike)
         for (const auto& [other_real, other] : seen) {
             // Two names of one file (a hard link, a bind mount) are the same file too.
-            const bool same = other_real == real || std::filesystem::equivalent(other->path, f.path, ec);
+            const bool same = other_real == real || (real != "standard output" && other_real != "standard output" &&
+                                                     std::filesystem::equivalent(other->path, f.path, ec));
             if (same && (f.output || other->output))
                 return invalid_argument("{} and {} name the same file {}: the output would replace the other",
-                                        other->flag, f.flag, f.path);
+                                        other->flag, f.flag, real == "standard output" ? real : f.path);
         }
         seen.emplace_back(real, &f);
     }
     return Status::ok();
+}
+
+std::FILE* text_stream(std::initializer_list<std::string_view> outputs) {
+    for (std::string_view out : outputs)
+        if (fs::is_stdout(std::filesystem::path(out))) return stderr;
+    return stdout;
 }
 
 CLI::Validator finite_range(double lo, double hi) {

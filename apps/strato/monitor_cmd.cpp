@@ -44,7 +44,7 @@ void add_monitor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     auto* duration = cmd->add_option("--duration", o->duration, "Stop after this long (default: until Ctrl-C)")
                          ->check(strato::cli::duration_flag("s", true));
     auto* jsonl = cmd->add_option("--jsonl", o->jsonl,
-                                  "Append every sample to this JSONL file (or a FIFO or device: never blocks on one)");
+                                  "Append every sample to this JSONL file (or a FIFO or device: never blocks on one; - for stdout)");
     auto* rules = cmd->add_option("--rules", o->rules, "Alert rules (TOML [[rule]] tables: when = \"gpu_util < 20 for 10m\")");
     auto* pid = cmd->add_option("--pid", o->pids, "Also report these processes (CPU time, resident memory, threads)");
     auto* replay = cmd->add_option("--replay", o->replay,
@@ -73,6 +73,7 @@ void add_monitor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         // A replay is a dry run of rules: it serves metrics only when asked (port 9400 is likely
         // taken by the live monitor or a DCGM exporter whose log it replays).
         mo.port = o->no_exporter || o->once || (!o->replay.empty() && port->count() == 0) ? -1 : o->port;
+        if (o->jsonl == "-") o->jsonl = "/dev/stdout";  // (made a file named "-")
         mo.jsonl = o->jsonl;
         mo.replay = o->replay;
         mo.allow_remote_webhooks = o->allow_remote;

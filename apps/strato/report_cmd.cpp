@@ -30,7 +30,7 @@ void add_report_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
             },
             "PATH"));
     // (an --out "$OUT" with OUT unset wrote the default file, without a word)
-    cmd->add_option("--out", o->out, "Output file (default: RUN_DIR/report.html, or FILE.html next to the JSON)")
+    cmd->add_option("--out", o->out, "Output file (default: RUN_DIR/report.html, or FILE.html next to the JSON; - for stdout)")
         ->check(CLI::Validator(
             [](std::string& v) { return v.empty() ? std::string("expected a file name, got ''") : ""; }, "FILE"));
     cmd->footer(
@@ -52,7 +52,7 @@ void add_report_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         if (!st.is_ok()) return void(*exit_code = report_error("report", st));
         st = result_json ? report::write_json_report(o->run_dir, out) : report::write_run_report(o->run_dir, out);
         if (!st.is_ok()) return void(*exit_code = report_error("report", st));
-        fmt::print("report: {}\n", out);
+        fmt::print(text_stream({out}), "report: {}\n", out);
         *exit_code = 0;
     });
 }

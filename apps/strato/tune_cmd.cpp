@@ -109,7 +109,7 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         *exit_code = 0;
     });
     auto* exp = add("export-best", "Write the best trial's full train config");
-    exp->add_option("-o,--out", o->out, "Output TOML (default <dir>/best.toml)");
+    exp->add_option("-o,--out", o->out, "Output TOML (default <dir>/best.toml; - for stdout)");
     exp->callback([o, load, exit_code] {
         auto c = load();
         if (!c) return void(*exit_code = report_error("tune", c.status()));
@@ -127,11 +127,11 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
                                       {c->base, "the study's base train config", false}});
         if (s.is_ok()) s = fs::atomic_write(out, *text);
         if (!s.is_ok()) return void(*exit_code = report_error("tune", s));
-        fmt::print("{}\n", out);
+        fmt::print(text_stream({out}), "{}\n", out);
         *exit_code = 0;
     });
     auto* rep = add("report", "HTML report: objective per trial over epochs, parameters vs objective, ASHA rungs");
-    rep->add_option("-o,--out", o->out, "Output HTML (default <dir>/report.html)");
+    rep->add_option("-o,--out", o->out, "Output HTML (default <dir>/report.html; - for stdout)");
     rep->callback([o, load, exit_code] {
         auto c = load();
         if (!c) return void(*exit_code = report_error("tune", c.status()));
@@ -147,7 +147,7 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         if (!html) return void(*exit_code = report_error("tune", html.status()));
         Status s = fs::atomic_write(out, *html);
         if (!s.is_ok()) return void(*exit_code = report_error("tune", s));
-        fmt::print("{}\n", out);
+        fmt::print(text_stream({out}), "{}\n", out);
         *exit_code = 0;
     });
     auto* sl = add("slurm", "Write (and with --submit, submit) a Slurm array job whose tasks run the study together");
@@ -162,7 +162,7 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         ->check(sbatch_value(tune::SbatchValue::kMemory));
     sl->add_option("--sbatch", o->slurm.extra, "Another sbatch option, e.g. --sbatch=--gres=gpu:1 (repeatable)")
         ->check(sbatch_value(tune::SbatchValue::kOption));
-    sl->add_option("-o,--out", o->out, "Script to write (default <dir>/slurm.sbatch)");
+    sl->add_option("-o,--out", o->out, "Script to write (default <dir>/slurm.sbatch; - for stdout)");
     sl->add_flag("--submit", o->submit, "Run sbatch on the script and print the job id");
     sl->callback([o, load, exit_code] {
         auto c = load();
@@ -178,6 +178,8 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
                                                {o->study, "the study file", false},
                                                {c->base, "the study's base train config", false}});
         if (checked.is_ok() && !o->out.empty()) checked = fs::check_output_file(out, fs::OutputKind::kText, "--out");
+        if (o->submit && fs::is_stdout(out))
+            return void(*exit_code = report_usage_error("tune", "--submit hands sbatch a file: give --out FILE, not standard output"));
         if (!checked.is_ok()) return void(*exit_code = report_error("tune", checked));
         auto script = tune::slurm_array(*c, so);
         if (!script) return void(*exit_code = report_error("tune", script.status()));
@@ -185,7 +187,7 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
             return void(*exit_code = report_error("tune", s));
         if (Status s = fs::atomic_write(out, *script); !s.is_ok()) return void(*exit_code = report_error("tune", s));
         if (!o->submit) {
-            fmt::print("{}\nsubmit with: sbatch {}\n", out, fs::shell_quote(out));
+            if (!fs::is_stdout(out)) fmt::print("{}\nsubmit with: sbatch {}\n", out, fs::shell_quote(out));
             return void(*exit_code = 0);
         }
         FILE* p = popen(("sbatch --parsable " + fs::shell_quote(out) + " 2>&1").c_str(), "r");

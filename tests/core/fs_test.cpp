@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -321,6 +322,39 @@ TEST_F(FsTest, APipeOrADeviceIsWrittenAsAStream) {
     EXPECT_TRUE(atomic_write("/dev/null", "x").is_ok());
     // Nothing was made beside the pipe.
     EXPECT_EQ(std::distance(stdfs::directory_iterator(dir_), stdfs::directory_iterator()), 1);
+}
+
+// Found by review: `--json -` made a file named "-", and `--json /dev/stdout >> log` renamed a new
+// file over the log the shell opened (its earlier lines lost, and the command's own text printed
+// into the replaced file). Standard output is written through descriptor 1.
+TEST_F(FsTest, StandardOutputIsWrittenThroughItsDescriptor) {
+    for (const char* name : {"-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"}) EXPECT_TRUE(is_stdout(name)) << name;
+    for (const char* name : {"./-", "--", "/dev/stderr", "stdout"}) EXPECT_FALSE(is_stdout(name)) << name;
+    const auto log = dir_ / "log";
+    ASSERT_TRUE(atomic_write(log, "earlier\n").is_ok());
+    struct stat before {};
+    ASSERT_EQ(::stat(log.c_str(), &before), 0);
+    std::fflush(stdout);
+    const int saved = ::dup(STDOUT_FILENO);
+    const int appended = ::open(log.c_str(), O_WRONLY | O_APPEND);
+    ASSERT_GE(appended, 0);
+    ::dup2(appended, STDOUT_FILENO);
+    ::close(appended);
+    std::fputs("table\n", stdout);  // (the command's own text, buffered)
+    const Status dash = atomic_write("-", "{\"a\": 1}\n");
+    const Status dev = atomic_write("/dev/stdout", "{\"b\": 2}\n");
+    const Status checked = check_output_file("-", OutputKind::kHtml, "--out");
+    std::fflush(stdout);
+    ::dup2(saved, STDOUT_FILENO);
+    ::close(saved);
+    EXPECT_TRUE(dash.is_ok()) << dash.message();
+    EXPECT_TRUE(dev.is_ok()) << dev.message();
+    EXPECT_TRUE(checked.is_ok()) << checked.message();
+    struct stat after {};
+    ASSERT_EQ(::stat(log.c_str(), &after), 0);
+    EXPECT_EQ(after.st_ino, before.st_ino);  // the same file, appended to
+    EXPECT_EQ(*read_file(log), "earlier\ntable\n{\"a\": 1}\n{\"b\": 2}\n");
+    EXPECT_FALSE(stdfs::exists("-"));
 }
 
 TEST_F(FsTest, StaleTempsOfDeadWritersAreRemoved) {

@@ -333,6 +333,15 @@ def main():
         ok = json.load(open(f"{tmp}/n.json"))["points"][0]["ok"]
         check(ok == 200 and after - before == 200, f"-n 200: client ok {ok}, server success +{after - before}")
 
+        print("== --json - : the JSON alone on stdout (jq reads it), the table on stderr")
+        # Found by review: `--json -` wrote a file named "-", and `--json /dev/stdout | jq` got the
+        # table first (jq failed on it).
+        out, err, _ = run([url, "--model", "cnn", "-n", "20", "--warmup", "0", "--json", "-"])
+        check(json.loads(out)["points"][0]["ok"] == 20 and "p99" in err and not os.path.exists("-"),
+              f"--json -: {out[:200]} {err[:300]}")
+        _, err, _ = run([url, "--model", "cnn", "-n", "1", "--json", "-", "--csv", "/dev/stdout"], expect=1)
+        check("name the same file standard output" in err, f"--json - --csv /dev/stdout: {err}")
+
         print("== perf_analyzer JSON data file, JSON tensors, batch 2")
         sample = [round(i / 784, 4) for i in range(2 * 784)]
         json.dump({"data": [{"input": sample}, {"input": {"content": sample[::-1], "shape": [2, 1, 28, 28]}}]},
@@ -608,6 +617,7 @@ def main():
                              (["--input-data", "zero"], "--input-data shapes the requests"),
                              (["--shape", "x:1"], "--shape shapes the requests"),
                              (["-r", "5"], "--spawn-rate ramps up --users"),
+                             (["-u", "100000", "-r", "1e-5"], "would ramp up for 115"),
                              (["--request-distribution", "poisson"], "--request-distribution poisson spaces an open loop"),
                              # (found by review: these did nothing silently too)
                              (["--max-rate", "500"], "--max-rate bounds the --slo-p99 search"),

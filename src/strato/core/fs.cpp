@@ -84,12 +84,24 @@ Result<stdfs::path> follow_links(const stdfs::path& path) {
     return out;
 }
 
+bool is_stdout(const stdfs::path& path) {
+    const std::string& p = path.native();
+    return p == "-" || p == "/dev/stdout" || p == "/dev/fd/1" || p == "/proc/self/fd/1";
+}
+
 bool is_stream(const stdfs::path& path) {
+    if (is_stdout(path)) return true;
     struct stat sb {};
     return ::stat(path.c_str(), &sb) == 0 && (S_ISCHR(sb.st_mode) || S_ISFIFO(sb.st_mode));
 }
 
 Status atomic_write(const stdfs::path& link, std::string_view data) {
+    if (is_stdout(link)) {
+        // (found by review: `--json -` made a file named "-"; `--json /dev/stdout > out.json`
+        // renamed a new file over the one the shell opened, and `>>` lost the earlier lines)
+        std::fflush(stdout);
+        return write_all(STDOUT_FILENO, data, "standard output");
+    }
     if (is_stream(link)) {
         // (found by review: a temporary file beside /proc/self/fd/pipe:[...] could not be made, and
         // a load test's results piped to jq were lost after the run)

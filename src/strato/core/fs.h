@@ -20,9 +20,15 @@ namespace stdfs = std::filesystem;
 /// /dev/null or a pipe (/dev/stdout, a named pipe) is written to as a stream.
 Status atomic_write(const stdfs::path& path, std::string_view data);
 
-/// A terminal, /dev/null or a pipe (`--json /dev/stdout | jq`, a named pipe): written as a
-/// stream, in place, and never read to see what it holds.
+/// A terminal, /dev/null or a pipe (`--json /dev/stdout | jq`, a named pipe), or standard output
+/// (is_stdout): written as a stream, in place, and never read to see what it holds.
 bool is_stream(const stdfs::path& path);
+
+/// "-", /dev/stdout, /dev/fd/1 or /proc/self/fd/1: the process's standard output, whatever it is
+/// (a pipe, a terminal, a file the shell opened with `>` or `>>`). atomic_write() writes it through
+/// descriptor 1 (replacing the file `>` opened would lose what the command prints beside it, and
+/// `>>`'s earlier lines); a command that writes an output there prints its own text to stderr.
+bool is_stdout(const stdfs::path& path);
 
 /// `path` with the symbolic links at its end followed (a link to a file not there yet too): the
 /// file a write to `path` replaces. An error names a loop or an unreadable link.
