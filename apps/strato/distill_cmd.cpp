@@ -31,7 +31,8 @@ void add_compress_distill_command(CLI::App& compress, const GlobalFlags& g, int*
         ->check(file_path_flag());
     cmd->add_option("--config", o->config,
                     "The student's training config (TOML), e.g. configs/fashion_mnist_student.toml")
-        ->required();
+        ->required()
+        ->check(file_path_flag());  // (an empty one was "config file  cannot be read", exit 1)
     cmd->add_option("--temperature", o->d.temperature, "Softmax temperature T in [0.05, 100] for teacher and student")
         ->capture_default_str()
         ->check(finite_range(0.05, 100));
@@ -47,9 +48,10 @@ void add_compress_distill_command(CLI::App& compress, const GlobalFlags& g, int*
     cmd->footer(
         "The loss is (1 - alpha) * CE(student, labels) + alpha * T^2 * KL(softmax(teacher/T) || softmax(student/T)).\n"
         "The teacher must take the same images and predict the same classes as the student's data; a teacher\n"
-        "trained with another input normalisation gets its inputs re-normalised. The run is a `strato train` run\n"
-        "(run directory, checkpoints, --resume, metrics.jsonl, report.html); its package's metrics.json names the\n"
-        "teacher.\n"
+        "trained with another input normalisation gets its inputs re-normalised, one that names the same classes\n"
+        "in another order has its outputs reordered. The run is a `strato train` run (run directory, checkpoints,\n"
+        "--resume, metrics.jsonl, report.html); its package's metrics.json names the teacher. --resume of a run\n"
+        "that `strato train` started, without a teacher, is refused.\n"
         "Examples:\n"
         "  strato train configs/fashion_mnist_cnn.toml                   # the teacher\n"
         "  strato compress distill --teacher runs/fashion_mnist_cnn/model \\\n"

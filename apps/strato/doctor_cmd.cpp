@@ -23,9 +23,11 @@ void add_doctor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     };
     auto o = std::make_shared<Opts>();
     auto* cmd = app.add_subcommand("doctor", "Check this machine: libtorch, BLAS, threads, CPU features (AVX-512, AMX), "
-                                             "GPUs, memory and disk");
+                                             "GPUs, memory (within a cgroup's limit), disk and cache");
     auto* json = cmd->add_flag("--json", o->json, "Print the checks as JSON");
-    auto* dir = cmd->add_option("--dir", o->dir, "Where free disk space matters (default: runs)");
+    auto* dir = cmd->add_option("--dir", o->dir,
+                                "The run directory (run.dir): its free space and whether it can be written "
+                                "(default: runs)");
     // Bad addresses are usage errors (exit 2), refused by the parser before any check runs.
     auto* peers = cmd->add_option("--peers", o->peers,
                                   "HOST:PORT of other nodes (comma-separated): round-trip time, < 2 ms wanted for data "
@@ -56,8 +58,10 @@ void add_doctor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         ->excludes(samples)
         ->excludes(dir);
     cmd->footer(
-        "Exit code 1 when a check FAILs (for example the slow reference BLAS, an unreachable peer, or one whose\n"
-        "round trips fail before half are measured), 2 for a usage error.\n"
+        "Exit code 1 when a check FAILs (for example the slow reference BLAS, a --dir that cannot be written, an\n"
+        "unreachable peer, or one whose round trips fail before half are measured), 2 for a usage error; warnings\n"
+        "(less than 2 GiB of memory left under the cgroup's limit, a junk OMP_NUM_THREADS, more threads than usable\n"
+        "CPUs, an unwritable cache) exit 0.\n"
         "Examples:\n"
         "  node2$ strato doctor --listen 0.0.0.0:29999\n"
         "  node1$ strato doctor --peers node2:29999,node3:29999");

@@ -8,12 +8,15 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <filesystem>
 
 #include "strato/core/config.h"
+#include "strato/core/fs.h"
 #include "strato/core/signals.h"
+#include "strato/data/idx.h"
 #include "strato/models/package.h"
 
 namespace strato::compress {
@@ -50,7 +53,8 @@ train::TrainConfig tiny_config(const std::string& runs, const std::string& name,
 
 /// An untrained package (its predictions are as good a target as any for these tests).
 std::string make_package(const std::string& dir, const models::ModelConfig& m, data::ImageShape shape, int64_t classes,
-                         std::vector<double> mean, std::vector<double> std, uint64_t seed = 7) {
+                         std::vector<double> mean, std::vector<double> std, uint64_t seed = 7,
+                         std::vector<std::string> labels = {}) {
     torch::manual_seed(seed);
     auto net = models::create_model(m, shape, classes);
     EXPECT_TRUE(net.is_ok()) << net.status().message();
@@ -61,6 +65,7 @@ std::string make_package(const std::string& dir, const models::ModelConfig& m, d
     info.mean = std::move(mean);
     info.std = std::move(std);
     info.metrics = {{"test_acc", 0.5}};
+    info.labels = std::move(labels);
     EXPECT_TRUE(models::save_package(dir, info, **net).is_ok());
     return dir;
 }
@@ -217,6 +222,20 @@ TEST_F(Distill, RefusesATeacherOfAnotherShapeOrClassCount) {
     EXPECT_NE(r.status().message().find("predicts 5 classes"), std::string::npos) << r.status().message();
     EXPECT_NE(r.status().message().find("in 10 classes"), std::string::npos) << r.status().message();
 
+    // Found by review: a teacher with a NaN weight failed the student's first step, "training
+    // diverged ... lower optim.lr".
+    const std::string nan = make_package(dir_ + "/nan", cnn(4, 16), {1, 28, 28}, 10, {0.286}, {0.353});
+    {
+        auto pkg = models::load_package(nan);
+        ASSERT_TRUE(pkg.is_ok());
+        torch::NoGradGuard no_grad;
+        pkg->net->parameters().back().view(-1)[0] = std::nan("");
+        ASSERT_TRUE(models::save_package(dir_ + "/nan2", pkg->info, *pkg->net).is_ok());
+    }
+    r = prepare_distillation(cfg, {.teacher = dir_ + "/nan2"});
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("has NaN or infinite weights"), std::string::npos) << r.status().message();
+
     r = prepare_distillation(cfg, {.teacher = dir_ + "/missing"});
     ASSERT_FALSE(r.is_ok());
     EXPECT_NE(r.status().message().find("teacher: "), std::string::npos) << r.status().message();
@@ -270,6 +289,51 @@ TEST_F(Distill, FeedsATeacherWithOtherNormalisationItsOwnInput) {
     EXPECT_FALSE(d->renormalized);
 }
 
+// Found by review: a teacher naming the student's classes in another order was only a warning
+// ("distilling by class index"): the student learnt the teacher's class k as its own class k.
+TEST(ClassOrder, MapsEachStudentClassToTheTeachersOfTheSameName) {
+    EXPECT_EQ(class_order({"b", "a", "c"}, {"a", "b", "c"}), (std::vector<int64_t>{1, 0, 2}));
+    EXPECT_EQ(class_order({"0", "1", "10", "2"}, {"0", "1", "2", "10"}), (std::vector<int64_t>{0, 1, 3, 2}));
+    EXPECT_TRUE(class_order({"a", "b"}, {"a", "b"}).empty());  // the same order
+    EXPECT_TRUE(class_order({}, {"a", "b"}).empty());          // a teacher without labels
+    EXPECT_TRUE(class_order({"a", "b"}, {}).empty());
+    EXPECT_TRUE(class_order({"a", "b"}, {"a", "c"}).empty());  // other names: by index
+    EXPECT_TRUE(class_order({"a", "a"}, {"a", "b"}).empty());  // a name twice
+    EXPECT_TRUE(class_order({"b", "a"}, {"a", "a"}).empty());
+    EXPECT_TRUE(class_order({"a", "b", "c"}, {"a", "b"}).empty());  // (refused earlier: class counts)
+}
+
+TEST_F(Distill, ReordersATeacherThatNamesTheClassesInAnotherOrder) {
+    need_data();
+    const auto cfg = tiny_config(runs_, "student");
+    std::vector<std::string> reversed = data::fashion_mnist_classes();
+    std::reverse(reversed.begin(), reversed.end());
+    const std::string dir =
+        make_package(dir_ + "/teacher", cnn(4, 16), {1, 28, 28}, 10, {0.2860}, {0.3530}, 7, reversed);
+    auto d = prepare_distillation(cfg, {.teacher = dir});
+    ASSERT_TRUE(d.is_ok()) << d.status().message();
+    EXPECT_TRUE(d->reordered);
+    EXPECT_FALSE(d->renormalized);
+    EXPECT_EQ(d->hooks.package_metrics["compression"].value("reordered", false), true);
+    EXPECT_EQ(models::parameter_count(*d->hooks.teacher), d->teacher_parameters);
+    auto pkg = models::load_package(dir);
+    ASSERT_TRUE(pkg.is_ok());
+    torch::NoGradGuard no_grad;
+    pkg->net->eval();
+    torch::manual_seed(3);
+    auto x = torch::randn({4, 1, 28, 28});
+    auto got = d->hooks.teacher->forward(x);
+    auto want = pkg->net->forward(x).flip({1});  // the student's class k is the teacher's 9 - k
+    EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-5)) << (got - want).abs().max().item<float>();
+
+    // The same names in the same order, or no labels at all: the teacher as it is.
+    d = prepare_distillation(cfg, {.teacher = make_package(dir_ + "/same", cnn(4, 16), {1, 28, 28}, 10, {0.2860},
+                                                           {0.3530}, 7, data::fashion_mnist_classes())});
+    ASSERT_TRUE(d.is_ok()) << d.status().message();
+    EXPECT_FALSE(d->reordered);
+    EXPECT_FALSE(d->hooks.package_metrics["compression"].contains("reordered"));
+}
+
 TEST_F(Distill, AlphaZeroTrainsBitwiseLikeAPlainRun) {
     need_data();
     // A wider teacher with its own normalisation (the wrapper and the channels-last teacher both run).
@@ -289,6 +353,29 @@ TEST_F(Distill, AlphaZeroTrainsBitwiseLikeAPlainRun) {
     auto a = models::load_package(plain->package_dir), b = models::load_package(kd2->package_dir);
     ASSERT_TRUE(a.is_ok() && b.is_ok());
     EXPECT_FALSE(torch::equal(a->net->parameters().front(), b->net->parameters().front()));
+}
+
+// Found by review: --resume of a run `strato train` made (finished or not) went on with the
+// teacher's loss, and a finished one had its package re-labelled "distilled from" the teacher,
+// not one step of it distilled (exit 0).
+TEST_F(Distill, ResumeRefusesARunStartedWithoutATeacher) {
+    need_data();
+    const std::string teacher = make_package(dir_ + "/teacher", cnn(8, 32), {1, 28, 28}, 10, {0.2860}, {0.3530});
+    const auto cfg = tiny_config(runs_, "plain");
+    auto plain = train::run_training(cfg, {.quiet = true});
+    ASSERT_TRUE(plain.is_ok()) << plain.status().message();
+    const std::string metrics = *fs::read_file(plain->package_dir + "/metrics.json");
+    auto r = distill(cfg, {.teacher = teacher}, {.resume = true, .quiet = true});
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kAlreadyExists);
+    EXPECT_NE(r.status().message().find("started without a teacher"), std::string::npos) << r.status().message();
+    EXPECT_EQ(*fs::read_file(plain->package_dir + "/metrics.json"), metrics);
+    EXPECT_FALSE(stdfs::exists(runs_ + "/plain/distill.json"));
+    // --overwrite distils it from the start; --resume of a run directory not there yet starts one.
+    auto over = distill(cfg, {.teacher = teacher}, {.overwrite = true, .quiet = true});
+    ASSERT_TRUE(over.is_ok()) << over.status().message();
+    auto fresh = distill(tiny_config(runs_, "fresh"), {.teacher = teacher}, {.resume = true, .quiet = true});
+    ASSERT_TRUE(fresh.is_ok()) << fresh.status().message();
 }
 
 TEST_F(Distill, ResumesAfterAnInterruptionBitwise) {

@@ -115,6 +115,34 @@ TEST(Cgroup, UsableCpusFollowTheQuota) {
     close(pipefd[1]);
 }
 
+// Found by review: doctor's "memory available" read /proc/meminfo alone, and inside a 1 GiB
+// container said the host's 21 GiB were free. memory_room() follows the cgroup's limit.
+TEST(Cgroup, MemoryRoomFollowsTheLimit) {
+    SKIP_WITHOUT_CGROUPS();
+    constexpr double kLimit = 256.0 * 1024 * 1024;
+    auto g = Group::create(fmt::format("strato-test-room-{}", getpid()), Limits{kLimit, 0});
+    ASSERT_TRUE(g.is_ok()) << g.status().message();
+    int pipefd[2];
+    ASSERT_EQ(pipe(pipefd), 0);
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        if (!g->join_self()) _exit(3);
+        const MemoryRoom r = memory_room();
+        _exit(write(pipefd[1], &r, sizeof r) == sizeof r ? 0 : 4);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    MemoryRoom r;
+    ASSERT_EQ(read(pipefd[0], &r, sizeof r), static_cast<ssize_t>(sizeof r));
+    EXPECT_EQ(r.limit_bytes, kLimit);
+    EXPECT_GT(r.room_bytes, 0);
+    EXPECT_LE(r.room_bytes, kLimit);
+    close(pipefd[0]);
+    close(pipefd[1]);
+}
+
 TEST(Cgroup, BadRequestsAreErrors) {
     EXPECT_FALSE(Group::create("x", Limits{}).is_ok());
     EXPECT_FALSE(Group::create("a/b", Limits{1e9, 0}).is_ok());

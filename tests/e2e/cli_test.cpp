@@ -166,6 +166,43 @@ TEST_F(Cli, DoctorNamesTheBlasThatServesMatrixProductsAndTheThreadsItSets) {
 
 // The example files the README and --help point at are shipped and load (found by review:
 // `strato monitor --rules alerts.toml` and `--prices my_prices.toml` named files that were not there).
+// Found by review: doctor said "ok" for a --dir that is a file (or on a read-only mount) and for a
+// junk or oversubscribing OMP_NUM_THREADS, and said nothing of an unwritable cache (read-only HOME).
+TEST_F(Cli, DoctorFailsOnAnUnwritableRunDirAndWarnsOfJunkThreadsAndCache) {
+    auto check_of = [](const Output& o, const std::string& name) {
+        auto checks = nlohmann::json::parse(o.out, nullptr, false);
+        for (const auto& c : checks)
+            if (c.is_object() && c.value("name", "") == name) return c;
+        return nlohmann::json();
+    };
+    ASSERT_TRUE(fs::atomic_write(dir_ + "/file", "x").is_ok());
+    auto file = run_strato("doctor --json --dir " + dir_ + "/file/runs", dir_);
+    EXPECT_EQ(file.code, 1) << file.err;
+    EXPECT_EQ(check_of(file, "disk free").value("level", ""), "fail") << file.out;
+    EXPECT_NE(check_of(file, "disk free").value("value", "").find("is not a directory"), std::string::npos);
+
+    ::setenv("OMP_NUM_THREADS", "junk", 1);
+    auto junk = run_strato("doctor --json --dir " + dir_, dir_);
+    ::setenv("OMP_NUM_THREADS", "1024", 1);
+    auto many = run_strato("doctor --json --dir " + dir_, dir_);
+    ::unsetenv("OMP_NUM_THREADS");
+    EXPECT_EQ(junk.code, 0) << junk.err;
+    EXPECT_EQ(check_of(junk, "intra-op threads").value("level", ""), "warn") << junk.out;
+    EXPECT_NE(check_of(junk, "intra-op threads").value("hint", "").find("OMP_NUM_THREADS=\"junk\""), std::string::npos);
+    if (std::thread::hardware_concurrency() < 1024)
+        EXPECT_NE(check_of(many, "intra-op threads").value("hint", "").find("oversubscribe"), std::string::npos)
+            << many.out;
+
+    const char* home = std::getenv("HOME");
+    const std::string saved = home ? home : "";
+    ::unsetenv("STRATO_CACHE_DIR");
+    ::unsetenv("XDG_CACHE_HOME");
+    ::setenv("HOME", "/sys", 1);  // nothing can be made there, even by root (access() says yes)
+    auto ro = run_strato("doctor --json --dir " + dir_, dir_);
+    if (home) ::setenv("HOME", saved.c_str(), 1);
+    EXPECT_EQ(check_of(ro, "cache").value("level", ""), "warn") << ro.out;
+}
+
 TEST_F(Cli, ShippedExampleConfigsLoad) {
     auto m = run_strato("monitor --no-exporter --rules configs/monitor/alerts.toml --duration 0.3s", dir_);
     EXPECT_EQ(m.code, 0) << m.err;

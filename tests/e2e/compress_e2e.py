@@ -270,7 +270,9 @@ def main():
                      ["compress", "quantize", "--model", "", "--no-eval"],
                      ["export", "--model", ""],  # (found by review: exit 1, "model package  does not exist")
                      ["compress", "prune", "--model", ""],
-                     ["compress", "distill", "--teacher", "", "--config", "c.toml"]):
+                     ["compress", "distill", "--teacher", "", "--config", "c.toml"],
+                     # (found by review: an empty --config was "config file  cannot be read", exit 1)
+                     ["compress", "distill", "--teacher", fp32, "--config", ""]):
             p = run(*args, expect=2)
             check(("--dataset" in args and "foo" in p.stderr) or "empty" in p.stderr, f"{args}: {p.stderr}")
         check(not os.path.exists(f"{tmp}/bad") and not os.path.exists("-int8"), "nothing written for usage errors")

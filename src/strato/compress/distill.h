@@ -46,6 +46,29 @@ private:
     torch::Tensor scale_, shift_;  // [1, C, 1, 1] buffers
 };
 
+/// Puts a teacher's outputs in the student's class order: output column i is the teacher's
+/// column order[i]. For a teacher whose labels are the student's classes in another order (an
+/// image folder's sorted "0", "1", "10", "2", ... against a CSV's 0, 1, 2, ..., 10), where
+/// going by index would teach the student the wrong classes. Holds no parameters of its own.
+class ReorderedNetImpl final : public models::NetImpl {
+public:
+    ReorderedNetImpl(models::Net inner, const std::vector<int64_t>& order);
+    /// x: the teacher's input -> its logits [B, classes], columns in the student's order.
+    torch::Tensor forward(torch::Tensor x) override;
+    const models::Net& inner() const { return inner_; }
+
+private:
+    models::Net inner_;
+    torch::Tensor order_;  // [classes] int64 buffer
+};
+
+/// For each of the student's classes, the teacher's index of the class of the same name, when
+/// the teacher's labels are the student's in another order. Empty when they are in the same
+/// order, when either list is empty, or when the names are not the same set (one per class):
+/// then classes go by index.
+std::vector<int64_t> class_order(const std::vector<std::string>& teacher_labels,
+                                 const std::vector<std::string>& student_labels);
+
 /// `teacher` itself when the normalisations agree (to 1e-9), else `teacher` wrapped in a
 /// RenormalizedNetImpl. A missing mean or std (empty) means 0 and 1 (no normalisation), as the
 /// server treats it. Errors when a list's length is not the channel count.
@@ -55,16 +78,21 @@ Result<models::Net> renormalize_input(models::Net teacher, int64_t channels, con
 
 /// What a distillation run adds to the trainer: the loaded teacher and the hooks.
 struct Distillation {
-    train::TrainHooks hooks;  // teacher (in eval mode; wrapped when it needs re-normalised input), T, alpha, metrics
+    train::TrainHooks hooks;  // teacher (in eval mode; wrapped to re-normalise or reorder), T, alpha, metrics, init
     models::PackageInfo teacher;  // the teacher package's manifest
     int64_t teacher_parameters = 0;
     bool renormalized = false;  // the teacher's normalisation differs from the student's data
+    bool reordered = false;     // the teacher's labels are the student's classes in another order
 };
 
 /// Loads the teacher package and checks that it fits the student's data: the same input shape
-/// and the same number of classes (an error naming both otherwise), a temperature > 0 and an
-/// alpha in [0, 1]. Opens the student's datasets to learn their shape and normalisation.
-Result<Distillation> prepare_distillation(const train::TrainConfig& student, const DistillOptions& opts);
+/// and the same number of classes (an error naming both otherwise), a temperature in [0.05, 100]
+/// and an alpha in [0, 1]. Opens the student's datasets to learn their shape, normalisation and
+/// class names; a teacher that names the same classes in another order has its outputs reordered.
+/// The hooks' init keeps the settings in the run directory (distill.json); with `resume` (as the
+/// run's TrainOptions say) it warns when they changed, and refuses a run started without a teacher.
+Result<Distillation> prepare_distillation(const train::TrainConfig& student, const DistillOptions& opts,
+                                          bool resume = false);
 
 /// prepare_distillation, then train::run_training with its hooks (`train_opts.hooks` is
 /// replaced). The result is the student's run, its package at result.package_dir.

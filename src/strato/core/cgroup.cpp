@@ -77,7 +77,54 @@ int quota_cores(double quota, double period) {
     return static_cast<int>(std::max(1.0, std::ceil(quota / period - 1e-9)));
 }
 
+/// Calls fn(dir + "/") for our cgroup in the hierarchy at `root` and each group above it. (In a
+/// container without a cgroup namespace /proc/self/cgroup names a path the container cannot see;
+/// its own group is mounted at the root, which the walk reaches.)
+template <class Fn>
+void each_level(const std::string& root, std::string own, const Fn& fn) {
+    for (;; own = own.substr(0, own.rfind('/'))) {
+        fn(join(root, own, ""));
+        if (own.empty() || own == "/") break;
+    }
+}
+
+/// A number in a cgroup file; -1 when absent, "max" or not a number.
+double control_number(const std::string& path) {
+    const std::string text = read_small(path);
+    char* end = nullptr;
+    const double v = std::strtod(text.c_str(), &end);
+    return end != text.c_str() && v >= 0 ? v : -1;
+}
+
+/// A "key value" line of a memory.stat; 0 when absent.
+double memory_stat(const std::string& dir, const std::string& key) {
+    std::istringstream in(read_small(dir + "memory.stat"));
+    std::string k;
+    double v = 0;
+    while (in >> k >> v)
+        if (k == key) return v;
+    return 0;
+}
+
 }  // namespace
+
+MemoryRoom memory_room() {
+    MemoryRoom out;
+    auto level = [&out](const char* limit_file, const char* usage_file, const char* inactive_key) {
+        return [&out, limit_file, usage_file, inactive_key](const std::string& dir) {
+            const double limit = control_number(dir + limit_file);
+            // (v1 writes "no limit" as the largest page-aligned int64, 9223372036854771712)
+            if (!(limit >= 0 && limit < 0x1p60)) return;
+            const double usage = std::max(0.0, control_number(dir + usage_file));
+            const double room = std::clamp(limit - usage + memory_stat(dir, inactive_key), 0.0, limit);
+            if (out.room_bytes < 0 || room < out.room_bytes) out.room_bytes = room, out.limit_bytes = limit;
+        };
+    };
+    each_level(kRoot, own_path(""), level("memory.max", "memory.current", "inactive_file"));
+    each_level(std::string(kRoot) + "/memory", own_path("memory"),
+               level("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"));
+    return out;
+}
 
 int usable_cpus() {
     cpu_set_t set;
@@ -87,15 +134,7 @@ int usable_cpus() {
     auto limit = [&n](int cores) {
         if (cores > 0) n = std::min(n, cores);
     };
-    // The tightest quota from our cgroup up to the hierarchy's root. (In a container without a
-    // cgroup namespace /proc/self/cgroup names a path the container cannot see; its own group is
-    // mounted at the root, which the walk reaches.)
-    auto each_level = [](const std::string& root, std::string own, const auto& fn) {
-        for (;; own = own.substr(0, own.rfind('/'))) {
-            fn(join(root, own, ""));
-            if (own.empty() || own == "/") break;
-        }
-    };
+    // The tightest quota from our cgroup up to the hierarchy's root.
     each_level(kRoot, own_path(""), [&](const std::string& dir) {  // v2: "QUOTA PERIOD" or "max PERIOD"
         std::istringstream max(read_small(dir + "cpu.max"));
         std::string quota;

@@ -28,6 +28,16 @@ struct Limits {
 /// cfs_quota_us), at least 1. std::thread::hardware_concurrency() counts every online CPU.
 int usable_cpus();
 
+/// The memory this process's cgroup leaves it: at the tightest level from its group up to the
+/// root (v2 memory.max, v1 memory.limit_in_bytes), the limit and the limit minus the usage plus
+/// the reclaimable file cache. /proc/meminfo shows the host's memory, and a container or Slurm
+/// step with a 4 GiB limit is OOM-killed long before that runs out. -1 for both: no limit.
+struct MemoryRoom {
+    double limit_bytes = -1;
+    double room_bytes = -1;
+};
+MemoryRoom memory_room();
+
 class Group {
 public:
     /// Makes the cgroup `name` (one path component) under ours and writes the limits.

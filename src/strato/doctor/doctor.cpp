@@ -6,8 +6,11 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -15,6 +18,8 @@
 #include <thread>
 
 #include "strato/core/cgroup.h"
+#include "strato/core/parse.h"
+#include "strato/data/dataset.h"
 #include "strato/monitor/nvml.h"
 #include "strato/train/trainer.h"
 
@@ -47,11 +52,20 @@ std::set<std::string> cpu_flags() {
     return flags;
 }
 
+std::string trim(std::string s) {
+    const auto b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
+    return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+}
+
+// (A "model name\t:" line with nothing after the colon threw std::out_of_range: doctor aborted.)
 std::string cpu_model() {
     std::ifstream in("/proc/cpuinfo");
     std::string line;
-    while (std::getline(in, line))
-        if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+    while (std::getline(in, line)) {
+        const auto colon = line.find(':');
+        if (line.rfind("model name", 0) == 0 && colon != std::string::npos)
+            if (std::string v = trim(line.substr(colon + 1)); !v.empty()) return v;
+    }
     return "unknown";
 }
 
@@ -85,15 +99,31 @@ std::string loaded_blas() {
     return "";
 }
 
+/// A /proc/meminfo value in kB, -1 when the file has no such line. Line by line: the lines
+/// without a unit (HugePages_Total: 0) put a word-by-word reader out of step.
 int64_t meminfo_kb(const std::string& key) {
     std::ifstream in("/proc/meminfo");
-    std::string k;
-    int64_t v;
-    std::string unit;
-    while (in >> k >> v >> unit)
-        if (k == key + ":") return v;
+    std::string line;
+    while (std::getline(in, line)) {
+        std::istringstream ls(line);
+        std::string k;
+        int64_t v = 0;
+        if (ls >> k >> v && k == key + ":") return v;
+    }
     return -1;
 }
+
+/// Whether a new entry can be made in the existing directory `dir`: makes a directory there and
+/// removes it (access() says yes to root on sysfs or procfs, where nothing can be created). The
+/// error, or "" when it can.
+std::string probe_writable(const std::string& dir) {
+    std::string templ = (stdfs::path(dir) / ".strato-doctor-XXXXXX").string();
+    if (::mkdtemp(templ.data()) == nullptr) return std::strerror(errno);
+    ::rmdir(templ.c_str());
+    return "";
+}
+
+std::string gib(double bytes) { return fmt::format("{:.1f} GiB", bytes / (1024.0 * 1024 * 1024)); }
 
 }  // namespace
 
@@ -141,6 +171,19 @@ std::vector<Check> run_checks(const std::string& disk_path) {
                    fmt::format("{} (strato sets {} by default, {}; run.threads overrides)", default_threads, threads,
                                source),
                    Level::kOk, ""});
+    // (Both were "ok": a junk OMP_NUM_THREADS only logged a line, and OMP_NUM_THREADS=64 on 2
+    // usable CPUs ran every step on descheduled threads.)
+    if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp && !parse_int(omp, 1, 1024)) {
+        out.back().level = Level::kWarn;
+        out.back().hint = fmt::format("OMP_NUM_THREADS=\"{}\" is not a thread count (1..1024) and strato ignores "
+                                      "it (one thread per usable CPU): unset it or give a number",
+                                      omp);
+    } else if (threads > usable) {
+        out.back().level = Level::kWarn;
+        out.back().hint = fmt::format("{} threads on {} usable CPU(s) oversubscribe them (every step waits for "
+                                      "descheduled threads): OMP_NUM_THREADS={} or less, or run.threads",
+                                      threads, usable, usable);
+    }
 
     // Matrix-product speed: a direct measure of the BLAS and thread setup.
     {
@@ -192,20 +235,70 @@ std::vector<Check> run_checks(const std::string& disk_path) {
         out.push_back({"gpu (NVML)", nvml.status().message(), Level::kOk, ""});
     }
 
-    const int64_t avail = meminfo_kb("MemAvailable");
-    out.push_back({"memory available", fmt::format("{:.1f} GiB", static_cast<double>(avail) / (1024.0 * 1024.0)),
-                   avail >= 0 && avail < 2 * 1024 * 1024 ? Level::kWarn : Level::kOk, "less than 2 GiB free"});
-    if (out.back().level == Level::kOk) out.back().hint = "";
+    const int64_t avail_kb = meminfo_kb("MemAvailable");
+    const cgroup::MemoryRoom cg = cgroup::memory_room();
+    {
+        Check c{"memory available", "", Level::kOk, ""};
+        double avail = avail_kb >= 0 ? static_cast<double>(avail_kb) * 1024.0 : -1;
+        if (cg.room_bytes >= 0 && (avail < 0 || cg.room_bytes < avail)) {
+            c.value = fmt::format("{} (cgroup limit {}; the machine has {})", gib(cg.room_bytes), gib(cg.limit_bytes),
+                                  avail < 0 ? "an unknown amount" : gib(avail));
+            avail = cg.room_bytes;
+        } else {
+            c.value = avail < 0 ? "unknown (no MemAvailable in /proc/meminfo)" : gib(avail);
+        }
+        if (avail < 0) {
+            c.level = Level::kWarn;
+            c.hint = "cannot tell whether a run fits in memory";
+        } else if (avail < 2.0 * 1024 * 1024 * 1024) {
+            c.level = Level::kWarn;
+            c.hint = "less than 2 GiB free";
+        }
+        out.push_back(c);
+    }
 
+    // Free space and whether the run directory can be written at all (a read-only mount, a file
+    // named like the directory): doctor said "ok" and the first `strato train` failed.
     struct statvfs vfs {};
-    std::string where = disk_path;
+    std::string where = disk_path.empty() ? "." : disk_path;
     std::error_code ec;
     while (!where.empty() && !stdfs::exists(where, ec)) where = stdfs::path(where).parent_path().string();
     if (where.empty()) where = ".";
-    if (::statvfs(where.c_str(), &vfs) == 0) {
-        double gib = static_cast<double>(vfs.f_bavail) * static_cast<double>(vfs.f_frsize) / (1024.0 * 1024 * 1024);
-        out.push_back({"disk free", fmt::format("{:.1f} GiB at {}", gib, where), gib < 1.0 ? Level::kWarn : Level::kOk,
-                       gib < 1.0 ? "checkpoints need space" : ""});
+    if (!stdfs::is_directory(where, ec)) {
+        out.push_back({"disk free", fmt::format("{} is not a directory", where), Level::kFail,
+                       "runs are written in a directory: choose another run.dir (--dir)"});
+    } else if (::statvfs(where.c_str(), &vfs) != 0) {
+        out.push_back({"disk free", fmt::format("unknown at {}: {}", where, std::strerror(errno)), Level::kWarn,
+                       "cannot tell whether checkpoints fit"});
+    } else {
+        const double free_bytes = static_cast<double>(vfs.f_bavail) * static_cast<double>(vfs.f_frsize);
+        const double g = free_bytes / (1024.0 * 1024 * 1024);
+        out.push_back({"disk free", fmt::format("{} at {}", gib(free_bytes), where),
+                       g < 1.0 ? Level::kWarn : Level::kOk, g < 1.0 ? "checkpoints need space" : ""});
+        const std::string why = (vfs.f_flag & ST_RDONLY) != 0 ? "a read-only file system" : probe_writable(where);
+        if (!why.empty()) {
+            out.back().value += fmt::format(", not writable ({})", why);
+            out.back().level = Level::kFail;
+            out.back().hint = "training writes its run directory here: choose a writable run.dir (--dir)";
+        }
+    }
+
+    // The cache of image-folder indexes and fetched shards ($STRATO_CACHE_DIR, else the XDG cache
+    // under HOME): unwritable, every run lists image folders again and fetched shards cannot be kept.
+    {
+        const std::string cache = data::cache_root();
+        std::string at = cache;
+        while (!at.empty() && !stdfs::exists(at, ec)) at = stdfs::path(at).parent_path().string();
+        if (at.empty()) at = ".";
+        if (cache.empty()) {
+            out.push_back({"cache", "none (no STRATO_CACHE_DIR, XDG_CACHE_HOME or HOME)", Level::kWarn,
+                           "set STRATO_CACHE_DIR to a writable directory (image-folder indexes, remote shards)"});
+        } else if (const std::string why = probe_writable(at); !why.empty()) {
+            out.push_back({"cache", fmt::format("{}: not writable ({})", cache, why), Level::kWarn,
+                           "set STRATO_CACHE_DIR to a writable directory (image-folder indexes, remote shards)"});
+        } else {
+            out.push_back({"cache", cache, Level::kOk, ""});
+        }
     }
     const bool dataset = stdfs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", ec);
     out.push_back({"fashion-mnist", dataset ? "/usr/share/datasets/fashion-mnist" : "missing", dataset ? Level::kOk : Level::kWarn,
