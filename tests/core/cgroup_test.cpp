@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -22,6 +23,30 @@ namespace {
 
 #define SKIP_WITHOUT_CGROUPS()                                              \
     if (Status s = Group::available(); !s.is_ok()) GTEST_SKIP() << s.message()
+
+/// What `fn()` returns in a child process that joined `g` (a trivially copyable value, sent back
+/// through a pipe); nullopt when the child could not join or answer.
+template <class Fn>
+auto in_group(const Group& g, const Fn& fn) -> std::optional<decltype(fn())> {
+    using T = decltype(fn());
+    int pipefd[2];
+    if (pipe(pipefd) != 0) return std::nullopt;
+    const pid_t pid = fork();
+    if (pid == 0) {
+        if (!g.join_self()) _exit(3);
+        const T v = fn();
+        _exit(write(pipefd[1], &v, sizeof v) == sizeof v ? 0 : 4);
+    }
+    close(pipefd[1]);
+    std::optional<T> out;
+    int status = 0;
+    if (pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        T v{};
+        if (read(pipefd[0], &v, sizeof v) == static_cast<ssize_t>(sizeof v)) out = v;
+    }
+    close(pipefd[0]);
+    return out;
+}
 
 std::string slurp(const std::string& path) {
     std::ifstream in(path);
@@ -96,23 +121,9 @@ TEST(Cgroup, UsableCpusFollowTheQuota) {
     EXPECT_GE(everything, 1);
     auto g = Group::create(fmt::format("strato-test-usable-{}", getpid()), Limits{0, 0.5});
     ASSERT_TRUE(g.is_ok()) << g.status().message();
-    int pipefd[2];
-    ASSERT_EQ(pipe(pipefd), 0);
-    pid_t pid = fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-        if (!g->join_self()) _exit(3);
-        const int n = usable_cpus();
-        _exit(write(pipefd[1], &n, sizeof n) == sizeof n ? 0 : 4);
-    }
-    int status = 0;
-    ASSERT_EQ(waitpid(pid, &status, 0), pid);
-    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-    int n = 0;
-    ASSERT_EQ(read(pipefd[0], &n, sizeof n), static_cast<ssize_t>(sizeof n));
-    EXPECT_EQ(n, 1) << "of " << everything << " CPUs";
-    close(pipefd[0]);
-    close(pipefd[1]);
+    const auto n = in_group(*g, [] { return usable_cpus(); });
+    ASSERT_TRUE(n.has_value());
+    EXPECT_EQ(*n, 1) << "of " << everything << " CPUs";
 }
 
 // Found by review: doctor's "memory available" read /proc/meminfo alone, and inside a 1 GiB
@@ -122,25 +133,11 @@ TEST(Cgroup, MemoryRoomFollowsTheLimit) {
     constexpr double kLimit = 256.0 * 1024 * 1024;
     auto g = Group::create(fmt::format("strato-test-room-{}", getpid()), Limits{kLimit, 0});
     ASSERT_TRUE(g.is_ok()) << g.status().message();
-    int pipefd[2];
-    ASSERT_EQ(pipe(pipefd), 0);
-    pid_t pid = fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-        if (!g->join_self()) _exit(3);
-        const MemoryRoom r = memory_room();
-        _exit(write(pipefd[1], &r, sizeof r) == sizeof r ? 0 : 4);
-    }
-    int status = 0;
-    ASSERT_EQ(waitpid(pid, &status, 0), pid);
-    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-    MemoryRoom r;
-    ASSERT_EQ(read(pipefd[0], &r, sizeof r), static_cast<ssize_t>(sizeof r));
-    EXPECT_EQ(r.limit_bytes, kLimit);
-    EXPECT_GT(r.room_bytes, 0);
-    EXPECT_LE(r.room_bytes, kLimit);
-    close(pipefd[0]);
-    close(pipefd[1]);
+    const auto r = in_group(*g, [] { return memory_room(); });
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->limit_bytes, kLimit);
+    EXPECT_GT(r->room_bytes, 0);
+    EXPECT_LE(r->room_bytes, kLimit);
 }
 
 TEST(Cgroup, BadRequestsAreErrors) {
