@@ -170,5 +170,41 @@ TEST_F(Resume, SigtermCheckpointsAndExits130ThenCorruptLatestFallsBack) {
     EXPECT_EQ(metric_keys(runs_ + "/reference"), metric_keys(runs_ + "/term"));
 }
 
+
+// Found by review: a finished run whose report could not be written (here a damaged line of
+// metrics.jsonl) exited 1 after saving its package; strato launch counted that as a failed worker
+// and restarted the finished run. The report is an extra: a warning, exit 0.
+TEST_F(Resume, AReportThatCannotBeWrittenIsAWarningAfterAFinishedRun) {
+    std::string sets;
+    for (const char* s : {"data.limit_train=640", "data.limit_test=100", "data.batch_size=64", "train.epochs=1",
+                          "model.arch=mlp", "model.hidden=16", "train.log_every=2", "run.threads=2",
+                          "train.precision=fp32", "train.max_steps=4"})
+        sets += std::string(" --set ") + s;
+    sets += " --set run.dir=" + runs_ + " --set run.name=rep";
+    auto o = run_strato("--quiet train configs/fashion_mnist_cnn.toml --no-report" + sets, dir_);
+    ASSERT_EQ(o.code, 0) << o.err;
+    const std::string metrics = runs_ + "/rep/metrics.jsonl";
+    std::string text = slurp(metrics);
+    ASSERT_NE(text.find('\n'), std::string::npos);
+    ASSERT_TRUE(fs::atomic_write(metrics, "{\"damaged\n" + text.substr(text.find('\n') + 1)).is_ok());
+    o = run_strato("--quiet train configs/fashion_mnist_cnn.toml --resume --json" + sets + " --set train.max_steps=0",
+                   dir_);
+    EXPECT_EQ(o.code, 0) << o.err;
+    EXPECT_NE(o.err.find("warning: the report was not written: " + metrics + ":1"), std::string::npos) << o.err;
+    EXPECT_NE(o.out.find("\"report_error\""), std::string::npos) << o.out;
+    EXPECT_TRUE(stdfs::exists(runs_ + "/rep/model/weights.pt"));
+    EXPECT_FALSE(stdfs::exists(runs_ + "/rep/report.html"));
+}
+
+
+// Found by review: `--resume --overwrite` deleted the run that --resume was to continue (the
+// overwrite went first, then there was nothing to resume). One or the other: a usage error.
+TEST_F(Resume, ResumeAndOverwriteTogetherAreAUsageError) {
+    auto o = run_strato("train configs/fashion_mnist_cnn.toml --resume --overwrite --set run.dir=" + runs_, dir_);
+    EXPECT_EQ(o.code, 2) << o.err;
+    EXPECT_NE(o.err.find("--resume excludes --overwrite"), std::string::npos) << o.err;
+    EXPECT_FALSE(stdfs::exists(runs_));
+}
+
 }  // namespace
 }  // namespace strato::test

@@ -2,13 +2,17 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <sstream>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "strato/core/fs.h"
 #include "strato/core/log.h"
+#include "strato/core/signals.h"
 #include "strato/data/data_config.h"
 #include "strato/models/package.h"
 #include "strato/models/zoo.h"
@@ -282,7 +286,37 @@ TEST_F(Checkpoints, MetricsLogTruncatesToTheCheckpointAndIgnoresTornLines) {
     auto lines = *MetricsLog::read(path);
     ASSERT_EQ(lines.size(), 4u);
     EXPECT_EQ(lines[3]["step"], 3);
-    EXPECT_FALSE(MetricsLog::open(path, 10).is_ok());  // the checkpoint covers more than the file has
+}
+
+// Found by review: a metrics.jsonl shorter than the checkpoint says (copied off a preempted node
+// before its last checkpoint was, or deleted) refused the resume, and --overwrite -- deleting the
+// checkpoints too -- was the only way on. Now the missing lines are lost, not the run.
+TEST_F(Checkpoints, AMetricsLogShorterThanTheCheckpointLosesLinesNotTheRun) {
+    auto path = (dir_ / "metrics.jsonl").string();
+    ASSERT_TRUE(fs::atomic_write(path, "{\"step\":1}\n{\"step\":2}\n{\"step\":3, \"to").is_ok());
+    {
+        auto log = MetricsLog::open(path, 10);  // the checkpoint covers more than the file has
+        ASSERT_TRUE(log.is_ok()) << log.status().message();
+        EXPECT_EQ(log->lines(), 2);
+        ASSERT_TRUE(log->append({{"step", 11}}).is_ok());
+    }
+    auto lines = *MetricsLog::read(path);
+    ASSERT_EQ(lines.size(), 3u);  // the torn line dropped, the new one after the whole ones
+    EXPECT_EQ(lines[1]["step"], 2);
+    EXPECT_EQ(lines[2]["step"], 11);
+    // Gone altogether: a new log.
+    ASSERT_TRUE(fs::remove_tree(path).is_ok());
+    {
+        auto log = MetricsLog::open(path, 10);
+        ASSERT_TRUE(log.is_ok()) << log.status().message();
+        EXPECT_EQ(log->lines(), 0);
+        ASSERT_TRUE(log->append({{"step", 11}}).is_ok());
+    }
+    EXPECT_EQ(MetricsLog::read(path)->size(), 1u);
+    // One that cannot be read is still an error.
+    ASSERT_TRUE(fs::remove_tree(path).is_ok());
+    stdfs::create_directories(path);
+    EXPECT_FALSE(MetricsLog::open(path, 10).is_ok());
 }
 
 // Found by review: a diverged run's state.json held null for a NaN loss sum ("type must be number,
@@ -652,6 +686,168 @@ TEST_F(Checkpoints, APackageWhoseOutputsLieIsRefused) {
     ASSERT_FALSE(r.is_ok());
     EXPECT_NE(r.status().message().find("/outputs must be one output of shape [-1, 4]"), std::string::npos)
         << r.status().message();
+}
+
+
+// Found by review: a loss that became NaN trained on until the next checkpoint or the epoch's end
+// (hours of an image-folder epoch), its "train" lines holding "loss": null. It stops the run at
+// the step it appears, naming it, and nothing after it is saved.
+TEST_F(Checkpoints, ANonFiniteLossStopsTheRunAtItsStep) {
+    TrainConfig c = tiny_run("nan");
+    c.data.batch_size = 8;  // 8 steps an epoch
+    c.train.epochs = 2;
+    c.train.log_every = 1;
+    c.checkpoint.every_steps = 2;
+    TrainHooks hooks;
+    hooks.after_step = [](models::NetImpl& net, int64_t step, int64_t) {
+        if (step == 3)
+            for (auto& p : net.parameters()) p.fill_(std::nan(""));
+    };
+    auto r = run_training(c, {.overwrite = true, .quiet = true, .hooks = &hooks});
+    ASSERT_FALSE(r.is_ok());
+    const std::string& m = r.status().message();
+    EXPECT_NE(m.find("training diverged: at step 4 (in epoch 1) the training loss is nan (batch 4 of 8)"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("the last good one, step-000000002, is kept"), std::string::npos) << m;
+    EXPECT_FALSE(stdfs::exists(dir_ / "nan" / "model"));
+    auto lines = MetricsLog::read((dir_ / "nan" / "metrics.jsonl").string());
+    ASSERT_TRUE(lines.is_ok());
+    EXPECT_EQ(lines->size(), 3u);  // steps 1 to 3
+    for (const auto& j : *lines) EXPECT_TRUE(j["loss"].is_number()) << j.dump();
+}
+
+
+// Found by review: an elastic agent (strato launch --max-restarts, torchrun) restarts the same
+// command after a failure; with --overwrite each restart deleted the attempt before it, and
+// without --resume each one failed at once ("already holds a run"). A restart resumes.
+TEST_F(Checkpoints, AnElasticRestartResumesWhateverTheFlagsSay) {
+    struct Env {
+        Env() {
+            ::setenv("RANK", "0", 1);
+            ::setenv("WORLD_SIZE", "1", 1);
+            ::setenv("TORCHELASTIC_RESTART_COUNT", "1", 1);
+        }
+        ~Env() {
+            for (const char* v : {"RANK", "WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT"}) ::unsetenv(v);
+        }
+    };
+    TrainConfig c = tiny_run("elastic");
+    c.data.batch_size = 32;  // 2 steps an epoch
+    c.train.epochs = 3;
+    c.train.stop_after_epochs = 1;  // the first attempt ends after an epoch (as a failure would)
+    ASSERT_TRUE(run_training(c, {.overwrite = true, .quiet = true}).is_ok());
+    const auto run_id = *fs::read_file(dir_ / "elastic" / "checkpoints" / "run-id");
+    c.train.stop_after_epochs = 2;
+    {
+        Env restarted;
+        auto r = run_training(c, {.overwrite = true, .quiet = true});
+        ASSERT_TRUE(r.is_ok()) << r.status().message();
+        EXPECT_EQ(r->steps, 4);
+    }
+    EXPECT_EQ(*fs::read_file(dir_ / "elastic" / "checkpoints" / "run-id"), run_id);  // not deleted and begun again
+    EXPECT_TRUE(stdfs::exists(dir_ / "elastic" / "checkpoints" / "step-000000002"));
+    c.train.stop_after_epochs = 0;
+    {
+        Env restarted;
+        auto r = run_training(c, {.quiet = true});  // no --resume
+        ASSERT_TRUE(r.is_ok()) << r.status().message();
+        EXPECT_EQ(r->steps, 6);
+    }
+    // Not restarted: the flags mean what they say.
+    auto again = run_training(c, {.quiet = true});
+    ASSERT_FALSE(again.is_ok());
+    EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists) << again.status().message();
+}
+
+
+// Found by review: SIGINT/SIGTERM during an epoch's evaluation waited for the whole test split
+// (minutes of an image folder: a preempted machine's SIGKILL then lost the epoch). The evaluation
+// stops at the next test batch; the checkpoint keeps the epoch's training, and a resume evaluates it.
+TEST_F(Checkpoints, AStopSignalDuringTheEvaluationCheckpointsAtOnce) {
+    TrainConfig c = tiny_run("evalstop");
+    c.train.epochs = 2;  // 1 step an epoch
+    // An evaluation of ~13 s on a 2-core VM (a wide CNN), of little data (set up at once).
+    c.model.arch = "cnn";
+    c.model.width = 64;
+    c.model.hidden = 32;
+    c.data.image_size = 16;
+    c.data.limit_test = 40000;
+    c.data.eval_batch_size = 50;
+    signals::reset();
+    signals::install_stop_handlers();
+    std::thread signaller;
+    TrainHooks hooks;
+    hooks.after_step = [&](models::NetImpl&, int64_t step, int64_t) {
+        if (step == 1)  // the epoch's last step: its evaluation begins right after it
+            signaller = std::thread([] {
+                std::this_thread::sleep_for(std::chrono::milliseconds(200));
+                ::kill(::getpid(), SIGTERM);
+            });
+    };
+    const auto start = std::chrono::steady_clock::now();
+    auto r = run_training(c, {.overwrite = true, .quiet = true, .hooks = &hooks});
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(took, 10.0);
+    signaller.join();
+    signals::reset();
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kCancelled);
+    EXPECT_NE(r.status().message().find("interrupted by signal 15 while evaluating epoch 1; checkpoint saved"),
+              std::string::npos)
+        << r.status().message() << " (after " << took << " s)";
+    EXPECT_TRUE(stdfs::exists(dir_ / "evalstop" / "checkpoints" / "step-000000001"));
+    EXPECT_FALSE(stdfs::exists(dir_ / "evalstop" / "model"));
+
+    c.data.limit_test = 32;
+    auto resumed = run_training(c, {.resume = true, .quiet = true});
+    ASSERT_TRUE(resumed.is_ok()) << resumed.status().message();
+    EXPECT_EQ(resumed->steps, 2);
+    auto lines = MetricsLog::read((dir_ / "evalstop" / "metrics.jsonl").string());
+    ASSERT_TRUE(lines.is_ok());
+    std::vector<nlohmann::json> evals;
+    for (const auto& j : *lines)
+        if (j["kind"] == "eval") evals.push_back(j);
+    ASSERT_EQ(evals.size(), 2u);
+    EXPECT_EQ(evals[0]["epoch"], 1);
+    EXPECT_EQ(evals[0]["step"], 1);
+    EXPECT_FALSE(evals[0].contains("partial")) << evals[0].dump();
+}
+
+
+// Found by review: a resume in the middle of an epoch with another run.seed (or data.shuffle
+// switched) drew another order for the rest of the epoch -- samples skipped, others trained twice --
+// with only the warning that the config differed. Refused as another batch size is; at an epoch's
+// end any seed resumes.
+TEST_F(Checkpoints, AResumeMidEpochWithAnotherDataOrderIsRefused) {
+    TrainConfig c = tiny_run("order");
+    c.data.batch_size = 16;  // 4 steps an epoch
+    c.train.epochs = 2;
+    c.train.max_steps = 2;
+    ASSERT_TRUE(run_training(c, {.overwrite = true, .quiet = true}).is_ok());
+    c.train.max_steps = 0;
+    TrainConfig seed = c;
+    seed.run.seed = 7;
+    auto r = run_training(seed, {.resume = true, .quiet = true});
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("whose order run.seed 0 drew; resuming it with run.seed 7"), std::string::npos)
+        << r.status().message();
+    TrainConfig unshuffled = c;
+    unshuffled.data.shuffle = false;
+    r = run_training(unshuffled, {.resume = true, .quiet = true});
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("whose order is shuffled; resuming it with data.shuffle = false"),
+              std::string::npos)
+        << r.status().message();
+    // The same order: resumed (to the epoch's end), then another seed at the epoch's end is fine.
+    c.train.max_steps = 4;
+    r = run_training(c, {.resume = true, .quiet = true});
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_EQ(r->steps, 4);
+    seed.train.max_steps = 0;
+    r = run_training(seed, {.resume = true, .quiet = true});
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_EQ(r->steps, 8);
 }
 
 }  // namespace

@@ -51,6 +51,8 @@ json state_to_json(const TrainState& s) {
             {"next_batch", s.next_batch},
             {"batch_size", s.batch_size},
             {"train_samples", s.train_samples},
+            {"order_seed", s.order_seed},
+            {"order_shuffle", s.order_shuffle},
             {"metrics_lines", s.metrics_lines},
             {"best_acc", real_to_json(s.best_acc)},
             {"best_step", s.best_step},
@@ -80,6 +82,16 @@ Status state_from_json(const json& j, TrainState& s) {
             return data_loss("state.json: {} must be a whole number >= {}, got {}", k,
                              std::string_view(k) == "best_step" ? -1 : 0, json_text(v));
     }
+    // (absent from checkpoints saved before they were kept: -1, not known)
+    for (const char* k : {"order_seed", "order_shuffle"}) {
+        if (!j.is_object() || !j.contains(k)) continue;
+        const json& v = j[k];
+        if (!v.is_number_integer() || v.get<int64_t>() < -1 ||
+            (std::string_view(k) == "order_shuffle" && v.get<int64_t>() > 1))
+            return data_loss("state.json: {} must be {}, got {}", k,
+                             std::string_view(k) == "order_shuffle" ? "-1, 0 or 1" : "a whole number >= -1",
+                             json_text(v));
+    }
     if (!j.is_object()) return data_loss("state.json is not a JSON object");
     STRATO_RETURN_IF_ERROR(real_from_json(j, "best_acc", s.best_acc));
     STRATO_RETURN_IF_ERROR(real_from_json(j, "elapsed_s", s.elapsed_s));
@@ -95,6 +107,8 @@ Status state_from_json(const json& j, TrainState& s) {
         s.next_batch = j.at("next_batch").get<int64_t>();
         s.batch_size = j.value("batch_size", int64_t{0});
         s.train_samples = j.value("train_samples", int64_t{0});
+        s.order_seed = j.value("order_seed", int64_t{-1});
+        s.order_shuffle = j.value("order_shuffle", int64_t{-1});
         s.metrics_lines = j.at("metrics_lines").get<int64_t>();
         s.best_step = j.at("best_step").get<int64_t>();
         s.bad_evals = j.at("bad_evals").get<int64_t>();

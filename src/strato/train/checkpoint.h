@@ -24,6 +24,8 @@ struct TrainState {
     int64_t next_batch = 0;  // next loader batch within the epoch
     int64_t batch_size = 0;  // data.batch_size next_batch counts in (0: a checkpoint from before it was kept)
     int64_t train_samples = 0;  // the training split's size the epoch's order was drawn over (0: not kept)
+    int64_t order_seed = -1;    // run.seed, which draws the epoch's order (-1: not kept)
+    int64_t order_shuffle = -1;  // data.shuffle: 1 or 0 (-1: not kept)
     int64_t metrics_lines = 0;
     double best_acc = -1.0;
     int64_t best_step = -1;

@@ -19,19 +19,27 @@ Result<MetricsLog> MetricsLog::open(const std::string& path, int64_t keep_lines)
     std::string kept;
     int64_t count = 0;
     if (keep_lines > 0) {
+        // A log shorter than the checkpoint says (deleted, or copied off a node before the
+        // checkpoint was: a preempted machine's run directory) loses its missing lines, not the
+        // run: the run goes on after what is there. (It was an error, and --overwrite, which
+        // deletes the checkpoints too, the only way on.)
         auto text = fs::read_file(path);
-        if (!text) return text.status().with_context("resuming metrics");
+        if (!text && text.status().code() != StatusCode::kNotFound)
+            return text.status().with_context("resuming metrics");
+        const std::string all = text ? std::move(*text) : std::string();
         size_t pos = 0;
         while (count < keep_lines) {
-            size_t nl = text->find('\n', pos);
+            size_t nl = all.find('\n', pos);
             if (nl == std::string::npos) break;
             pos = nl + 1;
             ++count;
         }
-        if (count < keep_lines) {
-            return data_loss("{} has {} complete lines but the checkpoint covers {}", path, count, keep_lines);
-        }
-        kept = text->substr(0, pos);
+        if (count < keep_lines)
+            log::warn("{} {} complete lines but the checkpoint covers {}: the missing ones are lost; the run's new "
+                      "lines follow {}",
+                      path, text ? fmt::format("has {}", count) : std::string("is gone: 0"), keep_lines,
+                      count > 0 ? "those there" : "from here");
+        kept = all.substr(0, pos);
     }
     STRATO_RETURN_IF_ERROR(fs::atomic_write(path, kept));
     int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);

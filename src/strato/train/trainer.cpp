@@ -487,11 +487,15 @@ private:
     Status setup();
     Status train_epoch(bool& stop);
     Status checkpoint();
+    /// The error of a run whose loss or weights stopped being finite at `step` (`after_epoch`: at
+    /// the end of state_.epoch, else within the next one): names the last good checkpoint, which
+    /// is kept, and says that nothing more is saved.
+    Status diverged(int64_t step, bool after_epoch, std::string_view what) const;
     Result<TrainResult> finish(bool early_stopped);
     Result<int64_t> restore_best();
 
     const TrainConfig& cfg_;
-    const TrainOptions& opts_;
+    TrainOptions opts_;  // (a copy: an elastic restart resumes, whatever the command line said)
     TrainHooks hooks_;
     std::string run_dir_;
     fs::DirLock lock_;  // of the run directory, on rank 0
@@ -589,7 +593,13 @@ Result<std::pair<torch::Tensor, torch::Tensor>> Trainer::run_step(const StepFn& 
 
 Result<EvalResult> Trainer::evaluate_all() {
     if (ddp_) STRATO_RETURN_IF_ERROR(ddp_->broadcast_buffers());  // rank 0's BatchNorm statistics, as DDP
-    STRATO_ASSIGN_OR_RETURN(EvalResult r, evaluate(*net_, *test_loader_, bf16_, channels_last_, device_, fp16_));
+    // One process stops at the next test batch on SIGINT/SIGTERM (found by review: it evaluated
+    // the whole test split first -- minutes of an image folder, past a preemption's grace period,
+    // whose SIGKILL then lost the epoch). Ranks would have to agree first: they evaluate on.
+    std::function<bool()> interrupted;
+    if (!ddp_) interrupted = [] { return signals::stop_requested(); };
+    STRATO_ASSIGN_OR_RETURN(EvalResult r,
+                            evaluate(*net_, *test_loader_, bf16_, channels_last_, device_, fp16_, interrupted));
     if (!ddp_) return r;
     const double n = static_cast<double>(r.count);
     STRATO_ASSIGN_OR_RETURN(auto g, ddp_->sum({r.loss * n, r.accuracy * n, n}));
@@ -604,6 +614,20 @@ Status Trainer::setup() {
     run_dir_ = cfg_.run_dir();
     STRATO_ASSIGN_OR_RETURN(env_, dist::read_env());
     rank0_ = env_.rank == 0;
+    // An elastic agent (strato launch, torchrun) restarts the same command after a failure, and
+    // the workers are meant to go on from their checkpoints (found by review: with --overwrite
+    // each restart deleted the attempt before it; without --resume each one failed at once, "the
+    // run directory already holds a run", until the restarts were used up).
+    if (env_.restart_count > 0 && (!opts_.resume || opts_.overwrite)) {
+        if (rank0_)
+            log::info("restart {} of an elastic group (TORCHELASTIC_RESTART_COUNT): resuming from the run's "
+                      "checkpoints{}",
+                      env_.restart_count, opts_.overwrite ? ", not starting over as --overwrite says (the first "
+                                                            "attempt did)"
+                                                          : " as --resume does");
+        opts_.resume = true;
+        opts_.overwrite = false;
+    }
     if (cfg_.run.device == "cuda") {
         if (!torch::cuda::is_available())
             return invalid_argument("run.device = \"cuda\": no CUDA device is usable here (libtorch {}: a CPU-only build, "
@@ -708,6 +732,24 @@ Status Trainer::setup() {
                     "it with {} training samples would skip or repeat part of the epoch\nhint: resume with the data the "
                     "run started with (data.limit_train, data.path), or start a new run from the package",
                     restored->epoch + 1, restored->next_batch, restored->train_samples, samples);
+            // The same for the order itself (found by review: a resume mid-epoch with another
+            // run.seed, or data.shuffle switched, only warned that the config differed, then drew
+            // another order for the rest of the epoch).
+            const bool other_seed = restored->order_seed >= 0 && restored->order_seed != cfg_.run.seed;
+            const bool other_shuffle =
+                restored->order_shuffle >= 0 && (restored->order_shuffle == 1) != cfg_.data.shuffle;
+            if (restored->next_batch > 0 && (other_shuffle || (other_seed && cfg_.data.shuffle)))
+                return invalid_argument(
+                    "the checkpoint is in the middle of epoch {} (batch {}), whose order {}; resuming it with {} would "
+                    "draw another order and skip or repeat part of the epoch\nhint: resume with {}, or change it at an "
+                    "epoch's end (checkpoints there resume with any), or start a new run from the package",
+                    restored->epoch + 1, restored->next_batch,
+                    other_shuffle ? fmt::format("is {}", restored->order_shuffle == 1 ? "shuffled" : "not shuffled")
+                                  : fmt::format("run.seed {} drew", restored->order_seed),
+                    other_shuffle ? fmt::format("data.shuffle = {}", cfg_.data.shuffle)
+                                  : fmt::format("run.seed {}", cfg_.run.seed),
+                    other_shuffle ? fmt::format("data.shuffle = {}", restored->order_shuffle == 1)
+                                  : fmt::format("run.seed = {}", restored->order_seed));
             if (restored->next_batch > batches)
                 return invalid_argument(
                     "the checkpoint is in the middle of epoch {} at batch {}, but the training data gives {} batches "
@@ -804,6 +846,18 @@ Status Trainer::setup() {
     return Status::ok();
 }
 
+Status Trainer::diverged(int64_t step, bool after_epoch, std::string_view what) const {
+    std::string kept;
+    if (auto f = fs::read_file(stdfs::path(store_->dir()) / "latest", 4096); f.is_ok() && store_->any())
+        kept = fmt::format(" (the last good one, {}, is kept)", trim_blanks(f->substr(0, f->find('\n'))));
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("training diverged: at step {} ({} epoch {}) {}; no checkpoint saved{} and no "
+                              "package written\nhint: lower optim.lr, or clip gradients (train.clip_grad_norm), then "
+                              "--resume{} or start over with --overwrite",
+                              step, after_epoch ? "after" : "in", after_epoch ? state_.epoch : state_.epoch + 1, what,
+                              kept, kept.empty() ? "" : " from that checkpoint"));
+}
+
 Status Trainer::checkpoint() {
     // A diverged network is not saved: its state.json held null for NaN (never loadable again), and
     // keep_last pruned the good checkpoints from before the divergence. fp16 skips the steps whose
@@ -814,19 +868,9 @@ Status Trainer::checkpoint() {
         STRATO_ASSIGN_OR_RETURN(sums, ddp_->sum(sums));
     }
     const bool finite_loss = fp16_ || (std::isfinite(sums[0]) && std::isfinite(sums[1]));
-    if (!finite_loss || !finite_weights(*net_)) {
-        std::string kept;
-        if (auto f = fs::read_file(stdfs::path(store_->dir()) / "latest", 4096); f.is_ok() && store_->any())
-            kept = fmt::format(" (the last good one, {}, is kept)", trim_blanks(f->substr(0, f->find('\n'))));
-        return Status(StatusCode::kInvalidArgument,
-                      fmt::format("training diverged: at step {} ({} epoch {}) {}; no checkpoint saved{} and no "
-                                  "package written\nhint: lower optim.lr, or clip gradients (train.clip_grad_norm), then "
-                                  "--resume{} or start over with --overwrite",
-                                  state_.step, state_.next_batch == 0 ? "after" : "in",
-                                  state_.next_batch == 0 ? state_.epoch : state_.epoch + 1,
-                                  finite_loss ? "the weights are NaN or infinite" : "the training loss is not finite",
-                                  kept, kept.empty() ? "" : " from that checkpoint"));
-    }
+    if (!finite_loss || !finite_weights(*net_))
+        return diverged(state_.step, state_.next_batch == 0,
+                        finite_loss ? "the weights are NaN or infinite" : "the training loss is not finite");
     if (ddp_) {
         // Every rank checkpoints at the same step; rank 0 saves the epoch's sums over all ranks.
         STRATO_ASSIGN_OR_RETURN(auto g, ddp_->sum({state_.epoch_loss_sum, static_cast<double>(state_.epoch_correct),
@@ -852,6 +896,8 @@ Status Trainer::checkpoint() {
     TrainState s = state_;
     s.batch_size = cfg_.data.batch_size;
     s.train_samples = splits_.train->size();
+    s.order_seed = cfg_.run.seed;
+    s.order_shuffle = cfg_.data.shuffle ? 1 : 0;
     s.metrics_lines = metrics_->lines();
     s.elapsed_s = state_.elapsed_s + seconds_since(process_start_);
     s.epoch_elapsed_s = s.next_batch == 0 ? 0.0 : state_.epoch_elapsed_s + (epoch_running_ ? seconds_since(epoch_start_) : 0.0);
@@ -969,6 +1015,16 @@ Status Trainer::train_epoch(bool& stop) {
         state_.epoch_seen += b.size;
         pending_seen += b.size;
         if (device_.is_cpu()) flush();
+        // A loss that is no longer finite stops the run at once (found by review: it trained on,
+        // NaN, until the next checkpoint or the epoch's end -- hours of an image-folder epoch --
+        // and its "train" lines held "loss": null). Read on the host every step on a CPU; one
+        // process only (ranks see only their own losses: they stop together at the log window,
+        // on the sums over all ranks). fp16's loss scaler skips the steps whose loss overflowed.
+        if (device_.is_cpu() && !ddp_ && !fp16_ && !std::isfinite(window_loss))
+            return diverged(state_.step + 1, false,
+                            fmt::format("the training loss is {} (batch {} of {})",
+                                        std::isnan(bar_loss) ? "nan" : fmt::format("{}", bar_loss), b.index + 1,
+                                        batches));
 
         const bool last_batch = b.index + 1 == batches;
         if (micro < accum && !last_batch) continue;
@@ -1004,6 +1060,8 @@ Status Trainer::train_epoch(bool& stop) {
             STRATO_ASSIGN_OR_RETURN(auto w, global_sum({window_loss, static_cast<double>(window_correct),
                                                         static_cast<double>(window_seen),
                                                         static_cast<double>(seen_since_start)}));
+            if (!fp16_ && !std::isfinite(w[0]))  // (the same on every rank: the sums are all ranks')
+                return diverged(state_.step, false, "the training loss is not finite");
             if (metrics_)
                 STRATO_RETURN_IF_ERROR(metrics_->append({{"kind", "train"},
                                                          {"step", state_.step},
@@ -1075,7 +1133,18 @@ Result<TrainResult> Trainer::run() {
         const bool last = epoch + 1 >= cfg_.train.epochs || stop ||
                           (cfg_.train.stop_after_epochs > 0 && epoch + 1 >= cfg_.train.stop_after_epochs);
         if ((epoch + 1) % cfg_.train.eval_every == 0 || last) {
-            STRATO_ASSIGN_OR_RETURN(last_eval_, evaluate_all());
+            auto evaluated = evaluate_all();
+            if (!evaluated.is_ok() && evaluated.status().code() == StatusCode::kCancelled) {
+                // The epoch's training is kept: the checkpoint is where its training ended, and a
+                // resume evaluates it (no batch of it left to train).
+                STRATO_RETURN_IF_ERROR(checkpoint());
+                return Status(StatusCode::kCancelled,
+                              fmt::format("{} while evaluating epoch {}; checkpoint saved in {} (with the epoch's "
+                                          "training: a resume evaluates it)\nhint: continue with the same command and "
+                                          "--resume",
+                                          interrupted_by(), epoch + 1, store_->dir()));
+            }
+            STRATO_ASSIGN_OR_RETURN(last_eval_, std::move(evaluated));
             STRATO_ASSIGN_OR_RETURN(auto sums, global_sum({state_.epoch_loss_sum, static_cast<double>(state_.epoch_correct),
                                                            static_cast<double>(state_.epoch_seen)}));
             const double train_loss = sums[0] / std::max(1.0, sums[2]);
