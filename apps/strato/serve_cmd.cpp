@@ -1,6 +1,7 @@
 // strato serve --model-repository DIR | --model [NAME=]PACKAGE  [tritonserver-compatible flags]
 
 #include <fmt/format.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -128,6 +129,14 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         // First: a SIGTERM while the flags are checked and the backends registered (a pod deleted
         // at once) is this command's to handle, not the default action's (found by review).
         signals::install_stop_handlers();
+        // The soft descriptor limit raised to the hard one, as Go's runtime and nginx's
+        // worker_rlimit_nofile do: the connection cap comes from it, and systemd's soft 1,024 capped
+        // a server on a machine that allows far more (at most 2^20).
+        if (rlimit lim{}; ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY &&
+                          lim.rlim_cur < lim.rlim_max) {
+            lim.rlim_cur = std::min<rlim_t>(lim.rlim_max, rlim_t{1} << 20);
+            (void)::setrlimit(RLIMIT_NOFILE, &lim);
+        }
         auto fail = [&](const Status& s) { *exit_code = report_error("serve", s); };
         if (!o->allow_http)
             return void(*exit_code = report_usage_error("serve", "--allow-http=false leaves nothing to serve: strato "

@@ -904,6 +904,15 @@ def http_layer_errors(ctx):
         check(out.count(b"HTTP/1.1 ") == 1, f"one answer expected: {out[:400]!r}")
         expect_error(parse_raw_response(out), 400, ["chunked"], "Transfer-Encoding: chunked, identity")
     s.case("Transfer-Encoding not ending in chunked -> 400, one answer", te_not_chunked_last)
+    # A folded Transfer-Encoding was unfolded and read as chunked (a proxy that does not unfold
+    # sees no body: smuggling); an endless chunk extension or trailer grew the server's memory by
+    # every byte sent (200 MiB in 4 s on one connection) with no answer.
+    raw_case("obs-fold header line -> 400", b"POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nTransfer-Encoding:\r\n chunked"
+             b"\r\n\r\n2\r\n{}\r\n0\r\n\r\n", 400, "obs-fold")
+    raw_case("endless chunk extension -> 400", b"POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked"
+             b"\r\n\r\n2;x=" + b"a" * 200000, 400, "chunk")
+    raw_case("endless trailer section -> 400", b"POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked"
+             b"\r\n\r\n2\r\n{}\r\n0\r\nX-T: " + b"a" * 200000, 400, "trailer")
 
     def absolute_form():
         out = raw_exchange(p, b"GET http://127.0.0.1:%d/v2/models/fm HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" % p)

@@ -97,6 +97,26 @@ TEST(Codec, TrailingBinaryBytesNotClaimedAreAnError) {
     EXPECT_NE(r.status().message().find("no input's binary_data_size accounts for"), std::string::npos);
 }
 
+// nlohmann's parser stops at a NUL byte: a JSON body followed by "\0" and anything parsed, the
+// rest ignored, and binary tensors sent without Inference-Header-Content-Length got a message
+// about binary_data_size running past the end of the body.
+TEST(Codec, ANulByteInTheJsonIsAnErrorThatNamesTheMissingHeader) {
+    const std::string json =
+        R"({"inputs":[{"name":"x","shape":[1],"datatype":"FP32","parameters":{"binary_data_size":4}}]})";
+    const std::string tail("\0\0\x80?", 4);  // 1.0f
+    auto r = decode_infer_request(json + tail, std::nullopt);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("Inference-Header-Content-Length"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find(std::to_string(json.size())), std::string::npos) << r.status().message();
+    EXPECT_TRUE(decode_infer_request(json + tail, json.size()).is_ok());
+    const std::string plain = R"({"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[1]}]})";
+    EXPECT_FALSE(decode_infer_request(plain + std::string(1, '\0') + "junk", std::nullopt).is_ok());
+    auto in_header = decode_infer_request(plain + std::string(1, '\0'), plain.size() + 1);
+    ASSERT_FALSE(in_header.is_ok());
+    EXPECT_NE(in_header.status().message().find("NUL byte"), std::string::npos) << in_header.status().message();
+    EXPECT_FALSE(decode_infer_response(R"({"outputs":[]})" + std::string(1, '\0'), std::nullopt).is_ok());
+}
+
 TEST(Codec, HeaderLengthIsValidated) {
     EXPECT_FALSE(parse_header_length("12x", 100).is_ok());
     EXPECT_FALSE(parse_header_length("", 100).is_ok());

@@ -3,11 +3,14 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstring>
+#include <filesystem>
 #include <future>
 #include <map>
 #include <mutex>
@@ -79,6 +82,11 @@ public:
             sent += static_cast<size_t>(n);
         }
         return sent;
+    }
+    // Bounds every later read (the 30 s default is longer than some tests' deadlines).
+    void set_timeout(std::chrono::milliseconds ms) {
+        timeval tv{static_cast<time_t>(ms.count() / 1000), static_cast<suseconds_t>(ms.count() % 1000 * 1000)};
+        setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     }
     bool closed_by_peer() {
         char c;
@@ -571,6 +579,162 @@ TEST(Http, PastTheConnectionCapWithNoneIdleNewConnectionsAreClosedUntilOneLeaves
         r = again.response();
     }
     EXPECT_NE(r.find("GET /again"), std::string::npos) << r;
+}
+
+TEST(Http, AnOverlongChunkSizeLineOrTrailerIsA400) {
+    // Beast takes a chunk-size line (with its extensions) and the trailer section only whole, with
+    // no limit: `2;aaaa...` without its CRLF grew the server's buffer by every byte sent until the
+    // body deadline (200 MiB in 4 s on one connection, and no answer).
+    const std::string head = "POST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+    for (const std::string& start : {std::string("2;ext="), std::string("2\r\nab\r\n0\r\nX-Trailer: ")}) {
+        Server s(opts(), echo());
+        ASSERT_TRUE(s.start().is_ok());
+        Conn c(s.port());
+        c.send(head + start);
+        c.send_all(std::string(100 * 1024, 'a'));
+        std::string r = c.response();
+        EXPECT_NE(r.find("400 Bad Request"), std::string::npos) << start << ": " << r;
+        EXPECT_NE(r.find("longer than 65536 bytes"), std::string::npos) << r;
+    }
+    // Extensions and a trailer of sensible size are accepted (and ignored).
+    Server s(opts(), echo());
+    ASSERT_TRUE(s.start().is_ok());
+    Conn c(s.port());
+    c.send(head + "2;a=" + std::string(1000, 'b') + "\r\nxy\r\n0\r\nX-T: " + std::string(1000, 'c') + "\r\n\r\n");
+    EXPECT_NE(c.response().find("POST /c xy"), std::string::npos);
+}
+
+TEST(Http, AFoldedHeaderLineIsA400) {
+    // RFC 9112 5.2: obs-fold is refused or unfolded. Beast unfolded `Transfer-Encoding:\r\n chunked`
+    // and read a chunked body, which a proxy in front that does not unfold sees as no body: the
+    // chunks would be a second request to it (request smuggling).
+    Server s(opts(), echo());
+    ASSERT_TRUE(s.start().is_ok());
+    Conn c(s.port());
+    c.send("POST /f HTTP/1.1\r\nHost: x\r\nTransfer-Encoding:\r\n chunked\r\n\r\n2\r\nab\r\n0\r\n\r\n");
+    std::string r = c.response();
+    EXPECT_NE(r.find("400 Bad Request"), std::string::npos) << r;
+    EXPECT_NE(r.find("obs-fold"), std::string::npos) << r;
+    EXPECT_TRUE(c.closed_by_peer());
+    Conn tab(s.port());  // a tab as well; a blank inside a value is no fold
+    tab.send("GET /t HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n\tmore\r\n\r\n");
+    EXPECT_NE(tab.response().find("400 Bad Request"), std::string::npos);
+    Conn fine(s.port());
+    fine.send("GET /ok HTTP/1.1\r\nHost: x\r\nX-A: a b\r\nX-B:  c\r\n\r\n");
+    EXPECT_NE(fine.response().find("GET /ok"), std::string::npos);
+}
+
+TEST(Http, Http10FramingAndEmptyLinesBeforeARequest) {
+    Server s(opts(), echo());
+    ASSERT_TRUE(s.start().is_ok());
+    {
+        // RFC 9112 6.1: Transfer-Encoding in an HTTP/1.0 request is faulty framing: answered,
+        // then closed, even when the client asked for keep-alive.
+        Conn c(s.port());
+        c.send("POST /te HTTP/1.0\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n0\r\n\r\n");
+        std::string r = c.response();
+        EXPECT_NE(r.find("POST /te ab"), std::string::npos) << r;
+        EXPECT_EQ(r.find("keep-alive"), std::string::npos) << r;
+        EXPECT_TRUE(c.closed_by_peer());
+    }
+    {
+        // RFC 9110 10.1.1: an HTTP/1.0 client's 100-continue is ignored (it cannot read a 100).
+        Conn c(s.port());
+        c.send("POST /e HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n");
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        c.send("ab");
+        std::string r = c.response();
+        EXPECT_EQ(r.find(" 100 "), std::string::npos) << r;
+        EXPECT_NE(r.find("POST /e ab"), std::string::npos) << r;
+    }
+    {
+        // RFC 9112 2.2: empty lines before a request line are ignored (a CRLF after a POST body).
+        Conn c(s.port());
+        c.send(
+            "POST /p HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nab\r\n\r\nGET /next HTTP/1.1\r\nHost: x\r\n\r\n");
+        EXPECT_NE(c.response().find("POST /p ab"), std::string::npos);
+        std::string r = c.response();
+        EXPECT_NE(r.find("GET /next"), std::string::npos) << r;
+    }
+}
+
+TEST(Http, ATargetPastTheHeaderLimitIs414AndAFieldIs431) {
+    Server s(opts(), echo());
+    ASSERT_TRUE(s.start().is_ok());
+    Conn url(s.port());
+    url.send("GET /" + std::string(70000, 'a') + " HTTP/1.1\r\nHost: x\r\n\r\n");
+    std::string r = url.response();
+    EXPECT_NE(r.find("414 URI Too Long"), std::string::npos) << r.substr(0, 200);
+    EXPECT_NE(r.find("request line"), std::string::npos) << r.substr(0, 200);
+    Conn field(s.port());
+    field.send("GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(70000, 'a') + "\r\n\r\n");
+    EXPECT_NE(field.response().find("431 Request Header Fields Too Large"), std::string::npos);
+}
+
+TEST(Http, IdleClientsAtTheDescriptorLimitDoNotLockOthersOut) {
+    // Without max_connections there was no cap: 1,010 idle connections under a descriptor limit of
+    // 1,024 (systemd's default soft limit) made accept fail (EMFILE) and pause, so every other
+    // client (a liveness probe) waited in the backlog until the header deadline closed the idle
+    // ones, which came back at once. The cap now comes from the limit, and at it the longest idle
+    // connection makes room.
+    rlimit old{};
+    ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
+    const auto open_now = static_cast<rlim_t>(
+        std::distance(std::filesystem::directory_iterator("/proc/self/fd"), std::filesystem::directory_iterator{}));
+    rlimit low = old;
+    low.rlim_cur = open_now + 256;
+    if (old.rlim_cur != RLIM_INFINITY && low.rlim_cur > old.rlim_cur) GTEST_SKIP() << "descriptor limit already low";
+    int to_child[2], to_parent[2];
+    ASSERT_EQ(::pipe(to_child), 0);
+    ASSERT_EQ(::pipe(to_parent), 0);
+    const pid_t pid = ::fork();  // (before any server thread: the child makes only system calls)
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {  // 400 idle clients, under the limit this process had
+        static int fds[400];
+        ::close(to_child[1]);  // (else the read below never sees the parent's end close)
+        ::close(to_parent[0]);
+        uint16_t port = 0;
+        if (::read(to_child[0], &port, sizeof port) != sizeof port) ::_exit(1);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(port);
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        for (int& fd : fds) {
+            fd = ::socket(AF_INET, SOCK_STREAM, 0);
+            if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) ::_exit(2);
+        }
+        char c = 1;
+        (void)!::write(to_parent[1], &c, 1);
+        (void)!::read(to_child[0], &c, 1);  // until the parent closes its end
+        ::_exit(0);
+    }
+    ::close(to_child[0]);
+    ::close(to_parent[1]);
+    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+    {
+        ServerOptions o = opts();
+        o.header_timeout = std::chrono::seconds(20);  // (longer than the wait below)
+        o.idle_timeout = std::chrono::seconds(60);
+        Server s(o, echo());
+        ASSERT_TRUE(s.start().is_ok());
+        const uint16_t port = s.port();
+        ASSERT_EQ(::write(to_child[1], &port, sizeof port), static_cast<ssize_t>(sizeof port));
+        char c = 0;
+        EXPECT_EQ(::read(to_parent[0], &c, 1), 1);  // the child's 400 connections are open
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        Conn probe(port);
+        EXPECT_TRUE(probe.ok());
+        probe.set_timeout(std::chrono::seconds(5));
+        probe.send("GET /live HTTP/1.1\r\nHost: x\r\n\r\n");
+        std::string r = probe.response();
+        EXPECT_NE(r.find("GET /live"), std::string::npos) << "a new client was locked out: " << r;
+        ::close(to_child[1]);
+        int status = 0;
+        ::waitpid(pid, &status, 0);
+        EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    }
+    ::close(to_parent[0]);
+    ::setrlimit(RLIMIT_NOFILE, &old);
 }
 
 TEST(Http, PortInUseIsAClearError) {

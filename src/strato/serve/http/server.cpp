@@ -1,5 +1,6 @@
 #include "strato/serve/http/server.h"
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <boost/asio/dispatch.hpp>
@@ -102,7 +103,7 @@ public:
     ~Session() {
         set_receiving(false);  // a loop stopped with the request half read
         if (lingering_) shared_->lingering.fetch_sub(1);
-        shared_->open.fetch_sub(1);
+        uncount();
     }
 
     void start() {
@@ -144,7 +145,7 @@ private:
         buffered_only_ = shared_->draining;
         parser_.emplace();
         parser_->body_limit(shared_->opts.body_limit);
-        parser_->header_limit(64 * 1024);
+        parser_->header_limit(kHeaderLimit);
         parser_->eager(true);
         header_seen_ = false;
         started_ = buffer_.size() > 0;  // pipelined bytes of the next request
@@ -159,8 +160,22 @@ private:
     // further trip through the event loop), then reads more or handles the request.
     void parse() {
         beast::error_code ec;
+        // RFC 9112 2.2: empty lines before a request line are ignored (a client that sent a CRLF
+        // after a POST body got a 400 for its next request).
+        while (!header_seen_ && buffer_.size() >= 2 &&
+               std::string_view(static_cast<const char*>(buffer_.data().data()), 2) == "\r\n")
+            buffer_.consume(2);
         while (buffer_.size() > 0 && !parser_->is_done()) {
+            const bool had_header = parser_->is_header_done();
             size_t n = parser_->put(buffer_.data(), ec);
+            // The header was parsed whole from the start of the buffer (beast takes none of it
+            // before its end has arrived): refuse obs-fold there, as RFC 9112 5.2 allows. Beast
+            // unfolds it, so `Transfer-Encoding:\r\n chunked` was read as chunked, which a proxy in
+            // front that does not unfold reads as no body at all (request smuggling).
+            if (!ec && !had_header && parser_->is_header_done() && has_obs_fold()) {
+                return fail(
+                    400, "a header line is folded onto the next (obs-fold, RFC 9112 5.2): send each field on one line");
+            }
             buffer_.consume(n);
             if (ec == bhttp::error::need_more) {
                 ec = {};
@@ -174,8 +189,29 @@ private:
             if (!on_header()) return;
         }
         if (parser_->is_done()) return on_request();
+        // In the body, what beast leaves in the buffer is an unfinished chunk-size line (with its
+        // extensions) or trailer section, which it takes only whole and without a limit of its
+        // own: `2;aaaa...` grew the buffer by every byte sent until the body deadline (200 MiB in
+        // 4 s on one connection). Held to the header's limit (RFC 9112 7.1.1: a server ought to
+        // limit chunk extensions and answer 4xx).
+        if (header_seen_ && buffer_.size() > kHeaderLimit)
+            return fail(
+                400, fmt::format("a chunk-size line (with its extensions) or the trailer section of the chunked body "
+                                 "is longer than {} bytes",
+                                 kHeaderLimit));
         if (buffered_only_) return linger();  // (a client pipelining on through a drain kept it open)
         read_more();
+    }
+
+    // The buffer starts with the request line, its header complete: is a line of it folded
+    // (CRLF followed by a blank or tab before the empty line that ends the header)?
+    bool has_obs_fold() const {
+        const std::string_view b(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+        const size_t end = b.find("\r\n\r\n");
+        const std::string_view head = b.substr(0, end == std::string_view::npos ? b.size() : end);
+        for (size_t at = head.find("\r\n"); at != std::string_view::npos; at = head.find("\r\n", at + 2))
+            if (at + 2 < head.size() && (head[at + 2] == ' ' || head[at + 2] == '\t')) return true;
+        return false;
     }
 
     void read_more() {
@@ -200,7 +236,14 @@ private:
         if (ec == bhttp::error::body_limit)
             return fail(413, fmt::format("request body exceeds the limit of {} bytes{}", shared_->opts.body_limit,
                                          limit_flag()));
-        if (ec == bhttp::error::header_limit) return fail(431, "request header is larger than 65536 bytes");
+        if (ec == bhttp::error::header_limit) {
+            // (RFC 9110 15.5.15: a target too long is 414; it was said to be a header field)
+            if (std::string_view(static_cast<const char*>(buffer_.data().data()), buffer_.size()).find('\n') ==
+                std::string_view::npos)
+                return fail(414, fmt::format("request line (method, target and version) is longer than {} bytes",
+                                             kHeaderLimit));
+            return fail(431, fmt::format("request header is larger than {} bytes", kHeaderLimit));
+        }
         fail(400, fmt::format("malformed HTTP request: {}", ec.message()));
     }
 
@@ -235,7 +278,8 @@ private:
         set_deadline(shared_->opts.body_timeout);
         if (parser_->is_done()) return true;
         auto expect = parser_->get()[bhttp::field::expect];
-        if (!expect.empty() && beast::iequals(expect, "100-continue")) {
+        // (RFC 9110 10.1.1: an HTTP/1.0 client's 100-continue is ignored; it cannot read a 100)
+        if (!expect.empty() && beast::iequals(expect, "100-continue") && parser_->get().version() >= 11) {
             auto cont = std::make_shared<bhttp::response<bhttp::empty_body>>(bhttp::status::continue_, 11);
             bhttp::async_write(stream_, *cont, [self = shared_from_this(), cont](beast::error_code wec, size_t) {
                 if (wec) return self->close();
@@ -251,8 +295,10 @@ private:
         deadline_ = Clock::time_point::max();
         auto msg = parser_->release();
         parser_.reset();
-        keep_alive_ = msg.keep_alive();
         http10_ = msg.version() == 10;
+        // RFC 9112 6.1: Transfer-Encoding in an HTTP/1.0 request means faulty framing: answered,
+        // then the connection closes (what follows may be the rest of its body).
+        keep_alive_ = msg.keep_alive() && !(http10_ && msg.count(bhttp::field::transfer_encoding) > 0);
         head_ = msg.method() == bhttp::verb::head;
         Request r;
         r.method = std::string(msg.method_string());
@@ -378,8 +424,16 @@ private:
         shared_->receiving.fetch_add(on ? 1 : -1);
     }
 
+    // Leaves Shared::open when the socket closes, not when the last handler holding the session
+    // has run: evictions posted for a burst of connections at the cap see the room already made
+    // (else they went on closing idle connections, down to one just accepted).
+    void uncount() {
+        if (std::exchange(counted_, false)) shared_->open.fetch_sub(1);
+    }
+
     void close() {
         set_receiving(false);
+        uncount();
         beast::error_code ec;
         stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
         stream_.close();
@@ -413,6 +467,7 @@ private:
     }
 
     static constexpr std::chrono::seconds kLingerTime{5};
+    static constexpr size_t kHeaderLimit = 64 * 1024;  // request line and header; a chunk-size line; the trailer
 
     beast::tcp_stream stream_;  // no expiry set: deadlines are swept (Loop)
     beast::flat_buffer buffer_;
@@ -435,6 +490,7 @@ private:
     bool lingering_ = false;  // answered; dropping input until the client closes (linger())
     bool keep_alive_ = true;
     bool first_ = true;
+    bool counted_ = true;  // counted in Shared::open
 };
 
 }  // namespace
@@ -451,6 +507,7 @@ struct Server::Impl {
     std::optional<tcp::acceptor> acceptor;
     std::vector<std::thread> threads;
     size_t next = 0;  // the loop the next connection goes to (used on the acceptor's thread only)
+    int64_t connection_cap = 0;               // max_connections, or the one the descriptor limit gives (0: none)
     uint64_t refused = 0;                     // connections closed at the cap or for lack of descriptors
     std::optional<net::steady_timer> pause;   // accept paused while out of descriptors
     uint16_t port = 0;
@@ -461,7 +518,7 @@ struct Server::Impl {
         acceptor->async_accept(target->ctx, [this, target](beast::error_code ec, tcp::socket socket) {
             if (ec == net::error::operation_aborted || !acceptor->is_open()) return;
             if (!ec) {
-                const int64_t cap = shared->opts.max_connections;
+                const int64_t cap = connection_cap;
                 if (cap > 0 && shared->open.load() >= cap) {
                     // As nginx when its connections run out: the longest-idle keep-alive connection
                     // of each loop is closed to make room (256 idle clients locked a Prometheus
@@ -476,15 +533,29 @@ struct Server::Impl {
                         socket.close(ignored);
                         return accept();
                     }
-                    for (auto& l : loops) net::post(l->ctx, [loop = l.get()] { close_longest_idle(loop); });
+                    for (auto& l : loops)
+                        net::post(l->ctx, [loop = l.get(), sh = shared.get(), cap, asked = Session::Clock::now()] {
+                            close_longest_idle(loop, *sh, cap, asked);
+                        });
                 }
                 shared->accepted.fetch_add(1);
                 beast::error_code ignored;
                 socket.set_option(tcp::no_delay(true), ignored);
                 std::make_shared<Session>(std::move(socket), shared, target)->start();
-            } else if (ec == net::error::no_descriptors) {
+            } else if (ec == net::error::no_descriptors || ec == boost::system::errc::too_many_files_open_in_system) {
                 // Wait on a timer, not in a sleep: this thread also runs the first loop's connections.
-                if (refused++ % 1000 == 0) log::warn("http: out of file descriptors; pausing accept for 50 ms");
+                // Meanwhile the longest-idle connection of each loop makes room, as at the cap (with
+                // only a pause, 1,010 idle clients under a limit of 1,024 locked every other client
+                // out until the header deadline, and came back).
+                if (refused++ % 1000 == 0)
+                    log::warn(
+                        "http: out of file descriptors with {} connections open; closing the longest idle and "
+                        "pausing accept for 50 ms",
+                        shared->open.load());
+                for (auto& l : loops)
+                    net::post(l->ctx, [loop = l.get(), sh = shared.get(), asked = Session::Clock::now()] {
+                        close_longest_idle(loop, *sh, 0, asked);
+                    });
                 pause.emplace(loops[0]->ctx);
                 pause->expires_after(std::chrono::milliseconds(50));
                 pause->async_wait([this](beast::error_code wec) {
@@ -496,11 +567,16 @@ struct Server::Impl {
         });
     }
 
-    // From the loop's thread.
-    static void close_longest_idle(Loop* loop) {
+    // From the loop's thread: unless fewer than `at_least` connections are open by now. Only one
+    // idle since before `asked`: the connection that asked for room, if dealt to this loop and not
+    // read from yet, is idle too (and was closed when the loop had no older one left).
+    static void close_longest_idle(Loop* loop, const Shared& shared, int64_t at_least,
+                                   Session::Clock::time_point asked) {
+        if (shared.open.load() < at_least) return;
         std::shared_ptr<Session> oldest;
         for (const auto& w : loop->sessions)
-            if (auto sp = w.lock(); sp && sp->idle() && (!oldest || sp->idle_since() < oldest->idle_since()))
+            if (auto sp = w.lock();
+                sp && sp->idle() && sp->idle_since() < asked && (!oldest || sp->idle_since() < oldest->idle_since()))
                 oldest = std::move(sp);
         if (oldest) oldest->close_now();
     }
@@ -557,6 +633,12 @@ Status Server::start() {
     if (acc.listen(net::socket_base::max_listen_connections, ec); ec)
         return Status{StatusCode::kUnavailable, fmt::format("cannot listen on {}: {}", where, ec.message())};
     impl_->port = acc.local_endpoint().port();
+    impl_->connection_cap = o.max_connections;
+    if (rlimit lim{};
+        impl_->connection_cap == 0 && ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
+        const auto soft = static_cast<int64_t>(lim.rlim_cur);
+        impl_->connection_cap = std::max<int64_t>(16, soft - soft / 8 - 32);
+    }
     impl_->accept();
     for (auto& l : impl_->loops) {
         impl_->sweep(l.get());

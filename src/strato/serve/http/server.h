@@ -52,10 +52,11 @@ struct ServerOptions {
     std::chrono::milliseconds header_timeout{30'000};  // from the first byte of a request to its end of headers
     std::chrono::milliseconds body_timeout{60'000};
     std::chrono::milliseconds idle_timeout{300'000};  // keep-alive connection with no request
-    // Open connections at most (0: no cap), so idle clients cannot take every descriptor the
-    // process has (and its /proc reads with them). At the cap a new connection is let in and the
+    // Open connections at most, so idle clients cannot take every descriptor the process has (and
+    // its /proc reads and model files with them). At the cap a new connection is let in and the
     // longest-idle one of each I/O thread closed (as nginx); with none idle, past a margin of
-    // 1 + cap/16, a new connection is closed at once.
+    // 1 + cap/16, a new connection is closed at once. 0: the descriptor limit (RLIMIT_NOFILE)
+    // less an eighth and 32 for the rest of the process (1,024 -> 864); no cap when it is unlimited.
     int64_t max_connections = 0;
     // After handling work, an I/O thread polls its sockets without blocking for up to this long
     // before it sleeps in epoll (0: off). Keeps the thread (in a VM, the vCPU) awake between

@@ -18,6 +18,10 @@ namespace {
 using json = nlohmann::json;
 
 Result<json> parse_json(std::string_view text, std::string_view what) {
+    // NOTE: nlohmann's lexer takes a NUL byte for the end of its input: `{...}\0anything` parsed,
+    // the rest ignored.
+    if (size_t nul = text.find('\0'); nul != std::string_view::npos)
+        return invalid_argument("the {} holds a NUL byte at byte {}, inside or after its JSON", what, nul);
     if (size_t at = json_too_deep(text); at != std::string_view::npos)
         return invalid_argument("JSON nests deeper than {} levels at byte {}", kMaxJsonDepth, at);
     json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
@@ -274,7 +278,14 @@ Result<InferRequest> decode_infer_request(std::string_view body, std::optional<s
     }
     size_t hl = header_length.value_or(body.size());
     if (hl > body.size()) return invalid_argument("Inference-Header-Content-Length {} is larger than the body", hl);
-    STRATO_ASSIGN_OR_RETURN(json j, parse_json(body.substr(0, hl), "request body"));
+    // Binary tensors sent without the header that says where the JSON ends (a client's usual
+    // mistake) read as "binary_data_size runs past the end of the body (0 binary bytes left)".
+    if (size_t nul = body.find('\0'); !header_length && nul != std::string_view::npos)
+        return invalid_argument(
+            "the request body holds a NUL byte at byte {} but no Inference-Header-Content-Length "
+            "header: binary tensor data after the JSON needs that header (the JSON's length in bytes)",
+            nul);
+    STRATO_ASSIGN_OR_RETURN(json j, parse_json(body.substr(0, hl), header_length ? "JSON header" : "request body"));
     if (!j.is_object()) return invalid_argument("the request body must be a JSON object");
     std::string_view binary = body.substr(hl);
     size_t binary_pos = 0;
