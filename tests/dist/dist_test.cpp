@@ -730,6 +730,87 @@ TEST(Emit, NprocWordIsEvaluatedOnEachNode) {
     EXPECT_FALSE(emit_slurm(o).is_ok());
 }
 
+// The training operator refuses a PyTorchJob whose name is no DNS-1035 label: `--job-name ddp_run`
+// was written and then refused by the cluster. Slurm takes any one word.
+TEST(Emit, KubernetesJobNameIsADns1035Label) {
+    for (const std::string& bad :
+         std::vector<std::string>{"ddp_run", "Job", "1job", "job-", "-job", "a.b", std::string(64, 'a')}) {
+        EmitOptions o = small_job();
+        o.job_name = bad;
+        auto k = emit_pytorchjob(o);
+        ASSERT_FALSE(k.is_ok()) << bad;
+        EXPECT_NE(k.status().message().find("--job-name"), std::string::npos) << k.status().message();
+        EXPECT_NE(k.status().message().find("Kubernetes name"), std::string::npos) << k.status().message();
+        EXPECT_TRUE(emit_slurm(o).is_ok()) << bad;
+    }
+    for (const std::string& good : std::vector<std::string>{"a", "strato-job", "a1-b2", "x" + std::string(62, '9')}) {
+        EmitOptions o = small_job();
+        o.job_name = good;
+        auto k = emit_pytorchjob(o);
+        ASSERT_TRUE(k.is_ok()) << good << ": " << k.status().message();
+        EXPECT_NE(k->find("  name: \"" + good + "\"\n"), std::string::npos) << *k;
+    }
+}
+
+// A worker command given after `--` that starts with '-' was written bare: each node's launcher
+// read it as one of its own options.
+TEST(Emit, ACommandStartingWithADashFollowsDoubleDash) {
+    EmitOptions o = small_job();
+    o.launch.command = {"-weird", "x"};
+    auto s = emit_slurm(o);
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    EXPECT_NE(s->find(" -- '-weird' 'x'\n"), std::string::npos) << *s;
+    auto k = emit_pytorchjob(o);
+    ASSERT_TRUE(k.is_ok()) << k.status().message();
+    EXPECT_NE(k->find(", \"--\", \"-weird\", \"x\"]"), std::string::npos) << *k;
+    EXPECT_EQ(emit_slurm(small_job())->find(" -- "), std::string::npos);  // (otherwise as before)
+}
+
+// Kubernetes expands `$(VAR)` in a container's command and reads `$$` as `$`: `sh -c 'echo $$'`
+// ran `echo $` in the pods. Every `$` is doubled, so each argument arrives as given.
+TEST(Emit, DollarsInAKubernetesCommandComeThroughAsGiven) {
+    EmitOptions o = small_job();
+    o.launch.command = {"sh", "-c", "echo $$ $(HOSTNAME) $HOME"};
+    o.launch.rdzv_id = "id$(X)";
+    o.strato = "/opt/$dir/strato";
+    auto k = emit_pytorchjob(o);
+    ASSERT_TRUE(k.is_ok()) << k.status().message();
+    EXPECT_NE(k->find("\"echo $$$$ $$(HOSTNAME) $$HOME\""), std::string::npos) << *k;
+    EXPECT_NE(k->find("\"--rdzv-id\", \"id$$(X)\""), std::string::npos) << *k;
+    EXPECT_NE(k->find("command: [\"/opt/$$dir/strato\", "), std::string::npos) << *k;
+    auto s = emit_slurm(o);  // (a shell script: single quotes keep `$` as it is)
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    EXPECT_NE(s->find("'echo $$ $(HOSTNAME) $HOME'"), std::string::npos) << *s;
+}
+
+// YAML takes no raw C1 control (U+0080..U+009F) nor U+FFFE/U+FFFF: an argument holding one made
+// the whole manifest unreadable. They are escaped; bytes that are not UTF-8 cannot be carried and
+// are refused by name.
+TEST(Emit, KubernetesManifestEscapesWhatYamlTakesNoRawAndRefusesNonUtf8) {
+    EmitOptions o = small_job();
+    o.launch.command = {"x",
+                        "a\xc2\x85"
+                        "b",
+                        "\xc2\x9f",
+                        "\xef\xbf\xbe",
+                        "\xc3\xa9t\xc3\xa9",
+                        "\xe2\x80\xa8"};
+    auto k = emit_pytorchjob(o);
+    ASSERT_TRUE(k.is_ok()) << k.status().message();
+    EXPECT_NE(k->find(R"("x", "a\u0085b", "\u009f", "\ufffe", ")"
+                      "\xc3\xa9t\xc3\xa9"
+                      R"(", ")"
+                      "\xe2\x80\xa8"
+                      R"("])"),
+              std::string::npos)
+        << *k;
+    o.launch.command = {"python3", "caf\xe9.py"};  // Latin-1
+    auto bad = emit_pytorchjob(o);
+    ASSERT_FALSE(bad.is_ok());
+    EXPECT_NE(bad.status().message().find(R"("caf\xe9.py" is not UTF-8)"), std::string::npos) << bad.status().message();
+    EXPECT_TRUE(emit_slurm(o).is_ok());  // (a shell script carries any byte)
+}
+
 TEST(Peers, EchoAndDeadPorts) {
     std::atomic<bool> stop{false};
     std::promise<int> bound;

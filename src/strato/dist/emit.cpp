@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "strato/core/fs.h"
+#include "strato/core/json.h"
 #include "strato/core/parse.h"
 
 namespace strato::dist {
@@ -12,20 +14,56 @@ namespace strato::dist {
 namespace {
 
 /// A YAML double-quoted scalar (control characters escaped: a raw newline would fold into a blank).
+/// Characters YAML takes no raw -- C1 controls U+0080..U+009F, U+FFFE, U+FFFF: a parser refused
+/// the whole manifest -- are escaped too; a byte that is not UTF-8 shows as \xNN (for messages:
+/// a manifest refuses such values first, see not_utf8()).
 std::string yq(const std::string& s) {
     std::string out = "\"";
-    for (char c : s) {
+    for (size_t i = 0; i < s.size();) {
+        const char c = s[i];
         const auto u = static_cast<unsigned char>(c);
+        size_t n = 1;
         if (c == '"' || c == '\\') {
             out += '\\';
             out += c;
         } else if (u < 0x20 || u == 0x7f) {
             out += fmt::format("\\x{:02x}", u);
-        } else {
+        } else if (u < 0x80) {
             out += c;
+        } else if (n = utf8_length_at(s, i); n == 0) {
+            n = 1;
+            out += fmt::format("\\x{:02x}", u);
+        } else {
+            const auto b = [&](size_t k) { return static_cast<uint32_t>(static_cast<unsigned char>(s[i + k])); };
+            const uint32_t cp = n == 2   ? ((b(0) & 0x1F) << 6) | (b(1) & 0x3F)
+                                : n == 3 ? ((b(0) & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F)
+                                         : 0x10000;
+            if (cp <= 0x9f || cp == 0xfffe || cp == 0xffff)
+                out += fmt::format("\\u{:04x}", cp);
+            else
+                out.append(s, i, n);
         }
+        i += n;
     }
     return out + "\"";
+}
+
+/// The first of `values` that is not UTF-8 (a YAML manifest cannot carry it), or nullptr.
+const std::string* not_utf8(const std::vector<const std::string*>& values) {
+    for (const std::string* v : values)
+        if (!is_utf8(*v)) return v;
+    return nullptr;
+}
+
+/// An entry of a container's command: Kubernetes expands `$(VAR)` in it and reads `$$` as `$`
+/// (`sh -c 'echo $$'` ran `echo $`), so every `$` is doubled to come through as written.
+std::string kq(const std::string& s) {
+    std::string out;
+    for (char c : s) {
+        if (c == '$') out += '$';
+        out += c;
+    }
+    return yq(out);
 }
 
 Status check(const EmitOptions& o) {
@@ -81,12 +119,18 @@ std::string nnodes(const LaunchOptions& l) {
     return l.min_nodes == l.max_nodes ? std::to_string(l.max_nodes) : fmt::format("{}:{}", l.min_nodes, l.max_nodes);
 }
 
+/// " --" before a worker command that starts with '-' (given after `--`): each node's launcher
+/// would take it for one of its own options.
+std::string dashes(const LaunchOptions& l) {
+    return !l.command.empty() && !l.command.front().empty() && l.command.front()[0] == '-' ? " --" : "";
+}
+
 }  // namespace
 
 Result<std::string> emit_slurm(const EmitOptions& o) {
     STRATO_RETURN_IF_ERROR(check(o));
     const auto& l = o.launch;
-    std::string cmd;
+    std::string cmd = dashes(l);
     for (const auto& a : l.command) cmd.append(" ").append(fs::shell_quote(a));
     std::string s = fmt::format(
         "#!/bin/bash\n"
@@ -131,14 +175,34 @@ Result<std::string> emit_slurm(const EmitOptions& o) {
 
 Result<std::string> emit_pytorchjob(const EmitOptions& o) {
     STRATO_RETURN_IF_ERROR(check(o));
+    // The training operator refuses a PyTorchJob whose name is no DNS-1035 label (it names the
+    // job's Services and pods after it): `--job-name ddp_run` was written, then refused by the
+    // cluster at submission.
+    const std::string& n = o.job_name;
+    const auto lower_or_digit = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+    if (n.size() > 63 || !(n.front() >= 'a' && n.front() <= 'z') || n.back() == '-' ||
+        !std::all_of(n.begin(), n.end(), [&](char c) { return lower_or_digit(c) || c == '-'; }))
+        return invalid_argument(
+            "launch --emit kubernetes: --job-name {} is not a Kubernetes name (expected at most 63 "
+            "lowercase letters, digits and '-', starting with a letter and not ending with '-', "
+            "such as strato-job)",
+            yq(n));
     const auto& l = o.launch;
+    std::vector<const std::string*> values = {&o.strato, &o.image, &o.job_name, &l.rdzv_id, &l.log_dir};
+    for (const auto& a : l.command) values.push_back(&a);
+    if (const std::string* bad = not_utf8(values))
+        return invalid_argument(
+            "launch --emit kubernetes: {} is not UTF-8 text: a Kubernetes manifest (YAML) cannot carry "
+            "it as it is",
+            yq(*bad));
     std::string command = fmt::format("[{}, \"launch\", \"--nproc-per-node\", {}, \"--stop-timeout\", \"{}\"",
-                                      yq(o.strato.empty() ? "strato" : o.strato), yq(nproc_text(o)), l.stop_timeout_s);
+                                      kq(o.strato.empty() ? "strato" : o.strato), yq(nproc_text(o)), l.stop_timeout_s);
     std::vector<std::string> flags = passed_flags(l);
     if (rdzv_id_given(l)) flags.insert(flags.end(), {"--rdzv-id", l.rdzv_id});
     if (!l.log_dir.empty()) flags.insert(flags.end(), {"--log-dir", l.log_dir});  // in the pod (a volume, say)
-    for (const auto& f : flags) command += ", " + yq(f);
-    for (const auto& a : l.command) command += ", " + yq(a);
+    for (const auto& f : flags) command += ", " + kq(f);
+    if (!dashes(l).empty()) command += ", \"--\"";
+    for (const auto& a : l.command) command += ", " + kq(a);
     command += "]";
     std::string resources;
     if (o.gpus_per_node > 0 || o.cpus_per_node > 0) {
