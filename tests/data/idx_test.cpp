@@ -205,6 +205,15 @@ TEST_F(IdxFiles, LabelCountMismatch) {
     EXPECT_NE(r.status().message().find("2 images"), std::string::npos);
 }
 
+// Found by review: an empty split went on to "loader: the dataset is empty", naming no file.
+TEST_F(IdxFiles, AFileOfNoImagesIsRefusedByName) {
+    auto images = write("empty-images.idx", header(0x08, {0, 28, 28}));
+    auto labels = write("empty-labels.idx", header(0x08, {0}));
+    auto r = load_idx_dataset(images, labels, {});
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().message(), images + ": holds no images (its IDX header says 0)");
+}
+
 TEST(DataConfig, MissingDatasetDirectory) {
     DataConfig cfg;
     cfg.path = "/nonexistent/dataset";

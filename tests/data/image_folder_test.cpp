@@ -73,6 +73,25 @@ TEST_F(ImageFolder, OpensThroughDataConfig) {
     EXPECT_EQ(v->test->size(), 2);
 }
 
+// Found by review: a root with train/ and neither test/ nor val/ was told only that ROOT/test does
+// not exist, not that val/ is accepted too.
+TEST_F(ImageFolder, ARootWithTrainAloneNamesTheLayoutsAccepted) {
+    stdfs::remove_all(root_ / "test");
+    DataConfig cfg;
+    cfg.dataset = "image-folder";
+    cfg.path = root_.string() + "/";
+    cfg.image_size = 8;
+    cfg.channels = 1;
+    auto s = open_datasets(cfg);
+    ASSERT_FALSE(s.is_ok());
+    EXPECT_EQ(s.status().code(), StatusCode::kNotFound);
+    EXPECT_NE(s.status().message().find(root_.string() + " has a train/ folder but no test/ or val/ folder"),
+              std::string::npos)
+        << s.status().message();
+    EXPECT_NE(s.status().message().find("/test/<class>/*.jpg, or val/ for test/"), std::string::npos)
+        << s.status().message();
+}
+
 TEST_F(ImageFolder, CorruptImageIsAnErrorNamingTheFile) {
     fs::atomic_write(root_ / "train" / "dog" / "bad.png", std::string("\x89PNG\r\n\x1a\n garbage", 17)).is_ok();
     ImageDatasetOptions o;

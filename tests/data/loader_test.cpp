@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "strato/data/loader.h"
@@ -139,6 +140,47 @@ TEST(Loader, NormalisesPixels) {
     auto b = epoch(*l, 0)[0];
     const float px0 = static_cast<float>(ds->pixels()[0]);
     EXPECT_NEAR(b.images[0], (px0 / 255.0f - 0.5f) / 0.25f, 1e-5);
+}
+
+/// toy(n) whose samples in `bad` fail to decode (data.on_bad_sample's kind of error).
+class BadToy final : public Dataset {
+public:
+    BadToy(int64_t n, std::vector<int64_t> bad) : inner_(toy(n)), bad_(std::move(bad)) {}
+    int64_t size() const override { return inner_->size(); }
+    ImageShape shape() const override { return inner_->shape(); }
+    const std::vector<std::string>& class_names() const override { return inner_->class_names(); }
+    Status load(int64_t index, uint8_t* dst, int64_t* label) const override {
+        if (std::find(bad_.begin(), bad_.end(), index) != bad_.end())
+            return data_loss("sample {}: corrupt", index);
+        return inner_->load(index, dst, label);
+    }
+
+private:
+    std::shared_ptr<InMemoryDataset> inner_;
+    std::vector<int64_t> bad_;
+};
+
+// Found by review: a test loader read again each epoch said "3 sample(s) skipped so far" of one
+// bad file after three evaluations; the count is of samples, each once.
+TEST(Loader, ABadSampleCountsOnceWhateverTheEpochsThatMeetIt) {
+    LoaderOptions o;
+    o.batch_size = 4;
+    o.workers = 2;
+    o.skip_bad = true;
+    o.shuffle = false;
+    auto l = Loader::create(std::make_shared<BadToy>(10, std::vector<int64_t>{3, 7}), o).value();
+    for (int64_t e = 0; e < 3; ++e) {
+        int64_t seen = 0, replaced = 0;
+        for (const Batch& b : epoch(*l, e)) seen += b.size, replaced += static_cast<int64_t>(b.replaced.size());
+        EXPECT_EQ(seen, 10);
+        EXPECT_EQ(replaced, 2);  // every epoch marks its substitutes (an evaluation leaves them out)
+    }
+    const BadSamples bad = l->bad_samples();
+    EXPECT_EQ(bad.count, 2);
+    ASSERT_EQ(bad.first.size(), 2u);
+    const std::string both = bad.first[0] + " | " + bad.first[1];
+    EXPECT_NE(both.find("sample 3: corrupt"), std::string::npos) << both;
+    EXPECT_NE(both.find("sample 7: corrupt"), std::string::npos) << both;
 }
 
 TEST(Loader, RejectsBadOptions) {

@@ -14,6 +14,7 @@
 #include "strato/core/log.h"
 #include "strato/core/signals.h"
 #include "strato/data/data_config.h"
+#include "strato/data/idx.h"
 #include "strato/models/package.h"
 #include "strato/models/zoo.h"
 #include "strato/train/checkpoint.h"
@@ -494,6 +495,78 @@ TEST_F(Checkpoints, ACsvPackageRefusesDataWhoseFeatureColumnsDiffer) {
                                             "--data DIR (DIR/train.csv, DIR/test.csv)"),
               std::string::npos)
         << wrong.status().message();
+}
+
+// Found by review: a model whose labels are Fashion-MNIST's classes in another order (trained on
+// an image folder of them, sorted) was scored by index on the IDX files. It is scored by name now,
+// as an image folder is (and as distill reorders such a teacher); its training data is refused.
+TEST_F(Checkpoints, AModelOrderingFashionMnistsClassesOtherwiseIsScoredByName) {
+    data::DataConfig data;
+    data.dataset = "fashion-mnist";
+    data.path = (dir_ / "fm").string();
+    data.workers = 0;
+    stdfs::create_directories(data.path);
+    auto idx = [](std::vector<uint32_t> dims, const std::string& body) {
+        std::string h = {0, 0, 8, static_cast<char>(dims.size())};
+        for (auto d : dims)
+            for (int sh = 24; sh >= 0; sh -= 8) h.push_back(static_cast<char>((d >> sh) & 0xFF));
+        return h + body;
+    };
+    std::string px, y;
+    for (int i = 0; i < 40; ++i) {
+        y.push_back(static_cast<char>(i % 10));
+        for (int p = 0; p < 64; ++p) px.push_back(static_cast<char>((i * 37 + p * 11) % 256));
+    }
+    for (const auto& [images, labels] : {std::pair{data.train_images, data.train_labels}, {data.test_images, data.test_labels}}) {
+        ASSERT_TRUE(fs::atomic_write(data.path + "/" + images, idx({40, 8, 8}, px)).is_ok());
+        ASSERT_TRUE(fs::atomic_write(data.path + "/" + labels, idx({40}, y)).is_ok());
+    }
+    models::PackageInfo info;
+    info.model.arch = "mlp";
+    info.model.width = 16;
+    info.input_shape = {1, 8, 8};
+    info.num_classes = 10;
+    info.labels = data::fashion_mnist_classes();
+    info.mean = {0.5};
+    info.std = {0.25};
+    auto net = models::create_model(info.model, info.input_shape, 10).value();
+    const std::string a = (dir_ / "a").string(), b = (dir_ / "b").string();
+    ASSERT_TRUE(models::save_package(a, info, *net).is_ok());
+    auto ra = evaluate_package(a, data, false);
+    ASSERT_TRUE(ra.is_ok()) << ra.status().message();
+    // The same model with its classes sorted by name, as an image folder's ("T-shirt/top" as the
+    // folder T-shirt_top): its output rows permuted alike.
+    std::vector<int64_t> perm(10);  // the model's class k is Fashion-MNIST's class perm[k]
+    for (int64_t k = 0; k < 10; ++k) perm[static_cast<size_t>(k)] = k;
+    auto folder = [&](int64_t c) {
+        std::string n = info.labels[static_cast<size_t>(c)];
+        std::replace(n.begin(), n.end(), '/', '_');
+        return n;
+    };
+    std::sort(perm.begin(), perm.end(), [&](int64_t x, int64_t z) { return folder(x) < folder(z); });
+    models::PackageInfo sorted = info;
+    sorted.labels.clear();
+    for (int64_t c : perm) sorted.labels.push_back(folder(c));
+    ASSERT_NE(sorted.labels, info.labels);
+    {
+        torch::NoGradGuard ng;
+        auto params = net->parameters();
+        auto rows = torch::tensor(perm, torch::kLong);
+        for (size_t i = params.size() - 2; i < params.size(); ++i) params[i].copy_(params[i].index_select(0, rows));
+    }
+    ASSERT_TRUE(models::save_package(b, sorted, *net).is_ok());
+    auto rb = evaluate_package(b, data, false);
+    ASSERT_TRUE(rb.is_ok()) << rb.status().message();
+    EXPECT_EQ(rb->result.count, 40);
+    EXPECT_NEAR(rb->result.loss, ra->result.loss, 1e-5);
+    EXPECT_DOUBLE_EQ(rb->result.accuracy, ra->result.accuracy);
+    // Data for training it further (prune's fine-tuning) would relabel it: refused.
+    auto train = open_package_data(sorted, data);
+    ASSERT_FALSE(train.is_ok());
+    EXPECT_NE(train.status().message().find("the data's class 0 is 'T-shirt/top' but the model's class 0 is 'Ankle "
+                                            "boot': the model orders Fashion-MNIST's classes otherwise"),
+              std::string::npos)
+        << train.status().message();
 }
 
 TEST(Threads, ZeroTakesOmpNumThreadsWhenSetAsPyTorchDoes) {

@@ -28,6 +28,13 @@ void InMemoryDataset::truncate(int64_t n) {
     pixels_.resize(static_cast<size_t>(n * shape_.numel()));
 }
 
+void InMemoryDataset::relabel(const std::vector<int64_t>& to, std::vector<std::string> class_names) {
+    STRATO_ASSERT(static_cast<int64_t>(to.size()) == num_classes());
+    for (int64_t t : to) STRATO_ASSERT(t >= 0 && t < static_cast<int64_t>(class_names.size()));
+    for (int64_t& y : labels_) y = to[static_cast<size_t>(y)];
+    class_names_ = std::move(class_names);
+}
+
 bool is_bad_sample(const Status& status) {
     return status.code() == StatusCode::kInvalidArgument || status.code() == StatusCode::kDataLoss;
 }

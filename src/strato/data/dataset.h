@@ -70,6 +70,9 @@ public:
     const std::vector<int64_t>& labels() const { return labels_; }
     /// Keeps the first n samples (n <= size()).
     void truncate(int64_t n);
+    /// Renumbers the classes: a sample of class c becomes class to[c], and the classes are named
+    /// `class_names` (to.size() == num_classes(); every to[c] < class_names.size()).
+    void relabel(const std::vector<int64_t>& to, std::vector<std::string> class_names);
 
 private:
     ImageShape shape_;

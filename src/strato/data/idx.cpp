@@ -203,6 +203,8 @@ Result<std::shared_ptr<InMemoryDataset>> load_idx_dataset(const std::string& ima
         return invalid_argument("{} has {} images but {} has {} labels", images_path, images.dims[0], labels_path,
                                 labels.dims[0]);
     }
+    // (found by review: an empty split went on to "loader: the dataset is empty", naming no file)
+    if (images.dims[0] == 0) return invalid_argument("{}: holds no images (its IDX header says 0)", images_path);
     ImageShape shape{images.dims.size() == 4 ? images.dims[3] : 1, images.dims[1], images.dims[2]};
     if (shape.numel() == 0) return invalid_argument("{}: images have a zero dimension", images_path);
     std::vector<uint8_t> pixels = std::move(images.data);

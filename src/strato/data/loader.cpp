@@ -220,8 +220,10 @@ Result<Batch> Loader::assemble_unchecked(int64_t b) const {
         if (!st.is_ok()) {
             if (!opts_.skip_bad || !is_bad_sample(st)) return st.with_context(fmt::format("loading sample {}", idx));
             {
+                // (found by review: counted per read, a test loader said "3 sample(s) skipped" of
+                // one bad file after three evaluations)
                 std::lock_guard lock(bad_mu_);
-                if (++bad_.count <= 5) bad_.first.push_back(st.message());
+                if (bad_seen_.insert(idx).second && ++bad_.count <= 5) bad_.first.push_back(st.message());
             }
             // The slot takes the next samples of the epoch's order until one loads, so batches
             // keep their size (the ranks of a distributed run stay in step) and the choice depends

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -55,7 +56,8 @@ struct LoaderOptions {
     bool skip_bad = false;
 };
 
-/// Samples left out because they could not be loaded (skip_bad).
+/// Samples left out because they could not be loaded (skip_bad). Each sample counts once,
+/// however many epochs (or evaluations) met it.
 struct BadSamples {
     int64_t count = 0;
     std::vector<std::string> first;  // the first few messages
@@ -120,7 +122,7 @@ public:
 
     /// The sample order of an epoch (a seeded permutation, or the identity without shuffle).
     std::vector<int64_t> epoch_order(int64_t epoch) const;
-    /// Samples skipped so far (skip_bad), over the loader's life.
+    /// Samples skipped so far (skip_bad), over the loader's life, each counted once.
     BadSamples bad_samples() const;
 
 private:
@@ -150,6 +152,7 @@ private:
     mutable std::vector<FloatBuffer> spare_;
     mutable std::mutex bad_mu_;
     mutable BadSamples bad_;
+    mutable std::set<int64_t> bad_seen_;  // the samples counted in bad_
 };
 
 /// splitmix64: a well-mixed 64-bit hash, used to derive independent seeds.

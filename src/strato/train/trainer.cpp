@@ -24,6 +24,7 @@
 #include "strato/core/progress.h"
 #include "strato/core/signals.h"
 #include "strato/data/csv.h"
+#include "strato/data/idx.h"
 #include "strato/dist/ddp.h"
 #include "strato/dist/env.h"
 #include "strato/models/package.h"
@@ -390,6 +391,52 @@ Result<data::DataSplits> open_package_data(const models::PackageInfo& info, cons
                 "the data's class {} is '{}' but the model's class {} is '{}': the classes must be the model's, in its "
                 "order (the model knows {}; an image folder needs a folder for each, empty ones included)",
                 i, names[i], i, info.labels[i], fmt::join(info.labels, ", "));
+    }
+    // Fashion-MNIST names its classes, but its files number them (fashion_mnist_classes() is the
+    // order). A model whose labels are those names in another order (trained on an image folder
+    // or shards of the same images, whose classes are sorted) is matched by name, as an image
+    // folder is and as distill reorders such a teacher (found by review: it was scored by index
+    // without a word). Labels "0", "1", ... (a model of IDX files) are matched by index.
+    if (cfg.dataset == "fashion-mnist" && !info.labels.empty()) {
+        const auto& fashion = data::fashion_mnist_classes();
+        auto folder = [](std::string s) {  // "T-shirt/top" is "T-shirt_top" as a class folder
+            std::replace(s.begin(), s.end(), '/', '_');
+            return s;
+        };
+        bool numbered = true, same = info.labels.size() == fashion.size();
+        for (size_t i = 0; i < info.labels.size(); ++i) {
+            numbered = numbered && info.labels[i] == std::to_string(i);
+            same = same && folder(info.labels[i]) == folder(fashion[i]);
+        }
+        if (!numbered && !same) {
+            std::vector<int64_t> to;  // the model's class of each Fashion-MNIST class
+            std::vector<bool> taken(info.labels.size());
+            for (const auto& name : fashion) {
+                auto it = std::find_if(info.labels.begin(), info.labels.end(),
+                                       [&](const std::string& l) { return folder(l) == folder(name); });
+                const auto k = static_cast<size_t>(it - info.labels.begin());
+                if (it == info.labels.end() || taken[k]) break;
+                taken[k] = true;
+                to.push_back(static_cast<int64_t>(k));
+            }
+            auto* idx = dynamic_cast<data::InMemoryDataset*>(splits.test.get());
+            if (to.size() == fashion.size() && info.labels.size() == fashion.size() && idx) {
+                size_t first = 0;  // the first class the orders disagree on
+                while (to[first] == static_cast<int64_t>(first)) ++first;
+                if (!evaluation_only)
+                    return invalid_argument(
+                        "the data's class {} is '{}' but the model's class {} is '{}': the model orders Fashion-MNIST's "
+                        "classes otherwise ({}), and its labels would be the data's",
+                        first, fashion[first], first, info.labels[first], fmt::join(info.labels, ", "));
+                idx->relabel(to, info.labels);
+                log::info("the model orders Fashion-MNIST's classes otherwise ({}): each test image is scored "
+                          "against the model's class of its name (Fashion-MNIST's class {} '{}' is the model's {})",
+                          fmt::join(info.labels, ", "), first, fashion[first], to[first]);
+            } else {
+                log::warn("the model's classes ({}) are not Fashion-MNIST's ({}): they are matched by index",
+                          fmt::join(info.labels, ", "), fmt::join(fashion, ", "));
+            }
+        }
     }
     // A table's columns are matched by position: the model's features must be the data's, in its
     // order (found by review: a test.csv with its columns swapped was scored without a word).
