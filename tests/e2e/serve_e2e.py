@@ -859,6 +859,26 @@ def infer_errors(ctx):
     s.case("gzip body with bytes after the stream -> 400", lambda: expect_error(
         post(gzip.compress(jb) + b"trailing junk", {"Content-Encoding": "gzip"}), 400, ["gzip"], "gzip + junk"))
     s.case("GET on /infer -> 405", lambda: expect_error(request(p, "GET", path), 405, [], "GET infer"))
+    # Found by review: an empty batch was told "batch-size must be <= 64 ... has batch size 0".
+    case("batch dimension 0 [0,1,28,28]", with_input(shape=[0, 1, 28, 28], data=[]), 400, ["batch size 0", "between 1"])
+
+    def raw_post(body, header_lines):
+        """A POST whose headers may repeat (http.client takes a dict)."""
+        head = f"POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {len(body)}\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in header_lines) + "\r\n"
+        r = parse_raw_response(raw_exchange(p, head.encode() + body))
+        check(r is not None, "no HTTP response")
+        return r
+    # Found by review: with two Inference-Header-Content-Length headers the first silently won
+    # (a JSON body with a stray "0" after it ran as a raw binary request, or the other way round).
+    jb1 = json_infer_body([img])
+    for order in ((str(len(jb1)), "0"), ("0", str(len(jb1)))):
+        s.case(f"Inference-Header-Content-Length given twice ({order[0]}, {order[1]})", lambda order=order: expect_error(
+            raw_post(jb1, [("Inference-Header-Content-Length", v) for v in order]), 400,
+            ["Inference-Header-Content-Length", ("twice", "times", "once")], "duplicate header"))
+    s.case("Content-Encoding given twice (gzip, identity) -> 415", lambda: expect_error(
+        raw_post(gzip.compress(jb1), [("Content-Encoding", "gzip"), ("Content-Encoding", "identity")]), 415,
+        ["Content-Encoding"], "duplicate Content-Encoding"))
     s.done()
     return f"{s.count} malformed/invalid requests, server alive after each"
 
@@ -1484,6 +1504,17 @@ def repository_explicit_mode(ctx):
                                ({"parameters": {"config": 5}}, "config not a string"),
                                ({"parameters": {"config": json.dumps({"bogus_field": 1})}}, "unknown config field")):
                 expect_error(post(f"/v2/repository/models/{MODEL}/load", body), 400, [], what)
+            # Found by review: a config that does not parse was called "not a JSON object", with no position.
+            expect_error(post(f"/v2/repository/models/{MODEL}/load", {"parameters": {"config": '{"max_batch_size": 4'}}),
+                         400, ["parameter 'config'", "not valid JSON", "column"], "config cut short")
+            expect_error(post(f"/v2/repository/models/{MODEL}/load", {"parameters": {"config": "[4]"}}),
+                         400, ["parameter 'config'", "JSON object", "array"], "config is an array")
+            # Found by review: index {"ready": "yes"} was read as false and listed every model (Triton: 400).
+            expect_error(post("/v2/repository/index", {"ready": "yes"}), 400, ["'ready'", "true or false"], "index ready 'yes'")
+            expect_error(post(f"/v2/repository/models/{MODEL}/unload", {"parameters": {"unload_dependents": "yes"}}), 400,
+                         ["unload_dependents", "true or false"], "unload_dependents 'yes'")
+            expect_error(post(f"/v2/repository/models/{MODEL}/unload", {"parameters": [1]}), 400,
+                         ["'parameters' must be a JSON object"], "unload parameters not an object")
             # a client's config may not point the label file outside the model (it would read any file back)
             outs = [{"name": "logits", "data_type": "TYPE_FP32", "dims": [10], "label_filename": "/etc/hostname"},
                     {"name": "probabilities", "data_type": "TYPE_FP32", "dims": [10]}]

@@ -88,6 +88,14 @@ bool split_path(const std::string& target, std::vector<std::string>* out) {
     return true;
 }
 
+// How many times a header (case-insensitive name) appears in the request.
+size_t header_count(const http::Request& r, std::string_view name) {
+    size_t n = 0;
+    for (const auto& [k, v] : r.headers)
+        if (k.size() == name.size() && strncasecmp(k.data(), name.data(), k.size()) == 0) ++n;
+    return n;
+}
+
 bool constant_time_equal(std::string_view a, std::string_view b) {
     if (a.size() != b.size()) return false;
     unsigned char d = 0;
@@ -225,7 +233,11 @@ Status bind_inputs(const ModelVersion& mv, InferRequest& req, std::vector<Tensor
             return internal_error("input '{}' holds {} bytes for shape {}", t.name, t.data.size(), shape_string(t.shape));
         if (batches) {
             int64_t b = t.shape[0];
-            if (b < 1 || b > c.max_batch_size)
+            if (b < 1)  // (an empty batch has no rows to run; Triton's "must be <= N" would mislead)
+                return invalid_argument("input '{}' for model '{}' has batch size 0 (shape {}): the first dimension is the "
+                                        "batch and must be between 1 and max_batch_size {}",
+                                        t.name, m, shape_string(t.shape), c.max_batch_size);
+            if (b > c.max_batch_size)
                 return invalid_argument("inference request batch-size must be <= {} for '{}' (input '{}' has batch size {})",
                                         c.max_batch_size, m, t.name, b);
             if (*rows >= 0 && *rows != b)
@@ -379,7 +391,10 @@ struct InferenceServer::Impl {
         if ((seg.size() == 4 && seg[3] == "index") || (seg.size() == 6 && seg[3] == "models" && (seg[5] == "load" || seg[5] == "unload")))
             return reply(error_response(501, "'repository_name' specification is not supported"));
         if (seg.size() == 3 && seg[2] == "index") {
-            bool ready_only = body.contains("ready") && body["ready"].is_boolean() && body["ready"].get<bool>();
+            // (Triton refuses a "ready" that is no boolean; "yes" read as false listed every model)
+            if (body.contains("ready") && !body["ready"].is_boolean())
+                return reply(error_response(400, fmt::format("'ready' must be true or false, got a JSON {}", body["ready"].type_name())));
+            bool ready_only = body.contains("ready") && body["ready"].get<bool>();
             json a = json::array();
             for (const auto& e : repo->index(ready_only)) {
                 json o = {{"name", e.name}};
@@ -394,6 +409,14 @@ struct InferenceServer::Impl {
             const std::string& model = seg[3];
             if (!valid_model_name(model)) return reply(error_response(400, fmt::format("invalid model name '{}'", model)));
             std::optional<json> config;
+            if (seg[4] == "unload") {  // (Triton refuses these too rather than reading them as false)
+                if (auto p = body.find("parameters"); p != body.end()) {
+                    if (!p->is_object()) return reply(error_response(400, "'parameters' must be a JSON object"));
+                    if (auto u = p->find("unload_dependents"); u != p->end() && !u->is_boolean())
+                        return reply(error_response(400, fmt::format("parameter 'unload_dependents' must be true or false, got a JSON {}",
+                                                                     u->type_name())));
+                }
+            }
             if (seg[4] == "load") {
                 if (auto p = body.find("parameters"); p != body.end() && !p->is_object())
                     return reply(error_response(400, "'parameters' must be a JSON object"));
@@ -407,10 +430,13 @@ struct InferenceServer::Impl {
                         if (json_too_deep(text) != std::string_view::npos)
                             return reply(error_response(400, fmt::format("parameter 'config' nests deeper than {} levels",
                                                                          kMaxJsonDepth)));
-                        json cj = parse_json_bounded(text);
-                        if (cj.is_discarded() || !cj.is_object())
-                            return reply(error_response(400, "parameter 'config' is not a JSON object"));
-                        config = std::move(cj);
+                        // (a parse error says where, rather than "not a JSON object" for a missing quote)
+                        auto cj = parse_json_named(text, "parameter 'config'");
+                        if (!cj) return reply(status_response(cj.status()));
+                        if (!cj->is_object())
+                            return reply(error_response(400, fmt::format("parameter 'config' must hold a JSON object (the model "
+                                                                         "config), got a JSON {}", cj->type_name())));
+                        config = std::move(cj).value();
                     }
                 }
             }
@@ -478,6 +504,11 @@ struct InferenceServer::Impl {
 
     void infer(const std::string& model, const std::string& version, http::Request&& req, http::Reply reply) {
         auto received = req.received;
+        // Several Content-Encoding fields are one list (RFC 9110 5.3), codings applied in order;
+        // only one is supported, so a list is refused rather than its first coding taken.
+        if (size_t n = header_count(req, "Content-Encoding"); n > 1)
+            return reply(error_response(415, fmt::format("the Content-Encoding header is given {} times; send one coding "
+                                                         "(gzip, deflate or identity)", n)));
         if (const std::string* enc = req.header("Content-Encoding")) {
             if (strcasecmp(enc->c_str(), "gzip") == 0 || strcasecmp(enc->c_str(), "deflate") == 0) {
                 bool too_large = false;
@@ -489,6 +520,9 @@ struct InferenceServer::Impl {
             }
         }
         std::optional<size_t> hl;
+        if (size_t n = header_count(req, "Inference-Header-Content-Length"); n > 1)
+            return reply(error_response(400, fmt::format("the Inference-Header-Content-Length header is given {} times; send it "
+                                                         "once (the length of the JSON part of the body)", n)));
         if (const std::string* h = req.header("Inference-Header-Content-Length")) {
             auto v = parse_header_length(*h, req.body.size());
             if (!v) return reply(status_response(v.status()));
