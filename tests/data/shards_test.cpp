@@ -492,6 +492,23 @@ TEST_F(Pack, SplitsArePackedSeparatelyWithTheTrainingClasses) {
         << bad.status().message();
 }
 
+// Found by review: a root holding train/ alone was packed as one class named "train", every image
+// labelled 0. It is a root of one split; beside class folders, train/ stays a class.
+TEST_F(Pack, ARootOfTrainAloneIsASplitNotAClass) {
+    make_folder(root_ / "only" / "train", 3, 2);
+    EXPECT_EQ(dataset_splits((root_ / "only").string()), std::vector<std::string>{"train"});
+    auto packed = pack_image_folder((root_ / "only").string(), (root_ / "dst").string(), {});
+    ASSERT_TRUE(packed.is_ok()) << packed.status().message();
+    ASSERT_EQ(packed->size(), 1u);
+    EXPECT_EQ((*packed)[0].name, "train");
+    auto train = ShardSource::open(std::make_shared<LocalStore>((root_ / "dst" / "train").string())).value();
+    EXPECT_EQ(train->size(), 6);
+    EXPECT_EQ(train->class_names().size(), 3u);
+    make_folder(root_ / "flat", 2, 1);
+    make_folder(root_ / "flat" / "train", 1, 1);  // (flat/train/class0: train is a class beside class0, class1)
+    EXPECT_EQ(dataset_splits((root_ / "flat").string()), std::vector<std::string>{""});
+}
+
 // Found by review: a model's labels became folder paths as they were ("../../outside" scored
 // another tree as a class), and Fashion-MNIST's "T-shirt/top" could never be a folder.
 TEST_F(Pack, ClassNamesBecomeFoldersSafely) {

@@ -51,7 +51,16 @@ bool is_plain_file_name(const std::string& s) {
 std::vector<std::string> dataset_splits(const std::string& root) {
     std::error_code ec;
     auto dir = [&](const char* s) { return stdfs::is_directory(stdfs::path(root) / s, ec); };
-    if (!dir("train") || !(dir("test") || dir("val"))) return {""};
+    if (!dir("train")) return {""};
+    if (!(dir("test") || dir("val"))) {
+        // A root holding train/ and no other folder is a root of one split (found by review:
+        // `strato data pack` packed it as one class named "train", every image labelled 0); beside
+        // class folders, train/ is a class of the root's.
+        for (const auto& e : stdfs::directory_iterator(root, ec)) {
+            const std::string name = e.path().filename().string();
+            if (name != "train" && !name.starts_with(".") && e.is_directory(ec)) return {""};
+        }
+    }
     std::vector<std::string> out;
     for (const char* s : {"train", "val", "test"})
         if (dir(s)) out.emplace_back(s);

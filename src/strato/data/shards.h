@@ -76,7 +76,8 @@ Result<std::vector<std::string>> class_folders(const std::vector<std::string>& n
 Result<FolderIndex> index_image_folder(const std::string& root, const std::vector<std::string>& class_names = {});
 
 /// The splits of a dataset root: {"train", "val", "test"} (those present) when `root/train` and
-/// `root/test` or `root/val` are directories, else {""} (the root is the only split).
+/// `root/test` or `root/val` are directories, or `root/train` is its only folder (hidden ones
+/// aside); else {""} (the root is the only split, its folders the classes).
 std::vector<std::string> dataset_splits(const std::string& root);
 
 // ---- packing ---------------------------------------------------------------------------------
