@@ -89,7 +89,8 @@ void add_quantize_command(CLI::App& compress, const GlobalFlags& g, int* exit_co
         if (!q) return void(*exit_code = report_error("compress quantize", q.status()));
         // The package is written either way (it is what was asked for), but a collapse is not
         // left to a reader to notice in a line of numbers.
-        if (q->float_accuracy && *q->float_accuracy - *q->int8_accuracy > 0.01)
+        // (More than 1 point: 0.97 - 0.96 is 0.010000000000000009 in doubles, and warned.)
+        if (q->float_accuracy && *q->float_accuracy - *q->int8_accuracy > 0.01 + 1e-9)
             log::warn("compress quantize: the INT8 model is {:.2f} points less accurate than the float one ({:.2f}% -> "
                       "{:.2f}%); the {} observer's activation ranges fit this model badly: try --observer histogram, or "
                       "--observer percentile with a --percentile closer to 100",

@@ -151,8 +151,11 @@ void add_compress_report_command(CLI::App& compress, const GlobalFlags&, int* ex
         "      --model student-kd=runs/fashion_mnist_student_kd/model --model int8=runs/cnn_int8/model\n"
         "  strato compress report --model a=runs/x/model --model b=runs/y/model --set data.limit_test=2000 \\\n"
         "      --threads 2 --runs 500 --markdown compress.md\n"
-        "  strato compress report --model a=runs/x/model --dataset image-folder --data photos/ --json");
+        "  strato compress report --model a=runs/x/model --dataset image-folder --data photos/ --json\n"
+        "Ctrl-C (SIGINT) or SIGTERM stops it and exits with 130, naming the accuracies measured so far; no table\n"
+        "is printed and --markdown is not written (the timing is incomplete).");
     cmd->callback([o, exit_code] {
+        signals::install_stop_handlers();  // Ctrl-C: "interrupted ..." and exit 130, not a silent death
         if (!o->markdown.empty()) {
             Status s = fs::check_output_file(o->markdown, fs::OutputKind::kText, "--markdown");
             const auto parent = std::filesystem::path(o->markdown).parent_path();

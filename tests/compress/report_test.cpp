@@ -10,9 +10,11 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 
+#include "strato/core/signals.h"
 #include "strato/models/package.h"
 #include "strato/train/trainer.h"
 
@@ -276,6 +278,46 @@ TEST_F(Compare, AnInt8PackageIsARowLikeAnyOther) {
     r = compare({{"int8", q.output, true}}, opts_);
     ASSERT_FALSE(r.is_ok());
     EXPECT_NE(r.status().message().find("this one is INT8"), std::string::npos) << r.status().message();
+}
+
+// Ctrl-C during `strato compress report` (found by review: SIGINT's default action killed it
+// with no word): kCancelled (exit 130) naming where it stopped, and no partial report.
+TEST_F(Compare, AStopSignalCancelsWithoutAPartialReport) {
+    const std::string good = make_package(dir_ + "/good", 4, false);
+    signals::install_stop_handlers();
+    std::raise(SIGINT);
+    ASSERT_TRUE(signals::stop_requested());
+    auto r = compare({{"good", good}, {"again", good}}, opts_);
+    signals::reset();
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kCancelled) << r.status().message();
+    EXPECT_NE(r.status().message().find("interrupted by signal 2 while measuring row 1 of 2 (good)"),
+              std::string::npos)
+        << r.status().message();
+    EXPECT_NE(r.status().message().find("accuracy measured so far: none"), std::string::npos) << r.status().message();
+}
+
+// A label is one Markdown cell (found by review: `--model 'a|b=DIR'` gave a row of 12 cells under
+// the 11-column header).
+TEST(FormatMarkdown, ALabelStaysInItsCell) {
+    CompareReport rep;
+    rep.throughput_batch = 64;
+    VariantReport row;
+    row.variant = {"a|b\nc", "dir"};
+    rep.rows.push_back(row);
+    const std::string md = format_markdown(rep);
+    const size_t begin = md.find("\n|---");  // the row follows the header's separator line
+    ASSERT_NE(begin, std::string::npos) << md;
+    const size_t at = md.find('\n', begin + 1) + 1;
+    const std::string line = md.substr(at, md.find('\n', at) - at);
+    EXPECT_NE(line.find("| a\\|b c |"), std::string::npos) << md;
+    // Unescaped '|' separate the cells: as many as in the header row.
+    auto cells = [](const std::string& l) {
+        int n = 0;
+        for (size_t i = 0; i < l.size(); ++i) n += l[i] == '|' && (i == 0 || l[i - 1] != '\\');
+        return n;
+    };
+    EXPECT_EQ(cells(line), cells(md.substr(0, md.find('\n')))) << md;
 }
 
 // A package's files lie at its top: a folder inside it (a run someone put there, found by review:

@@ -326,6 +326,22 @@ def main():
             check(len(rows) == 6, rows)
             sizes = {r["label"]: r["size_bytes"] for r in rows}
             check(sizes.get("int8", 1 << 40) * 3 < sizes.get("fp32", 0), sizes)
+        # Found by review: Ctrl-C killed `compress report` on the spot (SIGINT's default action: no
+        # message, exit -2). It stops within a timed pass, exits 130 naming the accuracies measured,
+        # prints no partial table and writes no --markdown.
+        md = os.path.join(tmp, "interrupted.md")
+        code, lines, secs = interrupted(["compress", "report", "--model", f"fp32={fp32}", "--model", f"int8={int8}",
+                                         "--runs", "10000000", "--markdown", md, *LIMITS], "timing ", "report (timing)")
+        check(code == 130 and len(lines) == 1 and lines[0].startswith(
+            "strato compress report: error: interrupted by signal 2 while") and "fp32 " in lines[0]
+              and "int8 " in lines[0], f"report interrupted while timing: exit {code}: {lines}")
+        check(secs < 60 and not os.path.exists(md), f"report: {secs:.0f}s to stop; {md} written: {os.path.exists(md)}")
+        # A label with '|' stays one cell of the Markdown table (found by review: 12 cells under 11 headers).
+        p = run("compress", "report", "--model", f"a|b={int8}", "--runs", "5", "--markdown", md, *LIMITS)
+        if p.returncode == 0:
+            row = [l for l in open(md).read().splitlines() if l.startswith("| a")]
+            check(len(row) == 1 and row[0].startswith("| a\\|b |") and
+                  len(re.findall(r"(?<!\\)\|", row[0])) == 12, f"markdown row: {row}")
 
     finish("compress e2e")
 

@@ -1,15 +1,18 @@
 #include "strato/compress/report.h"
 
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <set>
 
 #include "strato/core/check.h"
 #include "strato/core/log.h"
+#include "strato/core/signals.h"
 #include "strato/models/package.h"
 #include "strato/models/torch_compat.h"
 #include "strato/train/trainer.h"
@@ -48,15 +51,16 @@ public:
         one_ = input(1);
         batch_ = input(batch);
     }
-    /// `n` batch-1 passes (latencies in ms) and `m` batch passes (images/s); untimed when `keep` is false.
+    /// `n` batch-1 passes (latencies in ms) and `m` batch passes (images/s); untimed when `keep` is
+    /// false. Stops early (some passes not run) once a stop signal arrived.
     void run(int64_t n, int64_t m, bool keep) {
         c10::InferenceMode inference;
         compat::AutocastGuard autocast(c10::DeviceType::CPU, at::kBFloat16, run_.bf16_autocast);
-        for (int64_t i = 0; i < n; ++i) {
+        for (int64_t i = 0; i < n && !signals::stop_requested(); ++i) {
             const double s = seconds(one_);
             if (keep) ms_.push_back(1e3 * s);
         }
-        for (int64_t i = 0; i < m; ++i) {
+        for (int64_t i = 0; i < m && !signals::stop_requested(); ++i) {
             const double s = seconds(batch_);
             if (keep) rates_.push_back(static_cast<double>(batch_.size(0)) / std::max(1e-12, s));
         }
@@ -81,14 +85,19 @@ private:
 int64_t share(int64_t total, int64_t rounds, int64_t r) { return total / rounds + (r < total % rounds ? 1 : 0); }
 
 /// Times every row, interleaved round by round, and fills their latency and throughput.
-/// Returns the number of rounds.
-int64_t time_rows(std::vector<ForwardTimer>& timers, std::vector<VariantReport>& rows, const CompareOptions& o) {
+/// Returns the number of rounds, or kCancelled (`interrupted` says what was measured) after a stop signal.
+Result<int64_t> time_rows(std::vector<ForwardTimer>& timers, std::vector<VariantReport>& rows,
+                          const CompareOptions& o, const std::function<Status(const std::string&)>& interrupted) {
     for (auto& t : timers) t.run(o.warmup_runs, std::max<int64_t>(2, o.warmup_runs / 10), /*keep=*/false);
+    STRATO_RETURN_IF_ERROR(interrupted("while warming up for the timing"));
     const int64_t rounds = std::max<int64_t>(1, std::min(o.rounds, std::min(o.latency_runs, o.throughput_runs)));
     log::info("timing {} row{} in {} interleaved round{}", rows.size(), rows.size() == 1 ? "" : "s", rounds,
               rounds == 1 ? "" : "s");
     for (int64_t r = 0; r < rounds; ++r) {
         for (auto& t : timers) t.run(share(o.latency_runs, rounds, r), share(o.throughput_runs, rounds, r), true);
+        // A partial timing would print medians of fewer passes than the table says (and rows timed
+        // unequally): none is reported.
+        STRATO_RETURN_IF_ERROR(interrupted(fmt::format("while timing (round {} of {})", r + 1, rounds)));
     }
     for (size_t i = 0; i < timers.size(); ++i) {
         std::tie(rows[i].latency_ms_p50, rows[i].latency_ms_p90) = median_p90(timers[i].latencies_ms());
@@ -122,8 +131,10 @@ Result<VariantReport> measure(const Variant& v, const CompareOptions& o, std::ve
     if (pkg.info.metrics.is_object() && pkg.info.metrics.contains("compression"))
         r.compression = pkg.info.metrics["compression"];
 
-    // Accuracy exactly as `strato eval` computes it.
-    STRATO_ASSIGN_OR_RETURN(train::PackageEval ev, train::evaluate_package(v.dir, o.data, v.bf16, !v.eager));
+    // Accuracy exactly as `strato eval` computes it (a stop signal ends it between batches).
+    STRATO_ASSIGN_OR_RETURN(train::PackageEval ev, train::evaluate_package(v.dir, o.data, v.bf16, !v.eager, [] {
+                                return signals::stop_requested();
+                            }));
     r.accuracy = ev.result.accuracy;
     r.loss = ev.result.loss;
     r.samples = ev.result.count;
@@ -227,15 +238,30 @@ Result<CompareReport> compare(const std::vector<Variant>& variants, const Compar
     out.latency_runs = opts.latency_runs;
     out.throughput_runs = opts.throughput_runs;
     out.throughput_batch = opts.throughput_batch;
+    // Ctrl-C (SIGINT) or SIGTERM, once signals::install_stop_handlers() ran: kCancelled, naming
+    // where it stopped and the accuracies measured so far (no table: the timing is incomplete).
+    auto interrupted = [&](const std::string& where) -> Status {
+        if (!signals::stop_requested()) return Status::ok();
+        std::vector<std::string> done;
+        for (const auto& r : out.rows)
+            done.push_back(fmt::format("{} {:.2f}% ({} samples)", r.variant.label, 100 * r.accuracy, r.samples));
+        return signals::stopped(fmt::format(
+            "{}; no table printed, nothing written; accuracy measured so far: {}", where,
+            done.empty() ? std::string("none") : fmt::format("{}", fmt::join(done, ", "))));
+    };
     try {
         std::vector<ForwardTimer> timers;
-        for (const auto& v : variants) {
+        for (size_t i = 0; i < variants.size(); ++i) {
+            const auto& v = variants[i];
             log::info("measuring {} ({}{}{})", v.label, v.dir, v.bf16 ? ", bf16" : "", v.eager ? ", eager" : "");
+            const std::string where = fmt::format("while measuring row {} of {} ({})", i + 1, variants.size(), v.label);
+            STRATO_RETURN_IF_ERROR(interrupted(where));
             auto r = measure(v, opts, timers);
+            STRATO_RETURN_IF_ERROR(interrupted(where));
             if (!r) return r.status().with_context(fmt::format("{} ({})", v.label, v.dir));
             out.rows.push_back(std::move(r).value());
         }
-        out.rounds = time_rows(timers, out.rows, opts);
+        STRATO_ASSIGN_OR_RETURN(out.rounds, time_rows(timers, out.rows, opts, interrupted));
     } catch (const c10::Error& e) {
         return internal_error("libtorch: {}", models::torch_error_message(e));
     }
@@ -304,6 +330,20 @@ std::string format_table(const CompareReport& rep) {
     return out;
 }
 
+namespace {
+/// A label as one Markdown table cell: a '|' would open another column (found by review: the row
+/// `a|b` had 12 cells under an 11-column header), a line break would end the row.
+std::string markdown_cell(const std::string& text) {
+    std::string out;
+    for (char c : text) {
+        if (c == '|') out += "\\|";
+        else if (c == '\n' || c == '\r') out += ' ';
+        else out += c;
+    }
+    return out;
+}
+}  // namespace
+
 std::string format_markdown(const CompareReport& rep) {
     std::string out = fmt::format(
         "| model | precision | accuracy | Δ accuracy | size | smaller | parameters (non-zero) | latency p50 / p90, "
@@ -319,7 +359,7 @@ std::string format_markdown(const CompareReport& rep) {
         out += fmt::format(
             "| {} | {} | {:.2f} % | {} | {:.2f} MB | {:.2f}× | {} | {:.3f} / {:.3f} ms | {:.2f}× | {}/s | "
             "{:.2f}× |\n",
-            r.variant.label, precision(r), 100 * r.accuracy, i == 0 ? "—" : fmt::format("{} pt", delta(rep, i)),
+            markdown_cell(r.variant.label), precision(r), 100 * r.accuracy, i == 0 ? "—" : fmt::format("{} pt", delta(rep, i)),
             megabytes(r.size_bytes), r.size_ratio, params, r.latency_ms_p50, r.latency_ms_p90, r.latency_speedup,
             thousands(std::llround(r.throughput)), r.throughput_speedup);
     }

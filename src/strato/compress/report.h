@@ -84,6 +84,9 @@ struct CompareReport {
 
 /// Measures every variant, in order (the first is the baseline of the ratios). A variant that
 /// cannot be loaded or evaluated is an error naming its label and directory.
+/// After signals::install_stop_handlers(), a SIGINT/SIGTERM stops it between evaluation batches
+/// or timed passes with kCancelled ("interrupted by signal N while ...; accuracy measured so far:
+/// ..."): a partial timing is never returned.
 Result<CompareReport> compare(const std::vector<Variant>& variants, const CompareOptions& opts);
 
 /// Sum of the sizes of the regular files at the top of `dir` (a package is flat: what sits in a
