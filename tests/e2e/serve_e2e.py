@@ -1599,6 +1599,10 @@ def repository_explicit_mode(ctx):
         s.case("unload -> 200, model not ready, index UNAVAILABLE/unloaded", unload)
         s.case("infer after unload -> 400/404 unknown model (not 503)", lambda: expect_error(
             infer(MODEL, ctx.images[:1]), (400, 404), [("unknown", "not found", "no available")], "infer after unload"))
+        # Triton keeps an unloaded model in its map: 404 "has no available versions", never the
+        # 400 "is not found" of a name it never had (strato answered either, by timing).
+        s.case("infer after unload -> 404 has no available versions", lambda: expect_error(
+            infer(MODEL, ctx.images[:1]), 404, ["has no available versions"], "infer after unload"))
         s.case("metadata after unload -> 400/404 (not 503)", lambda: expect_error(
             request(p, "GET", f"/v2/models/{MODEL}"), (400, 404), [], "metadata after unload"))
         s.case("stats after unload -> 400/404 (not 503)", lambda: expect_error(
@@ -2020,6 +2024,20 @@ def reload_under_load(ctx):
         os.replace(tmpc, os.path.join(mdir, "config.pbtxt"))
         wait_for(lambda: request(srv.port, "GET", f"/v2/models/{MODEL}/config").json().get("max_batch_size") == 32,
                  "config.pbtxt change applied")
+        # A broken edit: version 2 keeps serving, READY in the index, and the reason is about the
+        # failed reload (it read as if the READY version had failed).
+        with open(tmpc, "w") as f:
+            f.write("max_batch_size: eight\n")
+        os.replace(tmpc, os.path.join(mdir, "config.pbtxt"))
+
+        def index_entry():
+            idx = [e for e in request(srv.port, "POST", "/v2/repository/index").json() if e["name"] == MODEL]
+            return idx[0] if len(idx) == 1 else {}
+        wait_for(lambda: index_entry().get("reason"), "broken config.pbtxt noticed")
+        e = index_entry()
+        check(e.get("state") == "READY" and e.get("version") == "2", f"index after a broken config.pbtxt: {e}")
+        check(e.get("reason", "").startswith("serving; the last reload failed: ") and "max_batch_size" in e["reason"],
+              f"index reason after a failed reload: {e}")
         time.sleep(1.0)
         stop.set()
         for t in threads:

@@ -4,7 +4,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <condition_variable>
+#include <mutex>
 #include <stdexcept>
+#include <thread>
 #include <sstream>
 
 #include "strato/core/log.h"
@@ -242,9 +245,14 @@ TEST_F(RepositoryTest, PollPicksUpNewVersionsAndKeepsServingWhenAReloadFails) {
     repo.poll_once();
     ASSERT_TRUE(repo.get("m", "").is_ok());  // the old version keeps serving
     EXPECT_EQ((*repo.get("m", ""))->version, 2);
-    // ... and the index says why the reload failed (it said nothing).
+    // ... and the index says why the reload failed (it said nothing), in words about the reload:
+    // the version is READY and serving (as in tritonserver), not failed (found by review).
     for (const auto& e : repo.index(false))
-        if (e.name == "m") EXPECT_NE(e.reason.find("max_batch_size"), std::string::npos) << e.reason;
+        if (e.name == "m") {
+            EXPECT_EQ(e.state, "READY");
+            EXPECT_EQ(e.reason.rfind("serving; the last reload failed: ", 0), 0u) << e.reason;
+            EXPECT_NE(e.reason.find("max_batch_size"), std::string::npos) << e.reason;
+        }
     // A repository that cannot be listed (moved away, an NFS error) is no empty one: nothing is
     // unloaded (everything was, the server still ready with no model).
     fs::rename(root, root.string() + ".moved");
@@ -264,6 +272,38 @@ TEST_F(RepositoryTest, PollPicksUpNewVersionsAndKeepsServingWhenAReloadFails) {
     repo.poll_once();
     EXPECT_TRUE(repo.ready());
     for (const auto& e : repo.index(false)) EXPECT_NE(e.name, "bad");
+}
+
+// `ln -sfn <release> m/1`, the atomic deploy, went unnoticed when the new release's files had
+// the old one's times and sizes (copies with normalised mtimes): the poll saw nothing change.
+TEST_F(RepositoryTest, PollReloadsAVersionWhoseSymlinkPointsElsewhere) {
+    for (const char* rel : {"a", "b"}) {
+        fs::create_directories(root / "releases" / rel);
+        std::ofstream(root / "releases" / rel / "model.fake") << (rel[0] == 'a' ? "1" : "2");
+    }
+    const auto t = fs::last_write_time(root / "releases" / "a" / "model.fake");
+    for (const char* rel : {"a", "b"}) {
+        fs::last_write_time(root / "releases" / rel / "model.fake", t);
+        fs::last_write_time(root / "releases" / rel, t);
+    }
+    fs::create_directories(root / "repo" / "m");
+    fs::create_directory_symlink(root / "releases" / "a", root / "repo" / "m" / "1");
+    auto opt = options(ControlMode::kPoll);
+    opt.paths = {(root / "repo").string()};
+    Repository repo(opt, &registry);
+    ASSERT_TRUE(repo.start().is_ok());
+    auto value = [&] {
+        auto mv = repo.get("m", "");
+        if (!mv) return -1.0f;
+        std::vector<Tensor> out;
+        EXPECT_TRUE((*mv)->instances[0]->execute({Tensor{"x", DataType::kFp32, {1, 1}, std::string(4, '\0')}}, &out).is_ok());
+        return reinterpret_cast<const float*>(out.at(0).data.data())[0];
+    };
+    EXPECT_EQ(value(), 1.0f);
+    fs::create_directory_symlink(root / "releases" / "b", root / "repo" / "m" / "1.new");
+    fs::rename(root / "repo" / "m" / "1.new", root / "repo" / "m" / "1");
+    repo.poll_once();
+    EXPECT_EQ(value(), 2.0f);
 }
 
 // Records every batch it runs (input x as floats); fails on a batch whose first value is 13.
@@ -392,6 +432,58 @@ TEST_F(RepositoryTest, ExplicitModeLoadsAndUnloadsOnRequest) {
     nlohmann::json cfg = {{"max_batch_size", 2}};
     ASSERT_TRUE(repo.load("b", cfg).is_ok());
     EXPECT_EQ((*repo.get("b", ""))->config.max_batch_size, 2);
+}
+
+// During a model's first load, after its unload and after a failed load, a request without a
+// version got 400 "is not found" or 404 "has no available versions" depending on timing;
+// tritonserver answers 404 "has no available versions" in all three (found by review).
+TEST_F(RepositoryTest, AKnownModelWithoutAReadyVersionIsA404InEveryState) {
+    static std::mutex mu;
+    static std::condition_variable cv;
+    static bool release = false;
+    static bool entered = false;
+    register_backend({"gate", {"gate_platform"}, "model.gate",
+                      [](ModelConfig* c, const std::string&) {
+                          if (c->inputs.empty()) c->inputs.push_back({"x", DataType::kFp32, {1}, false, ""});
+                          if (c->outputs.empty()) c->outputs.push_back({"y", DataType::kFp32, {1}, false, ""});
+                          return Status::ok();
+                      },
+                      [](const ModelConfig&, const std::string&, Device) -> Result<std::shared_ptr<Model>> {
+                          std::unique_lock lock(mu);
+                          entered = true;
+                          cv.notify_all();
+                          cv.wait(lock, [] { return release; });
+                          return std::shared_ptr<Model>(std::make_shared<Echo>(1));
+                      }});
+    fs::create_directories(root / "g" / "1");
+    std::ofstream(root / "g" / "1" / "model.gate") << "";
+    version("bad", 1, "not-a-number");
+    Repository repo(options(ControlMode::kExplicit), &registry);
+    ASSERT_TRUE(repo.start().is_ok());
+    EXPECT_EQ(repo.get("g", "").status().code(), StatusCode::kInvalidArgument);  // never loaded: unknown
+    std::thread loader([&] { EXPECT_TRUE(repo.load("g").is_ok()); });
+    {
+        std::unique_lock lock(mu);
+        cv.wait(lock, [] { return entered; });
+    }
+    auto loading = repo.get("g", "");
+    EXPECT_EQ(loading.status().code(), StatusCode::kNotFound) << loading.status().message();
+    EXPECT_NE(loading.status().message().find("'g' has no available versions (loading)"), std::string::npos)
+        << loading.status().message();
+    {
+        std::lock_guard lock(mu);
+        release = true;
+    }
+    cv.notify_all();
+    loader.join();
+    EXPECT_TRUE(repo.get("g", "").is_ok());
+    ASSERT_TRUE(repo.unload("g").is_ok());
+    auto unloaded = repo.get("g", "");
+    EXPECT_EQ(unloaded.status().code(), StatusCode::kNotFound);
+    EXPECT_NE(unloaded.status().message().find("'g' has no available versions (unloaded)"), std::string::npos)
+        << unloaded.status().message();
+    EXPECT_FALSE(repo.load("bad").is_ok());
+    EXPECT_EQ(repo.get("bad", "").status().code(), StatusCode::kNotFound);
 }
 
 // tritonserver --load-model with a typo came up ready without the model (found by review).

@@ -240,6 +240,9 @@ std::string Repository::fingerprint(const Entry& e) const {
         auto t = fs::last_write_time(p, ec);
         auto sz = fs::is_regular_file(p, ec) ? fs::file_size(p, ec) : 0;
         fp += fmt::format("{}:{}:{};", p.string(), t.time_since_epoch().count(), sz);
+        // A link's target too: `ln -sfn releases/v7 <model>/1` is the atomic way to deploy, and the
+        // new target's files may carry the old one's times and sizes (copies with normalised mtimes).
+        if (fs::is_symlink(p, ec)) fp += fmt::format("->{};", fs::read_symlink(p, ec).string());
     };
     fs::path dir(e.dir);
     if (!fs::is_directory(dir, ec)) return "";
@@ -659,12 +662,18 @@ void Repository::stop() {
 Result<std::shared_ptr<ModelVersion>> Repository::get(const std::string& name, const std::string& version) const {
     std::lock_guard lock(mu_);
     auto it = entries_.find(name);
-    if (it == entries_.end() || (it->second.versions.empty() && it->second.state != ModelState::kUnavailable))
+    // (kUnknown without versions: a --model package named before its first load began)
+    if (it == entries_.end() || (it->second.versions.empty() && it->second.state == ModelState::kUnknown))
         return invalid_argument("Request for unknown model: '{}' is not found", name);
     const Entry& e = it->second;
-    if (e.versions.empty())
+    // A model the server knows without a ready version (its first load running, unloaded, or
+    // failed): 404 "has no available versions" in every one of those states, as tritonserver
+    // answers (its model stays in its map from the first load on). Which state is said after.
+    if (e.versions.empty()) {
+        std::string why = e.state == ModelState::kLoading ? "loading" : e.reason;
         return Status{StatusCode::kNotFound, fmt::format("Request for unknown model: '{}' has no available versions{}", name,
-                                                      e.reason.empty() ? "" : " (" + e.reason + ")")};
+                                                      why.empty() ? "" : " (" + why + ")")};
+    }
     if (version.empty()) return e.versions.rbegin()->second;
     int64_t v = 0;
     auto [p, ec] = std::from_chars(version.data(), version.data() + version.size(), v);
@@ -701,8 +710,10 @@ std::vector<IndexEntry> Repository::index(bool ready_only) const {
         for (const auto& [n, e] : entries_) {
             seen.insert(n);
             if (!e.versions.empty()) {
-                // A reload that failed leaves the versions serving; its reason is shown with them.
-                for (const auto& [v, mv] : e.versions) out.push_back({n, std::to_string(v), "READY", e.reason});
+                // A reload that failed leaves the versions serving: they are READY (as in
+                // tritonserver), and the reason says it is about the reload, not about them.
+                const std::string why = e.reason.empty() ? "" : "serving; the last reload failed: " + e.reason;
+                for (const auto& [v, mv] : e.versions) out.push_back({n, std::to_string(v), "READY", why});
             } else if (!ready_only) {
                 out.push_back({n, "", model_state_name(e.state), e.reason});
             }
