@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "strato/core/fs.h"
 #include "strato/core/json.h"
 #include "strato/core/signals.h"
 #include "strato/export/onnx_export.h"
@@ -28,7 +29,9 @@ void add_export_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         ->check(file_path_flag());  // an empty value (an unset variable in a script) is a usage error
     cmd->add_option("--format", o->format, "Output format (onnx)")->capture_default_str()->check(CLI::IsMember({"onnx"}));
     cmd->add_option("--output", o->output,
-                    "Output file (default: <model>/model.onnx, recorded in the package manifest)");
+                    "Output file (default: <model>/model.onnx, recorded in the package manifest; - for stdout, "
+                    "the summary then on stderr)")
+        ->check(file_path_flag());  // (an empty one fell back to the default without a word)
     cmd->add_option("--opset", o->opset,
                     fmt::format("ONNX opset ({}..{})", exporter::kOnnxOpsetMin, exporter::kOnnxOpsetMax))
         ->capture_default_str()
@@ -45,6 +48,9 @@ void add_export_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         signals::install_stop_handlers();
         auto r = exporter::export_package_onnx(o->model, {.output = o->output, .opset = o->opset});
         if (!r) return void(*exit_code = report_error("export", r.status()));
+        // The ONNX bytes went to standard output (`--output -`): what the command says goes to
+        // stderr, or it would be appended to the model (found by review).
+        std::FILE* say = fs::is_stdout(o->output) ? stderr : stdout;
         if (o->json) {
             nlohmann::json j = {
                 {"model", o->model},
@@ -59,9 +65,9 @@ void add_export_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
                 {"inputs", {{{"name", r->input_name}, {"datatype", "FP32"}, {"shape", r->input_shape}}}},
                 {"outputs", {{{"name", r->output_name}, {"datatype", "FP32"}, {"shape", r->output_shape}}}},
                 {"in_manifest", r->in_manifest}};
-            fmt::print("{}\n", json_text(j, 2));
+            fmt::print(say, "{}\n", json_text(j, 2));
         } else if (!g.quiet) {
-            fmt::print("{} -> {} ({} bytes, opset {}, {} nodes; {} {} -> {} {}){}\n", r->arch, r->path, r->bytes,
+            fmt::print(say, "{} -> {} ({} bytes, opset {}, {} nodes; {} {} -> {} {}){}\n", r->arch, r->path, r->bytes,
                        r->opset, r->nodes, r->input_name, fmt::join(r->input_shape, "x"), r->output_name,
                        fmt::join(r->output_shape, "x"), r->in_manifest ? ", listed in the package manifest" : "");
         }

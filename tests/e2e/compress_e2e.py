@@ -269,6 +269,7 @@ def main():
                      ["compress", "report", "--model", f"a={fp32}", "--dataset", "foo"],
                      ["compress", "quantize", "--model", "", "--no-eval"],
                      ["export", "--model", ""],  # (found by review: exit 1, "model package  does not exist")
+                     ["export", "--model", fp32, "--output", ""],  # (found by review: the default path, silently)
                      ["compress", "prune", "--model", ""],
                      ["compress", "distill", "--teacher", "", "--config", "c.toml"],
                      # (found by review: an empty --config was "config file  cannot be read", exit 1)

@@ -63,18 +63,52 @@ def serve_logits(pkg, name, images):
         p.wait(timeout=30)
 
 
+def finish_or_skip():
+    """ONNX Runtime is missing: the checks above it still count (exit 1), else a skip (77)."""
+    from harness import failures
+    if failures:
+        finish("export")
+    sys.exit(77)
+
+
+def check_stdout_output(tmp):
+    """`--output -` / `--output /dev/stdout` (no ONNX Runtime needed): the file's bytes only go to
+    standard output -- the summary and --json go to stderr -- and nothing is listed in the package,
+    even when run from inside it. (Found by review: the summary line was appended to the model,
+    a file "-" was listed in the manifest and the package no longer loaded, and /dev/stdout on a
+    pipe hung reading back its own output.)"""
+    run_dir = train_tiny(os.path.join(tmp, "runs"), "stdout", "data.limit_train=300", "model.arch=mlp",
+                         "model.depth=2")
+    pkg = os.path.join(run_dir, "model")
+    run("export", "--model", pkg)
+    with open(os.path.join(pkg, "model.onnx"), "rb") as f:
+        want = f.read()
+    for out, extra in (("-", []), ("-", ["--json"]), ("/dev/stdout", [])):
+        p = subprocess.run([STRATO, "export", "--model", ".", "--output", out, *extra], cwd=pkg,
+                           capture_output=True, timeout=60)
+        check(p.returncode == 0, f"export --output {out} {extra}: exit {p.returncode}: {p.stderr[-800:]!r}")
+        check(p.stdout == want, f"export --output {out} {extra}: standard output holds {len(p.stdout)} bytes, "
+              f"expected exactly the {len(want)} bytes of the ONNX file")
+        check(b"bytes" in p.stderr, f"export --output {out} {extra}: no summary on stderr: {p.stderr[-400:]!r}")
+    with open(os.path.join(pkg, "strato-model.json")) as f:
+        files = json.load(f)["files"]
+    check("-" not in files and "stdout" not in files, f"--output - listed a file in the manifest: {sorted(files)}")
+    run("export", "--model", pkg, "--output", os.path.join(tmp, "again.onnx"))  # the package still loads
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="strato-ort-")
     try:
+        check_stdout_output(tmp)
         npm = shutil.which("npm")
         if not npm:
             print("skip: npm not installed")
-            sys.exit(77)
+            finish_or_skip()
         r = subprocess.run([npm, "install", "--ignore-scripts", "--no-audit", "--no-fund", "--prefix", tmp,
                             "onnxruntime-node"], capture_output=True, text=True, timeout=600)
         if r.returncode != 0:
             print(f"skip: npm could not install onnxruntime-node (no network?):\n{r.stderr[-800:]}")
-            sys.exit(77)
+            finish_or_skip()
         js = os.path.join(tmp, "run.js")
         with open(js, "w") as f:
             f.write(JS)

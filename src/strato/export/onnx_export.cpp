@@ -477,28 +477,37 @@ Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxE
     if (!manifest.is_object())
         return data_loss("{}: expected a JSON object, got {}", manifest_path.string(), manifest.type_name());
 
+    // "-" (or /dev/stdout): the bytes go to standard output as a stream -- no file, no folder to
+    // check, never listed in the manifest (found by review: `--output -` run inside the package
+    // listed a file "-" there, and the package no longer loaded; /dev/stdout on a pipe was
+    // followed to "pipe:[N]" and failed).
+    const bool to_stdout = fs::is_stdout(options.output);
     // Written where a link points, as `>` would; the link stays.
-    auto followed = fs::follow_links(options.output.empty() ? stdfs::path(dir) / kOnnxFile : stdfs::path(options.output));
-    if (!followed) return invalid_argument("--output {}", followed.status().message());
-    const stdfs::path out = *followed;
+    stdfs::path out = options.output;
+    if (!to_stdout) {
+        auto followed =
+            fs::follow_links(options.output.empty() ? stdfs::path(dir) / kOnnxFile : stdfs::path(options.output));
+        if (!followed) return invalid_argument("--output {}", followed.status().message());
+        out = *followed;
+    }
     const stdfs::path out_dir = out.parent_path().empty() ? stdfs::path(".") : out.parent_path();
-    if (!stdfs::is_directory(out_dir, ec)) {
+    if (!to_stdout && !stdfs::is_directory(out_dir, ec)) {
         return not_found("cannot write {}: directory {} does not exist", out.string(), out_dir.string());
     }
     // A folder that takes no new files (a read-only mount) is found before the package is loaded
     // and the graph built, not by the temp file's name at the end.
-    STRATO_RETURN_IF_ERROR(fs::check_writable_dir(out_dir).with_context(out.string()));
-    const bool in_package = stdfs::equivalent(out_dir, stdfs::path(dir), ec);
+    if (!to_stdout) STRATO_RETURN_IF_ERROR(fs::check_writable_dir(out_dir).with_context(out.string()));
+    const bool in_package = !to_stdout && stdfs::equivalent(out_dir, stdfs::path(dir), ec);
     // Another package's folder: its manifest lists its files with checksums, and a file written
     // over one of them (its own model.onnx) broke that package without a word.
-    if (!in_package && stdfs::exists(out_dir / models::kPackageManifest, ec))
+    if (!to_stdout && !in_package && stdfs::exists(out_dir / models::kPackageManifest, ec))
         return invalid_argument("--output {}: {} is another model package; not writing into it (export that package "
                                 "with --model {}, or choose a place outside packages)",
                                 out.string(), out_dir.string(), out_dir.string());
     const std::string name = out.filename().string();
     json& files = manifest["files"];
     const bool listed = in_package && files.is_object() && files.contains(name);
-    if (!listed) STRATO_RETURN_IF_ERROR(check_onnx_destination(out));  // (a listed copy is checked below)
+    if (!listed && !to_stdout) STRATO_RETURN_IF_ERROR(check_onnx_destination(out));  // (a listed copy is checked below)
     if (in_package && (name == models::kPackageManifest || (listed && out.extension() != ".onnx"))) {
         return invalid_argument("--output {} would replace the package's own {}; choose another name", out.string(),
                                 name);
@@ -560,14 +569,19 @@ Result<OnnxExportResult> export_package_onnx(const std::string& dir, const OnnxE
         manifest_changed = true;
         STRATO_RETURN_IF_ERROR(fs::atomic_write(manifest_path, json_text(manifest, 2) + "\n"));
     }
-    fs::remove_stale_temps(out);  // an export killed mid-write left its partial copy
+    if (!to_stdout) fs::remove_stale_temps(out);  // an export killed mid-write left its partial copy
     // The last safe point: a signal during the write (atomic) lets it and the manifest finish.
     STRATO_RETURN_IF_ERROR(check_stop("before writing the file", out));
     {
         const Status written = fs::atomic_write(out, onnx_model.bytes);
         // In place although the write says otherwise (the directory's fsync after the rename
         // failed): the old file is gone, so the old manifest must not come back.
-        if (auto have = fs::sha256_file(out); have && *have == fs::sha256_hex(onnx_model.bytes)) succeeded = true;
+        // (Standard output is never read back: on a pipe that would read the command's own output.)
+        if (to_stdout) {
+            succeeded = written.is_ok();
+        } else if (auto have = fs::sha256_file(out); have && *have == fs::sha256_hex(onnx_model.bytes)) {
+            succeeded = true;
+        }
         STRATO_RETURN_IF_ERROR(written);
     }
 

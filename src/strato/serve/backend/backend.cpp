@@ -22,6 +22,18 @@ std::function<int()>& gpu_probe() {
 
 }  // namespace
 
+Status check_output_shape(const ModelConfig& config, const TensorSpec& spec, const std::vector<int64_t>& got,
+                          int64_t rows) {
+    std::vector<int64_t> want = config.full_shape(spec);
+    if (rows >= 0 && !want.empty()) want[0] = rows;
+    bool fits = got.size() == want.size();
+    for (size_t d = 0; fits && d < want.size(); ++d) fits = want[d] < 0 || got[d] == want[d];
+    if (fits) return Status::ok();
+    return internal_error("unexpected shape for output '{}': the model returned {}, the config says {}{}", spec.name,
+                          shape_string(got), shape_string(config.full_shape(spec)),
+                          rows >= 0 ? fmt::format(" for a batch of {}", rows) : "");
+}
+
 std::string Device::name() const { return is_gpu() ? fmt::format("cuda:{}", gpu) : "cpu"; }
 
 void register_backend(Backend backend) {

@@ -77,4 +77,11 @@ int visible_gpus();
 /// /config shows where the instances are. Errors name the group and what was expected.
 Result<std::vector<Device>> place_instances(ModelConfig* c, bool backend_gpu, int gpus_visible);
 
+/// Whether an output a backend's model returned (`got`) fits its config's shape for a batch of
+/// `rows` (-1: the model does not batch); -1 dims of the config take any size. The error is
+/// Triton's PyTorch backend's "unexpected shape for output": a reply of another shape than the
+/// config says (dims [5] for a graph of 10 logits) is no answer to send.
+Status check_output_shape(const ModelConfig& config, const TensorSpec& spec, const std::vector<int64_t>& got,
+                          int64_t rows);
+
 }  // namespace strato::serve

@@ -37,6 +37,9 @@ private:
                 cv::Mat blob(static_cast<int>(dims.size()), dims.data(), CV_32F, const_cast<char*>(t.data.data()));
                 net.setInput(blob, t.name);
             }
+            int64_t rows = -1;  // the batch (from the inputs) that every output must have
+            if (config_.max_batch_size > 0 && !inputs.empty() && !inputs.front().shape.empty())
+                rows = inputs.front().shape[0];
             std::vector<cv::Mat> outs;
             net.forward(outs, out_names_);
             for (size_t i = 0; i < config_.outputs.size(); ++i) {
@@ -46,6 +49,9 @@ private:
                 o.name = config_.outputs[i].name;
                 o.dtype = DataType::kFp32;
                 for (int d = 0; d < m.dims; ++d) o.shape.push_back(m.size[d]);
+                // As the TorchScript backend: an output the config contradicts (dims [5] for a
+                // graph returning 10 logits) is an error, not a reply with another shape (found by review).
+                STRATO_RETURN_IF_ERROR(check_output_shape(config_, config_.outputs[i], o.shape, rows));
                 o.data.assign(reinterpret_cast<const char*>(m.data), m.total() * m.elemSize());
                 outputs->push_back(std::move(o));
             }

@@ -404,14 +404,8 @@ public:
                 return internal_error("configuration expects datatype {} for output '{}', model provides {}",
                                       datatype_config_name(spec.dtype), spec.name,
                                       got ? std::string(datatype_config_name(*got)) : std::string(c10::toString(x.scalar_type())));
-            std::vector<int64_t> want = config_.full_shape(spec);
-            if (rows >= 0) want[0] = rows;
-            bool fits = static_cast<size_t>(x.dim()) == want.size();
-            for (size_t d = 0; fits && d < want.size(); ++d) fits = want[d] < 0 || x.size(static_cast<int64_t>(d)) == want[d];
-            if (!fits)
-                return internal_error("unexpected shape for output '{}': the model returned {}, the config says {}{}", spec.name,
-                                      shape_string(std::vector<int64_t>(x.sizes().begin(), x.sizes().end())),
-                                      shape_string(config_.full_shape(spec)), rows >= 0 ? fmt::format(" for a batch of {}", rows) : "");
+            STRATO_RETURN_IF_ERROR(
+                check_output_shape(config_, spec, std::vector<int64_t>(x.sizes().begin(), x.sizes().end()), rows));
             STRATO_ASSIGN_OR_RETURN(Tensor o, from_tensor(x, spec));
             outputs->push_back(std::move(o));
         }
