@@ -87,6 +87,16 @@ std::string evaluation_split(const DataConfig& cfg) {
     return std::filesystem::is_directory(std::filesystem::path(cfg.path) / "val", ec) ? "val" : "test";
 }
 
+/// The error of a dataset root with train/ and no split to evaluate on (found by review: it was
+/// "ROOT/test does not exist", not that val/ would do too).
+Status no_evaluation_split(const std::string& path) {
+    std::string root = std::filesystem::path(path).lexically_normal().string();
+    if (root.size() > 1 && root.back() == '/') root.pop_back();
+    return not_found("data.path: {} has a train/ folder but no test/ or val/ folder to evaluate on (expected "
+                     "{}/train/<class>/*.jpg and {}/test/<class>/*.jpg, or val/ for test/ as ImageNet has it)",
+                     root, root, root);
+}
+
 /// The shard store of one split: a directory, or an http(s) URL with a local cache.
 Result<std::shared_ptr<ShardStore>> split_store(const DataConfig& cfg, const std::string& split) {
     const bool remote = is_remote_url(cfg.path);
@@ -195,6 +205,7 @@ Result<DataSplits> open_datasets(const DataConfig& cfg) {
         if (cfg.channels != 1 && cfg.channels != 3) return invalid_argument("data.channels: expected 1 or 3, got {}", cfg.channels);
         auto root = stdfs::path(cfg.path);
         STRATO_ASSIGN_OR_RETURN(auto train_src, ImageFolderSource::open((root / "train").string()));
+        if (!stdfs::is_directory(root / evaluation_split(cfg), ec)) return no_evaluation_split(cfg.path);
         STRATO_ASSIGN_OR_RETURN(auto test_src,
                                 ImageFolderSource::open((root / evaluation_split(cfg)).string(), train_src->class_names()));
         for (const auto& src : {train_src, test_src})
@@ -282,8 +293,7 @@ Result<std::shared_ptr<Dataset>> open_evaluation_split(const DataConfig& cfg, co
         if (!stdfs::is_directory(root, ec)) return no_dataset_dir(cfg.path);
         stdfs::path dir = root / evaluation_split(cfg);
         if (!stdfs::is_directory(dir, ec)) {
-            if (stdfs::is_directory(root / "train", ec))
-                return not_found("data.path: {} has a train/ folder but no test/ or val/ folder to evaluate on", cfg.path);
+            if (stdfs::is_directory(root / "train", ec)) return no_evaluation_split(cfg.path);
             dir = root;  // the class folders themselves
         }
         STRATO_ASSIGN_OR_RETURN(auto folder, ImageFolderSource::open(dir.string(), class_names));

@@ -79,18 +79,7 @@ bool parse_index(const std::string& text, const std::string& root, int64_t root_
 Result<std::shared_ptr<ImageFolderSource>> ImageFolderSource::open(const std::string& root_in,
                                                                    std::vector<std::string> class_names) {
     std::error_code ec;
-    if (!stdfs::is_directory(root_in, ec)) {
-        // A dataset root's evaluation split (found by review: a root with train/ alone was told
-        // "ROOT/test does not exist", not that val/ would do too).
-        stdfs::path split = stdfs::path(root_in).lexically_normal();
-        if (split.filename().empty()) split = split.parent_path();
-        const stdfs::path parent = split.has_parent_path() ? split.parent_path() : stdfs::path(".");
-        if ((split.filename() == "test" || split.filename() == "val") && stdfs::is_directory(parent / "train", ec))
-            return not_found("image folder {} has a train/ folder but no test/ or val/ folder to evaluate on (expected "
-                             "{}/train/<class>/*.jpg and {}/test/<class>/*.jpg, or val/ for test/ as ImageNet has it)",
-                             parent.string(), parent.string(), parent.string());
-        return not_found("image folder {} does not exist or is not a directory", root_in);
-    }
+    if (!stdfs::is_directory(root_in, ec)) return not_found("image folder {} does not exist or is not a directory", root_in);
     const std::string root = stdfs::absolute(root_in, ec).lexically_normal().string();
     if (class_names.empty()) {
         for (const auto& e : stdfs::directory_iterator(root, ec))
