@@ -52,11 +52,6 @@ std::set<std::string> cpu_flags() {
     return flags;
 }
 
-std::string trim(std::string s) {
-    const auto b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
-    return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
-}
-
 // (A "model name\t:" line with nothing after the colon threw std::out_of_range: doctor aborted.)
 std::string cpu_model() {
     std::ifstream in("/proc/cpuinfo");
@@ -64,7 +59,7 @@ std::string cpu_model() {
     while (std::getline(in, line)) {
         const auto colon = line.find(':');
         if (line.rfind("model name", 0) == 0 && colon != std::string::npos)
-            if (std::string v = trim(line.substr(colon + 1)); !v.empty()) return v;
+            if (std::string v(trim_blanks(std::string_view(line).substr(colon + 1))); !v.empty()) return v;
     }
     return "unknown";
 }
