@@ -6,7 +6,6 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "strato/core/fs.h"
 #include "strato/core/json.h"
 #include "strato/core/signals.h"
 #include "strato/export/onnx_export.h"
@@ -50,7 +49,7 @@ void add_export_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         if (!r) return void(*exit_code = report_error("export", r.status()));
         // The ONNX bytes went to standard output (`--output -`): what the command says goes to
         // stderr, or it would be appended to the model (found by review).
-        std::FILE* say = fs::is_stdout(o->output) ? stderr : stdout;
+        std::FILE* say = text_stream({o->output});
         if (o->json) {
             nlohmann::json j = {
                 {"model", o->model},
