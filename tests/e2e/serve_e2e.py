@@ -1603,6 +1603,14 @@ def repository_explicit_mode(ctx):
         # 400 "is not found" of a name it never had (strato answered either, by timing).
         s.case("infer after unload -> 404 has no available versions", lambda: expect_error(
             infer(MODEL, ctx.images[:1]), 404, ["has no available versions"], "infer after unload"))
+        # A named version that served is 503 "not at ready state" (Triton's GetModel); one never
+        # served stays 404 "not found" (strato said 404 "not at ready state" for both).
+        s.case("infer on the unloaded version 1 -> 503 not at ready state", lambda: expect_error(
+            request(p, "POST", f"/v2/models/{MODEL}/versions/1/infer", json_infer_body([ctx.images[0]])), 503,
+            ["version 1 is not at ready state"], "infer versions/1 after unload"))
+        s.case("infer on a never-served version 9 -> 404 not found", lambda: expect_error(
+            request(p, "POST", f"/v2/models/{MODEL}/versions/9/infer", json_infer_body([ctx.images[0]])), 404,
+            ["version 9 is not found"], "infer versions/9 after unload"))
         s.case("metadata after unload -> 400/404 (not 503)", lambda: expect_error(
             request(p, "GET", f"/v2/models/{MODEL}"), (400, 404), [], "metadata after unload"))
         s.case("stats after unload -> 400/404 (not 503)", lambda: expect_error(

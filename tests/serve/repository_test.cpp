@@ -92,7 +92,8 @@ TEST_F(RepositoryTest, VersionPolicyLatestServesTheHighestVersions) {
     ASSERT_TRUE(latest.is_ok()) << latest.status().message();
     EXPECT_EQ((*latest)->version, 3);
     EXPECT_TRUE(repo.get("m", "2").is_ok());
-    EXPECT_EQ(repo.get("m", "1").status().code(), StatusCode::kNotFound);
+    EXPECT_EQ(repo.get("m", "1").status().code(), StatusCode::kNotFound);  // never served
+    EXPECT_EQ(repo.get("m", "x1").status().code(), StatusCode::kInvalidArgument);
     EXPECT_EQ(repo.get("other", "").status().code(), StatusCode::kInvalidArgument);
     EXPECT_EQ((*latest)->config.platform, "fake_platform");  // filled in from the backend
     auto big = repo.get("big", "");
@@ -241,6 +242,8 @@ TEST_F(RepositoryTest, PollPicksUpNewVersionsAndKeepsServingWhenAReloadFails) {
     version("m", 2, "2");
     repo.poll_once();
     EXPECT_EQ((*repo.get("m", ""))->version, 2);
+    // Version 1 left by the default policy (latest 1) is known, not ready: 503 as tritonserver.
+    EXPECT_EQ(repo.get("m", "1").status().code(), StatusCode::kUnavailable);
     config("m", "max_batch_size: eight");  // a broken edit
     repo.poll_once();
     ASSERT_TRUE(repo.get("m", "").is_ok());  // the old version keeps serving
@@ -468,6 +471,11 @@ TEST_F(RepositoryTest, AKnownModelWithoutAReadyVersionIsA404InEveryState) {
     }
     auto loading = repo.get("g", "");
     EXPECT_EQ(loading.status().code(), StatusCode::kNotFound) << loading.status().message();
+    // A named version of a loading model: 503, try again (tritonserver: "is not at ready state").
+    auto loading1 = repo.get("g", "1");
+    EXPECT_EQ(loading1.status().code(), StatusCode::kUnavailable) << loading1.status().message();
+    EXPECT_NE(loading1.status().message().find("'g' version 1 is not at ready state (loading)"), std::string::npos)
+        << loading1.status().message();
     EXPECT_NE(loading.status().message().find("'g' has no available versions (loading)"), std::string::npos)
         << loading.status().message();
     {
@@ -482,6 +490,15 @@ TEST_F(RepositoryTest, AKnownModelWithoutAReadyVersionIsA404InEveryState) {
     EXPECT_EQ(unloaded.status().code(), StatusCode::kNotFound);
     EXPECT_NE(unloaded.status().message().find("'g' has no available versions (unloaded)"), std::string::npos)
         << unloaded.status().message();
+    // The version it served is 503 after the unload (tritonserver keeps it, UNAVAILABLE); one it
+    // never had stays 404 (was 404 "is not at ready state" for both: found by review).
+    auto unloaded1 = repo.get("g", "1");
+    EXPECT_EQ(unloaded1.status().code(), StatusCode::kUnavailable);
+    EXPECT_NE(unloaded1.status().message().find("'g' version 1 is not at ready state (unloaded)"), std::string::npos)
+        << unloaded1.status().message();
+    auto never = repo.get("g", "2");
+    EXPECT_EQ(never.status().code(), StatusCode::kNotFound);
+    EXPECT_NE(never.status().message().find("'g' version 2 is not found"), std::string::npos) << never.status().message();
     EXPECT_FALSE(repo.load("bad").is_ok());
     EXPECT_EQ(repo.get("bad", "").status().code(), StatusCode::kNotFound);
 }

@@ -543,6 +543,7 @@ Status Repository::load_locked(const std::string& name, const std::optional<nloh
         Entry& e = entries_[name];
         old = std::move(e.versions);
         e.versions = std::move(built).value();
+        for (const auto& [v, mv] : e.versions) e.served.insert(v);
         e.state = ModelState::kReady;
         e.reason.clear();
         hide_metrics(registry_, name, old, e.versions);
@@ -666,6 +667,21 @@ Result<std::shared_ptr<ModelVersion>> Repository::get(const std::string& name, c
     if (it == entries_.end() || (it->second.versions.empty() && it->second.state == ModelState::kUnknown))
         return invalid_argument("Request for unknown model: '{}' is not found", name);
     const Entry& e = it->second;
+    if (!version.empty()) {
+        int64_t v = 0;
+        auto [p, ec] = std::from_chars(version.data(), version.data() + version.size(), v);
+        if (ec != std::errc() || p != version.data() + version.size())
+            return invalid_argument("model version must be an integer, got '{}'", version);
+        if (auto vit = e.versions.find(v); vit != e.versions.end()) return vit->second;
+        // As tritonserver's GetModel: a version it knows that is not ready (unloaded, dropped by
+        // a reload's version policy, loading) is 503 — try again later; one it never had is 404.
+        if (e.served.count(v) || e.state == ModelState::kLoading) {
+            std::string why = e.versions.empty() && e.state == ModelState::kLoading ? "loading" : e.versions.empty() ? e.reason : "";
+            return Status{StatusCode::kUnavailable, fmt::format("Request for unknown model: '{}' version {} is not at ready state{}",
+                                                              name, v, why.empty() ? "" : " (" + why + ")")};
+        }
+        return not_found("Request for unknown model: '{}' version {} is not found", name, v);
+    }
     // A model the server knows without a ready version (its first load running, unloaded, or
     // failed): 404 "has no available versions" in every one of those states, as tritonserver
     // answers (its model stays in its map from the first load on). Which state is said after.
@@ -674,15 +690,7 @@ Result<std::shared_ptr<ModelVersion>> Repository::get(const std::string& name, c
         return Status{StatusCode::kNotFound, fmt::format("Request for unknown model: '{}' has no available versions{}", name,
                                                       why.empty() ? "" : " (" + why + ")")};
     }
-    if (version.empty()) return e.versions.rbegin()->second;
-    int64_t v = 0;
-    auto [p, ec] = std::from_chars(version.data(), version.data() + version.size(), v);
-    if (ec != std::errc() || p != version.data() + version.size())
-        return invalid_argument("model version must be an integer, got '{}'", version);
-    auto vit = e.versions.find(v);
-    if (vit == e.versions.end())
-        return not_found("Request for unknown model: '{}' version {} is not at ready state", name, v);
-    return vit->second;
+    return e.versions.rbegin()->second;
 }
 
 std::vector<std::shared_ptr<ModelVersion>> Repository::versions(const std::string& name) const {

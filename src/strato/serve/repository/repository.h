@@ -121,8 +121,9 @@ public:
     /// Unloads everything, running what is queued first.
     void stop();
 
-    /// The version to serve: `version` empty = the highest ready one. Unknown model:
-    /// kInvalidArgument; known model without that version: kNotFound.
+    /// The version to serve: `version` empty = the highest ready one. As tritonserver: unknown
+    /// model kInvalidArgument; no ready version kNotFound; a named version that is not ready
+    /// kUnavailable when it has served or the model is loading, else kNotFound.
     Result<std::shared_ptr<ModelVersion>> get(const std::string& name, const std::string& version) const;
     /// Ready versions of a model (highest first); empty when none.
     std::vector<std::shared_ptr<ModelVersion>> versions(const std::string& name) const;
@@ -147,6 +148,9 @@ private:
         bool package = false;        // given with --model: dir is the version directory itself
         std::string fingerprint;     // for polling
         std::map<int64_t, std::shared_ptr<ModelVersion>> versions;
+        /// Every version that has served (kept through unloads and reloads that drop it): a
+        /// request naming one of these that is not ready now is 503, one never served 404.
+        std::set<int64_t> served;
     };
 
     Result<std::string> locate(const std::string& name) const;  // model directory in the repositories
