@@ -1,6 +1,7 @@
 #include "strato/serve/backend/onnx_backend.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <condition_variable>
 #include <filesystem>
@@ -13,6 +14,13 @@
 
 namespace strato::serve {
 namespace {
+
+// OpenCV's message without the newline it ends in (it is a reason in the index, one line).
+std::string message(const cv::Exception& e) {
+    std::string m = e.what();
+    while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
+    return m;
+}
 
 // cv::dnn::Net is not safe to run from two threads at once: one per instance, lent out per call.
 class OnnxModel : public Model {
@@ -56,7 +64,7 @@ private:
                 outputs->push_back(std::move(o));
             }
         } catch (const cv::Exception& e) {
-            return internal_error("OpenCV DNN failed to run the ONNX model: {}", e.what());
+            return internal_error("OpenCV DNN failed to run the ONNX model: {}", message(e));
         }
         return Status::ok();
     }
@@ -97,6 +105,37 @@ Status onnx_autocomplete(ModelConfig* c, const std::string&) {
     return Status::ok();
 }
 
+// OpenCV does not tell a graph's input shapes, so a config that contradicts the graph (dims [5]
+// for a graph of 4, a second graph input the config leaves out, an output of another shape)
+// failed every request with a 500 while the model showed READY. As Triton's ONNX Runtime backend
+// refuses such a config at load, one run on zeros of the config's shapes (a batch of 1) does
+// here. A config with variable (-1) dimensions is left to the requests: no one size is sure to fit.
+Status check_graph_against_config(Model& model, const ModelConfig& c, const std::string& path) {
+    std::vector<Tensor> zeros;
+    for (const auto& t : c.inputs) {
+        Tensor z{t.name, DataType::kFp32, {}, {}};
+        if (c.max_batch_size > 0) z.shape.push_back(1);
+        z.shape.insert(z.shape.end(), t.dims.begin(), t.dims.end());
+        const int64_t n = z.numel();
+        if (n < 0) return Status::ok();
+        // (a config of a gigantic input is for the request that sends one to try)
+        if (n > (int64_t{1} << 26)) return Status::ok();
+        z.data.assign(static_cast<size_t>(n) * sizeof(float), '\0');
+        zeros.push_back(std::move(z));
+    }
+    std::vector<Tensor> outputs;
+    Status st = model.execute(zeros, &outputs);
+    if (st.is_ok()) return st;
+    std::string hint;
+    // (OpenCV's words for a graph input that was given no data)
+    if (st.message().find("!inp.empty()") != std::string::npos)
+        hint = " — the graph has an input the config does not name: list every input given at export";
+    std::vector<std::string> shapes;
+    for (const auto& z : zeros) shapes.push_back(fmt::format("'{}' {}", z.name, shape_string(z.shape)));
+    return invalid_argument("{}: the ONNX graph does not run as the config describes it (inputs {}): {}{}", path,
+                            shapes.empty() ? std::string("none") : fmt::format("{}", fmt::join(shapes, ", ")), st.message(), hint);
+}
+
 Result<std::shared_ptr<Model>> onnx_load(const ModelConfig& c, const std::string& version_dir, Device) {
     for (const auto* list : {&c.inputs, &c.outputs})
         for (const auto& t : *list)
@@ -122,7 +161,7 @@ Result<std::shared_ptr<Model>> onnx_load(const ModelConfig& c, const std::string
             nets.push_back(std::move(net));
         }
     } catch (const cv::Exception& e) {
-        return data_loss("{}: not an ONNX model OpenCV DNN can load: {}", path, e.what());
+        return data_loss("{}: not an ONNX model OpenCV DNN can load: {}", path, message(e));
     }
     // Names the graph does not have fail the load, not every request. (forward() reads an output
     // name with a '.' as "layer.output": those are left to it.)
@@ -138,7 +177,9 @@ Result<std::shared_ptr<Model>> onnx_load(const ModelConfig& c, const std::string
                                     t.name);
         }
     }
-    return std::shared_ptr<Model>(std::make_shared<OnnxModel>(std::move(nets), c));
+    auto model = std::make_shared<OnnxModel>(std::move(nets), c);
+    STRATO_RETURN_IF_ERROR(check_graph_against_config(*model, c, path));
+    return std::shared_ptr<Model>(model);
 }
 
 }  // namespace
