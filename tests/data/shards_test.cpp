@@ -987,6 +987,23 @@ TEST_F(Stats, HugeFilesAreUnreadableSamplesAndLinkLoopsAreErrors) {
     EXPECT_NE(loop.status().message().find("(a symbolic link loop, or a link into another class)"), std::string::npos)
         << loop.status().message();
     EXPECT_FALSE(dataset_stats((root_ / "d").string()).is_ok());
+    stdfs::remove(root_ / "d" / "train" / "cat" / "loop");
+
+    // A link to an image that is not there was left out silently (the split one image smaller);
+    // it is an error naming the link and where it points (found by review).
+    stdfs::create_symlink(root_ / "gone" / "3.jpg", root_ / "d" / "train" / "dog" / "3.jpg");
+    auto dangling = index_image_folder((root_ / "d" / "train").string());
+    ASSERT_FALSE(dangling.is_ok());
+    EXPECT_EQ(dangling.status().code(), StatusCode::kNotFound);
+    EXPECT_NE(dangling.status().message().find("dog/3.jpg is a symbolic link to " + (root_ / "gone" / "3.jpg").string() +
+                                               ", which does not exist"),
+              std::string::npos)
+        << dangling.status().message();
+    // A link to a file that is there is an image like any other.
+    put(root_ / "gone" / "3.jpg", jpeg(20, 10, 3));
+    auto restored = index_image_folder((root_ / "d" / "train").string());
+    ASSERT_TRUE(restored.is_ok()) << restored.status().message();
+    EXPECT_EQ(restored->files.size(), 4u);
 }
 
 TEST_F(Stats, ManifestFindsChangedMissingAndExtraFiles) {

@@ -154,7 +154,18 @@ Result<FolderIndex> index_image_folder(const std::string& root, const std::vecto
                 STRATO_RETURN_IF_ERROR(first_visit(e.path()));
                 continue;
             }
-            if (!e.is_regular_file(ec) || !has_image_extension(e.path())) continue;
+            if (!has_image_extension(e.path())) continue;
+            if (!e.is_regular_file(ec)) {
+                // An image name that leads nowhere (a moved file, a mount not there) was left out
+                // without a word: the split shrank and the class counts changed silently.
+                std::error_code lec;
+                if (e.is_symlink(lec) && !stdfs::exists(e.path(), lec))
+                    return not_found("image folder {}: {} is a symbolic link to {}, which does not exist (a moved file, or "
+                                     "a file system not mounted?)",
+                                     root, e.path().lexically_relative(root).generic_string(),
+                                     stdfs::read_symlink(e.path(), lec).string());
+                continue;
+            }
             struct stat st {};
             if (::stat(e.path().c_str(), &st) != 0)
                 return io_error("cannot stat {}: {}", e.path().string(), os_error());
