@@ -206,6 +206,23 @@ TEST(PruneMagnitude, GlobalSparsityIsExactAndMasksStay) {
     EXPECT_TRUE(torch::equal(w.eq(0).logical_and(zero_before), zero_before));  // every pruned weight still 0
 }
 
+// 9,999 zeros of 10,000 printed "100.0%", as if every weight were gone; 1 of 100,000 "0.0%"
+// (found by review): more digits at the ends, one decimal elsewhere.
+TEST(PruneTable, PercentagesNeverRoundToAnEndTheyDoNotReach) {
+    PruneReport r;
+    r.method = "magnitude";
+    r.layers = {{"a", {100, 100}, 10000, 9999, 0, 0}, {"b", {100000}, 100000, 1, 0, 0}, {"c", {10}, 10, 10, 0, 0},
+                {"d", {4}, 4, 2, 0, 0}, {"e", {4}, 4, 0, 0, 0}};
+    r.weights = 110018;
+    r.zeros = 10012;
+    const std::string t = format_prune_table(r);
+    EXPECT_NE(t.find("9,999    99.99%"), std::string::npos) << t;
+    EXPECT_NE(t.find("1    0.001%"), std::string::npos) << t;
+    EXPECT_NE(t.find("10    100.0%"), std::string::npos) << t;
+    EXPECT_NE(t.find("2     50.0%"), std::string::npos) << t;
+    EXPECT_NE(t.find("0      0.0%"), std::string::npos) << t;
+}
+
 TEST(PruneMagnitude, GradualScheduleIsCubicAndEndsAtTheTarget) {
     EXPECT_EQ(gradual_sparsity(0.8, 0, 100, 10), 0.0);
     EXPECT_EQ(gradual_sparsity(0.8, 9, 100, 10), 0.0);                          // before the first ramp point
@@ -701,6 +718,25 @@ TEST(PrunePackage, ChannelsWithoutFineTuningWritesANarrowerPackage) {
     auto twice = prune_package(o);  // the package is there now
     ASSERT_FALSE(twice.is_ok());
     EXPECT_NE(twice.status().message().find("--overwrite"), std::string::npos) << twice.status().message();
+}
+
+// --amount 1e-9 pruned nothing and said only "0 of N weights set to 0" (found by review).
+TEST(PrunePackage, AnAmountThatRoundsToNoWeightIsAWarning) {
+    if (!have_fashion_mnist()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+    TempDir tmp;
+    const std::string src = make_source_package(tmp);
+    PruneOptions o = small_options(tmp, src);
+    o.amount = 1e-9;
+    o.epochs = 0;
+    testing::internal::CaptureStderr();
+    auto r = prune_package(o);
+    const std::string err = testing::internal::GetCapturedStderr();
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_EQ(r->zeros, 0);
+    EXPECT_NE(err.find("--amount 1e-09: that fraction of the " + std::to_string(r->weights) +
+                       " prunable weights rounds to none, so nothing is pruned"),
+              std::string::npos)
+        << err;
 }
 
 TEST(PrunePackage, ChannelsFineTuneThroughTheTrainer) {

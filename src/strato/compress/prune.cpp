@@ -363,7 +363,14 @@ void measure_into(PruneReport& r, nn::Module& net) {
     r.parameters_after = models::parameter_count(net);
 }
 
-std::string pct(double x) { return fmt::format("{:.1f}%", 100 * x); }
+// One decimal, and more where one would say what is not so: 99.99 % sparsity is not "100.0%"
+// (every weight gone), one zero in 10^5 not "0.0%" (nothing pruned).
+std::string pct(double x) {
+    auto says_an_end = [](const std::string& t) { return t.starts_with("100.") || t.find_first_of("123456789") == std::string::npos; };
+    std::string s = fmt::format("{:.1f}%", 100 * x);
+    for (int digits = 2; digits <= 6 && x > 0 && x < 1 && says_an_end(s); ++digits) s = fmt::format("{:.{}f}%", 100 * x, digits);
+    return s;
+}
 
 std::string with_commas(int64_t v) {
     std::string s = std::to_string(v < 0 ? -v : v), out;
@@ -670,6 +677,11 @@ Result<PruneReport> prune_package_impl(const PruneOptions& o) {
             return invalid_argument("the {} has no Conv2d or Linear weights to prune", src.info.model.arch);
         if (!gradual) pruner->prune(*start, amount);
         measure_into(report, *start);
+        // (--amount 1e-9 pruned nothing and said "0 of N weights set to 0" as if that were asked)
+        if (std::llround(amount * static_cast<double>(report.weights)) == 0)
+            log::warn("--amount {}: that fraction of the {} prunable weights rounds to none, so nothing is pruned (the "
+                      "smallest amount that prunes one weight is {:.2g})",
+                      amount, report.weights, 0.5 / static_cast<double>(std::max<int64_t>(1, report.weights)));
         log::info("magnitude pruning: {} of {} weights set to 0 ({}){}", report.zeros, report.weights,
                   pct(report.sparsity()), gradual ? "; the gradual schedule starts dense" : "");
     } else {
