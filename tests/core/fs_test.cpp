@@ -389,6 +389,12 @@ TEST_F(FsTest, EveryNameOfADirectoryTakesTheSameLock) {
     ASSERT_TRUE(fresh.is_ok()) << fresh.status().message();
     EXPECT_FALSE(lock_dir(dir_ / "runs" / "new").is_ok());
     EXPECT_TRUE(lock_dir(dir_ / "runs" / "other").is_ok());
+    // A file where the directory would be: refused before a lock file is left beside it.
+    ASSERT_TRUE(atomic_write(dir_ / "runs" / "afile", "x").is_ok());
+    auto file = lock_dir(dir_ / "runs" / "afile");
+    ASSERT_FALSE(file.is_ok());
+    EXPECT_NE(file.status().message().find("afile is not a directory"), std::string::npos) << file.status().message();
+    EXPECT_FALSE(stdfs::exists(dir_ / "runs" / ".afile.lock"));
 }
 
 TEST(ShellQuote, SurvivesTheShell) {

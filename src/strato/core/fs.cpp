@@ -154,6 +154,10 @@ Result<DirLock> lock_dir(const stdfs::path& dir) {
     // same directory, and its lock must be the same file (two runs wrote one directory at once).
     if (stdfs::path real = stdfs::weakly_canonical(d, ec); !ec && !real.empty()) d = real.lexically_normal();
     if (d.filename().empty()) d = d.parent_path();
+    // A file where the directory belongs fails whatever would use it: before its lock file is
+    // made beside it (a `.name.lock` was left behind).
+    if (stdfs::exists(d, ec) && !stdfs::is_directory(d, ec))
+        return invalid_argument("{} is not a directory (a file of that name is in the way)", dir.string());
     const stdfs::path parent = d.parent_path();
     STRATO_RETURN_IF_ERROR(ensure_dir(parent));
     return lock_file(parent / fmt::format(".{}.lock", d.filename().string()), dir.string());
