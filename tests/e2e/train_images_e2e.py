@@ -218,14 +218,19 @@ def main():
             f.write("not an image\n")
         p = train(tmp, "bad", folder, "image-folder", expect=1)
         check("broken.jpg" in p.stderr or "notes.jpg" in p.stderr, f"bad sample error should name the file:\n{p.stderr[-1500:]}")
-        p = train(tmp, "skip", folder, "image-folder", "data.on_bad_sample=skip")
-        check("2 sample(s) skipped" in p.stderr, f"skipped samples should be reported:\n{p.stderr[-1500:]}")
-        check(accuracy(tmp, "skip") >= 0.8, "training with skipped samples should still learn")
         # Found by review: an evaluation scored the copy that fills a bad sample's slot, so it
-        # counted (and judged) another sample twice. It leaves bad samples out and says so.
+        # counted (and judged) another sample twice. It leaves bad samples out and says so; the
+        # package's metrics.json says how many (it did not).
         test_images = sum(len(files) for _, _, files in os.walk(os.path.join(folder, "test")))
         with open(os.path.join(folder, "test", "red", "zz-broken.jpg"), "wb") as f:
             f.write(good[: len(good) // 3])
+        p = train(tmp, "skip", folder, "image-folder", "data.on_bad_sample=skip")
+        check("2 sample(s) skipped" in p.stderr, f"skipped samples should be reported:\n{p.stderr[-1500:]}")
+        check(accuracy(tmp, "skip") >= 0.8, "training with skipped samples should still learn")
+        with open(os.path.join(tmp, "runs", "skip", "model", "metrics.json")) as f:
+            m = json.load(f)
+        check(m.get("test_samples") == test_images and m.get("test_skipped") == 1,
+              f"metrics.json with a bad test image: {m}, {test_images} readable")
         p = run("eval", "--model", os.path.join(tmp, "runs", "skip", "model"), "--dataset", "image-folder",
                 "--data", folder, "--set", 'data.test.transforms=["resize size=28", "center-crop size=24"]',
                 "--set", "data.on_bad_sample=skip", "--json")

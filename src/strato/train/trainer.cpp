@@ -649,8 +649,9 @@ Result<EvalResult> Trainer::evaluate_all() {
                             evaluate(*net_, *test_loader_, bf16_, channels_last_, device_, fp16_, interrupted));
     if (!ddp_) return r;
     const double n = static_cast<double>(r.count);
-    STRATO_ASSIGN_OR_RETURN(auto g, ddp_->sum({r.loss * n, r.accuracy * n, n}));
+    STRATO_ASSIGN_OR_RETURN(auto g, ddp_->sum({r.loss * n, r.accuracy * n, n, static_cast<double>(r.skipped)}));
     r.count = static_cast<int64_t>(g[2]);
+    r.skipped = static_cast<int64_t>(g[3]);
     r.loss = g[0] / std::max(1.0, g[2]);
     r.accuracy = g[1] / std::max(1.0, g[2]);
     return r;
@@ -1338,7 +1339,8 @@ Result<TrainResult> Trainer::finish(bool early_stopped) {
     info.std = splits_.std;
     if (cfg_.data.reads_image_files()) info.test_transforms = cfg_.data.test_transforms;
     info.metrics = {{"test_acc", r.test_acc},        {"test_loss", r.test_loss}, {"best_test_acc", r.best_test_acc},
-                    {"test_samples", last_eval_.count}, {"epochs", r.epochs},       {"steps", r.steps},
+                    {"test_samples", last_eval_.count}, {"test_skipped", last_eval_.skipped},
+                    {"epochs", r.epochs},             {"steps", r.steps},
                     {"wall_time_s", r.wall_time_s},   {"precision", cfg_.train.precision},
                     {"weights_step", r.weights_step}};
     info.metrics.update(hooks_.package_metrics);
