@@ -172,6 +172,26 @@ set -e
 [[ $rc == 2 && $err == *"expected a file name"* ]] || fail "--out '': exit $rc, '$err'"
 [[ ! -e "$tmp/pynan/report.html" ]] || fail "--out '' wrote the default report"
 
+# 4c. Found by review: a directory that is no run said only "is it a run directory?", and a log
+# whose last line lacks its newline (written by "\n".join) lost that line, its only evaluation.
+mkdir -p "$tmp/runs/a" "$tmp/runs/b"
+printf '{"kind":"eval","step":5,"epoch":1,"test_acc":0.4242,"test_loss":0.5}' >"$tmp/runs/a/metrics.jsonl"
+: >"$tmp/runs/b/metrics.jsonl"
+"$strato" report "$tmp/runs/a" >/dev/null || fail "a log without its last newline failed"
+grep -q '42.42%' "$tmp/runs/a/report.html" || fail "the last line without a newline was left out"
+! grep -q 'incomplete' "$tmp/runs/a/report.html" || fail "a whole last line without a newline was called incomplete"
+set +e
+err=$("$strato" report "$tmp/runs" 2>&1 >/dev/null)
+rc=$?
+set -e
+[[ $rc == 1 && $err == *"it holds runs, give one of them: $tmp/runs/a, $tmp/runs/b"* ]] ||
+    fail "a directory of runs: exit $rc, '$err'"
+set +e
+err=$("$strato" report "$tmp/runs/a/metrics.jsonl" 2>&1 >/dev/null)
+rc=$?
+set -e
+[[ $rc == 1 && $err == *"give the run's directory, $tmp/runs/a"* ]] || fail "a run's metrics.jsonl: exit $rc, '$err'"
+
 # 5. A small real run, in a browser.
 "$strato" --quiet train configs/fashion_mnist_mlp.toml --set run.dir="$tmp" --set run.name=report \
   --set data.limit_train=2048 --set data.limit_test=512 --set train.epochs=2 --set train.log_every=4 >/dev/null

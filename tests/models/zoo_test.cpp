@@ -5,6 +5,7 @@
 #include <csignal>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -196,6 +197,68 @@ TEST(ZooErrors, BadArchitectureOrDepth) {
     r = create_model(cfg, {1, 28, 28}, 10);
     ASSERT_FALSE(r.is_ok());
     EXPECT_NE(r.status().message().find("shrink"), std::string::npos);
+}
+
+// Found by review: an unknown name did not say which names there are, and a config built in code
+// (the TOML parser checks the ranges, create_model did not) with a negative width, a hidden layer
+// of 0 units, a channel of 0 or a dropout of 1.5 built a silent mlp of 8 units, a network that
+// answers every image alike, or failed deep in libtorch ("Trying to create tensor with negative
+// dimension"); each is now an error naming the key.
+TEST(ZooErrors, UnknownNamesAndBadHyperParametersNameTheKey) {
+    ModelConfig cfg;
+    cfg.arch = "vit";
+    auto r = count_parameters(cfg, {1, 28, 28}, 10);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().message(), "model.arch: unknown model 'vit' (expected one of: cnn, mlp, resnet)");
+    struct Case {
+        const char* arch;
+        std::function<void(ModelConfig&)> set;
+        const char* want;
+    };
+    const Case cases[] = {
+        {"mlp", [](ModelConfig& c) { c.width = -1; }, "model.width: expected 0 (the default) or more, got -1"},
+        {"cnn", [](ModelConfig& c) { c.width = -8; }, "model.width: expected 0 (the default) or more, got -8"},
+        {"resnet", [](ModelConfig& c) { c.width = -4; }, "model.width: expected 0 (the default) or more, got -4"},
+        {"mlp", [](ModelConfig& c) { c.depth = -1; }, "model.depth: expected 0 (the default) or more, got -1"},
+        {"cnn", [](ModelConfig& c) { c.hidden = 0; }, "model.hidden: expected at least 1, got 0"},
+        {"cnn", [](ModelConfig& c) { c.dropout = 1.5; }, "model.dropout: expected a probability in [0, 1), got 1.5"},
+        {"mlp", [](ModelConfig& c) { c.dropout = std::nan(""); }, "model.dropout: expected a probability in [0, 1)"},
+        {"mlp", [](ModelConfig& c) { c.channels = {64, 0}; }, "model.channels[1]: expected at least 1, got 0"},
+    };
+    for (const auto& c : cases) {
+        ModelConfig bad;
+        bad.arch = c.arch;
+        c.set(bad);
+        auto net = create_model(bad, {1, 28, 28}, 10);
+        ASSERT_FALSE(net.is_ok()) << c.want;
+        EXPECT_EQ(net.status().code(), StatusCode::kInvalidArgument);
+        EXPECT_EQ(net.status().message().rfind(c.want, 0), 0u) << net.status().message();
+    }
+    cfg.arch = "mlp";
+    r = count_parameters(cfg, {1, 28, 28}, 0);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().message(), "model.mlp: expected at least 1 class, got 0");
+}
+
+// Found by review: `strato plan --run`'s forward count ran one image in training mode, and a
+// network whose last feature map is 1x1 (a resnet on a CSV's features) failed in batch norm
+// with libtorch's "Expected more than 1 value per channel when training". Two images, counted
+// as one: the FLOPs of an mlp are still exactly its multiply-adds, twice.
+TEST(ZooCount, ForwardCostOfOneImageEvenWhereTheLastFeatureMapIs1x1) {
+    ModelConfig cfg;
+    cfg.arch = "resnet";
+    cfg.width = 4;
+    Net net = create_model(cfg, {16, 1, 1}, 3).value();
+    ForwardCost cost;
+    ASSERT_NO_THROW(cost = count_forward(*net, {16, 1, 1}));
+    EXPECT_GT(cost.flops, 0);
+    EXPECT_FALSE(net->is_training());
+    cfg = ModelConfig{};
+    cfg.arch = "mlp";  // 784-256-128-10
+    net = create_model(cfg, {1, 28, 28}, 10).value();
+    cost = count_forward(*net, {1, 28, 28});
+    EXPECT_EQ(cost.flops, 2.0 * (784 * 256 + 256 * 128 + 128 * 10));
+    EXPECT_GT(cost.activation_elements, 256 + 128 + 10);
 }
 
 // Found by review: depth 65 passed the "pooling shrinks the image to nothing" check for 28x28

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "strato/core/fs.h"
+#include "strato/report/autoscale_report.h"
 #include "strato/report/run_report.h"
 #include "strato/report/svg_chart.h"
 #include "strato/report/tune_report.h"
@@ -169,6 +170,23 @@ TEST(SvgChart, ManyPointsDrawNoMarkers) {
     const std::string svg = line_chart_svg({s}, {.title = "t"});
     expect_clean_svg(svg);
     EXPECT_EQ(count(svg, "<circle"), 0u);
+}
+
+// Found by review: a scatter plot gave every marker a tooltip and its own colour attributes, so
+// the parameter charts of a study of 10,000 trials made a page of 7 MB. Past a few hundred
+// markers they are bare circles in one coloured group; a few keep their tooltips.
+TEST(SvgChart, AScatterOfThousandsOfPointsStaysSmall) {
+    Series s{"trials", {}, {}};
+    for (int i = 0; i < 5000; ++i) s.x.push_back(i % 100), s.y.push_back(i / 100);  // a grid: one pixel each
+    std::string svg = line_chart_svg({s}, {.title = "t", .lines = false});
+    expect_clean_svg(svg);
+    EXPECT_EQ(count(svg, "<circle"), 5000u);
+    EXPECT_EQ(count(svg, "<title>"), 1u) << "the chart's own";
+    EXPECT_LT(svg.size(), 300'000u);
+    EXPECT_TRUE(contains(svg, "<g fill=\"#4e79a7\" stroke=\"#fff\" stroke-width=\"1\">\n<circle cx=\""));
+    s.x.resize(30), s.y.resize(30);
+    svg = line_chart_svg({s}, {.title = "t", .lines = false});
+    EXPECT_EQ(count(svg, "<title>"), 31u);
 }
 
 // Found by review: a positive denormal (5e-324) on a log axis made its 1-2-5 start 0 and the
@@ -523,19 +541,39 @@ TEST_F(RunReportTest, ALongEvaluationTableKeepsItsEdgesAndTheBest) {
 
 TEST_F(RunReportTest, TornLastLineIsIgnored) {
     write_full_run();
-    // Complete JSON, but no newline: the writer had not finished the line.
-    write("metrics.jsonl", metrics_lines() +
-                               R"({"kind":"eval","step":40,"epoch":4,"train_loss":0.1,"train_acc":0.4242,)"
-                               R"("test_loss":0.1,"test_acc":0.4242,"epoch_time_s":1,"eval_time_s":1})");
+    write("metrics.jsonl", metrics_lines() + R"({"kind":"train","step":31,"ep)");
     auto html = render();
     ASSERT_TRUE(html.is_ok()) << html.status().message();
-    EXPECT_FALSE(contains(*html, "42.42%"));
+    EXPECT_GE(count(*html, "<svg"), 4u);
     EXPECT_TRUE(contains(*html, "incomplete"));
-
-    write("metrics.jsonl", metrics_lines() + R"({"kind":"train","step":31,"ep)");
+    // Bytes a crash left (a block of zeros) are torn too, not an error.
+    write("metrics.jsonl", metrics_lines() + std::string(100, '\0'));
     html = render();
     ASSERT_TRUE(html.is_ok()) << html.status().message();
-    EXPECT_GE(count(*html, "<svg"), 4u);
+    EXPECT_TRUE(contains(*html, "incomplete"));
+}
+
+// Found by review: a last line that is a whole JSON object, only without its newline (a log
+// written by hand or by Python's "\n".join), was dropped as torn: a one-line log's only
+// evaluation, "No evaluation recorded yet". A JSON object cannot be cut short and stay one, so it
+// is read; blanks after the last newline are no torn line either.
+TEST_F(RunReportTest, ALastLineWithoutItsNewlineIsReadWhenItIsWhole) {
+    const std::string eval = R"({"kind":"eval","step":40,"epoch":4,"train_loss":0.1,"train_acc":0.4242,)"
+                             R"("test_loss":0.1,"test_acc":0.4242,"epoch_time_s":1,"eval_time_s":1})";
+    for (const std::string& text : {eval, metrics_lines() + eval, metrics_lines() + eval + "\r", eval + "\n  "}) {
+        write("metrics.jsonl", text);
+        auto html = render();
+        ASSERT_TRUE(html.is_ok()) << html.status().message();
+        EXPECT_TRUE(contains(*html, "42.42%")) << text;
+        EXPECT_FALSE(contains(*html, "incomplete")) << text;
+        EXPECT_FALSE(contains(*html, "No evaluation recorded yet")) << text;
+    }
+    // ... and checked as any line: a field of the wrong type names it.
+    write("metrics.jsonl", metrics_lines() + R"({"kind":"eval","step":"forty"})");
+    auto html = render();
+    ASSERT_FALSE(html.is_ok());
+    EXPECT_NE(html.status().message().find("metrics.jsonl:20: \"step\" is a string"), std::string::npos)
+        << html.status().message();
 }
 
 TEST_F(RunReportTest, MalformedLineNamesFileAndLine) {
@@ -750,10 +788,78 @@ TEST_F(RunReportTest, MissingRunDirectoryIsNotFound) {
 }
 
 TEST_F(RunReportTest, DirectoryWithoutMetricsIsNotFound) {
+    stdfs::remove_all(dir_ / "model");
     auto html = render();
     ASSERT_FALSE(html.is_ok());
     EXPECT_EQ(html.status().code(), StatusCode::kNotFound);
     EXPECT_TRUE(contains(html.status().message(), dir_.string() + " has no metrics.jsonl")) << html.status().message();
+}
+
+// Found by review: a study's directory, a model package or a directory of runs given for a run
+// each said only "has no metrics.jsonl (is it a run directory?)"; each now says what it is and
+// what to give instead.
+TEST_F(RunReportTest, ADirectoryThatIsNoRunSaysWhatItIsAndWhatToGive) {
+    write("model/strato-model.json", "{}");
+    write("metrics.jsonl", "");
+    auto html = render_run_report((dir_ / "model").string());
+    ASSERT_FALSE(html.is_ok());
+    EXPECT_EQ(html.status().message(),
+              fmt::format("{0}/model is a model package, not a run; the run it came from is {0}", dir_.string()));
+    html = render_run_report((dir_ / "model").string() + "/");  // (a trailing slash: the same)
+    ASSERT_FALSE(html.is_ok());
+    EXPECT_TRUE(contains(html.status().message(), "the run it came from is " + dir_.string()))
+        << html.status().message();
+
+    for (const char* run : {"b", "a", "c", "d"}) {
+        stdfs::create_directories(root_ / run);
+        std::ofstream(root_ / run / "metrics.jsonl") << "";
+    }
+    html = render_run_report(root_.string());
+    ASSERT_FALSE(html.is_ok());
+    EXPECT_EQ(html.status().code(), StatusCode::kNotFound);
+    EXPECT_EQ(html.status().message(),
+              fmt::format("{0} has no metrics.jsonl: it holds runs, give one of them: {0}/a, {0}/b, {0}/c (and 2 more)",
+                          root_.string()));
+
+    stdfs::create_directories(root_ / "study");
+    std::ofstream(root_ / "study" / "study.db") << "";
+    html = render_run_report((root_ / "study").string());
+    ASSERT_FALSE(html.is_ok());
+    EXPECT_TRUE(contains(html.status().message(), "is a tuning study, not a run: `strato tune report STUDY.toml`"))
+        << html.status().message();
+
+    html = render_run_report((dir_ / "metrics.jsonl").string());
+    ASSERT_FALSE(html.is_ok());
+    EXPECT_EQ(html.status().message(), fmt::format("{0}/metrics.jsonl is the metrics log of a run: give the run's "
+                                                   "directory, {0}",
+                                                   dir_.string()));
+}
+
+// Found by review: another program's log (step and loss, no epoch) drew "no data" in the loss
+// and accuracy charts, which go by epoch; they go by step when the lines have no epoch.
+TEST_F(RunReportTest, ALogWithoutEpochsIsChartedBySteps) {
+    std::string lines;
+    for (int step = 1; step <= 30; ++step)
+        lines += fmt::format("{{\"kind\":\"train\",\"step\":{},\"loss\":{},\"acc\":{}}}\n", step, 2.0 / step,
+                             0.02 * step);
+    lines += R"({"kind":"eval","step":30,"test_loss":0.1,"test_acc":0.6})" "\n";
+    write("metrics.jsonl", lines);
+    auto html = render();
+    ASSERT_TRUE(html.is_ok()) << html.status().message();
+    for (const std::string title : {"Loss (log scale)", "Accuracy"}) {
+        const size_t at = html->find("aria-label=\"" + title + "\"");
+        ASSERT_NE(at, std::string::npos) << title;
+        const std::string svg = html->substr(at, html->find("</svg>", at) - at);
+        EXPECT_FALSE(contains(svg, "no data")) << title;
+        EXPECT_TRUE(contains(svg, ">step</text>")) << title;
+        EXPECT_TRUE(contains(svg, "<path")) << title;
+    }
+    // A strato run's log keeps its epochs.
+    write("metrics.jsonl", metrics_lines());
+    html = render();
+    ASSERT_TRUE(html.is_ok()) << html.status().message();
+    const size_t at = html->find("aria-label=\"Accuracy\"");
+    EXPECT_TRUE(contains(html->substr(at, html->find("</svg>", at) - at), ">epoch</text>"));
 }
 
 TEST_F(RunReportTest, OnlyMetricsUsesTheLastEvaluation) {
@@ -867,6 +973,57 @@ TEST(TuneReport, ParametersAreScatteredOnALogAxisWhenTheySpanDecades) {
     EXPECT_EQ(count(width, "<circle"), 20u);
     EXPECT_FALSE(std::regex_search(*html, std::regex("[0-9]{16}"))) << "a number of 16 digits or more";
     EXPECT_TRUE(contains(*html, "3e+25"));
+}
+
+// Found by review: render_tune_report read each trial with const operator[], undefined for a
+// missing key (a trial without "best" or "params"), and get<> on fields of another type threw
+// out of the report (terminate). A NaN objective broke the leaderboard's ordering. Such trials
+// are shown with what they have, and a field of another type is an error naming it.
+TEST(TuneReport, TrialsWithMissingOrOddFieldsDoNotCrash) {
+    nlohmann::json st = {{"kind", "strato-tune"}, {"name", "s<b>"}, {"metric", "acc"}, {"mode", "max"}};
+    st["trials"] = nlohmann::json::array(
+        {nlohmann::json::object(),
+         {{"name", "t1"}, {"best", 0.5}, {"params", {{"optim.lr", 0.01}, {"model.width", "16"}}}, {"epochs", 2}},
+         {{"name", "t2"}, {"best", kNaN}, {"params", {{"optim.lr", "0.1"}}}, {"state", "done"}},
+         {{"name", "t3"}, {"best", 0.7}, {"results", {{1, 0.6}, {"x", 0.7}, {2}, 3}}, {"params", 5}},
+         7});
+    auto html = render_tune_report(st);
+    ASSERT_TRUE(html.is_ok()) << html.status().message();
+    EXPECT_TRUE(contains(*html, "optim.lr=0.01"));
+    EXPECT_TRUE(contains(*html, "<header><h1>Study s&lt;b&gt;</h1>"));
+    EXPECT_LT(html->find(">t3</td>"), html->find(">t1</td>")) << "0.7 before 0.5";
+    EXPECT_LT(html->find(">t1</td>"), html->find(">t2</td>")) << "a NaN objective is no result";
+    EXPECT_FALSE(has_non_number(*html));
+
+    st["metric"] = 5;
+    html = render_tune_report(st);
+    ASSERT_FALSE(html.is_ok());
+    EXPECT_TRUE(contains(html.status().message(), "unexpected type")) << html.status().message();
+    EXPECT_FALSE(render_tune_report(nlohmann::json::array()).is_ok());
+}
+
+// Found by review: the leaderboard listed every trial, 1.5 MB of table for a study of 10,000;
+// it lists the best 500 and says how many more there are and where to see them.
+TEST(TuneReport, ALongStudyListsItsBestTrials) {
+    nlohmann::json many = {{"kind", "strato-tune"}, {"name", "s"}, {"metric", "acc"}, {"mode", "max"}};
+    many["trials"] = nlohmann::json::array();
+    for (int i = 0; i < 600; ++i)
+        many["trials"].push_back({{"name", fmt::format("trial-{:04}", i)}, {"best", i / 1000.0}, {"state", "done"}});
+    auto html = render_tune_report(many);
+    ASSERT_TRUE(html.is_ok()) << html.status().message();
+    EXPECT_TRUE(contains(*html, ">trial-0599</td>"));  // the best
+    EXPECT_TRUE(contains(*html, ">trial-0100</td>"));  // the 500th
+    EXPECT_FALSE(contains(*html, ">trial-0099</td>"));
+    EXPECT_TRUE(contains(*html, "… 100 more trials not shown (`strato tune status --top N` lists them all)"));
+}
+
+// Found by review: the tune and autoscale pages put their title in a bare <h1>, outside the
+// <header> whose style the run and load-test reports use (the browser's own size and margins, and
+// a long study name ran off the page instead of wrapping).
+TEST(AutoscaleReport, TheTitleIsInTheHeaderAsInTheOtherReports) {
+    auto html = render_autoscale_report({{"kind", "strato-autoscale-sim"}, {"instance", "g5<x>"}, {"events", 10}});
+    ASSERT_TRUE(html.is_ok()) << html.status().message();
+    EXPECT_TRUE(contains(*html, "<header><h1>Autoscaling simulation</h1><p class=\"sub\">g5&lt;x&gt; · 10 events"));
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <torch/csrc/autograd/profiler_legacy.h>
 #endif
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -31,7 +33,11 @@ ForwardCost count_forward(NetImpl& net, const data::ImageShape& shape) {
     using torch::profiler::impl::ProfilerConfig;
     using torch::profiler::impl::ProfilerState;
     net.train();
-    torch::Tensor x = torch::zeros({1, shape.channels, shape.height, shape.width});
+    // Two images, counted as one: a training-mode batch norm needs more than one value per channel,
+    // and a network whose last feature map is 1x1 (a resnet on a CSV's features, on 4x4 images)
+    // failed on one image with libtorch's "Expected more than 1 value per channel when training".
+    constexpr int64_t kBatch = 2;
+    torch::Tensor x = torch::zeros({kBatch, shape.channels, shape.height, shape.width});
     ProfilerConfig cfg(ProfilerState::CPU, /*report_input_shapes=*/true, /*profile_memory=*/true,
                        /*with_stack=*/false, /*with_flops=*/true);
     prof::enableProfilerLegacy(cfg);
@@ -47,7 +53,8 @@ ForwardCost count_forward(NetImpl& net, const data::ImageShape& shape) {
                 bytes += static_cast<double>(ev.cpuMemoryUsage());
         }
     }
-    cost.activation_elements = bytes / 4;
+    cost.flops /= kBatch;
+    cost.activation_elements = bytes / 4 / kBatch;
     return cost;
 }
 #endif
@@ -404,8 +411,21 @@ namespace {
 
 Result<Plan> plan_model(const ModelConfig& cfg, const data::ImageShape& shape, int64_t classes) {
     auto it = registry().find(cfg.arch);
-    if (it == registry().end()) return invalid_argument("model.arch: unknown model '{}'", cfg.arch);
-    if (classes < 1) return invalid_argument("the dataset has no classes");
+    if (it == registry().end())
+        return invalid_argument("model.arch: unknown model '{}' (expected one of: {})", cfg.arch,
+                                fmt::join(model_names(), ", "));
+    if (classes < 1) return invalid_argument("model.{}: expected at least 1 class, got {}", cfg.arch, classes);
+    // The config's ranges (ModelConfig::visit), for a config built in code: a negative width made
+    // libtorch's "Trying to create tensor with negative dimension", a hidden of 0 a network that
+    // answers every image alike, a dropout of 1.5 Dropout's own message.
+    if (cfg.width < 0) return invalid_argument("model.width: expected 0 (the default) or more, got {}", cfg.width);
+    if (cfg.depth < 0) return invalid_argument("model.depth: expected 0 (the default) or more, got {}", cfg.depth);
+    if (cfg.hidden < 1) return invalid_argument("model.hidden: expected at least 1, got {}", cfg.hidden);
+    if (!(cfg.dropout >= 0 && cfg.dropout < 1))
+        return invalid_argument("model.dropout: expected a probability in [0, 1), got {}", cfg.dropout);
+    for (size_t i = 0; i < cfg.channels.size(); ++i)
+        if (cfg.channels[i] < 1)
+            return invalid_argument("model.channels[{}]: expected at least 1, got {}", i, cfg.channels[i]);
     if (shape.channels < 1 || shape.height < 1 || shape.width < 1)
         return invalid_argument("model.{}: input {}x{}x{} has an empty side", cfg.arch, shape.channels, shape.height,
                                 shape.width);

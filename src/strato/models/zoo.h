@@ -45,9 +45,11 @@ struct ForwardCost {
     double flops = 0;                // convolutions and matrix products, 2 per multiply-add
     double activation_elements = 0;  // FP32 elements the forward pass allocates (kept for backward)
 };
-/// Runs one training-mode forward pass of a single zero image of `shape` under the profiler
-/// (FLOPs as the profiler computes them, memory allocations) — the input of `strato plan --run`.
-/// Leaves `net` in eval mode.
+/// Runs one training-mode forward pass of a batch of two zero images of `shape` under the
+/// profiler (FLOPs as the profiler computes them, memory allocations), counted per image — the
+/// input of `strato plan --run`. (Two: batch norm in training needs more than one value per
+/// channel, which one image of a network with a 1x1 last feature map does not give.) Leaves `net`
+/// in eval mode.
 ForwardCost count_forward(NetImpl& net, const data::ImageShape& shape);
 
 /// True for architectures built from 2-D convolutions (cnn, resnet).

@@ -44,8 +44,9 @@ Result<std::string> render(const json& sim) {
         }
     }
     std::string html = page_head("strato autoscale simulation");
-    html += fmt::format("<h1>Autoscaling simulation</h1>\n<p class=\"muted\">{} · {} events in {} s ({} M "
-                        "events/s)</p>\n",
+    // (in a <header>, as the other reports: a bare <h1> had the browser's size and margins)
+    html += fmt::format("<header><h1>Autoscaling simulation</h1><p class=\"sub\">{} · {} events in {} s ({} M "
+                        "events/s)</p></header>\n",
                         html_escape(text(sim, "instance")), cell(num(sim, "events"), 0), cell(num(sim, "wall_s"), 3),
                         cell(num(sim, "events_per_s") / 1e6, 2));
     const std::string cur = text(sim, "currency", "USD");

@@ -1,6 +1,7 @@
 #include "strato/report/run_report.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -120,6 +121,30 @@ public:
         if (line.find_first_not_of(" \t") == std::string_view::npos) return Status::ok();
 
         const std::string where = fmt::format("{}:{}", path_, line_no);
+        json j = parse_object(line);
+        if (!j.is_object()) {
+            const std::string_view head = line.substr(0, 60);
+            return data_loss("{}: not a JSON object: {}{}", where, json_text(std::string(head)),  // bytes shown escaped
+                             line.size() > head.size() ? "..." : "");
+        }
+        return add(j, where);
+    }
+
+    // What follows the last '\n', the `line_no`-th line. A JSON object there is a whole line that
+    // only lacks its newline (a log written by hand or by "\n".join(...): its last evaluation, a
+    // one-line log's only one, was left out as torn): read as any line. Anything else is a line
+    // being written, or cut by a crash, and is dropped as the trainer's own reader drops it.
+    Status parse_tail(std::string_view line, int64_t line_no) {
+        if (line.find_first_not_of(" \t\r") == std::string_view::npos) return Status::ok();
+        if (json j = parse_object(line); j.is_object()) return add(j, fmt::format("{}:{}", path_, line_no));
+        m_.torn_last_line = true;
+        return Status::ok();
+    }
+    RunMetrics take() { return std::move(m_); }
+
+private:
+    // `line` as JSON; a line with NaN or Infinity (Python's spelling) is read with those as null.
+    json parse_object(std::string_view line) {
         json j = parse_json_bounded(line);
         if (j.is_discarded()) {
             if (const std::string spelled = nonfinite_as_null(line); !spelled.empty()) {
@@ -127,11 +152,11 @@ public:
                 if (j.is_object()) ++m_.nonfinite_lines;
             }
         }
-        if (j.is_discarded() || !j.is_object()) {
-            const std::string_view head = line.substr(0, 60);
-            return data_loss("{}: not a JSON object: {}{}", where, json_text(std::string(head)),  // bytes shown escaped
-                             line.size() > head.size() ? "..." : "");
-        }
+        return j;
+    }
+
+    // The numbers of one line's object that the page needs.
+    Status add(const json& j, const std::string& where) {
         const auto kind = j.find("kind");
         if (kind == j.end() || !kind->is_string()) return Status::ok();
         if (*kind == "train") {
@@ -171,12 +196,6 @@ public:
         return Status::ok();
     }
 
-    // What follows the last '\n': a line being written (or cut by a crash), dropped as the
-    // trainer's own reader drops it.
-    void torn_tail() { m_.torn_last_line = true; }
-    RunMetrics take() { return std::move(m_); }
-
-private:
     std::string path_;
     RunMetrics m_;
 };
@@ -188,7 +207,7 @@ Result<RunMetrics> parse_metrics(std::string_view text, const std::string& path)
     while (pos < text.size()) {
         const size_t nl = text.find('\n', pos);
         if (nl == std::string_view::npos) {
-            parser.torn_tail();
+            STRATO_RETURN_IF_ERROR(parser.parse_tail(text.substr(pos), ++line_no));
             break;
         }
         STRATO_RETURN_IF_ERROR(parser.parse_line(text.substr(pos, nl - pos), ++line_no));
@@ -251,7 +270,7 @@ Result<RunMetrics> read_metrics_file(const stdfs::path& path) {
             pos = nl + 1;
         }
     }
-    if (!carry.empty()) parser.torn_tail();
+    if (!carry.empty()) STRATO_RETURN_IF_ERROR(parser.parse_tail(carry, line_no + 1));
     return parser.take();
 }
 
@@ -440,23 +459,31 @@ Rows training_rows(const RunMetrics& m) {
 std::string charts_html(const RunMetrics& m) {
     // Each chart's series are made just before it is drawn and freed after it: a long run's
     // points were held eight times over at once.
-    auto train = [&](const char* name, double TrainPoint::*x, double TrainPoint::*y, double scale) {
+    auto train = [&](const char* name, const double TrainPoint::*x, double TrainPoint::*y, double scale) {
         Series s{name, {}, {}};
         s.x.reserve(m.train.size());
         s.y.reserve(m.train.size());
         for (const auto& t : m.train) s.x.push_back(t.*x), s.y.push_back(scale * (t.*y));
         return s;
     };
+    // Loss and accuracy go by epoch; a log with steps but no epochs (another program's: step and
+    // loss only) by step, which all its lines have (by epoch both charts said "no data").
+    const auto steps_only = [](const auto& p) { return std::isfinite(p.step) && !std::isfinite(p.epoch); };
+    const bool by_epoch = std::none_of(m.train.begin(), m.train.end(), steps_only) &&
+                          std::none_of(m.eval.begin(), m.eval.end(), steps_only);
+    const double TrainPoint::*train_x = by_epoch ? &TrainPoint::epoch : &TrainPoint::step;
+    const double EvalPoint::*eval_x = by_epoch ? &EvalPoint::epoch : &EvalPoint::step;
+    const char* x_label = by_epoch ? "epoch" : "step";
     auto eval = [&](const char* name, double EvalPoint::*y, double scale) {
         Series s{name, {}, {}};
         s.x.reserve(m.eval.size());
         s.y.reserve(m.eval.size());
-        for (const auto& e : m.eval) s.x.push_back(e.epoch), s.y.push_back(scale * (e.*y));
+        for (const auto& e : m.eval) s.x.push_back(e.*eval_x), s.y.push_back(scale * (e.*y));
         return s;
     };
     auto loss = [&] {
         std::vector<Series> out;
-        if (!m.train.empty()) out.push_back(train("train (per step)", &TrainPoint::epoch, &TrainPoint::loss, 1));
+        if (!m.train.empty()) out.push_back(train("train (per step)", train_x, &TrainPoint::loss, 1));
         if (!m.eval.empty()) {
             out.push_back(eval("train (epoch)", &EvalPoint::train_loss, 1));
             out.push_back(eval("test (epoch)", &EvalPoint::test_loss, 1));
@@ -465,7 +492,7 @@ std::string charts_html(const RunMetrics& m) {
     };
     auto acc = [&] {
         std::vector<Series> out;
-        if (!m.train.empty()) out.push_back(train("train (per step)", &TrainPoint::epoch, &TrainPoint::acc, 100));
+        if (!m.train.empty()) out.push_back(train("train (per step)", train_x, &TrainPoint::acc, 100));
         if (!m.eval.empty()) {
             out.push_back(eval("train (epoch)", &EvalPoint::train_acc, 100));
             out.push_back(eval("test (epoch)", &EvalPoint::test_acc, 100));
@@ -491,8 +518,8 @@ std::string charts_html(const RunMetrics& m) {
         out += "<figure>" + line_chart_svg(s, o) + "</figure>\n";
     };
     figure(loss(),
-           {.title = loss_log ? "Loss (log scale)" : "Loss", .x_label = "epoch", .y_label = "loss", .log_y = loss_log});
-    figure(acc(), {.title = "Accuracy", .x_label = "epoch", .y_label = "accuracy (%)"});
+           {.title = loss_log ? "Loss (log scale)" : "Loss", .x_label = x_label, .y_label = "loss", .log_y = loss_log});
+    figure(acc(), {.title = "Accuracy", .x_label = x_label, .y_label = "accuracy (%)"});
     // (moved in: a braced list would copy the series)
     auto by_step = [&](const char* name, double TrainPoint::*y) {
         std::vector<Series> one;
@@ -569,8 +596,47 @@ std::string run_name(const std::string& run_dir) {
     return name.empty() ? "run" : name;
 }
 
+// Why the directory `dir`, which has no metrics.jsonl, is no run, and what to give instead: a
+// study, a model package or a directory of runs each said only "is it a run directory?".
+std::string not_a_run(const stdfs::path& dir) {
+    std::error_code ec;
+    const std::string d = dir.string();
+    if (stdfs::exists(dir / "study.db", ec))
+        return fmt::format("{} is a tuning study, not a run: `strato tune report STUDY.toml` makes its report, and "
+                           "each trial is a run in {}",
+                           d, (dir / "trials").string());
+    if (stdfs::exists(dir / "strato-model.json", ec)) {
+        stdfs::path package = dir.lexically_normal();
+        if (package.filename().empty()) package = package.parent_path();  // (runs/x/model/)
+        const stdfs::path parent = package.parent_path().empty() ? stdfs::path(".") : package.parent_path();
+        if (stdfs::exists(parent / "metrics.jsonl", ec))
+            return fmt::format("{} is a model package, not a run; the run it came from is {}", d, parent.string());
+        return fmt::format("{} is a model package, not a run (no metrics.jsonl): a run directory holds it in model/",
+                           d);
+    }
+    // A directory of runs (runs/): name a few of them.
+    std::vector<std::string> runs;
+    for (auto it = stdfs::directory_iterator(dir, ec); !ec && it != stdfs::directory_iterator(); it.increment(ec)) {
+        std::error_code ec2;
+        if (it->is_directory(ec2) && stdfs::exists(it->path() / "metrics.jsonl", ec2) &&
+            !stdfs::is_directory(it->path() / "metrics.jsonl", ec2))
+            runs.push_back(it->path().string());
+    }
+    if (!runs.empty()) {
+        std::sort(runs.begin(), runs.end());
+        const size_t shown = std::min<size_t>(runs.size(), 3);
+        return fmt::format("{} has no metrics.jsonl: it holds runs, give one of them: {}{}", d,
+                           fmt::join(runs.begin(), runs.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+                           runs.size() > shown ? fmt::format(" (and {} more)", runs.size() - shown) : "");
+    }
+    return fmt::format("{} has no metrics.jsonl (is it a run directory?)", d);
+}
+
 Result<RunMetrics> read_run_metrics(const stdfs::path& dir) {
     std::error_code ec;
+    if (!stdfs::is_directory(dir, ec) && dir.filename() == "metrics.jsonl" && stdfs::exists(dir, ec))
+        return invalid_argument("{} is the metrics log of a run: give the run's directory, {}", dir.string(),
+                                dir.parent_path().empty() ? "." : dir.parent_path().string());
     if (!stdfs::is_directory(dir, ec))
         return stdfs::exists(dir, ec)
                    ? invalid_argument("{} is a file: expected a run directory (runs/NAME) or a .json of `strato loadtest` "
@@ -578,8 +644,7 @@ Result<RunMetrics> read_run_metrics(const stdfs::path& dir) {
                                       dir.string())
                    : not_found("run directory {} does not exist", dir.string());
     const stdfs::path metrics_path = dir / "metrics.jsonl";
-    if (!stdfs::exists(metrics_path, ec))
-        return not_found("{} has no metrics.jsonl (is it a run directory?)", dir.string());
+    if (!stdfs::exists(metrics_path, ec)) return not_found("{}", not_a_run(dir));
     return read_metrics_file(metrics_path);
 }
 

@@ -11,14 +11,17 @@ namespace strato::report {
 
 /// Builds the HTML report of the run directory `run_dir` and returns it. Reads
 ///   metrics.jsonl              required; "train", "eval" and "monitor" lines (others are
-///                              skipped; a last line with no newline is torn, still being
-///                              written, and skipped); read a block at a time, so memory
+///                              skipped; a last line with no newline is read when it is a
+///                              whole JSON object, else it is torn, still being written, and
+///                              skipped with a note); read a block at a time, so memory
 ///                              follows the points kept, not the file; NaN, Infinity and
 ///                              -Infinity (as Python's json writes them) are read as null
 ///   config.toml                optional; shown verbatim
 ///   model/metrics.json         optional; final metrics (else taken from the last eval line)
 ///   model/strato-model.json    optional; architecture, parameter count, input shape
-/// A missing directory or metrics.jsonl is kNotFound naming the path; a line of metrics.jsonl
+/// Loss and accuracy are charted by epoch, or by step for a log whose lines have no epoch.
+/// A missing directory or metrics.jsonl is kNotFound naming the path (and what the directory is
+/// instead: a tuning study, a model package, a directory of runs); a line of metrics.jsonl
 /// that is not a JSON object, longer than 16 MiB, or a field of the wrong type, is kDataLoss
 /// naming file:line.
 /// Optional files that cannot be read are reported inside the page instead. Output is

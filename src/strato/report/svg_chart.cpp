@@ -22,6 +22,7 @@ constexpr double kTickFont = 11;
 constexpr double kLabelFont = 12;
 constexpr double kTitleFont = 14;
 constexpr int kMarkerPointsMax = 40;  // series with at most this many points get markers
+constexpr size_t kTooltipMarkersMax = 500;  // markers beyond this many (a scatter plot's) get no tooltip
 constexpr double kHuge = 1e300;       // beyond this, ranges overflow: treated like infinity
 constexpr double kTiny = 1e-300;      // below this, log10 and 1-2-5 steps underflow (5e-324 looped)
 constexpr int kLegendRowsMax = 4;     // more series than fit are summed up as "+N more"
@@ -500,6 +501,7 @@ std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions
                 d, colour, dashed ? " stroke-dasharray=\"6 3\"" : "");
         }
         std::set<std::pair<long, long>> dots;  // (a scatter plot: the pixels that have a marker)
+        std::vector<size_t> marked;
         // (a reduced series has no markers: its lone points are dots of the path)
         for (size_t i = 0; i < n && (!reduce || !options.lines); ++i) {
             if (!ok(i)) continue;
@@ -509,10 +511,23 @@ std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions
             } else if (!dots.emplace(std::lround(sx(s.x[i])), std::lround(sy(s.y[i]))).second) {
                 continue;
             }
-            out += fmt::format(
-                "<circle cx=\"{}\" cy=\"{}\" r=\"3\" fill=\"{}\" stroke=\"#fff\" stroke-width=\"1\"><title>{}: "
-                "{}, {}</title></circle>\n",
-                px(sx(s.x[i])), px(sy(s.y[i])), colour, html_escape(s.name), point_label(s.x[i]), point_label(s.y[i]));
+            marked.push_back(i);
+        }
+        if (marked.size() <= kTooltipMarkersMax) {
+            for (size_t i : marked)
+                out += fmt::format(
+                    "<circle cx=\"{}\" cy=\"{}\" r=\"3\" fill=\"{}\" stroke=\"#fff\" stroke-width=\"1\"><title>{}: "
+                    "{}, {}</title></circle>\n",
+                    px(sx(s.x[i])), px(sy(s.y[i])), colour, html_escape(s.name), point_label(s.x[i]),
+                    point_label(s.y[i]));
+        } else {
+            // Thousands of markers (a scatter of a study's 10,000 trials): no tooltip each (nobody
+            // hovers over them one by one), and their common attributes once, on a group: a
+            // sixth of the bytes (5 parameter charts of 10,000 trials made a page of 7 MB).
+            out += fmt::format("<g fill=\"{}\" stroke=\"#fff\" stroke-width=\"1\">\n", colour);
+            for (size_t i : marked)
+                out += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"3\"/>\n", px(sx(s.x[i])), px(sy(s.y[i])));
+            out += "</g>\n";
         }
         out += "</g>\n";
     }
