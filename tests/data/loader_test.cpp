@@ -46,12 +46,26 @@ TEST(Loader, EpochIsAPermutationAndBatchesCoverIt) {
     std::vector<int64_t> seen;
     for (auto& b : batches) seen.insert(seen.end(), b.labels.begin(), b.labels.end());
     EXPECT_EQ(batches.back().size, 2);
+    EXPECT_EQ(l->last_batch_size(), 2);
     std::vector<int64_t> sorted = seen;
     std::sort(sorted.begin(), sorted.end());
     std::vector<int64_t> all(50);
     std::iota(all.begin(), all.end(), 0);
     EXPECT_EQ(sorted, all);
     EXPECT_NE(seen, all);  // shuffled
+}
+
+TEST(Loader, LastBatchSizeFollowsDropLastAndTheShard) {
+    LoaderOptions o = opts(0);
+    EXPECT_EQ(Loader::create(toy(48), o).value()->last_batch_size(), 8);  // whole batches
+    EXPECT_EQ(Loader::create(toy(49), o).value()->last_batch_size(), 1);
+    o.drop_last = true;
+    EXPECT_EQ(Loader::create(toy(49), o).value()->last_batch_size(), 8);
+    EXPECT_EQ(Loader::create(toy(7), o).value()->last_batch_size(), 0);  // no batch at all
+    o.drop_last = false;
+    o.shard_count = 2;  // 49 padded to 25 per rank: 3 batches of 8 and 1
+    o.shard_rank = 1;
+    EXPECT_EQ(Loader::create(toy(49), o).value()->last_batch_size(), 1);
 }
 
 TEST(Loader, ShardsTogetherAreTheGlobalBatches) {

@@ -440,6 +440,41 @@ TEST_F(Checkpoints, AnEvaluationAskedToStopEndsAtTheNextBatch) {
     EXPECT_EQ(whole->result.count, 64);
 }
 
+// Found by review: a resnet whose last feature map is 1x1 (a CSV's features, tiny images) with a
+// last training batch of one sample failed at the end of the first epoch with libtorch's "Expected
+// more than 1 value per channel when training". It is refused before any work, saying what to do.
+TEST_F(Checkpoints, ALastBatchOfOneSampleThatBatchNormCannotTrainOnIsRefusedUpFront) {
+    TrainConfig c = tiny_run("one");
+    c.data.image_size = 4;  // 4 -> 2 -> 1 through the resnet's stages
+    c.data.limit_train = 65;
+    c.data.batch_size = 32;
+    c.model.arch = "resnet";
+    c.model.depth = 8;
+    c.model.width = 4;
+    c.train.epochs = 1;
+    auto r = run_training(c, {.overwrite = true, .quiet = true});
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("data.batch_size 32 leaves a last training batch of 1 sample (65 samples per "
+                                        "process), and the resnet's batch norm cannot train on one"),
+              std::string::npos)
+        << r.status().message();
+    EXPECT_NE(r.status().message().find("hint: set data.drop_last = true"), std::string::npos) << r.status().message();
+    EXPECT_FALSE(stdfs::exists(dir_ / "one" / "metrics.jsonl"));  // before the run began
+    // Either remedy trains; a network that takes one sample (the mlp) is not refused.
+    c.data.drop_last = true;
+    auto dropped = run_training(c, {.overwrite = true, .quiet = true});
+    EXPECT_TRUE(dropped.is_ok()) << dropped.status().message();
+    c.data.drop_last = false;
+    c.data.batch_size = 33;
+    auto other = run_training(c, {.overwrite = true, .quiet = true});
+    EXPECT_TRUE(other.is_ok()) << other.status().message();
+    c.data.batch_size = 32;
+    c.model = tiny_run("one").model;
+    auto mlp = run_training(c, {.overwrite = true, .quiet = true});
+    EXPECT_TRUE(mlp.is_ok()) << mlp.status().message();
+}
+
 // Found by review: a package trained on a CSV table scored a test.csv whose columns were in
 // another order without a word (they are matched by position). The package names its features.
 TEST_F(Checkpoints, ACsvPackageRefusesDataWhoseFeatureColumnsDiffer) {

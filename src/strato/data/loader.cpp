@@ -60,11 +60,21 @@ Result<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<const Dataset> da
 
 Loader::~Loader() { stop_workers(); }
 
-int64_t Loader::batches_per_epoch() const {
+// The samples of an epoch this process reads (its shard's).
+int64_t Loader::samples_per_epoch() const {
     const int64_t total = dataset_->size(), w = opts_.shard_count, r = opts_.shard_rank;
-    const int64_t n = w <= 1 ? total : opts_.shard_pad ? (total + w - 1) / w : (total - r + w - 1) / w;
-    const int64_t b = opts_.batch_size;
+    return w <= 1 ? total : opts_.shard_pad ? (total + w - 1) / w : (total - r + w - 1) / w;
+}
+
+int64_t Loader::batches_per_epoch() const {
+    const int64_t n = samples_per_epoch(), b = opts_.batch_size;
     return opts_.drop_last ? n / b : (n + b - 1) / b;
+}
+
+int64_t Loader::last_batch_size() const {
+    const int64_t n = samples_per_epoch(), b = opts_.batch_size;
+    if (batches_per_epoch() == 0) return 0;
+    return opts_.drop_last || n % b == 0 ? b : n % b;
 }
 
 std::vector<int64_t> Loader::epoch_order(int64_t epoch) const {

@@ -111,6 +111,9 @@ public:
     Loader& operator=(const Loader&) = delete;
 
     int64_t batches_per_epoch() const;
+    /// Samples in the last batch of an epoch (the batch size unless drop_last is off and the
+    /// samples of this process do not divide into whole batches); 0 when there is no batch.
+    int64_t last_batch_size() const;
     const Dataset& dataset() const { return *dataset_; }
 
     /// Positions the loader; the next call to next() returns batch `pos.batch` of epoch `pos.epoch`.
@@ -127,6 +130,7 @@ public:
 
 private:
     Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options);
+    int64_t samples_per_epoch() const;
     Result<Batch> assemble(int64_t batch) const;
     Result<Batch> assemble_unchecked(int64_t batch) const;
     void stop_workers();

@@ -132,6 +132,30 @@ Result<fs::DirLock> lock_run_dir(const stdfs::path& dir) {
                               lock.status().message()));
 }
 
+/// A last training batch of one sample meets batch norm in training mode, which needs more than
+/// one value per channel: where a feature map is 1x1 there (a resnet on a CSV's features, on tiny
+/// images) libtorch failed at the end of the first epoch, after all its work. One training-mode
+/// forward pass of one sample through a throwaway network of the same config tells before any
+/// (called before the run's seed is set: it draws nothing the run draws).
+Status check_one_sample_batch(const TrainConfig& cfg, const data::Dataset& train, int64_t per_process) {
+    STRATO_ASSIGN_OR_RETURN(models::Net probe, models::create_model(cfg.model, train.shape(), train.num_classes()));
+    probe->train();
+    const data::ImageShape s = train.shape();
+    try {
+        torch::NoGradGuard no_grad;
+        (void)probe->forward(torch::zeros({1, s.channels, s.height, s.width}));
+    } catch (const c10::Error& e) {
+        const std::string what = models::torch_error_message(e);
+        if (what.find("Expected more than 1 value per channel") == std::string::npos) return Status::ok();
+        return invalid_argument(
+            "data.batch_size {} leaves a last training batch of 1 sample ({} samples per process), and the {}'s "
+            "batch norm cannot train on one (libtorch: {})\nhint: set data.drop_last = true, or a data.batch_size "
+            "that does not leave one sample over",
+            cfg.data.batch_size, per_process, cfg.model.arch, what);
+    }
+    return Status::ok();
+}
+
 /// Refuses a run directory that holds what the run reads, or lies inside it. Before the run's
 /// lock: that file, beside the run directory, would land in the input too.
 Status check_run_dir_inputs(const TrainConfig& cfg, const TrainOptions& opts) {
@@ -707,6 +731,9 @@ Status Trainer::setup() {
             "data.batch_size {} with data.drop_last leaves no batch: the training split gives this process {} "
             "samples; lower the batch size or set data.drop_last = false",
             cfg_.data.batch_size, splits_.train->size() / std::max(1, env_.world_size));
+    if (train_loader_->last_batch_size() == 1)
+        STRATO_RETURN_IF_ERROR(check_one_sample_batch(
+            cfg_, *splits_.train, (train_loader_->batches_per_epoch() - 1) * cfg_.data.batch_size + 1));
 
     torch::manual_seed(seed);
     STRATO_ASSIGN_OR_RETURN(net_, models::create_model(cfg_.model, splits_.train->shape(), splits_.train->num_classes()));
