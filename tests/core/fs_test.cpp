@@ -284,6 +284,11 @@ TEST_F(FsTest, OutputFilesReplaceOnlyWhatTheCommandWrites) {
     EXPECT_EQ(check_output_file(dir_ / "nope" / "x.json", OutputKind::kText, "--json").message(),
               "--json " + (dir_ / "nope" / "x.json").string() + ": the directory " + (dir_ / "nope").string() +
                   " does not exist");
+    // ... and a file where the directory would be is said as such (it read "does not exist").
+    ASSERT_TRUE(atomic_write(dir_ / "plain", "x").is_ok());
+    EXPECT_EQ(check_output_file(dir_ / "plain" / "x.json", OutputKind::kText, "--json").message(),
+              "--json " + (dir_ / "plain" / "x.json").string() + ": " + (dir_ / "plain").string() +
+                  " is a file, not a directory");
     // A report write killed half way left "<out>.tmp.<pid>.<n>" beside it for good.
     ASSERT_TRUE(atomic_write(dir_ / "report.html.tmp.99999999.0", "<!DOCTYPE html>\n<ht").is_ok());
     EXPECT_TRUE(check_output_file(html, OutputKind::kHtml, "--out").is_ok());

@@ -373,7 +373,9 @@ Status check_output_file(const stdfs::path& link, OutputKind kind, std::string_v
                                 flag, path.string(), parent.string());
     // A folder that is not there failed the write only after the whole run (a load test's results lost).
     if (!stdfs::is_directory(parent, ec))
-        return invalid_argument("{} {}: the directory {} does not exist", flag, path.string(), parent.string());
+        return stdfs::exists(parent, ec)
+                   ? invalid_argument("{} {}: {} is a file, not a directory", flag, path.string(), parent.string())
+                   : invalid_argument("{} {}: the directory {} does not exist", flag, path.string(), parent.string());
     remove_stale_temps(path);  // a report or table write killed half way left its partial copy
     const auto st = stdfs::status(path, ec);
     if (ec || st.type() == stdfs::file_type::not_found) {
