@@ -60,7 +60,7 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
     };
     auto* run = add("run", "Run the study, or continue it where it stopped (also after kill -9)");
     run->add_option("--parallel", o->parallel, "Trial processes at once (overrides the study file)")
-        ->check(CLI::Range(1, 4096));
+        ->check(CLI::Range(1, tune::kParallelMax));
     run->add_option("--trials", o->trials, "Number of trials (overrides the study file; raise it to extend a study)")
         ->check(CLI::Range(1, 1000000));
     run->callback([o, load, &g, exit_code] {
@@ -154,7 +154,7 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
     sl->add_option("--tasks", o->slurm.tasks, "Array tasks, each an executor of the study (default 2)")
         ->check(CLI::Range(1, 1000000));
     sl->add_option("--task-parallel", o->slurm.parallel, "Trials each task runs at once (default 1)")
-        ->check(CLI::Range(1, 4096));
+        ->check(CLI::Range(1, tune::kParallelMax));
     sl->add_option("--partition", o->slurm.partition, "sbatch --partition")->check(sbatch_value(tune::SbatchValue::kWord));
     sl->add_option("--account", o->slurm.account, "sbatch --account")->check(sbatch_value(tune::SbatchValue::kWord));
     sl->add_option("--time", o->slurm.time, "sbatch --time (e.g. 04:00:00)")->check(sbatch_value(tune::SbatchValue::kTime));

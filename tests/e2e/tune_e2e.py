@@ -85,6 +85,9 @@ def killed_and_resumed(tmp):
     check(p.returncode == 0, f"final run exit {p.returncode}: {err[-1500:]}")
     st = json.loads(run("tune", "best", study, "--dir", sdir).stdout or "{}")
     check(st.get("best") is not None, "best trial")
+    values = st.get("values", {})
+    check(isinstance(values.get("optim.lr"), float) and isinstance(values.get("model.width"), int)
+          and values.get("optim.name") in ("adamw", "sgd"), f"best trial's values as JSON: {st}")
     # The whole study: every trial exactly once, finished, epochs unique and consecutive.
     out = run("tune", "status", study, "--dir", sdir, "--top", "20").stdout
     check("9 of 9 trials" in out, out)
@@ -300,6 +303,36 @@ def missing_study(tmp):
     check("states: none yet\n" in p.stdout, p.stdout)
 
 
+def foreign_database(tmp):
+    """Found by review: `tune run --dir` on a directory holding another program's study.db (an
+    Optuna study's, which has a `trials` table too) added strato's tables and columns to it, then
+    failed on "no such column: id". Every command refuses it now, naming it, and leaves it as it
+    was; no trial starts."""
+    import sqlite3
+    base = os.path.join(REPO, "configs", "fashion_mnist_mlp.toml")
+    study = os.path.join(tmp, "foreign.toml")
+    with open(study, "w") as f:
+        f.write(f'[study]\nname = "foreign"\nbase = "{base}"\n[params]\n'
+                '"optim.lr" = { type = "loguniform", low = 1e-4, high = 1e-1 }\n')
+    sdir = os.path.join(tmp, "foreign")
+    os.makedirs(sdir)
+    db = os.path.join(sdir, "study.db")
+    con = sqlite3.connect(db)
+    con.executescript("CREATE TABLE studies(study_id INTEGER PRIMARY KEY, study_name TEXT);"
+                      "CREATE TABLE trials(trial_id INTEGER PRIMARY KEY, number INTEGER, study_id INTEGER, state TEXT);"
+                      "INSERT INTO studies VALUES(1, 'mine'); INSERT INTO trials VALUES(1, 0, 1, 'COMPLETE');")
+    con.close()
+    with open(db, "rb") as f:
+        before = f.read()
+    for cmd in (["run"], ["status"], ["best"], ["export-best", "-o", os.path.join(tmp, "foreign_best.toml")]):
+        p = run("tune", *cmd, study, "--dir", sdir, expect=1)
+        check(p.stderr.startswith(f"strato tune: error: {db} is not a strato study store: it holds table(s) studies")
+              and "\nhint: " in p.stderr, f"tune {cmd[0]} on an Optuna database: {p.stderr!r}")
+    with open(db, "rb") as f:
+        check(f.read() == before, "the other program's study.db was changed")
+    check(not os.path.exists(os.path.join(sdir, "trials")), "a trial directory was made beside a foreign study.db")
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         study, sdir = killed_and_resumed(tmp)
@@ -310,6 +343,7 @@ def main():
         every_trial_failed(tmp)
         ctrl_c_keeps_the_study(tmp)
         missing_study(tmp)
+        foreign_database(tmp)
     finish("tune e2e")
 
 

@@ -94,7 +94,11 @@ while epoch < stop_after:
     with open(path, "a") as f:
         if os.environ.get("FAKE_TRAIN_ODD_LINES"):  # what a user's own script might also write
             f.write('not json\n[1, 2]\n{"kind": 3}\n{"kind": "eval", "epoch": "two", "test_acc": 0.5}\n'
-                    '{"kind": "eval", "epoch": 1, "test_acc": "high"}\n{"kind": "eval", "test_acc": 0.9}\n')
+                    '{"kind": "eval", "epoch": 1, "test_acc": "high"}\n{"kind": "eval", "test_acc": 0.9}\n'
+                    # what Python's json writes for a diverged run, and a number no double holds
+                    f'{{"kind": "eval", "epoch": {epoch}, "test_acc": NaN}}\n'
+                    f'{{"kind": "eval", "epoch": {epoch}, "test_acc": Infinity}}\n'
+                    f'{{"kind": "eval", "epoch": {epoch}, "test_acc": 1e999}}\n')
         if os.environ.get("FAKE_TRAIN_PARTIAL"):  # the trainer's lines under train.max_steps
             f.write(json.dumps({"kind": "eval", "epoch": epoch - 0.5, "test_acc": acc, "partial": True}) + "\n")
             sys.exit(0)

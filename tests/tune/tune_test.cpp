@@ -189,6 +189,8 @@ TEST(Space, StudySettingsOutOfReachAreRefusedAtLoad) {
         // 1e30 GB wrote memory.max -9223372036854775808, and #SBATCH --mem=-9223372036854775807G.
         {"memory_limit_gb = 1e30\n[params]\n" + lr, "study.toml [study]: memory_limit_gb = 1e+30 is more than 1e+06"},
         {"cpus_per_trial = 1e300\n[params]\n" + lr, "study.toml [study]: cpus_per_trial = 1e+300 is more than 100000"},
+        // tune run --parallel stops at 4096; the file's value did not.
+        {"parallel = 20000\n[params]\n" + lr, "study.toml [study]: parallel = 20000 is more than 4096 trial processes"},
         // A milestone list per bracket: 1e9 of them ran out of memory.
         {"[scheduler]\nbrackets = 1000000000\n[params]\n" + lr,
          "study.toml [scheduler]: brackets = 1000000000 is more than the 3 distinct brackets of grace 1, max_t 9 and "
@@ -223,9 +225,55 @@ TEST(Space, StudySettingsOutOfReachAreRefusedAtLoad) {
     }
     // The bounds themselves are fine, and so is every distinct bracket.
     for (const std::string& ok : std::vector<std::string>{"memory_limit_gb = 1e6\ncpus_per_trial = 1e5\n[params]\n" + lr,
-                                 "[scheduler]\nbrackets = 3\n[params]\n" + lr,
+                                 "[scheduler]\nbrackets = 3\n[params]\n" + lr, "parallel = 4096\n[params]\n" + lr,
                                  "[params]\n\"model.width\" = { type = \"grid\", values = [64, 128] }\n"})
         EXPECT_TRUE(StudyConfig::parse(head + ok, "study.toml", STRATO_SOURCE_DIR).is_ok()) << ok;
+}
+
+// Found by review: each of these was accepted and then ignored, so the study searched what the
+// file did not say (or drew nothing but its high end).
+TEST(Space, WhatAStudyFileSaysIsNeverIgnored) {
+    const std::string head = "[study]\nbase = \"configs/fashion_mnist_mlp.toml\"\n";
+    const std::string lr = "\"optim.lr\" = { type = \"uniform\", low = 0.1, high = 1 }\n";
+    const std::pair<std::string, const char*> bad[] = {
+        // Above [study], a top-level key: the study ran ASHA.
+        {"scheduler = \"fifo\"\n" + head + "[params]\n" + lr,
+         "study.toml:1: 'scheduler' is a top-level key, not a section (settings such as sampler and scheduler go "
+         "under [study]"},
+        {"tpe = 5\n" + head + "[params]\n" + lr, "'tpe' is a top-level key"},
+        // An empty key before "==": the parameter was drawn for every trial.
+        {head + "[params]\n\"optim.name\" = { type = \"choice\", values = [\"adamw\", \"sgd\"] }\n"
+                "\"optim.momentum\" = { type = \"uniform\", low = 0.5, high = 0.9, when = \" == sgd\" }\n",
+         "study.toml [params] \"optim.momentum\": when \" == sgd\" names no parameter"},
+        // Keys of the other kind of distribution.
+        {head + "[params]\n\"optim.lr\" = { type = \"uniform\", low = 0.1, high = 1, values = [0.1, 0.5] }\n",
+         "study.toml [params] \"optim.lr\": uniform takes no 'values' (expected type, low, high, q, when)"},
+        {head + "[params]\n\"model.width\" = { type = \"choice\", values = [32, 64], low = 16 }\n",
+         "choice takes no 'low' (expected type, values, when)"},
+        {head + "[params]\n\"model.width\" = { type = \"grid\", values = [32, 64], q = 16 }\n", "grid takes no 'q'"},
+        // high - low past the largest double: every draw was high (inf, clamped).
+        {head + "[params]\n\"optim.lr\" = { type = \"uniform\", low = -1e308, high = 1e308 }\n",
+         "the range [-1e+308, 1e+308] is wider than a double can hold"},
+        {head + "[scheduler]\ngrace = 10\nmax_t = 5\n[params]\n" + lr,
+         "need 1 <= grace <= max_t and reduction >= 2, got grace 10, max_t 5 and reduction 3"},
+        {head + "[scheduler]\nreduction = 1\n[params]\n" + lr, "got grace 1, max_t 9 and reduction 1"},
+        // A base of another type was "missing".
+        {"[study]\nbase = 5\n[params]\n" + lr, "study.toml [study]: base must be a string"},
+    };
+    for (const auto& [text, needle] : bad) {
+        auto r = StudyConfig::parse(text, "study.toml", STRATO_SOURCE_DIR);
+        ASSERT_FALSE(r.is_ok()) << text;
+        EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+    }
+    // A choice of numbers reaches the trial as written: 10 digits made 0.123456789012 "0.123456789"
+    // (and 0.123456789013 beside it "twice"). Values that 10 digits hold keep their literal, so the
+    // fingerprint of a study recorded before stays.
+    StudyConfig c = study(head + "[params]\n\"optim.lr\" = { type = \"choice\", values = [0.123456789012, "
+                                 "0.123456789013, 0.1, 1e-05, 3.0, 0.30000000000000004] }\n");
+    ASSERT_EQ(c.params.size(), 1u);
+    EXPECT_EQ(c.params[0].values,
+              (std::vector<std::string>{"0.123456789012", "0.123456789013", "0.1", "1e-05", "3",
+                                        "0.30000000000000004"}));
 }
 
 TEST(Space, TheCheckCoversWhatTheExecutorSetsAndDrawsInsideTheRange) {
@@ -532,6 +580,97 @@ TEST(Store, TrialsResultsRungsAndFingerprint) {
 // status/best/report on a study they may not write (a read-only disk, another user's run):
 // `attempt to write a readonly database` before (found by review). Root ignores permission bits,
 // so the test shows the opening writes nothing and can write nothing.
+// Found by review: `tune run --dir` on a directory holding another program's study.db (Optuna's
+// has a `trials` table too) added strato's tables and columns to it, then failed on "no such
+// column: id"; one without a `trials` table was switched to WAL and filled with strato's tables.
+TEST(Store, AnotherProgramsDatabaseIsRefusedAndLeftAsItIs) {
+    const std::string dir = testing::TempDir() + "/tune_store_foreign";
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    const std::pair<const char*, const char*> foreign[] = {
+        {"CREATE TABLE studies(study_id INTEGER PRIMARY KEY, study_name TEXT);"
+         "CREATE TABLE trials(trial_id INTEGER PRIMARY KEY, number INTEGER, study_id INTEGER, state TEXT);"
+         "INSERT INTO studies VALUES(1, 'x'); INSERT INTO trials VALUES(1, 0, 1, 'COMPLETE');",
+         "is not a strato study store: it holds table(s) studies that no strato study has"},
+        {"CREATE TABLE notes(body TEXT); INSERT INTO notes VALUES('mine');", "it holds table(s) notes"},
+        {"CREATE TABLE trials(trial_id INTEGER PRIMARY KEY, state TEXT);", "its table trials has no column id"},
+    };
+    for (const auto& [sql, needle] : foreign) {
+        const std::string db_path = dir + "/study.db";
+        std::filesystem::remove(db_path);
+        sqlite3* db = nullptr;
+        ASSERT_EQ(sqlite3_open(db_path.c_str(), &db), SQLITE_OK);
+        ASSERT_EQ(sqlite3_exec(db, sql, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+        sqlite3_close(db);
+        const std::string bytes = *fs::read_file(db_path);
+        auto st = Store::open(db_path);
+        ASSERT_FALSE(st.is_ok()) << sql;
+        EXPECT_NE(st.status().message().find(needle), std::string::npos) << st.status().message();
+        EXPECT_NE(st.status().message().find("it was left as it is"), std::string::npos) << st.status().message();
+        auto ro = Store::open_read_only(db_path);
+        ASSERT_FALSE(ro.is_ok()) << sql;
+        EXPECT_NE(ro.status().message().find(needle), std::string::npos) << ro.status().message();
+        EXPECT_EQ(*fs::read_file(db_path), bytes) << "the other program's database was changed: " << sql;
+        EXPECT_FALSE(std::filesystem::exists(db_path + "-wal")) << sql;
+    }
+    // An empty file, and a study cut short after its first table, are a study's.
+    for (const char* sql : {"", "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);"}) {
+        const std::string db_path = dir + "/study.db";
+        std::filesystem::remove(db_path);
+        sqlite3* db = nullptr;
+        ASSERT_EQ(sqlite3_open(db_path.c_str(), &db), SQLITE_OK);
+        ASSERT_EQ(sqlite3_exec(db, sql, nullptr, nullptr, nullptr), SQLITE_OK);
+        sqlite3_close(db);
+        auto st = Store::open(db_path);
+        ASSERT_TRUE(st.is_ok()) << st.status().message();
+        EXPECT_TRUE((*st)->trials()->empty());
+    }
+}
+
+// Found by review: a state no strato writes ('COMPLETE', edited by hand) read as "failed", which
+// hid the trial from best and export-best without a word.
+TEST(Store, AnUnknownTrialStateIsAnError) {
+    const std::string dir = testing::TempDir() + "/tune_store_state";
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    auto st = Store::open(dir + "/study.db");
+    ASSERT_TRUE(st.is_ok()) << st.status().message();
+    ASSERT_TRUE((*st)->add_trial({{"optim.lr", "0.01"}}, 1, 0, "").is_ok());
+    ASSERT_TRUE((*st)->set_state(1, TrialState::kCompleted).is_ok());
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((dir + "/study.db").c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "UPDATE trials SET state = 'COMPLETE'", nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(db);
+    auto trials = (*st)->trials();
+    ASSERT_FALSE(trials.is_ok());
+    EXPECT_EQ(trials.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(trials.status().message().find("trial 1's state is 'COMPLETE', not running, paused, completed, "
+                                             "stopped or failed"),
+              std::string::npos)
+        << trials.status().message();
+}
+
+// Found by review: `tune best` gave a trial's parameters only as --set literals ("\"adamw\"",
+// "0.001"), which a JSON reader had to parse as TOML again; "values" holds them as JSON values.
+TEST(Store, TheStudyJsonGivesParameterValuesAsJson) {
+    const std::string dir = testing::TempDir() + "/tune_store_values";
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    {
+        auto st = Store::open(dir + "/study.db");
+        ASSERT_TRUE(st.is_ok()) << st.status().message();
+        const Assignment a = {{"optim.lr", "0.001"}, {"model.width", "64"}, {"optim.name", "\"adamw\""}};
+        ASSERT_TRUE((*st)->add_trial(a, 1, 0, "").is_ok());
+    }
+    auto j = study_json(study(), dir);
+    ASSERT_TRUE(j.is_ok()) << j.status().message();
+    const nlohmann::json& t = (*j)["trials"][0];
+    EXPECT_EQ(t["params"]["optim.name"], "\"adamw\"");
+    EXPECT_EQ(t["values"], nlohmann::json::parse(R"({"optim.lr": 0.001, "model.width": 64, "optim.name": "adamw"})"))
+        << t.dump();
+    EXPECT_TRUE(t["values"]["model.width"].is_number_integer());
+}
+
 TEST(Store, ReadOnlyOpenReadsAWalStudyAndWritesNothing) {
     std::string dir = testing::TempDir() + "/tune_store_ro";
     std::filesystem::remove_all(dir);
@@ -797,6 +936,15 @@ TEST(Executor, OddMetricsLinesAreSkipped) {
     EXPECT_EQ(s->failed, 0);
     EXPECT_TRUE(s->best.has_value());
     expect_contiguous_results(r);
+    // NaN, Infinity and 1e999 before each real line are no results: every value recorded is the
+    // trainer's (below 1).
+    auto st = open_db(r);
+    const std::vector<Trial> trials = *st->trials();
+    for (const auto& t : trials) {
+        const auto results = *st->results(t.id);
+        for (const auto& [epoch, value] : results)
+            EXPECT_TRUE(std::isfinite(value) && value < 1) << "trial " << t.id << " epoch " << epoch << ": " << value;
+    }
 }
 
 // study.db removed (as Optuna users reset a study) and the study run again: every new trial
@@ -850,6 +998,64 @@ TEST(Executor, AnInterruptedTrialWaitsWhileItsDirectoryIsInUse) {
 
 // The stopping variant keeps the top 1/eta of a rung: a trial in the bottom half of four (eta 2)
 // is stopped even when it sits exactly at the lower neighbour of the quantile.
+// Found by review: a trial row edited by hand or damaged crashed the executor or ran what no
+// sampler proposes: a bracket past the study's (a segmentation fault, resuming it), a parameter
+// "abc" (TPE's std::stod: "error: stod"), a choice value not in the list (read as its first).
+// Each is now an error naming the trial, from run, status and best alike.
+TEST(Executor, ADamagedTrialRowIsAClearErrorNotACrash) {
+    auto r = fake_study("damaged", "grace = 1\nmax_t = 2\n[tpe]\nstartup_trials = 1",
+                        "trials = 2\nparallel = 1\nscheduler = \"fifo\"\nsampler = \"tpe\"");
+    auto first = run_fake(r);
+    ASSERT_TRUE(first.is_ok()) << first.status().message();
+    ASSERT_EQ(first->completed, 2);
+    r.cfg.trials = 3;  // (the next run draws a trial from the two: TPE reads their parameters)
+    const std::tuple<const char*, const char*, const char*> damage[] = {
+        {"UPDATE trials SET state = 'running', bracket = 5 WHERE id = 1",
+         "trial 1's bracket is 5, but the study has 1 bracket(s)",
+         "UPDATE trials SET state = 'completed', bracket = 0 WHERE id = 1"},
+        {"UPDATE trials SET params = '{\"optim.lr\": \"abc\"}' WHERE id = 2",
+         "trial 2's parameter optim.lr is 'abc', not a number in [0.0001, 1]", nullptr},
+        {"UPDATE trials SET params = '{\"optim.lr\": \"7\"}' WHERE id = 2", "trial 2's parameter optim.lr is '7'",
+         nullptr},
+        {"UPDATE trials SET params = '{\"optim.lrr\": \"0.1\"}' WHERE id = 2",
+         "trial 2's parameter optim.lrr is not one of the study's [params]", nullptr},
+        {"UPDATE trials SET params = '{}' WHERE id = 2", "trial 2's parameter optim.lr has no value", nullptr},
+        {"UPDATE trials SET target = 0 WHERE id = 2", "trial 2's target is 0 epochs, not in 1..2", nullptr},
+    };
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((r.dir + "/study.db").c_str(), &db), SQLITE_OK);
+    std::string params2;
+    {
+        auto st = open_db(r);
+        params2 = nlohmann::json((*st->trials())[1].params).dump();
+    }
+    for (const auto& [sql, needle, undo] : damage) {
+        ASSERT_EQ(sqlite3_exec(db, sql, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+        auto s = run_fake(r);
+        ASSERT_FALSE(s.is_ok()) << sql;
+        EXPECT_EQ(s.status().code(), StatusCode::kDataLoss) << s.status().message();
+        EXPECT_NE(s.status().message().find(needle), std::string::npos) << s.status().message();
+        EXPECT_NE(s.status().message().find("the study database is damaged or was edited by hand"), std::string::npos);
+        auto board = leaderboard(r.cfg, r.dir, 10);
+        ASSERT_FALSE(board.is_ok()) << sql;
+        EXPECT_NE(board.status().message().find(needle), std::string::npos) << board.status().message();
+        EXPECT_FALSE(best_config(r.cfg, r.dir).is_ok()) << sql;
+        if (undo) {
+            ASSERT_EQ(sqlite3_exec(db, undo, nullptr, nullptr, nullptr), SQLITE_OK);
+        } else {
+            const std::string restore =
+                fmt::format("UPDATE trials SET params = '{}', target = 2 WHERE id = 2", params2);
+            ASSERT_EQ(sqlite3_exec(db, restore.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+        }
+    }
+    sqlite3_close(db);
+    // Repaired, the study goes on.
+    auto last = run_fake(r);
+    ASSERT_TRUE(last.is_ok()) << last.status().message();
+    EXPECT_EQ(last->trials, 3);
+    EXPECT_EQ(last->failed, 0);
+}
+
 TEST(Executor, AshaStoppingCutsAtTheInterpolatedQuantile) {
     auto r = fake_study("cutoff", "grace = 1\nmax_t = 3\nreduction = 2\nvariant = \"stopping\"",
                         "trials = 8\nparallel = 1\nscheduler = \"asha\"");
@@ -1186,6 +1392,35 @@ TEST(Executor, ResumingAfterTheBaseConfigOrTheTpeSettingsChangedIsRefused) {
     EXPECT_EQ(resumed->trials, 3);
     EXPECT_EQ(*open_db(r)->meta("base_config"), std::optional<std::string>(original));
     EXPECT_FALSE(run_fake(tpe).is_ok());
+}
+
+// Found by review: a study resumed with its space changed said only "[params] changed", leaving the
+// reader to find which of its parameters; it names each one now, as the study file says it.
+TEST(Executor, AChangedSpaceNamesTheParameters) {
+    auto r = fake_study("space_changed", "max_t = 1", "trials = 1\nscheduler = \"fifo\"");
+    auto first = run_fake(r);
+    ASSERT_TRUE(first.is_ok()) << first.status().message();
+    StudyRun changed = r;
+    changed.cfg = study(R"([study]
+name = "space_changed"
+base = "configs/fashion_mnist_mlp.toml"
+seed = 3
+trials = 1
+scheduler = "fifo"
+sampler = "random"
+[scheduler]
+max_t = 1
+[params]
+"optim.lr" = { type = "loguniform", low = 1e-4, high = 0.5 }
+"model.width" = { type = "int", low = 32, high = 64, q = 32 }
+)");
+    auto again = run_fake(changed);
+    ASSERT_FALSE(again.is_ok());
+    EXPECT_NE(again.status().message().find("holds a different study: [params] \"model.width\" (was absent, now int "
+                                            "[32, 64] q 32), [params] \"optim.lr\" (was loguniform [0.0001, 1], now "
+                                            "loguniform [0.0001, 0.5]) changed since it started"),
+              std::string::npos)
+        << again.status().message();
 }
 
 // The base config edited while the study runs: the next trial would read the new file (a trial

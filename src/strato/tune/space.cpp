@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -70,7 +71,14 @@ std::string literal(const toml::node& n) {
     // written as "C:\new" between quotes, reached the trial as C, colon, newline, "ew")
     if (auto s = n.value_exact<std::string>()) return json_text(nlohmann::json(*s));
     if (auto i = n.value_exact<int64_t>()) return std::to_string(*i);
-    if (auto d = n.value_exact<double>()) return fmt::format("{:.10g}", *d);
+    // Ten digits where they give the number back (as studies have recorded it), else all it needs:
+    // 0.123456789012 reached the trial as 0.123456789 (and 0.123456789013 beside it was "twice").
+    if (auto d = n.value_exact<double>()) {
+        std::string l = fmt::format("{:.10g}", *d);
+        for (int digits = 11; digits <= 17 && std::isfinite(*d) && std::strtod(l.c_str(), nullptr) != *d; ++digits)
+            l = fmt::format("{:.{}g}", *d, digits);
+        return l;
+    }
     if (auto b = n.value_exact<bool>()) return *b ? "true" : "false";
     return {};
 }
@@ -94,6 +102,12 @@ Result<Param> parse_param(const std::string& key, const toml::node& node, const 
         std::string_view kk = k.str();
         if (kk != "type" && kk != "low" && kk != "high" && kk != "q" && kk != "values" && kk != "when")
             return invalid_argument("{}: unknown key '{}' (expected type, low, high, q, values, when)", where, kk);
+        // A key of the other kind of distribution was ignored: values = [...] beside a uniform's
+        // low and high, low and high on a choice; the study searched what the file did not say.
+        const bool for_numbers = kk == "low" || kk == "high" || kk == "q";
+        if ((p.numeric() && kk == "values") || (!p.numeric() && for_numbers))
+            return invalid_argument("{}: {} takes no '{}' (expected {})", where, type, kk,
+                                    p.numeric() ? "type, low, high, q, when" : "type, values, when");
     }
     if (p.numeric()) {
         auto lo = (*t)["low"].value<double>(), hi = (*t)["high"].value<double>();
@@ -106,6 +120,10 @@ Result<Param> parse_param(const std::string& key, const toml::node& node, const 
         }
         if (!std::isfinite(p.low) || !std::isfinite(p.high) || !std::isfinite(p.q))
             return invalid_argument("{}: low, high and q must be finite numbers", where);
+        // A range wider than the largest double ([-1e308, 1e308]): its draws were inf, clamped to
+        // high (every trial ran 1e308), and TPE's densities 0 / 0.
+        if (!std::isfinite(p.high - p.low))
+            return invalid_argument("{}: the range [{:g}, {:g}] is wider than a double can hold", where, p.low, p.high);
         if (p.dist == Dist::kInt && (p.low != std::floor(p.low) || p.high != std::floor(p.high)))
             return invalid_argument("{}: int needs whole-number low and high, got {} and {}", where, p.low, p.high);
         if (p.dist == Dist::kInt && (std::fabs(p.low) > 0x1p53 || std::fabs(p.high) > 0x1p53))
@@ -162,6 +180,10 @@ Result<Param> parse_param(const std::string& key, const toml::node& node, const 
         };
         p.when_key = trim(when->substr(0, eq));
         p.when_value = trim(when->substr(eq + 2));
+        // (an empty key made the parameter unconditional, without a word)
+        if (p.when_key.empty())
+            return invalid_argument("{}: when \"{}\" names no parameter; expected \"other.key == value\"", where,
+                                    *when);
     }
     return p;
 }
@@ -210,10 +232,17 @@ bool executor_key(std::string_view key) {
 
 Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string& source, const std::string& base_dir) {
     STRATO_ASSIGN_OR_RETURN(toml::table doc, parse_toml_named(text, source));
-    for (auto&& [k, v] : doc)
+    for (auto&& [k, v] : doc) {
         if (k.str() != "study" && k.str() != "scheduler" && k.str() != "params" && k.str() != "tpe")
             return invalid_argument("{}: unknown section '{}' (expected [study], [scheduler], [params], [tpe])", source,
                                     k.str());
+        // `scheduler = "fifo"` above [study] is a top-level key, not the [study] setting: it was
+        // ignored and the study ran ASHA.
+        if (!v.is_table())
+            return invalid_argument("{}:{}: '{}' is a top-level key, not a section (settings such as sampler and "
+                                    "scheduler go under [study]; expected [{}] as a table)",
+                                    source, v.source().begin.line, k.str(), k.str());
+    }
     StudyConfig s;
     s.source = source;
     auto* st = doc["study"].as_table();
@@ -229,7 +258,9 @@ Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string&
         return invalid_argument("{}: name must be 1 to 100 letters, digits, '.', '_' or '-', not starting with '.' (it "
                                 "names the study's directory runs/tune/<name> and its Slurm job)",
                                 in_study);
-    auto base = (*st)["base"].value<std::string>();
+    // (base = 5 was "missing base")
+    STRATO_ASSIGN_OR_RETURN(const std::string base_path, string_setting(*st, "base", "", in_study));
+    const std::optional<std::string> base = base_path.empty() ? std::nullopt : std::optional<std::string>(base_path);
     if (!base) return invalid_argument("{} [study]: missing base = \"TRAIN_CONFIG.toml\"", source);
     {
         // Absolute and normalised, so the same study reads the same however it is invoked.
@@ -287,6 +318,10 @@ Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string&
     }
     if (s.trials < 1 || s.parallel < 1 || s.threads_per_trial < 1)
         return invalid_argument("{} [study]: trials, parallel and threads_per_trial must be >= 1", source);
+    // (tune run --parallel's bound: parallel = 20000 for 2 started as many trial processes as trials)
+    if (s.parallel > kParallelMax)
+        return invalid_argument("{} [study]: parallel = {} is more than {} trial processes at once", source, s.parallel,
+                                kParallelMax);
     if (s.memory_limit_gb < 0 || s.cpus_per_trial < 0)
         return invalid_argument("{} [study]: memory_limit_gb and cpus_per_trial must be >= 0 (0: no limit)", source);
     // Bounded so that bytes (a cgroup's memory.max, RLIMIT_AS, sbatch --mem) and CPU quotas fit
@@ -315,7 +350,9 @@ Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string&
                                         source, k.str());
     }
     if (s.grace < 1 || s.max_t < s.grace || s.reduction < 2)
-        return invalid_argument("{} [scheduler]: need 1 <= grace <= max_t and reduction >= 2", source);
+        return invalid_argument("{} [scheduler]: need 1 <= grace <= max_t and reduction >= 2, got grace {}, max_t {} "
+                                "and reduction {}",
+                                source, s.grace, s.max_t, s.reduction);
     if (s.variant != "promotion" && s.variant != "stopping")
         return invalid_argument("{} [scheduler]: variant must be promotion or stopping", source);
     if (s.brackets < 1 || (s.brackets > 1 && s.scheduler != "asha"))

@@ -60,6 +60,9 @@ struct Param {
 /// an int64 however they are converted.
 constexpr double kMemoryLimitGbMax = 1e6;
 constexpr double kCpusPerTrialMax = 1e5;
+/// Trial processes at once, of one executor: [study] parallel, tune run --parallel and tune slurm
+/// --task-parallel.
+constexpr int kParallelMax = 4096;
 /// The trials of a grid study that leaves `trials` out (one per grid point), at most tune run's
 /// --trials bound.
 constexpr int64_t kGridTrialsMax = 1'000'000;

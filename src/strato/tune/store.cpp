@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -25,11 +26,11 @@ const char* state_name(TrialState s) {
 
 namespace {
 
-TrialState parse_state(const std::string& s) {
+std::optional<TrialState> parse_state(const std::string& s) {
     for (auto st : {TrialState::kRunning, TrialState::kPaused, TrialState::kCompleted, TrialState::kStopped,
                     TrialState::kFailed})
         if (s == state_name(st)) return st;
-    return TrialState::kFailed;
+    return std::nullopt;
 }
 
 double now_s() {
@@ -81,6 +82,55 @@ private:
     int rc_ = SQLITE_OK;
 };
 
+/// Why the database is not a study store strato may read or write, or "" when it is one (or is
+/// empty); an error when it cannot be read (not a database, damaged). A study's tables are meta,
+/// trials, results and rungs, with at least the columns of the oldest studies: any other table is
+/// another program's (an Optuna study.db has `trials` too, and `tune run` added its tables and
+/// columns to it, then failed on "no such column: id").
+Result<std::string> foreign_schema(sqlite3* db, const std::string& path) {
+    static const std::pair<const char*, std::vector<const char*>> kTables[] = {
+        {"meta", {"key", "value"}},
+        {"trials", {"id", "params", "state", "target", "epochs", "best", "last", "error"}},
+        {"results", {"trial", "epoch", "value"}},
+        {"rungs", {"rung", "trial", "value", "promoted"}}};
+    std::vector<std::string> others;
+    std::string missing;
+    Stmt q(db, "SELECT name FROM main.sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' "
+               "ORDER BY name");
+    int rc;
+    while ((rc = q.step()) == SQLITE_ROW) {
+        const std::string name = q.text(0);
+        const auto known =
+            std::find_if(std::begin(kTables), std::end(kTables), [&](const auto& t) { return name == t.first; });
+        if (known == std::end(kTables)) {
+            others.push_back(name);
+            continue;
+        }
+        for (const char* column : known->second) {
+            Stmt c(db, "SELECT count(*) FROM pragma_table_info(?) WHERE name = ?");
+            c.bind(1, name).bind(2, std::string(column));
+            if (missing.empty() && (c.step() != SQLITE_ROW || c.i64(0) == 0))
+                missing = fmt::format("its table {} has no column {}", name, column);
+        }
+    }
+    if (rc != SQLITE_DONE) return io_error("cannot read the study store {}: {}", path, sqlite3_errmsg(db));
+    if (!others.empty()) {
+        std::string list;
+        for (size_t i = 0; i < others.size() && i < 5; ++i) list += (i ? ", " : "") + others[i];
+        if (others.size() > 5) list += fmt::format(" and {} more", others.size() - 5);
+        return fmt::format("it holds table(s) {} that no strato study has (another program's database, such as an "
+                           "Optuna study?)",
+                           list);
+    }
+    return missing;
+}
+
+Status not_a_study(const std::string& path, const std::string& why) {
+    return invalid_argument("{} is not a strato study store: {}; it was left as it is\nhint: give the study another "
+                            "--dir (or another [study] name)",
+                            path, why);
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Store>> Store::open(const std::string& path, bool shared) {
@@ -91,7 +141,10 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& path, bool shared)
         return io_error("cannot open the study store {}: {}", path, msg);
     }
     sqlite3_busy_timeout(db, kBusyTimeoutMs);
-    std::unique_ptr<Store> s(new Store(db));
+    std::unique_ptr<Store> s(new Store(db, path));
+    // Before anything is written: another program's database stays as it was.
+    STRATO_ASSIGN_OR_RETURN(const std::string foreign, foreign_schema(db, path));
+    if (!foreign.empty()) return not_a_study(path, foreign);
     bool fresh = false;
     {
         Stmt q(db, "SELECT count(*) FROM sqlite_master WHERE name = 'trials'");
@@ -133,9 +186,11 @@ Result<std::unique_ptr<Store>> Store::open_read_only(const std::string& path) {
             continue;
         }
         sqlite3_busy_timeout(db, kBusyTimeoutMs);
-        std::unique_ptr<Store> s(new Store(db));
+        std::unique_ptr<Store> s(new Store(db, path));
         Stmt q(db, "SELECT count(*) FROM sqlite_master WHERE name = 'trials'");
         if (q.step() == SQLITE_ROW) {
+            STRATO_ASSIGN_OR_RETURN(const std::string foreign, foreign_schema(db, path));
+            if (!foreign.empty()) return not_a_study(path, foreign);
             if (q.i64(0) == 0) return invalid_argument("{} is not a study store (no trials table)", path);
             STRATO_RETURN_IF_ERROR(s->read_old_schema());
             return s;
@@ -338,15 +393,23 @@ Result<std::vector<Trial>> Store::trials() {
         // silently ran with the base config's values (export-best wrote those).
         auto j = parse_json_bounded(q.text(1));
         if (!j.is_object())
-            return data_loss("study store: trial {}'s parameters are not a JSON object (the study database is damaged)",
-                             t.id);
+            return data_loss("study store {}: trial {}'s parameters are not a JSON object (the study database is "
+                             "damaged)",
+                             path_, t.id);
         for (auto it = j.begin(); it != j.end(); ++it) {
             if (!it->is_string())
-                return data_loss("study store: trial {}'s parameter {} is {}, not a value (the study database is damaged)",
-                                 t.id, it.key(), it->type_name());
+                return data_loss("study store {}: trial {}'s parameter {} is {}, not a value (the study database is "
+                                 "damaged)",
+                                 path_, t.id, it.key(), it->type_name());
             t.params[it.key()] = it->get<std::string>();
         }
-        t.state = parse_state(q.text(2));
+        // (an unknown state read as "failed": a hand-edited 'COMPLETE' hid the study's best trial)
+        const auto state = parse_state(q.text(2));
+        if (!state)
+            return data_loss("study store {}: trial {}'s state is '{}', not running, paused, completed, stopped or "
+                             "failed (the study database is damaged or was edited by hand)",
+                             path_, t.id, q.text(2));
+        t.state = *state;
         t.target = static_cast<int>(q.i64(3));
         t.epochs = static_cast<int>(q.i64(4));
         if (!q.null(5)) t.best = q.dbl(5);

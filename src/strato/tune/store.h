@@ -59,6 +59,9 @@ public:
     static Result<std::unique_ptr<Store>> open_read_only(const std::string& path);
     ~Store();
 
+    /// The database file, for messages.
+    const std::string& path() const { return path_; }
+
     /// A recorded part of the study's identity (meta table: "study", "base_config", "tpe"), if any.
     Result<std::optional<std::string>> meta(const std::string& key);
     /// Records `value` under `key` unless something is recorded there already.
@@ -94,7 +97,7 @@ public:
     Result<std::vector<std::pair<int, double>>> results_at_without_failed(int epoch);
 
 private:
-    explicit Store(sqlite3* db) : db_(db) {}
+    Store(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
     Status exec(const std::string& sql);
     /// Whether `count_sql` (a SELECT count(*)) counts any row; whether `table` has `column`.
     bool any_row(const std::string& count_sql);
@@ -103,6 +106,7 @@ private:
     /// For a read-only store from before brackets and owners: temporary views with the defaults.
     Status read_old_schema();
     sqlite3* db_;
+    std::string path_;
     int depth_ = 0;  // transaction nesting
 };
 

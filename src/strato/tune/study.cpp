@@ -30,6 +30,7 @@
 #include "strato/core/log.h"
 #include "strato/core/parse.h"
 #include "strato/core/signals.h"
+#include "strato/core/toml_guard.h"
 #include "strato/train/train_config.h"
 #include "strato/tune/sampler.h"
 
@@ -79,6 +80,50 @@ std::vector<std::pair<std::string, std::string>> identity_parts(const StudyConfi
     return parts;
 }
 
+// A recorded parameter (fingerprint's [key, dist, low, high, q, values, when key, when value]) as
+// the study file says it: `loguniform [0.0001, 0.1]`, `choice ["adamw", "sgd"] when ...`.
+std::string param_text(const nlohmann::json& p) {
+    static const char* kDists[] = {"uniform", "loguniform", "int", "choice", "grid"};
+    if (!p.is_array() || p.size() < 8 || !p[1].is_number_integer() || p[1].get<int>() < 0 || p[1].get<int>() > 4)
+        return p.dump();
+    const int dist = p[1].get<int>();
+    std::string out = kDists[dist];
+    const auto number = [](const nlohmann::json& x) {
+        return x.is_number() ? fmt::format("{}", x.get<double>()) : x.dump();
+    };
+    if (dist <= 2) {
+        out += fmt::format(" [{}, {}]", number(p[2]), number(p[3]));
+        if (p[4].is_number() && p[4].get<double>() > 0) out += " q " + number(p[4]);
+    } else {
+        std::string values;
+        for (const auto& v : p[5])
+            values += (values.empty() ? "" : ", ") + (v.is_string() ? v.get<std::string>() : v.dump());
+        out += " [" + values + "]";
+    }
+    if (p[6].is_string() && !p[6].get<std::string>().empty())
+        out += fmt::format(" when {} == {}", p[6].get<std::string>(), p[7].is_string() ? p[7].get<std::string>() : "");
+    return out;
+}
+
+// Which parameters differ between two recorded [params] (it said only "[params] changed", and a
+// study of ten parameters left the reader to find the one): `[params] "optim.lr" (was loguniform
+// [0.0001, 0.1], now loguniform [0.0001, 0.3])`, "was absent" for one added.
+std::string param_changes(const nlohmann::json& was, const nlohmann::json& now) {
+    std::map<std::string, std::pair<nlohmann::json, nlohmann::json>> by_key;
+    for (const auto& p : was)
+        if (p.is_array() && !p.empty() && p[0].is_string()) by_key[p[0].get<std::string>()].first = p;
+    for (const auto& p : now)
+        if (p.is_array() && !p.empty() && p[0].is_string()) by_key[p[0].get<std::string>()].second = p;
+    std::string out;
+    for (const auto& [key, pair] : by_key) {
+        if (pair.first == pair.second) continue;
+        out += fmt::format("{}[params] \"{}\" (was {}, now {})", out.empty() ? "" : ", ", printable(key),
+                           pair.first.is_null() ? "absent" : param_text(pair.first),
+                           pair.second.is_null() ? "absent" : param_text(pair.second));
+    }
+    return out.empty() ? "[params]" : out;
+}
+
 // What differs between two recorded identities (JSON objects): the study keys, with the old and
 // new value where they are short.
 std::string json_changes(const std::string& was, const std::string& now) {
@@ -102,6 +147,10 @@ std::string json_changes(const std::string& was, const std::string& now) {
         const nlohmann::json x = value(a, key), y = value(b, key);
         if (x == y) continue;
         out += out.empty() ? "" : ", ";
+        if (key == std::string("params") && x.is_array() && y.is_array()) {
+            out += param_changes(x, y);
+            continue;
+        }
         out += name;
         if (x.is_primitive() && y.is_primitive()) out += fmt::format(" (was {}, now {})", x.dump(), y.dump());
     }
@@ -134,6 +183,53 @@ double memory_limit_bytes(const StudyConfig& c) {
 // A trial that can be the study's best: one with a result that did not fail (a trial killed by
 // its memory limit after a good epoch is no configuration to recommend, as in Optuna).
 bool rankable(const Trial& t) { return t.best.has_value() && t.state != TrialState::kFailed; }
+
+// A trial as the study defines it. A row edited by hand or damaged crashed the executor or ran a
+// configuration no sampler proposes: a bracket past the study's indexed past its rungs (a
+// segmentation fault), a parameter "abc" ended `tune run` with "error: stod", a choice value not
+// in the list was read as its first value by TPE, a parameter left out trained on the base
+// config's value.
+Status check_trial(const StudyConfig& c, const std::string& db, const Trial& t) {
+    const auto damaged = [&](const std::string& what) {
+        return data_loss("study store {}: trial {}'s {} (the study database is damaged or was edited by hand)", db,
+                         t.id, what);
+    };
+    if (t.bracket < 0 || t.bracket >= c.brackets)
+        return damaged(fmt::format("bracket is {}, but the study has {} bracket(s)", t.bracket, c.brackets));
+    if (t.target < 1 || t.target > c.max_t)
+        return damaged(fmt::format("target is {} epochs, not in 1..{} ([scheduler] max_t)", t.target, c.max_t));
+    for (const auto& [key, literal] : t.params) {
+        const auto p = std::find_if(c.params.begin(), c.params.end(), [&](const Param& q) { return q.key == key; });
+        if (p == c.params.end()) return damaged(fmt::format("parameter {} is not one of the study's [params]", key));
+        if (!p->numeric()) {
+            if (std::find(p->values.begin(), p->values.end(), literal) == p->values.end())
+                return damaged(fmt::format("parameter {} is {}, not one of its values", key, literal));
+            continue;
+        }
+        auto v = parse_number(literal, std::nan(""), "");
+        // (a drawn value is written rounded, to 15 significant digits, by older versions to 6: the
+        // rounding may pass an end; a loguniform's must stay above 0, whose log the sampler takes)
+        const double x = v ? *v : std::nan("");  // (NaN: in no range)
+        const bool in_range = p->dist == Dist::kLogUniform
+                                  ? x > 0 && x >= p->low * (1 - 1e-6) && x <= p->high * (1 + 1e-6)
+                                  : std::fabs(x - std::clamp(x, p->low, p->high)) <=
+                                        1e-6 * std::max(std::fabs(p->low), std::fabs(p->high));
+        if (!in_range || (p->dist == Dist::kInt && x != std::floor(x)))
+            return damaged(fmt::format("parameter {} is '{}', not {} in [{}, {}]", key, printable(literal),
+                                       p->dist == Dist::kInt ? "a whole number" : "a number", p->low, p->high));
+    }
+    for (const auto& p : c.params)
+        if (active(p, t.params) && !t.params.count(p.key))
+            return damaged(fmt::format("parameter {} has no value", p.key));
+    return Status::ok();
+}
+
+// The study's trials, each checked against its definition.
+Result<std::vector<Trial>> study_trials(Store& store, const StudyConfig& c) {
+    STRATO_ASSIGN_OR_RETURN(std::vector<Trial> trials, store.trials());
+    for (const auto& t : trials) STRATO_RETURN_IF_ERROR(check_trial(c, store.path(), t));
+    return trials;
+}
 
 std::string describe(const Assignment& a) {
     std::string out;
@@ -503,7 +599,7 @@ Status Executor::reap() {
 Status Executor::adopt() {
     std::vector<Trial> take;
     Status s = store_->transaction([&]() -> Status {
-        STRATO_ASSIGN_OR_RETURN(auto all, store_->trials());
+        STRATO_ASSIGN_OR_RETURN(auto all, study_trials(*store_, c_));
         for (const auto& t : all) {
             if (running_.size() + take.size() >= static_cast<size_t>(c_.parallel)) break;
             if (t.state != TrialState::kRunning || running_.count(t.id) || owner_alive(t, host_)) continue;
@@ -533,7 +629,7 @@ Status Executor::adopt() {
 
 Status Executor::beat() {
     STRATO_RETURN_IF_ERROR(store_->heartbeat(owner_));
-    STRATO_ASSIGN_OR_RETURN(auto all, store_->trials());
+    STRATO_ASSIGN_OR_RETURN(auto all, study_trials(*store_, c_));
     for (const auto& t : all) {
         auto it = running_.find(t.id);
         if (it == running_.end() || it->second.taken || t.owner.empty() || t.owner == owner_) continue;
@@ -548,7 +644,7 @@ Status Executor::beat() {
 Result<std::optional<Trial>> Executor::next_job() {
     std::optional<Trial> job;
     Status s = store_->transaction([&]() -> Status {
-        STRATO_ASSIGN_OR_RETURN(auto trials, store_->trials());
+        STRATO_ASSIGN_OR_RETURN(auto trials, study_trials(*store_, c_));
         if (promotion()) {
             for (int b = 0; b < c_.brackets; ++b) {
                 const auto& ms = brackets_[static_cast<size_t>(b)];
@@ -613,7 +709,7 @@ Result<RunSummary> Executor::run() {
         std::error_code ec;
         for (const auto& e : stdfs::directory_iterator(stdfs::path(o_.dir) / "trials", ec))
             if (e.path().filename().string().rfind("trial-", 0) == 0) dirs.push_back(e.path());
-        STRATO_ASSIGN_OR_RETURN(auto known, store_->trials());
+        STRATO_ASSIGN_OR_RETURN(auto known, study_trials(*store_, c_));
         std::set<std::string> names;
         for (const auto& t : known) names.insert(trial_name(t.id));
         for (const auto& d : dirs) {
@@ -668,7 +764,7 @@ Result<RunSummary> Executor::run() {
         if (running_.empty()) {
             // Nothing runs here and nothing can start. Done, unless other executors still run
             // trials, whose results may promote trials or leave trials to take over.
-            STRATO_ASSIGN_OR_RETURN(auto all, store_->trials());
+            STRATO_ASSIGN_OR_RETURN(auto all, study_trials(*store_, c_));
             if (std::none_of(all.begin(), all.end(), [](const Trial& t) { return t.state == TrialState::kRunning; }))
                 break;
             std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -684,7 +780,7 @@ Result<RunSummary> Executor::run() {
         return Status(StatusCode::kCancelled, "interrupted; the running trials saved checkpoints\nhint: run the same "
                                               "command again to continue the study");
     RunSummary s;
-    STRATO_ASSIGN_OR_RETURN(auto done, store_->trials());
+    STRATO_ASSIGN_OR_RETURN(auto done, study_trials(*store_, c_));
     for (const auto& t : done) {
         ++s.trials;
         s.completed += t.state == TrialState::kCompleted;
@@ -857,9 +953,9 @@ Status check_sbatch_value(std::string_view flag, std::string_view value, SbatchV
 
 Result<std::string> slurm_array(const StudyConfig& cfg, const SlurmOptions& options) {
     // (tune run's own bound on --parallel; each task runs `tune run --parallel <task-parallel>`)
-    if (options.tasks < 1 || options.tasks > 1000000 || options.parallel < 1 || options.parallel > 4096)
-        return invalid_argument("tune slurm: need --tasks in 1..1000000 and --task-parallel in 1..4096, got {} and {}",
-                                options.tasks, options.parallel);
+    if (options.tasks < 1 || options.tasks > 1000000 || options.parallel < 1 || options.parallel > kParallelMax)
+        return invalid_argument("tune slurm: need --tasks in 1..1000000 and --task-parallel in 1..{}, got {} and {}",
+                                kParallelMax, options.tasks, options.parallel);
     // (empty: not given, no #SBATCH line)
     const std::tuple<const char*, std::string, SbatchValue> values[] = {
         {"--partition", options.partition, SbatchValue::kWord},
@@ -926,9 +1022,31 @@ Result<std::string> slurm_array(const StudyConfig& cfg, const SlurmOptions& opti
     return s;
 }
 
+namespace {
+
+// A trial's parameters as JSON values: "params" holds the --set literals the trial ran with
+// (`"\"adamw\""`, `"0.001"`), which a reader of `tune best` had to parse as TOML again.
+nlohmann::json param_values(const Assignment& a) {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& [key, literal] : a) {
+        nlohmann::json v = literal;  // (a literal TOML does not read: as written)
+        if (auto t = parse_toml_named("v = " + literal, key); t.is_ok()) {
+            const toml::node& n = *t->get("v");
+            if (auto x = n.value_exact<std::string>()) v = *x;
+            else if (auto i = n.value_exact<int64_t>()) v = *i;
+            else if (auto d = n.value_exact<double>(); d && std::isfinite(*d)) v = *d;
+            else if (auto b = n.value_exact<bool>()) v = *b;
+        }
+        out[key] = std::move(v);
+    }
+    return out;
+}
+
+}  // namespace
+
 Result<nlohmann::json> study_json(const StudyConfig& cfg, const std::string& dir) {
     STRATO_ASSIGN_OR_RETURN(auto store, open_store(cfg, dir, false));
-    STRATO_ASSIGN_OR_RETURN(auto trials, store->trials());
+    STRATO_ASSIGN_OR_RETURN(auto trials, study_trials(*store, cfg));
     nlohmann::json ts = nlohmann::json::array();
     for (const auto& t : trials) {
         STRATO_ASSIGN_OR_RETURN(auto res, store->results(t.id));
@@ -937,6 +1055,7 @@ Result<nlohmann::json> study_json(const StudyConfig& cfg, const std::string& dir
         ts.push_back({{"id", t.id},
                       {"name", trial_name(t.id)},
                       {"params", t.params},
+                      {"values", param_values(t.params)},
                       {"state", state_name(t.state)},
                       {"epochs", t.epochs},
                       {"best", t.best ? nlohmann::json(*t.best) : nlohmann::json(nullptr)},
@@ -963,7 +1082,7 @@ Result<nlohmann::json> study_json(const StudyConfig& cfg, const std::string& dir
 
 Result<std::string> leaderboard(const StudyConfig& cfg, const std::string& dir, int top) {
     STRATO_ASSIGN_OR_RETURN(auto store, open_store(cfg, dir, false));
-    STRATO_ASSIGN_OR_RETURN(auto trials, store->trials());
+    STRATO_ASSIGN_OR_RETURN(auto trials, study_trials(*store, cfg));
     std::stable_sort(trials.begin(), trials.end(), [&](const Trial& a, const Trial& b) {
         // Trials with a result that did not fail, then failed ones with a result, then the rest.
         const auto rank = [](const Trial& t) { return rankable(t) ? 0 : t.best ? 1 : 2; };
@@ -1002,7 +1121,7 @@ Result<std::string> leaderboard(const StudyConfig& cfg, const std::string& dir, 
 
 Result<std::string> best_config(const StudyConfig& cfg, const std::string& dir) {
     STRATO_ASSIGN_OR_RETURN(auto store, open_store(cfg, dir, false));
-    STRATO_ASSIGN_OR_RETURN(auto trials, store->trials());
+    STRATO_ASSIGN_OR_RETURN(auto trials, study_trials(*store, cfg));
     const Trial* best = nullptr;
     for (const auto& t : trials)
         if (rankable(t) && (!best || cfg.better(*t.best, *best->best))) best = &t;

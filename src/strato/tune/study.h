@@ -54,6 +54,8 @@ Result<RunSummary> run_study(const StudyConfig& cfg, const RunOptions& options);
 std::vector<Observation> sampler_history(const StudyConfig& cfg, const std::vector<Trial>& trials);
 
 /// The study's state as JSON ({"kind": "strato-tune", trials with params, results, states; rungs}).
+/// A trial's "params" are the `--set` literals it ran with ("\"adamw\"", "0.001"); its "values"
+/// the same as JSON values ("adamw", 0.001).
 Result<nlohmann::json> study_json(const StudyConfig& cfg, const std::string& dir);
 
 /// Leaderboard text: the best `top` trials by the objective.
