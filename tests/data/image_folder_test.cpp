@@ -55,6 +55,27 @@ TEST_F(ImageFolder, IndexesClassesAndResizes) {
     EXPECT_EQ(buf[3 * 64 - 1], 60);
 }
 
+// Jupyter's .ipynb_checkpoints in a split became a class of its own (as in torchvision's
+// ImageFolder): a dead output, and a test split with it refused. Hidden folders are no classes;
+// a model that has such a class still finds its folder.
+TEST_F(ImageFolder, HiddenFoldersAreNoClasses) {
+    for (auto split : {"train", "test"}) {
+        stdfs::create_directories(root_ / split / ".ipynb_checkpoints");
+        write_png(root_ / split / ".ipynb_checkpoints" / "x.png", 8, 8, 1, true);
+    }
+    ImageDatasetOptions o;
+    o.shape = {3, 8, 8};
+    auto ds = open_image_folder((root_ / "train").string(), o);
+    ASSERT_TRUE(ds.is_ok()) << ds.status().message();
+    EXPECT_EQ((*ds)->class_names(), (std::vector<std::string>{"cat", "dog"}));
+    EXPECT_EQ((*ds)->size(), 3);
+    auto test = open_image_folder((root_ / "test").string(), o, (*ds)->class_names());  // (was an error)
+    ASSERT_TRUE(test.is_ok()) << test.status().message();
+    auto named = open_image_folder((root_ / "test").string(), o, {".ipynb_checkpoints", "cat", "dog"});
+    ASSERT_TRUE(named.is_ok()) << named.status().message();
+    EXPECT_EQ((*named)->size(), 4);
+}
+
 TEST_F(ImageFolder, OpensThroughDataConfig) {
     DataConfig cfg;
     cfg.dataset = "image-folder";

@@ -96,8 +96,11 @@ Result<FolderIndex> index_image_folder(const std::string& root, const std::vecto
     FolderIndex idx;
     idx.root = root;
     std::vector<std::string> found;
+    // Hidden folders are no classes: Jupyter's .ipynb_checkpoints (torchvision's ImageFolder's
+    // best-known trap: a class of its own), .git, a sync tool's .cache. (A model naming such a
+    // class still finds its folder: class names given are looked up, not listed.)
     for (const auto& e : stdfs::directory_iterator(root, ec))
-        if (e.is_directory(ec)) found.push_back(e.path().filename().string());
+        if (e.is_directory(ec) && !e.path().filename().string().starts_with('.')) found.push_back(e.path().filename().string());
     if (ec) return io_error("cannot list {}: {}", root, ec.message());
     std::sort(found.begin(), found.end());
     std::vector<std::string> folders;  // class c's images are under root/folders[c]
