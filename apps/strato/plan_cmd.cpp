@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -62,8 +63,8 @@ RunRecord read_run_record(const std::string& dir) {
 
 /// A strato run directory as a workload: FLOPs and activations counted from its model package,
 /// batch from its config, the training-set size its checkpoint records, and the speed it
-/// measured here.
-Result<cloud::Workload> workload_from_run(const std::string& dir) {
+/// measured here. `dataset_size` (--dataset-size; 0: none) replaces the size the run records.
+Result<cloud::Workload> workload_from_run(const std::string& dir, double dataset_size) {
     STRATO_ASSIGN_OR_RETURN(models::LoadedPackage pkg, models::load_package(dir + "/model"));
     STRATO_ASSIGN_OR_RETURN(train::TrainConfig cfg, train::load_train_config(dir + "/config.toml", {}));
     STRATO_ASSIGN_OR_RETURN(report::RunSpeed speed, report::read_run_speed(dir));
@@ -78,36 +79,46 @@ Result<cloud::Workload> workload_from_run(const std::string& dir) {
     // The size of the training split, as the trainer records it with each checkpoint. Without a
     // checkpoint, from the steps of an epoch: a step is grad_accum batches on each of the ranks.
     const RunRecord rec = read_run_record(dir);
+    double own = rec.train_samples;
     std::string size_from = "its checkpoint";
-    if (rec.train_samples > 0) {
-        w.dataset_samples = rec.train_samples;
-    } else {
+    if (!(own > 0)) {
         const double world = rec.world_size >= 1 ? rec.world_size : 1;
-        w.dataset_samples = speed.steps_per_epoch * static_cast<double>(cfg.data.batch_size) *
-                            static_cast<double>(cfg.train.grad_accum) * world;
+        own = speed.steps_per_epoch * static_cast<double>(cfg.data.batch_size) *
+              static_cast<double>(cfg.train.grad_accum) * world;
         size_from = fmt::format("steps per epoch x batch {} x grad_accum {}{}", cfg.data.batch_size,
                                 cfg.train.grad_accum, world > 1 ? fmt::format(" x {:.0f} ranks", world) : "");
     }
+    // --dataset-size replaces it (the error below told to pass --dataset-size, which was applied only
+    // after it); the speed the run measured stays the run's own.
+    w.dataset_samples = dataset_size > 0 ? dataset_size : own;
+    if (dataset_size > 0) size_from = "--dataset-size";
     w.precision = cfg.train.precision == "fp32" ? cloud::Precision::kFp32 : cloud::Precision::kAmp;
     w.optimizer = cfg.optim.name == "adam" || cfg.optim.name == "adamw" ? "adam" : "sgd";
-    w.measured_samples_per_s =
-        std::isfinite(speed.samples_per_s) ? speed.samples_per_s : w.dataset_samples / speed.epoch_time_s;
+    w.measured_samples_per_s = std::isfinite(speed.samples_per_s) ? speed.samples_per_s : own / speed.epoch_time_s;
     if (!(w.dataset_samples > 0))
         return not_found("{}: neither a checkpoint (checkpoints/latest) nor metrics.jsonl gives the dataset size; pass "
                          "--dataset-size",
                          dir);
-    w.source = fmt::format("FLOPs and activations counted from {}/model, dataset size from {}; it trained at {:.0f} "
-                           "samples/s on this machine",
-                           dir, size_from, w.measured_samples_per_s);
+    w.source = fmt::format("FLOPs and activations counted from {}/model, dataset size from {}{}", dir, size_from,
+                           std::isfinite(w.measured_samples_per_s) && w.measured_samples_per_s > 0
+                               ? fmt::format("; it trained at {:.0f} samples/s on this machine", w.measured_samples_per_s)
+                               : "");
     return w;
 }
 
-Result<cloud::PlanRequest> build_request(const PlanFlags& f, const cloud::Catalog& cat) {
+/// The request the flags describe. `*usage` is set when the error is a flag's value (a preset or
+/// a provider, region, GPU or instance type that is not there): a usage error, exit 2.
+Result<cloud::PlanRequest> build_request(const PlanFlags& f, const cloud::Catalog& cat, bool* usage) {
     cloud::PlanRequest r;
     if (!f.run.empty()) {
-        STRATO_ASSIGN_OR_RETURN(r.workload, workload_from_run(f.run));
+        STRATO_ASSIGN_OR_RETURN(r.workload, workload_from_run(f.run, f.dataset_size));
     } else {
-        STRATO_ASSIGN_OR_RETURN(r.workload, cloud::find_workload(f.workload.empty() ? "resnet50-imagenet" : f.workload));
+        auto preset = cloud::find_workload(f.workload.empty() ? "resnet50-imagenet" : f.workload);
+        if (!preset) {
+            *usage = preset.status().code() == StatusCode::kNotFound;  // (not a broken built-in table)
+            return preset.status().with_context("--workload");
+        }
+        r.workload = std::move(*preset);
     }
     cloud::Workload& w = r.workload;
     if (f.epochs > 0) w.epochs = f.epochs;
@@ -135,6 +146,10 @@ Result<cloud::PlanRequest> build_request(const PlanFlags& f, const cloud::Catalo
     r.startup_s = *parse_duration_s(f.startup);
     if (f.spot_hazard >= 0) r.spot_hazard_per_h = f.spot_hazard;
     r.top = f.top;
+    if (Status s = r.check_filters(cat); !s.is_ok()) {
+        *usage = true;
+        return s;
+    }
     STRATO_RETURN_IF_ERROR(r.validate(cat));
     return r;
 }
@@ -205,17 +220,27 @@ std::string print_table(const cloud::Plan& p, const cloud::PlanRequest& r, const
                        r.objective == cloud::Objective::kCost ? "cost" : "time", cons.empty() ? "" : "; ",
                        fmt::join(cons, ", "), p.candidates, p.evaluated, ms);
     if (p.ranked.empty()) return out;
-    out += fmt::format("{:>2}  {:<6} {:<14} {:<26} {:>12} {:<9} {:>10} {:>13} {:>19} {:>10}  {}\n", "#", "cloud",
-                       "region", "instance", "GPUs", "market", "samples/s", "time", "range 10-90%",
-                       "cost " + cat.currency().code, "why");
-    int i = 0;
-    for (const auto& c : p.ranked) {
-        std::string range = c.spot ? fmt::format("{} - {}", cloud::format_hours(c.p10_h), cloud::format_hours(c.p90_h)) : "";
-        out += fmt::format(
-            "{:>2}  {:<6} {:<14} {:<26} {:>12} {:<9} {:>10} {:>13} {:>19} {:>10}  {}\n", ++i, c.inst->provider,
-            c.inst->region, c.nodes > 1 ? fmt::format("{} x{}", c.inst->type, c.nodes) : c.inst->type,
-            fmt::format("{}x{}", c.gpus(), c.inst->accelerator), c.spot ? "spot" : "on-demand",
-            rate_text(c.tp.samples_per_s), cloud::format_hours(c.expected_h), range, money_text(c.cost), c.reason);
+    // Columns as wide as their widest cell (at least the usual width): "Standard_ND96amsr_A100_v4 x16"
+    // or "128xH100-MEGA" pushed the rest of their row out of line.
+    using Row = std::array<std::string, 11>;
+    std::vector<Row> rows = {{"#", "cloud", "region", "instance", "GPUs", "market", "samples/s", "time", "range 10-90%",
+                              "cost " + cat.currency().code, "why"}};
+    for (const auto& c : p.ranked)
+        rows.push_back({std::to_string(rows.size()), c.inst->provider, c.inst->region,
+                        c.nodes > 1 ? fmt::format("{} x{}", c.inst->type, c.nodes) : c.inst->type,
+                        fmt::format("{}x{}", c.gpus(), c.inst->accelerator), c.spot ? "spot" : "on-demand",
+                        rate_text(c.tp.samples_per_s), cloud::format_hours(c.expected_h),
+                        c.spot ? fmt::format("{} - {}", cloud::format_hours(c.p10_h), cloud::format_hours(c.p90_h)) : "",
+                        money_text(c.cost), c.reason});
+    std::array<size_t, 11> width = {2, 6, 14, 26, 12, 9, 10, 13, 19, 10, 0};
+    for (const Row& r : rows)
+        for (size_t k = 0; k + 1 < r.size(); ++k) width[k] = std::max(width[k], r[k].size());
+    constexpr std::array<bool, 11> kRight = {true, false, false, false, true, false, true, true, true, true, false};
+    for (const Row& r : rows) {
+        for (size_t k = 0; k + 1 < r.size(); ++k)
+            out += (kRight[k] ? fmt::format("{:>{}}", r[k], width[k]) : fmt::format("{:<{}}", r[k], width[k])) +
+                   (k == 0 || k + 2 == r.size() ? "  " : " ");
+        out += r.back() + "\n";
     }
     const bool any_spot =
         std::any_of(p.ranked.begin(), p.ranked.end(), [](const cloud::Candidate& c) { return c.spot; });
@@ -255,11 +280,25 @@ nlohmann::json to_json(const cloud::Plan& p, const cloud::PlanRequest& r, const 
                 {"batch_per_gpu", w.batch_per_gpu},
                 {"precision", w.precision == cloud::Precision::kAmp ? "amp" : "fp32"},
                 {"optimizer", w.optimizer},
-                {"measured_samples_per_s", w.measured_samples_per_s},
+                {"decode_per_vcpu", w.decode_per_vcpu},
+                {"measured_samples_per_s", num(w.measured_samples_per_s)},
                 {"source", w.source}}},
               {"objective", r.objective == cloud::Objective::kCost ? "cost" : "time"},
               {"deadline_h", num(r.deadline_h)},
               {"budget", num(r.budget)},
+              // What was searched (a plan read later says which filters, markets and nodes it had).
+              {"request",
+               {{"providers", r.providers},
+                {"regions", r.regions},
+                {"gpus", r.accelerators},
+                {"instances", r.instance_types},
+                {"market", r.ondemand && r.spot ? "both" : r.spot ? "spot" : "ondemand"},
+                {"max_nodes", r.max_nodes},
+                {"startup_s", r.startup_s},
+                {"restart_s", r.restart_s},
+                {"checkpoint_gbs", r.storage_gbs},
+                {"spot_hazard_per_h", num(r.spot_hazard_per_h)},  // null: the catalog's rates
+                {"top", r.top}}},
               {"candidates", p.candidates},
               {"evaluated", p.evaluated},
               {"plan_ms", ms},
@@ -277,6 +316,7 @@ nlohmann::json to_json(const cloud::Plan& p, const cloud::PlanRequest& r, const 
                           {"per_gpu_samples_per_s", c.tp.per_gpu_samples_per_s},
                           {"scaling_efficiency", c.tp.scaling_efficiency},
                           {"bound", c.tp.bound},
+                          {"input_limit_samples_per_s", c.tp.input_limit > 0 ? json(c.tp.input_limit) : json(nullptr)},
                           {"memory_needed_gb", c.tp.memory_needed_gb},
                           {"work_h", c.work_h},
                           {"expected_h", c.expected_h},
@@ -361,11 +401,15 @@ void add_plan_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     auto* cmd = app.add_subcommand(
         "plan", "Rank cloud instances (provider, region, type, count, on-demand or spot) for a training job by cost or time");
     auto* workload =
-        cmd->add_option("--workload", f->workload, "A built-in job (see --list); default resnet50-imagenet");
+        cmd->add_option("--workload", f->workload, "A built-in job (see --list); default resnet50-imagenet")
+            ->check(CLI::Validator(  // (an empty one, an unset variable in a script, planned the default)
+                [](std::string& v) { return v.empty() ? "expected a preset name (see --list), got an empty one" : ""; },
+                "NAME"));
     cmd->add_option("--run", f->run,
                     "A strato run directory: FLOPs counted from its model, batch/epochs from its config, dataset "
                     "size from its checkpoint")
-        ->excludes(workload);
+        ->excludes(workload)
+        ->check(file_path_flag("a run directory; an empty one planned the default preset"));
     cmd->add_option("--epochs", f->epochs, "Epochs (overrides the workload's)")->check(CLI::Range(1, 1000000));
     cmd->add_option("--batch-per-gpu", f->batch, "Batch size on each GPU")->check(CLI::Range(1, 1 << 20));
     cmd->add_option("--dataset-size", f->dataset_size, "Training samples per epoch")->check(finite_range(1, 1e13));
@@ -406,13 +450,17 @@ void add_plan_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     auto* catalog =
         cmd->add_option("--catalog", f->catalog,
                         "Instance CSV with the columns of data/cloud/instances.csv (convert a SkyPilot vms.csv with "
-                        "scripts/cloud/refresh_catalog.py)");
+                        "scripts/cloud/refresh_catalog.py)")
+            ->check(file_path_flag("an empty one planned on the built-in catalog"));
     cmd->add_option("--gpu-table", f->gpus_csv, "GPU table CSV (format of data/cloud/gpus.csv; with --catalog)")
-        ->needs(catalog);
+        ->needs(catalog)
+        ->check(file_path_flag());
     cmd->add_option("--spot-rates", f->spot_csv,
                     "Spot interruption CSV (format of data/cloud/spot_interruptions.csv; with --catalog)")
-        ->needs(catalog);
-    cmd->add_option("--prices", f->prices, "TOML price overrides: discounts, negotiated prices, currency (docs/plan.md)");
+        ->needs(catalog)
+        ->check(file_path_flag());
+    cmd->add_option("--prices", f->prices, "TOML price overrides: discounts, negotiated prices, currency (docs/plan.md)")
+        ->check(file_path_flag("an empty one planned at the catalog's prices"));
     cmd->add_option("--top", f->top, "Rows to show (default 10)")->check(CLI::Range(1, 1000000));
     cmd->add_option(
            "--simulate", f->simulate,
@@ -429,7 +477,7 @@ void add_plan_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         "A spot row meets --deadline and --budget when its 90th percentile (p90_h, cost_p90) does; it is\n"
         "ranked by its expected time and cost.\n"
         "Exit status: 0 with a plan, 1 when nothing meets the constraints (the binding one is named), 2 on a\n"
-        "usage error.");
+        "usage error (a --workload, --provider, --region, --gpu or --instance the presets or catalog lack too).");
     cmd->callback([f, exit_code] {
         auto cat = f->catalog.empty() && f->gpus_csv.empty() && f->spot_csv.empty()
                        ? cloud::Catalog::builtin()
@@ -445,8 +493,11 @@ void add_plan_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
             else fmt::print("{}", list_catalog(*cat));
             return void(*exit_code = 0);
         }
-        auto req = build_request(*f, *cat);
-        if (!req) return void(*exit_code = report_error("plan", req.status()));
+        bool usage = false;
+        auto req = build_request(*f, *cat, &usage);
+        if (!req)
+            return void(*exit_code = usage ? report_usage_error("plan", req.status().message())
+                                            : report_error("plan", req.status()));
         auto t0 = std::chrono::steady_clock::now();
         auto plan = cloud::make_plan(*cat, *req);
         double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

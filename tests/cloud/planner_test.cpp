@@ -274,6 +274,13 @@ TEST(Planner, SaysWhichConstraintBinds) {
     EXPECT_TRUE(p.ranked.empty());
     EXPECT_EQ(p.binding.rfind("deadline 36 s: the fastest candidate, ", 0), 0u) << p.binding;
 
+    // Found by review: a deadline inside the 5 min start-up said only what the fastest needs.
+    EXPECT_NE(p.binding.find("; the start-up alone (--startup) takes 5 min"), std::string::npos) << p.binding;
+    req.deadline_h = 6.0 / 60;
+    p = make_plan(cat, req).value();
+    EXPECT_EQ(p.binding.rfind("deadline 6 min: the fastest candidate, ", 0), 0u) << p.binding;
+    EXPECT_EQ(p.binding.find("start-up"), std::string::npos) << p.binding;
+
     req.deadline_h = 1e9;
     req.budget = 1;
     p = make_plan(cat, req).value();
@@ -542,6 +549,118 @@ TEST(Planner, AnAllReduceOnOneNodeIsOnNvlink) {
         ASSERT_EQ(c.tp.bound, "all-reduce");
         EXPECT_NE(c.reason.find("% of a step on NVLink"), std::string::npos) << c.reason;
     }
+}
+
+// Found by review: 16 nodes of 4 PCIe T4s waiting on their 50 Gb/s network were told "needs NVLink:
+// gradient all-reduce dominates on PCIe" (one such node is compute-bound: the network was the
+// wait). The reason names the tier that takes longer.
+TEST(Planner, AnAllReduceIsNamedByTheTierThatTakesLonger) {
+    const Catalog cat = catalog_of("aws,r,slow-net,T4,4,48,192,50,3.9,,x\naws,r,fast-net,T4,4,48,192,100000,3.9,,x\n");
+    PlanRequest req;
+    req.workload = find_workload("gpt2-124m-openwebtext").value();
+    req.workload.batch_per_gpu = 1;
+    req.objective = Objective::kTime;
+    req.ondemand = true;
+    req.spot = false;
+    req.max_nodes = 16;
+    req.instance_types = {"slow-net"};
+    Plan p = make_plan(cat, req).value();
+    ASSERT_EQ(p.ranked.size(), 1u);
+    ASSERT_GT(p.ranked[0].nodes, 1);
+    ASSERT_EQ(p.ranked[0].tp.bound, "all-reduce");
+    EXPECT_GT(p.ranked[0].tp.allreduce_network_s, p.ranked[0].tp.allreduce_s / 2);
+    EXPECT_NE(p.ranked[0].reason.find("% of a step on the network"), std::string::npos) << p.ranked[0].reason;
+    // Where the network is far faster than PCIe, PCIe is what the step waits on (a model whose
+    // 2 GB of gradients outlast any backward pass of a batch of 1).
+    req.instance_types = {"fast-net"};
+    req.workload.params = 5e8;
+    req.workload.fwd_flops = 1e9;
+    p = make_plan(cat, req).value();
+    ASSERT_EQ(p.ranked.size(), 1u);
+    ASSERT_EQ(p.ranked[0].tp.bound, "all-reduce");
+    EXPECT_NE(p.ranked[0].reason.find("needs NVLink: gradient all-reduce dominates on PCIe"), std::string::npos)
+        << p.ranked[0].reason;
+}
+
+// Found by review: `--instance p5.4xlarge --region us-west-2` (each in the catalog, never
+// together) said only "no instance matches the filters", not where p5.4xlarge is offered.
+TEST(Planner, FiltersThatMatchNoRowTogetherSayWhatEachCouldBe) {
+    const Catalog cat = Catalog::builtin().value();
+    PlanRequest req;
+    req.workload = resnet50();
+    req.instance_types = {"p5.4xlarge"};
+    req.regions = {"us-west-2"};
+    Plan p = make_plan(cat, req).value();
+    ASSERT_TRUE(p.ranked.empty());
+    EXPECT_EQ(p.binding.rfind("no instance matches the filters (provider, region, GPU, instance type) at once; "
+                              "keeping the other filters, --region could be us-east-1; keeping the other filters, "
+                              "--instance could be ",
+                              0),
+              0u)
+        << p.binding;
+    EXPECT_EQ(plan_brute_force(cat, req).value().binding, p.binding);
+    req.instance_types = {};
+    req.regions = {};
+    req.accelerators = {"H200"};
+    req.providers = {"azure"};
+    p = make_plan(cat, req).value();
+    EXPECT_NE(p.binding.find("keeping the other filters, --provider could be aws, gcp;"), std::string::npos) << p.binding;
+}
+
+// Found by review: a row with 8 accelerators and no accelerator name was left out of plans without
+// a warning, and the binding constraint said it had "no accelerators"; `--region ''` matched the
+// one row without a region and was "no price" instead of an unknown region.
+TEST(Planner, UnnamedAcceleratorsAndEmptyFilterNamesAreSaidAsSuch) {
+    const Catalog cat = catalog_of("aws,us-east-1,y,,8,4,16,25,0.5,0.2,s\n");
+    ASSERT_EQ(cat.warnings().size(), 1u);
+    EXPECT_EQ(cat.warnings()[0], "t.csv:2: aws/us-east-1/y has 8 accelerators but no accelerator name; left out of plans");
+    PlanRequest req;
+    req.workload = resnet50();
+    EXPECT_EQ(make_plan(cat, req).value().binding,
+              "the instances that match the filters have an accelerator count without an accelerator name (see "
+              "strato plan --list)");
+    const Catalog builtin = Catalog::builtin().value();
+    req.regions = {""};
+    auto empty = make_plan(builtin, req);
+    ASSERT_FALSE(empty.is_ok());
+    EXPECT_EQ(empty.status().message().rfind("--region '' is not in the catalog (known: ", 0), 0u)
+        << empty.status().message();
+    req.regions = {};
+    req.accelerators = {""};
+    EXPECT_EQ(make_plan(builtin, req).status().message().rfind("--gpu '' is not in the catalog (known: ", 0), 0u);
+    // check_filters alone (what `strato plan` reports as a usage error) says the same.
+    EXPECT_EQ(req.check_filters(builtin).message(), make_plan(builtin, req).status().message());
+    req.accelerators = {"a100"};
+    EXPECT_TRUE(req.check_filters(builtin).is_ok());
+}
+
+// Found by review: a spot row without preemptions (--spot-hazard 0) or whose checkpoint outlasts
+// the job (--checkpoint-gbs 1e-6) was "too short to checkpoint", which blamed the job.
+TEST(Planner, SpotRowsSayWhyTheyDoNotCheckpoint) {
+    const Catalog cat = Catalog::builtin().value();
+    PlanRequest req;
+    req.workload = resnet50();
+    req.ondemand = false;
+    req.instance_types = {"p4d.24xlarge"};
+    req.regions = {"us-east-1"};
+    req.max_nodes = 1;
+    req.spot_hazard_per_h = 0;
+    Plan p = make_plan(cat, req).value();
+    ASSERT_EQ(p.ranked.size(), 1u);
+    EXPECT_NE(p.ranked[0].reason.find("no preemptions expected (--spot-hazard 0), no checkpoints"), std::string::npos)
+        << p.ranked[0].reason;
+    req.spot_hazard_per_h = 1;
+    req.storage_gbs = 1e-6;  // 205 MB of state at 1 kB/s: 57 h a checkpoint, the job 2 h
+    p = make_plan(cat, req).value();
+    ASSERT_EQ(p.ranked.size(), 1u);
+    EXPECT_NE(p.ranked[0].reason.find("no checkpoints: one takes 2.4 d at --checkpoint-gbs, longer than the job"),
+              std::string::npos)
+        << p.ranked[0].reason;
+    req.storage_gbs = 1;
+    req.spot_hazard_per_h = 1e-6;  // Young's interval (10 h) past the job (2 h)
+    p = make_plan(cat, req).value();
+    ASSERT_EQ(p.ranked.size(), 1u);
+    EXPECT_NE(p.ranked[0].reason.find("too short to checkpoint"), std::string::npos) << p.ranked[0].reason;
 }
 
 TEST(Planner, RejectsBadRequests) {

@@ -52,6 +52,11 @@ Result<std::vector<GpuSpec>> parse_gpus(std::string_view text, std::string_view 
     STRATO_ASSIGN_OR_RETURN(CsvTable t, CsvTable::parse(text, std::string(source)));
     STRATO_RETURN_IF_ERROR(t.require_columns(
         {"name", "memory_gb", "memory_bw_gbs", "fp32_tflops", "tensor_tflops", "bf16", "nvlink_gbs"}));
+    // The optional columns change the numbers: a misspelt "compute_efficency" was read as absent,
+    // and an H100 planned twice as fast as its 0.52.
+    STRATO_RETURN_IF_ERROR(
+        t.only_columns({"name", "memory_gb", "memory_bw_gbs", "fp32_tflops", "tensor_tflops", "bf16", "int8_tops",
+                        "tdp_w", "nvlink_gbs", "compute_efficiency", "estimate", "source"}));
     std::vector<GpuSpec> out;
     for (size_t r = 0; r < t.rows(); ++r) {
         auto where = [&](std::string_view col) {
@@ -117,6 +122,8 @@ struct SpotRate {
 Result<std::vector<SpotRate>> parse_spot(std::string_view text, std::string_view source) {
     STRATO_ASSIGN_OR_RETURN(CsvTable t, CsvTable::parse(text, std::string(source)));
     STRATO_RETURN_IF_ERROR(t.require_columns({"provider", "instance_type", "interruptions_per_month"}));
+    STRATO_RETURN_IF_ERROR(  // (a misspelt "estimte" was read as absent: every rate an estimate)
+        t.only_columns({"provider", "instance_type", "savings_pct", "interruptions_per_month", "estimate", "source"}));
     std::vector<SpotRate> out;
     for (size_t r = 0; r < t.rows(); ++r) {
         SpotRate s{t.at(r, "provider"), t.at(r, "instance_type"), 0, true};
@@ -229,9 +236,17 @@ Result<Catalog> Catalog::parse(std::string_view instances, std::string_view inst
             c.warnings_.push_back(fmt::format("{}: {} has no price; left out of plans", where(""), in.key()));
         if (in.gpus == 0)
             c.warnings_.push_back(fmt::format("{}: {} has no accelerators; left out of plans", where(""), in.key()));
+        else if (in.accelerator.empty())  // (was left out without a word)
+            c.warnings_.push_back(fmt::format("{}: {} has {} accelerators but no accelerator name; left out of plans",
+                                              where(""), in.key(), in.gpus));
         if (in.has_ondemand() && in.has_spot() && in.spot_usd_h > in.ondemand_usd_h)
             c.warnings_.push_back(fmt::format("{}: {} spot {:.4g} is above on-demand {:.4g} (catalog inconsistency)",
                                               where(""), in.key(), in.spot_usd_h, in.ondemand_usd_h));
+        else if (in.has_ondemand() && in.has_spot() && in.spot_usd_h == in.ondemand_usd_h)
+            // (SkyPilot's snapshots mark a spot market they have no data for so: Azure's H100 rows)
+            c.warnings_.push_back(fmt::format("{}: {} spot equals on-demand ({:.4g}), SkyPilot's mark for no spot data; "
+                                              "planned as a spot market at that price (leave spot blank if there is none)",
+                                              where(""), in.key(), in.spot_usd_h));
         if (!in.accelerator.empty() && !c.gpu(in.accelerator))  // (here, so warnings come in line order)
             c.warnings_.push_back(fmt::format("{}: {}: accelerator '{}' is not in the GPU table; left out of plans",
                                               where(""), in.key(), in.accelerator));
@@ -299,7 +314,8 @@ Result<const Instance*> Catalog::find(std::string_view type, std::string_view re
     for (const auto& in : instances_) {
         if (in.type != type) continue;
         type_seen = true;
-        if (!region.empty() && in.region != region) continue;
+        // (a region in any case, as `strato plan --region` takes it: "US-EAST-1" is us-east-1)
+        if (!region.empty() && !detail::equals_any_case(in.region, region)) continue;
         if (!best || (in.has_ondemand() && (!best->has_ondemand() || in.ondemand_usd_h < best->ondemand_usd_h)))
             best = &in;
     }

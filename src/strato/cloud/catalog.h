@@ -103,7 +103,8 @@ public:
     /// an accelerator missing from the GPU table), one line each, for `strato plan --list`.
     const std::vector<std::string>& warnings() const { return warnings_; }
 
-    /// The instance of `type` in `region` (any region when empty: the cheapest on-demand).
+    /// The instance of `type` in `region` (any region when empty: the cheapest on-demand; a region
+    /// in any case).
     /// Unknown names are errors with the closest known type.
     Result<const Instance*> find(std::string_view type, std::string_view region = {}) const;
     /// Error for an unknown type, with a "did you mean" hint.

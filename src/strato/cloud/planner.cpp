@@ -37,13 +37,15 @@ Status check_filter(const Catalog& cat, const std::vector<std::string>& values, 
     const bool gpus = field == &Instance::accelerator;
     const bool any_case = field != &Instance::type;
     for (const auto& v : values) {
-        bool known = std::any_of(cat.instances().begin(), cat.instances().end(), [&](const Instance& in) {
+        // (not an empty name: `--region ''` matched the one row without a region, and was "no price")
+        bool known = !v.empty() && std::any_of(cat.instances().begin(), cat.instances().end(), [&](const Instance& in) {
             return same_name(in.*field, v, any_case) && (!gpus || in.gpu);
         });
         if (known) continue;
         if (field == &Instance::type) return cat.unknown_type(v).with_context(std::string(flag));
-        if (gpus && std::any_of(cat.instances().begin(), cat.instances().end(),
-                                [&](const Instance& in) { return same_name(in.accelerator, v, true); }))
+        if (gpus && !v.empty() && std::any_of(cat.instances().begin(), cat.instances().end(), [&](const Instance& in) {
+                return same_name(in.accelerator, v, true);
+            }))
             return invalid_argument("{} '{}': the catalog lists it, but the GPU table has no entry for it, so it is "
                                     "left out of plans (see strato plan --list)",
                                     flag, v);
@@ -93,6 +95,37 @@ std::string describe(const Candidate& c) {
     return fmt::format("{} {} x{} ({})", c.inst->provider, c.inst->type, c.nodes, market(c.spot));
 }
 
+/// Where each filter is known but no row has them all (`--instance p5.4xlarge --region us-west-2`):
+/// what each filter could be with the others kept ("; keeping the other filters, --region could be
+/// us-east-1").
+std::string filters_apart(const PlanRequest& req, const Catalog& catalog) {
+    struct Filter {
+        const char* flag;
+        std::vector<std::string> PlanRequest::*values;
+        std::string Instance::*field;
+    };
+    std::string out;
+    for (const Filter& f : {Filter{"--provider", &PlanRequest::providers, &Instance::provider},
+                            Filter{"--region", &PlanRequest::regions, &Instance::region},
+                            Filter{"--gpu", &PlanRequest::accelerators, &Instance::accelerator},
+                            Filter{"--instance", &PlanRequest::instance_types, &Instance::type}}) {
+        if ((req.*f.values).empty()) continue;
+        PlanRequest others = req;
+        (others.*f.values).clear();
+        std::vector<std::string> could;
+        for (const auto& in : catalog.instances())
+            if (in_space(others, in) && std::find(could.begin(), could.end(), in.*f.field) == could.end())
+                could.push_back(in.*f.field);
+        if (could.empty()) continue;
+        constexpr size_t kShown = 8;
+        const size_t more = could.size() > kShown ? could.size() - kShown : 0;
+        could.resize(could.size() - more);
+        out += fmt::format("; keeping the other filters, {} could be {}{}", f.flag, fmt::join(could, ", "),
+                           more ? fmt::format(" (and {} more)", more) : "");
+    }
+    return out;
+}
+
 void explain(Plan& plan, const PlanRequest& req, const std::vector<Candidate>& all, const Catalog& catalog,
              const ThroughputModel& model) {
     const Currency& cur = catalog.currency();
@@ -103,24 +136,28 @@ void explain(Plan& plan, const PlanRequest& req, const std::vector<Candidate>& a
         // Listed, but not plannable: no accelerators, or an accelerator the GPU table lacks.
         std::vector<std::string> unknown;  // accelerators the GPU table lacks
         bool none = false;                 // rows without accelerators
+        bool unnamed = false;              // rows with a count of accelerators but no name for them
         for (const auto& in : catalog.instances()) {
             if (!matches_filters(req, in)) continue;
-            if (in.gpus == 0 || in.accelerator.empty()) none = true;
+            if (in.gpus == 0) none = true;
+            else if (in.accelerator.empty()) unnamed = true;
             else if (!in.gpu && std::find(unknown.begin(), unknown.end(), in.accelerator) == unknown.end())
                 unknown.push_back(in.accelerator);
         }
         if (matches) {
             plan.binding = fmt::format("no instance that matches the filters has {} in the catalog", price);
-        } else if (!unknown.empty() || none) {
+        } else if (!unknown.empty() || none || unnamed) {
             std::vector<std::string> why;
             if (!unknown.empty())
                 why.push_back(fmt::format("accelerators the GPU table does not know ({}; see strato plan --list and "
                                           "--gpu-table)",
                                           fmt::join(unknown, ", ")));
+            if (unnamed) why.push_back("an accelerator count without an accelerator name (see strato plan --list)");
             if (none) why.push_back("no accelerators");
             plan.binding = fmt::format("the instances that match the filters have {}", fmt::join(why, " or "));
         } else {
-            plan.binding = "no instance matches the filters (provider, region, GPU, instance type)";
+            plan.binding = fmt::format("no instance matches the filters (provider, region, GPU, instance type) at once{}",
+                                       filters_apart(req, catalog));
         }
         return;
     }
@@ -168,8 +205,14 @@ void explain(Plan& plan, const PlanRequest& req, const std::vector<Candidate>& a
                        "on-demand (--market), or lower --restart or --spot-hazard";
     } else if (!cheapest_in_time) {
         auto [deadline, needs] = format_hours_apart(req.deadline_h, fastest->p90_h);
-        plan.binding = fmt::format("deadline {}: the fastest candidate, {}, needs {}{}", deadline, describe(*fastest),
-                                   needs, fastest->spot ? " at the 90th percentile" : "");
+        // (a deadline inside the start-up every run pays: no node count helps, --startup does)
+        const double startup_h = req.startup_s / 3600;
+        plan.binding = fmt::format("deadline {}: the fastest candidate, {}, needs {}{}{}", deadline, describe(*fastest),
+                                   needs, fastest->spot ? " at the 90th percentile" : "",
+                                   startup_h >= req.deadline_h
+                                       ? fmt::format("; the start-up alone (--startup) takes {}",
+                                                     format_hours_apart(startup_h, req.deadline_h).first)
+                                       : "");
     } else {
         plan.binding = fmt::format("budget {:.2f} {}: the cheapest candidate that meets the other constraints, {}, "
                                    "costs {:.2f} {}{}",
@@ -196,22 +239,36 @@ void annotate(Plan& plan, const PlanRequest& req, const ThroughputModel& model) 
             parts.push_back("fastest listed");
         }
         const GpuSpec& g = *c.inst->gpu;
+        // Named by the tier that takes longer: 16 nodes of 4 PCIe T4s waiting on 50 Gb/s were told
+        // "needs NVLink", where one such node was compute-bound.
+        const bool network = c.tp.allreduce_network_s >= c.tp.allreduce_s - c.tp.allreduce_network_s;
         if (c.tp.bound == "all-reduce")
-            parts.push_back(g.nvlink_gbs > 0 || c.inst->gpus == 1
+            parts.push_back(network || g.nvlink_gbs > 0
                                 ? fmt::format("all-reduce dominates: {:.0f}% of a step {}",
                                               100 * c.tp.exposed_comm_s / c.tp.step_s,
-                                              c.nodes > 1 ? "on the network" : "on NVLink")
+                                              network ? "on the network" : "on NVLink")
                                 : "needs NVLink: gradient all-reduce dominates on PCIe");
         else if (c.tp.bound == "input pipeline")
             parts.push_back(fmt::format("input-bound: {} vCPUs feed {:.0f} samples/s", c.inst->vcpus * c.nodes,
                                         c.tp.input_limit));
         else
             parts.push_back(c.tp.bound + "-bound");
-        if (c.spot)
-            parts.push_back(c.checkpoint_interval_h < c.work_h
-                                ? fmt::format("{} preemptions expected, checkpoint every {}", count(c.interruptions),
-                                              format_hours(c.checkpoint_interval_h))
-                                : fmt::format("{} preemptions expected, too short to checkpoint", count(c.interruptions)));
+        if (c.spot) {
+            // (without preemptions, or with a checkpoint longer than the job, "too short to
+            // checkpoint" blamed the job)
+            const SpotJob job = spot_job(req, c);
+            if (!(job.hazard_per_s > 0))
+                parts.push_back("no preemptions expected (--spot-hazard 0), no checkpoints");
+            else if (c.checkpoint_interval_h < c.work_h)
+                parts.push_back(fmt::format("{} preemptions expected, checkpoint every {}", count(c.interruptions),
+                                            format_hours(c.checkpoint_interval_h)));
+            else if (job.checkpoint_s >= job.work_s)
+                parts.push_back(fmt::format("{} preemptions expected, no checkpoints: one takes {} at --checkpoint-gbs, "
+                                            "longer than the job",
+                                            count(c.interruptions), format_hours(job.checkpoint_s / 3600)));
+            else
+                parts.push_back(fmt::format("{} preemptions expected, too short to checkpoint", count(c.interruptions)));
+        }
         if (c.tp.scaling_efficiency < 0.7 && c.gpus() > 1)
             parts.push_back(fmt::format("scales at {:.0f}%", 100 * c.tp.scaling_efficiency));
         // Nodes talk over the catalog's network; where it is blank (p4de.24xlarge has 400 Gb/s of
@@ -269,6 +326,10 @@ Status PlanRequest::validate(const Catalog& catalog) const {
     if (!(restart_s >= 0)) return invalid_argument("--restart must be >= 0");
     if (!(startup_s >= 0)) return invalid_argument("--startup must be >= 0");
     if (top < 1) return invalid_argument("--top must be >= 1");
+    return check_filters(catalog);
+}
+
+Status PlanRequest::check_filters(const Catalog& catalog) const {
     STRATO_RETURN_IF_ERROR(check_filter(catalog, providers, "--provider", &Instance::provider));
     STRATO_RETURN_IF_ERROR(check_filter(catalog, regions, "--region", &Instance::region));
     STRATO_RETURN_IF_ERROR(check_filter(catalog, accelerators, "--gpu", &Instance::accelerator));

@@ -40,7 +40,11 @@ struct PlanRequest {
     double spot_hazard_per_h = kUnknown;  // overrides the catalog's interruption rates
     int top = 10;
 
+    /// The whole request: the workload, the numbers, and check_filters.
     Status validate(const Catalog& catalog) const;
+    /// Only that each provider, region, accelerator and instance type named is in `catalog` (an
+    /// error names the flag: a usage error of `strato plan`, where the names come from).
+    Status check_filters(const Catalog& catalog) const;
 };
 
 struct Candidate {

@@ -125,7 +125,8 @@ Throughput ThroughputModel::estimate(const Workload& w, const Instance& inst, in
         allreduce += 2.0 * (g - 1) / g * grad / (bw * 1e9);
     }
     double net = std::isfinite(inst.network_gbps) && inst.network_gbps > 0 ? inst.network_gbps : c_.unknown_network_gbps;
-    if (nodes > 1) allreduce += 2.0 * (nodes - 1) / nodes * grad / (net / 8 * 1e9);
+    if (nodes > 1) t.allreduce_network_s = 2.0 * (nodes - 1) / nodes * grad / (net / 8 * 1e9);
+    allreduce += t.allreduce_network_s;
     t.allreduce_s = allreduce;
     t.exposed_comm_s = std::max(0.0, allreduce - c_.backward_overlap * backward);
     t.step_s = step_compute + t.exposed_comm_s;

@@ -75,6 +75,7 @@ struct Throughput {
     double per_gpu_samples_per_s = 0;  // one GPU alone at this batch, per-step overhead included
     double step_s = 0;             // one optimizer step on one GPU's batch, with exposed comm
     double compute_s = 0, memory_s = 0, allreduce_s = 0, exposed_comm_s = 0;
+    double allreduce_network_s = 0;  // the part of allreduce_s between nodes (the rest is NVLink or PCIe)
     double scaling_efficiency = 1;  // samples_per_s / (gpus x per_gpu): 1 on one GPU
     double input_limit = 0;        // samples/s the vCPUs can feed (0: none)
     std::string bound;             // "compute", "memory bandwidth", "all-reduce", "input pipeline",
