@@ -8,7 +8,9 @@ catalogs/v*/{aws,gcp,azure}/vms.csv) that you have downloaded yourself. strato n
 For each row of the current catalog whose provider file is given, the on-demand and spot prices
 are replaced by the SkyPilot ones:
   * AWS: one row per availability zone; on-demand from any zone, spot the lowest over regular
-    zones (Local Zones such as use1-atl2-az1 are skipped: their spot prices are unusual).
+    zones (Local Zones such as use1-atl2-az1 are skipped: their spot prices are unusual), leaving
+    out a zone under half the median of three or more (p4d.24xlarge had one zone at 2.47 against
+    7.88-8.19 in the others: the cheapest row of almost every plan, at a price few could get).
   * GCP: VM rows carry the host price only; the GPU rows (empty InstanceType) are added, as GCP
     bills them. Our instance names "n1-standard-4+1xT4" name both parts.
   * Azure: SpotPrice equal to Price means "no spot data" and is left blank.
@@ -53,7 +55,13 @@ def aws_prices(rows):
         if od:
             e["od"] = od
         if spot and not local_zone(r.get("AvailabilityZone", "")) and spot != od:
-            e["spot"] = spot if e["spot"] is None else min(e["spot"], spot)
+            e.setdefault("zones", []).append(spot)
+    for e in out.values():
+        zones = sorted(e.pop("zones", []))
+        if len(zones) >= 3:
+            median = zones[len(zones) // 2] if len(zones) % 2 else (zones[len(zones) // 2 - 1] + zones[len(zones) // 2]) / 2
+            zones = [z for z in zones if z >= median / 2]
+        e["spot"] = zones[0] if zones else None
     return out
 
 
