@@ -99,12 +99,9 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
     best->callback([o, load, exit_code] {
         auto c = load();
         if (!c) return void(*exit_code = report_error("tune", c.status()));
-        auto j = tune::study_json(*c, tune::study_dir(*c, o->dir));
-        if (!j) return void(*exit_code = report_error("tune", j.status()));
-        const nlohmann::json* b = nullptr;
-        for (const auto& t : (*j)["trials"])
-            if (t["best"].is_number() && t["state"] != "failed" && (!b || (c->maximize ? t["best"] > (*b)["best"] : t["best"] < (*b)["best"]))) b = &t;
-        if (!b) return void(*exit_code = report_error("tune", not_found("no trial has a result yet (failed trials do not count)")));
+        // (the library's choice, as export-best's: a second copy of it here could disagree)
+        auto b = tune::best_trial_json(*c, tune::study_dir(*c, o->dir));
+        if (!b) return void(*exit_code = report_error("tune", b.status()));
         fmt::print("{}\n", json_text(*b, 2));
         *exit_code = 0;
     });
@@ -119,6 +116,8 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         // blamed the default --out, never given, in that directory).
         auto text = tune::best_config(*c, dir);
         Status s = text.status();
+        // (a trial's metrics.jsonl is text, which check_output_file lets a text output replace)
+        if (s.is_ok()) s = tune::check_study_output(dir, out, "--out");
         if (s.is_ok()) s = fs::check_output_file(out, fs::OutputKind::kText, "--out");
         // (the base train config too: overwritten, every later trial trained on the best one's values)
         if (s.is_ok())
@@ -141,7 +140,9 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         // reported as "--out ...: the directory does not exist", an --out never given).
         auto j = tune::study_json(*c, dir);
         if (!j) return void(*exit_code = report_error("tune", j.status()));
-        if (Status s = fs::check_output_file(out, fs::OutputKind::kHtml, "--out"); !s.is_ok())
+        Status checked = tune::check_study_output(dir, out, "--out");
+        if (checked.is_ok()) checked = fs::check_output_file(out, fs::OutputKind::kHtml, "--out");
+        if (Status s = checked; !s.is_ok())
             return void(*exit_code = report_error("tune", s));
         auto html = report::render_tune_report(*j);
         if (!html) return void(*exit_code = report_error("tune", html.status()));
@@ -177,6 +178,7 @@ void add_tune_command(CLI::App& app, const GlobalFlags& g, int* exit_code) {
         Status checked = check_distinct_files({{out, "--out", true},
                                                {o->study, "the study file", false},
                                                {c->base, "the study's base train config", false}});
+        if (checked.is_ok()) checked = tune::check_study_output(so.dir, out, "--out");
         if (checked.is_ok() && !o->out.empty()) checked = fs::check_output_file(out, fs::OutputKind::kText, "--out");
         if (o->submit && fs::is_stdout(out))
             return void(*exit_code = report_usage_error("tune", "--submit hands sbatch a file: give --out FILE, not standard output"));

@@ -109,6 +109,19 @@ def reports_and_export(tmp, study, sdir):
         text = f.read()
     check(text.startswith("# The best trial of study e2e") and "[optim]" in text, text[:300])
     run("-q", "train", best, "--set", "train.epochs=1", "--set", f"run.dir={tmp}/again", "--no-report")
+    # Follow-up of the review: -o into the study's own files (a trial's metrics.jsonl is text, which
+    # the output check let a TOML replace) is refused, and the file is left as it was.
+    metrics = os.path.join(sdir, "trials", "trial-0001", "metrics.jsonl")
+    with open(metrics, "rb") as f:
+        before = f.read()
+    for cmd in ("export-best", "report", "slurm"):
+        p = run("tune", cmd, study, "--dir", sdir, "-o", metrics, expect=1)
+        check(p.stderr.startswith(f"strato tune: error: --out {metrics}: inside {sdir}/trials, which the study owns")
+              and "\nhint: " in p.stderr, f"tune {cmd} -o a trial's metrics.jsonl: {p.stderr!r}")
+    with open(metrics, "rb") as f:
+        check(f.read() == before, "a trial's metrics.jsonl was changed")
+    p = run("tune", "export-best", study, "--dir", sdir, "-o", os.path.join(sdir, "logs", "x.toml"), expect=1)
+    check("which the study owns" in p.stderr, p.stderr)
     html = os.path.join(tmp, "tune.html")
     run("tune", "report", study, "--dir", sdir, "-o", html)
     with open(html) as f:

@@ -13,7 +13,10 @@ this much memory at start), FAKE_TRAIN_ODD_LINES (write lines of other shapes be
 trial with this optim.lr exits 1 after its first epoch, or after FAKE_TRAIN_FAIL_EPOCH; or kills itself
 with signal FAKE_TRAIN_FAIL_SIGNAL), FAKE_TRAIN_SLOW_RUN (a run of this
 run.name takes 5 times as long per epoch), FAKE_TRAIN_PARTIAL (write one eval line at a fractional
-epoch with "partial": true and exit 0, as the trainer does when train.max_steps ends an epoch)."""
+epoch with "partial": true and exit 0, as the trainer does when train.max_steps ends an epoch),
+FAKE_TRAIN_HANG_RUN (a run of this run.name hangs for ever after its first epoch, as a trainer stuck
+in a dead NFS read or a deadlocked data loader: SIGTERM sets the flag nobody reads any more; only a
+second signal or SIGKILL ends it)."""
 import fcntl
 import json
 import math
@@ -103,6 +106,9 @@ while epoch < stop_after:
             f.write(json.dumps({"kind": "eval", "epoch": epoch - 0.5, "test_acc": acc, "partial": True}) + "\n")
             sys.exit(0)
         f.write(json.dumps({"kind": "eval", "epoch": epoch, "test_acc": acc}) + "\n")
+    if os.environ.get("FAKE_TRAIN_HANG_RUN") == sets["run.name"]:
+        while True:
+            time.sleep(3600)
     if os.environ.get("FAKE_TRAIN_FAIL_LR") and float(os.environ["FAKE_TRAIN_FAIL_LR"]) == lr \
             and epoch >= int(os.environ.get("FAKE_TRAIN_FAIL_EPOCH", "1")):
         if os.environ.get("FAKE_TRAIN_FAIL_SIGNAL"):  # killed (the kernel's OOM killer, kill -9)

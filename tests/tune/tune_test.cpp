@@ -1196,6 +1196,109 @@ TEST(Executor, ATrialKilledByASignalFailsSayingSo) {
         }
 }
 
+// Follow-up of the review: a trial that hangs (a dead NFS read, a deadlocked data loader) and
+// never reports held `tune run` for ever. With [study] trial_timeout it gets SIGTERM, which the
+// hung fake trainer ignores, then SIGKILL after the grace; it is failed saying why, and the study
+// goes on and ends.
+TEST(Executor, AHungTrialIsStoppedAfterTheTrialTimeoutAndFailed) {
+    setenv("FAKE_TRAIN_HANG_RUN", "trial-0001", 1);
+    auto r = fake_study("hung", "max_t = 2", "trials = 2\nparallel = 2\nscheduler = \"fifo\"\ntrial_timeout = \"2s\"");
+    EXPECT_EQ(r.cfg.trial_timeout_s, 2.0);
+    RunOptions o;
+    o.dir = r.dir;
+    o.strato_binary = FAKE_TRAIN;
+    o.quiet = true;
+    o.stop_grace_s = 0.5;
+    auto s = run_study(r.cfg, o);
+    unsetenv("FAKE_TRAIN_HANG_RUN");
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    EXPECT_EQ(s->failed, 1);
+    EXPECT_EQ(s->completed, 1);
+    auto st = open_db(r);
+    const auto trials = *st->trials();
+    ASSERT_EQ(trials.size(), 2u);
+    EXPECT_EQ(trials[0].state, TrialState::kFailed);
+    EXPECT_EQ(trials[0].error.rfind("stopped after 2s ([study] trial_timeout) without finishing", 0), 0u)
+        << trials[0].error;
+    EXPECT_EQ(trials[1].state, TrialState::kCompleted) << trials[1].error;
+    // The limit is no part of the study's identity: another one reads (and continues) the same study.
+    StudyRun longer = r;
+    longer.cfg.trial_timeout_s = 7200;
+    longer.cfg.trial_timeout = "2h";
+    EXPECT_TRUE(study_json(longer.cfg, r.dir).is_ok());
+    auto again = run_fake(longer);
+    ASSERT_TRUE(again.is_ok()) << again.status().message();
+}
+
+TEST(Space, TrialTimeoutIsADuration) {
+    const std::string head = "[study]\nbase = \"configs/fashion_mnist_mlp.toml\"\n";
+    const std::string lr = "[params]\n\"optim.lr\" = { type = \"uniform\", low = 0.1, high = 1 }\n";
+    auto none = StudyConfig::parse(head + lr, "study.toml", STRATO_SOURCE_DIR);
+    ASSERT_TRUE(none.is_ok()) << none.status().message();
+    EXPECT_EQ(none->trial_timeout_s, 0.0);
+    auto ok = StudyConfig::parse(head + "trial_timeout = \"1h30m\"\n" + lr, "study.toml", STRATO_SOURCE_DIR);
+    ASSERT_TRUE(ok.is_ok()) << ok.status().message();
+    EXPECT_EQ(ok->trial_timeout_s, 5400.0);
+    EXPECT_EQ(ok->trial_timeout, "1h30m");
+    for (const auto& [text, needle] : std::vector<std::pair<std::string, std::string>>{
+             {"trial_timeout = 7200\n", "study.toml [study]: trial_timeout must be a duration string such as \"2h\""},
+             {"trial_timeout = \"2 hours\"\n", "study.toml [study] trial_timeout"},
+             {"trial_timeout = \"-1h\"\n", "expected a number with a unit"}}) {
+        auto bad = StudyConfig::parse(head + text + lr, "study.toml", STRATO_SOURCE_DIR);
+        ASSERT_FALSE(bad.is_ok()) << text;
+        EXPECT_NE(bad.status().message().find(needle), std::string::npos) << bad.status().message();
+    }
+}
+
+// Follow-up of the review: `tune best` picked the best trial with its own copy of the selection,
+// which could disagree with export-best's. Both use best_trial now: the failed trial with the best
+// value (lr 0.01) is neither's choice.
+TEST(Executor, BestAndExportBestAgree) {
+    StudyRun r;
+    auto s = run_with_failing_best(r, "best-agree", "1");
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    auto best = best_trial_json(r.cfg, r.dir);
+    ASSERT_TRUE(best.is_ok()) << best.status().message();
+    EXPECT_NE((*best)["state"], "failed");
+    auto text = best_config(r.cfg, r.dir);
+    ASSERT_TRUE(text.is_ok()) << text.status().message();
+    EXPECT_NE(text->find("(" + (*best)["name"].get<std::string>() + ":"), std::string::npos) << *text;
+    ASSERT_TRUE(s->best);
+    EXPECT_EQ(s->best->id, (*best)["id"].get<int>());
+    auto json = study_json(r.cfg, r.dir);
+    ASSERT_TRUE(json.is_ok());
+    for (const auto& t : (*json)["trials"])
+        if (t["id"] == (*best)["id"]) {
+            EXPECT_EQ(t, *best);
+        }
+}
+
+// Follow-up of the review: export-best -o trials/trial-0001/metrics.jsonl replaced a trial's
+// metrics (text, so the output check let it through).
+TEST(Executor, AnOutputAmongTheStudysOwnFilesIsRefused) {
+    auto r = fake_study("own-files", "max_t = 1", "trials = 1\nscheduler = \"fifo\"");
+    ASSERT_TRUE(run_fake(r).is_ok());
+    const std::string metrics = r.dir + "/trials/trial-0001/metrics.jsonl";
+    const std::string link = r.dir + "-link.toml";
+    std::filesystem::remove(link);
+    std::filesystem::create_symlink(metrics, link);
+    for (const std::string& out : {metrics, r.dir + "/trials/new.toml", r.dir + "/logs/trial-0001.log", link,
+                                   r.dir + "/./trials/../trials/trial-0001/x.toml"}) {
+        Status st = check_study_output(r.dir, out, "--out");
+        ASSERT_FALSE(st.is_ok()) << out;
+        EXPECT_NE(st.message().find("--out " + out + ": inside " + r.dir + "/"), std::string::npos) << st.message();
+        EXPECT_NE(st.message().find("which the study owns"), std::string::npos) << st.message();
+    }
+    for (const char* db : {"/study.db", "/study.db-wal"}) {
+        Status st = check_study_output(r.dir, r.dir + db, "--out");
+        ASSERT_FALSE(st.is_ok()) << db;
+        EXPECT_NE(st.message().find("that is the study's database"), std::string::npos) << st.message();
+    }
+    for (const std::string& out : {r.dir + "/best.toml", r.dir + "-best.toml", std::string("-"), r.dir + "/trialsX.toml"})
+        EXPECT_TRUE(check_study_output(r.dir, out, "--out").is_ok()) << out;
+    std::filesystem::remove(link);
+}
+
 // Found by review: the median rule counted a failed trial's values. Grid trials one at a time,
 // median from epoch 1 (max_t 3); acc at epoch 1 = 0.6 - 0.1 |log10(lr) + 2| (fake_train.py):
 //   trial 1, lr 0.01:    0.6, then it crashes (exit 1);

@@ -13,6 +13,7 @@
 #include <set>
 #include <toml++/toml.h>
 
+#include "strato/core/duration.h"
 #include "strato/core/fs.h"
 #include "strato/core/json.h"
 #include "strato/core/log.h"
@@ -291,6 +292,18 @@ Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string&
     }
     STRATO_ASSIGN_OR_RETURN(s.memory_limit_gb, number_setting(*st, "memory_limit_gb", 0.0, in_study));
     STRATO_ASSIGN_OR_RETURN(s.cpus_per_trial, number_setting(*st, "cpus_per_trial", 0.0, in_study));
+    // A hung trial (a dead NFS read, a deadlocked data loader) held `tune run` for ever.
+    if (const toml::node* n = st->get("trial_timeout")) {
+        const auto v = n->value_exact<std::string>();
+        if (!v)
+            return invalid_argument("{}: trial_timeout must be a duration string such as \"2h\" or \"90m\" (\"0\": "
+                                    "no limit)",
+                                    in_study);
+        auto secs = parse_duration_s(*v);
+        if (!secs) return secs.status().with_context(in_study + " trial_timeout");
+        s.trial_timeout_s = *secs;
+        s.trial_timeout = *v;
+    }
     if (const toml::node* set = st->get("set")) {
         const toml::array* arr = set->as_array();
         if (!arr) return invalid_argument("{}: set must be an array of \"key=value\" strings", in_study);
@@ -312,7 +325,7 @@ Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string&
         std::string_view k = entry.first.str();
         static const char* kKeys[] = {"name",    "base",    "metric",    "mode", "trials",          "parallel",
                                       "threads_per_trial", "sampler", "scheduler", "seed", "memory_limit_gb", "cpus_per_trial",
-                                      "set"};
+                                      "set",  "trial_timeout"};
         if (std::none_of(std::begin(kKeys), std::end(kKeys), [&](const char* x) { return k == x; }))
             return invalid_argument("{} [study]: unknown key '{}'", source, k);
     }

@@ -14,6 +14,7 @@
 //     scheduler = "asha"         # fifo | asha | median
 //     seed = 1
 //     set = ["data.limit_train=10000"]   # fixed overrides for every trial
+//     trial_timeout = "2h"       # wall-clock limit of each trial process (none by default)
 //     [scheduler]
 //     grace = 1                  # epochs before the first decision (ASHA's r)
 //     max_t = 9                  # epochs of a full trial (ASHA's R)
@@ -84,6 +85,11 @@ struct StudyConfig {
     int tpe_startup = 10, tpe_candidates = 24;
     double memory_limit_gb = 0;     // per trial: a cgroup memory limit, else RLIMIT_AS (0 = none)
     double cpus_per_trial = 0;      // per trial: a cgroup CPU quota in cores (0 = none)
+    /// Wall-clock limit of each run of a trial process (a new one at each promotion or resume),
+    /// in seconds (0 = none), and as the study file writes it ("2h"), for messages. Not part of
+    /// the study's identity: it changes no trial's result, only how long one may hang.
+    double trial_timeout_s = 0;
+    std::string trial_timeout;
     std::vector<Param> params;
 
     static Result<StudyConfig> load(const std::string& path);

@@ -38,6 +38,33 @@ namespace strato::tune {
 
 namespace stdfs = std::filesystem;
 
+bool rankable(const Trial& t) { return t.best.has_value() && t.state != TrialState::kFailed; }
+
+std::optional<Trial> best_trial(const StudyConfig& cfg, const std::vector<Trial>& trials) {
+    const Trial* best = nullptr;
+    for (const auto& t : trials)
+        if (rankable(t) && (!best || cfg.better(*t.best, *best->best))) best = &t;
+    return best ? std::optional<Trial>(*best) : std::nullopt;
+}
+
+Status check_study_output(const std::string& dir, const std::string& out, std::string_view flag) {
+    if (fs::is_stream(out)) return Status::ok();  // (-, /dev/stdout, a pipe: nothing of the study's there)
+    const stdfs::path d(dir);
+    for (const char* sub : {"trials", "logs"})
+        if (fs::is_within(out, d / sub))
+            return invalid_argument("{} {}: inside {}, which the study owns (its trials' {}); writing there would "
+                                    "replace a file the study reads\nhint: choose a path outside {} and {}",
+                                    flag, out, (d / sub).string(),
+                                    sub == std::string("trials") ? "runs: metrics.jsonl, checkpoints" : "logs",
+                                    (d / "trials").string(), (d / "logs").string());
+    for (const char* db : {"study.db", "study.db-wal", "study.db-shm", "study.db-journal"})
+        if (fs::is_within(out, d / db))
+            return invalid_argument("{} {}: that is the study's database {}; writing there would destroy the "
+                                    "study\nhint: choose another path",
+                                    flag, out, (d / db).string());
+    return Status::ok();
+}
+
 std::string study_dir(const StudyConfig& cfg, const std::string& dir_flag) {
     return dir_flag.empty() ? (stdfs::path("runs") / "tune" / cfg.name).string() : dir_flag;
 }
@@ -180,10 +207,6 @@ double memory_limit_bytes(const StudyConfig& c) {
     return std::clamp(c.memory_limit_gb, 0.0, kMemoryLimitGbMax) * double(1ull << 30);
 }
 
-// A trial that can be the study's best: one with a result that did not fail (a trial killed by
-// its memory limit after a good epoch is no configuration to recommend, as in Optuna).
-bool rankable(const Trial& t) { return t.best.has_value() && t.state != TrialState::kFailed; }
-
 // A trial as the study defines it. A row edited by hand or damaged crashed the executor or ran a
 // configuration no sampler proposes: a bracket past the study's indexed past its rungs (a
 // segmentation fault), a parameter "abc" ended `tune run` with "error: stod", a choice value not
@@ -288,6 +311,9 @@ struct Running {
     bool stop_requested = false;  // the scheduler stopped it
     bool term_sent = false;       // SIGTERM sent (only ever once: a second one makes the trainer exit at once)
     bool taken = false;           // another executor took the trial over (we were presumed dead)
+    std::chrono::steady_clock::time_point started;  // this run of the trial process
+    bool timed_out = false;                         // past [study] trial_timeout: stopped, and failed
+    std::chrono::steady_clock::time_point kill_at;  // timed out: SIGKILL then, if it has not exited
     std::unique_ptr<cgroup::Group> group;
 };
 
@@ -306,6 +332,9 @@ private:
     Status poll_results(int id, Running& r);
     Status on_result(int id, int epoch, double value, Running& r);
     Status reap();
+    /// [study] trial_timeout: a trial process running longer gets SIGTERM (a checkpoint and
+    /// exit), then SIGKILL to its process group once RunOptions::stop_grace_s has passed.
+    void enforce_timeouts();
     /// Takes over trials left running by executors that are gone, as far as `parallel` allows.
     Status adopt();
     /// The heartbeat; a trial another executor has taken over meanwhile (this one stalled past
@@ -437,6 +466,7 @@ Status Executor::launch(const Trial& t) {
                       fmt::format("cannot start {}: {}: {}", trial_name(t.id), argv[0], strerror(exec_errno)));
     }
     r.pid = pid;
+    r.started = std::chrono::steady_clock::now();
     running_[t.id] = std::move(r);
     if (!o_.quiet)
         log::info("tune: {} -> {} epochs{}: {}", trial_name(t.id), t.target,
@@ -552,7 +582,7 @@ Status Executor::reap() {
         // What a trial answers to our SIGTERM: the trainer's checkpointed exit (130), or the
         // signal itself when it came before the trainer's handler was installed.
         const bool terminated = code == 130 || code == 128 + SIGTERM;
-        if ((signals::stop_requested() || shutting_down_) && terminated && !r.stop_requested) {
+        if ((signals::stop_requested() || shutting_down_) && terminated && !r.stop_requested && !r.timed_out) {
             // Our own shutdown: it stays running in the store, free for the next executor.
             STRATO_RETURN_IF_ERROR(store_->set_owner(id, ""));
         } else if (r.stop_requested && (code == 0 || terminated)) {
@@ -572,6 +602,15 @@ Status Executor::reap() {
                 c_.metric, (stdfs::path(o_.dir) / "trials" / trial_name(id) / "metrics.jsonl").string());
             log::warn("tune: {} failed: {}", trial_name(id), why);
             STRATO_RETURN_IF_ERROR(store_->set_state(id, TrialState::kFailed, why));
+        } else if (r.timed_out) {
+            // (what it printed last, for where it hung)
+            std::string tail;
+            if (auto log = fs::read_file((stdfs::path(o_.dir) / "logs" / (trial_name(id) + ".log")).string()))
+                tail = log->substr(log->size() > 400 ? log->size() - 400 : 0);
+            const std::string why =
+                fmt::format("stopped after {} ([study] trial_timeout) without finishing", printable(c_.trial_timeout));
+            log::warn("tune: {} failed: {}", trial_name(id), why);
+            STRATO_RETURN_IF_ERROR(store_->set_state(id, TrialState::kFailed, fmt::format("{}: {}", why, tail)));
         } else {
             // "exit 137" read as the trainer's own exit status: it was SIGKILL, most often the
             // kernel's out-of-memory killer (or kill -9); exit 130, a stop from outside the tuner.
@@ -594,6 +633,31 @@ Status Executor::reap() {
         it = running_.erase(it);  // the cgroup goes with it
     }
     return Status::ok();
+}
+
+void Executor::enforce_timeouts() {
+    if (c_.trial_timeout_s <= 0) return;
+    const auto now = std::chrono::steady_clock::now();
+    for (auto& [id, r] : running_) {
+        if (r.taken) continue;
+        if (!r.timed_out && std::chrono::duration<double>(now - r.started).count() >= c_.trial_timeout_s) {
+            r.timed_out = true;
+            r.kill_at = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                  std::chrono::duration<double>(std::max(0.0, o_.stop_grace_s)));
+            log::warn("tune: {} has run for {} ([study] trial_timeout) without finishing; stopping it", trial_name(id),
+                      printable(c_.trial_timeout));
+            // (a trial the scheduler or a Ctrl-C already signalled gets no second SIGTERM: the
+            // trainer would exit without its checkpoint; SIGKILL comes after the grace all the same)
+            signal_once(r);
+        } else if (r.timed_out && r.kill_at != std::chrono::steady_clock::time_point{} && now >= r.kill_at) {
+            log::warn("tune: {} did not exit within {:g} s of SIGTERM; sending SIGKILL", trial_name(id), o_.stop_grace_s);
+            // The trial leads its own process group (setpgid in launch): its children go too. Not
+            // reaped yet, so the pid is still the trial's.
+            kill(-r.pid, SIGKILL);
+            kill(r.pid, SIGKILL);
+            r.kill_at = {};
+        }
+    }
 }
 
 Status Executor::adopt() {
@@ -740,6 +804,7 @@ Result<RunSummary> Executor::run() {
     auto last_beat = std::chrono::steady_clock::now();
     for (;;) {
         STRATO_RETURN_IF_ERROR(reap());
+        enforce_timeouts();  // (also while stopping: a hung trial ignores the SIGTERM of a Ctrl-C too)
         if (std::chrono::steady_clock::now() - last_beat > kHeartbeatEvery) {
             STRATO_RETURN_IF_ERROR(beat());  // also while stopping: checkpoints can take a while
             last_beat = std::chrono::steady_clock::now();
@@ -787,8 +852,8 @@ Result<RunSummary> Executor::run() {
         s.stopped += t.state == TrialState::kStopped || t.state == TrialState::kPaused;
         s.failed += t.state == TrialState::kFailed;
         s.epochs_trained += t.epochs;
-        if (rankable(t) && (!s.best || c_.better(*t.best, *s.best->best))) s.best = t;
     }
+    s.best = best_trial(c_, done);
     // A rung promotes its best 1/reduction once it holds `reduction` trials: a study of too few
     // trials ended with every trial paused at a rung, none trained to max_t, and nothing said so
     // (Ray Tune's ASHA and Optuna's pruner let the best one so far go on).
@@ -1042,27 +1107,45 @@ nlohmann::json param_values(const Assignment& a) {
     return out;
 }
 
+// A trial as study_json lists it.
+Result<nlohmann::json> trial_json(Store& store, const Trial& t) {
+    STRATO_ASSIGN_OR_RETURN(auto res, store.results(t.id));
+    nlohmann::json r = nlohmann::json::array();
+    for (const auto& [e, v] : res) r.push_back({e, v});
+    return nlohmann::json{{"id", t.id},
+                          {"name", trial_name(t.id)},
+                          {"params", t.params},
+                          {"values", param_values(t.params)},
+                          {"state", state_name(t.state)},
+                          {"epochs", t.epochs},
+                          {"best", t.best ? nlohmann::json(*t.best) : nlohmann::json(nullptr)},
+                          {"results", r},
+                          {"bracket", t.bracket},
+                          {"owner", t.owner},
+                          {"error", t.error}};
+}
+
+Status no_best(const StudyConfig& cfg) {
+    return not_found("study {} has no trial with a result yet (failed trials do not count)", cfg.name);
+}
+
 }  // namespace
+
+Result<nlohmann::json> best_trial_json(const StudyConfig& cfg, const std::string& dir) {
+    STRATO_ASSIGN_OR_RETURN(auto store, open_store(cfg, dir, false));
+    STRATO_ASSIGN_OR_RETURN(auto trials, study_trials(*store, cfg));
+    const std::optional<Trial> best = best_trial(cfg, trials);
+    if (!best) return no_best(cfg);
+    return trial_json(*store, *best);
+}
 
 Result<nlohmann::json> study_json(const StudyConfig& cfg, const std::string& dir) {
     STRATO_ASSIGN_OR_RETURN(auto store, open_store(cfg, dir, false));
     STRATO_ASSIGN_OR_RETURN(auto trials, study_trials(*store, cfg));
     nlohmann::json ts = nlohmann::json::array();
     for (const auto& t : trials) {
-        STRATO_ASSIGN_OR_RETURN(auto res, store->results(t.id));
-        nlohmann::json r = nlohmann::json::array();
-        for (const auto& [e, v] : res) r.push_back({e, v});
-        ts.push_back({{"id", t.id},
-                      {"name", trial_name(t.id)},
-                      {"params", t.params},
-                      {"values", param_values(t.params)},
-                      {"state", state_name(t.state)},
-                      {"epochs", t.epochs},
-                      {"best", t.best ? nlohmann::json(*t.best) : nlohmann::json(nullptr)},
-                      {"results", r},
-                      {"bracket", t.bracket},
-                      {"owner", t.owner},
-                      {"error", t.error}});
+        STRATO_ASSIGN_OR_RETURN(nlohmann::json j, trial_json(*store, t));
+        ts.push_back(std::move(j));
     }
     nlohmann::json rungs = nlohmann::json::array();
     for (int b = 0; b < cfg.brackets; ++b) {
@@ -1122,10 +1205,8 @@ Result<std::string> leaderboard(const StudyConfig& cfg, const std::string& dir, 
 Result<std::string> best_config(const StudyConfig& cfg, const std::string& dir) {
     STRATO_ASSIGN_OR_RETURN(auto store, open_store(cfg, dir, false));
     STRATO_ASSIGN_OR_RETURN(auto trials, study_trials(*store, cfg));
-    const Trial* best = nullptr;
-    for (const auto& t : trials)
-        if (rankable(t) && (!best || cfg.better(*t.best, *best->best))) best = &t;
-    if (!best) return not_found("study {} has no trial with a result yet (failed trials do not count)", cfg.name);
+    const std::optional<Trial> best = best_trial(cfg, trials);
+    if (!best) return no_best(cfg);
     std::vector<std::string> sets = cfg.fixed;
     for (const auto& [k, v] : best->params) sets.push_back(k + "=" + v);
     // Trials train with train.epochs = max_t (the learning-rate schedule's length), however many

@@ -34,6 +34,9 @@ struct RunOptions {
     std::string dir;            // the study directory (study.db, trials/, logs/)
     std::string strato_binary;  // empty: this executable
     bool quiet = false;
+    /// A trial stopped for its [study] trial_timeout gets SIGTERM (the trainer checkpoints and
+    /// exits), then SIGKILL this many seconds later if it has not exited.
+    double stop_grace_s = 30;
 };
 
 struct RunSummary {
@@ -57,6 +60,24 @@ std::vector<Observation> sampler_history(const StudyConfig& cfg, const std::vect
 /// A trial's "params" are the `--set` literals it ran with ("\"adamw\"", "0.001"); its "values"
 /// the same as JSON values ("adamw", 0.001).
 Result<nlohmann::json> study_json(const StudyConfig& cfg, const std::string& dir);
+
+/// A trial that can be the study's best: one with a result that did not fail (a trial killed by
+/// its memory limit after a good epoch is no configuration to recommend, as in Optuna).
+bool rankable(const Trial& t);
+
+/// The study's best trial among `trials`: the rankable one with the best result under the
+/// study's mode, the first of equals; nullopt when none is rankable. `tune run`'s summary,
+/// `tune best` and `tune export-best` all pick it here, so that they always agree.
+std::optional<Trial> best_trial(const StudyConfig& cfg, const std::vector<Trial>& trials);
+
+/// `tune best`: the best trial (best_trial) as study_json lists it; kNotFound when none.
+Result<nlohmann::json> best_trial_json(const StudyConfig& cfg, const std::string& dir);
+
+/// An output of a tune command (`flag` names it) may not be one of the study's own files in
+/// `dir`: study.db and its journals, anything under trials/ (the trials' metrics.jsonl and
+/// checkpoints, which resumes and the scheduler read) or logs/. Checked after symbolic links
+/// are resolved; standard output and other streams pass.
+Status check_study_output(const std::string& dir, const std::string& out, std::string_view flag);
 
 /// Leaderboard text: the best `top` trials by the objective.
 Result<std::string> leaderboard(const StudyConfig& cfg, const std::string& dir, int top);
