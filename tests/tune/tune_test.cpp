@@ -1230,6 +1230,40 @@ TEST(Executor, AHungTrialIsStoppedAfterTheTrialTimeoutAndFailed) {
     ASSERT_TRUE(again.is_ok()) << again.status().message();
 }
 
+// Follow-up: without a trial_timeout, a trial that ignored the SIGTERM of a Ctrl-C (or of the
+// scheduler's stop) held the tuner forever. SIGKILL follows after the grace, and a trial so
+// killed by the tuner's own shutdown is given up for the next run, not failed.
+TEST(Executor, ATrialThatIgnoresTheStopIsKilledAfterTheGraceAndNotFailed) {
+    setenv("FAKE_TRAIN_HANG_RUN", "trial-0001", 1);
+    auto r = fake_study("hung_stop", "max_t = 2", "trials = 1\nparallel = 1\nscheduler = \"fifo\"");
+    signals::install_stop_handlers();
+    signals::reset();
+    std::thread stopper([dir = r.dir] {
+        for (int i = 0; i < 12000; ++i) {
+            auto m = fs::read_file(dir + "/trials/trial-0001/metrics.jsonl");
+            if (m && m->find("\"eval\"") != std::string::npos) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        kill(getpid(), SIGTERM);
+    });
+    RunOptions o;
+    o.dir = r.dir;
+    o.strato_binary = FAKE_TRAIN;
+    o.quiet = true;
+    o.stop_grace_s = 0.5;
+    auto s = run_study(r.cfg, o);
+    stopper.join();
+    unsetenv("FAKE_TRAIN_HANG_RUN");
+    signals::reset();
+    ASSERT_FALSE(s.is_ok());
+    EXPECT_EQ(s.status().code(), StatusCode::kCancelled) << s.status().message();
+    auto st = open_db(r);
+    const auto trials = *st->trials();
+    ASSERT_EQ(trials.size(), 1u);
+    EXPECT_EQ(trials[0].state, TrialState::kRunning) << trials[0].error;
+    EXPECT_EQ(trials[0].owner, "") << "a trial the tuner's own shutdown killed is given up for the next executor";
+}
+
 TEST(Space, TrialTimeoutIsADuration) {
     const std::string head = "[study]\nbase = \"configs/fashion_mnist_mlp.toml\"\n";
     const std::string lr = "[params]\n\"optim.lr\" = { type = \"uniform\", low = 0.1, high = 1 }\n";

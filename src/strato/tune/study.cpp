@@ -313,7 +313,8 @@ struct Running {
     bool taken = false;           // another executor took the trial over (we were presumed dead)
     std::chrono::steady_clock::time_point started;  // this run of the trial process
     bool timed_out = false;                         // past [study] trial_timeout: stopped, and failed
-    std::chrono::steady_clock::time_point kill_at;  // timed out: SIGKILL then, if it has not exited
+    std::chrono::steady_clock::time_point kill_at;  // SIGTERM sent: SIGKILL then, if it has not exited
+    bool killed = false;                            // we sent that SIGKILL (its exit is our stop, not a crash)
     std::unique_ptr<cgroup::Group> group;
 };
 
@@ -333,7 +334,9 @@ private:
     Status on_result(int id, int epoch, double value, Running& r);
     Status reap();
     /// [study] trial_timeout: a trial process running longer gets SIGTERM (a checkpoint and
-    /// exit), then SIGKILL to its process group once RunOptions::stop_grace_s has passed.
+    /// exit). Any trial sent SIGTERM (a timeout, the scheduler's stop, a Ctrl-C) that has not
+    /// exited RunOptions::stop_grace_s later gets SIGKILL to its process group: a hung trainer
+    /// held the scheduler's stop and a Ctrl-C's shutdown forever.
     void enforce_timeouts();
     /// Takes over trials left running by executors that are gone, as far as `parallel` allows.
     Status adopt();
@@ -345,6 +348,8 @@ private:
     void signal_once(Running& r) {
         if (r.term_sent) return;
         r.term_sent = true;
+        r.kill_at = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                           std::chrono::duration<double>(std::max(0.0, o_.stop_grace_s)));
         kill(r.pid, SIGTERM);
     }
     double signed_value(double v) const { return c_.maximize ? v : -v; }
@@ -581,7 +586,7 @@ Status Executor::reap() {
         const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         // What a trial answers to our SIGTERM: the trainer's checkpointed exit (130), or the
         // signal itself when it came before the trainer's handler was installed.
-        const bool terminated = code == 130 || code == 128 + SIGTERM;
+        const bool terminated = code == 130 || code == 128 + SIGTERM || (r.killed && code == 128 + SIGKILL);
         if ((signals::stop_requested() || shutting_down_) && terminated && !r.stop_requested && !r.timed_out) {
             // Our own shutdown: it stays running in the store, free for the next executor.
             STRATO_RETURN_IF_ERROR(store_->set_owner(id, ""));
@@ -636,26 +641,24 @@ Status Executor::reap() {
 }
 
 void Executor::enforce_timeouts() {
-    if (c_.trial_timeout_s <= 0) return;
     const auto now = std::chrono::steady_clock::now();
     for (auto& [id, r] : running_) {
         if (r.taken) continue;
-        if (!r.timed_out && std::chrono::duration<double>(now - r.started).count() >= c_.trial_timeout_s) {
+        if (c_.trial_timeout_s > 0 && !r.timed_out &&
+            std::chrono::duration<double>(now - r.started).count() >= c_.trial_timeout_s) {
             r.timed_out = true;
-            r.kill_at = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                  std::chrono::duration<double>(std::max(0.0, o_.stop_grace_s)));
             log::warn("tune: {} has run for {} ([study] trial_timeout) without finishing; stopping it", trial_name(id),
                       printable(c_.trial_timeout));
             // (a trial the scheduler or a Ctrl-C already signalled gets no second SIGTERM: the
-            // trainer would exit without its checkpoint; SIGKILL comes after the grace all the same)
+            // trainer would exit without its checkpoint; SIGKILL comes after the first one's grace)
             signal_once(r);
-        } else if (r.timed_out && r.kill_at != std::chrono::steady_clock::time_point{} && now >= r.kill_at) {
+        } else if (r.term_sent && !r.killed && now >= r.kill_at) {
             log::warn("tune: {} did not exit within {:g} s of SIGTERM; sending SIGKILL", trial_name(id), o_.stop_grace_s);
             // The trial leads its own process group (setpgid in launch): its children go too. Not
             // reaped yet, so the pid is still the trial's.
             kill(-r.pid, SIGKILL);
             kill(r.pid, SIGKILL);
-            r.kill_at = {};
+            r.killed = true;
         }
     }
 }
