@@ -172,6 +172,32 @@ TEST(Csv, TestColumnsInAnotherOrderAreRefusedAndEvaluationUsesTheModelsClasses) 
     EXPECT_EQ(csv->labels(), (std::vector<int64_t>{0, 1}));
 }
 
+// data.limit_train / limit_test were refused for CSV tables (held in memory as IDX is): the first
+// N rows, as for IDX; the statistics that standardise the features are of those rows.
+TEST(Csv, LimitsKeepTheFirstRowsOfEachSplit) {
+    namespace stdfs = std::filesystem;
+    const stdfs::path dir = stdfs::temp_directory_path() / ("strato-csvlimit-" + std::to_string(::getpid()));
+    stdfs::create_directories(dir);
+    std::ofstream(dir / "train.csv") << "a,label\n1,x\n3,y\n100,x\n";
+    std::ofstream(dir / "test.csv") << "a,label\n1,x\n2,y\n3,x\n";
+    DataConfig cfg;
+    cfg.dataset = "csv";
+    cfg.path = dir.string();
+    cfg.limit_train = 2;
+    cfg.limit_test = 1;
+    auto splits = open_datasets(cfg);
+    auto whole_test = open_evaluation_split(cfg, {"x", "y"}, {});
+    stdfs::remove_all(dir);
+    ASSERT_TRUE(splits.is_ok()) << splits.status().message();
+    EXPECT_EQ(splits->train->size(), 2);
+    EXPECT_EQ(splits->test->size(), 1);
+    ASSERT_EQ(splits->mean.size(), 1u);
+    EXPECT_DOUBLE_EQ(splits->mean[0], 2.0);  // of rows 1 and 3, not of the 100 left out
+    EXPECT_EQ(splits->train->class_names(), (std::vector<std::string>{"x", "y"}));
+    ASSERT_TRUE(whole_test.is_ok()) << whole_test.status().message();
+    EXPECT_EQ((*whole_test)->size(), 1);  // (limit_test limits `strato eval` too)
+}
+
 TEST(DataPath, AFileIsNotADatasetDirectoryNorMissing) {
     const auto file = std::filesystem::temp_directory_path() / ("strato-notadir-" + std::to_string(::getpid()) + ".toml");
     std::ofstream(file) << "[data]\n";

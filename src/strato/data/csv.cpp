@@ -330,4 +330,10 @@ Status feature_stats(const Dataset& ds, std::vector<double>* mean, std::vector<d
     return Status::ok();
 }
 
+void CsvDataset::truncate(int64_t n) {
+    if (n < 0 || n >= size()) return;
+    labels_.resize(static_cast<size_t>(n));
+    features_.resize(static_cast<size_t>(n * num_features()));
+}
+
 }  // namespace strato::data

@@ -55,6 +55,8 @@ class CsvDataset final : public Dataset {
     /// Row-major [size, features].
     const std::vector<float>& features() const { return features_; }
     const std::vector<int64_t>& labels() const { return labels_; }
+    /// Keeps the first `n` rows (data.limit_train / limit_test).
+    void truncate(int64_t n);
 
   private:
     CsvDataset() = default;

@@ -64,10 +64,17 @@ Status no_dataset_dir(const std::string& path) {
 
 Status apply_limit(std::shared_ptr<Dataset>& ds, int64_t limit, const char* key) {
     if (limit <= 0 || limit >= ds->size()) return Status::ok();
-    auto* mem = dynamic_cast<InMemoryDataset*>(ds.get());
-    if (!mem) return invalid_argument("data.{} is supported only for in-memory (IDX) datasets", key);
-    mem->truncate(limit);
-    return Status::ok();
+    if (auto* mem = dynamic_cast<InMemoryDataset*>(ds.get())) {
+        mem->truncate(limit);
+        return Status::ok();
+    }
+    if (auto* csv = dynamic_cast<CsvDataset*>(ds.get())) {
+        csv->truncate(limit);
+        return Status::ok();
+    }
+    return invalid_argument("data.{} is supported only for datasets held in memory (IDX, CSV); pack a subset of an image "
+                            "folder (or its shards) instead",
+                            key);
 }
 
 }  // namespace
