@@ -63,7 +63,8 @@ void add_simulate(CLI::App& parent, int* exit_code) {
     auto o = std::make_shared<Opts>();
     auto* cmd = parent.add_subcommand("simulate", "Replay a load trace against the policies: cost, SLO, utilisation, timelines");
     cmd->add_option("--policy", o->policy, "Autoscaling policy TOML (docs/autoscale.md)")->required();
-    cmd->add_option("--trace", o->trace, "Load trace CSV: time_s,rate[,preempt]")->required();
+    cmd->add_option("--trace", o->trace, "Load trace CSV: time_s,rate[,preempt] (seconds; work per second)")
+        ->required();
     cmd->add_option("--instance", o->instance, "Node type at the start (default g5.xlarge)");
     cmd->add_option("--region", o->region, "Region of the node type (default: its cheapest)");
     auto* per_gpu = cmd->add_option("--per-gpu-capacity", o->per_gpu, "Work units per second one GPU serves")
@@ -87,7 +88,9 @@ void add_simulate(CLI::App& parent, int* exit_code) {
         ->check(status_flag("--start", [](const std::string& t) { return parse_week_clock(t).status(); }, "DAY HH:MM"));
     cmd->add_option("--horizon", o->horizon, "Simulated time (default: the trace end)")->check(duration_flag("s", true));
     cmd->add_option("--initial-nodes", o->initial, "Nodes at the start (default min_nodes)")->check(CLI::Range(0, 1000000));
-    cmd->add_option("--runs", o->runs, "Repeat with seeds 1..N and report the spread of cost (spot preemptions are random)")
+    cmd->add_option("--runs", o->runs,
+                    "Repeat with seeds --seed..--seed+N-1 and report the spread of cost (spot preemptions are random; "
+                    "--json and --report describe the first run; --json adds the spread)")
         ->check(CLI::Range(1, 100000));
     cmd->add_option("--seed", o->seed, "Random seed (default 1)");
     cmd->add_option("--json", o->json_out, "Write the full result (timelines, actions) as JSON (- for stdout, the summary then on stderr)");
@@ -123,6 +126,19 @@ void add_simulate(CLI::App& parent, int* exit_code) {
             auto cap = cloud::replica_capacity(*lt, *parse_duration_s(o->slo_p99, "ms") * 1000);  // (validated)
             if (!cap) return fail(cap.status());
             so.per_gpu_capacity = cap->qps;
+            // The capacity is in requests per second (what a load test counts): say so, and what a
+            // request held, since a trace's rate in samples per second is another unit.
+            const double batch = lt->contains("batch_size") && (*lt)["batch_size"].is_number()
+                                     ? (*lt)["batch_size"].get<double>()
+                                     : 1;
+            fmt::print(text_out,
+                       "capacity per GPU (one replica each): {:.1f} requests/s, the most {} sustained within p99 {:g} "
+                       "ms (p99 {:.1f} ms); the trace's rate is read as requests/s{}\n",
+                       cap->qps, o->loadtest, *parse_duration_s(o->slo_p99, "ms") * 1000, cap->p99_ms,
+                       batch > 1 ? fmt::format(" (each request carried {:g} samples: for a trace in samples/s, "
+                                               "give --per-gpu-capacity {:.1f} instead)",
+                                               batch, cap->qps * batch)
+                                 : "");
         }
         if (!(so.per_gpu_capacity > 0)) return fail(invalid_argument("give --per-gpu-capacity or --loadtest"));
         // (Durations were checked by their flags' validators.)
@@ -159,15 +175,23 @@ void add_simulate(CLI::App& parent, int* exit_code) {
                    so.slo_wait_s, r.slo_violation_s, 100 * r.slo_violation_s / std::max(r.duration_s, 1e-9),
                    r.mean_utilization);
         fmt::print(text_out, "{} events in {:.3f} s: {:.2f} M events/s\n", r.events, r.wall_s, r.events / std::max(r.wall_s, 1e-9) / 1e6);
+        nlohmann::json spread;  // (--runs N: the spread of cost, in the JSON too, not only on the terminal)
         if (o->runs > 1) {
             std::sort(costs.begin(), costs.end());
             double mean = 0;
             for (double c : costs) mean += c / costs.size();
             fmt::print(text_out, "cost over {} runs: mean {:.2f}, p10 {:.2f}, p90 {:.2f} {}\n", o->runs, mean,
                        cloud::sample_quantile(costs, 0.1), cloud::sample_quantile(costs, 0.9), r.currency);
+            spread = {{"runs", o->runs},
+                      {"seeds", {o->seed, o->seed + static_cast<uint64_t>(o->runs - 1)}},
+                      {"mean", mean},
+                      {"p10", cloud::sample_quantile(costs, 0.1)},
+                      {"p90", cloud::sample_quantile(costs, 0.9)}};
         }
         if (o->json_out.empty() && o->report_out.empty()) return void(*exit_code = 0);
-        const nlohmann::json json = cloud::sim_to_json(r, so);
+        so.seed = o->seed;  // the run the JSON describes is the first (so.seed was the last run's)
+        nlohmann::json json = cloud::sim_to_json(r, so);
+        if (!spread.is_null()) json["cost_over_runs"] = spread;
         if (!o->json_out.empty()) {
             Status s = fs::atomic_write(o->json_out, json_text(json) + "\n");
             if (!s.is_ok()) return fail(s);
@@ -241,7 +265,11 @@ void add_capacity(CLI::App& parent, int* exit_code) {
             nlohmann::json out = {{"kind", "strato-capacity"}, {"qps", req.target_qps}, {"replica_qps", req.replica_qps},
                                   // (no load test: no p99 measured, null rather than 0)
                                   {"p99_ms", cap.qps > 0 ? nlohmann::json(cap.p99_ms) : nlohmann::json()},
-                                  {"currency", cur}, {"rows", nlohmann::json::array()}};
+                                  {"currency", cur},
+                                  // (the prices' market and the sizing's assumptions: a row's cost
+                                  // could not be told spot from on-demand)
+                                  {"spot", req.spot}, {"headroom", req.headroom},
+                                  {"gpus_per_replica", req.gpus_per_replica}, {"rows", nlohmann::json::array()}};
             for (const auto& r : *rows)
                 out["rows"].push_back({{"provider", r.inst->provider}, {"region", r.inst->region}, {"instance", r.inst->type},
                                        {"instances", r.instances}, {"replicas_per_instance", r.replicas_per_instance},
@@ -249,12 +277,14 @@ void add_capacity(CLI::App& parent, int* exit_code) {
             fmt::print("{}\n", json_text(out, 2));
             return void(*exit_code = 0);
         }
+        // (0.4 requests/s, a slow model, printed as "0 requests/s", and --qps 0.5 as "target 0")
+        const auto rate = [](double x) { return x >= 100 ? fmt::format("{:.0f}", x) : fmt::format("{:.3g}", x); };
         if (cap.qps > 0)
-            fmt::print("one replica: {:.0f} requests/s within p99 {:.1f} ms (at concurrency/rate {:g}, {})\n", cap.qps,
-                       cap.p99_ms, cap.level, cap.target);
-        fmt::print("target {:.0f} requests/s with {:.0f}% headroom, one replica per {} GPU(s); the per-replica rate is\n"
+            fmt::print("one replica: {} requests/s within p99 {:.1f} ms (at concurrency/rate {:g}, {})\n",
+                       rate(cap.qps), cap.p99_ms, cap.level, cap.target);
+        fmt::print("target {} requests/s with {:.0f}% headroom, one replica per {} GPU(s); the per-replica rate is\n"
                    "what the load test measured where it ran: load-test on the type you plan for\n\n",
-                   req.target_qps, 100 * req.headroom, req.gpus_per_replica);
+                   rate(req.target_qps), 100 * req.headroom, req.gpus_per_replica);
         fmt::print("{:<6} {:<14} {:<26} {:>9} {:>9} {:>12} {:>14}\n", "cloud", "region", "instance", "instances",
                    "replicas", cur + "/hour", cur + "/M requests");
         for (const auto& r : *rows)

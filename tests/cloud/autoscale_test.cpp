@@ -53,7 +53,10 @@ TEST(AutoscaleConfig, ParsesAndRejects) {
     const std::pair<const char*, const char*> bad[] = {
         {"[autoscale]\nmin_nodes = 1\n", "no [[policy]]"},
         {"[[policy]]\nkind = \"magic\"\n", "kind must be backlog"},
-        {"[autoscale]\nmin_nodes = 5\nmax_nodes = 2\n[[policy]]\nkind = \"backlog\"\nper_node = 1\n", "above max_nodes"},
+        {"[autoscale]\nmin_nodes = 5\nmax_nodes = 2\n[[policy]]\nkind = \"backlog\"\nper_node = 1\n",
+         "above max_nodes 2"},
+        {"[autoscale]\nmin_nodes = 10\n[[policy]]\nkind = \"backlog\"\nper_node = 1\n",
+         "min_nodes 10 is above max_nodes 8 (the default: set max_nodes)"},
         {"[[policy]]\nkind = \"schedule\"\ndays = \"mon-fry\"\nnodes = 2\n", "days 'mon-fry'"},
         {"[[policy]]\nkind = \"schedule\"\nfrom = \"9am\"\nnodes = 2\n", "time of day '9am'"},
         {"[[policy]]\nkind = \"vertical\"\nladder = [\"g5.xlarge\"]\n", "ladder of at least two"},
@@ -251,6 +254,25 @@ TEST(Autoscaler, VerticalAfterTenBusyMinutes) {
     EXPECT_FALSE(a.decide(o).resize);  // top of the ladder
 }
 
+// Found by review: with no node ready (scaled to zero, or every node booting) the utilisation is
+// 100 % of no capacity; the vertical policy counted it as busy GPUs and resized the empty cluster
+// up the ladder at the first tick (or early, timing the boot as busy minutes).
+TEST(Autoscaler, VerticalCountsOnlyRunningGpus) {
+    Autoscaler a(config("[autoscale]\nmin_nodes = 0\ncooldown_up = 0\n[[policy]]\nkind = \"backlog\"\nper_node = 10\n"
+                        "[[policy]]\nkind = \"vertical\"\nabove = 90\nfor = \"10m\"\n"
+                        "ladder = [\"g5.xlarge\", \"g5.12xlarge\"]\n"));
+    Observation o{.t_s = 0, .nodes = 0, .ready = 0, .instance = "g5.xlarge", .utilization = 100};
+    for (o.t_s = 0; o.t_s <= 1200; o.t_s += 60) EXPECT_FALSE(a.decide(o).resize) << o.t_s;  // scaled to zero
+    o.nodes = 2;  // booting: not ready for ten minutes
+    for (o.t_s = 1200; o.t_s <= 1800; o.t_s += 60) EXPECT_FALSE(a.decide(o).resize) << o.t_s;
+    o.ready = 2;  // running and busy from 1860 s: ten minutes from there
+    for (o.t_s = 1860; o.t_s < 1860 + 600; o.t_s += 60) EXPECT_FALSE(a.decide(o).resize) << o.t_s;
+    o.t_s = 1860 + 600;
+    auto d = a.decide(o);
+    ASSERT_TRUE(d.resize);
+    EXPECT_EQ(*d.resize, "g5.12xlarge");
+}
+
 // A simulation of `policy` on g5.xlarge nodes in us-east-1, each GPU serving `per_gpu_capacity`.
 SimOptions g5_options(const std::string& policy, double per_gpu_capacity) {
     SimOptions o;
@@ -418,6 +440,49 @@ TEST(Simulator, ActionsAreCappedAndCounted) {
     EXPECT_EQ(sim_to_json(r, o)["actions_dropped"], r.actions_dropped);
 }
 
+// Found by review: a --json file did not say what capacity, tick, boot time, market or seed its
+// run assumed (with --loadtest the capacity was in no output at all).
+TEST(Simulator, TheJsonSaysWhatTheRunAssumed) {
+    const Catalog cat = Catalog::builtin().value();
+    SimOptions o = g5_options("[[policy]]\nkind = \"backlog\"\nper_node = 10\n[spot]\nenabled = true\n", 123.5);
+    o.tick_s = 15;
+    o.boot_s = 42;
+    o.seed = 7;
+    SimResult r = simulate(trace("time_s,rate\n0,100\n600,100\n"), cat, o).value();
+    const nlohmann::json j = sim_to_json(r, o);
+    EXPECT_EQ(j["per_gpu_capacity"], 123.5);
+    EXPECT_EQ(j["tick_s"], 15);
+    EXPECT_EQ(j["boot_s"], 42);
+    EXPECT_EQ(j["spot"], true);
+    EXPECT_EQ(j["seed"], 7);
+}
+
+// Found by review: preemptions are events the tick bound does not count; --spot-hazard 3600 over
+// a week of 10,000 nodes (168 one-hour ticks) was about 6e9 of them, an hour of running.
+TEST(Simulator, PreemptionsToSimulateAreBounded) {
+    const Catalog cat = Catalog::builtin().value();
+    SimOptions o = g5_options("[autoscale]\nmin_nodes = 1\nmax_nodes = 10000\n[[policy]]\nkind = \"backlog\"\n"
+                              "per_node = 1e9\n[spot]\nenabled = true\n",
+                              100);
+    o.tick_s = 3600;
+    o.spot_hazard_per_h = 3600;
+    auto r = simulate(trace("time_s,rate\n0,100\n604800,100\n"), cat, o);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("3600 spot preemptions per node-hour over 6.05e+05 s on up to 10000 nodes is "
+                                        "about 6.05e+09 preemptions to simulate, more than 1e+08"),
+              std::string::npos)
+        << r.status().message();
+    // The catalog's rates (a few a month) over the same week are nothing to bound.
+    o.spot_hazard_per_h = kUnknown;
+    o.tick_s = 3600;
+    o.config.min_nodes = 0;
+    EXPECT_TRUE(simulate(trace("time_s,rate\n0,0\n604800,0\n"), cat, o).is_ok());
+    // Nor is on-demand, whatever the hazard.
+    o.config.spot = false;
+    o.spot_hazard_per_h = 3600;
+    EXPECT_TRUE(simulate(trace("time_s,rate\n0,0\n604800,0\n"), cat, o).is_ok());
+}
+
 TEST(Simulator, EachNewSizeNodeRetiresTheNodeItReplaces) {
     const Catalog cat = Catalog::builtin().value();
     SimOptions o;
@@ -522,12 +587,18 @@ TEST(Simulator, MalformedTracesAreClearErrors) {
         {"time_s,rate\n0,fast\n", "expected a number, got 'fast'"},
         {"time_s,rate,preempt\n0,1,0.5\n", "whole number"},
         {"time_s,rate,preempt\n0,1,3e50\n", "trace.csv:2 preempt: expected a whole number in [0, 1e6]"},
+        // Unix time in milliseconds: two minutes were simulated as 33 hours, the schedule clock
+        // in the year 56,000.
+        {"time_s,rate\n1733500000000,10\n1733500120000,10\n",
+         "trace.csv:2 time_s: 1733500000000 s is after the year 5000 as Unix time; time_s is in seconds (a "
+         "timestamp in milliseconds? divide by 1000)"},
     };
     for (const auto& [csv, needle] : bad) {
         auto t = parse_trace(csv, "trace.csv");
         ASSERT_FALSE(t.is_ok()) << csv;
         EXPECT_NE(t.status().message().find(needle), std::string::npos) << t.status().message();
     }
+    EXPECT_TRUE(parse_trace("time_s,rate\n1733500000,10\n1733500120,10\n", "trace.csv").is_ok());  // Unix seconds
     const Catalog cat = Catalog::builtin().value();
     SimOptions o;
     o.config = config("[[policy]]\nkind = \"backlog\"\nper_node = 10\n");

@@ -45,6 +45,36 @@ TEST(Capacity, HighestThroughputWithinTheObjective) {
     EXPECT_FALSE(replica_capacity(odd, 50).is_ok());
 }
 
+// Levels that met the objective but failed requests: the error said "the best p99 was 2.0 ms"
+// under a 20 ms objective and told the user to relax it.
+TEST(Capacity, LevelsWithinTheObjectiveThatHadErrorsSaySo) {
+    auto lt = nlohmann::json::parse(R"({"kind": "strato-loadtest", "mode": "concurrency", "points": [
+        {"concurrency": 1, "throughput": 100, "latency_us": {"p99": 2000}, "errors": {"total": 3}},
+        {"concurrency": 4, "throughput": 300, "latency_us": {"p99": 5000}, "errors": {"total": 10}}]})");
+    auto c = replica_capacity(lt, 20);
+    ASSERT_FALSE(c.is_ok());
+    EXPECT_NE(c.status().message().find("the levels within the objective failed requests (concurrency 1: 3 errors)"),
+              std::string::npos)
+        << c.status().message();
+    EXPECT_EQ(c.status().message().find("relax"), std::string::npos) << c.status().message();
+    // Too slow everywhere: relax the objective, or a lower rate for an open-loop test.
+    lt["mode"] = "request_rate";
+    for (auto& p : lt["points"]) p["errors"]["total"] = 0, p["latency_us"]["p99"] = 90000;
+    c = replica_capacity(lt, 20);
+    ASSERT_FALSE(c.is_ok());
+    EXPECT_NE(c.status().message().find("the best p99 was 90.0 ms); relax the objective or load-test at a lower "
+                                        "request rate"),
+              std::string::npos)
+        << c.status().message();
+    // Not one answer at any level (the server was down): said so, not "no measured point".
+    auto down = nlohmann::json::parse(R"({"kind": "strato-loadtest", "points": [
+        {"concurrency": 4, "throughput": 0, "latency_us": {"p99": 0}, "errors": {"total": 812}}]})");
+    c = replica_capacity(down, 20);
+    ASSERT_FALSE(c.is_ok());
+    EXPECT_EQ(c.status().message(),
+              "no load level of the load test answered a request (concurrency 4: 812 errors): was the server up?");
+}
+
 TEST(Capacity, ReplicasAndCostPerMillion) {
     const Catalog cat = Catalog::builtin().value();
     CapacityRequest req;
@@ -255,6 +285,33 @@ TEST(Manifests, ReplicaRangeNamesTheFlags) {
     o.min_replicas = 1;
     o.gpus = kGpusPerPodMax + 1;
     EXPECT_NE(kubernetes_manifests(o).status().message().find("--gpus 65 must be 0..64"), std::string::npos);
+}
+
+
+// KServe's predictor host is NAME-predictor-NAMESPACE.DOMAIN: its first label is at most 63
+// characters, so the name that fits is shorter than 63 (a 50-character name in "default" was
+// written, applied, and never became ready).
+TEST(Manifests, KServeNamesLeaveRoomForThePredictorHost) {
+    ManifestOptions o;
+    o.kserve = true;
+    o.name = std::string(45, 'a');  // 45 + "-predictor-" + "default" = 63
+    EXPECT_TRUE(kubernetes_manifests(o).is_ok()) << kubernetes_manifests(o).status().message();
+    o.name = std::string(46, 'a');
+    auto r = kubernetes_manifests(o);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("would be 64 characters"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("at most 45 characters"), std::string::npos) << r.status().message();
+    o.name = "fashion";
+    o.namespace_ = std::string(60, 'n');  // a valid namespace that leaves no room at all
+    r = kubernetes_manifests(o);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("leaves no room for a name"), std::string::npos) << r.status().message();
+    // A Deployment has no such host: the whole 63 characters are the name's.
+    o.kserve = false;
+    o.namespace_ = "default";
+    o.name = std::string(63, 'a');
+    EXPECT_TRUE(kubernetes_manifests(o).is_ok());
 }
 
 }  // namespace

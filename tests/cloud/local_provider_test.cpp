@@ -122,6 +122,27 @@ TEST(LocalProvider, RetriesOnAnotherReplicaWhenOneDied) {
     EXPECT_EQ(f.provider->replicas().at(0).state, "gone");
 }
 
+// A replica that dies while it serves a request: the request is retried on another replica and
+// answered, not lost (the proxy sees the broken connection, the replica fails its liveness probe).
+TEST(LocalProvider, ARequestWhoseReplicaDiesMidwayIsAnsweredByAnother) {
+    Fixture f("midway", "[autoscale]\nmin_nodes = 2\nmax_nodes = 2\n[[policy]]\nkind = \"backlog\"\nper_node = 1\n");
+    ASSERT_TRUE(f.provider->start().is_ok());
+    ASSERT_TRUE(f.ready(2));
+    Result<loadgen::HttpReply> reply = io_error("not yet");
+    std::thread client([&] { reply = f.get("/sleep"); });  // the fake answers /sleep after 500 ms
+    pid_t busy = 0;
+    for (int i = 0; i < 400 && !busy; ++i) {
+        for (const auto& r : f.provider->replicas())
+            if (r.in_flight > 0) busy = r.pid;
+        if (!busy) std::this_thread::sleep_for(1ms);
+    }
+    ASSERT_NE(busy, 0) << "no replica took the request";
+    ASSERT_EQ(kill(busy, SIGKILL), 0);
+    client.join();
+    ASSERT_TRUE(reply.is_ok()) << reply.status().message();
+    EXPECT_EQ(reply->status, 200) << reply->body;  // (from the other replica, unless the kill came late)
+}
+
 TEST(LocalProvider, ReplicasThatDieAtStartAreReplacedAfterAGrowingPause) {
     // A deleted model: every replacement exits at start. It was restarted every tick, a new log
     // each time, for ever.

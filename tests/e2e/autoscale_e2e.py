@@ -332,8 +332,59 @@ def manifests_ranges_in_help():
         check(needle in p.stderr and len(p.stderr.strip().splitlines()) <= 2, f"{args}: {p.stderr!r}")
 
 
+def review_units_and_json(tmp):
+    """Found by review (no model needed): a --runs spread on the terminal only; a --json that did
+    not say what it assumed; capacity --json that did not say spot from on-demand; the capacity a
+    --loadtest gave the simulator printed nowhere, in requests while a trace may be in samples;
+    a trace in Unix milliseconds simulated as 1,000 times its length; KServe names that fit
+    Kubernetes but not KServe's predictor host; a slow model's 0.4 requests/s printed as 0."""
+    seeds = os.path.join(REPO, "configs", "autoscale", "seeds.toml")
+    trace = os.path.join(tmp, "r.csv")
+    with open(trace, "w") as f:
+        f.write("time_s,rate\n0,1000\n3600,3000\n7200,500\n")
+    out = os.path.join(tmp, "r.json")
+    p = run("autoscale", "simulate", "--policy", seeds, "--trace", trace, "--per-gpu-capacity", "600", "--runs", "4",
+            "--seed", "9", "--json", out)
+    sim = json.load(open(out)) if p.returncode == 0 else {}
+    spread = sim.get("cost_over_runs", {})
+    check(spread.get("runs") == 4 and spread.get("seeds") == [9, 12] and spread.get("p10", 0) <= spread.get("p90", -1),
+          f"simulate --runs 4 --json: the spread: {spread}")
+    check(sim.get("seed") == 9 and sim.get("per_gpu_capacity") == 600 and sim.get("tick_s") == 30,
+          f"simulate --json says what its run assumed: { {k: sim.get(k) for k in ('seed', 'per_gpu_capacity', 'tick_s')} }")
+    lt = os.path.join(tmp, "lt8.json")
+    with open(lt, "w") as f:
+        json.dump({"kind": "strato-loadtest", "target": "x", "batch_size": 8, "points": [
+            {"concurrency": 2, "throughput": 250, "latency_us": {"p99": 4000}, "errors": {"total": 0}}]}, f)
+    p = run("autoscale", "simulate", "--policy", seeds, "--trace", trace, "--loadtest", lt, "--slo-p99", "10ms")
+    check("capacity per GPU (one replica each): 250.0 requests/s" in p.stdout
+          and "carried 8 samples: for a trace in samples/s, give --per-gpu-capacity 2000.0 instead" in p.stdout,
+          f"simulate --loadtest names the capacity and its unit: {p.stdout!r}")
+    p = run("autoscale", "capacity", "--replica-qps", "100", "--qps", "1000", "--spot", "--json")
+    cap = json.loads(p.stdout) if p.returncode == 0 else {}
+    check(cap.get("spot") is True and cap.get("headroom") == 0.2 and cap.get("gpus_per_replica") == 1,
+          f"capacity --json says the market and the sizing: {p.stdout[:200]!r}")
+    slow = os.path.join(tmp, "slow.json")
+    with open(slow, "w") as f:
+        json.dump({"kind": "strato-loadtest", "target": "x", "points": [
+            {"concurrency": 1, "throughput": 0.4, "latency_us": {"p99": 2500000}, "errors": {"total": 0}}]}, f)
+    p = run("autoscale", "capacity", "--loadtest", slow, "--slo-p99", "5s", "--qps", "0.5")
+    check("one replica: 0.4 requests/s" in p.stdout and "target 0.5 requests/s" in p.stdout,
+          f"a slow model's rates are not printed as 0: {p.stdout[:300]!r}")
+    ms = os.path.join(tmp, "ms.csv")
+    with open(ms, "w") as f:
+        f.write("time_s,rate\n1733500000000,10\n1733500120000,10\n")
+    p = run("autoscale", "simulate", "--policy", seeds, "--trace", ms, "--per-gpu-capacity", "10", expect=1)
+    check("ms.csv:2 time_s" in p.stderr and "milliseconds" in p.stderr, p.stderr)
+    p = run("autoscale", "manifests", "--name", "a" * 46, "--kserve", expect=2)
+    check("at most 45 characters" in p.stderr, p.stderr)
+    p = run("autoscale", "manifests", "--name", "a" * 45, "--kserve")
+    check(p.returncode == 0 and yaml.safe_load(p.stdout)["metadata"]["name"] == "a" * 45, p.stderr)
+
+
 def main():
     manifests_ranges_in_help()
+    with tempfile.TemporaryDirectory() as tmp:
+        review_units_and_json(tmp)
     with tempfile.TemporaryDirectory() as tmp:
         runs = os.path.join(tmp, "runs")
         model = os.path.join(train_tiny(runs, "tiny"), "model")

@@ -128,8 +128,9 @@ Result<AutoscaleConfig> AutoscaleConfig::parse(std::string_view toml_text, const
             only_keys(*a, {"min_nodes", "max_nodes", "cooldown_up", "cooldown_down", "down_after"}, where));
         STRATO_ASSIGN_OR_RETURN(c.min_nodes, count_field(*a, "min_nodes", 1, 0, kMaxNodes, where));
         STRATO_ASSIGN_OR_RETURN(c.max_nodes, count_field(*a, "max_nodes", 8, 1, kMaxNodes, where));
-        if (c.min_nodes > c.max_nodes)
-            return invalid_argument("{}: min_nodes {} is above max_nodes {}", where, c.min_nodes, c.max_nodes);
+        if (c.min_nodes > c.max_nodes)  // (min_nodes = 10 alone was told "above max_nodes 8", a number it never wrote)
+            return invalid_argument("{}: min_nodes {} is above max_nodes {}{}", where, c.min_nodes, c.max_nodes,
+                                    a->contains("max_nodes") ? "" : " (the default: set max_nodes)");
         STRATO_ASSIGN_OR_RETURN(c.cooldown_up_s, duration_field(*a, "cooldown_up", 60, where));
         STRATO_ASSIGN_OR_RETURN(c.cooldown_down_s, duration_field(*a, "cooldown_down", 300, where));
         STRATO_ASSIGN_OR_RETURN(c.down_after_s, duration_field(*a, "down_after", 300, where));
@@ -264,7 +265,11 @@ Decision Autoscaler::decide(const Observation& o) {
                                               ((p.days_mask >> ((day + 6) % 7) & 1) && h < p.to_h);
             propose(in ? p.nodes : p.otherwise, in ? "schedule window" : "schedule outside the window");
         } else if (p.kind == "vertical") {
-            if (o.utilization > p.above) {
+            // GPUs that are not running are not busy: with no ready node (scaled to zero, every
+            // node booting) the utilisation is no measurement (the simulator says 100 % for work
+            // arriving at no capacity), and a resize then stepped up the ladder with no node on it.
+            const int ready = o.ready < 0 ? o.nodes : std::min(o.ready, o.nodes);
+            if (ready > 0 && o.utilization > p.above) {
                 if (busy_since_ < 0) busy_since_ = o.t_s;
                 auto it = std::find(p.ladder.begin(), p.ladder.end(), o.instance);
                 if (o.t_s - busy_since_ >= p.for_s && it != p.ladder.end() && it + 1 != p.ladder.end() &&

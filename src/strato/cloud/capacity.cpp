@@ -15,6 +15,9 @@ Result<ReplicaCapacity> replica_capacity(const nlohmann::json& lt, double slo_p9
     ReplicaCapacity c;
     if (lt.contains("target") && lt["target"].is_string()) c.target = lt["target"].get<std::string>();
     double best_p99 = INFINITY;
+    std::string failed_fast;  // a level within the objective that had errors
+    std::string failed_all;   // a level that answered nothing, only errors
+    const bool rate_mode = lt.contains("mode") && lt["mode"] == "request_rate";
     for (const auto& p : lt["points"]) {
         if (!p.is_object()) continue;
         double tput = p.contains("throughput") && p["throughput"].is_number() ? p["throughput"].get<double>() : 0;
@@ -24,10 +27,20 @@ Result<ReplicaCapacity> replica_capacity(const nlohmann::json& lt, double slo_p9
         if (p.contains("errors") && p["errors"].is_object() && p["errors"].contains("total") &&
             p["errors"]["total"].is_number())
             errors = p["errors"]["total"].get<double>();
+        std::string level;
+        for (const char* k : {"concurrency", "request_rate"})
+            if (p.contains(k) && p[k].is_number()) level = fmt::format("{} {:g}", k, p[k].get<double>());
+        const std::string failed = fmt::format("{}{}{:g} errors", level, level.empty() ? "" : ": ", errors);
+        // Not one answer, only errors (a server that was down): a failed level, not a point to skip
+        // ("the load-test result has no measured point" hid why).
+        if (tput == 0 && errors > 0 && failed_all.empty()) failed_all = failed;
         // A point a load test could have measured: a rate below 1e9/s, a p99 of 0 or more.
         if (!(tput > 0 && tput < 1e9) || !(p99 >= 0 && p99 < 1e9)) continue;
         ++c.points;
         best_p99 = std::min(best_p99, p99);
+        // The first level that met the objective yet failed requests: the error to report ("the
+        // best p99 was 2.0 ms" under a 20 ms objective said nothing of why).
+        if (p99 <= slo_p99_ms && errors > 0 && failed_fast.empty()) failed_fast = failed;
         if (p99 > slo_p99_ms || errors > 0) continue;
         ++c.within;
         if (tput > c.qps) {
@@ -37,11 +50,18 @@ Result<ReplicaCapacity> replica_capacity(const nlohmann::json& lt, double slo_p9
                 if (p.contains(k) && p[k].is_number()) c.level = p[k].get<double>();
         }
     }
+    if (c.points == 0 && !failed_all.empty())
+        return not_found("no load level of the load test answered a request ({}): was the server up?", failed_all);
     if (c.points == 0) return invalid_argument("the load-test result has no measured point");
+    if (c.within == 0 && !failed_fast.empty())
+        return not_found("no load level met p99 <= {:g} ms without errors: the levels within the objective failed "
+                         "requests ({}); a capacity with errors is no capacity: find their cause (the load test's "
+                         "error breakdown) and load-test again",
+                         slo_p99_ms, failed_fast);
     if (c.within == 0)
         return not_found("no load level met p99 <= {:g} ms without errors (the best p99 was {:.1f} ms); relax the "
-                         "objective or load-test at lower concurrency",
-                         slo_p99_ms, best_p99);
+                         "objective or load-test at a lower {}",
+                         slo_p99_ms, best_p99, rate_mode ? "request rate" : "concurrency");
     return c;
 }
 

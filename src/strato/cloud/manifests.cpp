@@ -5,12 +5,16 @@
 #include <cmath>
 #include <cstdlib>
 #include <regex>
+#include <string_view>
 
 #include "strato/core/json.h"
 
 namespace strato::cloud {
 
 namespace {
+
+// What KServe puts between the InferenceService's name and its namespace in the predictor's host.
+constexpr std::string_view kKServeHostInfix = "-predictor-";
 
 bool dns_label(const std::string& s) {
     if (s.empty() || s.size() > 63 || s.front() == '-' || s.back() == '-') return false;
@@ -150,6 +154,23 @@ Result<std::string> kubernetes_manifests(const ManifestOptions& o) {
         return invalid_argument("--target-cpu {} and --pending-per-pod {}: give one scale metric, not both",
                                 o.target_cpu_percent, o.pending_per_pod);
     if (o.kserve) {
+        // KServe names the predictor `NAME-predictor` and gives it the host
+        // `NAME-predictor-NAMESPACE.DOMAIN` (its ingress config's default domainTemplate,
+        // "{{ .Name }}-{{ .Namespace }}.{{ .IngressDomain }}"): that first label is a DNS label of
+        // at most 63 characters, so a name that is valid alone is applied and then never becomes
+        // ready ("invalid domain name ... must be no more than 63 characters" in the controller's
+        // log). Refused here, with the length that fits.
+        const size_t host_label = o.name.size() + kKServeHostInfix.size() + o.namespace_.size();
+        if (host_label > 63) {
+            const int room = 63 - static_cast<int>(kKServeHostInfix.size() + o.namespace_.size());
+            return invalid_argument(
+                "--name '{}' with --kserve in namespace '{}': KServe's predictor host label '{}{}{}' would be {} "
+                "characters, more than DNS's 63 (KServe adds '{}' and the namespace); {}",
+                o.name, o.namespace_, o.name, kKServeHostInfix, o.namespace_, host_label, kKServeHostInfix,
+                room >= 1 ? fmt::format("in this namespace the name can have at most {} characters", room)
+                          : fmt::format("this namespace leaves no room for a name: use one of at most {} characters",
+                                        63 - 1 - static_cast<int>(kKServeHostInfix.size())));
+        }
         // Scaling on CPU: Knative's HPA class (its KPA scales on concurrency or rps only), which
         // keeps at least one replica. (KServe's Standard mode runs its own HPA and ignores the class.)
         const bool cpu = o.target_cpu_percent > 0;

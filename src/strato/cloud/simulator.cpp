@@ -15,6 +15,12 @@
 
 namespace strato::cloud {
 
+namespace {
+// time_s at or above this (the year 5138 as Unix seconds) is refused: no trace lasts 3,000 years,
+// and a Unix time in milliseconds (1.7e12) is above it.
+constexpr double kTraceTimeMax = 1e11;
+}  // namespace
+
 Result<Trace> parse_trace(std::string_view csv, const std::string& source) {
     STRATO_ASSIGN_OR_RETURN(CsvTable t, CsvTable::parse(csv, source));
     STRATO_RETURN_IF_ERROR(t.require_columns({"time_s", "rate"}));
@@ -28,6 +34,12 @@ Result<Trace> parse_trace(std::string_view csv, const std::string& source) {
         STRATO_ASSIGN_OR_RETURN(p.rate, parse_number(t.at(r, "rate"), kUnknown, where("rate")));
         STRATO_ASSIGN_OR_RETURN(double pre, parse_number(t.at(r, "preempt"), 0, where("preempt")));
         if (!std::isfinite(p.t_s) || p.t_s < 0) return invalid_argument("{}: expected seconds >= 0", where("time_s"));
+        // Unix time in milliseconds (what many exporters write) read as seconds is a trace of
+        // 1,000 times its length, its schedule clock in the year 56,000: 1e11 s is the year 5138.
+        if (p.t_s >= kTraceTimeMax)
+            return invalid_argument("{}: {:.0f} s is after the year 5000 as Unix time; time_s is in seconds (a "
+                                    "timestamp in milliseconds? divide by 1000)",
+                                    where("time_s"), p.t_s);
         if (!(p.rate >= 0 && p.rate <= 1e12)) return invalid_argument("{}: expected a rate in [0, 1e12]", where("rate"));
         if (pre < 0 || pre > 1e6 || pre != std::floor(pre))
             return invalid_argument("{}: expected a whole number in [0, 1e6]", where("preempt"));
@@ -396,6 +408,14 @@ Result<SimResult> simulate(const Trace& trace, const Catalog& catalog, const Sim
         return Status::ok();
     };
     STRATO_RETURN_IF_ERROR(priced(start));
+    // The highest spot hazard per node-hour of the types the run may use (bounds the run below).
+    const auto hazard_h = [&](const Instance* in) {
+        if (!(o.config.spot && in->has_spot())) return 0.0;
+        if (std::isfinite(o.spot_hazard_per_h)) return o.spot_hazard_per_h;
+        const double per_month = in->spot_interruptions_per_month;
+        return hazard_per_hour(std::isfinite(per_month) ? per_month : 0.2);
+    };
+    double hazard_max_h = hazard_h(start);
     for (const auto& p : o.config.policies) {
         // A vertical policy steps from the type the nodes run: off its ladder it never resized,
         // without a word, while the nodes stayed saturated.
@@ -410,6 +430,7 @@ Result<SimResult> simulate(const Trace& trace, const Catalog& catalog, const Sim
             if (!step.is_ok()) step = catalog.find(t);  // (as the resize looks it up)
             STRATO_RETURN_IF_ERROR(step.status().with_context("vertical ladder"));
             STRATO_RETURN_IF_ERROR(priced(*step).with_context("vertical ladder"));
+            hazard_max_h = std::max(hazard_max_h, hazard_h(*step));
             region = (*step)->region;
         }
     }
@@ -438,6 +459,15 @@ Result<SimResult> simulate(const Trace& trace, const Catalog& catalog, const Sim
         return invalid_argument("{:.3g} control-loop ticks over up to {} nodes is {:.3g} node-ticks, more than {:g}: "
                                 "use a longer --tick, a shorter --horizon or a smaller max_nodes",
                                 horizon / o.tick_s, o.config.max_nodes, node_ticks, kMaxNodeTicks);
+    // Preemptions are events of their own, not bounded by the ticks: --spot-hazard 3600 over a
+    // week of 10,000 nodes was 6e9 of them (about an hour of running, the tick bound passed).
+    constexpr double kMaxPreemptions = 1e8;
+    const double preemptions = hazard_max_h * horizon / 3600 * o.config.max_nodes;
+    if (preemptions > kMaxPreemptions)
+        return invalid_argument("{:g} spot preemptions per node-hour over {:.3g} s on up to {} nodes is about {:.3g} "
+                                "preemptions to simulate, more than {:g}: use a lower --spot-hazard, a shorter "
+                                "--horizon or a smaller max_nodes",
+                                hazard_max_h, horizon, o.config.max_nodes, preemptions, kMaxPreemptions);
     auto t0 = std::chrono::steady_clock::now();
     Sim sim(shifted, catalog, o, start);
     SimResult r = sim.run();
@@ -486,6 +516,13 @@ nlohmann::json sim_to_json(const SimResult& r, const SimOptions& o) {
                         {"cost", r.cost},
                         {"node_hours", r.node_hours},
                         {"slo_wait_s", o.slo_wait_s},
+                        // What the run assumed (a --json file without them could not be read
+                        // back: 1.2 nodes' worth of cost at which capacity, tick and boot?).
+                        {"per_gpu_capacity", o.per_gpu_capacity},
+                        {"tick_s", o.tick_s},
+                        {"boot_s", o.boot_s},
+                        {"spot", o.config.spot},
+                        {"seed", o.seed},
                         {"slo_violation_s", r.slo_violation_s},
                         {"duration_s", r.duration_s},
                         {"arrived", r.arrived},
