@@ -15,6 +15,7 @@
 #include "strato/core/duration.h"
 #include "strato/core/fs.h"
 #include "strato/core/json.h"
+#include "strato/core/parse.h"
 #include "strato/core/json_depth.h"
 #include "strato/core/log.h"
 #include "strato/core/signals.h"
@@ -380,7 +381,7 @@ void add_local(CLI::App& parent, int* exit_code) {
         signals::install_stop_handlers();
         Status s = (*p)->start();
         if (!s.is_ok()) return fail(s);
-        log::info("autoscale: front end at http://{}:{}/v2 (replicas: /strato/replicas)", o->address, (*p)->port());
+        log::info("autoscale: front end at http://{}/v2 (replicas: /strato/replicas)", host_port_text(o->address, (*p)->port()));
         s = (*p)->run();
         if (!s.is_ok()) return fail(s);
         *exit_code = 0;

@@ -13,6 +13,7 @@
 #include "strato/core/duration.h"
 #include "strato/core/fs.h"
 #include "strato/core/json.h"
+#include "strato/core/parse.h"
 #include "strato/core/log.h"
 #include "strato/core/signals.h"
 #include "strato/monitor/monitor.h"
@@ -119,10 +120,7 @@ void add_monitor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         }
         signals::install_stop_handlers();
         log::info("monitor: {}; {}{} rule(s)", (*m)->gpu_summary(),
-                  (*m)->port() >= 0 ? fmt::format("metrics at http://{}:{}/metrics; ",
-                                                  o->address.find(':') != std::string::npos ? "[" + o->address + "]"
-                                                                                             : o->address,
-                                                  (*m)->port())
+                  (*m)->port() >= 0 ? fmt::format("metrics at http://{}/metrics; ", host_port_text(o->address, (*m)->port()))
                                     : "",
                   mo.rules.size());
         auto summary = (*m)->run();

@@ -233,14 +233,14 @@ std::string print_table(const cloud::Plan& p, const cloud::PlanRequest& r, const
                         c.spot ? fmt::format("{} - {}", cloud::format_hours(c.p10_h), cloud::format_hours(c.p90_h)) : "",
                         money_text(c.cost), c.reason});
     std::array<size_t, 11> width = {2, 6, 14, 26, 12, 9, 10, 13, 19, 10, 0};
-    for (const Row& r : rows)
-        for (size_t k = 0; k + 1 < r.size(); ++k) width[k] = std::max(width[k], r[k].size());
+    for (const Row& row : rows)
+        for (size_t k = 0; k + 1 < row.size(); ++k) width[k] = std::max(width[k], row[k].size());
     constexpr std::array<bool, 11> kRight = {true, false, false, false, true, false, true, true, true, true, false};
-    for (const Row& r : rows) {
-        for (size_t k = 0; k + 1 < r.size(); ++k)
-            out += (kRight[k] ? fmt::format("{:>{}}", r[k], width[k]) : fmt::format("{:<{}}", r[k], width[k])) +
-                   (k == 0 || k + 2 == r.size() ? "  " : " ");
-        out += r.back() + "\n";
+    for (const Row& row : rows) {
+        for (size_t k = 0; k + 1 < row.size(); ++k)
+            out += (kRight[k] ? fmt::format("{:>{}}", row[k], width[k]) : fmt::format("{:<{}}", row[k], width[k])) +
+                   (k == 0 || k + 2 == row.size() ? "  " : " ");
+        out += row.back() + "\n";
     }
     const bool any_spot =
         std::any_of(p.ranked.begin(), p.ranked.end(), [](const cloud::Candidate& c) { return c.spot; });

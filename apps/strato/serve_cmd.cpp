@@ -12,6 +12,7 @@
 #include "strato/core/cgroup.h"
 #include "strato/core/fs.h"
 #include "strato/core/log.h"
+#include "strato/core/parse.h"
 #include "strato/core/signals.h"
 #ifndef STRATO_MINIMAL  // ONNX through OpenCV DNN: not in the minimal subset (a GPU node)
 #include "strato/serve/backend/onnx_backend.h"
@@ -233,8 +234,8 @@ void add_serve_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         for (const auto& e : server.repository().index(false))
             models += fmt::format("{}{}{}{}", models.empty() ? "" : ", ", e.name, e.version.empty() ? "" : " v" + e.version,
                                   e.state == "READY" || e.state.empty() ? "" : " (" + e.state + ")");
-        fmt::print("strato serve: ready http://{}:{} metrics={} models: {}\n", o->address, server.http_port(),
-                   o->allow_metrics ? fmt::format("http://{}:{}/metrics", o->address, server.metrics_port()) : "off",
+        fmt::print("strato serve: ready http://{} metrics={} models: {}\n", host_port_text(o->address, server.http_port()),
+                   o->allow_metrics ? fmt::format("http://{}/metrics", host_port_text(o->address, server.metrics_port())) : "off",
                    models.empty() ? "none" : models);
         std::fflush(stdout);
         while (!signals::stop_requested()) std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -19,6 +19,14 @@ TEST(ParseInt, TakesAllOfTheTextInRange) {
     EXPECT_EQ(parse_int("5", 1, 5), 5);
 }
 
+// `strato serve --address ::1` said "ready http://::1:8000", no URL a client can use.
+TEST(HostPortText, BracketsAnIpv6Address) {
+    EXPECT_EQ(host_port_text("127.0.0.1", 8000), "127.0.0.1:8000");
+    EXPECT_EQ(host_port_text("::1", 8000), "[::1]:8000");
+    EXPECT_EQ(host_port_text("[::1]", 9), "[::1]:9");
+    EXPECT_EQ(host_port_text("localhost", 1), "localhost:1");
+}
+
 TEST(ParseHostPort, PortsAreWholeNumbersInRange) {
     auto hp = parse_host_port("node1:29400", "--rdzv-endpoint");
     ASSERT_TRUE(hp.is_ok());

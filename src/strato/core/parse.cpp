@@ -66,4 +66,9 @@ Result<HostPort> parse_host_port(std::string_view text, std::string_view what, i
     return hp;
 }
 
+std::string host_port_text(std::string_view host, int port) {
+    const bool v6 = host.find(':') != std::string_view::npos && !host.starts_with('[');
+    return fmt::format("{}{}{}:{}", v6 ? "[" : "", host, v6 ? "]" : "", port);
+}
+
 }  // namespace strato

@@ -41,5 +41,8 @@ struct HostPort {
 /// Errors name `what`: "<what> 'text': expected HOST:PORT with a port in 1..65535".
 Result<HostPort> parse_host_port(std::string_view text, std::string_view what, int default_port = 0,
                                  std::string_view default_host = {});
+/// "HOST:PORT" as a URL's authority: an IPv6 address in brackets ("[::1]:8000"; "::1:8000" is
+/// no URL a client can use).
+std::string host_port_text(std::string_view host, int port);
 
 }  // namespace strato

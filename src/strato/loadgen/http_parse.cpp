@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "strato/core/parse.h"
+
 namespace strato::loadgen {
 namespace {
 
@@ -88,9 +90,7 @@ Result<Url> parse_url(std::string_view url) {
             return invalid_argument("URL '{}': port '{}' is not a number in 1..65535", url, port_text);
         out.port = static_cast<uint16_t>(port);
     }
-    out.host_header = out.host.find(':') != std::string::npos ? "[" + out.host + "]" : out.host;
-    out.host_header += ':';  // (appending ":" + to_string() trips g++ 12's -Wrestrict false positive)
-    out.host_header += std::to_string(out.port);
+    out.host_header = host_port_text(out.host, out.port);
     return out;
 }
 
