@@ -228,8 +228,8 @@ void add_capacity(CLI::App& parent, int* exit_code) {
     cmd->add_option("--qps", o->qps, "Target requests per second")->required()->check(finite_range(1e-9, 1e12));
     cmd->add_option("--headroom", o->headroom, "Fraction of capacity kept free (default 0.2)")->check(finite_range(0, 0.99));
     cmd->add_option("--gpus-per-replica", o->gpus_per_replica, "GPUs one replica uses (default 1)")->check(CLI::Range(1, 1024));
-    cmd->add_option("--instance", o->instances, "Only these instance types");
-    cmd->add_option("--gpu", o->gpus, "Only these accelerators");
+    cmd->add_option("--instance", o->instances, "Only these instance types (repeat or comma-separate)")->delimiter(',');
+    cmd->add_option("--gpu", o->gpus, "Only these accelerators (repeat or comma-separate: --gpu A10G,L4)")->delimiter(',');
     cmd->add_flag("--spot", o->spot, "Price with spot instead of on-demand");
     cmd->add_option("--top", o->top, "Rows (default 10)")->check(CLI::Range(1, 1000000));
     cmd->add_flag("--json", o->json, "Print JSON");

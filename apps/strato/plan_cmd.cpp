@@ -431,11 +431,16 @@ void add_plan_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
                     "Spend at most this much (USD, or the currency of --prices); spot rows must meet it at their 90th "
                     "percentile")
         ->check(finite_range(1e-9, 1e15));
-    cmd->add_option("--provider", f->providers, "Only these clouds (aws, gcp, azure, ...; any case)");
-    cmd->add_option("--region", f->regions, "Only these regions (any case)");
+    // (repeatable, or comma-separated as SkyPilot's lists: --gpu A100,H100 was one unknown name)
+    cmd->add_option("--provider", f->providers, "Only these clouds (aws, gcp, azure, ...; any case; repeat or comma-separate)")
+        ->delimiter(',');
+    cmd->add_option("--region", f->regions, "Only these regions (any case; repeat or comma-separate)")->delimiter(',');
     cmd->add_option("--gpu", f->gpus,
-                    "Only these accelerators (T4, A10G, A100, H100, ...; any case; a name, not A100:8)");
-    cmd->add_option("--instance", f->instances, "Only these instance types (exact names)");
+                    "Only these accelerators (T4, A10G, A100, H100, ...; any case; a name, not A100:8; repeat or "
+                    "comma-separate: --gpu A100,H100)")
+        ->delimiter(',');
+    cmd->add_option("--instance", f->instances, "Only these instance types (exact names; repeat or comma-separate)")
+        ->delimiter(',');
     cmd->add_option("--max-nodes", f->max_nodes, "Largest node count to consider (default 16)")->check(CLI::Range(1, 1024));
     cmd->add_option("--market", f->market, "ondemand, spot or both (default)")
         ->check(CLI::IsMember({"ondemand", "spot", "both"}));

@@ -243,6 +243,11 @@ def main():
     p = run("plan", "--provider", "AWS", "--gpu", "a100", "--region", "US-EAST-1", "--top", "1", "--json")
     rows = json.loads(p.stdout)["ranked"] if p.returncode == 0 else []
     check(len(rows) == 1 and rows[0]["accelerator"] == "A100" and rows[0]["provider"] == "aws", p.stdout[-500:])
+    # Comma-separated lists, as SkyPilot's (--gpu A100,H100 was one unknown name, exit 2).
+    p = run("plan", "--gpu", "A100,H100", "--provider", "aws,gcp", "--top", "50", "--json")
+    rows = json.loads(p.stdout)["ranked"] if p.returncode == 0 else []
+    check(rows and {r["accelerator"] for r in rows} <= {"A100", "H100"} and {r["provider"] for r in rows} <= {"aws", "gcp"}
+          and len({r["accelerator"] for r in rows}) == 2, p.stdout[-500:] + p.stderr)
     # Found by review: with --json a plan nothing meets exited 1 without a word on stderr.
     p = run("plan", "--deadline", "30s", "--json", expect=1)
     check(json.loads(p.stdout)["ranked"] == [] and
