@@ -8,6 +8,7 @@ import json
 import os
 import struct
 import subprocess
+import shutil
 import tarfile
 import tempfile
 import zlib
@@ -185,12 +186,20 @@ def main():
             f.write(png(9, 9, 2))
         p = run("data", "pack", bad, os.path.join(tmp, "badshards"), "--json")
         check(p.returncode == 0 and json.loads(p.stdout)["splits"][0]["samples"] == 2, p.stdout)
-        # Found by review: a class folder without images (".ipynb_checkpoints") became class 0 without
-        # a word, shifting every label after it (torchvision's ImageFolder refuses it).
+        # Found by review: a class folder without images became a class without a word, shifting
+        # every label after it (torchvision's ImageFolder refuses it): a pack warns. A hidden folder
+        # (Jupyter's .ipynb_checkpoints, torchvision's best-known trap) is no class at all.
         os.makedirs(os.path.join(bad, ".ipynb_checkpoints"))
-        p = run("data", "pack", bad, os.path.join(tmp, "badshards2"))
-        check("class '.ipynb_checkpoints' (label 0) has no images; it is a hidden folder" in p.stderr, p.stderr)
-        os.rmdir(os.path.join(bad, ".ipynb_checkpoints"))
+        with open(os.path.join(bad, ".ipynb_checkpoints", "x.png"), "wb") as f:
+            f.write(png(9, 9, 3))
+        os.makedirs(os.path.join(bad, "aaa_empty"))
+        p = run("data", "pack", bad, os.path.join(tmp, "badshards2"), "--json")
+        check("class 'aaa_empty' (label 0) has no images" in p.stderr and ".ipynb_checkpoints" not in p.stderr, p.stderr)
+        with open(os.path.join(tmp, "badshards2", "index.json")) as f:
+            classes = json.load(f)["classes"]
+        check(".ipynb_checkpoints" not in classes and classes[0] == "aaa_empty", f"classes {classes}")
+        shutil.rmtree(os.path.join(bad, ".ipynb_checkpoints"))
+        os.rmdir(os.path.join(bad, "aaa_empty"))
         # Found by review: shard-NNNNNN.tar files that no pack wrote were overwritten and deleted.
         foreign = os.path.join(tmp, "foreign")
         os.makedirs(foreign)

@@ -566,20 +566,16 @@ Result<std::vector<PackedSplit>> pack_image_folder(const std::string& src, const
         const stdfs::path from = split.empty() ? stdfs::path(src) : stdfs::path(src) / split;
         STRATO_ASSIGN_OR_RETURN(FolderIndex idx, index_image_folder(from.string(), class_names));
         if (class_names.empty()) class_names = idx.class_names;  // train's classes label every split
-        // A class folder without images (".ipynb_checkpoints", a folder emptied by a failed copy)
-        // is still a class: a label and an output of the model, and it shifts the labels of the
-        // classes sorted after it. torchvision's ImageFolder refuses it; training warns, and so
-        // does a pack, which said nothing.
+        // A class folder without images (a folder emptied by a failed copy) is still a class: a
+        // label and an output of the model, and it shifts the labels of the classes sorted after
+        // it. torchvision's ImageFolder refuses it; training warns, and so does a pack, which said
+        // nothing. (Hidden folders such as .ipynb_checkpoints are no classes at all.)
         {
             std::vector<int64_t> counts(idx.class_names.size(), 0);
             for (const ImageFile& f : idx.files) ++counts[static_cast<size_t>(f.label)];
-            for (size_t c = 0; c < counts.size(); ++c) {
-                if (counts[c] > 0) continue;
-                const std::string& name = idx.class_names[c];
-                log::warn("data pack: {}: class '{}' (label {}) has no images{}", from.string(), name, c,
-                          !name.empty() && name[0] == '.' ? "; it is a hidden folder: remove it if it is no class"
-                                                          : "");
-            }
+            for (size_t c = 0; c < counts.size(); ++c)
+                if (counts[c] == 0)
+                    log::warn("data pack: {}: class '{}' (label {}) has no images", from.string(), idx.class_names[c], c);
         }
         // Empty files (a failed download or copy) are refused before anything is written.
         const auto empty = std::count_if(idx.files.begin(), idx.files.end(), [](const ImageFile& f) { return f.bytes == 0; });
