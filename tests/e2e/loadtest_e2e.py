@@ -450,7 +450,7 @@ def main():
         check("broken.json: not valid JSON (parse error at line 2, column" in err, f"broken JSON: {err}")
         # A model package is no run directory: its own error, not one about the default output.
         _, err, _ = run(["report", pkg], expect=1)
-        check("has no metrics.jsonl" in err, f"report on a model package: {err}")
+        check("is a model package, not a run; the run it came from is" in err, f"report on a model package: {err}")
 
         print("== plain HTTP targets")
         out, _, _ = run([f"{url}/v2/health/live", "-n", "100", "--warmup", "0", "--concurrency", "4"])
