@@ -81,12 +81,7 @@ Result<std::shared_ptr<ImageFolderSource>> ImageFolderSource::open(const std::st
     std::error_code ec;
     if (!stdfs::is_directory(root_in, ec)) return not_found("image folder {} does not exist or is not a directory", root_in);
     const std::string root = stdfs::absolute(root_in, ec).lexically_normal().string();
-    if (class_names.empty()) {
-        for (const auto& e : stdfs::directory_iterator(root, ec))
-            if (e.is_directory() && !e.path().filename().string().starts_with('.'))  // (as index_image_folder)
-                class_names.push_back(e.path().filename().string());
-        std::sort(class_names.begin(), class_names.end());
-    }
+    if (class_names.empty()) class_names = list_class_folders(root, ec);
     if (class_names.empty()) return invalid_argument("image folder {} has no class subfolders (expected {}/<class>/*.jpg)", root, root);
     auto src = std::shared_ptr<ImageFolderSource>(new ImageFolderSource());
     src->root_ = root;

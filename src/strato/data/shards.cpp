@@ -90,19 +90,22 @@ Result<std::vector<std::string>> class_folders(const std::vector<std::string>& n
     return folders;
 }
 
+std::vector<std::string> list_class_folders(const std::string& root, std::error_code& ec) {
+    std::vector<std::string> found;
+    for (const auto& e : stdfs::directory_iterator(root, ec))
+        if (e.is_directory(ec) && !e.path().filename().string().starts_with('.')) found.push_back(e.path().filename().string());
+    std::sort(found.begin(), found.end());
+    return found;
+}
+
 Result<FolderIndex> index_image_folder(const std::string& root, const std::vector<std::string>& class_names) {
     std::error_code ec;
     if (!stdfs::is_directory(root, ec)) return not_found("image folder {} does not exist or is not a directory", root);
     FolderIndex idx;
     idx.root = root;
-    std::vector<std::string> found;
-    // Hidden folders are no classes: Jupyter's .ipynb_checkpoints (torchvision's ImageFolder's
-    // best-known trap: a class of its own), .git, a sync tool's .cache. (A model naming such a
-    // class still finds its folder: class names given are looked up, not listed.)
-    for (const auto& e : stdfs::directory_iterator(root, ec))
-        if (e.is_directory(ec) && !e.path().filename().string().starts_with('.')) found.push_back(e.path().filename().string());
+    // (a model naming a hidden class still finds its folder: class names given are looked up)
+    const std::vector<std::string> found = list_class_folders(root, ec);
     if (ec) return io_error("cannot list {}: {}", root, ec.message());
-    std::sort(found.begin(), found.end());
     std::vector<std::string> folders;  // class c's images are under root/folders[c]
     if (class_names.empty()) {
         idx.class_names = found;

@@ -26,6 +26,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "strato/core/status.h"
@@ -69,6 +70,11 @@ Result<std::string> class_folder(const std::string& name);
 
 /// class_folder() of each name, in order; two names of one folder ("a/b" and "a_b") are an error.
 Result<std::vector<std::string>> class_folders(const std::vector<std::string>& names);
+
+/// The subfolders of `root`, sorted: an image folder's classes when none are given. Hidden
+/// folders are no classes: Jupyter's .ipynb_checkpoints (torchvision's ImageFolder's best-known
+/// trap: a class of its own), .git, a sync tool's .cache. `ec` is set when `root` cannot be listed.
+std::vector<std::string> list_class_folders(const std::string& root, std::error_code& ec);
 
 /// Indexes `root`. With `class_names` given (the training split's or a model's), a class folder
 /// not among them (as class_folder() names them) is an error; a listed class without a folder
