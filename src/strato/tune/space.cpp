@@ -260,13 +260,12 @@ Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string&
                                 "names the study's directory runs/tune/<name> and its Slurm job)",
                                 in_study);
     // (base = 5 was "missing base")
-    STRATO_ASSIGN_OR_RETURN(const std::string base_path, string_setting(*st, "base", "", in_study));
-    const std::optional<std::string> base = base_path.empty() ? std::nullopt : std::optional<std::string>(base_path);
-    if (!base) return invalid_argument("{} [study]: missing base = \"TRAIN_CONFIG.toml\"", source);
+    STRATO_ASSIGN_OR_RETURN(const std::string base, string_setting(*st, "base", "", in_study));
+    if (base.empty()) return invalid_argument("{} [study]: missing base = \"TRAIN_CONFIG.toml\"", source);
     {
         // Absolute and normalised, so the same study reads the same however it is invoked.
-        std::filesystem::path b = std::filesystem::path(*base).is_absolute() ? std::filesystem::path(*base)
-                                                                               : std::filesystem::path(base_dir) / *base;
+        std::filesystem::path b = std::filesystem::path(base).is_absolute() ? std::filesystem::path(base)
+                                                                              : std::filesystem::path(base_dir) / base;
         std::error_code ec;
         s.base = std::filesystem::weakly_canonical(std::filesystem::absolute(b, ec), ec).string();
         if (s.base.empty()) s.base = b.string();

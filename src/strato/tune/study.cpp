@@ -338,6 +338,11 @@ private:
     /// exited RunOptions::stop_grace_s later gets SIGKILL to its process group: a hung trainer
     /// held the scheduler's stop and a Ctrl-C's shutdown forever.
     void enforce_timeouts();
+    /// The last 400 bytes of a trial's log (logs/trial-NNNN.log), for the reason it failed.
+    std::string log_tail(int id) const {
+        auto log = fs::read_file((stdfs::path(o_.dir) / "logs" / (trial_name(id) + ".log")).string());
+        return log ? log->substr(log->size() > 400 ? log->size() - 400 : 0) : std::string();
+    }
     /// Takes over trials left running by executors that are gone, as far as `parallel` allows.
     Status adopt();
     /// The heartbeat; a trial another executor has taken over meanwhile (this one stalled past
@@ -608,10 +613,7 @@ Status Executor::reap() {
             log::warn("tune: {} failed: {}", trial_name(id), why);
             STRATO_RETURN_IF_ERROR(store_->set_state(id, TrialState::kFailed, why));
         } else if (r.timed_out) {
-            // (what it printed last, for where it hung)
-            std::string tail;
-            if (auto log = fs::read_file((stdfs::path(o_.dir) / "logs" / (trial_name(id) + ".log")).string()))
-                tail = log->substr(log->size() > 400 ? log->size() - 400 : 0);
+            const std::string tail = log_tail(id);  // (what it printed last, for where it hung)
             const std::string why =
                 fmt::format("stopped after {} ([study] trial_timeout) without finishing", printable(c_.trial_timeout));
             log::warn("tune: {} failed: {}", trial_name(id), why);
@@ -629,9 +631,7 @@ Status Executor::reap() {
                 why = fmt::format("killed by the memory limit ({})", r.group->describe());
             else if (code == 126 && r.group)
                 why = "could not join its cgroup";
-            std::string tail;
-            if (auto log = fs::read_file((stdfs::path(o_.dir) / "logs" / (trial_name(id) + ".log")).string()))
-                tail = log->substr(log->size() > 400 ? log->size() - 400 : 0);
+            const std::string tail = log_tail(id);
             log::warn("tune: {} failed ({}): {}", trial_name(id), why, tail);
             STRATO_RETURN_IF_ERROR(store_->set_state(id, TrialState::kFailed, fmt::format("{}: {}", why, tail)));
         }

@@ -34,8 +34,9 @@ struct RunOptions {
     std::string dir;            // the study directory (study.db, trials/, logs/)
     std::string strato_binary;  // empty: this executable
     bool quiet = false;
-    /// A trial stopped for its [study] trial_timeout gets SIGTERM (the trainer checkpoints and
-    /// exits), then SIGKILL this many seconds later if it has not exited.
+    /// A trial the executor stops (its [study] trial_timeout, the scheduler, a Ctrl-C) gets
+    /// SIGTERM (the trainer checkpoints and exits), then SIGKILL this many seconds later if it
+    /// has not exited.
     double stop_grace_s = 30;
 };
 
