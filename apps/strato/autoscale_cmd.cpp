@@ -124,7 +124,8 @@ void add_simulate(CLI::App& parent, int* exit_code) {
         if (!o->loadtest.empty()) {
             auto lt = read_json(o->loadtest);
             if (!lt) return fail(lt.status());
-            auto cap = cloud::replica_capacity(*lt, *parse_duration_s(o->slo_p99, "ms") * 1000);  // (validated)
+            const double slo_ms = *parse_duration_s(o->slo_p99, "ms") * 1000;  // (validated)
+            auto cap = cloud::replica_capacity(*lt, slo_ms);
             if (!cap) return fail(cap.status());
             so.per_gpu_capacity = cap->qps;
             // The capacity is in requests per second (what a load test counts): say so, and what a
@@ -135,7 +136,7 @@ void add_simulate(CLI::App& parent, int* exit_code) {
             fmt::print(text_out,
                        "capacity per GPU (one replica each): {:.1f} requests/s, the most {} sustained within p99 {:g} "
                        "ms (p99 {:.1f} ms); the trace's rate is read as requests/s{}\n",
-                       cap->qps, o->loadtest, *parse_duration_s(o->slo_p99, "ms") * 1000, cap->p99_ms,
+                       cap->qps, o->loadtest, slo_ms, cap->p99_ms,
                        batch > 1 ? fmt::format(" (each request carried {:g} samples: for a trace in samples/s, "
                                                "give --per-gpu-capacity {:.1f} instead)",
                                                batch, cap->qps * batch)
@@ -278,14 +279,13 @@ void add_capacity(CLI::App& parent, int* exit_code) {
             fmt::print("{}\n", json_text(out, 2));
             return void(*exit_code = 0);
         }
-        // (0.4 requests/s, a slow model, printed as "0 requests/s", and --qps 0.5 as "target 0")
-        const auto rate = [](double x) { return x >= 100 ? fmt::format("{:.0f}", x) : fmt::format("{:.3g}", x); };
+        // (rate_text: 0.4 requests/s, a slow model, printed as "0 requests/s", and --qps 0.5 as "target 0")
         if (cap.qps > 0)
             fmt::print("one replica: {} requests/s within p99 {:.1f} ms (at concurrency/rate {:g}, {})\n",
-                       rate(cap.qps), cap.p99_ms, cap.level, cap.target);
+                       rate_text(cap.qps), cap.p99_ms, cap.level, cap.target);
         fmt::print("target {} requests/s with {:.0f}% headroom, one replica per {} GPU(s); the per-replica rate is\n"
                    "what the load test measured where it ran: load-test on the type you plan for\n\n",
-                   rate(req.target_qps), 100 * req.headroom, req.gpus_per_replica);
+                   rate_text(req.target_qps), 100 * req.headroom, req.gpus_per_replica);
         fmt::print("{:<6} {:<14} {:<26} {:>9} {:>9} {:>12} {:>14}\n", "cloud", "region", "instance", "instances",
                    "replicas", cur + "/hour", cur + "/M requests");
         for (const auto& r : *rows)

@@ -108,6 +108,9 @@ std::string trained_for(int64_t epochs, int64_t steps);
 /// "" when a package holds the last weights; " (weights of step 60, the best evaluation)" when
 /// early stopping restored the best evaluation's.
 std::string weights_note(int64_t weights_step, int64_t steps);
+/// A rate for a table or a line: whole numbers from 100 up, three significant digits below (a
+/// large model runs well under one sample a second per GPU; "0" said it did not run at all).
+std::string rate_text(double v);
 
 /// A flag validator from a check whose message names the flag itself ("--flag: ..." or
 /// "--flag ..."): a usage error (exit 2) whose message names it once (CLI11 puts it in front).

@@ -144,6 +144,11 @@ std::string trained_for(int64_t epochs, int64_t steps) {
     return fmt::format("after {} epoch{}, {} steps", epochs, epochs == 1 ? "" : "s", steps);
 }
 
+std::string rate_text(double v) {
+    if (!(v > 0) || v >= 100) return fmt::format("{:.0f}", v);
+    return fmt::format("{:.3g}", v);
+}
+
 std::string weights_note(int64_t weights_step, int64_t steps) {
     if (weights_step == steps) return "";
     return fmt::format(" (weights of step {}, the best evaluation)", weights_step);

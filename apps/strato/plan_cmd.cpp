@@ -191,13 +191,6 @@ std::string si(double v) {
     return fmt::format("{:.3g}", v);
 }
 
-/// A rate for the table: whole numbers from 100 up, three significant digits below (a large model
-/// runs well under one sample a second per GPU; "0" said it did not run at all).
-std::string rate_text(double v) {
-    if (!(v > 0) || v >= 100) return fmt::format("{:.0f}", v);
-    return fmt::format("{:.3g}", v);
-}
-
 /// An amount of money to the cent, "<0.01" for a positive one that rounds to 0.00.
 std::string money_text(double v) { return v > 0 && v < 0.005 ? "<0.01" : fmt::format("{:.2f}", v); }
 
