@@ -60,7 +60,6 @@ Result<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<const Dataset> da
 
 Loader::~Loader() { stop_workers(); }
 
-// The samples of an epoch this process reads (its shard's).
 int64_t Loader::samples_per_epoch() const {
     const int64_t total = dataset_->size(), w = opts_.shard_count, r = opts_.shard_rank;
     return w <= 1 ? total : opts_.shard_pad ? (total + w - 1) / w : (total - r + w - 1) / w;

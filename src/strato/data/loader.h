@@ -111,6 +111,8 @@ public:
     Loader& operator=(const Loader&) = delete;
 
     int64_t batches_per_epoch() const;
+    /// The samples of an epoch this process reads (its shard's, padded as shard_pad says).
+    int64_t samples_per_epoch() const;
     /// Samples in the last batch of an epoch (the batch size unless drop_last is off and the
     /// samples of this process do not divide into whole batches); 0 when there is no batch.
     int64_t last_batch_size() const;
@@ -130,7 +132,6 @@ public:
 
 private:
     Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options);
-    int64_t samples_per_epoch() const;
     Result<Batch> assemble(int64_t batch) const;
     Result<Batch> assemble_unchecked(int64_t batch) const;
     void stop_workers();

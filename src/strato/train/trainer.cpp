@@ -732,8 +732,7 @@ Status Trainer::setup() {
             "samples; lower the batch size or set data.drop_last = false",
             cfg_.data.batch_size, splits_.train->size() / std::max(1, env_.world_size));
     if (train_loader_->last_batch_size() == 1)
-        STRATO_RETURN_IF_ERROR(check_one_sample_batch(
-            cfg_, *splits_.train, (train_loader_->batches_per_epoch() - 1) * cfg_.data.batch_size + 1));
+        STRATO_RETURN_IF_ERROR(check_one_sample_batch(cfg_, *splits_.train, train_loader_->samples_per_epoch()));
 
     torch::manual_seed(seed);
     STRATO_ASSIGN_OR_RETURN(net_, models::create_model(cfg_.model, splits_.train->shape(), splits_.train->num_classes()));
