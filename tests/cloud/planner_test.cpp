@@ -349,6 +349,34 @@ TEST(Planner, MemoryBindingSaysWhichBatchFitsOrThatNoneDoes) {
     EXPECT_EQ(plan_brute_force(cat, req).value().binding, p.binding);
 }
 
+// Found by review: a global batch could exceed the dataset (8,192 H200s at 256 images a GPU
+// against ImageNet's 1.28 M: under one step an epoch, planned as full steps).
+TEST(Planner, AGlobalBatchLargerThanTheDatasetIsNoCandidate) {
+    const Catalog cat = catalog_of("aws,r,x8,A100,8,96,1152,400,32,0,s\n");
+    PlanRequest req;
+    req.workload = resnet50();
+    req.workload.batch_per_gpu = 32;
+    req.workload.dataset_samples = 1000;  // 3 nodes take 768 a step, 4 take 1,024
+    req.workload.epochs = 100000;
+    req.objective = Objective::kTime;
+    req.max_nodes = 8;
+    Plan p = make_plan(cat, req).value();
+    ASSERT_EQ(p.ranked.size(), 1u) << p.binding;
+    EXPECT_EQ(p.ranked[0].nodes, 3);
+    Candidate four = evaluate(req, ThroughputModel(), cat.currency(), cat.instances()[0], 4, false);
+    EXPECT_FALSE(four.feasible);
+    EXPECT_EQ(four.why_not, "a global batch of 1024 (32 x 32 GPUs) is larger than the dataset (1000 samples)");
+    EXPECT_EQ(plan_brute_force(cat, req).value().ranked[0].nodes, 3);
+
+    req.workload.dataset_samples = 100;  // fewer than one node's 256
+    p = make_plan(cat, req).value();
+    ASSERT_TRUE(p.ranked.empty());
+    EXPECT_EQ(p.binding, "dataset size: 100 samples are fewer than one global batch on any candidate that fits (the "
+                         "smallest, aws x8 x1 (on-demand), takes 32 x 8 = 256 a step); lower --batch-per-gpu or give "
+                         "the real --dataset-size");
+    EXPECT_EQ(plan_brute_force(cat, req).value().binding, p.binding);
+}
+
 // Found by review: a spot row "met the deadline" on its mean while its 90th percentile missed
 // it (`plan --deadline 2.1h --spot-hazard 0.5`: p4d.24xlarge on spot, 2 h 06 min expected,
 // 2 h 17 min at p90), and the budget was judged on the expected cost likewise.

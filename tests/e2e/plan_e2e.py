@@ -231,9 +231,14 @@ def main():
             "--instance", "g4dn.xlarge", "--region", "us-east-1", "--max-nodes", "1", "--market", "ondemand")
     row = p.stdout.splitlines()[-1].split()
     check(row[6] == "0.00247", f"samples/s of a slow job: {row}")
-    p = run("plan", "--dataset-size", "1", "--epochs", "1", "--startup", "1s", "--instance", "g4dn.xlarge",
-            "--region", "us-east-1", "--max-nodes", "1", "--market", "ondemand")
+    p = run("plan", "--dataset-size", "256", "--epochs", "1", "--startup", "1s", "--instance", "g4dn.xlarge",
+            "--region", "us-east-1", "--max-nodes", "1", "--market", "ondemand")  # (one step of 256)
     check(" <0.01  cheapest" in p.stdout.splitlines()[-1], p.stdout)
+    # Found by review: a global batch larger than the dataset (under one step an epoch) was planned.
+    p = run("plan", "--dataset-size", "255", "--instance", "g4dn.xlarge", "--region", "us-east-1", "--max-nodes", "1",
+            "--market", "ondemand", expect=1)
+    check("dataset size: 255 samples are fewer than one global batch on any candidate that fits (the smallest, "
+          "aws g4dn.xlarge x1 (on-demand), takes 256 x 1 = 256 a step)" in p.stderr, p.stderr)
 
     # Found by review: --simulate without a spot row printed its heading over nothing.
     p = run("plan", "--market", "ondemand", "--simulate", "10", "--top", "2")

@@ -91,6 +91,11 @@ std::string count(double v) { return v < 0.01 ? "<0.01" : fmt::format("{:.2f}", 
 
 std::string market(bool spot) { return spot ? "spot" : "on-demand"; }
 
+/// Samples a data-parallel step takes: the batch per GPU on every GPU.
+int64_t global_batch(const PlanRequest& req, const Candidate& c) {
+    return static_cast<int64_t>(req.workload.batch_per_gpu) * c.gpus();
+}
+
 std::string describe(const Candidate& c) {
     return fmt::format("{} {} x{} ({})", c.inst->provider, c.inst->type, c.nodes, market(c.spot));
 }
@@ -167,8 +172,13 @@ void explain(Plan& plan, const PlanRequest& req, const std::vector<Candidate>& a
     const Candidate* fastest = nullptr;
     const Candidate* cheapest_in_time = nullptr;
     bool outrun = false;
+    bool oversized = false;  // some fit, but their global batch is larger than the dataset
     for (const auto& c : all) {
         if (!c.tp.fits) continue;
+        if (global_batch(req, c) > req.workload.dataset_samples) {
+            oversized = true;
+            continue;
+        }
         fits_best = &c;
         if (c.spot_outrun) {
             outrun = true;
@@ -179,7 +189,16 @@ void explain(Plan& plan, const PlanRequest& req, const std::vector<Candidate>& a
         if (c.p90_h <= req.deadline_h && (!cheapest_in_time || c.cost_p90 < cheapest_in_time->cost_p90))
             cheapest_in_time = &c;
     }
-    if (!fits_best) {
+    if (!fits_best && oversized) {
+        const Candidate* least = nullptr;  // the fewest GPUs that fit
+        for (const auto& c : all)
+            if (c.tp.fits && (!least || c.gpus() < least->gpus())) least = &c;
+        plan.binding = fmt::format(
+            "dataset size: {:.0f} samples are fewer than one global batch on any candidate that fits (the smallest, "
+            "{}, takes {} x {} = {} a step); lower --batch-per-gpu or give the real --dataset-size",
+            req.workload.dataset_samples, describe(*least), req.workload.batch_per_gpu, least->gpus(),
+            global_batch(req, *least));
+    } else if (!fits_best) {
         // The largest batch that fits the largest GPU; none when the model's own state does not
         // (a 20B model with Adam: 360 GB at any batch) — "lower --batch-per-gpu"
         // could not help there, and this planner has each GPU hold the whole model.
@@ -381,6 +400,12 @@ Candidate evaluate(const PlanRequest& req, const ThroughputModel& model, const C
     else if (!c.tp.fits)
         c.why_not = fmt::format("needs {:.1f} GB per GPU, {} has {:.0f} GB", c.tp.memory_needed_gb, inst.accelerator,
                                 inst.gpu->memory_gb);
+    // Data parallel: every step takes a batch per GPU. A global batch larger than the dataset is
+    // under one step an epoch (8,192 H200s at 256 a GPU against ImageNet's 1.28 M images), where
+    // the throughput model's full steps do not exist.
+    else if (global_batch(req, c) > req.workload.dataset_samples)
+        c.why_not = fmt::format("a global batch of {} ({} x {} GPUs) is larger than the dataset ({:.0f} samples)",
+                                global_batch(req, c), req.workload.batch_per_gpu, c.gpus(), req.workload.dataset_samples);
     // The deadline and the budget are judged on the 90th percentile (for on-demand rows the
     // same as the expectation): a spot row that meets a deadline only on average misses it in
     // almost half of its runs.
