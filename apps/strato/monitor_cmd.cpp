@@ -45,11 +45,14 @@ void add_monitor_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     auto* duration = cmd->add_option("--duration", o->duration, "Stop after this long (default: until Ctrl-C)")
                          ->check(strato::cli::duration_flag("s", true));
     auto* jsonl = cmd->add_option("--jsonl", o->jsonl,
-                                  "Append every sample to this JSONL file (or a FIFO or device: never blocks on one; - for stdout)");
-    auto* rules = cmd->add_option("--rules", o->rules, "Alert rules (TOML [[rule]] tables: when = \"gpu_util < 20 for 10m\")");
+                                  "Append every sample to this JSONL file (or a FIFO or device: never blocks on one; - for stdout)")
+                     ->check(file_path_flag());  // (an empty one, an unset variable in a script, logged nothing)
+    auto* rules = cmd->add_option("--rules", o->rules, "Alert rules (TOML [[rule]] tables: when = \"gpu_util < 20 for 10m\")")
+                      ->check(file_path_flag());  // (an empty one ran without rules, without a word)
     auto* pid = cmd->add_option("--pid", o->pids, "Also report these processes (CPU time, resident memory, threads)");
     auto* replay = cmd->add_option("--replay", o->replay,
-                                   "Run the rules over a JSONL log written by --jsonl instead of sampling");
+                                   "Run the rules over a JSONL log written by --jsonl instead of sampling")
+                       ->check(file_path_flag());  // (an empty one sampled live, until Ctrl-C, instead)
     auto* once = cmd->add_flag("--once", o->once, "Print one sample (Prometheus text, or --json) and exit");
     // --once samples and prints: what only a run does (rules, a log, an exporter) is a usage error.
     once->excludes(rules)->excludes(jsonl)->excludes(replay)->excludes(port)->excludes(duration)->excludes(interval);

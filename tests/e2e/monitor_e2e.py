@@ -200,6 +200,11 @@ def bad_inputs(tmp):
         (["monitor", "--replay", os.path.join(tmp, "m.jsonl"), "--dcgm-labels"], "excludes"),
         (["monitor", "--no-exporter", "--port", "9500"], "excludes"),
         (["monitor", "--no-exporter", "--address", "0.0.0.0"], "excludes"),
+        # Found by review: an empty path (an unset variable in a script) was no flag: --replay ""
+        # sampled live until Ctrl-C, --rules "" ran without rules, --jsonl "" logged nothing.
+        (["monitor", "--replay", "", "--no-exporter"], "expected a file path, got an empty one"),
+        (["monitor", "--rules", "", "--no-exporter", "--duration", "1s"], "expected a file path, got an empty one"),
+        (["monitor", "--jsonl", "", "--no-exporter", "--duration", "1s"], "expected a file path, got an empty one"),
     ]
     for args, needle in usage:
         p = subprocess.run([STRATO, *args], capture_output=True, text=True, timeout=30)
@@ -265,6 +270,34 @@ def bad_inputs(tmp):
     p = subprocess.run([STRATO, "monitor", "--no-exporter", "--interval", "100ms", "--duration", "350ms", "--jsonl",
                         "/dev/stdout"], capture_output=True, text=True, timeout=30)
     check(p.returncode == 0 and p.stdout.count('"cpu_util"') >= 2, f"--jsonl /dev/stdout: {p.returncode} {p.stderr!r}")
+    # Found by review: `--jsonl -` where standard output is a socket (a systemd service's journal)
+    # failed with "is a socket"; the lines go to that socket.
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        p = subprocess.run([STRATO, "monitor", "--no-exporter", "--interval", "100ms", "--duration", "350ms", "--jsonl",
+                            "-"], stdout=theirs, stderr=subprocess.PIPE, text=True, timeout=30)
+        theirs.close()
+        shipped = b""
+        ours.settimeout(10)
+        while chunk := ours.recv(65536):
+            shipped += chunk
+    check(p.returncode == 0 and shipped.count(b'"cpu_util"') >= 2, f"--jsonl - on a socket: {p.returncode} {p.stderr!r}")
+    # Found by review: a GPU that stops answering (off the bus: NVML_ERROR_GPU_IS_LOST) lost its
+    # series without a word. It is named once, with NVML's error.
+    lost = os.path.join(tmp, "lost_state")
+    with open(lost, "w") as f:
+        f.write("2 50 10 15\n")
+    p = subprocess.run([STRATO, "monitor", "--no-exporter", "--interval", "100ms", "--duration", "500ms"],
+                       capture_output=True, text=True, timeout=30,
+                       env=dict(os.environ, STRATO_NVML_LIBRARY=FAKE_NVML, FAKE_NVML_STATE=lost))
+    check(p.returncode == 0 and p.stderr.count("GPU 0 (GPU-fake-1): NVML answers no query: GPU is lost") == 1,
+          f"a lost GPU: {p.returncode} {p.stderr!r}")
+    with open(lost, "w") as f:
+        f.write("2 50 10 0 115\n")  # no GPU gets a handle (lost before the start): said, not "0 GPUs: "
+    p = subprocess.run([STRATO, "monitor", "--once"], capture_output=True, text=True, timeout=30,
+                       env=dict(os.environ, STRATO_NVML_LIBRARY=FAKE_NVML, FAKE_NVML_STATE=lost))
+    check(p.returncode == 0 and "no GPU: NVML counts 2 devices but gives a handle to none: GPU is lost" in p.stderr,
+          f"no GPU handle: {p.returncode} {p.stderr!r}")
     # Without a driver: a clean "no GPU" and CPU metrics only.
     env = dict(os.environ, STRATO_NVML_LIBRARY="/nonexistent/libnvidia-ml.so.1")
     p = subprocess.run([STRATO, "monitor", "--once", "--json"], capture_output=True, text=True, env=env, timeout=30)

@@ -5,11 +5,14 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -478,6 +481,37 @@ TEST(ProcSampler, AReusedPidIsAnotherProcess) {
     fs::remove_all(dir);
 }
 
+// Found by review: a --pid process that exited but was not yet reaped by its parent (a zombie:
+// its /proc entry stays, state Z, no memory) went on being reported as live with 0 bytes
+// resident. It is gone; a leader thread that exited while the others run (Z, with memory) is not.
+TEST(ProcSampler, AZombieIsGone) {
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::path(testing::TempDir()) / ("proczombie-" + std::to_string(getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir / "4243");
+    auto stat = [&](const char* state, const char* statm) {
+        std::ofstream(dir / "4243/stat") << "4243 (train) " << state
+                                         << " 1 1 1 0 -1 0 0 0 0 0 300 100 0 0 20 0 3 0 5000 1000 10 0\n";
+        std::ofstream(dir / "4243/statm") << statm;
+    };
+    ProcSampler p({.root = dir.string(), .sys_root = (dir / "sys").string(), .pids = {4243}});
+    auto watched = [&](Snapshot& s) {
+        p.sample(s);
+        for (const Metric* m : s.find("proc_rss_bytes"))
+            if (m->labels.at(0).second == "4243") return true;
+        return false;
+    };
+    Snapshot live, leader_gone, zombie;
+    stat("S", "100 10 5 1 0 50 0\n");
+    EXPECT_TRUE(watched(live));
+    stat("Z", "100 10 5 1 0 50 0\n");  // the main thread exited, the others run
+    EXPECT_TRUE(watched(leader_gone));
+    stat("Z", "0 0 0 0 0 0 0\n");
+    EXPECT_FALSE(watched(zombie));
+    EXPECT_NE(std::find(zombie.notes.begin(), zombie.notes.end(), "process 4243 is gone"), zombie.notes.end());
+    fs::remove_all(dir);
+}
+
 // Found by review: /proc/diskstats' partitions (sda and sda1), device-mapper volumes and zram
 // were each counted, so sum(disk_read_bytes) counted bytes two or three times.
 TEST(ProcSampler, CountsWholeDisksOnly) {
@@ -588,6 +622,91 @@ TEST(JsonlSink, AFifoNeverBlocks) {
     EXPECT_FALSE(k.is_open());
     k.finish(std::chrono::milliseconds(100));
     ::unlink(fifo.c_str());
+}
+
+// Found by review: `--jsonl -` where standard output is a socket (a systemd service's journal, a
+// socketpair a supervisor made) failed with "is a socket": open() cannot open one. The process's
+// own descriptor is written instead, without waiting, and a reader that goes away is no SIGPIPE.
+TEST(JsonlSink, StandardOutputThatIsASocket) {
+    int sv[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    std::fflush(stdout);
+    const int saved = ::dup(STDOUT_FILENO);
+    ASSERT_GE(saved, 0);
+    ASSERT_EQ(::dup2(sv[1], STDOUT_FILENO), STDOUT_FILENO);
+    auto sink = JsonlSink::open("/dev/stdout");
+    Status first = sink.is_ok() ? (*sink)->append("{\"t\": 1}\n") : sink.status();
+    char buf[64] = {};
+    const ssize_t got = ::recv(sv[0], buf, sizeof buf, MSG_DONTWAIT);
+    ::close(sv[0]);  // the reader goes away: the next lines are dropped, the sink goes on
+    Status after = sink.is_ok() ? (*sink)->append("{\"t\": 2}\n") : Status::ok();
+    Status later = sink.is_ok() ? (*sink)->append("{\"t\": 3}\n") : Status::ok();
+    ::dup2(saved, STDOUT_FILENO);  // (gtest's own output needs it back before any check)
+    ::close(saved);
+    ::close(sv[1]);
+    ASSERT_TRUE(sink.is_ok()) << sink.status().message();
+    EXPECT_TRUE(first.is_ok()) << first.message();
+    ASSERT_EQ(got, 9);
+    EXPECT_EQ(std::string(buf, 9), "{\"t\": 1}\n");
+    EXPECT_TRUE(after.is_ok()) << after.message();
+    EXPECT_TRUE(later.is_ok()) << later.message();
+    EXPECT_FALSE((*sink)->regular());
+    EXPECT_EQ((*sink)->dropped(), 2);
+    (*sink)->finish(std::chrono::milliseconds(10));
+    // A socket that is not this process's output cannot be opened: still an error.
+    const std::string path = testing::TempDir() + "/sink-" + std::to_string(getpid()) + ".sock";
+    ::unlink(path.c_str());
+    const int l = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+    ASSERT_EQ(::bind(l, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    auto other = JsonlSink::open(path);
+    ASSERT_FALSE(other.is_ok());
+    EXPECT_NE(other.status().message().find("is a socket"), std::string::npos) << other.status().message();
+    ::close(l);
+    ::unlink(path.c_str());
+}
+
+// Found by review: a GPU that stopped answering (off the bus, NVML_ERROR_GPU_IS_LOST) lost its
+// series from /metrics and the log without a word; a note names it and NVML's error.
+TEST(Nvml, AGpuThatAnswersNoQueryIsNoted) {
+    std::string state = testing::TempDir() + "/nvml_state_lost";
+    std::ofstream(state) << "2 50 10\n";
+    setenv("FAKE_NVML_STATE", state.c_str(), 1);
+    auto n = Nvml::open(FAKE_NVML);
+    ASSERT_TRUE(n.is_ok()) << n.status().message();
+    Snapshot fine;
+    (*n)->sample(fine);
+    EXPECT_TRUE(fine.notes.empty());
+    std::ofstream(state) << "2 50 10 15\n";  // every device query: NVML_ERROR_GPU_IS_LOST
+    Snapshot lost;
+    (*n)->sample(lost);
+    unsetenv("FAKE_NVML_STATE");
+    EXPECT_TRUE(lost.find("gpu_util").empty());
+    ASSERT_EQ(lost.notes.size(), 2u);
+    EXPECT_EQ(lost.notes[0], "GPU 0 (GPU-fake-1): NVML answers no query: GPU is lost");
+}
+
+// Found by review: a GPU NVML counts but gives no handle to (lost before the start) was left out
+// without a word, and with every GPU so the monitor said "0 GPUs: " and sampled nothing.
+TEST(Nvml, AGpuWithoutAHandleIsNoted) {
+    std::string state = testing::TempDir() + "/nvml_state_nohandle";
+    setenv("FAKE_NVML_STATE", state.c_str(), 1);
+    std::ofstream(state) << "2 50 10 0 15\n";  // GPU 0: NVML_ERROR_GPU_IS_LOST for its handle
+    auto one = Nvml::open(FAKE_NVML);
+    std::ofstream(state) << "2 50 10 0 115\n";  // every GPU
+    auto none = Nvml::open(FAKE_NVML);
+    unsetenv("FAKE_NVML_STATE");
+    ASSERT_TRUE(one.is_ok()) << one.status().message();
+    ASSERT_EQ((*one)->gpus().size(), 1u);
+    EXPECT_EQ((*one)->gpus()[0].index, 1);
+    Snapshot s;
+    (*one)->sample(s);
+    EXPECT_EQ(s.find("gpu_util").size(), 1u);
+    EXPECT_EQ(s.notes, std::vector<std::string>{"GPU 0: NVML gives no handle to it: GPU is lost"});
+    ASSERT_FALSE(none.is_ok());
+    EXPECT_EQ(none.status().message(), "no GPU: NVML counts 2 devices but gives a handle to none: GPU is lost");
 }
 
 TEST(Monitor, DurationOrStopEndsARunWhoseFifoHasNoReader) {

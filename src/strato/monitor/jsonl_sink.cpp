@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -52,8 +53,22 @@ Result<std::unique_ptr<JsonlSink>> JsonlSink::open(const std::string& path) {
     const bool exists = ::stat(path.c_str(), &st) == 0;
     if (exists && S_ISDIR(st.st_mode))
         return invalid_argument("--jsonl {} is a directory; name a file to append to", path);
-    if (exists && S_ISSOCK(st.st_mode))
-        return invalid_argument("--jsonl {} is a socket; expected a file, a FIFO or a device to append to", path);
+    if (exists && S_ISSOCK(st.st_mode)) {
+        // open() cannot open a socket, but standard output or error may be one (a systemd
+        // service's journal, a socketpair a supervisor set up): `--jsonl -` then failed with "is a
+        // socket". That descriptor is written, each line without waiting (MSG_DONTWAIT).
+        for (int std_fd : {STDOUT_FILENO, STDERR_FILENO}) {
+            struct stat fst {};
+            if (::fstat(std_fd, &fst) == 0 && fst.st_dev == st.st_dev && fst.st_ino == st.st_ino) {
+                s->socket_fd_ = std_fd;
+                break;
+            }
+        }
+        if (s->socket_fd_ < 0)
+            return invalid_argument("--jsonl {} is a socket; expected a file, a FIFO or a device to append to", path);
+        STRATO_RETURN_IF_ERROR(s->try_open());
+        return s;
+    }
     s->regular_ = !exists || S_ISREG(st.st_mode);
     s->fifo_ = exists && S_ISFIFO(st.st_mode);
     if (!s->regular_) {
@@ -106,6 +121,12 @@ Status JsonlSink::follow_rotation() {
 }
 
 Status JsonlSink::try_open() {
+    if (socket_fd_ >= 0) {
+        if (socket_gone_) return Status::ok();  // its reader closed it: no other comes
+        fd_ = ::fcntl(socket_fd_, F_DUPFD_CLOEXEC, 3);
+        if (fd_ < 0) return io_error("cannot append to {}: {}", path_, std::strerror(errno));
+        return Status::ok();
+    }
     // Non-blocking: opening a FIFO to write waits for a reader otherwise, and no signal ends the
     // wait (the stop handlers restart system calls).
     fd_ = ::open(path_.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
@@ -127,15 +148,17 @@ Status JsonlSink::try_open() {
 Result<bool> JsonlSink::write_some() {
     NoSigpipe hold;
     while (!pending_.empty()) {
-        const ssize_t n = ::write(fd_, pending_.data(), pending_.size());
+        // (a socket: this write alone without waiting, and no SIGPIPE; the descriptor is shared)
+        const ssize_t n = socket_fd_ >= 0 ? ::send(fd_, pending_.data(), pending_.size(), MSG_DONTWAIT | MSG_NOSIGNAL)
+                                          : ::write(fd_, pending_.data(), pending_.size());
         if (n > 0) {
             pending_.erase(0, static_cast<size_t>(n));
             continue;
         }
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;  // full: the rest later
-        if (n < 0 && errno == EPIPE) {
-            hold.raised();
+        if (n < 0 && (errno == EPIPE || (socket_fd_ >= 0 && errno == ECONNRESET))) {
+            if (socket_fd_ < 0) hold.raised();
             return false;
         }
         return io_error("cannot write to {} (a full disk?): {}", path_, n < 0 ? std::strerror(errno) : "wrote nothing");
@@ -185,7 +208,9 @@ Status JsonlSink::append(const std::string& line) {
         pending_.clear();
         ::close(fd_);
         fd_ = -1;
-        log::warn("monitor: --jsonl {}: the reader closed it; waiting for another", path_);
+        socket_gone_ = socket_fd_ >= 0;
+        log::warn("monitor: --jsonl {}: the reader closed it; {}", path_,
+                  socket_gone_ ? "the samples are dropped from now on" : "waiting for another");
         said_waiting_ = true;
     }
     return Status::ok();

@@ -8,7 +8,9 @@
 // is retried at each line, with one note that the sink waits for a reader; lines are written
 // without waiting, and a line the reader has not taken room for by the next one is dropped and
 // counted, never torn (the rest of a partly written line goes first). A reader that goes away
-// (EPIPE, with SIGPIPE held off) is waited for again.
+// (EPIPE, with SIGPIPE held off) is waited for again. A path that names standard output or error
+// when that is a socket (`--jsonl -` in a systemd service, whose stdout is the journal's socket)
+// writes the process's own descriptor, the same way.
 //
 //     auto sink = JsonlSink::open("ship.fifo").value();
 //     STRATO_RETURN_IF_ERROR(sink->append(line));   // once per sample; never blocks on a pipe
@@ -28,7 +30,8 @@ namespace strato::monitor {
 class JsonlSink {
 public:
     /// A regular file (or a path that does not exist yet) is opened to append now; a FIFO or a
-    /// device at the first append(). A directory or a socket is an error.
+    /// device at the first append(). A directory is an error, as is a socket other than the
+    /// process's standard output or error.
     static Result<std::unique_ptr<JsonlSink>> open(const std::string& path);
     ~JsonlSink();
     JsonlSink(const JsonlSink&) = delete;
@@ -60,6 +63,8 @@ private:
     bool fifo_ = false;
     bool said_waiting_ = false;
     bool said_slow_ = false;
+    int socket_fd_ = -1;        // standard output or error, when the path names it and it is a socket
+    bool socket_gone_ = false;  // that socket's reader closed it
     std::string pending_;  // a line (or the rest of one) not yet written
     int64_t dropped_ = 0;
 };

@@ -77,9 +77,16 @@ Result<std::shared_ptr<Nvml>> Nvml::open(const std::string& library) {
     if (count == 0) return not_found("no GPU: NVML reports 0 devices");
     char buf[256];
     if (a.driver && a.driver(buf, sizeof buf) == 0) n->driver_ = buf;
+    nvmlReturn_t handle_error = 0;
     for (unsigned int i = 0; i < count; ++i) {
         nvmlDevice_t h = nullptr;
-        if (a.handle(i, &h) != 0) continue;
+        // A GPU NVML counts but gives no handle to (off the bus before the start: "GPU is lost")
+        // was left out without a word, and with all of them so, the monitor said "0 GPUs: ".
+        if (nvmlReturn_t r = a.handle(i, &h); r != 0) {
+            handle_error = r;
+            n->unreachable_.push_back(fmt::format("GPU {}: NVML gives no handle to it: {}", i, a.error(r)));
+            continue;
+        }
         GpuInfo g;
         g.index = static_cast<int>(i);
         if (a.name(h, buf, sizeof buf) == 0) g.name = buf;
@@ -89,6 +96,9 @@ Result<std::shared_ptr<Nvml>> Nvml::open(const std::string& library) {
         n->gpus_.push_back(g);
         n->handles_.push_back(h);
     }
+    if (n->gpus_.empty())
+        return not_found("no GPU: NVML counts {} device{} but gives a handle to none: {}", count, count == 1 ? "" : "s",
+                         a.error(handle_error));
     return n;
 }
 
@@ -99,32 +109,45 @@ Nvml::~Nvml() {
 
 void Nvml::sample(Snapshot& out) const {
     const Api& a = *api_;
+    out.notes.insert(out.notes.end(), unreachable_.begin(), unreachable_.end());
     for (size_t i = 0; i < gpus_.size(); ++i) {
         const GpuInfo& g = gpus_[i];
         nvmlDevice_t h = handles_[i];
         Labels l = {{"gpu", std::to_string(g.index)}, {dcgm_labels_ ? "UUID" : "uuid", g.uuid},
                     {"device", fmt::format("nvidia{}", g.index)}, {dcgm_labels_ ? "modelName" : "model_name", g.name}};
+        // A GPU that answers nothing (off the bus: NVML_ERROR_GPU_IS_LOST, a driver reset) only lost
+        // its series without a word; it gets a note naming it and NVML's error.
+        nvmlReturn_t failed = 0;
+        bool answered = false;
+        auto ok = [&](nvmlReturn_t r) {
+            if (r == 0) answered = true;
+            else if (failed == 0) failed = r;
+            return r == 0;
+        };
         nvmlUtilization_t u{};
-        if (a.utilization && a.utilization(h, &u) == 0) {
+        if (a.utilization && ok(a.utilization(h, &u))) {
             out.add("DCGM_FI_DEV_GPU_UTIL", "gpu_util", "GPU utilization (in %).", u.gpu, l);
             out.add("DCGM_FI_DEV_MEM_COPY_UTIL", "gpu_mem_util", "Memory utilization (in %).", u.memory, l);
         }
         nvmlMemory_t m{};
-        if (a.memory && a.memory(h, &m) == 0) {
+        if (a.memory && ok(a.memory(h, &m))) {
             out.add("DCGM_FI_DEV_FB_USED", "gpu_mem_used_mib", "Framebuffer memory used (in MiB).",
                     static_cast<double>(m.used) / (1 << 20), l);
             out.add("DCGM_FI_DEV_FB_FREE", "gpu_mem_free_mib", "Framebuffer memory free (in MiB).",
                     static_cast<double>(m.free) / (1 << 20), l);
         }
         unsigned int v = 0;
-        if (a.power && a.power(h, &v) == 0)
+        if (a.power && ok(a.power(h, &v)))
             out.add("DCGM_FI_DEV_POWER_USAGE", "gpu_power_w", "Power draw (in W).", v / 1000.0, l);
-        if (a.temperature && a.temperature(h, kTemperatureGpu, &v) == 0)
+        if (a.temperature && ok(a.temperature(h, kTemperatureGpu, &v)))
             out.add("DCGM_FI_DEV_GPU_TEMP", "gpu_temp_c", "GPU temperature (in C).", v, l);
-        if (a.clock && a.clock(h, kClockSm, &v) == 0)
+        if (a.clock && ok(a.clock(h, kClockSm, &v)))
             out.add("DCGM_FI_DEV_SM_CLOCK", "gpu_sm_clock_mhz", "SM clock frequency (in MHz).", v, l);
-        if (a.clock && a.clock(h, kClockMem, &v) == 0)
+        if (a.clock && ok(a.clock(h, kClockMem, &v)))
             out.add("DCGM_FI_DEV_MEM_CLOCK", "gpu_mem_clock_mhz", "Memory clock frequency (in MHz).", v, l);
+        if (!answered && failed != 0)
+            out.notes.push_back(fmt::format("GPU {} ({}): NVML answers no query: {}", g.index,
+                                            g.uuid.empty() ? g.name : g.uuid, a.error(failed)));
     }
 }
 

@@ -34,7 +34,8 @@ public:
     const std::vector<GpuInfo>& gpus() const { return gpus_; }
     const std::string& driver_version() const { return driver_; }
     /// Appends utilisation, memory, power, temperature and clocks of every GPU. A query a GPU does
-    /// not support is left out (as DCGM does), never an error.
+    /// not support is left out (as DCGM does), never an error; a GPU that answers no query, or
+    /// that NVML gave no handle to, is a note naming it.
     void sample(Snapshot& out) const;
     void set_dcgm_labels(bool on) { dcgm_labels_ = on; }
 
@@ -45,6 +46,7 @@ private:
     std::unique_ptr<Api> api_;
     std::vector<GpuInfo> gpus_;
     std::vector<void*> handles_;
+    std::vector<std::string> unreachable_;  // GPUs NVML counts but gives no handle to: a note each sample
     std::string driver_;
     bool dcgm_labels_ = false;
 };

@@ -173,9 +173,16 @@ void ProcSampler::sample(Snapshot& out) {
             out.notes.push_back(fmt::format("process {} is gone (its id now names another process)", pid));
             continue;
         }
-        double utime = std::stod(f[11]), stime = std::stod(f[12]), threads = std::stod(f[17]);
         double resident = 0, size = 0;
         std::istringstream(statm) >> size >> resident;
+        // A process that exited and that its parent has not reaped yet keeps its /proc entry as a
+        // zombie (state Z, no memory): it went on being reported, with 0 bytes resident. (A
+        // leader thread that exited while others run is Z too, but still has its memory.)
+        if ((f[0] == "Z" || f[0] == "X") && size == 0) {
+            out.notes.push_back(fmt::format("process {} is gone", pid));
+            continue;
+        }
+        double utime = std::stod(f[11]), stime = std::stod(f[12]), threads = std::stod(f[17]);
         Labels l = {{"pid", std::to_string(pid)}, {"comm", comm}};
         out.add("strato_process_cpu_seconds_total", "proc_cpu_seconds", "User and system CPU time of the process",
                 (utime + stime) / tick, l, true);
