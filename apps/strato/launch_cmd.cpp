@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <set>
 #include <string_view>
@@ -14,12 +15,29 @@
 #include "strato/core/parse.h"
 #include "strato/dist/agent.h"
 #include "strato/dist/emit.h"
+#include "strato/monitor/nvml.h"
 
 namespace strato::cli {
 
 namespace {
 std::vector<std::string> g_worker_command;  // set by split_launch_command before parsing
+
+/// The GPUs a worker here would see (torch.cuda.device_count(): NVML's, as CUDA_VISIBLE_DEVICES
+/// narrows them); `why` says why there are none.
+int count_gpus(std::string* why) {
+    auto nvml = monitor::Nvml::open();
+    if (!nvml) {
+        *why = std::string(nvml.status().message());
+        return 0;
+    }
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    const int n = dist::visible_gpus(static_cast<int>((*nvml)->gpus().size()), visible);
+    if (n == 0)
+        *why = fmt::format("CUDA_VISIBLE_DEVICES='{}' hides the {} GPU(s)", visible ? visible : "",
+                           (*nvml)->gpus().size());
+    return n;
 }
+}  // namespace
 
 int split_launch_command(int argc, char** argv) {
     int i = 1;
@@ -57,15 +75,16 @@ void add_launch_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         return cmd->add_option(names, var, help)->envname(env);
     };
     opt("--nproc-per-node,--nproc_per_node", o->nproc,
-        "Worker processes on this node: a number (1..65536), or cpu / auto (one per CPU this process may use: "
-        "its affinity mask and cgroup CPU quota)", "PET_NPROC_PER_NODE")
+        "Worker processes on this node: a number (1..65536); gpu (one per GPU it sees, as torchrun); cpu (one per "
+        "CPU this process may use: its affinity mask and cgroup CPU quota); auto (gpu when there is a GPU, else cpu)",
+        "PET_NPROC_PER_NODE")
         ->check(CLI::Validator(
             [](std::string& v) {
-                return v == "cpu" || v == "auto" || parse_int(v, 1, 1 << 16)
+                return v == "cpu" || v == "auto" || v == "gpu" || parse_int(v, 1, 1 << 16)
                            ? std::string()
-                           : fmt::format("'{}': expected a number in 1..65536, cpu or auto", v);
+                           : fmt::format("'{}': expected a number in 1..65536, gpu, cpu or auto", v);
             },
-            "N|cpu|auto"));
+            "N|gpu|cpu|auto"));
     opt("--nnodes", o->nnodes, "Nodes: N, or MIN:MAX for an elastic job (needs --rdzv-backend c10d)", "PET_NNODES");
     opt("--node-rank,--node_rank", o->l.node_rank,
         "This node's rank, 0..nodes-1 (static backend, where every node needs the same --nproc-per-node; a "
@@ -99,7 +118,7 @@ void add_launch_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         ->envname("PET_STANDALONE");
     cmd->add_flag("--no-python,--no_python", o->l.no_python,
                   "Run the command as given, also a .py script (its #! line); without it a .py script runs with "
-                  "/usr/bin/python3 -u");
+                  "python3 -u (the first on PATH, an activated virtualenv's; else /usr/bin/python3)");
     cmd->add_option("--emit", o->emit, "Do not run: write the job for a cluster engine (slurm: an sbatch script with "
                                        "srun + strato launch per node; kubernetes: a Kubeflow PyTorchJob)")
         ->check(CLI::IsMember({"slurm", "kubernetes"}));
@@ -129,7 +148,20 @@ void add_launch_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         if (l.command.empty())  // a usage error, as a missing argument is
             return void(*exit_code = report_usage_error(
                             "launch", "no command to run (strato launch [OPTIONS] COMMAND [ARGS...])"));
-        if (o->nproc == "cpu" || o->nproc == "auto") {
+        const bool nproc_word = o->nproc == "cpu" || o->nproc == "auto" || o->nproc == "gpu";
+        // gpu and auto as torchrun: one worker per GPU (found by review: auto counted CPUs on a GPU
+        // node, 96 workers for 8 GPUs; gpu, which PyTorch's DDP tutorial uses, was refused).
+        // Counted on each node, not here, for --emit.
+        int gpus = 0;
+        std::string no_gpu;
+        if (o->emit.empty() && (o->nproc == "gpu" || o->nproc == "auto")) gpus = count_gpus(&no_gpu);
+        if (o->emit.empty() && o->nproc == "gpu" && gpus == 0)
+            return void(*exit_code = report_usage_error(
+                            "launch", fmt::format("--nproc-per-node gpu: no GPU visible here ({}); give a number or cpu",
+                                                  no_gpu)));
+        if (gpus > 0) {
+            l.nproc_per_node = gpus;
+        } else if (nproc_word) {
             // The CPUs this launcher may use (taskset, a Slurm step's or a container's cpuset, at
             // most the whole cores of a cgroup CPU quota), not every online CPU as torchrun's
             // os.cpu_count(): one worker per usable core, not 64 workers on a 4-core share.
@@ -151,8 +183,8 @@ void add_launch_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
         if (!o->emit.empty()) {
             dist::EmitOptions e = o->e;
             e.launch = l;
-            // cpu|auto: each node counts its own cores, not this machine's.
-            if (o->nproc == "cpu" || o->nproc == "auto") e.nproc_per_node = o->nproc;
+            // gpu|cpu|auto: each node counts its own GPUs or cores, not this machine's.
+            if (nproc_word) e.nproc_per_node = o->nproc;
             if (e.strato.empty()) {
                 // Slurm nodes share this installation; a container image has strato on its PATH.
                 std::error_code ec;

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <chrono>
 #include <fstream>
@@ -25,6 +26,7 @@
 #include <thread>
 
 #include "strato/core/log.h"
+#include "strato/core/signals.h"
 #include "strato/dist/agent.h"
 #include "strato/dist/emit.h"
 #include "strato/dist/peers.h"
@@ -726,8 +728,29 @@ TEST(Emit, NprocWordIsEvaluatedOnEachNode) {
     ASSERT_TRUE(k.is_ok()) << k.status().message();
     EXPECT_NE(k->find("nprocPerNode: \"auto\"\n"), std::string::npos) << *k;
     EXPECT_NE(k->find("\"--nproc-per-node\", \"auto\""), std::string::npos) << *k;
+    o.nproc_per_node = "gpu";  // (as torchrun; each node counts its GPUs)
+    s = emit_slurm(o);
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    EXPECT_NE(s->find("--nproc-per-node gpu --rdzv-backend"), std::string::npos) << *s;
     o.nproc_per_node = "gpu; rm -rf /";
     EXPECT_FALSE(emit_slurm(o).is_ok());
+}
+
+// Found by review: `--nproc-per-node auto` counted CPUs on a GPU node (torchrun's auto is one worker
+// per GPU there) and `gpu` was refused. The GPUs a worker sees, as CUDA reads CUDA_VISIBLE_DEVICES.
+TEST(Launch, VisibleGpusAsCudaCountsThem) {
+    EXPECT_EQ(visible_gpus(8, nullptr), 8);
+    EXPECT_EQ(visible_gpus(0, nullptr), 0);
+    EXPECT_EQ(visible_gpus(0, "0,1"), 0);
+    EXPECT_EQ(visible_gpus(8, ""), 0);
+    EXPECT_EQ(visible_gpus(8, "-1"), 0);
+    EXPECT_EQ(visible_gpus(8, "0,1"), 2);
+    EXPECT_EQ(visible_gpus(8, " 3, 5 ,7"), 3);
+    EXPECT_EQ(visible_gpus(2, "1,7,0"), 1);  // CUDA stops at the first device that is not there
+    EXPECT_EQ(visible_gpus(4, "0,-1,2"), 1);
+    EXPECT_EQ(visible_gpus(2, "0,1,0,1"), 2);  // (never more than there are)
+    EXPECT_EQ(visible_gpus(8, "GPU-8f2a,MIG-1c3d"), 2);
+    EXPECT_EQ(visible_gpus(8, "NoDevFiles"), 0);
 }
 
 // The training operator refuses a PyTorchJob whose name is no DNS-1035 label: `--job-name ddp_run`
@@ -929,6 +952,65 @@ TEST(Peers, APeerThatStopsAcceptingFailsWithTheReason) {
                        "3 failed in a row: samples 4..5 not tried)");
     EXPECT_EQ(describe(p), "0 of 5 samples measured: " + p.error);
     EXPECT_LT(seconds_since(t0), 3.5) << "1 s to tell it is no echo, three connect timeouts, not one per sample";
+}
+
+// Found by review: the rendezvous client connected blocking, so an endpoint that drops the SYNs (a
+// firewall, a hung agent whose listen queue is full) held the launcher about 2 minutes in
+// connect(), past --join-timeout 3 and deaf to Ctrl-C (the stop handler restarts connect).
+TEST(Rendezvous, AnEndpointThatNeverAnswersFailsAtTheTimeoutAndOnAStop) {
+    Listener full(0);  // room for one connection that nobody accepts: later SYNs are dropped
+    const int filler = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(full.port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(filler, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    auto late = std::async(std::launch::async, [&] { return RendezvousClient::connect("127.0.0.1", full.port, 0.5); });
+    ASSERT_EQ(late.wait_for(std::chrono::seconds(30)), std::future_status::ready) << "connect() outlived its timeout";
+    auto r = late.get();
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+    EXPECT_EQ(r.status().message(), fmt::format("cannot reach the rendezvous at 127.0.0.1:{} within 0.5 s: no answer to "
+                                                "the connection request (a firewall dropping it, or a hung host)",
+                                                full.port));
+    // A stop signal ends the wait at once (the join timeout is 600 s).
+    signals::install_stop_handlers();
+    std::raise(SIGINT);
+    auto stopped = std::async(std::launch::async, [&] { return RendezvousClient::connect("127.0.0.1", full.port, 600); });
+    const auto ready = stopped.wait_for(std::chrono::seconds(30));
+    signals::reset();
+    ASSERT_EQ(ready, std::future_status::ready) << "a stop signal did not end the connect";
+    auto s = stopped.get();
+    ASSERT_FALSE(s.is_ok());
+    EXPECT_EQ(s.status().code(), StatusCode::kCancelled) << s.status().message();
+    ::close(filler);
+}
+
+// Found by review: a node named as the endpoint by its host name, which its own /etc/hosts maps to
+// loopback (Debian's 127.0.1.1), served the rendezvous on loopback only: the other nodes, which
+// resolve the name to its network address, were refused until the join timeout.
+TEST(Rendezvous, AHostNameOnLoopbackIsServedOnEveryInterface) {
+    EXPECT_FALSE(loopback_alias("127.0.0.1"));
+    EXPECT_FALSE(loopback_alias("127.0.1.1"));
+    EXPECT_FALSE(loopback_alias("localhost"));
+    EXPECT_FALSE(loopback_alias("192.0.2.7"));
+    char name[256] = {};
+    ASSERT_EQ(gethostname(name, sizeof name - 1), 0);
+    std::string network;  // an address of this machine that is not loopback
+    for (const auto& [ifname, addr] : interfaces())
+        if (!addr.starts_with("127.")) network = addr;
+    if (!loopback_alias(name) || network.empty())
+        GTEST_SKIP() << "needs a host name that /etc/hosts maps to loopback and a network interface";
+    RdzvSettings s;
+    s.run_id = "job";
+    auto srv = RendezvousServer::start(name, 0, s);
+    ASSERT_TRUE(srv.is_ok()) << srv.status().message();
+    auto other = RendezvousClient::connect(network, (*srv)->port(), 5);  // as another node would
+    ASSERT_TRUE(other.is_ok()) << other.status().message();
+    auto self = RendezvousClient::connect(name, (*srv)->port(), 5);
+    ASSERT_TRUE(self.is_ok()) << self.status().message();
+    auto r = (*other)->join(join_as("b", 1), 10);
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
 }
 
 // Found by review: the timeout applied to each byte, so a peer trickling its pong a byte at a

@@ -5,7 +5,9 @@ killed by SIGKILL, restarts used up, SIGTERM to the launcher, two launchers as t
 the rendezvous on 127.0.0.1 (a failure on one restarts both), and a node that never joins giving
 a clear error within the join timeout; worker output read as fast as it comes, a launcher whose
 stdout nobody reads still stopping on SIGTERM, SIGTERM acted on at once with a long
---monitor-interval; --emit kubernetes as a PyTorchJob, --emit's usage errors and the flags it passes
+--monitor-interval; a rendezvous endpoint that never answers, one named by a host name mapped to
+loopback, --nproc-per-node gpu|auto with a stand-in NVML (argv[2], optional), a .py command with the
+virtualenv's python3, a worker's error file after it changed directory; --emit kubernetes as a PyTorchJob, --emit's usage errors and the flags it passes
 on; doctor --peers against doctor --listen and a dead port, and its usage errors."""
 import fcntl
 import json
@@ -21,7 +23,8 @@ from harness import STRATO, check, finish, free_port
 ENV_DUMP = ("import json, os; print('ENV ' + json.dumps({k: os.environ.get(k) for k in ['RANK', 'LOCAL_RANK', "
             "'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'GROUP_RANK', 'MASTER_ADDR', 'MASTER_PORT', "
             "'TORCHELASTIC_RESTART_COUNT', 'TORCHELASTIC_MAX_RESTARTS', 'TORCHELASTIC_RUN_ID', 'OMP_NUM_THREADS', "
-            "'NCCL_ASYNC_ERROR_HANDLING', 'ROLE_RANK', 'ROLE_WORLD_SIZE', 'GROUP_WORLD_SIZE', 'TORCHELASTIC_USE_AGENT_STORE', "
+            "'NCCL_ASYNC_ERROR_HANDLING', 'TORCH_NCCL_ASYNC_ERROR_HANDLING', 'ROLE_RANK', 'ROLE_WORLD_SIZE', "
+            "'GROUP_WORLD_SIZE', 'TORCHELASTIC_USE_AGENT_STORE', "
             "'TORCHELASTIC_ERROR_FILE']}))")
 
 
@@ -66,9 +69,12 @@ def environment(tmp):
     check(all(x["TORCHELASTIC_RESTART_COUNT"] == "0" and x["TORCHELASTIC_MAX_RESTARTS"] == "2" for x in e), e)
     check(all(x["OMP_NUM_THREADS"] == "1" for x in e), "OMP_NUM_THREADS=1 by default with several workers")
     # The rest of torchrun's worker environment (found by review: NCCL_ASYNC_ERROR_HANDLING was not set).
-    check(all(x["NCCL_ASYNC_ERROR_HANDLING"] == "1" and x["ROLE_RANK"] == x["RANK"] and x["ROLE_WORLD_SIZE"] == "3"
+    # (and its name since PyTorch 2.2, which torchrun sets there: found by review)
+    check(all(x["NCCL_ASYNC_ERROR_HANDLING"] == "1" and x["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+              and x["ROLE_RANK"] == x["RANK"] and x["ROLE_WORLD_SIZE"] == "3"
               and x["GROUP_WORLD_SIZE"] == "1" and x["TORCHELASTIC_USE_AGENT_STORE"] == "False"
-              and x["TORCHELASTIC_ERROR_FILE"].endswith(f"rank_{x['RANK']}.error.json") for x in e), e)
+              and x["TORCHELASTIC_ERROR_FILE"].endswith(f"rank_{x['RANK']}.error.json")
+              and os.path.isabs(x["TORCHELASTIC_ERROR_FILE"]) for x in e), e)
     check(os.path.exists(f"{tmp}/env/attempt_0/rank_2.log"), "per-rank logs")
     # PET_* variables, as Kubeflow sets them.
     p = launch("/usr/bin/python3", "-c", ENV_DUMP, env={"PET_NPROC_PER_NODE": "2", "PET_LOG_DIR": f"{tmp}/pet"})
@@ -221,7 +227,9 @@ def nproc_cpu(tmp):
     for word in ("cpu", "auto"):
         p = subprocess.run([STRATO, "launch", "--nproc-per-node", word, "--log-dir", f"{tmp}/cpu-{word}",
                             "/usr/bin/python3", "-c", ENV_DUMP], capture_output=True, text=True, timeout=60,
-                           preexec_fn=lambda: os.sched_setaffinity(0, {cpus[0]}))
+                           preexec_fn=lambda: os.sched_setaffinity(0, {cpus[0]}),
+                           # (auto counts GPUs where there are: none here)
+                           env=dict(os.environ, STRATO_NVML_LIBRARY=f"{tmp}/no-such-libnvidia-ml.so.1"))
         e = envs(p.stdout)
         check(p.returncode == 0 and len(e) == 1 and e[0]["WORLD_SIZE"] == "1",
               f"--nproc-per-node {word} on 1 CPU of {len(cpus)}: exit {p.returncode}, {len(e)} workers: "
@@ -427,6 +435,119 @@ def missing_peer(tmp):
     check(time.time() - t0 < 20, f"failed within the timeout ({time.time() - t0:.1f} s)")
 
 
+def python_of_the_environment(tmp):
+    """Found by review: a .py command always ran with /usr/bin/python3, so in an activated virtualenv
+    (or conda environment) the workers ran without its packages; torchrun runs its own Python. The
+    first python3 on PATH runs it now."""
+    venv = f"{tmp}/venv/bin"
+    os.makedirs(venv)
+    with open(f"{venv}/python3", "w") as f:
+        f.write("#!/bin/sh\necho \"venv python $*\"\n")
+    os.chmod(f"{venv}/python3", 0o755)
+    with open(f"{tmp}/train.py", "w") as f:
+        f.write("print('hi')\n")
+    p = launch("--log-dir", f"{tmp}/venv-logs", f"{tmp}/train.py", "--lr", "1",
+               env={"PATH": f"relative/bin:{venv}:" + os.environ.get("PATH", "/usr/bin:/bin")})
+    check(p.returncode == 0 and f"venv python -u {tmp}/train.py --lr 1" in p.stdout,
+          f"a .py command in a virtualenv: exit {p.returncode}: {p.stdout[-300:]} {p.stderr[-300:]}")
+
+
+def error_file_after_chdir(tmp):
+    """Found by review: TORCHELASTIC_ERROR_FILE was relative with a relative --log-dir (the default,
+    runs/launch/<id>), so a worker that changed its directory (Hydra's run directory, os.chdir)
+    wrote its error elsewhere and error.json lost it; torchrun's is absolute."""
+    os.makedirs(f"{tmp}/job/elsewhere")
+    script = ("import os, sys; e = os.environ['TORCHELASTIC_ERROR_FILE']; os.chdir('elsewhere'); "
+              "open(e, 'w').write('{\"message\": \"from the worker\"}'); sys.exit(3)")
+    p = subprocess.run([STRATO, "launch", "--log-dir", "rel-logs", "/usr/bin/python3", "-c", script],
+                       capture_output=True, text=True, timeout=60, cwd=f"{tmp}/job")
+    err = json.load(open(f"{tmp}/job/rel-logs/error.json")) if os.path.exists(f"{tmp}/job/rel-logs/error.json") else {}
+    check(p.returncode == 3 and err.get("worker_error") == {"message": "from the worker"},
+          f"worker error after chdir: exit {p.returncode}, error.json {err}: {p.stderr[-300:]}")
+
+
+def unanswered_endpoint(tmp):
+    """Found by review: the rendezvous client connected blocking, so an endpoint that drops the
+    connection request (a firewall, a hung host whose listen queue is full) held the launcher in
+    connect() for the kernel's SYN retries, about 2 minutes: past --join-timeout, deaf to Ctrl-C."""
+    import socket
+    full = socket.socket()
+    full.bind(("127.0.0.1", 0))
+    full.listen(0)  # room for one connection, which nobody accepts: later SYNs are dropped
+    filler = socket.create_connection(full.getsockname())
+    endpoint = "127.0.0.1:%d" % full.getsockname()[1]
+    args = ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--nproc-per-node", "1"]
+    try:
+        p = launch(*args, "--join-timeout", "1", "--log-dir", f"{tmp}/unanswered", "true", timeout=60)
+        check(p.returncode == 1 and f"cannot reach the rendezvous at {endpoint} within 1 s: no answer" in p.stderr,
+              f"unanswered endpoint: exit {p.returncode}: {p.stderr[-300:]}")
+    except subprocess.TimeoutExpired:
+        check(False, "the launcher hung in connect() past --join-timeout 1")
+    proc = subprocess.Popen([STRATO, "launch", *args, "--log-dir", f"{tmp}/unanswered-int", "true"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # (the log directory is made once the stop handlers are in place)
+    if wait_for("the launcher to start", lambda: os.path.isdir(f"{tmp}/unanswered-int"), proc):
+        time.sleep(0.3)  # (into connect(); the check holds whenever the signal comes)
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.communicate(timeout=30)
+            check(proc.returncode == 130, f"SIGINT while connecting: exit {proc.returncode}, expected 130")
+        except subprocess.TimeoutExpired:
+            check(False, "SIGINT did not stop a launcher connecting to an endpoint that never answers")
+    proc.kill()
+    proc.wait()
+    filler.close()
+    full.close()
+
+
+def host_name_endpoint(tmp):
+    """Found by review: with the endpoint named by this machine's host name, which its /etc/hosts maps
+    to loopback (Debian's 127.0.1.1), the rendezvous listened on loopback only and MASTER_ADDR was
+    127.0.0.1 on every node: no other node could reach either."""
+    import socket
+    host = socket.gethostname()
+    try:
+        if not socket.gethostbyname(host).startswith("127."):
+            print("host_name_endpoint: skipped (the host name is not mapped to loopback here)")
+            return
+    except OSError:
+        print("host_name_endpoint: skipped (the host name does not resolve)")
+        return
+    p = launch("--nnodes", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{host}:{free_port()}",
+               "--nproc-per-node", "2", "--log-dir", f"{tmp}/byname", "/usr/bin/python3", "-c", ENV_DUMP)
+    e = envs(p.stdout)
+    check(p.returncode == 0 and len(e) == 2 and all(x["MASTER_ADDR"] == host for x in e),
+          f"endpoint {host}: exit {p.returncode}, masters {[x['MASTER_ADDR'] for x in e]}: {p.stderr[-300:]}")
+
+
+def nproc_gpu(tmp):
+    """Found by review: --nproc-per-node auto counted CPUs on a GPU node (torchrun's auto is one
+    worker per GPU there: 96 workers for 8 GPUs) and torchrun's gpu was refused. With the stand-in
+    NVML (argv[2], optional) as 3 GPUs; without any NVML, gpu is a usage error and auto counts CPUs."""
+    none = {"STRATO_NVML_LIBRARY": f"{tmp}/no-such-libnvidia-ml.so.1"}
+    p = launch("--nproc-per-node", "gpu", "--log-dir", f"{tmp}/gpu0", "true", env=none)
+    check(p.returncode == 2 and "--nproc-per-node gpu: no GPU visible here" in p.stderr,
+          f"gpu without GPUs: exit {p.returncode}: {p.stderr[-300:]}")
+    if len(sys.argv) < 3:
+        print("nproc_gpu: the stand-in NVML part skipped (no library given)")
+        return
+    with open(f"{tmp}/nvml-state", "w") as f:
+        f.write("3 0 0")
+    fake = {"STRATO_NVML_LIBRARY": os.path.abspath(sys.argv[2]), "FAKE_NVML_STATE": f"{tmp}/nvml-state"}
+    for word, visible, want in (("gpu", None, 3), ("auto", None, 3), ("gpu", "2,0", 2), ("auto", "1,5", 1)):
+        env = dict(fake, **({"CUDA_VISIBLE_DEVICES": visible} if visible is not None else {}))
+        p = launch("--nproc-per-node", word, "--log-dir", f"{tmp}/gpu-{word}", "/usr/bin/python3", "-c", ENV_DUMP,
+                   env=env)
+        e = envs(p.stdout)
+        check(p.returncode == 0 and len(e) == want and all(x["LOCAL_WORLD_SIZE"] == str(want) for x in e),
+              f"--nproc-per-node {word} with 3 GPUs, CUDA_VISIBLE_DEVICES={visible}: exit {p.returncode}, "
+              f"{len(e)} workers, expected {want}: {p.stderr[-300:]}")
+    p = launch("--nproc-per-node", "gpu", "--log-dir", f"{tmp}/gpu-hidden", "true",
+               env=dict(fake, CUDA_VISIBLE_DEVICES="-1"))
+    check(p.returncode == 2 and "CUDA_VISIBLE_DEVICES='-1' hides the 3 GPU(s)" in p.stderr,
+          f"gpu with every GPU hidden: exit {p.returncode}: {p.stderr[-300:]}")
+
+
 def emit_kubernetes(tmp):
     import yaml
     p = launch("--emit", "kubernetes", "--nnodes", "2:4", "--nproc-per-node", "2", "--max-restarts", "3",
@@ -577,6 +698,11 @@ def main():
         sigterm_launcher(tmp)
         two_nodes(tmp)
         missing_peer(tmp)
+        unanswered_endpoint(tmp)
+        error_file_after_chdir(tmp)
+        python_of_the_environment(tmp)
+        host_name_endpoint(tmp)
+        nproc_gpu(tmp)
     finish("launch e2e")
 
 

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <functional>
@@ -112,6 +113,26 @@ int free_port(const std::string& addr) {
     }
     const int port = bind_to(0);
     return port > 0 ? port : 29500;
+}
+
+/// The Python a `.py` command runs with: the first python3 in an absolute directory of PATH -- an
+/// activated virtualenv's or conda environment's, as torchrun runs it with its own sys.executable
+/// -- else /usr/bin/python3 (found by review: always /usr/bin/python3, which in a virtualenv is
+/// the Python without the job's packages: "No module named torch").
+std::string python_interpreter() {
+    const char* path = std::getenv("PATH");
+    std::string_view rest = path ? path : "";
+    while (!rest.empty()) {
+        const size_t colon = rest.find(':');
+        const std::string dir(rest.substr(0, colon));
+        rest.remove_prefix(colon == std::string_view::npos ? rest.size() : colon + 1);
+        if (!dir.starts_with('/')) continue;  // (not a python3 that the working directory holds)
+        const std::string candidate = dir + (dir.ends_with('/') ? "" : "/") + "python3";
+        struct stat st {};
+        if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(candidate.c_str(), X_OK) == 0)
+            return candidate;
+    }
+    return "/usr/bin/python3";
 }
 
 std::string signal_text(int sig) {
@@ -447,7 +468,7 @@ Status Group::start(const Round& r, const std::string& run_id, const std::string
     workers_.resize(static_cast<size_t>(o_.nproc_per_node));
     std::vector<std::string> argv_s = o_.command;
     if (!o_.no_python && !argv_s.empty() && argv_s[0].size() > 3 && argv_s[0].ends_with(".py"))
-        argv_s.insert(argv_s.begin(), {"/usr/bin/python3", "-u"});
+        argv_s.insert(argv_s.begin(), {python_interpreter(), "-u"});
     for (int lr = 0; lr < o_.nproc_per_node; ++lr) {
         Worker& w = workers_[static_cast<size_t>(lr)];
         w.local_rank = lr;
@@ -456,7 +477,12 @@ Status Group::start(const Round& r, const std::string& run_id, const std::string
         w.log.open(log_path);
         if (!w.log)
             note::warn("launch: cannot write {} ({}); rank {}'s output is not kept", log_path, strerror(errno), w.rank);
-        w.error_file = fmt::format("{}/rank_{}.error.json", dir, w.rank);
+        // Absolute, as torchrun's: a worker that changes its directory (Hydra's run directory, a
+        // script's os.chdir) wrote a relative path somewhere else, and its error was lost (found by
+        // review, with the default --log-dir runs/launch/<id>).
+        std::error_code abs_ec;
+        const stdfs::path abs_dir = stdfs::absolute(dir, abs_ec);
+        w.error_file = fmt::format("{}/rank_{}.error.json", abs_ec ? dir : abs_dir.string(), w.rank);
         // (one left by an earlier run in a reused log directory was taken as this worker's error)
         if (::unlink(w.error_file.c_str()) != 0 && errno != ENOENT)
             note::warn("launch: cannot remove the earlier {}: {}", w.error_file, strerror(errno));
@@ -485,7 +511,11 @@ Status Group::start(const Round& r, const std::string& run_id, const std::string
         set("TORCHELASTIC_ERROR_FILE", w.error_file);
         if (o_.nproc_per_node > 1 && !env.count("OMP_NUM_THREADS")) set("OMP_NUM_THREADS", "1");
         // As torchrun: a NCCL collective with a dead peer fails at its timeout instead of hanging.
+        // torchrun from PyTorch 2.2 sets the variable's new name, which those versions read first
+        // (found by review: a worker comparing its environment with torchrun's lacked it); the old
+        // name stays for PyTorch before 2.2 and libtorch 1.x.
         if (!env.count("NCCL_ASYNC_ERROR_HANDLING")) set("NCCL_ASYNC_ERROR_HANDLING", "1");
+        if (!env.count("TORCH_NCCL_ASYNC_ERROR_HANDLING")) set("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
         std::vector<std::string> env_s;
         for (const auto& [k, v] : env) env_s.push_back(k + "=" + v);
         std::vector<char*> envp, argv;
@@ -779,8 +809,11 @@ private:
 
 class RdzvCoordinator : public Coordinator {
 public:
-    RdzvCoordinator(const LaunchOptions& o, std::unique_ptr<RendezvousServer> server, std::unique_ptr<RendezvousClient> c)
-        : o_(o), server_(std::move(server)), client_(std::move(c)) {}
+    /// `endpoint_host`: the host of --rdzv-endpoint. A node that reached it over loopback through a
+    /// name that is no loopback address (loopback_alias) is the other nodes' master by its host name.
+    RdzvCoordinator(const LaunchOptions& o, std::unique_ptr<RendezvousServer> server, std::unique_ptr<RendezvousClient> c,
+                    const std::string& endpoint_host)
+        : o_(o), server_(std::move(server)), client_(std::move(c)), by_name_(loopback_alias(endpoint_host)) {}
     Result<Round> next_round() override {
         RendezvousClient::Join j;
         j.run_id = o_.rdzv_id;
@@ -788,6 +821,9 @@ public:
         j.node_rank = o_.node_rank;
         j.local_world_size = o_.nproc_per_node;
         j.addr = client_->local_address();
+        // (found by review: "127.0.0.1" became MASTER_ADDR on every node of a job whose endpoint
+        // was the host's name, mapped to loopback on the host itself)
+        if (by_name_ && j.addr.starts_with("127.") && !host_name().empty()) j.addr = host_name();
         j.master_port = free_port(j.addr == "127.0.0.1" ? "127.0.0.1" : "0.0.0.0");
         STRATO_ASSIGN_OR_RETURN(Round r, client_->join(j, o_.join_timeout_s + o_.last_call_s + 30));
         round_ = r.round;
@@ -802,6 +838,7 @@ private:
     const LaunchOptions& o_;
     std::unique_ptr<RendezvousServer> server_;  // when this node hosts it
     std::unique_ptr<RendezvousClient> client_;
+    bool by_name_ = false;
     int round_ = 0;
 };
 
@@ -898,6 +935,23 @@ bool error_file_keeps(const std::string& path, const FailureRank& mine, double s
     const bool signaled = j.contains("signal");
     if (signaled != mine.signaled) return signaled;
     return timestamp->get<double>() <= mine.timestamp;
+}
+
+int visible_gpus(int physical, const char* visible) {
+    if (physical <= 0 || visible == nullptr) return std::max(0, physical);
+    int n = 0;
+    std::string_view rest(visible);
+    while (n < physical) {
+        const size_t comma = rest.find(',');
+        std::string_view e = rest.substr(0, comma);
+        while (!e.empty() && std::isspace(static_cast<unsigned char>(e.front()))) e.remove_prefix(1);
+        while (!e.empty() && std::isspace(static_cast<unsigned char>(e.back()))) e.remove_suffix(1);
+        if (!(e.starts_with("GPU-") || e.starts_with("MIG-") || parse_int(e, 0, physical - 1))) break;
+        ++n;
+        if (comma == std::string_view::npos) break;
+        rest.remove_prefix(comma + 1);
+    }
+    return n;
 }
 
 Status parse_nnodes(const std::string& text, LaunchOptions* o) {
@@ -1038,7 +1092,7 @@ Result<int> run_launch(const LaunchOptions& in) {
         // only as silence later: say why this node could not host it.
         if (!srv) note::info("launch: joining the rendezvous at {}:{} (hosting it here failed: {})", endpoint.host,
                              endpoint.port, srv.status().message());
-        coord = std::make_unique<RdzvCoordinator>(o, std::move(server), std::move(*client));
+        coord = std::make_unique<RdzvCoordinator>(o, std::move(server), std::move(*client), endpoint.host);
     } else {
         coord = std::make_unique<LocalCoordinator>(o);
     }

@@ -43,6 +43,12 @@ struct LaunchOptions {
 /// Parses "N" or "MIN:MAX" (--nnodes).
 Status parse_nnodes(const std::string& text, LaunchOptions* o);
 
+/// What torchrun's `--nproc-per-node gpu` counts, torch.cuda.device_count(), without CUDA: of
+/// `physical` GPUs (NVML's count), those CUDA_VISIBLE_DEVICES (`visible`; null when unset) shows a
+/// process — its entries up to the first that names no device, as CUDA reads it: "" or "-1" hides
+/// every GPU, "0,1" shows 2, "1,7" of 2 GPUs shows 1, "GPU-<uuid>" and "MIG-<uuid>" entries count.
+int visible_gpus(int physical, const char* visible);
+
 /// Checks the options given in seconds (--monitor-interval, --stop-timeout, --join-timeout,
 /// --last-call: finite and in range) and --max-restarts >= 0.
 Status check_timing(const LaunchOptions& o);

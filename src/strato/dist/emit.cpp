@@ -70,8 +70,9 @@ Status check(const EmitOptions& o) {
     const auto& l = o.launch;
     if (l.command.empty()) return invalid_argument("launch --emit: no command for the workers");
     if (l.nproc_per_node < 1) return invalid_argument("launch --emit: --nproc-per-node must be >= 1");
-    if (!o.nproc_per_node.empty() && o.nproc_per_node != "cpu" && o.nproc_per_node != "auto")
-        return invalid_argument("launch --emit: --nproc-per-node '{}': expected a number, cpu or auto",
+    if (!o.nproc_per_node.empty() && o.nproc_per_node != "cpu" && o.nproc_per_node != "auto" &&
+        o.nproc_per_node != "gpu")
+        return invalid_argument("launch --emit: --nproc-per-node '{}': expected a number, gpu, cpu or auto",
                                 o.nproc_per_node);
     STRATO_RETURN_IF_ERROR(check_timing(l));
     if (o.rdzv_port < 1 || o.rdzv_port > 65535)

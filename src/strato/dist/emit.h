@@ -8,7 +8,7 @@
 //                which `strato launch` reads as torchrun does.
 // Both pass on the launcher flags that were changed from their defaults (--stop-timeout exactly as
 // given, --join-timeout, --last-call, --monitor-interval, --quiet-workers, --rdzv-id, --log-dir,
-// --no-python), and --nproc-per-node cpu|auto as the word, which each node evaluates. Values that
+// --no-python), and --nproc-per-node gpu|cpu|auto as the word, which each node evaluates. Values that
 // land in #SBATCH lines or Kubernetes names (job name, partition, time, image) must be one word.
 
 #include <string>
@@ -20,7 +20,7 @@ namespace strato::dist {
 
 struct EmitOptions {
     LaunchOptions launch;          // nodes, processes per node, restarts, command
-    std::string nproc_per_node;    // as given, when a word (cpu, auto); empty: launch.nproc_per_node
+    std::string nproc_per_node;    // as given, when a word (gpu, cpu, auto); empty: launch.nproc_per_node
     std::string job_name = "strato-job";
     std::string strato;            // the strato executable on the nodes / in the image (empty: "strato")
     std::string image = "strato:latest";

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -314,8 +315,23 @@ struct RendezvousServer::Impl {
     }
 };
 
+bool loopback_alias(const std::string& host) {
+    in_addr literal{};
+    if (inet_pton(AF_INET, host.c_str(), &literal) == 1) return false;  // an address: as given
+    std::string lower = host;
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (lower == "localhost" || lower.ends_with(".localhost") || lower == "localhost.localdomain") return false;
+    auto a = resolve(host, 0);
+    return a.is_ok() && (ntohl(a->sin_addr.s_addr) >> 24) == 127;
+}
+
 Result<std::unique_ptr<RendezvousServer>> RendezvousServer::start(const std::string& host, int port, const RdzvSettings& s) {
     STRATO_ASSIGN_OR_RETURN(sockaddr_in addr, resolve(host, port));
+    // A name this machine's /etc/hosts maps to a loopback address (Debian's "127.0.1.1 node1",
+    // many cloud images' "127.0.0.1 node1") while the other nodes reach it by its network address:
+    // served on every interface, as torchrun's store is, not on loopback where no other node can
+    // reach it (found by review: the other nodes were refused until the join timeout).
+    if (loopback_alias(host)) addr.sin_addr.s_addr = htonl(INADDR_ANY);
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return io_error("socket: {}", strerror(errno));
     int one = 1;
@@ -363,9 +379,36 @@ Result<std::unique_ptr<RendezvousClient>> RendezvousClient::connect(const std::s
     const double deadline = now_s() + timeout_s;
     std::string last_error;
     while (true) {
-        int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        // Connected without blocking, the handshake awaited in slices: a host that drops the SYNs
+        // (a firewall, a hung agent whose listen queue is full) held a blocking connect() for the
+        // kernel's SYN retries, about 2 minutes, past --join-timeout and deaf to Ctrl-C (the stop
+        // handlers restart an interrupted connect).
+        int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0) return io_error("socket: {}", strerror(errno));
-        if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+        int err = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 ? 0 : errno;
+        bool unanswered = false;
+        while (err == EINPROGRESS || err == EINTR || err == EALREADY) {
+            if (signals::stop_requested()) {
+                ::close(fd);
+                return Status(StatusCode::kCancelled, "interrupted");
+            }
+            const double left = deadline - now_s();
+            if (left <= 0) {
+                unanswered = true;
+                break;
+            }
+            pollfd p{fd, POLLOUT, 0};
+            const int rc = ::poll(&p, 1, static_cast<int>(std::min(left, 0.1) * 1000) + 1);
+            if (rc < 0 && errno != EINTR) {
+                err = errno;
+            } else if (rc > 0) {
+                socklen_t len = sizeof err;
+                if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+            }
+        }
+        if (err == 0) {
+            // The rest of the client reads after poll() and writes small lines: blocking again.
+            fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
             int one = 1;
             setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
             std::unique_ptr<RendezvousClient> c(new RendezvousClient());
@@ -373,11 +416,12 @@ Result<std::unique_ptr<RendezvousClient>> RendezvousClient::connect(const std::s
             c->last_ping_ = c->last_heard_ = now_s();
             return c;
         }
-        last_error = strerror(errno);
+        last_error = unanswered ? "no answer to the connection request (a firewall dropping it, or a hung host)"
+                                : strerror(err);
         ::close(fd);
         if (signals::stop_requested()) return Status(StatusCode::kCancelled, "interrupted");
-        if (now_s() > deadline)
-            return unavailable("cannot reach the rendezvous at {}:{} within {:.0f} s: {}", host, port, timeout_s, last_error);
+        if (unanswered || now_s() >= deadline)
+            return unavailable("cannot reach the rendezvous at {}:{} within {:g} s: {}", host, port, timeout_s, last_error);
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
 }

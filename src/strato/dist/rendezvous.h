@@ -42,9 +42,17 @@ struct RoundAssignment {
     int master_port = 0;
 };
 
+/// True when `host` is a name (not an address, not localhost) that resolves to a loopback address
+/// here: this machine's own name in a /etc/hosts that maps it to 127.0.1.1 or 127.0.0.1, while
+/// the other nodes resolve it to the machine's network address. The server then listens on every
+/// interface, and the node advertises its host name rather than the loopback address it reached
+/// the rendezvous from.
+bool loopback_alias(const std::string& host);
+
 class RendezvousServer {
 public:
-    /// Binds host:port (fails if another process has it) and serves in a thread.
+    /// Binds host:port (fails if another process has it; every interface for a loopback_alias) and
+    /// serves in a thread.
     static Result<std::unique_ptr<RendezvousServer>> start(const std::string& host, int port, const RdzvSettings& s);
     ~RendezvousServer();
     int port() const;
