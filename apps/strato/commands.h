@@ -94,8 +94,9 @@ CLI::Validator file_path_flag(const std::string& why = "");
 CLI::Validator listen_address_flag();
 
 /// A `--set section.key=value` override: without `=` or a key, a usage error (exit 2), as
-/// other malformed flags are; the value itself is checked with the config.
-CLI::Validator set_flag();
+/// other malformed flags are; the value itself is checked with the config. With `only_section`
+/// ("data"), a key of another section is a usage error too.
+CLI::Validator set_flag(const std::string& only_section = "");
 
 /// Writes `text` to `f`, errors ignored: fmt::print throws on a closed pipe where SIGPIPE is ignored
 /// (loadtest ignores it so that `| head` keeps what it measured), and an error message about that

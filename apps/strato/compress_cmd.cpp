@@ -46,9 +46,10 @@ void add_quantize_command(CLI::App& compress, const GlobalFlags& g, int* exit_co
         ->check(finite_above(50, 100));
     cmd->add_flag("--per-tensor-weights", o->per_tensor, "One weight scale per layer instead of per output channel");
     cmd->add_option("--seed", o->seed, "Seed of the calibration sample")->capture_default_str();
-    cmd->add_option("--config", o->config, "Take the [data] section from this training config");
-    cmd->add_option("--set", o->sets, "Override a config key, e.g. --set data.limit_test=1000")->check(set_flag());
-    cmd->add_option("--data", o->data, "Dataset directory (default: Debian's Fashion-MNIST)");
+    cmd->add_option("--config", o->config, "Take the [data] section from this training config")
+        ->check(file_path_flag());
+    cmd->add_option("--set", o->sets, "Override a [data] key, e.g. --set data.limit_test=1000")->check(set_flag("data"));
+    cmd->add_option("--data", o->data, "Dataset directory (default: Debian's Fashion-MNIST)")->check(file_path_flag());
     // Checked as eval checks it (data.dataset's list of kinds): an unknown kind is a usage error (exit 2).
     cmd->add_option("--dataset", o->dataset, "Dataset kind: fashion-mnist, idx, image-folder, shards, csv, synthetic")
         ->check(status_flag(

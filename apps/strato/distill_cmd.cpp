@@ -121,9 +121,10 @@ void add_compress_report_command(CLI::App& compress, const GlobalFlags&, int* ex
                     "LABEL=DIR@bf16-eager for the eager network under bf16 autocast (repeatable; the first row is the "
                     "baseline of the ratios)")
         ->required();
-    cmd->add_option("--config", o->config, "Take the [data] section from this training config");
-    cmd->add_option("--set", o->sets, "Override a config key, e.g. --set data.limit_test=2000")->check(set_flag());
-    cmd->add_option("--data", o->data, "Dataset directory (default: Debian's Fashion-MNIST)");
+    cmd->add_option("--config", o->config, "Take the [data] section from this training config")
+        ->check(file_path_flag());
+    cmd->add_option("--set", o->sets, "Override a [data] key, e.g. --set data.limit_test=2000")->check(set_flag("data"));
+    cmd->add_option("--data", o->data, "Dataset directory (default: Debian's Fashion-MNIST)")->check(file_path_flag());
     // Checked as eval checks it (data.dataset's list of kinds): an unknown kind is a usage error (exit 2).
     cmd->add_option("--dataset", o->dataset, "Dataset kind: fashion-mnist, idx, image-folder, shards, csv, synthetic")
         ->check(status_flag(

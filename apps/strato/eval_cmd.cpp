@@ -44,14 +44,25 @@ void add_eval_command(CLI::App& app, const GlobalFlags&, int* exit_code) {
     };
     auto o = std::make_shared<Opts>();
     auto* cmd = app.add_subcommand("eval", "Evaluate a model package on a dataset's test split (accuracy, loss)");
-    cmd->add_option("--model", o->model, "Model package directory (runs/NAME/model)")->required();
-    cmd->add_option("--config", o->config, "Take the [data] section from this training config");
-    cmd->add_option("--set", o->sets, "Override a config key, e.g. --set data.limit_test=1000")->check(set_flag());
-    cmd->add_option("--data", o->data, "Dataset directory (default: Debian's Fashion-MNIST)");
+    // An empty path (an unset variable in a script) is a usage error: an empty --data or --config
+    // evaluated on the default Fashion-MNIST test split without a word.
+    cmd->add_option("--model", o->model, "Model package directory (runs/NAME/model)")
+        ->required()
+        ->check(file_path_flag());
+    cmd->add_option("--config", o->config, "Take the [data] section from this training config")
+        ->check(file_path_flag());
+    cmd->add_option("--set", o->sets, "Override a [data] key, e.g. --set data.limit_test=1000")->check(set_flag("data"));
+    cmd->add_option("--data", o->data, "Dataset directory (default: Debian's Fashion-MNIST)")->check(file_path_flag());
     // Checked as data.dataset is (its list of kinds): an unknown kind is a usage error (exit 2).
     cmd->add_option("--dataset", o->dataset, "Dataset kind: fashion-mnist, idx, image-folder, shards, csv, synthetic")
         ->check(status_flag(
-            "--dataset", [](const std::string& v) { return data_config_from_flags("", {}, "", v).status(); }, "KIND"));
+            "--dataset",
+            [](const std::string& v) -> Status {
+                // (an empty kind was no kind: the default Fashion-MNIST, without a word)
+                if (v.empty()) return invalid_argument("expected a dataset kind, got an empty one");
+                return data_config_from_flags("", {}, "", v).status();
+            },
+            "KIND"));
     cmd->add_option("--threads", o->threads, "Intra-op threads (0 = OMP_NUM_THREADS when set, else one per usable CPU)")
         ->check(CLI::Range(0, 1024));
     cmd->add_flag("--bf16", o->bf16,

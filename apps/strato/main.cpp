@@ -99,12 +99,21 @@ Result<int64_t> parse_busy_poll_ns(const std::string& text) {
     return *ns;
 }
 
-CLI::Validator set_flag() {
+CLI::Validator set_flag(const std::string& only_section) {
     return CLI::Validator(
-        [](std::string& text) -> std::string {
+        [only_section](std::string& text) -> std::string {
             const size_t eq = text.find('=');
             if (eq == std::string::npos || eq == 0 || text.find_first_not_of(" \t") == eq)
-                return fmt::format("expected section.key=value, such as optim.lr=0.1, got '{}'", text);
+                return fmt::format("expected section.key=value, such as {}.{}, got '{}'",
+                                   only_section.empty() ? "optim" : only_section,
+                                   only_section.empty() ? "lr=0.1" : "limit_test=1000", text);
+            // (eval, quantize and distill's evaluation take the [data] section only: `--set
+            // model.arch=cnn` was accepted and did nothing, the model being the package's)
+            const size_t key = text.find_first_not_of(" \t");
+            if (!only_section.empty() && text.compare(key, only_section.size() + 1, only_section + ".") != 0)
+                return fmt::format("only {}.* keys apply here (the model and how it was trained come from the package), "
+                                   "got '{}'",
+                                   only_section, text);
             return {};
         },
         "KEY=VALUE");

@@ -94,12 +94,31 @@ def check_stdout_output(tmp):
         files = json.load(f)["files"]
     check("-" not in files and "stdout" not in files, f"--output - listed a file in the manifest: {sorted(files)}")
     run("export", "--model", pkg, "--output", os.path.join(tmp, "again.onnx"))  # the package still loads
+    return pkg
+
+
+def check_eval_empty_paths(pkg):
+    """Found by review: `strato eval` took an empty --data, --config or --dataset (an unset variable
+    in a script) as none, and evaluated the package on the default Fashion-MNIST test split without
+    a word; an empty --model said "model package  does not exist". Each is a usage error (exit 2)."""
+    for args in (["--model", ""], ["--model", pkg, "--data", ""], ["--model", pkg, "--config", ""],
+                 ["--model", pkg, "--dataset", ""]):
+        p = subprocess.run([STRATO, "eval", *args], capture_output=True, text=True, timeout=120)
+        check(p.returncode == 2 and "got an empty one" in p.stderr and "accuracy" not in p.stdout,
+              f"eval {args}: exit {p.returncode}: {p.stdout[-200:]!r} {p.stderr[-400:]!r}")
+    # Found by review: `--set model.arch=cnn` (any key outside [data]) was accepted and did nothing:
+    # the model is the package's. eval, compress quantize and compress report take [data] keys only.
+    for cmd in (["eval", "--model", pkg], ["compress", "quantize", "--model", pkg, "--no-eval"],
+                ["compress", "report", "--model", f"a={pkg}"]):
+        p = subprocess.run([STRATO, *cmd, "--set", "model.arch=cnn"], capture_output=True, text=True, timeout=120)
+        check(p.returncode == 2 and "only data.* keys apply here" in p.stderr,
+              f"{cmd[:2]} --set model.arch=cnn: exit {p.returncode}: {p.stderr[-400:]!r}")
 
 
 def main():
     tmp = tempfile.mkdtemp(prefix="strato-ort-")
     try:
-        check_stdout_output(tmp)
+        check_eval_empty_paths(check_stdout_output(tmp))
         npm = shutil.which("npm")
         if not npm:
             print("skip: npm not installed")
