@@ -602,6 +602,23 @@ TEST_F(Checkpoints, AModelOrderingFashionMnistsClassesOtherwiseIsScoredByName) {
                                             "boot': the model orders Fashion-MNIST's classes otherwise"),
               std::string::npos)
         << train.status().message();
+    // Data read only through the model (quantize's calibration and scores) is matched by name, as
+    // evaluation is (found by review: quantize refused what eval scored).
+    auto calibrate = open_package_data(sorted, data, nullptr, PackageData::kCalibrate);
+    ASSERT_TRUE(calibrate.is_ok()) << calibrate.status().message();
+    auto evaluate = open_package_data(sorted, data, nullptr, PackageData::kEvaluate);
+    ASSERT_TRUE(evaluate.is_ok()) << evaluate.status().message();
+    EXPECT_EQ(calibrate->test->class_names(), sorted.labels);
+    std::vector<uint8_t> pixels(64);
+    for (int64_t i = 0; i < 40; ++i) {
+        int64_t by_calibrate = -1, by_evaluate = -2, by_train = -3;
+        ASSERT_TRUE(calibrate->test->load(i, pixels.data(), &by_calibrate).is_ok());
+        ASSERT_TRUE(evaluate->test->load(i, pixels.data(), &by_evaluate).is_ok());
+        ASSERT_TRUE(calibrate->train->load(i, pixels.data(), &by_train).is_ok());
+        EXPECT_EQ(by_calibrate, by_evaluate) << i;
+        EXPECT_EQ(by_train, by_evaluate) << i;  // (the same 40 images and labels in both files)
+        EXPECT_EQ(sorted.labels[static_cast<size_t>(by_calibrate)], folder(i % 10)) << i;
+    }
 }
 
 TEST(Threads, ZeroTakesOmpNumThreadsWhenSetAsPyTorchDoes) {

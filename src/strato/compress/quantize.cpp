@@ -71,7 +71,7 @@ Result<QuantizeResult> quantize_package(const QuantizeRequest& r) {
                                   "or choose another --output",
                                   r.output));
     data::DataConfig cfg;
-    auto splits = train::open_package_data(pkg.info, r.data, &cfg);
+    auto splits = train::open_package_data(pkg.info, r.data, &cfg, train::PackageData::kCalibrate);
     if (!splits) return train::package_data_error(pkg.info, r.data, splits.status(), "calibration data", "calibrate");
     if (splits->train->size() == 0)
         return invalid_argument("calibration data: the train split of {} holds no samples", cfg.path);

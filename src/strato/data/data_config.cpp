@@ -132,7 +132,7 @@ Result<std::shared_ptr<ImageDataset>> open_image_split(const DataConfig& cfg, st
 
 }  // namespace
 
-Result<DataSplits> open_datasets(const DataConfig& cfg) {
+Result<DataSplits> open_datasets(const DataConfig& cfg, const std::vector<std::string>& class_names) {
     namespace stdfs = std::filesystem;
     DataSplits out;
     std::error_code ec;
@@ -211,7 +211,7 @@ Result<DataSplits> open_datasets(const DataConfig& cfg) {
     } else {
         if (cfg.channels != 1 && cfg.channels != 3) return invalid_argument("data.channels: expected 1 or 3, got {}", cfg.channels);
         auto root = stdfs::path(cfg.path);
-        STRATO_ASSIGN_OR_RETURN(auto train_src, ImageFolderSource::open((root / "train").string()));
+        STRATO_ASSIGN_OR_RETURN(auto train_src, ImageFolderSource::open((root / "train").string(), class_names));
         if (!stdfs::is_directory(root / evaluation_split(cfg), ec)) return no_evaluation_split(cfg.path);
         STRATO_ASSIGN_OR_RETURN(auto test_src,
                                 ImageFolderSource::open((root / evaluation_split(cfg)).string(), train_src->class_names()));

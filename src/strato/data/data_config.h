@@ -72,8 +72,10 @@ struct DataSplits {
 /// $STRATO_CACHE_DIR (or the XDG cache)/shards/<hash of the URL>.
 std::string default_shard_cache_dir(const std::string& url);
 
-/// Opens the train and test splits the config names; resolves mean/std.
-Result<DataSplits> open_datasets(const DataConfig& cfg);
+/// Opens the train and test splits the config names; resolves mean/std. `class_names`: an
+/// image folder's classes in this order (a model's; folders matched by name, '/' as '_'), empty:
+/// its sorted folder names.
+Result<DataSplits> open_datasets(const DataConfig& cfg, const std::vector<std::string>& class_names = {});
 
 /// Opens only the split a model is evaluated on, for a model that already knows its classes
 /// (`class_names`, in its order; empty: the folders' sorted names) and normalisation (`mean`,

@@ -377,7 +377,7 @@ Result<EvalResult> evaluate(models::NetImpl& net, data::Loader& loader, bool bf1
 }
 
 Result<data::DataSplits> open_package_data(const models::PackageInfo& info, const data::DataConfig& data,
-                                           data::DataConfig* resolved, bool evaluation_only) {
+                                           data::DataConfig* resolved, PackageData use) {
     // Images are brought to the size the model takes unless the config says otherwise.
     data::DataConfig cfg = data;
     if (cfg.image_size <= 0 && info.input_shape.height == info.input_shape.width) cfg.image_size = info.input_shape.height;
@@ -389,10 +389,13 @@ Result<data::DataSplits> open_package_data(const models::PackageInfo& info, cons
         if (cfg.test_transforms.empty()) cfg.test_transforms = info.test_transforms;
     }
     data::DataSplits splits;
-    if (evaluation_only) {
+    if (use == PackageData::kEvaluate) {
         STRATO_ASSIGN_OR_RETURN(splits.test, data::open_evaluation_split(cfg, info.labels, info.mean));
     } else {
-        STRATO_ASSIGN_OR_RETURN(splits, data::open_datasets(cfg));
+        // (calibration: an image folder's sorted classes could never be a Fashion-MNIST model's
+        // order, and quantize refused a folder eval scores)
+        const bool by_name = use == PackageData::kCalibrate && cfg.dataset == "image-folder";
+        STRATO_ASSIGN_OR_RETURN(splits, data::open_datasets(cfg, by_name ? info.labels : std::vector<std::string>{}));
     }
     if (!(splits.test->shape() == info.input_shape)) {
         const auto& a = splits.test->shape();
@@ -447,12 +450,13 @@ Result<data::DataSplits> open_package_data(const models::PackageInfo& info, cons
             if (to.size() == fashion.size() && info.labels.size() == fashion.size() && idx) {
                 size_t first = 0;  // the first class the orders disagree on
                 while (to[first] == static_cast<int64_t>(first)) ++first;
-                if (!evaluation_only)
+                if (use == PackageData::kFineTune)
                     return invalid_argument(
                         "the data's class {} is '{}' but the model's class {} is '{}': the model orders Fashion-MNIST's "
                         "classes otherwise ({}), and its labels would be the data's",
                         first, fashion[first], first, info.labels[first], fmt::join(info.labels, ", "));
                 idx->relabel(to, info.labels);
+                if (auto* train = dynamic_cast<data::InMemoryDataset*>(splits.train.get())) train->relabel(to, info.labels);
                 log::info("the model orders Fashion-MNIST's classes otherwise ({}): each test image is scored "
                           "against the model's class of its name (Fashion-MNIST's class {} '{}' is the model's {})",
                           fmt::join(info.labels, ", "), first, fashion[first], to[first]);
@@ -512,7 +516,7 @@ Result<PackageEval> evaluate_package(const std::string& package_dir, const data:
                                     "packages (drop --bf16)",
                                     package_dir);
         data::DataConfig cfg;
-        auto splits = open_package_data(pkg.info, data, &cfg, true);
+        auto splits = open_package_data(pkg.info, data, &cfg, PackageData::kEvaluate);
         if (!splits) return package_data_error(pkg.info, data, splits.status(), "test data", "evaluate");
         STRATO_ASSIGN_OR_RETURN(auto loader, data::Loader::create(splits->test, data::eval_loader_options(cfg, *splits)));
         PackageEval out;

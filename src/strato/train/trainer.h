@@ -111,10 +111,20 @@ struct PackageEval {
 /// Opens `data` the way a package needs it: images brought to the package's input size (unless
 /// data.image_size says otherwise), the package's own normalisation; a shape or class-count
 /// mismatch is an error naming both. `resolved` (optional) receives the data config used.
-/// `evaluation_only`: only the test split is opened (open_evaluation_split: an image folder
-/// needs no train/ folder, its classes are the package's); `train` stays null.
+enum class PackageData {
+    /// Train and test splits as a training run reads them (prune's fine-tuning): the data's
+    /// classes must be the model's, in its order.
+    kFineTune,
+    /// Train and test splits read only through the model (quantize's calibration and scores):
+    /// an image folder's classes, and Fashion-MNIST's in a model that orders them otherwise, are
+    /// matched to the model's by name.
+    kCalibrate,
+    /// The test split alone (open_evaluation_split: an image folder needs no train/ folder, its
+    /// classes are the package's); `train` stays null.
+    kEvaluate,
+};
 Result<data::DataSplits> open_package_data(const models::PackageInfo& info, const data::DataConfig& data,
-                                           data::DataConfig* resolved = nullptr, bool evaluation_only = false);
+                                           data::DataConfig* resolved = nullptr, PackageData use = PackageData::kFineTune);
 
 /// `error`, from opening `data` for a package (open_package_data), as said to a user: names the
 /// data read (the default is Fashion-MNIST, whatever the model learnt) and, for data that does
