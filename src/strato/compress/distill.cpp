@@ -155,8 +155,8 @@ Result<Distillation> prepare_distillation(const train::TrainConfig& student, con
 
         // (A teacher with a NaN weight made the student's first loss NaN: "training diverged ...
         // lower optim.lr", about the student.)
-        for (const auto& t : {pkg.net->named_parameters(), pkg.net->named_buffers()}) {
-            for (const auto& p : t) {
+        for (const auto& tensors : {pkg.net->named_parameters(), pkg.net->named_buffers()}) {
+            for (const auto& p : tensors) {
                 if (p.value().is_floating_point() && !torch::isfinite(p.value()).all().item<bool>())
                     return invalid_argument(
                         "the teacher {} has NaN or infinite weights ({}): weights from a training that diverged? "
