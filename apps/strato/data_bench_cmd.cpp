@@ -135,7 +135,9 @@ void add_data_bench_command(CLI::App& data, const GlobalFlags&, int* exit_code) 
             return void(*exit_code = report_usage_error("data bench", p.status().message()));
         std::shared_ptr<const data::SampleSource> source;
         std::error_code ec;
-        if (std::filesystem::exists(std::filesystem::path(o->path) / "index.json", ec) || data::is_remote_url(o->path)) {
+        // (any URL: an s3:// one is refused there, naming the schemes that work; it was "image
+        // folder s3://... does not exist")
+        if (std::filesystem::exists(std::filesystem::path(o->path) / "index.json", ec) || !data::url_scheme(o->path).empty()) {
             data::RemoteOptions ro;  // a URL's shards go to the same cache a training run uses
             if (data::is_remote_url(o->path)) ro.cache_dir = data::default_shard_cache_dir(o->path);
             auto store = data::open_shard_store(o->path, ro);
@@ -148,8 +150,9 @@ void add_data_bench_command(CLI::App& data, const GlobalFlags&, int* exit_code) 
             // were two classes (or "no images in its class folders" for packed splits).
             const auto splits = data::dataset_splits(o->path);
             if (splits.size() > 1 || (splits.size() == 1 && !splits[0].empty()))
-                return fail(invalid_argument("{} holds splits ({}); bench one of them, e.g. {}/{}", o->path,
-                                             fmt::join(splits, ", "), o->path, splits[0]));
+                return fail(invalid_argument("{} holds splits ({}); bench one of them, e.g. {}", o->path,
+                                             fmt::join(splits, ", "),
+                                             (std::filesystem::path(o->path) / splits[0]).string()));
             auto s = data::ImageFolderSource::open(o->path);
             if (!s) return fail(s.status());
             source = *s;

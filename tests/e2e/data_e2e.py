@@ -53,6 +53,18 @@ def main():
         src, dst = os.path.join(tmp, "photos"), os.path.join(tmp, "shards")
         files = make_folder(src)
 
+        # Found by review: an s3:// or ftp:// path was "an image folder that does not exist"; bench
+        # names the schemes that work, stats/verify/pack say they read a local directory; bench's
+        # hint for a root of splits doubled the slash of "photos/".
+        p = run("data", "bench", "s3://bucket/x/train", "--image-size", "32", expect=1)
+        check("the s3:// scheme is not supported" in p.stderr, p.stderr)
+        for args in (["stats", "ftp://host/x"], ["verify", "s3://bucket/x"], ["pack", "s3://bucket/x", dst]):
+            p = run("data", *args, expect=1)
+            check("is a URL" in p.stderr and "local" in p.stderr, f"data {args}: {p.stderr}")
+        p = run("data", "bench", src + "/", "--image-size", "32", expect=1)
+        check(f"e.g. {src}/t" in p.stderr and "//" not in p.stderr, p.stderr)
+        check(not os.path.exists(dst), "a refused pack left its destination")
+
         # Pack: two splits, several shards each.
         p = run("data", "pack", src, dst, "--shard-size", "8KB", "--workers", "2", "--seed", "3", "--json")
         packed = {s["split"]: s for s in json.loads(p.stdout)["splits"]}

@@ -14,6 +14,7 @@
 #include "strato/core/json_depth.h"
 #include "strato/data/codec.h"
 #include "strato/data/mapped_file.h"
+#include "strato/data/remote.h"
 #include "strato/data/shards.h"
 #include "strato/data/tar.h"
 
@@ -73,7 +74,14 @@ bool file_exists(const stdfs::path& p) {
 
 Status open_scan(const std::string& path, Scan* scan) {
     std::error_code ec;
-    if (!stdfs::is_directory(path, ec)) return not_found("{} does not exist or is not a directory", path);
+    if (!stdfs::is_directory(path, ec)) {
+        // (`data stats s3://bucket/x` said it "does not exist or is not a directory")
+        if (!url_scheme(path).empty())
+            return invalid_argument("{} is a URL; stats and verify read a local directory (an image folder, or shards "
+                                    "written by `strato data pack`)",
+                                    path);
+        return not_found("{} does not exist or is not a directory", path);
+    }
     scan->path = path;
     std::vector<std::string> shard_splits;
     if (file_exists(stdfs::path(path) / kShardIndexName)) {

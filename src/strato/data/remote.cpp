@@ -493,6 +493,15 @@ HttpStore::HttpStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 HttpStore::~HttpStore() { impl_->shutdown(); }
 
+std::string url_scheme(const std::string& path_or_url) {
+    const size_t end = path_or_url.find("://");
+    if (end == std::string::npos || end == 0) return "";
+    const bool word = std::all_of(path_or_url.begin(), path_or_url.begin() + static_cast<long>(end), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.';
+    });
+    return word ? path_or_url.substr(0, end) : "";
+}
+
 bool is_remote_url(const std::string& path_or_url) {
     std::string head = path_or_url.substr(0, 8);
     std::transform(head.begin(), head.end(), head.begin(), [](char c) { return static_cast<char>(std::tolower(c)); });
@@ -728,15 +737,11 @@ Result<std::shared_ptr<ShardStore>> open_shard_store(const std::string& path_or_
         STRATO_ASSIGN_OR_RETURN(std::shared_ptr<HttpStore> store, HttpStore::create(path_or_url, options));
         return std::shared_ptr<ShardStore>(std::move(store));
     }
-    size_t scheme_end = path_or_url.find("://");
-    if (scheme_end != std::string::npos && scheme_end > 0 &&
-        std::all_of(path_or_url.begin(), path_or_url.begin() + static_cast<long>(scheme_end), [](char c) {
-            return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.';
-        })) {
+    if (const std::string scheme = url_scheme(path_or_url); !scheme.empty()) {
         return invalid_argument(
             "'{}': the {}:// scheme is not supported (expected a directory, or an http:// or "
             "https:// URL; for S3 or GCS use an https URL of the bucket)",
-            path_or_url, path_or_url.substr(0, scheme_end));
+            path_or_url, scheme);
     }
     std::error_code ec;
     if (!stdfs::is_directory(path_or_url, ec)) {

@@ -106,6 +106,8 @@ class HttpStore final : public ShardStore {
 
 /// True for http:// and https:// URLs (case-insensitive scheme).
 bool is_remote_url(const std::string& path_or_url);
+/// The scheme of a text that reads as a URL ("s3" of "s3://bucket/x"), else "".
+std::string url_scheme(const std::string& path_or_url);
 
 /// An HttpStore for http(s):// URLs, a LocalStore (shards.h) for a directory; another URL
 /// scheme (s3://, gs://) is an error that says which schemes work.

@@ -29,6 +29,7 @@
 #include "strato/core/signals.h"
 #include "strato/data/codec.h"
 #include "strato/data/mapped_file.h"
+#include "strato/data/remote.h"
 #include "strato/data/shards.h"
 #include "strato/data/tar.h"
 
@@ -541,7 +542,11 @@ Result<std::vector<PackedSplit>> pack_image_folder(const std::string& src, const
                                 kShardSizeMin);
     }
     std::error_code ec;
-    if (!stdfs::is_directory(src, ec)) return not_found("{} does not exist or is not a directory", src);
+    if (!stdfs::is_directory(src, ec)) {
+        if (!url_scheme(src).empty())
+            return invalid_argument("{} is a URL; pack reads a local image folder (class per subfolder)", src);
+        return not_found("{} does not exist or is not a directory", src);
+    }
     if (fs::is_within(dst, src)) {
         return invalid_argument("the destination {} is inside the source {}; pack to a directory outside it", dst, src);
     }
