@@ -241,6 +241,11 @@ TEST(Space, WhatAStudyFileSaysIsNeverIgnored) {
          "study.toml:1: 'scheduler' is a top-level key, not a section (settings such as sampler and scheduler go "
          "under [study]"},
         {"tpe = 5\n" + head + "[params]\n" + lr, "'tpe' is a top-level key"},
+        // A key that is no section's name was an "unknown section".
+        {"sampler = \"grid\"\n" + head + "[params]\n" + lr,
+         "study.toml:1: 'sampler' is a top-level key; keys go under a section (study settings such as sampler under "
+         "[study]"},
+        {"[sampler]\nx = 1\n" + head + "[params]\n" + lr, "study.toml: unknown section 'sampler' (expected [study]"},
         // An empty key before "==": the parameter was drawn for every trial.
         {head + "[params]\n\"optim.name\" = { type = \"choice\", values = [\"adamw\", \"sgd\"] }\n"
                 "\"optim.momentum\" = { type = \"uniform\", low = 0.5, high = 0.9, when = \" == sgd\" }\n",

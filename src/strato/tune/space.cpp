@@ -234,9 +234,15 @@ bool executor_key(std::string_view key) {
 Result<StudyConfig> StudyConfig::parse(std::string_view text, const std::string& source, const std::string& base_dir) {
     STRATO_ASSIGN_OR_RETURN(toml::table doc, parse_toml_named(text, source));
     for (auto&& [k, v] : doc) {
-        if (k.str() != "study" && k.str() != "scheduler" && k.str() != "params" && k.str() != "tpe")
+        if (k.str() != "study" && k.str() != "scheduler" && k.str() != "params" && k.str() != "tpe") {
+            // (`sampler = "grid"` on the first line was "unknown section 'sampler'")
+            if (!v.is_table())
+                return invalid_argument("{}:{}: '{}' is a top-level key; keys go under a section (study settings such "
+                                        "as sampler under [study]; expected [study], [scheduler], [params], [tpe])",
+                                        source, v.source().begin.line, k.str());
             return invalid_argument("{}: unknown section '{}' (expected [study], [scheduler], [params], [tpe])", source,
                                     k.str());
+        }
         // `scheduler = "fifo"` above [study] is a top-level key, not the [study] setting: it was
         // ignored and the study ran ASHA.
         if (!v.is_table())
