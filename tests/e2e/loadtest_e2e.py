@@ -467,6 +467,14 @@ def main():
         check("below start" in err, f"bad range: {err}")
         _, err, _ = run([url, "--model", "cnn", "--shape", "pixels:28,28"], expect=1)
         check("not an input" in err, f"bad --shape: {err}")
+        # Found by review: a --shape of another rank, or another value for a fixed dimension, ran and
+        # got a 400 for every request; refused before the run, naming what the model takes.
+        for shape, why in [("input:5,5", "--shape input:5,5: 2 dimension(s), but model 'cnn' input 'input' is [-1,1,28,28]"),
+                           ("input:2,28,28", "--shape input:2,28,28: dimension 1 is 2, but model 'cnn' input 'input' is "
+                                             "[-1,1,28,28] (the batch dimension first, not in --shape), fixed at 1 there")]:
+            out, err, _ = run([url, "--model", "cnn", "--shape", shape, "-n", "5", "--warmup", "0"], expect=1)
+            check(why in err and "HTTP 400" not in out, f"--shape {shape} against a fixed shape: {out} {err}")
+        run([url, "--model", "cnn", "--shape", "input:1,28,28", "-n", "5", "--warmup", "0"])  # (the fixed shape itself is fine)
         _, err, _ = run([url, "--model", "cnn", "--input-data", f"{tmp}/missing.json"], expect=1)
         check("missing.json" in err, f"missing data file: {err}")
         _, err, _ = run([url, "--model", "cnn", "-b", "1000"], expect=1)
@@ -485,6 +493,15 @@ def main():
         check("name the same file" in err and open(f"{tmp}/body.json").read() == "{}", f"output over an input: {err}")
         _, err, _ = run([url, "--model", "cnn", "--slo-p99", "50ms", "--request-rate", "100", "--max-rate", "50"], expect=1)
         check("above its --max-rate 50" in err, f"SLO start above max: {err}")
+        # Found by review: said only once a server answered the metadata ("Connection refused" without
+        # one), and a --max-rate below the default start (10) failed so though no start was given.
+        _, err, _ = run(["http://127.0.0.1:1", "--model", "cnn", "--slo-p99", "50ms", "--request-rate", "100",
+                         "--max-rate", "50"], expect=1)
+        check("--request-rate 100 starts the SLO search above its --max-rate 50" in err, f"SLO start above max, no server: {err}")
+        run([url, "--model", "cnn", "--slo-p99", "3s", "--max-rate", "4", "-d", "0.6s", "--warmup", "0",
+             "--json", f"{tmp}/slo4.json"])
+        s = json.load(open(f"{tmp}/slo4.json"))["slo"]
+        check(s["found"] and s["best_rate"] == 4 and s["at_max_rate"], f"SLO search with --max-rate 4: {s}")
 
         print("== file descriptors: the soft limit is raised when the hard one allows, else a clear error")
         import resource
@@ -597,6 +614,10 @@ def main():
         check("--input-data zeroo: no such file" in err and "onnect" not in out + err, f"--input-data zeroo: {out} {err}")
         out, err, _ = run(["-n", "1"], expect=2)
         check("no target" in err, f"no target: {err}")
+        # Found by review: a missing input file was "/x does not exist", the flag it came from unsaid.
+        for flag in ["--body-file", "--trace", "--request-intervals"]:
+            out, err, _ = run([f"http://127.0.0.1:{dead}/", "-n", "1", flag, f"{tmp}/nope.txt"], expect=1)
+            check(f"{flag}: {tmp}/nope.txt does not exist" in err and "onnect" not in out + err, f"{flag} missing: {err}")
         # Found by review: --body-file was read whole without a limit (/dev/zero: 1.5 GB before the
         # read gave up at 1 GiB; a huge file: all the memory there was).
         p = subprocess.Popen([BIN, "loadtest", f"http://127.0.0.1:{dead}/", "-n", "1", "--body-file", "/dev/zero"],
@@ -659,6 +680,17 @@ def main():
         check("3 bad response (first: truncated body: connection closed after 3 of the 10 bytes" in out
               and "reset/closed" not in out and errs["protocol"] == 3 and errs["reset"] == 0
               and "truncated body" in errs["protocol_example"], f"truncated answers: {out} {errs}")
+        # Found by review: a redirect (an ingress sending http to https) said "answered 301: " alone.
+        moved = raw_server(b"HTTP/1.1 301 Moved\r\nLocation: https://127.0.0.1/v2/models/cnn\r\nContent-Length: 0\r\n\r\n")
+        _, err, _ = run([f"http://127.0.0.1:{moved.getsockname()[1]}", "--model", "cnn", "-n", "3"], expect=1)
+        moved.close()
+        check("GET /v2/models/cnn answered 301: a redirect to https://127.0.0.1/v2/models/cnn (not followed" in err,
+              f"redirected metadata: {err}")
+        trunc = raw_server(b'HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n{"name":')
+        _, err, _ = run([f"http://127.0.0.1:{trunc.getsockname()[1]}", "--model", "cnn", "-n", "3"], expect=1)
+        trunc.close()
+        check("/v2/models/cnn: bad response: truncated body: connection closed after 8 of the 500 bytes" in err
+              and "End of file" not in err, f"truncated metadata: {err}")
 
         closed_stdout(tmp)
 

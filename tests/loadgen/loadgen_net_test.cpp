@@ -328,6 +328,27 @@ TEST(LoadNet, RequestCountAfterAWarmupSendsThatMany) {
 
 // Found by review: an open loop with more threads than --max-connections opened one connection
 // per thread.
+// Found by review: the window of -n N ended when the runner's poll (every 5 ms) saw the last answer,
+// not with the answer: -n 10 against a server of 30,000 req/s measured 11 ms, 976 req/s. Here each
+// poll takes 0.5 s (its Ctrl-C check sleeps): the window must still end with the fifth answer.
+TEST(LoadNet, ARequestCountsWindowEndsWithItsLastAnswer) {
+    TestServer server([](int64_t, int64_t) { return Action{}; });
+    RunOptions o;
+    o.load.concurrency = 1;
+    o.load.threads = 1;
+    o.warmup_s = 0;
+    o.requests = 5;
+    o.interrupted = [] {
+        std::this_thread::sleep_for(500ms);
+        return false;
+    };
+    auto p = run_point(target_for(server.port()), o, 1);
+    ASSERT_TRUE(p.is_ok()) << p.status().message();
+    EXPECT_EQ(p->m.ok, 5);
+    EXPECT_LT(p->m.seconds, 0.25);  // 5 answers on loopback, not the 0.5 s poll
+    EXPECT_GT(p->m.seconds, 0);
+}
+
 TEST(LoadNet, OpenLoopKeepsToMaxConnectionsWhateverTheThreads) {
     TestServer server([](int64_t, int64_t) { return Action{.delay_ns = 20'000'000}; });
     RunOptions o;
@@ -451,6 +472,26 @@ TEST(LoadNet, StabilityWindowsStopWhenThreeAgree) {
     EXPECT_GE(p->windows, 3);
     EXPECT_LE(p->windows, 8);
     EXPECT_NEAR(p->m.seconds, 0.9, 0.15);  // the last three windows
+}
+
+// Found by review: against a server that never answers, three empty windows "agreed" on 0 req/s and
+// a mean of 0 ms, and the level was reported stable.
+TEST(LoadNet, WindowsThatAnswerNothingAreNotStable) {
+    TestServer server([](int64_t, int64_t) { return Action{.never = true}; });
+    RunOptions o;
+    o.load.concurrency = 1;
+    o.load.threads = 1;
+    o.warmup_s = 0;
+    o.stability_pct = 10;
+    o.window_s = 0.1;
+    o.max_trials = 3;
+    o.grace_s = 0.05;
+    auto p = run_point(target_for(server.port()), o, 1);
+    ASSERT_TRUE(p.is_ok()) << p.status().message();
+    EXPECT_EQ(p->m.ok, 0);
+    EXPECT_EQ(p->windows, 3);
+    EXPECT_FALSE(p->stable);
+    EXPECT_NE(format_table({*p}).find("(not stable)"), std::string::npos);
 }
 
 TEST(LoadNet, SloSearchFindsTheKnee) {
@@ -747,6 +788,48 @@ TEST(LoadNet, ARecordingsRequestsAddUpToOnePassAgainstADeadOrSilentServer) {
     }
 }
 
+// Found by review: a recording that asks for more than the client takes (perf_analyzer intervals of
+// 0: one request a nanosecond) fell behind, and the requests due but never taken were counted
+// nowhere: a 0.5 s run of 5e8 due requests added up to 2.6e7 (ok + errors + late + unfinished).
+TEST(LoadNet, ARecordingTooFastForTheClientCountsEveryDueRequest) {
+    TestServer silent([](int64_t, int64_t) { return Action{.never = true}; });
+    auto sched = Schedule::from_intervals("0\n", "zero.txt");  // (a gap of 0 is 1 ns)
+    ASSERT_TRUE(sched.is_ok()) << sched.status().message();
+    for (int round = 0; round < 2; ++round) {
+        RunOptions o = following(*sched);  // 2 threads: each counts its own share
+        o.load.max_connections = 2;
+        o.duration_s = 0.2;
+        o.grace_s = 0.05;
+        o.window_s = 1;
+        const uint16_t port = round ? silent.port() : free_port();
+        auto p = run_point(target_for(port), o, sched->mean_rate());
+        ASSERT_TRUE(p.is_ok()) << p.status().message();
+        // what fell due in the 0.2 s: one a nanosecond
+        EXPECT_EQ(p->m.ok + p->m.errors() + p->m.late + p->m.unfinished, 200'000'000)
+            << (round ? "silent server" : "dead port") << ": " << p->m.connect_errors << " connect errors, "
+            << p->m.unfinished << " unfinished";
+    }
+}
+
+// Found by review: a recording's last window ended after the grace (the wait for outstanding
+// answers), and its asked rate counted what the schedule asked in the grace, which was never sent:
+// 100 req/s asked read as 50 with a grace as long as the window.
+TEST(LoadNet, TheLastWindowOfARecordingEndsBeforeTheGrace) {
+    TestServer silent([](int64_t, int64_t) { return Action{.never = true}; });
+    // 0 req/s for 0.25 s, then 100 req/s for 0.25 s; the next pass starts with 0 again
+    auto sched = Schedule::from_rate_trace("time_s,rate\n0,0\n1,100\n", "t.csv", 4);
+    ASSERT_TRUE(sched.is_ok()) << sched.status().message();
+    RunOptions o = following(*sched);
+    o.duration_s = sched->period_s();
+    o.window_s = 0.25;
+    o.grace_s = 0.25;  // waited for in full: the server answers nothing
+    auto p = run_point(target_for(silent.port()), o, sched->mean_rate());
+    ASSERT_TRUE(p.is_ok()) << p.status().message();
+    ASSERT_EQ(p->timeline.size(), 2u);
+    EXPECT_NEAR(p->timeline[0].asked, 0, 20);
+    EXPECT_NEAR(p->timeline[1].asked, 100, 20);
+}
+
 // The retry of a request whose reused connection closed unanswered works in the open loop too:
 // each due request counted once, none a reset.
 TEST(LoadNet, OpenLoopAgainstAServerThatClosesAfterEachResponse) {
@@ -808,6 +891,110 @@ private:
     std::atomic<bool> stopped_{false};
     uint16_t port_ = 0;
 };
+
+// A server on 127.0.0.1 that answers each request with a 413 as soon as its head is read, keeps the
+// connection, and reads and drops the body the request announced (what a server that refuses large
+// bodies does, as RFC 9112 9.3 asks); a request line that is not one is a 400 and a close. With
+// `close`, it closes the connection after the 413 instead, the body unread (a reset for the client's
+// write, as nginx's lingering close ends).
+class EarlyAnswerServer {
+public:
+    explicit EarlyAnswerServer(bool close = false)
+        : close_(close), acceptor_(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
+        port_ = acceptor_.local_endpoint().port();
+        thread_ = std::thread([this] {
+            for (;;) {
+                boost::system::error_code ec;
+                tcp::socket s(io_);
+                acceptor_.accept(s, ec);
+                if (ec || stopped_) return;
+                asio::streambuf buf;
+                while (!ec) {
+                    const size_t n = asio::read_until(s, buf, "\r\n\r\n", ec);
+                    if (ec) break;
+                    std::string head(asio::buffers_begin(buf.data()), asio::buffers_begin(buf.data()) + n);
+                    buf.consume(n);
+                    if (!head.starts_with("POST ")) {
+                        ++out_of_step_;
+                        asio::write(s, asio::buffer(std::string("HTTP/1.1 400 X\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")), ec);
+                        break;
+                    }
+                    if (close_) {
+                        asio::write(s, asio::buffer(std::string("HTTP/1.1 413 X\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")), ec);
+                        s.close(ec);
+                        break;
+                    }
+                    asio::write(s, asio::buffer(std::string("HTTP/1.1 413 X\r\nContent-Length: 0\r\n\r\n")), ec);
+                    const size_t at = head.find("Content-Length: ");
+                    size_t left = at == std::string::npos ? 0 : std::stoull(head.substr(at + 16));
+                    const size_t buffered = std::min(left, buf.size());
+                    buf.consume(buffered);
+                    left -= buffered;
+                    std::vector<char> sink(1 << 20);
+                    while (left > 0 && !ec) left -= s.read_some(asio::buffer(sink.data(), std::min(left, sink.size())), ec);
+                }
+            }
+        });
+    }
+    ~EarlyAnswerServer() {
+        stopped_ = true;
+        boost::system::error_code ec;
+        asio::io_context io;
+        tcp::socket poke(io);
+        poke.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port_), ec);  // wakes the accept
+        poke.close(ec);
+        thread_.join();
+    }
+    uint16_t port() const { return port_; }
+    int out_of_step() const { return out_of_step_; }
+
+private:
+    bool close_;
+    asio::io_context io_;
+    tcp::acceptor acceptor_;
+    std::thread thread_;
+    std::atomic<bool> stopped_{false};
+    std::atomic<int> out_of_step_{0};
+    uint16_t port_ = 0;
+};
+
+// Found by review: an answer that came before the whole request was written (a 413 for a large body)
+// left the rest of the body unsent, and the next request went out on the same connection: the server,
+// still reading the first body, took it for that body's bytes (resets and 400s the client caused).
+TEST(LoadNet, AnAnswerBeforeTheBodyIsWrittenEndsTheConnection) {
+    EarlyAnswerServer server;
+    Target t = target_for(server.port());
+    t.requests = {build_request(t.url, "POST", {}, std::string(32 << 20, 'x'))};  // more than the socket buffers
+    RunOptions o;
+    o.load.concurrency = 1;
+    o.load.threads = 1;
+    o.load.timeout_ns = 10'000'000'000;
+    o.warmup_s = 0;
+    o.requests = 4;
+    auto p = run_point(t, o, 1);
+    ASSERT_TRUE(p.is_ok()) << p.status().message();
+    EXPECT_EQ(p->m.http[413], 4);
+    EXPECT_EQ(p->m.errors(), 4) << format_table({*p});
+    EXPECT_EQ(server.out_of_step(), 0);
+}
+
+// Found by review: a server that answers a 413 and closes, the body unread, resets the client's write;
+// the answer waiting in the receive buffer was never read, and 41 of 50 413s counted "reset/closed".
+TEST(LoadNet, AnAnswerBeforeAResetWriteIsRead) {
+    EarlyAnswerServer server(/*close=*/true);
+    Target t = target_for(server.port());
+    t.requests = {build_request(t.url, "POST", {}, std::string(32 << 20, 'x'))};
+    RunOptions o;
+    o.load.concurrency = 1;
+    o.load.threads = 1;
+    o.load.timeout_ns = 10'000'000'000;
+    o.warmup_s = 0;
+    o.requests = 8;
+    auto p = run_point(t, o, 1);
+    ASSERT_TRUE(p.is_ok()) << p.status().message();
+    EXPECT_EQ(p->m.http[413], 8) << format_table({*p});
+    EXPECT_EQ(p->m.reset_errors, 0);
+}
 
 PointResult run_requests(uint16_t port, int64_t n) {
     RunOptions o;

@@ -436,6 +436,24 @@ TEST(Outputs, CsvUsesPerfAnalyzerColumnsAndJsonRendersAsAReport) {
     EXPECT_NE(table.find("server: request 1500 us"), std::string::npos) << table;
 }
 
+// Found by review: a level that answered nothing 2xx (only errors, or nothing at all) showed p50 to
+// max as 0.00 ms, the best latencies of the run; it shows "-".
+TEST(Outputs, ALevelWithoutAnAnswerShowsNoLatency) {
+    PointResult only_errors;
+    only_errors.level = 4;
+    only_errors.m.seconds = 1;
+    only_errors.m.http[503] = 7;
+    PointResult answered = only_errors;
+    answered.level = 8;
+    answered.m.ok = 1;
+    answered.m.latency.record(2'000'000);
+    const std::string table = format_table({only_errors, answered});
+    EXPECT_EQ(table.find("0.00"), std::string::npos) << table;
+    EXPECT_NE(table.find("        -         -         -         -         -         -        7"), std::string::npos)
+        << table;
+    EXPECT_NE(table.find("2.00      2.00      2.00      2.00      2.00      2.00        7"), std::string::npos) << table;
+}
+
 TEST(Schedule, IntervalsGiveEachRequestItsTimeAndCycle) {
     auto s = Schedule::from_intervals("# perf_analyzer intervals, us\n1000\n\n3000\n  500.5 \r\n", "iv.txt");
     ASSERT_TRUE(s.is_ok()) << s.status().message();

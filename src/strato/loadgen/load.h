@@ -114,6 +114,10 @@ public:
     Measurement stop(int64_t grace_ns, const std::function<bool()>& interrupted = {});
     /// Requests finished so far (any outcome), for --requests.
     int64_t requests_done() const;
+    /// When the latest of them finished (now_ns() clock; 0 before the first), and when the current
+    /// window began: a --requests window ends with its last answer, not when a poll sees it.
+    int64_t last_done_ns() const;
+    int64_t window_start_ns() const;
     /// From now on, send `n` more requests (--requests after a warm-up).
     void set_budget(int64_t n);
     /// True once a budget is set, spent, and nothing is outstanding.

@@ -61,7 +61,9 @@ Result<HttpReply> http_request(const Url& base, std::string_view method, const s
             parser.feed(buf.data(), n);
             if (ec == asio::error::eof) parser.finish_on_eof();
             if (parser.done() || parser.failed() || ec) {
-                if (!parser.done() && ec) error = ec;
+                // (a close mid-reply: the parser's reason, "truncated body: ... 8 of the 500 bytes", not
+                // the socket's bare "End of file")
+                if (!parser.done() && !parser.failed() && ec) error = ec;
                 finished = true;
                 return;
             }
@@ -145,6 +147,12 @@ Result<json> get_json(const Url& base, const std::string& target, const std::vec
         for (char& c : why)
             if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
         why.erase(std::unique(why.begin(), why.end(), [](char a, char b) { return a == ' ' && b == ' '; }), why.end());
+        // A redirect (an ingress sending http to https) said "answered 301: " and nothing more.
+        if (reply.status >= 300 && reply.status < 400)
+            for (const auto& [name, value] : reply.headers)
+                if (strcasecmp(name.c_str(), "location") == 0)
+                    why = fmt::format("a redirect to {} (not followed: give that server's URL; strato speaks plain "
+                                      "http://){}{}", value.substr(0, 200), why.empty() ? "" : "; ", why);
         return Status(reply.status == 404 || reply.status == 400 ? StatusCode::kNotFound : StatusCode::kUnavailable,
                       fmt::format("GET {} answered {}: {}", target, reply.status, why));
     }
@@ -472,6 +480,21 @@ Result<Target> build_infer_target(const Url& base, const InferTargetOptions& o) 
         if (spec.dtype == DataType::kInvalid)
             return invalid_argument("model '{}' input '{}': unknown datatype", o.model, spec.name);
         if (auto it = o.shapes.find(spec.name); it != o.shapes.end()) {
+            // --shape fills the variable dimensions: another rank, or another value for a fixed
+            // dimension, got a 400 for every request of the run (--shape input:5,5 on [-1,1,28,28]).
+            const auto& given = it->second;
+            const size_t skip = max_batch > 0 ? 1 : 0;  // the batch dimension, not in --shape
+            const std::string flag = fmt::format("--shape {}:{}", spec.name, fmt::join(given, ","));
+            const std::string model_input = fmt::format("model '{}' input '{}' is {}{}", o.model, spec.name,
+                                                        serve::shape_string(spec.declared),
+                                                        skip ? " (the batch dimension first, not in --shape)" : "");
+            if (spec.declared.size() != given.size() + skip)
+                return invalid_argument("{}: {} dimension(s), but {}: expected {}", flag, given.size(), model_input,
+                                        spec.declared.size() >= skip ? spec.declared.size() - skip : 0);
+            for (size_t i = 0; i < given.size(); ++i)
+                if (const int64_t fixed = spec.declared[i + skip]; fixed >= 0 && given[i] != fixed)
+                    return invalid_argument("{}: dimension {} is {}, but {}, fixed at {} there", flag, i + 1, given[i],
+                                            model_input, fixed);
             spec.shape = it->second;
             if (max_batch > 0) spec.shape.insert(spec.shape.begin(), o.batch_size);
         } else {
