@@ -78,10 +78,13 @@ TEST_F(Cli, HelpListsCommands) {
         EXPECT_NE(u.err.find("is not an IP address to listen on"), std::string::npos) << bad << ": " << u.err;
     }
     // A --set without '=' is a malformed flag, a usage error (it exited 1 once the config was read).
-    for (const char* bad : {"train configs/fashion_mnist_cnn.toml --set optim.lr", "eval --model x --set =1"}) {
+    // (eval's example is a [data] key: it takes no other)
+    for (auto [bad, example] : {std::pair{"train configs/fashion_mnist_cnn.toml --set optim.lr", "optim.lr=0.1"},
+                                {"eval --model x --set =1", "data.limit_test=1000"}}) {
         auto u = run_strato(bad, dir_);
         EXPECT_EQ(u.code, 2) << bad << ": " << u.err;
-        EXPECT_NE(u.err.find("expected section.key=value, such as optim.lr=0.1"), std::string::npos) << bad << ": " << u.err;
+        EXPECT_NE(u.err.find(std::string("expected section.key=value, such as ") + example), std::string::npos)
+            << bad << ": " << u.err;
     }
     // eval's --dataset is checked by its flag, against data.dataset's kinds: a usage error that
     // names the kinds (it exited 1 from the command).
