@@ -848,12 +848,12 @@ TEST(LoadNet, OpenLoopAgainstAServerThatClosesAfterEachResponse) {
     EXPECT_GE(p->m.ok, 20);
 }
 
-// A server on 127.0.0.1 that answers every request (on any connection, one at a time) with the
-// same raw bytes, then closes the connection: for answers no well-behaved server sends.
-class RawServer {
+// A server on 127.0.0.1 that takes one connection at a time and hands it to `serve`, on a thread
+// of its own, until it is destroyed.
+class SerialServer {
 public:
-    explicit RawServer(std::string reply)
-        : reply_(std::move(reply)), acceptor_(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
+    explicit SerialServer(std::function<void(tcp::socket&)> serve)
+        : serve_(std::move(serve)), acceptor_(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
         port_ = acceptor_.local_endpoint().port();
         thread_ = std::thread([this] {
             for (;;) {
@@ -861,18 +861,11 @@ public:
                 tcp::socket s(io_);
                 acceptor_.accept(s, ec);
                 if (ec || stopped_) return;
-                asio::streambuf buf;
-                asio::read_until(s, buf, "\r\n\r\n", ec);
-                if (ec) continue;
-                asio::write(s, asio::buffer(reply_), ec);
-                s.shutdown(tcp::socket::shutdown_send, ec);
-                // (read until the client closes: a close with unread bytes would be an RST)
-                char sink[256];
-                while (!ec) s.read_some(asio::buffer(sink), ec);
+                serve_(s);
             }
         });
     }
-    ~RawServer() {
+    ~SerialServer() {
         stopped_ = true;
         boost::system::error_code ec;
         asio::io_context io;
@@ -884,12 +877,35 @@ public:
     uint16_t port() const { return port_; }
 
 private:
-    std::string reply_;
+    std::function<void(tcp::socket&)> serve_;
     asio::io_context io_;
     tcp::acceptor acceptor_;
     std::thread thread_;
     std::atomic<bool> stopped_{false};
     uint16_t port_ = 0;
+};
+
+// A server on 127.0.0.1 that answers every request (on any connection, one at a time) with the
+// same raw bytes, then closes the connection: for answers no well-behaved server sends.
+class RawServer {
+public:
+    explicit RawServer(std::string reply)
+        : reply_(std::move(reply)), server_([this](tcp::socket& s) {
+              boost::system::error_code ec;
+              asio::streambuf buf;
+              asio::read_until(s, buf, "\r\n\r\n", ec);
+              if (ec) return;
+              asio::write(s, asio::buffer(reply_), ec);
+              s.shutdown(tcp::socket::shutdown_send, ec);
+              // (read until the client closes: a close with unread bytes would be an RST)
+              char sink[256];
+              while (!ec) s.read_some(asio::buffer(sink), ec);
+          }) {}
+    uint16_t port() const { return server_.port(); }
+
+private:
+    std::string reply_;
+    SerialServer server_;
 };
 
 // A server on 127.0.0.1 that answers each request with a 413 as soon as its head is read, keeps the
@@ -899,63 +915,43 @@ private:
 // write, as nginx's lingering close ends).
 class EarlyAnswerServer {
 public:
-    explicit EarlyAnswerServer(bool close = false)
-        : close_(close), acceptor_(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
-        port_ = acceptor_.local_endpoint().port();
-        thread_ = std::thread([this] {
-            for (;;) {
-                boost::system::error_code ec;
-                tcp::socket s(io_);
-                acceptor_.accept(s, ec);
-                if (ec || stopped_) return;
-                asio::streambuf buf;
-                while (!ec) {
-                    const size_t n = asio::read_until(s, buf, "\r\n\r\n", ec);
-                    if (ec) break;
-                    std::string head(asio::buffers_begin(buf.data()), asio::buffers_begin(buf.data()) + n);
-                    buf.consume(n);
-                    if (!head.starts_with("POST ")) {
-                        ++out_of_step_;
-                        asio::write(s, asio::buffer(std::string("HTTP/1.1 400 X\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")), ec);
-                        break;
-                    }
-                    if (close_) {
-                        asio::write(s, asio::buffer(std::string("HTTP/1.1 413 X\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")), ec);
-                        s.close(ec);
-                        break;
-                    }
-                    asio::write(s, asio::buffer(std::string("HTTP/1.1 413 X\r\nContent-Length: 0\r\n\r\n")), ec);
-                    const size_t at = head.find("Content-Length: ");
-                    size_t left = at == std::string::npos ? 0 : std::stoull(head.substr(at + 16));
-                    const size_t buffered = std::min(left, buf.size());
-                    buf.consume(buffered);
-                    left -= buffered;
-                    std::vector<char> sink(1 << 20);
-                    while (left > 0 && !ec) left -= s.read_some(asio::buffer(sink.data(), std::min(left, sink.size())), ec);
-                }
-            }
-        });
-    }
-    ~EarlyAnswerServer() {
-        stopped_ = true;
-        boost::system::error_code ec;
-        asio::io_context io;
-        tcp::socket poke(io);
-        poke.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port_), ec);  // wakes the accept
-        poke.close(ec);
-        thread_.join();
-    }
-    uint16_t port() const { return port_; }
+    explicit EarlyAnswerServer(bool close = false) : close_(close), server_([this](tcp::socket& s) { serve(s); }) {}
+    uint16_t port() const { return server_.port(); }
     int out_of_step() const { return out_of_step_; }
 
 private:
+    void serve(tcp::socket& s) {
+        boost::system::error_code ec;
+        asio::streambuf buf;
+        while (!ec) {
+            const size_t n = asio::read_until(s, buf, "\r\n\r\n", ec);
+            if (ec) break;
+            std::string head(asio::buffers_begin(buf.data()), asio::buffers_begin(buf.data()) + n);
+            buf.consume(n);
+            if (!head.starts_with("POST ")) {
+                ++out_of_step_;
+                asio::write(s, asio::buffer(std::string("HTTP/1.1 400 X\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")), ec);
+                break;
+            }
+            if (close_) {
+                asio::write(s, asio::buffer(std::string("HTTP/1.1 413 X\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")), ec);
+                s.close(ec);
+                break;
+            }
+            asio::write(s, asio::buffer(std::string("HTTP/1.1 413 X\r\nContent-Length: 0\r\n\r\n")), ec);
+            const size_t at = head.find("Content-Length: ");
+            size_t left = at == std::string::npos ? 0 : std::stoull(head.substr(at + 16));
+            const size_t buffered = std::min(left, buf.size());
+            buf.consume(buffered);
+            left -= buffered;
+            std::vector<char> sink(1 << 20);
+            while (left > 0 && !ec) left -= s.read_some(asio::buffer(sink.data(), std::min(left, sink.size())), ec);
+        }
+    }
+
     bool close_;
-    asio::io_context io_;
-    tcp::acceptor acceptor_;
-    std::thread thread_;
-    std::atomic<bool> stopped_{false};
     std::atomic<int> out_of_step_{0};
-    uint16_t port_ = 0;
+    SerialServer server_;  // last: its thread starts once the members it reads are made
 };
 
 // Found by review: an answer that came before the whole request was written (a 413 for a large body)
